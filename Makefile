@@ -1,0 +1,104 @@
+# smattn: build, test and demo. `make demo` and `make check` are the two entry points;
+# each first makes sure the Debian packages it needs are present (mk/deps.sh).
+.SUFFIXES:
+.DELETE_ON_ERROR:
+SHELL := /bin/bash
+
+CC      ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+# -ffp-contract=off everywhere: the oracle's double-double arithmetic and the bound's
+# evaluation depend on every operation being rounded once (SPEC 5.2).
+WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wvla -Wformat=2 -Wdouble-promotion -Wcast-qual \
+           -Wpointer-arith -Wundef
+CFLAGS_BASE := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math \
+           -D_POSIX_C_SOURCE=200809L -Iinclude -I. -pthread $(SAN)
+JSONC_CFLAGS = $(shell pkg-config --cflags json-c 2>/dev/null)
+JSONC_LIBS   = $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
+CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt)
+LIBS    := -lmpfr -lgmp -lm -pthread
+
+DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
+DEPS_CHECK := $(DEPS_BUILD) check
+
+LIB_SRC := $(wildcard core/*.c ref/*.c)
+IO_SRC  := $(wildcard io/*.c)
+CLI_SRC := $(wildcard cli/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+TSUP_SRC := $(wildcard tests/support/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+LIB     := $(BUILD)/libsmattn.a
+IOLIB   := $(BUILD)/libsmattn_io.a
+CLI     := $(BUILD)/smattn
+TESTBIN := $(BUILD)/tests/run
+
+.PHONY: all deps deps-check demo check check-unit check-san lib cli tests clean bench-ref format
+all: deps cli
+
+deps:
+	@mk/deps.sh $(DEPS_BUILD)
+deps-check:
+	@mk/deps.sh $(DEPS_CHECK)
+
+$(BUILD)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(JSONC_CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(call obj,$(LIB_SRC))
+	@rm -f $@
+	ar rcs $@ $^
+$(IOLIB): $(call obj,$(IO_SRC))
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CLI): $(call obj,$(CLI_SRC)) $(IOLIB) $(LIB)
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+
+# One runner for every tests/test_<unit>.c; the suite list is generated from the names.
+$(BUILD)/tests/suites.h: $(TEST_SRC) | deps
+	@mkdir -p $(dir $@)
+	@( for f in $(sort $(notdir $(basename $(TEST_SRC)))); do \
+	     echo "SUITE($${f#test_})"; done ) > $@.tmp && \
+	  (cmp -s $@.tmp $@ || mv $@.tmp $@); rm -f $@.tmp
+$(BUILD)/tests/runner.o: tests/runner.c $(BUILD)/tests/suites.h | deps-check
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(JSONC_CFLAGS) -I$(BUILD)/tests -MMD -MP -c $< -o $@
+$(TESTBIN): $(BUILD)/tests/runner.o $(call obj,$(TEST_SRC) $(TSUP_SRC)) $(IOLIB) $(LIB) | deps-check
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(CHECK_LIBS) $(JSONC_LIBS) $(LIBS)
+
+lib: $(LIB)
+cli: $(CLI)
+tests: $(TESTBIN) $(CLI)
+
+# The whole suite: unit, property and CLI tests, then the same suite under ASan+UBSan.
+check: deps-check
+	@$(MAKE) --no-print-directory check-unit
+	@$(MAKE) --no-print-directory check-san
+
+check-unit: tests
+	SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
+
+check-san: deps-check
+	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	  SMATTN_TEST_SCALE=1 check-unit
+
+demo: deps cli
+	@$(CLI) demo spec/vectors
+
+bench-ref: cli
+	@$(CLI) bench-ref
+
+format:
+	clang-format -i $(LIB_SRC) $(IO_SRC) $(CLI_SRC) $(TEST_SRC) include/*.h
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find build build-san -name '*.d' 2>/dev/null)

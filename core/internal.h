@@ -1,0 +1,56 @@
+/* internal.h: helpers shared by ref/, opt/, io/ and the tests; not part of the public API. */
+#ifndef SMATTN_CORE_INTERNAL_H
+#define SMATTN_CORE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "smattn.h"
+
+/* Largest accepted dimension (SPEC 2.1): keeps every index difference far from overflow. */
+#define SMATTN_MAX_DIM ((int64_t)1 << 32)
+
+typedef struct smattn_format {
+    int prec;  /* significand bits including the implicit one */
+    int emin;  /* exponent of the smallest normal, as in 2^emin */
+    int emax;  /* exponent of the largest finite, as in 1.x * 2^emax */
+    int bits;  /* storage width */
+} smattn_format;
+
+extern const smattn_format smattn__formats[4];
+
+double smattn__f16_to_double(uint16_t h);
+double smattn__bf16_to_double(uint16_t h);
+/* binary64 -> bits of t, nearest-even, one rounding. */
+uint64_t smattn__round_bits(double x, smattn_dtype t);
+double smattn__bits_to_double(uint64_t bits, smattn_dtype t);
+void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bits);
+
+/* Element offset of index (i0,i1,i2,i3) under a tensor's strides. */
+static inline int64_t smattn__off4(const int64_t s[4], int64_t i0, int64_t i1, int64_t i2,
+                                   int64_t i3)
+{
+    return i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3];
+}
+
+/* The query length S_b and key length T_b of batch b (SPEC 3.2). */
+int64_t smattn__q_len(const smattn_problem *p, int64_t b);
+int64_t smattn__kv_len(const smattn_problem *p, int64_t b);
+
+/* KV head read by query head h (SPEC 2.2): h / (Hq / Hkv). */
+static inline int64_t smattn__kv_head(const smattn_problem *p, int64_t h)
+{
+    return h / (p->Hq / p->Hkv);
+}
+
+/* Keys [*lo, *hi) of row (b, i) allowed by lengths, causality and the window (SPEC 3.1-3.3),
+ * before the boolean mask and bias. Empty (lo >= hi) for a padded query. */
+void smattn__key_range(const smattn_problem *p, int64_t b, int64_t i, int64_t *lo, int64_t *hi);
+
+/* The boolean mask entry (true when there is no mask). */
+int smattn__mask_allows(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                        int64_t i, int64_t j);
+
+/* Number of CPUs online, at least 1. */
+int smattn__ncpu(void);
+
+#endif

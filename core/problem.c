@@ -1,0 +1,297 @@
+/* problem.c: the problem descriptor: defaults, strides, validation and visibility (SPEC 2-3). */
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpfr.h>
+
+#include "core/internal.h"
+
+smattn_problem smattn_problem_default(void)
+{
+    smattn_problem p;
+    memset(&p, 0, sizeof p);
+    p.op = SMATTN_OP_ATTENTION;
+    p.scale = 1.0;
+    p.softcap = 0.0;
+    p.causal = SMATTN_CAUSAL_NONE;
+    p.window_left = -1;
+    p.window_right = -1;
+    p.empty_rows = SMATTN_EMPTY_ZERO;
+    p.empty_lse = SMATTN_LSE_NEG_INF;
+    return p;
+}
+
+double smattn_default_scale(int64_t D)
+{
+    if (D < 1 || D > SMATTN_MAX_DIM)
+        return 0.0;
+    /* The binary64 nearest 1/sqrt(D): MPFR's rec_sqrt rounds correctly, where 1/sqrt(x)
+     * in double would round twice. */
+    mpfr_t r;
+    mpfr_init2(r, 53);
+    mpfr_set_si(r, (long)D, MPFR_RNDN); /* exact: D <= 2^32 */
+    mpfr_rec_sqrt(r, r, MPFR_RNDN);
+    double c = mpfr_get_d(r, MPFR_RNDN);
+    mpfr_clear(r);
+    return c;
+}
+
+int64_t smattn__q_len(const smattn_problem *p, int64_t b)
+{
+    return p->q_lens ? p->q_lens[b] : p->S;
+}
+
+int64_t smattn__kv_len(const smattn_problem *p, int64_t b)
+{
+    return p->kv_lens ? p->kv_lens[b] : p->T;
+}
+
+void smattn_contiguous_strides(const smattn_problem *p, char role, int64_t s[4])
+{
+    int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv;
+    (void)B;
+    s[0] = s[1] = s[2] = s[3] = 0;
+    switch (role) {
+    case 'q': s[3] = 1; s[2] = p->D; s[1] = Hq * p->D; s[0] = S * Hq * p->D; break;
+    case 'k': s[3] = 1; s[2] = p->D; s[1] = Hkv * p->D; s[0] = T * Hkv * p->D; break;
+    case 'v': s[3] = 1; s[2] = p->Dv; s[1] = Hkv * p->Dv; s[0] = T * Hkv * p->Dv; break;
+    case 'o': s[3] = 1; s[2] = p->Dv; s[1] = Hq * p->Dv; s[0] = S * Hq * p->Dv; break;
+    case 'l': s[2] = 1; s[1] = S; s[0] = Hq * S; break;
+    case 'x': case 'p': case 'b':
+        s[3] = 1; s[2] = T; s[1] = S * T; s[0] = Hq * S * T; break;
+    case 's': s[0] = 1; break;
+    default: break;
+    }
+}
+
+/* ---- validation ---------------------------------------------------------------------- */
+
+typedef struct span {
+    const unsigned char *lo, *hi; /* [lo, hi) bytes; lo == NULL: none */
+} span;
+
+/* Largest element offset of a strided tensor; -1 on overflow. */
+static int64_t max_offset(int rank, const int64_t *n, const int64_t *s)
+{
+    int64_t acc = 0;
+    for (int r = 0; r < rank; r++) {
+        if (n[r] <= 1)
+            continue;
+        if (s[r] != 0 && s[r] > (INT64_MAX - acc) / (n[r] - 1))
+            return -1;
+        acc += (n[r] - 1) * s[r];
+    }
+    return acc;
+}
+
+static smattn_status check_tensor(int rank, const int64_t *n, const int64_t *s, smattn_dtype t,
+                                  const void *data, span *sp)
+{
+    for (int r = 0; r < rank; r++)
+        if (s[r] < 0)
+            return SMATTN_ERR_STRIDE;
+    int64_t m = max_offset(rank, n, s);
+    size_t es = smattn_dtype_size(t);
+    if (m < 0 || es == 0 || m >= INT64_MAX / 16)
+        return m < 0 || es != 0 ? SMATTN_ERR_OVERFLOW : SMATTN_ERR_DTYPE;
+    sp->lo = data;
+    sp->hi = (const unsigned char *)data + (size_t)(m + 1) * es;
+    return SMATTN_OK;
+}
+
+/* Sufficient condition for a strided tensor not to overlap itself: sorted by stride, each
+ * stride of a dimension of extent > 1 exceeds the span of the smaller ones. */
+static int self_disjoint(int rank, const int64_t *n, const int64_t *s)
+{
+    int idx[4], k = 0;
+    for (int r = 0; r < rank; r++)
+        if (n[r] > 1)
+            idx[k++] = r;
+    for (int a = 1; a < k; a++) /* insertion sort by stride */
+        for (int c = a; c > 0 && s[idx[c]] < s[idx[c - 1]]; c--) {
+            int t = idx[c];
+            idx[c] = idx[c - 1];
+            idx[c - 1] = t;
+        }
+    int64_t span_below = 0; /* max offset reachable by the smaller dims */
+    for (int a = 0; a < k; a++) {
+        int r = idx[a];
+        if (s[r] <= span_below)
+            return 0;
+        span_below += (n[r] - 1) * s[r]; /* no overflow: checked by max_offset */
+    }
+    return 1;
+}
+
+static int spans_meet(span a, span b)
+{
+    if (!a.lo || !b.lo)
+        return 0;
+    return a.lo < b.hi && b.lo < a.hi;
+}
+
+static int is_float(smattn_dtype t)
+{
+    return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
+}
+
+smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out)
+{
+    if (!p || !in || !out)
+        return SMATTN_ERR_NULL;
+    if ((unsigned)p->op > SMATTN_OP_SOFTMAX || (unsigned)p->causal > SMATTN_CAUSAL_UPPER_LEFT ||
+        (unsigned)p->empty_rows > SMATTN_EMPTY_MEAN || (unsigned)p->empty_lse > SMATTN_LSE_ZERO)
+        return SMATTN_ERR_OPTION;
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    int64_t dims[7] = {p->B, p->S, p->T, p->Hq, att ? p->Hkv : 1, att ? p->D : 1,
+                       att ? p->Dv : 1};
+    for (int k = 0; k < 7; k++)
+        if (dims[k] < 1 || dims[k] > SMATTN_MAX_DIM)
+            return SMATTN_ERR_SHAPE;
+    if (att && p->Hq % p->Hkv != 0)
+        return SMATTN_ERR_HEADS;
+    if (!isfinite(p->scale))
+        return SMATTN_ERR_SCALE;
+    if (!(p->softcap >= 0) || !isfinite(p->softcap))
+        return SMATTN_ERR_SOFTCAP;
+    if (p->window_left < -1 || p->window_right < -1)
+        return SMATTN_ERR_WINDOW;
+    for (int64_t b = 0; b < p->B; b++) {
+        if (p->kv_lens && (p->kv_lens[b] < 0 || p->kv_lens[b] > p->T))
+            return SMATTN_ERR_LENGTHS;
+        if (p->q_lens && (p->q_lens[b] < 0 || p->q_lens[b] > p->S))
+            return SMATTN_ERR_LENGTHS;
+    }
+
+    /* Inputs. */
+    span sp[10];
+    memset(sp, 0, sizeof sp);
+    int nsp = 0;
+    smattn_status st;
+    if (att) {
+        int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
+        int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
+        int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
+        const smattn_tensor *t3[3] = {&in->q, &in->k, &in->v};
+        const int64_t *n3[3] = {nq, nk, nv};
+        for (int k = 0; k < 3; k++) {
+            if (!t3[k]->data)
+                return SMATTN_ERR_NULL;
+            if (!is_float(t3[k]->dtype))
+                return SMATTN_ERR_DTYPE;
+            if ((st = check_tensor(4, n3[k], t3[k]->stride, t3[k]->dtype, t3[k]->data,
+                                   &sp[nsp++])))
+                return st;
+        }
+    } else {
+        int64_t nx[4] = {p->B, p->Hq, p->S, p->T};
+        if (!in->x.data)
+            return SMATTN_ERR_NULL;
+        if (!is_float(in->x.dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(4, nx, in->x.stride, in->x.dtype, in->x.data, &sp[nsp++])))
+            return st;
+    }
+    int64_t nfull[4] = {p->B, p->Hq, p->S, p->T};
+    if (in->bias.data) {
+        if (!is_float(in->bias.dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(4, nfull, in->bias.stride, in->bias.dtype, in->bias.data,
+                               &sp[nsp++])))
+            return st;
+    }
+    if (in->mask.data) {
+        if (in->mask.dtype != SMATTN_BOOL)
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(4, nfull, in->mask.stride, in->mask.dtype, in->mask.data,
+                               &sp[nsp++])))
+            return st;
+    }
+    if (in->sinks.data) {
+        int64_t ns[1] = {p->Hq};
+        if (!is_float(in->sinks.dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(1, ns, in->sinks.stride, in->sinks.dtype, in->sinks.data,
+                               &sp[nsp++])))
+            return st;
+    }
+    const int ninputs = nsp;
+
+    /* Outputs. */
+    if (att && !out->o.data)
+        return SMATTN_ERR_NULL;
+    if (!att && !out->p.data && !out->lse.data)
+        return SMATTN_ERR_NULL;
+    int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
+    int64_t nl[4] = {p->B, p->Hq, p->S, 1};
+    const smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
+    const int64_t *on[3] = {no, nl, nfull};
+    const int orank[3] = {4, 3, 4};
+    for (int k = 0; k < 3; k++) {
+        if (!ot[k]->data || (k == 0 && !att))
+            continue;
+        if (!is_float(ot[k]->dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(orank[k], on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data,
+                               &sp[nsp])))
+            return st;
+        if (!self_disjoint(orank[k], on[k], ot[k]->stride))
+            return SMATTN_ERR_ALIAS;
+        for (int j = 0; j < nsp; j++)
+            if (spans_meet(sp[nsp], sp[j]))
+                return SMATTN_ERR_ALIAS;
+        nsp++;
+    }
+    (void)ninputs;
+    return SMATTN_OK;
+}
+
+/* ---- visibility ------------------------------------------------------------------------ */
+
+void smattn__key_range(const smattn_problem *p, int64_t b, int64_t i, int64_t *lo, int64_t *hi)
+{
+    int64_t Sb = smattn__q_len(p, b), Tb = smattn__kv_len(p, b);
+    *lo = 0;
+    *hi = Tb;
+    if (i >= Sb) {
+        *hi = 0;
+        return;
+    }
+    /* The diagonal: key d = i + offset is the query's own position (SPEC 3.1). A window
+     * without causality uses the lower-right alignment. */
+    int64_t d = p->causal == SMATTN_CAUSAL_UPPER_LEFT ? i : i + Tb - Sb;
+    if (p->causal != SMATTN_CAUSAL_NONE && d + 1 < *hi)
+        *hi = d + 1 > 0 ? d + 1 : 0;
+    if (p->window_right >= 0 && p->window_right < *hi - d - 1) /* j <= d + right */
+        *hi = d + p->window_right + 1 > 0 ? d + p->window_right + 1 : 0;
+    if (p->window_left >= 0 && p->window_left < d - *lo) /* j >= d - left */
+        *lo = d - p->window_left;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+int smattn__mask_allows(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                        int64_t i, int64_t j)
+{
+    (void)p;
+    if (!in->mask.data)
+        return 1;
+    const unsigned char *m = in->mask.data;
+    return m[smattn__off4(in->mask.stride, b, h, i, j)] != 0;
+}
+
+int smattn_visible(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                   int64_t i, int64_t j)
+{
+    int64_t lo, hi;
+    smattn__key_range(p, b, i, &lo, &hi);
+    return j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
+}
+
+int smattn__ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}

@@ -1,0 +1,250 @@
+/* smattn.h: the public contract of smattn, scaled masked softmax attention made checkable.
+ *
+ * Everything here restates spec/SPEC.md (version SMATTN_SPEC_VERSION); section numbers
+ * like "SPEC 4.2" point there. One problem descriptor serves every implementation: the
+ * exact oracle (smattn_ref), the error bound (smattn_bound) and, later, the optimised
+ * kernel and plugins under test.
+ *
+ * Thread safety: every function is reentrant and may be called from several threads at
+ * once on distinct outputs. The library never aborts, prints, or touches errno; every
+ * failure is a status code.
+ */
+#ifndef SMATTN_H
+#define SMATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SMATTN_VERSION_MAJOR 0
+#define SMATTN_VERSION_MINOR 1
+#define SMATTN_VERSION_PATCH 0
+#define SMATTN_SPEC_VERSION "1.0"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SMATTN_NODISCARD __attribute__((warn_unused_result))
+#else
+#define SMATTN_NODISCARD
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes. Pinned: a value is never renumbered or reused.
+ * ------------------------------------------------------------------------------------- */
+typedef enum smattn_status {
+    SMATTN_OK = 0,
+    SMATTN_ERR_NULL = 1,       /* a required pointer is NULL */
+    SMATTN_ERR_SHAPE = 2,      /* a dimension is < 1 (or out of range), or shapes disagree */
+    SMATTN_ERR_HEADS = 3,      /* Hq is not a multiple of Hkv */
+    SMATTN_ERR_STRIDE = 4,     /* a stride is negative */
+    SMATTN_ERR_OVERFLOW = 5,   /* a size or an element offset does not fit in int64 */
+    SMATTN_ERR_DTYPE = 6,      /* a dtype is unknown or not allowed for that tensor */
+    SMATTN_ERR_SCALE = 7,      /* scale is NaN or infinite */
+    SMATTN_ERR_SOFTCAP = 8,    /* softcap is negative, NaN or infinite */
+    SMATTN_ERR_WINDOW = 9,     /* a window bound is < -1 */
+    SMATTN_ERR_LENGTHS = 10,   /* a kv_lens / q_lens entry is outside [0, T] / [0, S] */
+    SMATTN_ERR_OPTION = 11,    /* an enum field holds an unknown value */
+    SMATTN_ERR_NOMEM = 12,     /* memory allocation failed */
+    SMATTN_ERR_PRECISION = 13, /* oracle: rounding not decided within the precision limit */
+    SMATTN_ERR_THREADS = 14,   /* a thread could not be started */
+    SMATTN_ERR_UNSUPPORTED = 15, /* valid per the spec, but not supported by this entry point */
+    SMATTN_ERR_ALIAS = 16,     /* an output overlaps itself, another output or an input */
+    SMATTN_ERR_INTERNAL = 17   /* an internal consistency check failed (a bug: report it) */
+} smattn_status;
+
+/* A sentence describing a status; never NULL (unknown codes get a generic sentence). */
+const char *smattn_status_str(smattn_status s);
+/* The enum's name, e.g. "SMATTN_ERR_SHAPE"; never NULL. */
+const char *smattn_status_name(smattn_status s);
+
+/* ---------------------------------------------------------------------------------------
+ * Element types (SPEC 2.6). IEEE binary64/32/16 and bfloat16 (binary32's top 16 bits).
+ * SMATTN_BOOL is one byte per element, 0 = false, anything else = true (masks only).
+ * ------------------------------------------------------------------------------------- */
+typedef enum smattn_dtype {
+    SMATTN_F64 = 0,
+    SMATTN_F32 = 1,
+    SMATTN_F16 = 2,
+    SMATTN_BF16 = 3,
+    SMATTN_BOOL = 4
+} smattn_dtype;
+
+/* Bytes per element (0 for an unknown dtype) and a short name ("f64", "bf16", "bool"). */
+size_t smattn_dtype_size(smattn_dtype t);
+const char *smattn_dtype_name(smattn_dtype t);
+
+/* ---------------------------------------------------------------------------------------
+ * Tensors: a base pointer, an element type and strides in elements. The logical shape
+ * comes from the problem (SPEC 2.1). Strides may be 0 (broadcast) for inputs; outputs
+ * must not overlap themselves or each other. Unused trailing strides are ignored.
+ * ------------------------------------------------------------------------------------- */
+typedef struct smattn_tensor {
+    const void *data;       /* NULL: absent (for optional inputs) */
+    smattn_dtype dtype;
+    int64_t stride[4];
+} smattn_tensor;
+
+typedef struct smattn_out_tensor {
+    void *data;             /* NULL: not wanted (O is required for attention) */
+    smattn_dtype dtype;     /* F64, F32, F16 or BF16 */
+    int64_t stride[4];
+} smattn_out_tensor;
+
+typedef enum smattn_op {
+    SMATTN_OP_ATTENTION = 0, /* Q, K, V -> O, LSE, P */
+    SMATTN_OP_SOFTMAX = 1    /* X -> P, LSE */
+} smattn_op;
+
+typedef enum smattn_causal {
+    SMATTN_CAUSAL_NONE = 0,
+    SMATTN_CAUSAL_LOWER_RIGHT = 1, /* query i sees key j iff j <= i + T_b - S_b (KV cache) */
+    SMATTN_CAUSAL_UPPER_LEFT = 2   /* query i sees key j iff j <= i (PyTorch is_causal) */
+} smattn_causal;
+
+/* What a row with no visible key and no sink gives (SPEC 3.4). */
+typedef enum smattn_empty {
+    SMATTN_EMPTY_ZERO = 0, /* P = +0, O = +0 (PyTorch >= 2.5, FlashAttention, ONNX errata) */
+    SMATTN_EMPTY_NAN = 1,  /* P = NaN, O = NaN (plain softmax of all -inf) */
+    SMATTN_EMPTY_MEAN = 2  /* P = 1/T_b over keys [0, T_b), O = their mean of V (finite mask) */
+} smattn_empty;
+
+/* The LSE of such a row (SPEC 3.4). */
+typedef enum smattn_empty_lse {
+    SMATTN_LSE_NEG_INF = 0, /* -inf: log of an empty sum (default) */
+    SMATTN_LSE_POS_INF = 1, /* +inf: FlashAttention-2 */
+    SMATTN_LSE_ZERO = 2     /* 0: PyTorch CPU flash kernel */
+} smattn_empty_lse;
+
+/* The problem (SPEC 2). Shapes:
+ *   Q [B,S,Hq,D]   K [B,T,Hkv,D]   V [B,T,Hkv,Dv]   X [B,Hq,S,T] (softmax)
+ *   O [B,S,Hq,Dv]  LSE [B,Hq,S]    P [B,Hq,S,T]
+ *   bias, mask: [B,Hq,S,T] with stride 0 on broadcast dims;  sinks: [Hq]
+ * Query head h reads KV head h / (Hq / Hkv). For softmax, Hkv, D and Dv are ignored. */
+typedef struct smattn_problem {
+    smattn_op op;
+    int64_t B, S, T, Hq, Hkv, D, Dv;
+    double scale;           /* exact multiplier of q.k (softmax: of x); see smattn_default_scale */
+    double softcap;         /* 0: none; c > 0: s -> c*tanh(s/c), before bias and masks */
+    smattn_causal causal;
+    int64_t window_left;    /* -1: unbounded; else key j >= diag - left is required */
+    int64_t window_right;   /* -1: unbounded; else key j <= diag + right is required */
+    const int64_t *kv_lens; /* [B] keys [kv_lens[b], T) are padding; NULL: all T */
+    const int64_t *q_lens;  /* [B] queries [q_lens[b], S) are padding; NULL: all S */
+    smattn_empty empty_rows;
+    smattn_empty_lse empty_lse;
+} smattn_problem;
+
+typedef struct smattn_inputs {
+    smattn_tensor q, k, v;  /* attention */
+    smattn_tensor x;        /* softmax */
+    smattn_tensor bias;     /* optional, additive, may hold -inf (masks the key) */
+    smattn_tensor mask;     /* optional, SMATTN_BOOL, true = may attend */
+    smattn_tensor sinks;    /* optional, [Hq] logits that join only the denominator */
+} smattn_inputs;
+
+typedef struct smattn_outputs {
+    smattn_out_tensor o, lse, p;
+} smattn_outputs;
+
+/* A problem with every optional feature off: no mask, softcap 0, windows -1, the zero
+ * convention, scale 1. Shapes are zero: the caller sets them. */
+smattn_problem smattn_problem_default(void);
+
+/* The default scale: the binary64 number nearest 1/sqrt(D) (SPEC 2.3). 0 if D < 1. */
+double smattn_default_scale(int64_t D);
+
+/* Contiguous (row-major) strides for a tensor role, so callers need not compute them.
+ * role: 'q','k','v','x','o','l' (LSE),'p','b' (bias/mask, full shape), 's' (sinks). */
+void smattn_contiguous_strides(const smattn_problem *prob, char role, int64_t stride[4]);
+
+/* Check the whole descriptor against SPEC 2 (shapes, heads, strides, overflow of every
+ * element offset, dtypes, options). Returns SMATTN_OK or the first problem found. */
+SMATTN_NODISCARD smattn_status smattn_validate(const smattn_problem *prob,
+                                               const smattn_inputs *in,
+                                               const smattn_outputs *out);
+
+/* Visibility (SPEC 3.1-3.3): nonzero iff key j is visible to query i of batch b, head h,
+ * before bias and data-dependent masking (causal, window, kv_lens, q_lens, bool mask).
+ * The descriptor must have passed smattn_validate. */
+int smattn_visible(const smattn_problem *prob, const smattn_inputs *in, int64_t b, int64_t h,
+                   int64_t i, int64_t j);
+
+/* ---------------------------------------------------------------------------------------
+ * The exact oracle (ref/, SPEC 5). Every output is the exact value of SPEC 3-4 rounded to
+ * nearest-even in its dtype. A row is either fully written or the call fails; on failure
+ * the outputs hold unspecified values.
+ * ------------------------------------------------------------------------------------- */
+typedef struct smattn_ref_config {
+    int threads;          /* 0: all online cores; rows are split, results do not depend on it */
+    long max_prec;        /* Ziv loop limit in bits; 0: default (65536) */
+    int no_fast_phase;    /* nonzero: skip the double-double phase (testing) */
+    long fixed_prec;      /* nonzero: start the MPFR phase at this precision (testing) */
+} smattn_ref_config;
+
+typedef struct smattn_ref_stats {
+    int64_t rows;            /* rows evaluated */
+    int64_t rows_empty;      /* rows with no visible key and no sink */
+    int64_t rows_fast;       /* rows decided entirely in the fast phase */
+    int64_t rows_rational;   /* rows with an element on the exact rational path */
+    int64_t elems_sign_test; /* elements decided by the sign of the shifted sum */
+    long max_prec_used;      /* highest MPFR precision any row needed */
+} smattn_ref_stats;
+
+/* The oracle. cfg and stats may be NULL. */
+SMATTN_NODISCARD smattn_status smattn_ref(const smattn_problem *prob, const smattn_inputs *in,
+                                          const smattn_outputs *out,
+                                          const smattn_ref_config *cfg,
+                                          smattn_ref_stats *stats);
+
+/* ---------------------------------------------------------------------------------------
+ * The error bound (SPEC 6) and the error metrics shared by tests, fuzzers and the checker.
+ * ------------------------------------------------------------------------------------- */
+typedef struct smattn_precision {
+    double u_score;   /* unit roundoff of the score arithmetic (q.k, scale, bias), e.g. 2^-24 */
+    double u_acc;     /* unit roundoff of the softmax and P.V arithmetic */
+    double exp_ulps;  /* max error of the kernel's exp (and tanh, log), in ulps of u_acc */
+    double u_p;       /* P rounded to this before P.V (e.g. 2^-8 for bf16); 0 if not */
+    int64_t blocks;   /* online-softmax key blocks (rescalings); 1 for a two-pass kernel */
+    int64_t acc_len;  /* longest serial accumulation chain; 0 means T (+ sink) */
+    double tiny;      /* absolute underflow per exp/product: subnormal spacing, or the
+                         smallest normal if the kernel flushes to zero */
+} smattn_precision;
+
+/* The model of a plain kernel computing in dtype t (F32: u = 2^-24, exp within 4 ulps,
+ * one block, serial sums). */
+smattn_precision smattn_precision_of(smattn_dtype t);
+
+/* Per-element bounds on |computed - exact| for a kernel obeying `pm` whose outputs are
+ * rounded to the dtypes in `fmt` (only the dtypes of fmt are read). Bounds are written as
+ * binary64 into `bound` (the tensors wanted: O, LSE and/or P; their dtype must be F64).
+ * Inputs must be finite where the row is visible; elements whose exact value is not
+ * finite get bound +inf (they are compared by class, not by size). */
+SMATTN_NODISCARD smattn_status smattn_bound(const smattn_problem *prob,
+                                            const smattn_inputs *in,
+                                            const smattn_precision *pm,
+                                            const smattn_outputs *fmt,
+                                            const smattn_outputs *bound);
+
+/* Distance in units in the last place of dtype t between a computed value and the exact
+ * value (given as the oracle's binary64 result, or any closer value): |c - e| / ulp(e),
+ * with ulp(e) the spacing of t at e (subnormal spacing below the normal range). NaN
+ * against NaN and equal infinities give 0; a class mismatch gives +inf. */
+double smattn_ulp_error(double computed, double exact, smattn_dtype t);
+
+/* Error ratio |c - e| / bound with the same NaN/infinity classes as smattn_ulp_error
+ * (0 when equal, +inf when the class differs or the bound is 0 and c != e). */
+double smattn_error_ratio(double computed, double exact, double bound);
+
+/* ---------------------------------------------------------------------------------------
+ * Element conversion (SPEC 2.6): load any dtype as binary64 (exact), and round a binary64
+ * to a dtype with nearest-even (one rounding, IEEE subnormals and overflow).
+ * ------------------------------------------------------------------------------------- */
+double smattn_load(const void *base, smattn_dtype t, int64_t offset);
+void smattn_store(void *base, smattn_dtype t, int64_t offset, double x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SMATTN_H */
