@@ -78,35 +78,49 @@ uint64_t smattn__round_bits(double x, smattn_dtype t)
         return sign << sh;
     int e2;
     double fr = frexp(fabs(x), &e2); /* |x| = fr * 2^e2, fr in [0.5, 1) */
-    int E = e2 - 1;                  /* |x| = 1.xxx * 2^E */
-    int q = E - (f->prec - 1);       /* quantum exponent in the normal range */
+    int q = e2 - f->prec;            /* quantum exponent in the normal range */
     int qmin = f->emin - (f->prec - 1);
     if (q < qmin)
         q = qmin;
-    /* m = |x| / 2^q exactly as an integer plus a fraction: |x| has 53 bits, so split. */
-    double scaled = ldexp(fr, e2 - q); /* exact: a power-of-two scaling, no underflow here */
+    if (e2 - q > 60) /* cannot happen for q >= e2 - prec; keeps the shift below safe */
+        return sign << sh;
+    /* |x| / 2^q = ip + rem exactly: a power-of-two scaling of a 53-bit number. */
+    double scaled = ldexp(fr, e2 - q);
     double ip = floor(scaled);
-    double rem = scaled - ip;            /* exact */
+    double rem = scaled - ip; /* exact */
     uint64_t m = (uint64_t)ip;
     if (rem > 0.5 || (rem == 0.5 && (m & 1)))
         m++;
-    /* Encode m * 2^q. m may have reached 2^prec (carry into the exponent). */
+    return smattn__encode((int)sign, m, q, t);
+}
+
+uint64_t smattn__encode(int sign, uint64_t m, int q, smattn_dtype t)
+{
+    const smattn_format *f = &smattn__formats[t];
+    int sh = f->bits - 1;
+    uint64_t sgn = (uint64_t)(sign != 0) << sh;
+    uint64_t expmask = ((uint64_t)1 << (f->bits - f->prec)) - 1;
+    uint64_t inf = sgn | (expmask << (f->prec - 1));
     if (m == 0)
-        return sign << sh;
-    if (m >= ((uint64_t)1 << f->prec)) {
+        return sgn;
+    while (m >= ((uint64_t)1 << f->prec)) { /* a carry out of the significand */
+        if (m & 1)
+            return inf; /* not produced by callers: m is at most 2^prec */
         m >>= 1;
         q++;
     }
-    int biased;
+    int64_t biased;
     if (m < ((uint64_t)1 << (f->prec - 1))) {
-        biased = 0; /* subnormal: q == qmin */
+        biased = 0; /* subnormal: the caller used the smallest quantum */
     } else {
-        biased = q + (f->prec - 1) + (int)(expmask >> 1);
-        if (biased >= (int)expmask)
-            return (sign << sh) | (expmask << (f->prec - 1)); /* overflow to infinity */
+        biased = (int64_t)q + (f->prec - 1) + (int64_t)(expmask >> 1);
+        if (biased >= (int64_t)expmask)
+            return inf; /* overflow */
+        if (biased < 1)
+            return inf; /* not produced by callers: q below the normal range with m normal */
         m &= ((uint64_t)1 << (f->prec - 1)) - 1;
     }
-    return (sign << sh) | ((uint64_t)biased << (f->prec - 1)) | m;
+    return sgn | ((uint64_t)biased << (f->prec - 1)) | m;
 }
 
 double smattn__bits_to_double(uint64_t bits, smattn_dtype t)

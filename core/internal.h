@@ -23,6 +23,10 @@ double smattn__bf16_to_double(uint16_t h);
 /* binary64 -> bits of t, nearest-even, one rounding. */
 uint64_t smattn__round_bits(double x, smattn_dtype t);
 double smattn__bits_to_double(uint64_t bits, smattn_dtype t);
+/* Bits of (-1)^sign * m * 2^q in dtype t, for an integer m <= 2^prec with q >= the
+ * smallest quantum (emin - prec + 1); m >= 2^prec carries into the exponent; overflow
+ * gives infinity. */
+uint64_t smattn__encode(int sign, uint64_t m, int q, smattn_dtype t);
 void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bits);
 
 /* Element offset of index (i0,i1,i2,i3) under a tensor's strides. */

@@ -1,0 +1,440 @@
+/* ref.c: the exact oracle's driver: validation, rows split over threads, the per-row
+ * conventions (empty rows, non-finite inputs), the two phases, and the writing of bits
+ * (SPEC 3-5). */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref/ref_internal.h"
+
+#define REF_DEFAULT_MAX_PREC 65536L
+
+/* ---- loading ----------------------------------------------------------------------------- */
+
+double ref_k(const ref_row *r, int64_t j, int64_t d)
+{
+    const smattn_tensor *t = &r->in->k;
+    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, j, r->g, d));
+}
+
+double ref_v(const ref_row *r, int64_t j, int64_t c)
+{
+    const smattn_tensor *t = &r->in->v;
+    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, j, r->g, c));
+}
+
+double ref_x(const ref_row *r, int64_t j)
+{
+    const smattn_tensor *t = &r->in->x;
+    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
+}
+
+double ref_bias(const ref_row *r, int64_t j)
+{
+    const smattn_tensor *t = &r->in->bias;
+    if (!t->data)
+        return 0.0;
+    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
+}
+
+/* ---- writing ----------------------------------------------------------------------------- */
+
+static void put_o(const ref_row *r, int64_t c, uint64_t bits)
+{
+    const smattn_out_tensor *t = &r->out->o;
+    smattn__store_bits(t->data, t->dtype, smattn__off4(t->stride, r->b, r->i, r->h, c), bits);
+}
+
+static void put_lse(const ref_row *r, uint64_t bits)
+{
+    const smattn_out_tensor *t = &r->out->lse;
+    if (t->data)
+        smattn__store_bits(t->data, t->dtype,
+                           r->b * t->stride[0] + r->h * t->stride[1] + r->i * t->stride[2], bits);
+}
+
+static void put_p(const ref_row *r, int64_t j, uint64_t bits)
+{
+    const smattn_out_tensor *t = &r->out->p;
+    smattn__store_bits(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j), bits);
+}
+
+static uint64_t empty_lse_bits(const ref_row *r)
+{
+    smattn_dtype t = r->out->lse.data ? r->out->lse.dtype : SMATTN_F64;
+    switch (r->p->empty_lse) {
+    case SMATTN_LSE_POS_INF: return ref_inf_bits(t, 0);
+    case SMATTN_LSE_ZERO: return 0;
+    default: return ref_inf_bits(t, 1);
+    }
+}
+
+/* Row with no visible key and no sink (SPEC 3.4). */
+static smattn_status write_empty(ref_row *r)
+{
+    const smattn_problem *p = r->p;
+    int64_t T = p->T;
+    put_lse(r, empty_lse_bits(r));
+    if (p->empty_rows == SMATTN_EMPTY_MEAN) {
+        /* as if every key below T_b had the same finite score */
+        int64_t Tb = smattn__kv_len(p, r->b);
+        r->n = Tb;
+        for (int64_t j = 0; j < Tb; j++)
+            r->idx[j] = j;
+        if (r->out->p.data)
+            for (int64_t j = 0; j < T; j++)
+                put_p(r, j, 0);
+        if (Tb == 0) {
+            if (r->att)
+                for (int64_t c = 0; c < r->Dv; c++)
+                    put_o(r, c, 0);
+            return SMATTN_OK;
+        }
+        smattn_status st = ref_mean_row(r);
+        if (st)
+            return st;
+        if (r->out->p.data)
+            for (int64_t j = 0; j < Tb; j++)
+                put_p(r, j, r->p_bits[j]);
+        if (r->att)
+            for (int64_t c = 0; c < r->Dv; c++)
+                put_o(r, c, r->o_bits[c]);
+        return SMATTN_OK;
+    }
+    int nan = p->empty_rows == SMATTN_EMPTY_NAN;
+    if (r->out->p.data)
+        for (int64_t j = 0; j < T; j++)
+            put_p(r, j, nan ? ref_nan_bits(r->out->p.dtype) : 0);
+    if (r->att)
+        for (int64_t c = 0; c < r->Dv; c++)
+            put_o(r, c, nan ? ref_nan_bits(r->out->o.dtype) : 0);
+    return SMATTN_OK;
+}
+
+/* A row whose scores hold a NaN or +inf (SPEC 4.2). */
+static void write_nan_row(ref_row *r)
+{
+    put_lse(r, ref_nan_bits(r->out->lse.data ? r->out->lse.dtype : SMATTN_F64));
+    if (r->att)
+        for (int64_t c = 0; c < r->Dv; c++)
+            put_o(r, c, ref_nan_bits(r->out->o.dtype));
+    if (r->out->p.data) {
+        for (int64_t j = 0; j < r->p->T; j++)
+            put_p(r, j, 0);
+        for (int64_t jj = 0; jj < r->n; jj++)
+            put_p(r, r->idx[jj], ref_nan_bits(r->out->p.dtype));
+    }
+}
+
+/* ---- one row ----------------------------------------------------------------------------- */
+
+typedef struct ref_job {
+    const smattn_problem *p;
+    const smattn_inputs *in;
+    const smattn_outputs *out;
+    const smattn_ref_config *cfg;
+    int64_t rows;
+    atomic_llong next;
+    pthread_mutex_t lock;
+    int64_t fail_row;       /* lowest failing row, or -1 */
+    smattn_status fail;
+    smattn_ref_stats stats;
+} ref_job;
+
+/* Visible keys, the sink, and the NaN and V-class rules. Returns 0 for a row to compute,
+ * 1 for a row already written. */
+static int prepare(ref_row *r, smattn_status *st)
+{
+    const smattn_problem *p = r->p;
+    const smattn_inputs *in = r->in;
+    *st = SMATTN_OK;
+    r->n = 0;
+    r->has_sink = 0;
+    if (r->i >= smattn__q_len(p, r->b)) /* padding query: nothing is read */
+        return *st = write_empty(r), 1;
+    int64_t lo, hi;
+    smattn__key_range(p, r->b, r->i, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++) {
+        if (!smattn__mask_allows(p, in, r->b, r->h, r->i, j))
+            continue;
+        if (in->bias.data && ref_bias(r, j) == -HUGE_VAL)
+            continue;
+        if (!r->att && ref_x(r, j) == -HUGE_VAL)
+            continue;
+        r->idx[r->n++] = j;
+    }
+    int nan = 0;
+    if (in->sinks.data) {
+        double s = smattn_load(in->sinks.data, in->sinks.dtype, r->h * in->sinks.stride[0]);
+        if (isnan(s) || s == HUGE_VAL)
+            nan = 1;
+        else if (s != -HUGE_VAL) {
+            r->has_sink = 1;
+            r->sink = s;
+        }
+    }
+    if (!nan && r->n == 0 && !r->has_sink)
+        return *st = write_empty(r), 1;
+    if (!nan && r->att && r->n > 0)
+        for (int64_t d = 0; d < r->D; d++) {
+            const smattn_tensor *t = &in->q;
+            r->qd[d] = smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->i, r->h, d));
+            if (!isfinite(r->qd[d]))
+                nan = 1;
+        }
+    for (int64_t jj = 0; jj < r->n && !nan; jj++) {
+        int64_t j = r->idx[jj];
+        double bj = ref_bias(r, j);
+        if (isnan(bj) || bj == HUGE_VAL)
+            nan = 1;
+        if (!r->att) {
+            double x = ref_x(r, j);
+            if (isnan(x) || x == HUGE_VAL)
+                nan = 1;
+        } else {
+            for (int64_t d = 0; d < r->D && !nan; d++)
+                if (!isfinite(ref_k(r, j, d)))
+                    nan = 1;
+        }
+    }
+    if (nan) {
+        write_nan_row(r);
+        return 1;
+    }
+    if (r->n == 0) { /* the sink alone: O = +0, P = +0, LSE = sink exactly */
+        if (r->out->lse.data)
+            put_lse(r, smattn__round_bits(r->sink, r->out->lse.dtype));
+        if (r->att)
+            for (int64_t c = 0; c < r->Dv; c++)
+                put_o(r, c, 0);
+        if (r->out->p.data)
+            for (int64_t j = 0; j < p->T; j++)
+                put_p(r, j, 0);
+        return 1;
+    }
+    for (int64_t c = 0; c < r->Dv; c++) {
+        int has_nan = 0, pos = 0, neg = 0;
+        for (int64_t jj = 0; jj < r->n; jj++) {
+            double v = ref_v(r, r->idx[jj], c);
+            has_nan |= isnan(v);
+            pos |= v == HUGE_VAL;
+            neg |= v == -HUGE_VAL;
+        }
+        r->vclass[c] = has_nan || (pos && neg) ? VCLASS_NAN
+                       : pos                   ? VCLASS_POS_INF
+                       : neg                   ? VCLASS_NEG_INF
+                                               : VCLASS_FINITE;
+        r->o_done[c] = r->vclass[c] != VCLASS_FINITE;
+        if (r->vclass[c] == VCLASS_NAN)
+            r->o_bits[c] = ref_nan_bits(r->out->o.dtype);
+        else if (r->vclass[c] != VCLASS_FINITE)
+            r->o_bits[c] = ref_inf_bits(r->out->o.dtype, r->vclass[c] == VCLASS_NEG_INF);
+    }
+    return 0;
+}
+
+static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_ref_stats *stats)
+{
+    smattn_status st;
+    r->used_rational = 0;
+    r->sign_tests = 0;
+    r->prec_used = 0;
+    r->lse_done = r->out->lse.data == NULL;
+    memset(r->o_done, 0, (size_t)r->Dv);
+    memset(r->p_done, 0, (size_t)r->p->T);
+    stats->rows++;
+    if (prepare(r, &st)) {
+        if (st == SMATTN_OK && r->n == 0 && !r->has_sink)
+            stats->rows_empty++;
+        return st;
+    }
+    if (!r->out->p.data)
+        memset(r->p_done, 1, (size_t)r->n);
+    int undecided = 1;
+    if (!cfg->no_fast_phase && ref_fast_row(r)) {
+        undecided = !r->lse_done;
+        for (int64_t c = 0; c < r->Dv; c++)
+            undecided |= !r->o_done[c];
+        for (int64_t jj = 0; jj < r->n; jj++)
+            undecided |= !r->p_done[jj];
+        if (!undecided)
+            stats->rows_fast++;
+    }
+    if (undecided) {
+        long maxp = cfg->max_prec > 0 ? cfg->max_prec : REF_DEFAULT_MAX_PREC;
+        st = ref_exact_row(r, cfg->fixed_prec, maxp);
+        if (st)
+            return st;
+    }
+    stats->rows_rational += r->used_rational;
+    stats->elems_sign_test += r->sign_tests;
+    if (r->prec_used > stats->max_prec_used)
+        stats->max_prec_used = r->prec_used;
+    put_lse(r, r->lse_bits);
+    if (r->att)
+        for (int64_t c = 0; c < r->Dv; c++)
+            put_o(r, c, r->o_bits[c]);
+    if (r->out->p.data) {
+        for (int64_t j = 0; j < r->p->T; j++)
+            put_p(r, j, 0);
+        for (int64_t jj = 0; jj < r->n; jj++)
+            put_p(r, r->idx[jj], r->p_bits[jj]);
+    }
+    return SMATTN_OK;
+}
+
+/* ---- workers ----------------------------------------------------------------------------- */
+
+static void row_free(ref_row *r)
+{
+    free(r->idx), free(r->vclass), free(r->qd), free(r->o_bits), free(r->o_done);
+    free(r->p_bits), free(r->p_done), free(r->s_hi), free(r->s_lo), free(r->s_err);
+    free(r->e_hi), free(r->e_lo), free(r->e_rel), free(r->acc);
+    mpfr_clears(r->fx, r->fe, r->ft, (mpfr_ptr)0);
+}
+
+static int row_alloc(ref_row *r, const ref_job *job)
+{
+    const smattn_problem *p = job->p;
+    memset(r, 0, sizeof *r);
+    r->p = p;
+    r->in = job->in;
+    r->out = job->out;
+    r->att = p->op == SMATTN_OP_ATTENTION;
+    r->D = r->att ? p->D : 0;
+    r->Dv = r->att ? p->Dv : 0;
+    size_t T = (size_t)p->T, D = (size_t)(r->D ? r->D : 1), Dv = (size_t)(r->Dv ? r->Dv : 1);
+    r->idx = malloc(T * sizeof *r->idx);
+    r->vclass = malloc(Dv);
+    r->qd = malloc(D * sizeof *r->qd);
+    r->o_bits = malloc(Dv * sizeof *r->o_bits);
+    r->o_done = malloc(Dv);
+    r->p_bits = malloc(T * sizeof *r->p_bits);
+    r->p_done = malloc(T);
+    r->s_hi = malloc(T * sizeof(double));
+    r->s_lo = malloc(T * sizeof(double));
+    r->s_err = malloc(T * sizeof(double));
+    r->e_hi = malloc(T * sizeof(double));
+    r->e_lo = malloc(T * sizeof(double));
+    r->e_rel = malloc(T * sizeof(double));
+    r->acc = malloc(Dv * sizeof(double));
+    mpfr_inits2(REF_FAST_PREC, r->fx, r->fe, r->ft, (mpfr_ptr)0);
+    if (!r->idx || !r->vclass || !r->qd || !r->o_bits || !r->o_done || !r->p_bits ||
+        !r->p_done || !r->s_hi || !r->s_lo || !r->s_err || !r->e_hi || !r->e_lo || !r->e_rel ||
+        !r->acc) {
+        row_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+static void record_failure(ref_job *job, int64_t row, smattn_status st)
+{
+    pthread_mutex_lock(&job->lock);
+    if (job->fail_row < 0 || row < job->fail_row) {
+        job->fail_row = row;
+        job->fail = st;
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+static void *worker(void *arg)
+{
+    ref_job *job = arg;
+    /* MPFR's exponent range is per thread (TLS build): widen it for the phases, so that
+     * e^-1e6 and the like are numbers, not underflows (SPEC 5.3). */
+    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+    mpfr_set_emin(mpfr_get_emin_min());
+    mpfr_set_emax(mpfr_get_emax_max());
+    ref_row r;
+    smattn_ref_stats stats;
+    memset(&stats, 0, sizeof stats);
+    if (row_alloc(&r, job)) {
+        record_failure(job, 0, SMATTN_ERR_NOMEM);
+    } else {
+        const smattn_problem *p = job->p;
+        const int64_t chunk = 4;
+        for (;;) {
+            int64_t start = (int64_t)atomic_fetch_add(&job->next, (long long)chunk);
+            if (start >= job->rows)
+                break;
+            int64_t end = start + chunk < job->rows ? start + chunk : job->rows;
+            for (int64_t row = start; row < end; row++) {
+                r.b = row / (p->Hq * p->S);
+                r.h = (row / p->S) % p->Hq;
+                r.i = row % p->S;
+                r.g = r.att ? smattn__kv_head(p, r.h) : 0;
+                smattn_status st = run_row(&r, job->cfg, &stats);
+                if (st)
+                    record_failure(job, row, st);
+            }
+        }
+        row_free(&r);
+    }
+    pthread_mutex_lock(&job->lock);
+    job->stats.rows += stats.rows;
+    job->stats.rows_empty += stats.rows_empty;
+    job->stats.rows_fast += stats.rows_fast;
+    job->stats.rows_rational += stats.rows_rational;
+    job->stats.elems_sign_test += stats.elems_sign_test;
+    if (stats.max_prec_used > job->stats.max_prec_used)
+        job->stats.max_prec_used = stats.max_prec_used;
+    pthread_mutex_unlock(&job->lock);
+    mpfr_set_emin(emin);
+    mpfr_set_emax(emax);
+    mpfr_free_cache();
+    return NULL;
+}
+
+smattn_status smattn_ref(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *out, const smattn_ref_config *cfg,
+                         smattn_ref_stats *stats)
+{
+    smattn_status st = smattn_validate(p, in, out);
+    if (st)
+        return st;
+    smattn_ref_config defcfg;
+    memset(&defcfg, 0, sizeof defcfg);
+    if (!cfg)
+        cfg = &defcfg;
+    if (cfg->threads < 0 || cfg->max_prec < 0 || cfg->fixed_prec < 0)
+        return SMATTN_ERR_OPTION;
+    ref_job job;
+    memset(&job, 0, sizeof job);
+    job.p = p;
+    job.in = in;
+    job.out = out;
+    job.cfg = cfg;
+    job.rows = p->B * p->Hq * p->S; /* fits: validation bounded every offset */
+    atomic_init(&job.next, 0);
+    job.fail_row = -1;
+    if (pthread_mutex_init(&job.lock, NULL))
+        return SMATTN_ERR_THREADS;
+    int nt = cfg->threads > 0 ? cfg->threads : smattn__ncpu();
+    if (!mpfr_buildopt_tls_p())
+        nt = 1; /* MPFR's state is global: one thread only */
+    if ((int64_t)nt > (job.rows + 3) / 4)
+        nt = (int)((job.rows + 3) / 4);
+    if (nt < 1)
+        nt = 1;
+    pthread_t *tid = nt > 1 ? malloc((size_t)(nt - 1) * sizeof *tid) : NULL;
+    int started = 0;
+    if (nt > 1 && !tid) {
+        nt = 1;
+    }
+    for (int t = 0; t < nt - 1; t++) {
+        if (pthread_create(&tid[t], NULL, worker, &job))
+            break;
+        started++;
+    }
+    worker(&job);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    free(tid);
+    pthread_mutex_destroy(&job.lock);
+    if (stats)
+        *stats = job.stats;
+    return job.fail_row >= 0 ? job.fail : SMATTN_OK;
+}

@@ -1,0 +1,69 @@
+/* ref_internal.h: the oracle's row context, shared by its driver and its two phases. */
+#ifndef SMATTN_REF_INTERNAL_H
+#define SMATTN_REF_INTERNAL_H
+
+#include <stdint.h>
+
+#include <mpfr.h>
+
+#include "core/internal.h"
+
+/* Column classes of V over the visible keys (SPEC 4.2). */
+enum { VCLASS_FINITE = 0, VCLASS_NAN = 1, VCLASS_POS_INF = 2, VCLASS_NEG_INF = 3 };
+
+/* Working precision of the fast phase's transcendental steps (exp, log). */
+#define REF_FAST_PREC 128
+
+/* One row (b, h, i): what both phases read and what they decide. */
+typedef struct ref_row {
+    const smattn_problem *p;
+    const smattn_inputs *in;
+    const smattn_outputs *out;
+    int att;                /* attention (1) or softmax (0) */
+    int64_t b, h, i, g;     /* batch, query head, query, KV head */
+    int64_t D, Dv;          /* Dv = 0 for softmax */
+    int64_t n;              /* visible keys */
+    int64_t *idx;           /* their indices, ascending [n] */
+    int has_sink;
+    double sink;
+    unsigned char *vclass;  /* [Dv] */
+    double *qd;             /* q_i as binary64 [D] */
+    /* decisions: bits per output element, and whether decided */
+    uint64_t *o_bits;       /* [Dv] */
+    unsigned char *o_done;  /* [Dv] */
+    uint64_t lse_bits;
+    int lse_done;
+    uint64_t *p_bits;       /* [n], visible keys only */
+    unsigned char *p_done;  /* [n] */
+    /* fast-phase workspace */
+    double *s_hi, *s_lo, *s_err; /* scores as double-double with absolute error [n] */
+    double *e_hi, *e_lo, *e_rel; /* exp(s - m) as double-double with relative error [n] */
+    double *acc;                 /* [Dv] scratch */
+    mpfr_t fx, fe, ft;           /* fast-phase MPFR scratch, REF_FAST_PREC bits */
+    /* statistics */
+    int used_rational, sign_tests;
+    long prec_used;
+} ref_row;
+
+/* round.c */
+uint64_t ref_nan_bits(smattn_dtype t);
+uint64_t ref_inf_bits(smattn_dtype t, int negative);
+uint64_t ref_round_mpfr(mpfr_srcptr x, smattn_dtype t, mpfr_ptr tmp);
+int ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint64_t *bits);
+
+/* fast.c: the double-double phase (SPEC 5.2). Returns 1 if it ran (possibly leaving some
+ * elements undecided), 0 if the row is outside its range (then nothing is decided). */
+int ref_fast_row(ref_row *r);
+
+/* exact.c: the MPFR phase (SPEC 5.3-5.5); decides every element not yet decided. */
+smattn_status ref_exact_row(ref_row *r, long start_prec, long max_prec);
+/* The mean convention of an empty row over keys r->idx[0..n) (SPEC 3.4). */
+smattn_status ref_mean_row(ref_row *r);
+
+/* Loading helpers. */
+double ref_k(const ref_row *r, int64_t j, int64_t d);
+double ref_v(const ref_row *r, int64_t j, int64_t c);
+double ref_x(const ref_row *r, int64_t j);    /* softmax input x[b,h,i,j] */
+double ref_bias(const ref_row *r, int64_t j); /* 0 when there is no bias */
+
+#endif
