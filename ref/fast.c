@@ -34,14 +34,17 @@ static int row_in_range(const ref_row *r)
                 return 0;
             continue;
         }
-        for (int64_t d = 0; d < r->D; d++)
-            if (!in_range(ref_k(r, j, d), 0x1p-450, 0x1p450))
-                return 0;
-        for (int64_t c = 0; c < r->Dv; c++)
-            if (r->vclass[c] == VCLASS_FINITE && !in_range(ref_v(r, j, c), 0, 0x1p900))
-                return 0;
+        /* binary32, binary16 and bfloat16 values always lie in [2^-149, 2^128] */
+        if (r->in->k.dtype == SMATTN_F64)
+            for (int64_t d = 0; d < r->D; d++)
+                if (!in_range(ref_k(r, j, d), 0x1p-450, 0x1p450))
+                    return 0;
+        if (r->in->v.dtype == SMATTN_F64)
+            for (int64_t c = 0; c < r->Dv; c++)
+                if (r->vclass[c] == VCLASS_FINITE && !in_range(ref_v(r, j, c), 0, 0x1p900))
+                    return 0;
     }
-    if (r->att)
+    if (r->att && r->in->q.dtype == SMATTN_F64)
         for (int64_t d = 0; d < r->D; d++)
             if (!in_range(r->qd[d], 0x1p-450, 0x1p450))
                 return 0;
@@ -60,8 +63,10 @@ static void score(ref_row *r, int64_t jj)
     double err;
     if (r->att) {
         double hi = 0, lo = 0, A = 0;
+        const smattn_tensor *kt = &r->in->k;
+        ref_load_vec(r->buf, kt, smattn__off4(kt->stride, r->b, j, r->g, 0), kt->stride[3], r->D);
         for (int64_t d = 0; d < r->D; d++) {
-            dd pr = dd_two_prod(r->qd[d], ref_k(r, j, d));
+            dd pr = dd_two_prod(r->qd[d], r->buf[d]);
             dd t = dd_two_sum(hi, pr.hi);
             hi = t.hi;
             lo += t.lo + pr.lo;
@@ -193,26 +198,34 @@ int ref_fast_row(ref_row *r)
     if (r->att) {
         smattn_dtype t = r->out->o.dtype;
         double nn = (double)n;
-        for (int64_t c = 0; c < r->Dv; c++) {
+        int64_t Dv = r->Dv;
+        double *hi = r->acc, *lo = r->acc + Dv, *A = r->acc + 2 * Dv, *vmax = r->acc + 3 * Dv;
+        for (int64_t c = 0; c < 4 * Dv; c++)
+            r->acc[c] = 0;
+        const smattn_tensor *vt = &r->in->v;
+        for (int64_t jj = 0; jj < n; jj++) {
+            ref_load_vec(r->buf, vt, smattn__off4(vt->stride, r->b, r->idx[jj], r->g, 0),
+                         vt->stride[3], Dv);
+            double eh = r->e_hi[jj], el = r->e_lo[jj];
+            for (int64_t c = 0; c < Dv; c++) {
+                double v = r->vclass[c] == VCLASS_FINITE ? r->buf[c] : 0.0;
+                vmax[c] = fmax(vmax[c], fabs(v));
+                dd pr = dd_two_prod(eh, v);
+                dd s2 = dd_two_sum(hi[c], pr.hi);
+                hi[c] = s2.hi;
+                lo[c] += s2.lo + pr.lo + el * v;
+                A[c] += fabs(pr.hi);
+            }
+        }
+        for (int64_t c = 0; c < Dv; c++) {
             if (r->o_done[c] || r->vclass[c] != VCLASS_FINITE)
                 continue;
-            double hi = 0, lo = 0, A = 0, vmax = 0;
-            for (int64_t jj = 0; jj < n; jj++) {
-                double v = ref_v(r, r->idx[jj], c);
-                vmax = fmax(vmax, fabs(v));
-                if (r->e_hi[jj] == 0)
-                    continue;
-                dd pr = dd_two_prod(r->e_hi[jj], v);
-                dd s2 = dd_two_sum(hi, pr.hi);
-                hi = s2.hi;
-                lo += s2.lo + pr.lo + r->e_lo[jj] * v;
-                A += fabs(pr.hi);
-            }
-            dd N = fabs(lo) > fabs(hi) ? dd_two_sum(hi, lo) : dd_fast_two_sum(hi, lo);
-            double errN = A * 1.01 * (rho + ((4 * nn + 4) * (nn + 2) + 2) * U2) +
-                          dropped * vmax + (6 * nn + 6) * 0x1p-1074;
+            dd N = fabs(lo[c]) > fabs(hi[c]) ? dd_two_sum(hi[c], lo[c])
+                                             : dd_fast_two_sum(hi[c], lo[c]);
+            double errN = A[c] * 1.01 * (rho + ((4 * nn + 4) * (nn + 2) + 2) * U2) +
+                          dropped * vmax[c] + (6 * nn + 6) * 0x1p-1074;
             dd o = dd_div(N, L);
-            double err = (errN + vmax * errL) / Llow + 16 * U2 * fabs(o.hi);
+            double err = (errN + vmax[c] * errL) / Llow + 16 * U2 * fabs(o.hi);
             r->o_done[c] = ref_decide_dd(o.hi, o.lo, err * 1.01, t, &r->o_bits[c]);
         }
     }

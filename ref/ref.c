@@ -39,6 +39,28 @@ double ref_bias(const ref_row *r, int64_t j)
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
 }
 
+void ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
+                  int64_t n)
+{
+    switch (t->dtype) {
+    case SMATTN_F32: {
+        const float *src = (const float *)t->data + offset;
+        for (int64_t d = 0; d < n; d++)
+            dst[d] = (double)src[d * stride];
+        return;
+    }
+    case SMATTN_F64: {
+        const double *src = (const double *)t->data + offset;
+        for (int64_t d = 0; d < n; d++)
+            dst[d] = src[d * stride];
+        return;
+    }
+    default:
+        for (int64_t d = 0; d < n; d++)
+            dst[d] = smattn_load(t->data, t->dtype, offset + d * stride);
+    }
+}
+
 /* ---- writing ----------------------------------------------------------------------------- */
 
 static void put_o(const ref_row *r, int64_t c, uint64_t bits)
@@ -291,7 +313,7 @@ static void row_free(ref_row *r)
 {
     free(r->idx), free(r->vclass), free(r->qd), free(r->o_bits), free(r->o_done);
     free(r->p_bits), free(r->p_done), free(r->s_hi), free(r->s_lo), free(r->s_err);
-    free(r->e_hi), free(r->e_lo), free(r->e_rel), free(r->acc);
+    free(r->e_hi), free(r->e_lo), free(r->e_rel), free(r->acc), free(r->buf);
     mpfr_clears(r->fx, r->fe, r->ft, (mpfr_ptr)0);
 }
 
@@ -319,11 +341,12 @@ static int row_alloc(ref_row *r, const ref_job *job)
     r->e_hi = malloc(T * sizeof(double));
     r->e_lo = malloc(T * sizeof(double));
     r->e_rel = malloc(T * sizeof(double));
-    r->acc = malloc(Dv * sizeof(double));
+    r->acc = malloc(4 * Dv * sizeof(double));
+    r->buf = malloc((D > Dv ? D : Dv) * sizeof(double));
     mpfr_inits2(REF_FAST_PREC, r->fx, r->fe, r->ft, (mpfr_ptr)0);
     if (!r->idx || !r->vclass || !r->qd || !r->o_bits || !r->o_done || !r->p_bits ||
         !r->p_done || !r->s_hi || !r->s_lo || !r->s_err || !r->e_hi || !r->e_lo || !r->e_rel ||
-        !r->acc) {
+        !r->acc || !r->buf) {
         row_free(r);
         return -1;
     }

@@ -38,7 +38,8 @@ typedef struct ref_row {
     /* fast-phase workspace */
     double *s_hi, *s_lo, *s_err; /* scores as double-double with absolute error [n] */
     double *e_hi, *e_lo, *e_rel; /* exp(s - m) as double-double with relative error [n] */
-    double *acc;                 /* [Dv] scratch */
+    double *acc;                 /* [4 Dv] scratch: per-column sums in the fast phase */
+    double *buf;                 /* [max(D, Dv)] one K or V row as binary64 */
     mpfr_t fx, fe, ft;           /* fast-phase MPFR scratch, REF_FAST_PREC bits */
     /* statistics */
     int used_rational, sign_tests;
@@ -65,5 +66,8 @@ double ref_k(const ref_row *r, int64_t j, int64_t d);
 double ref_v(const ref_row *r, int64_t j, int64_t c);
 double ref_x(const ref_row *r, int64_t j);    /* softmax input x[b,h,i,j] */
 double ref_bias(const ref_row *r, int64_t j); /* 0 when there is no bias */
+/* n elements of a tensor from `offset` with stride `stride`, as binary64 (exact). */
+void ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
+                  int64_t n);
 
 #endif
