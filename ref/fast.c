@@ -131,9 +131,12 @@ int ref_fast_row(ref_row *r)
     double dropped = 0, rho = 0;
     dd L = {0, 0};
     for (int64_t jj = 0; jj < n; jj++) {
-        dd t = dd_two_sum(r->s_hi[jj], -m); /* exact */
+        /* s - m: the high parts subtract exactly; adding the low part rounds once, by at
+         * most u (|t.lo| + |s_lo|) <= u^2 (|x| + |s|): the |s| term matters when scores
+         * are large and close together. */
+        dd t = dd_two_sum(r->s_hi[jj], -m);
         dd x = dd_add(t, (dd){r->s_lo[jj], 0.0});
-        double ex = r->s_err[jj] + 4 * U2 * fabs(x.hi);
+        double ex = r->s_err[jj] + 4 * U2 * (fabs(x.hi) + fabs(r->s_hi[jj]));
         if (!(ex <= 0x1p-20))
             return 1; /* scores too uncertain: nothing decided here */
         if (x.hi < cut) {
@@ -175,7 +178,9 @@ int ref_fast_row(ref_row *r)
         mpfr_sub_d(r->fe, r->fe, yh, MPFR_RNDN);
         double yl = mpfr_get_d(r->fe, MPFR_RNDN);
         double rl = errL / Llow;
-        double err = rl * (1 + rl) * 1.01 + 0x1p-125 * (lg + fabs(yh)) + 0x1p-104 * fabs(yh);
+        /* log of a perturbed L; MPFR's roundings of L (relative 2^-128, so absolute 2^-128
+         * in log), of log and of the addition; the split of the sum into (yh, yl). */
+        double err = rl * (1 + rl) * 1.01 + 0x1p-125 * (lg + fabs(yh) + 1) + 0x1p-104 * fabs(yh);
         if (!r->lse_done && r->out->lse.data)
             r->lse_done = ref_decide_dd(yh, yl, err, t, &r->lse_bits);
     }
