@@ -1,0 +1,148 @@
+/* test_vectors.c: the oracle reproduces every golden vector (spec/vectors) bit for bit.
+ *
+ * The vectors come from spec/tools/gen_vectors.py (Python, mpmath intervals, exact
+ * Fractions), written without the C oracle, so agreement checks both against a second,
+ * independent derivation of SPEC 3-5. Every vector is run in each output dtype (f64, f32,
+ * f16, bf16) with O, LSE and P wanted. Equality is exact: any NaN matches any NaN (SPEC 2.6
+ * never compares NaN payloads), but +0 and -0 differ. */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/vector.h"
+#include "smattn.h"
+
+/* Mismatches printed per vector and dtype before the rest are only counted. */
+#define VEC_MAX_REPORTS 8
+#define VEC_MAX_FILES 1024
+
+static char vec_dir[4096];
+static char *vec_files[VEC_MAX_FILES];
+static int vec_count;
+static int vec_overflow; /* more files than VEC_MAX_FILES */
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* List the .json files of <root>/spec/vectors once, sorted, when the suite is built
+ * (before any fork). */
+static void scan_vectors(void)
+{
+    const char *root = getenv("SMATTN_ROOT");
+    snprintf(vec_dir, sizeof vec_dir, "%s/spec/vectors", root && *root ? root : ".");
+    DIR *d = opendir(vec_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n <= 5 || strcmp(e->d_name + n - 5, ".json") != 0 || e->d_name[0] == '.')
+            continue;
+        if (vec_count == VEC_MAX_FILES) {
+            vec_overflow = 1;
+            break;
+        }
+        char *s = malloc(n + 1);
+        if (!s)
+            break;
+        memcpy(s, e->d_name, n + 1);
+        vec_files[vec_count++] = s;
+    }
+    closedir(d);
+    qsort(vec_files, (size_t)vec_count, sizeof *vec_files, cmp_names);
+}
+
+/* Bit-exact equality of two binary64 values holding dtype values; NaN matches NaN. */
+static int same_value(double got, double want)
+{
+    if (isnan(got) || isnan(want))
+        return isnan(got) && isnan(want);
+    return got == want && signbit(got) == signbit(want);
+}
+
+START_TEST(directory_has_vectors)
+{
+    ck_assert_msg(vec_count > 0, "no golden vectors (*.json) in %s (set SMATTN_ROOT)", vec_dir);
+    ck_assert_msg(!vec_overflow, "more than %d vectors in %s: raise VEC_MAX_FILES",
+                  VEC_MAX_FILES, vec_dir);
+}
+END_TEST
+
+START_TEST(vector_matches_oracle)
+{
+    static const char *const out_name[3] = {"o", "lse", "p"};
+    static const char role[3] = {'o', 'l', 'p'};
+    char path[8192], err[512] = "";
+    snprintf(path, sizeof path, "%s/%s", vec_dir, vec_files[_i]);
+    smattn_vector v;
+    ck_assert_msg(smattn_vector_load(path, &v, err, sizeof err) == 0, "%s: %s", path, err);
+    const int att = v.prob.op == SMATTN_OP_ATTENTION;
+    long mismatches = 0;
+    char first[1024] = "";
+    for (int t = SMATTN_F64; t <= SMATTN_BF16; t++) {
+        const smattn_dtype dt = (smattn_dtype)t;
+        void *buf[3] = {NULL, NULL, NULL};
+        smattn_outputs out;
+        memset(&out, 0, sizeof out);
+        smattn_out_tensor *ot[3] = {&out.o, &out.lse, &out.p};
+        for (int k = 0; k < 3; k++) {
+            if (k == SMATTN_VEC_O && !att)
+                continue;
+            ck_assert_msg(v.expected[t][k] != NULL, "%s: no expected %s for %s", v.name,
+                          out_name[k], smattn_dtype_name(dt));
+            buf[k] = calloc((size_t)v.n[k] + 1, smattn_dtype_size(dt));
+            ck_assert_ptr_nonnull(buf[k]);
+            ot[k]->data = buf[k];
+            ot[k]->dtype = dt;
+            smattn_contiguous_strides(&v.prob, role[k], ot[k]->stride);
+        }
+        smattn_status st = smattn_ref(&v.prob, &v.in, &out, NULL, NULL);
+        ck_assert_msg(st == SMATTN_OK, "%s (%s): smattn_ref returned %s", v.name,
+                      smattn_dtype_name(dt), smattn_status_name(st));
+        int reported = 0;
+        for (int k = 0; k < 3; k++) {
+            if (!buf[k])
+                continue;
+            /* Contiguous row-major outputs: flat index e is element offset e. */
+            for (int64_t e = 0; e < v.n[k]; e++) {
+                double got = smattn_load(buf[k], dt, e), want = v.expected[t][k][e];
+                if (same_value(got, want))
+                    continue;
+                if (mismatches == 0)
+                    snprintf(first, sizeof first, "%s %s %s[%lld]: got %a, expected %a",
+                             v.name, smattn_dtype_name(dt), out_name[k], (long long)e, got,
+                             want);
+                mismatches++;
+                if (reported++ < VEC_MAX_REPORTS)
+                    fprintf(stderr, "vector %s dtype %s output %s index %lld: got %a, expected %a"
+                                    " (exact %s)\n",
+                            v.name, smattn_dtype_name(dt), out_name[k], (long long)e, got,
+                            want, v.exact[k] ? v.exact[k][e] : "?");
+            }
+        }
+        for (int k = 0; k < 3; k++)
+            free(buf[k]);
+    }
+    smattn_vector_free(&v);
+    ck_assert_msg(mismatches == 0, "%ld mismatches; first: %s", mismatches, first);
+}
+END_TEST
+
+Suite *vectors_suite(void);
+Suite *vectors_suite(void)
+{
+    scan_vectors();
+    Suite *s = suite_create("vectors");
+    TCase *tc = tcase_create("golden");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, directory_has_vectors);
+    if (vec_count > 0)
+        tcase_add_loop_test(tc, vector_matches_oracle, 0, vec_count);
+    suite_add_tcase(s, tc);
+    return s;
+}
