@@ -1,0 +1,469 @@
+/* smattn.c: the command-line tool: run the oracle on a case directory, replay the golden
+ * vectors as a readable demo, print the version. Exit codes: 0 success, 1 a golden vector
+ * did not match (demo), 2 bad usage or bad input, 3 the oracle failed. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/case.h"
+#include "io/vector.h"
+#include "smattn.h"
+
+enum { EXIT_OK = 0, EXIT_MISMATCH = 1, EXIT_INPUT = 2, EXIT_ORACLE = 3 };
+
+static const char usage_text[] =
+    "usage: smattn COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  ref CASE OUT [--dtype f64|f32|f16|bf16] [--weights] [--threads N]\n"
+    "      Load the case directory CASE (q.npy k.npy v.npy, or x.npy for a softmax;\n"
+    "      optional bias.npy mask.npy sinks.npy case.json), run the exact oracle and\n"
+    "      write OUT/o.npy and OUT/lse.npy (softmax: OUT/p.npy and OUT/lse.npy), plus\n"
+    "      OUT/p.npy with --weights. Outputs are correctly rounded in --dtype (default\n"
+    "      f64; bf16 is written as '<u2' bit patterns). --threads 0 uses every core.\n"
+    "  demo [DIR]\n"
+    "      Replay every golden vector DIR/*.json (default spec/vectors) through the\n"
+    "      oracle in all four dtypes and compare bit for bit with the expected values.\n"
+    "  version    print the version\n"
+    "  help       print this text\n"
+    "\n"
+    "exit status: 0 success, 1 a golden vector mismatched, 2 bad usage or input,\n"
+    "3 the oracle failed (precision limit, out of memory).\n";
+
+/* One line on stderr, then the exit code to return. */
+static int fail(int code, const char *msg)
+{
+    fprintf(stderr, "smattn: %s\n", msg);
+    return code;
+}
+
+/* Statuses that mean the input was bad map to 2; the oracle's own failures to 3. */
+static int exit_code_of(smattn_status st)
+{
+    switch (st) {
+    case SMATTN_ERR_NOMEM:
+    case SMATTN_ERR_PRECISION:
+    case SMATTN_ERR_THREADS:
+    case SMATTN_ERR_UNSUPPORTED:
+    case SMATTN_ERR_INTERNAL: return EXIT_ORACLE;
+    default: return EXIT_INPUT;
+    }
+}
+
+static int parse_dtype(const char *s, smattn_dtype *t)
+{
+    static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
+    for (int k = 0; k < 4; k++)
+        if (strcmp(s, names[k]) == 0) {
+            *t = (smattn_dtype)k;
+            return 0;
+        }
+    return -1;
+}
+
+/* ---- smattn ref ------------------------------------------------------------------------ */
+
+typedef struct ref_args {
+    const char *case_dir, *out_dir;
+    smattn_dtype dtype;
+    int weights;
+    int threads;
+} ref_args;
+
+/* The value of an option given as "--opt VALUE" or "--opt=VALUE"; NULL if absent. */
+static const char *option_value(int argc, char **argv, int *i, const char *name, int *bad)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (a[n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *bad = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int parse_ref_args(int argc, char **argv, ref_args *ra, char *msg, size_t len)
+{
+    memset(ra, 0, sizeof *ra);
+    ra->dtype = SMATTN_F64;
+    int npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *val;
+        int bad = 0;
+        if (strcmp(a, "--weights") == 0)
+            ra->weights = 1;
+        else if ((val = option_value(argc, argv, &i, "--dtype", &bad))) {
+            if (parse_dtype(val, &ra->dtype)) {
+                snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
+                return -1;
+            }
+        } else if ((val = option_value(argc, argv, &i, "--threads", &bad))) {
+            char *end;
+            errno = 0;
+            long t = strtol(val, &end, 10);
+            if (end == val || *end || errno || t < 0 || t > 4096) {
+                snprintf(msg, len, "ref: --threads '%.40s': want an integer in [0, 4096]", val);
+                return -1;
+            }
+            ra->threads = (int)t;
+        } else if (bad) {
+            snprintf(msg, len, "ref: %s needs a value", a);
+            return -1;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            snprintf(msg, len, "ref: unknown option '%.40s' (try 'smattn help')", a);
+            return -1;
+        } else if (npos < 2) {
+            *(npos++ ? &ra->out_dir : &ra->case_dir) = a;
+        } else {
+            snprintf(msg, len, "ref: unexpected argument '%.40s' (want CASE OUT)", a);
+            return -1;
+        }
+    }
+    if (npos < 2) {
+        snprintf(msg, len, "ref: missing %s (usage: smattn ref CASE OUT [options])",
+                 npos ? "OUT" : "CASE and OUT");
+        return -1;
+    }
+    return 0;
+}
+
+/* OUT must be a directory or not exist yet: checked before any work is done. */
+static int check_out_dir(const char *out, char *msg, size_t len)
+{
+    struct stat st;
+    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        snprintf(msg, len, "%s: exists and is not a directory", out);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_ref(int argc, char **argv)
+{
+    char msg[1024];
+    ref_args ra;
+    if (parse_ref_args(argc, argv, &ra, msg, sizeof msg) ||
+        check_out_dir(ra.out_dir, msg, sizeof msg))
+        return fail(EXIT_INPUT, msg);
+    smattn_case c;
+    if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))
+        return fail(EXIT_INPUT, msg);
+    unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
+    if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
+        which |= SMATTN_CASE_OUT_P;
+    smattn_outputs out;
+    smattn_status st = smattn_case_outputs_alloc(&c, ra.dtype, which, &out, msg, sizeof msg);
+    int rc = EXIT_OK;
+    if (st != SMATTN_OK)
+        rc = fail(exit_code_of(st), msg);
+    else {
+        smattn_ref_config cfg = {0};
+        cfg.threads = ra.threads;
+        st = smattn_ref(&c.prob, &c.in, &out, &cfg, NULL);
+        if (st != SMATTN_OK) {
+            snprintf(msg, sizeof msg, "oracle: %s (%s)", smattn_status_str(st),
+                     smattn_status_name(st));
+            rc = fail(exit_code_of(st), msg);
+        } else if (smattn_case_write_outputs(&c, &out, ra.out_dir, msg, sizeof msg))
+            rc = fail(EXIT_INPUT, msg);
+    }
+    smattn_case_outputs_free(&out);
+    smattn_case_free(&c);
+    return rc;
+}
+
+/* ---- smattn demo ----------------------------------------------------------------------- */
+
+/* Most elements printed per output of one vector; all are compared. */
+#define DEMO_PRINT_MAX 12
+
+typedef struct name_list {
+    char **names;
+    size_t n;
+} name_list;
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_names(name_list *l)
+{
+    for (size_t k = 0; k < l->n; k++)
+        free(l->names[k]);
+    free(l->names);
+}
+
+/* The *.json files of dir, sorted by name. */
+static int list_vectors(const char *dir, name_list *l, char *msg, size_t len)
+{
+    memset(l, 0, sizeof *l);
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(msg, len, "demo: %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    size_t cap = 0;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n <= 5 || strcmp(e->d_name + n - 5, ".json") != 0 || e->d_name[0] == '.')
+            continue;
+        if (l->n == cap) {
+            cap = cap ? 2 * cap : 32;
+            char **nn = realloc(l->names, cap * sizeof *nn);
+            if (!nn) {
+                rc = -1;
+                break;
+            }
+            l->names = nn;
+        }
+        if (!(l->names[l->n] = malloc(strlen(dir) + n + 2)))
+            rc = -1;
+        else
+            sprintf(l->names[l->n++], "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    if (rc) {
+        snprintf(msg, len, "demo: out of memory");
+        free_names(l);
+        return -1;
+    }
+    if (l->n)
+        qsort(l->names, l->n, sizeof *l->names, cmp_names);
+    return 0;
+}
+
+/* Bit equality of two binary64 values, with NaN equal to NaN (+0 and -0 differ). */
+static int same_bits(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* "[b,h,i,j]" of element e of output k in its row-major shape. */
+static void index_str(const smattn_problem *p, int k, int64_t e, char *out, size_t cap)
+{
+    int64_t shape[3][4] = {
+        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 1}, {p->B, p->Hq, p->S, p->T}};
+    int rank = k == SMATTN_VEC_LSE ? 3 : 4;
+    int64_t idx[4];
+    for (int r = rank - 1; r >= 0; r--) {
+        idx[r] = e % shape[k][r];
+        e /= shape[k][r];
+    }
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int r = 0; r < rank && n < cap; r++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", r ? "," : "", (long long)idx[r]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
+static const char *const out_names[3] = {"o", "lse", "p"};
+
+/* The oracle's outputs of one vector in every dtype, as binary64 (exact conversions). */
+typedef struct demo_run {
+    double *val[4][3];
+    smattn_status st[4];
+} demo_run;
+
+static void free_run(demo_run *r)
+{
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < 3; k++)
+            free(r->val[t][k]);
+}
+
+static smattn_status run_dtype(const smattn_vector *v, smattn_dtype t, double *val[3])
+{
+    static const char roles[3] = {'o', 'l', 'p'};
+    smattn_outputs out;
+    memset(&out, 0, sizeof out);
+    smattn_out_tensor *ot[3] = {&out.o, &out.lse, &out.p};
+    size_t es = smattn_dtype_size(t);
+    smattn_status st = SMATTN_OK;
+    for (int k = 0; k < 3 && st == SMATTN_OK; k++) {
+        if (v->n[k] == 0)
+            continue;
+        ot[k]->data = calloc((size_t)v->n[k], es);
+        val[k] = calloc((size_t)v->n[k], sizeof(double));
+        if (!ot[k]->data || !val[k])
+            st = SMATTN_ERR_NOMEM;
+        ot[k]->dtype = t;
+        smattn_contiguous_strides(&v->prob, roles[k], ot[k]->stride);
+    }
+    if (st == SMATTN_OK)
+        st = smattn_ref(&v->prob, &v->in, &out, NULL, NULL);
+    for (int k = 0; k < 3; k++) {
+        if (st == SMATTN_OK && val[k])
+            for (int64_t e = 0; e < v->n[k]; e++)
+                val[k][e] = smattn_load(ot[k]->data, t, e);
+        free(ot[k]->data);
+    }
+    return st;
+}
+
+static void print_problem(const smattn_vector *v)
+{
+    const smattn_problem *p = &v->prob;
+    if (p->op == SMATTN_OP_ATTENTION)
+        printf("  problem: attention B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld Dv=%lld, "
+               "scale %a\n",
+               (long long)p->B, (long long)p->S, (long long)p->T, (long long)p->Hq,
+               (long long)p->Hkv, (long long)p->D, (long long)p->Dv, p->scale);
+    else
+        printf("  problem: softmax B=%lld Hq=%lld S=%lld T=%lld, scale %a\n", (long long)p->B,
+               (long long)p->Hq, (long long)p->S, (long long)p->T, p->scale);
+}
+
+static void print_values(const smattn_vector *v, const demo_run *r)
+{
+    for (int k = 0; k < 3; k++) {
+        int64_t n = v->n[k];
+        for (int64_t e = 0; e < n && e < DEMO_PRINT_MAX; e++) {
+            char idx[96];
+            index_str(&v->prob, k, e, idx, sizeof idx);
+            printf("  %s%s", out_names[k], idx);
+            printf("   exact %s\n", v->exact[k] ? v->exact[k][e] : "(not given)");
+            for (int t = 0; t < 2; t++) {
+                if (r->st[t] != SMATTN_OK)
+                    continue;
+                double x = r->val[t][k][e];
+                printf("      %s  %-24.17g %a\n", t == 0 ? "f64" : "f32", x, x);
+            }
+        }
+        if (n > DEMO_PRINT_MAX)
+            printf("  ... and %lld more %s values (all compared)\n",
+                   (long long)(n - DEMO_PRINT_MAX), out_names[k]);
+    }
+}
+
+/* Compare one vector's runs with "expected"; print the verdict; return an exit code. */
+static int verdict(const smattn_vector *v, const demo_run *r)
+{
+    for (int t = 0; t < 4; t++) {
+        if (r->st[t] != SMATTN_OK) {
+            printf("  verdict: FAIL, the oracle failed in %s: %s\n",
+                   smattn_dtype_name((smattn_dtype)t), smattn_status_str(r->st[t]));
+            return exit_code_of(r->st[t]);
+        }
+        for (int k = 0; k < 3; k++) {
+            const double *want = v->expected[t][k];
+            for (int64_t e = 0; want && e < v->n[k]; e++)
+                if (!same_bits(r->val[t][k][e], want[e])) {
+                    char idx[96];
+                    index_str(&v->prob, k, e, idx, sizeof idx);
+                    printf("  verdict: FAIL, %s %s%s: oracle %a, expected %a\n",
+                           smattn_dtype_name((smattn_dtype)t), out_names[k], idx, r->val[t][k][e],
+                           want[e]);
+                    return EXIT_MISMATCH;
+                }
+        }
+    }
+    char missing[64] = "";
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < 3; k++)
+            if (v->n[k] && !v->expected[t][k]) {
+                snprintf(missing, sizeof missing, " (no expected %s %s given)",
+                         smattn_dtype_name((smattn_dtype)t), out_names[k]);
+                t = 4;
+                break;
+            }
+    printf("  verdict: PASS, bit-exact in f64, f32, f16 and bf16%s\n", missing);
+    return EXIT_OK;
+}
+
+static int demo_one(const char *path)
+{
+    char msg[1024];
+    smattn_vector v;
+    if (smattn_vector_load(path, &v, msg, sizeof msg)) {
+        printf("== %s\n  verdict: FAIL, cannot load: %s\n\n", path, msg);
+        return EXIT_INPUT;
+    }
+    printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec, v.spec[0] ? ")" : "");
+    if (v.description[0])
+        printf("  %s\n", v.description);
+    print_problem(&v);
+    demo_run r;
+    memset(&r, 0, sizeof r);
+    for (int t = 0; t < 4; t++)
+        r.st[t] = run_dtype(&v, (smattn_dtype)t, r.val[t]);
+    print_values(&v, &r);
+    int rc = verdict(&v, &r);
+    printf("\n");
+    free_run(&r);
+    smattn_vector_free(&v);
+    return rc;
+}
+
+static int cmd_demo(int argc, char **argv)
+{
+    char msg[1024];
+    if (argc > 1)
+        return fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR])");
+    const char *dir = argc ? argv[0] : "spec/vectors";
+    name_list l;
+    if (list_vectors(dir, &l, msg, sizeof msg))
+        return fail(EXIT_INPUT, msg);
+    if (l.n == 0) {
+        free_names(&l);
+        snprintf(msg, sizeof msg, "demo: no *.json vectors in %s", dir);
+        return fail(EXIT_INPUT, msg);
+    }
+    printf("smattn %d.%d.%d demo: %zu golden vectors from %s; each output is shown as the\n"
+           "40-digit exact value and the oracle's f64 and f32 roundings (%%.17g and %%a);\n"
+           "all four dtypes are compared bit for bit with the vector's expected values.\n\n",
+           SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR, SMATTN_VERSION_PATCH, l.n, dir);
+    int worst = EXIT_OK;
+    size_t failed = 0;
+    for (size_t k = 0; k < l.n; k++) {
+        int rc = demo_one(l.names[k]);
+        failed += rc != EXIT_OK;
+        worst = rc > worst ? rc : worst;
+    }
+    if (failed)
+        printf("demo: %zu of %zu vectors FAILED\n", failed, l.n);
+    else
+        printf("demo: all %zu vectors bit-exact in all four dtypes\n", l.n);
+    free_names(&l);
+    return worst;
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return fail(EXIT_INPUT, "missing command (try 'smattn help')");
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        fputs(usage_text, stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("smattn %d.%d.%d (spec %s)\n", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
+               SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "ref"))
+        return cmd_ref(argc - 2, argv + 2);
+    if (!strcmp(cmd, "demo"))
+        return cmd_demo(argc - 2, argv + 2);
+    char msg[128];
+    snprintf(msg, sizeof msg, "unknown command '%.40s' (try 'smattn help')", cmd);
+    return fail(EXIT_INPUT, msg);
+}

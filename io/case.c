@@ -1,0 +1,927 @@
+/* case.c: case directories: case.json, the input arrays, their checks, and the outputs. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/case.h"
+#include "io/util.h"
+
+/* ---- case.json ------------------------------------------------------------------------- */
+
+void smattn_case_json_init(smattn_case_json *cj)
+{
+    memset(cj, 0, sizeof *cj);
+    cj->causal = SMATTN_CAUSAL_NONE;
+    cj->window[0] = cj->window[1] = -1;
+    cj->empty_rows = SMATTN_EMPTY_ZERO;
+    cj->empty_lse = SMATTN_LSE_NEG_INF;
+}
+
+void smattn_case_json_free(smattn_case_json *cj)
+{
+    if (!cj)
+        return;
+    free(cj->kv_lens);
+    free(cj->q_lens);
+    free(cj->sinks);
+    cj->kv_lens = cj->q_lens = NULL;
+    cj->sinks = NULL;
+}
+
+/* An integer that json-c did not saturate (it clamps out-of-range integers silently). */
+static int json_exact_int(json_object *v, int64_t *out)
+{
+    if (!json_object_is_type(v, json_type_int))
+        return -1;
+    int64_t i = json_object_get_int64(v);
+    if (i == INT64_MAX || i == INT64_MIN)
+        return -1;
+    *out = i;
+    return 0;
+}
+
+/* A JSON number as the nearest binary64 (json-c parses decimals with strtod, which rounds
+ * correctly; integers are exact in int64 and converted with one rounding). The strings
+ * "inf", "-inf" and "nan" are accepted where allow_special is set. */
+static int json_number(json_object *v, int allow_special, double *out)
+{
+    if (json_object_is_type(v, json_type_double)) {
+        *out = json_object_get_double(v);
+        return 0;
+    }
+    int64_t i;
+    if (json_exact_int(v, &i) == 0) {
+        *out = (double)i;
+        return 0;
+    }
+    if (allow_special && json_object_is_type(v, json_type_string)) {
+        const char *s = json_object_get_string(v);
+        if (strcmp(s, "inf") == 0)
+            *out = INFINITY;
+        else if (strcmp(s, "-inf") == 0)
+            *out = -INFINITY;
+        else if (strcmp(s, "nan") == 0)
+            *out = NAN;
+        else
+            return -1;
+        return 0;
+    }
+    return -1;
+}
+
+/* A string value among names[0..n); its index in *idx. */
+static int json_choice(json_object *v, const char *key, const char *const *names, int n, int *idx,
+                       char *err, size_t errlen)
+{
+    if (json_object_is_type(v, json_type_string)) {
+        const char *s = json_object_get_string(v);
+        for (int k = 0; k < n; k++)
+            if (strcmp(s, names[k]) == 0) {
+                *idx = k;
+                return 0;
+            }
+    }
+    char list[128] = "";
+    for (int k = 0; k < n; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
+                 k == 0       ? ""
+                 : k == n - 1 ? " or "
+                              : ", ",
+                 names[k]);
+    smattn_io_err(err, errlen, "\"%s\" must be %s", key, list);
+    return -1;
+}
+
+static int json_int_array(json_object *v, const char *key, int64_t **out, size_t *n, char *err,
+                          size_t errlen)
+{
+    if (json_object_is_type(v, json_type_null))
+        return 0;
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen, "\"%s\" must be an array of integers", key);
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    int64_t *a = malloc((len ? len : 1) * sizeof *a);
+    if (!a) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < len; k++)
+        if (json_exact_int(json_object_array_get_idx(v, k), &a[k])) {
+            smattn_io_err(err, errlen, "\"%s\"[%zu] is not an integer (in int64 range)", key, k);
+            free(a);
+            return -1;
+        }
+    *out = a;
+    *n = len;
+    return 0;
+}
+
+static int key_scale(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (json_number(v, 0, &cj->scale) || !isfinite(cj->scale)) {
+        smattn_io_err(err, errlen, "\"scale\" must be a finite number, got %s",
+                      json_object_to_json_string(v));
+        return -1;
+    }
+    cj->has_scale = 1;
+    return 0;
+}
+
+static int key_softcap(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (json_number(v, 0, &cj->softcap) || !isfinite(cj->softcap) || cj->softcap < 0) {
+        smattn_io_err(err, errlen, "\"softcap\" must be a finite number >= 0, got %s",
+                      json_object_to_json_string(v));
+        return -1;
+    }
+    return 0;
+}
+
+static int key_causal(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"none", "lower_right", "upper_left"};
+    int k;
+    if (json_choice(v, "causal", names, 3, &k, err, errlen))
+        return -1;
+    cj->causal = (smattn_causal)k;
+    return 0;
+}
+
+static int key_empty_rows(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"zero", "nan", "mean"};
+    int k;
+    if (json_choice(v, "empty_rows", names, 3, &k, err, errlen))
+        return -1;
+    cj->empty_rows = (smattn_empty)k;
+    return 0;
+}
+
+static int key_empty_lse(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"neg_inf", "pos_inf", "zero"};
+    int k;
+    if (json_choice(v, "empty_lse", names, 3, &k, err, errlen))
+        return -1;
+    cj->empty_lse = (smattn_empty_lse)k;
+    return 0;
+}
+
+static int key_window(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    int64_t w[2];
+    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) != 2 ||
+        json_exact_int(json_object_array_get_idx(v, 0), &w[0]) ||
+        json_exact_int(json_object_array_get_idx(v, 1), &w[1]) || w[0] < -1 || w[1] < -1) {
+        smattn_io_err(err, errlen,
+                      "\"window\" must be [left, right], integers >= -1 (-1: unbounded)");
+        return -1;
+    }
+    cj->window[0] = w[0];
+    cj->window[1] = w[1];
+    return 0;
+}
+
+static int key_kv_lens(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return json_int_array(v, "kv_lens", &cj->kv_lens, &cj->n_kv_lens, err, errlen);
+}
+
+static int key_q_lens(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return json_int_array(v, "q_lens", &cj->q_lens, &cj->n_q_lens, err, errlen);
+}
+
+static int key_sinks(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen, "\"sinks\" must be an array of numbers (one per query head)");
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    double *a = malloc((len ? len : 1) * sizeof *a);
+    if (!a) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < len; k++)
+        if (json_number(json_object_array_get_idx(v, k), 1, &a[k])) {
+            smattn_io_err(err, errlen,
+                          "\"sinks\"[%zu] is not a number (or \"inf\", \"-inf\", \"nan\")", k);
+            free(a);
+            return -1;
+        }
+    cj->sinks = a;
+    cj->n_sinks = len;
+    return 0;
+}
+
+static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
+
+static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen,
+                      "\"bf16\" must be an array of names among q, k, v, x, bias, sinks");
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    for (size_t k = 0; k < len; k++) {
+        int idx;
+        if (json_choice(json_object_array_get_idx(v, k), "bf16", bf16_names, 6, &idx, err,
+                        errlen)) {
+            smattn_io_err(err, errlen, "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks", k);
+            return -1;
+        }
+        cj->bf16 |= 1u << idx;
+    }
+    return 0;
+}
+
+typedef int (*key_fn)(json_object *, smattn_case_json *, char *, size_t);
+static const struct {
+    const char *name;
+    key_fn fn;
+} case_keys[] = {
+    {"scale", key_scale},     {"causal", key_causal},         {"window", key_window},
+    {"kv_lens", key_kv_lens}, {"q_lens", key_q_lens},         {"softcap", key_softcap},
+    {"sinks", key_sinks},     {"empty_rows", key_empty_rows}, {"empty_lse", key_empty_lse},
+    {"bf16", key_bf16},
+};
+
+static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(obj, json_type_object)) {
+        smattn_io_err(err, errlen, "the top level must be a JSON object");
+        return -1;
+    }
+    json_object_object_foreach(obj, key, val)
+    {
+        size_t k = 0, nk = sizeof case_keys / sizeof case_keys[0];
+        while (k < nk && strcmp(key, case_keys[k].name) != 0)
+            k++;
+        if (k == nk) {
+            smattn_io_err(err, errlen,
+                          "unknown key \"%.64s\" (known: scale, causal, window, kv_lens, q_lens, "
+                          "softcap, sinks, empty_rows, empty_lse, bf16)",
+                          key);
+            return -1;
+        }
+        if (case_keys[k].fn(val, cj, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, char *err,
+                           size_t errlen)
+{
+    smattn_case_json_init(cj);
+    json_object *obj = smattn_io_parse_json(text, len, err, errlen);
+    if (!obj)
+        return -1;
+    int rc = parse_object(obj, cj, err, errlen);
+    json_object_put(obj);
+    if (rc) {
+        smattn_case_json_free(cj);
+        smattn_case_json_init(cj);
+    }
+    return rc;
+}
+
+/* ---- files ----------------------------------------------------------------------------- */
+
+static char *join_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* 1 if dir/name exists (as anything), 0 if not; -1 (with err) on another stat error. */
+static int file_exists(const char *dir, const char *name, char *err, size_t errlen)
+{
+    char *p = join_path(dir, name);
+    if (!p) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    struct stat st;
+    int rc = stat(p, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
+    if (rc < 0)
+        smattn_io_err(err, errlen, "%s: %s", name, strerror(errno));
+    free(p);
+    return rc;
+}
+
+/* A case.json has ten short keys; anything near this size is not one. */
+#define CASE_JSON_MAX ((size_t)16 << 20)
+
+static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t errlen)
+{
+    smattn_case_json_init(cj);
+    int ex = file_exists(dir, "case.json", err, errlen);
+    if (ex <= 0)
+        return ex;
+    char *p = join_path(dir, "case.json");
+    size_t len = 0;
+    char *text = p ? smattn_io_read_text(p, CASE_JSON_MAX, &len, err, errlen) : NULL;
+    if (!p)
+        smattn_io_err(err, errlen, "out of memory");
+    int rc = text ? smattn_case_json_parse(text, len, cj, err, errlen) : -1;
+    free(text);
+    free(p);
+    if (rc)
+        smattn_io_err_prefix(err, errlen, "case.json");
+    return rc;
+}
+
+/* Load dir/name into *a; an absent optional file leaves a->data NULL. */
+static int load_array(const char *dir, const char *name, int required, smattn_npy *a, char *err,
+                      size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    int ex = file_exists(dir, name, err, errlen);
+    if (ex < 0)
+        return -1;
+    if (!ex) {
+        if (required)
+            smattn_io_err(err, errlen, "%s: missing (required for this case)", name);
+        return required ? -1 : 0;
+    }
+    char *p = join_path(dir, name);
+    if (!p) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = smattn_npy_read(p, a, err, errlen);
+    free(p);
+    if (rc)
+        smattn_io_err_prefix(err, errlen, name);
+    return rc;
+}
+
+/* ---- checks ---------------------------------------------------------------------------- */
+
+static void shape_str(const smattn_npy *a, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int r = 0; r < a->rank && n < cap; r++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", r ? "," : "", (long long)a->shape[r]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
+/* The smattn dtype of a float input; bf16 says whether case.json names it in "bf16". */
+static int float_dtype(const smattn_npy *a, const char *file, const char *key, int bf16,
+                       smattn_dtype *t, char *err, size_t errlen)
+{
+    switch (a->type) {
+    case SMATTN_NPY_F64: *t = SMATTN_F64; break;
+    case SMATTN_NPY_F32: *t = SMATTN_F32; break;
+    case SMATTN_NPY_F16: *t = SMATTN_F16; break;
+    case SMATTN_NPY_BF16: *t = SMATTN_BF16; return 0;
+    case SMATTN_NPY_U16:
+        if (bf16) {
+            *t = SMATTN_BF16;
+            return 0;
+        }
+        smattn_io_err(err, errlen,
+                      "%s: dtype '%s' holds raw bits; name \"%s\" in case.json's \"bf16\" list to "
+                      "read them as bfloat16",
+                      file, a->descr, key);
+        return -1;
+    default:
+        smattn_io_err(err, errlen, "%s: dtype '%s' is not a float type (want f8, f4, f2 or bf16)",
+                      file, a->descr);
+        return -1;
+    }
+    if (bf16) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"bf16\" names %s, but %s has dtype '%s' (want '<u2')", key, file,
+                      a->descr);
+        return -1;
+    }
+    return 0;
+}
+
+static int nonempty_dims(const smattn_npy *a, const char *file, char *err, size_t errlen)
+{
+    for (int r = 0; r < a->rank; r++)
+        if (a->shape[r] < 1) {
+            char s[128];
+            shape_str(a, s, sizeof s);
+            smattn_io_err(err, errlen, "%s: shape %s has an empty dimension (each must be >= 1)",
+                          file, s);
+            return -1;
+        }
+    return 0;
+}
+
+/* One dimension of a checked against an expected extent set by another file. */
+static int same_dim(const smattn_npy *a, const char *file, int r, int64_t want, const char *what,
+                    char *err, size_t errlen)
+{
+    if (a->shape[r] == want)
+        return 0;
+    char s[128];
+    shape_str(a, s, sizeof s);
+    smattn_io_err(err, errlen, "%s: shape %s does not match %s %lld", file, s, what,
+                  (long long)want);
+    return -1;
+}
+
+static int rank_3_or_4(const smattn_npy *a, const char *file, const char *layout, char *err,
+                       size_t errlen)
+{
+    if (a->rank == 3 || a->rank == 4)
+        return 0;
+    char s[128];
+    shape_str(a, s, sizeof s);
+    smattn_io_err(err, errlen, "%s: shape %s has rank %d; want %s", file, s, a->rank, layout);
+    return -1;
+}
+
+/* Tensor strides for a 3-D (B = 1) or 4-D array. */
+static void strides_34(const smattn_npy *a, int64_t st[4])
+{
+    int off = 4 - a->rank;
+    st[0] = 0;
+    for (int r = 0; r < a->rank; r++)
+        st[off + r] = a->stride[r];
+}
+
+static int check_attention(smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_npy *q = &c->q, *k = &c->k, *v = &c->v;
+    if (rank_3_or_4(q, "q.npy", "[B,S,Hq,D] or [S,Hq,D]", err, errlen) ||
+        nonempty_dims(q, "q.npy", err, errlen))
+        return -1;
+    const smattn_npy *kv[2] = {k, v};
+    const char *kvn[2] = {"k.npy", "v.npy"};
+    for (int n = 0; n < 2; n++) {
+        if (kv[n]->rank != q->rank) {
+            char s[128];
+            shape_str(kv[n], s, sizeof s);
+            smattn_io_err(err, errlen,
+                          "%s: shape %s is %d-D but q.npy is %d-D (q, k, v must all be "
+                          "3-D or all 4-D)",
+                          kvn[n], s, kv[n]->rank, q->rank);
+            return -1;
+        }
+        if (nonempty_dims(kv[n], kvn[n], err, errlen))
+            return -1;
+    }
+    const int o = q->rank - 3; /* index of the first non-batch dim */
+    smattn_problem *p = &c->prob;
+    p->op = SMATTN_OP_ATTENTION;
+    p->B = o ? q->shape[0] : 1;
+    p->S = q->shape[o];
+    p->Hq = q->shape[o + 1];
+    p->D = q->shape[o + 2];
+    if ((o && same_dim(k, "k.npy", 0, p->B, "q.npy's batch size B =", err, errlen)) ||
+        same_dim(k, "k.npy", o + 2, p->D, "q.npy's head dim", err, errlen))
+        return -1;
+    p->T = k->shape[o];
+    p->Hkv = k->shape[o + 1];
+    if ((o && same_dim(v, "v.npy", 0, p->B, "q.npy's batch size B =", err, errlen)) ||
+        same_dim(v, "v.npy", o, p->T, "k.npy's key count T =", err, errlen) ||
+        same_dim(v, "v.npy", o + 1, p->Hkv, "k.npy's KV head count Hkv =", err, errlen))
+        return -1;
+    p->Dv = v->shape[o + 2];
+    if (p->Hq % p->Hkv != 0) {
+        smattn_io_err(err, errlen, "k.npy: Hq (%lld) is not a multiple of Hkv (%lld)",
+                      (long long)p->Hq, (long long)p->Hkv);
+        return -1;
+    }
+    c->rank = q->rank;
+    const unsigned bits[3] = {SMATTN_CASE_Q, SMATTN_CASE_K, SMATTN_CASE_V};
+    const smattn_npy *arr[3] = {q, k, v};
+    const char *names[3] = {"q.npy", "k.npy", "v.npy"}, *keys[3] = {"q", "k", "v"};
+    smattn_tensor *ten[3] = {&c->in.q, &c->in.k, &c->in.v};
+    for (int n = 0; n < 3; n++) {
+        if (float_dtype(arr[n], names[n], keys[n], (c->json.bf16 & bits[n]) != 0, &ten[n]->dtype,
+                        err, errlen))
+            return -1;
+        ten[n]->data = arr[n]->data;
+        strides_34(arr[n], ten[n]->stride);
+    }
+    return 0;
+}
+
+static int check_softmax(smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_npy *x = &c->x;
+    if (rank_3_or_4(x, "x.npy", "[B,H,S,T] or [H,S,T]", err, errlen) ||
+        nonempty_dims(x, "x.npy", err, errlen))
+        return -1;
+    const int o = x->rank - 3;
+    smattn_problem *p = &c->prob;
+    p->op = SMATTN_OP_SOFTMAX;
+    p->B = o ? x->shape[0] : 1;
+    p->Hq = x->shape[o];
+    p->S = x->shape[o + 1];
+    p->T = x->shape[o + 2];
+    p->Hkv = p->D = p->Dv = 1;
+    c->rank = x->rank;
+    if (float_dtype(x, "x.npy", "x", (c->json.bf16 & SMATTN_CASE_X) != 0, &c->in.x.dtype, err,
+                    errlen))
+        return -1;
+    c->in.x.data = x->data;
+    strides_34(x, c->in.x.stride);
+    return 0;
+}
+
+/* bias / mask: numpy broadcasting to [B,Hq,S,T], right-aligned; stride 0 where the extent
+ * is 1 or the dimension is missing. */
+static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char *file,
+                           smattn_tensor *t, char *err, size_t errlen)
+{
+    const smattn_problem *p = &c->prob;
+    const int64_t full[4] = {p->B, p->Hq, p->S, p->T};
+    const int off = 4 - a->rank;
+    memset(t->stride, 0, sizeof t->stride);
+    for (int r = 0; r < a->rank; r++) {
+        int64_t n = a->shape[r];
+        if (n != 1 && n != full[off + r]) {
+            char s[128];
+            shape_str(a, s, sizeof s);
+            smattn_io_err(err, errlen,
+                          "%s: shape %s does not broadcast to [B,Hq,S,T] = "
+                          "[%lld,%lld,%lld,%lld] (dim %d is %lld: want 1 or %lld)",
+                          file, s, (long long)full[0], (long long)full[1], (long long)full[2],
+                          (long long)full[3], r, (long long)n, (long long)full[off + r]);
+            return -1;
+        }
+        t->stride[off + r] = n == 1 ? 0 : a->stride[r];
+    }
+    t->data = a->data;
+    return 0;
+}
+
+static int check_bias_mask(smattn_case *c, char *err, size_t errlen)
+{
+    if (c->bias.data) {
+        if (float_dtype(&c->bias, "bias.npy", "bias", (c->json.bf16 & SMATTN_CASE_BIAS) != 0,
+                        &c->in.bias.dtype, err, errlen) ||
+            check_broadcast(c, &c->bias, "bias.npy", &c->in.bias, err, errlen))
+            return -1;
+    }
+    if (c->mask.data) {
+        if (c->mask.type != SMATTN_NPY_BOOL && c->mask.type != SMATTN_NPY_U8) {
+            smattn_io_err(err, errlen,
+                          "mask.npy: dtype '%s' is not a mask type (want '|b1' or "
+                          "'|u1')",
+                          c->mask.descr);
+            return -1;
+        }
+        c->in.mask.dtype = SMATTN_BOOL;
+        if (check_broadcast(c, &c->mask, "mask.npy", &c->in.mask, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+static int check_sinks(smattn_case *c, char *err, size_t errlen)
+{
+    const int64_t Hq = c->prob.Hq;
+    if (c->sinks.data && c->json.sinks) {
+        smattn_io_err(err, errlen, "sinks.npy: sinks are also given in case.json (give one)");
+        return -1;
+    }
+    if (c->json.sinks) {
+        if ((uint64_t)c->json.n_sinks != (uint64_t)Hq) {
+            smattn_io_err(err, errlen, "case.json: \"sinks\" has %zu entries, want Hq = %lld",
+                          c->json.n_sinks, (long long)Hq);
+            return -1;
+        }
+        c->in.sinks = (smattn_tensor){c->json.sinks, SMATTN_F64, {1, 0, 0, 0}};
+    }
+    if (c->sinks.data) {
+        if (c->sinks.rank != 1 || c->sinks.shape[0] != Hq) {
+            char s[128];
+            shape_str(&c->sinks, s, sizeof s);
+            smattn_io_err(err, errlen, "sinks.npy: shape %s, want [Hq] = [%lld]", s, (long long)Hq);
+            return -1;
+        }
+        if (float_dtype(&c->sinks, "sinks.npy", "sinks", (c->json.bf16 & SMATTN_CASE_SINKS) != 0,
+                        &c->in.sinks.dtype, err, errlen))
+            return -1;
+        c->in.sinks.data = c->sinks.data;
+        c->in.sinks.stride[0] = c->sinks.stride[0];
+    }
+    return 0;
+}
+
+static int check_lens(const int64_t *lens, size_t n, const char *key, int64_t B, int64_t max,
+                      const char *maxname, char *err, size_t errlen)
+{
+    if (!lens)
+        return 0;
+    if ((uint64_t)n != (uint64_t)B) {
+        smattn_io_err(err, errlen, "case.json: \"%s\" has %zu entries, want B = %lld", key, n,
+                      (long long)B);
+        return -1;
+    }
+    for (size_t b = 0; b < n; b++)
+        if (lens[b] < 0 || lens[b] > max) {
+            smattn_io_err(err, errlen,
+                          "case.json: \"%s\"[%zu] = %lld is outside [0, %s] = [0, %lld]", key, b,
+                          (long long)lens[b], maxname, (long long)max);
+            return -1;
+        }
+    return 0;
+}
+
+/* Every name in "bf16" must be an input this case has (as a .npy file). */
+static int check_bf16_names(const smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_npy *arr[6] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->sinks};
+    for (int n = 0; n < 6; n++)
+        if ((c->json.bf16 >> n & 1) && !arr[n]->data) {
+            smattn_io_err(err, errlen, "case.json: \"bf16\" names %s, but there is no %s.npy",
+                          bf16_names[n], bf16_names[n]);
+            return -1;
+        }
+    return 0;
+}
+
+static void apply_json(smattn_case *c)
+{
+    smattn_problem *p = &c->prob;
+    const smattn_case_json *j = &c->json;
+    p->scale = j->has_scale                   ? j->scale
+               : p->op == SMATTN_OP_ATTENTION ? smattn_default_scale(p->D)
+                                              : 1.0;
+    p->softcap = j->softcap;
+    p->causal = j->causal;
+    p->window_left = j->window[0];
+    p->window_right = j->window[1];
+    p->kv_lens = j->kv_lens;
+    p->q_lens = j->q_lens;
+    p->empty_rows = j->empty_rows;
+    p->empty_lse = j->empty_lse;
+}
+
+/* Which op: x.npy for softmax, q.npy for attention, never both. */
+static int case_op(const char *dir, smattn_op *op, char *err, size_t errlen)
+{
+    int hq = file_exists(dir, "q.npy", err, errlen);
+    int hx = hq < 0 ? -1 : file_exists(dir, "x.npy", err, errlen);
+    if (hq < 0 || hx < 0)
+        return -1;
+    if (hq && hx) {
+        smattn_io_err(err, errlen,
+                      "x.npy: a case has q.npy (attention) or x.npy (softmax), not both");
+        return -1;
+    }
+    if (!hq && !hx) {
+        smattn_io_err(err, errlen, "%s: no q.npy (attention) or x.npy (softmax)", dir);
+        return -1;
+    }
+    *op = hq ? SMATTN_OP_ATTENTION : SMATTN_OP_SOFTMAX;
+    if (!hq) {
+        int hk = file_exists(dir, "k.npy", err, errlen);
+        int hv = hk < 0 ? -1 : file_exists(dir, "v.npy", err, errlen);
+        if (hk < 0 || hv < 0)
+            return -1;
+        if (hk || hv) {
+            smattn_io_err(err, errlen, "%s: a softmax case (x.npy) has no k or v",
+                          hk ? "k.npy" : "v.npy");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        smattn_io_err(err, errlen, "%s: %s", dir,
+                      stat(dir, &st) != 0 ? "no such case directory" : "not a directory");
+        return -1;
+    }
+    smattn_op op;
+    if (load_json(dir, &c->json, err, errlen) || case_op(dir, &op, err, errlen))
+        return -1;
+    c->prob = smattn_problem_default();
+    if (op == SMATTN_OP_ATTENTION) {
+        if (load_array(dir, "q.npy", 1, &c->q, err, errlen) ||
+            load_array(dir, "k.npy", 1, &c->k, err, errlen) ||
+            load_array(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
+            return -1;
+    } else if (load_array(dir, "x.npy", 1, &c->x, err, errlen) || check_softmax(c, err, errlen))
+        return -1;
+    if (load_array(dir, "bias.npy", 0, &c->bias, err, errlen) ||
+        load_array(dir, "mask.npy", 0, &c->mask, err, errlen) ||
+        load_array(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
+        check_bf16_names(c, err, errlen) || check_bias_mask(c, err, errlen) ||
+        check_sinks(c, err, errlen))
+        return -1;
+    const smattn_problem *p = &c->prob;
+    if (check_lens(c->json.kv_lens, c->json.n_kv_lens, "kv_lens", p->B, p->T, "T", err, errlen) ||
+        check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen))
+        return -1;
+    apply_json(c);
+    return 0;
+}
+
+int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    smattn_case_json_init(&c->json);
+    if (load_all(dir, c, err, errlen) == 0)
+        return 0;
+    smattn_case_free(c);
+    return -1;
+}
+
+void smattn_case_free(smattn_case *c)
+{
+    if (!c)
+        return;
+    smattn_npy *arr[7] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->mask, &c->sinks};
+    for (int n = 0; n < 7; n++)
+        smattn_npy_free(arr[n]);
+    smattn_case_json_free(&c->json);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- outputs --------------------------------------------------------------------------- */
+
+/* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B. */
+static int out_shape(const smattn_case *c, int which, int64_t shape[4])
+{
+    const smattn_problem *p = &c->prob;
+    int64_t full[3][4] = {
+        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
+    int rank = which == 1 ? 3 : 4;
+    int drop = c->rank == 3;
+    for (int r = drop; r < rank; r++)
+        shape[r - drop] = full[which][r];
+    return rank - drop;
+}
+
+/* Element count of a shape, or -1 if it does not fit in int64 or size_t bytes. */
+static int64_t shape_count(const int64_t *shape, int rank, size_t es)
+{
+    int64_t n = 1;
+    for (int r = 0; r < rank; r++) {
+        if (shape[r] != 0 && n > INT64_MAX / shape[r])
+            return -1;
+        n *= shape[r];
+    }
+    return (uint64_t)n > SIZE_MAX / es ? -1 : n;
+}
+
+smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
+                                        smattn_outputs *out, char *err, size_t errlen)
+{
+    static const char *const names[3] = {"o", "lse", "p"};
+    static const char roles[3] = {'o', 'l', 'p'};
+    memset(out, 0, sizeof *out);
+    smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
+    size_t es = smattn_dtype_size(t);
+    if (es == 0 || t == SMATTN_BOOL) {
+        smattn_io_err(err, errlen, "output dtype %d is not a float type", (int)t);
+        return SMATTN_ERR_DTYPE;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+            continue;
+        int64_t shape[4];
+        int rank = out_shape(c, k, shape);
+        int64_t n = shape_count(shape, rank, es);
+        if (n < 0) {
+            smattn_io_err(err, errlen, "%s.npy: the output has too many elements to allocate",
+                          names[k]);
+            smattn_case_outputs_free(out);
+            return SMATTN_ERR_OVERFLOW;
+        }
+        ot[k]->data = calloc((size_t)n ? (size_t)n : 1, es);
+        if (!ot[k]->data) {
+            smattn_io_err(err, errlen, "%s.npy: out of memory for %lld elements of %s", names[k],
+                          (long long)n, smattn_dtype_name(t));
+            smattn_case_outputs_free(out);
+            return SMATTN_ERR_NOMEM;
+        }
+        ot[k]->dtype = t;
+        smattn_contiguous_strides(&c->prob, roles[k], ot[k]->stride);
+    }
+    smattn_status st = smattn_validate(&c->prob, &c->in, out);
+    if (st != SMATTN_OK) {
+        smattn_io_err(err, errlen, "case: %s (%s)", smattn_status_str(st), smattn_status_name(st));
+        smattn_case_outputs_free(out);
+    }
+    return st;
+}
+
+void smattn_case_outputs_free(smattn_outputs *out)
+{
+    if (!out)
+        return;
+    free(out->o.data);
+    free(out->lse.data);
+    free(out->p.data);
+    memset(out, 0, sizeof *out);
+}
+
+/* Make OUT if missing; *created says whether this call made it. */
+static int make_outdir(const char *outdir, int *created, char *err, size_t errlen)
+{
+    struct stat st;
+    *created = 0;
+    if (stat(outdir, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return 0;
+        smattn_io_err(err, errlen, "%s: exists and is not a directory", outdir);
+        return -1;
+    }
+    if (mkdir(outdir, 0777) != 0) {
+        smattn_io_err(err, errlen, "%s: cannot create directory: %s", outdir, strerror(errno));
+        return -1;
+    }
+    *created = 1;
+    return 0;
+}
+
+/* Write one output to a fresh temporary file in OUT; its path goes to *tmp. */
+static int write_temp(const char *outdir, const char *name, const smattn_out_tensor *t, int rank,
+                      const int64_t *shape, char **tmp, char *err, size_t errlen)
+{
+    size_t n = strlen(outdir) + strlen(name) + 16;
+    char *path = malloc(n);
+    if (!path) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(path, n, "%s/.%s.XXXXXX", outdir, name);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        smattn_io_err(err, errlen, "%s: cannot create a temporary file: %s", outdir,
+                      strerror(errno));
+        free(path);
+        return -1;
+    }
+    (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
+    close(fd);
+    *tmp = path;
+    if (smattn_npy_write(path, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
+        smattn_io_err_prefix(err, errlen, name);
+        return -1;
+    }
+    return 0;
+}
+
+int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
+                              char *err, size_t errlen)
+{
+    static const char *const names[3] = {"o.npy", "lse.npy", "p.npy"};
+    const smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
+    char *tmp[3] = {NULL, NULL, NULL};
+    int created, rc = -1;
+    if (make_outdir(outdir, &created, err, errlen))
+        return -1;
+    int k;
+    for (k = 0; k < 3; k++) {
+        if (!ot[k]->data || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+            continue;
+        int64_t shape[4];
+        int rank = out_shape(c, k, shape);
+        if (write_temp(outdir, names[k], ot[k], rank, shape, &tmp[k], err, errlen))
+            break;
+    }
+    if (k == 3) {
+        rc = 0;
+        for (k = 0; k < 3 && rc == 0; k++) {
+            char *final = tmp[k] ? join_path(outdir, names[k]) : NULL;
+            if (tmp[k] && (!final || rename(tmp[k], final) != 0)) {
+                smattn_io_err(err, errlen, "%s: cannot rename into %s: %s", names[k], outdir,
+                              final ? strerror(errno) : "out of memory");
+                rc = -1;
+            } else if (tmp[k]) {
+                free(tmp[k]);
+                tmp[k] = NULL;
+            }
+            free(final);
+        }
+    }
+    for (k = 0; k < 3; k++) {
+        if (tmp[k])
+            remove(tmp[k]);
+        free(tmp[k]);
+    }
+    if (rc && created)
+        rmdir(outdir);
+    return rc;
+}

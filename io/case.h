@@ -1,0 +1,89 @@
+/* case.h: a case directory (q/k/v.npy or x.npy, optional bias/mask/sinks.npy, case.json)
+ * loaded into an owned problem and inputs, and the writer of its outputs (o/lse/p.npy).
+ *
+ * Layout: attention q [B,S,Hq,D], k [B,T,Hkv,D], v [B,T,Hkv,Dv]; softmax x [B,Hq,S,T].
+ * 3-D arrays mean B = 1 (q/k/v [S,H,D], x [H,S,T]); q, k, v are all 3-D or all 4-D, and the
+ * outputs follow the same convention. bias and mask are numpy-broadcastable to
+ * [B,Hq,S,T] (right-aligned, each dim 1 or full); sinks.npy is [Hq]. Fortran-ordered
+ * arrays are used in place through their strides. Every error is one line that names the
+ * file and the problem.
+ */
+#ifndef SMATTN_IO_CASE_H
+#define SMATTN_IO_CASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/npy.h"
+#include "smattn.h"
+
+/* Names in case.json's "bf16" list, as bits of smattn_case_json.bf16. */
+enum {
+    SMATTN_CASE_Q = 1 << 0,
+    SMATTN_CASE_K = 1 << 1,
+    SMATTN_CASE_V = 1 << 2,
+    SMATTN_CASE_X = 1 << 3,
+    SMATTN_CASE_BIAS = 1 << 4,
+    SMATTN_CASE_SINKS = 1 << 5
+};
+
+/* case.json, parsed. Arrays are owned (free with smattn_case_json_free). */
+typedef struct smattn_case_json {
+    int has_scale; /* 0: the op's default scale */
+    double scale;  /* the binary64 nearest the JSON number */
+    double softcap;
+    smattn_causal causal;
+    int64_t window[2]; /* [left, right], -1 = unbounded */
+    int64_t *kv_lens, *q_lens;
+    size_t n_kv_lens, n_q_lens;
+    double *sinks; /* NULL: none given */
+    size_t n_sinks;
+    smattn_empty empty_rows;
+    smattn_empty_lse empty_lse;
+    unsigned bf16; /* SMATTN_CASE_* bits */
+} smattn_case_json;
+
+/* Defaults: no key given (what an absent case.json means). */
+void smattn_case_json_init(smattn_case_json *cj);
+/* Parse case.json text text[0, len) (need not be NUL-terminated; a NUL inside is an
+ * error). Checks types and ranges that need no shapes. Returns 0 or nonzero with one line
+ * in err (without the file name). On failure *cj holds nothing to free. */
+int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, char *err,
+                           size_t errlen);
+void smattn_case_json_free(smattn_case_json *cj);
+
+/* A loaded case. prob and in point into the owned arrays below. */
+typedef struct smattn_case {
+    smattn_problem prob;
+    smattn_inputs in;
+    int rank; /* 3 or 4: the rank convention of q/k/v (or x) and the outputs */
+    smattn_case_json json;
+    smattn_npy q, k, v, x, bias, mask, sinks; /* data NULL: absent */
+} smattn_case;
+
+/* Load and check a case directory. Returns 0, or nonzero with one line in err such as
+ * "k.npy: shape [4,4,16] does not match q.npy's head dim 128". On failure *c holds nothing
+ * to free. smattn_validate is run as part of smattn_case_outputs_alloc (it needs outputs). */
+int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen);
+void smattn_case_free(smattn_case *c);
+
+/* Which outputs to allocate. */
+enum { SMATTN_CASE_OUT_O = 1, SMATTN_CASE_OUT_LSE = 2, SMATTN_CASE_OUT_P = 4 };
+
+/* Allocate contiguous outputs of dtype t (O is skipped for softmax), then run
+ * smattn_validate on the whole descriptor. Returns SMATTN_OK, or a status with one line in
+ * err: SMATTN_ERR_NOMEM when memory ran out, SMATTN_ERR_OVERFLOW when the sizes do not
+ * fit, or the validation failure. On failure nothing is left allocated. */
+smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
+                                        smattn_outputs *out, char *err, size_t errlen);
+void smattn_case_outputs_free(smattn_outputs *out);
+
+/* Write the outputs present in out (data != NULL; contiguous, as allocated above) to
+ * OUT/o.npy, OUT/lse.npy, OUT/p.npy in the case's rank convention (3-D: o [S,Hq,Dv],
+ * lse [Hq,S], p [Hq,S,T]). OUT is created if missing. Each file is first written under a
+ * temporary name in OUT; all are renamed only when all were written, and on failure the
+ * temporaries (and OUT, if created here) are removed. Returns 0 or nonzero with err. */
+int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
+                              char *err, size_t errlen);
+
+#endif

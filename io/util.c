@@ -1,0 +1,116 @@
+/* util.c: messages, whole-file reads and strict JSON parsing for the io/ readers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/util.h"
+
+void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void smattn_io_err_prefix(char *err, size_t errlen, const char *name)
+{
+    if (!err || errlen == 0)
+        return;
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s: %s", name, tmp);
+}
+
+char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen)
+{
+    /* O_NONBLOCK: opening a FIFO must not hang; it is then refused as not regular. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        smattn_io_err(err, errlen, "cannot open: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        smattn_io_err(err, errlen, "not a regular file");
+        fclose(f);
+        return NULL;
+    }
+    /* Read up to max+1 bytes whatever stat said: the file may change under us. */
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap || ferror(f) || n > max)
+            break;
+        size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+        char *nb = realloc(buf, ncap + 1);
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap = ncap;
+    }
+    int bad = !buf || ferror(f) || n > max;
+    fclose(f);
+    if (bad) {
+        smattn_io_err(err, errlen,
+                      !buf      ? "out of memory"
+                      : n > max ? "file too large"
+                                : "read error");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_t errlen)
+{
+    if (len > INT_MAX / 2) {
+        smattn_io_err(err, errlen, "JSON text too large (%zu bytes)", len);
+        return NULL;
+    }
+    if (len && memchr(text, '\0', len)) {
+        smattn_io_err(err, errlen, "malformed JSON: contains a NUL byte");
+        return NULL;
+    }
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        smattn_io_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    json_object *obj = json_tokener_parse_ex(tok, len ? text : "", (int)len);
+    enum json_tokener_error e = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    if (!obj && (e == json_tokener_continue || (e == json_tokener_success && end < len)))
+        smattn_io_err(err, errlen, "malformed JSON: unexpected end of text");
+    else if (!obj && e != json_tokener_success)
+        smattn_io_err(err, errlen, "malformed JSON at byte %zu: %s", end,
+                      json_tokener_error_desc(e));
+    else if (!obj)
+        smattn_io_err(err, errlen, "malformed JSON: empty, or null at the top level");
+    else {
+        while (end < len && strchr(" \t\r\n", text[end]))
+            end++;
+        if (end < len) {
+            smattn_io_err(err, errlen, "malformed JSON: trailing text at byte %zu", end);
+            json_object_put(obj);
+            obj = NULL;
+        }
+    }
+    json_tokener_free(tok);
+    return obj;
+}

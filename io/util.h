@@ -1,0 +1,24 @@
+/* util.h: small helpers shared by the io/ readers (messages, whole-file text, strict JSON). */
+#ifndef SMATTN_IO_UTIL_H
+#define SMATTN_IO_UTIL_H
+
+#include <stddef.h>
+
+#include <json.h>
+
+/* snprintf into err (nothing if err is NULL or errlen is 0). */
+void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Turn err into "name: err" in place. */
+void smattn_io_err_prefix(char *err, size_t errlen, const char *name);
+
+/* Read a whole text file of at most max bytes into a malloc'd buffer (length in *len, plus
+ * a NUL after it). NULL with one line in err on failure. */
+char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen);
+
+/* Parse text[0, len) strictly as one JSON value followed only by whitespace (a NUL byte
+ * inside is an error). Returns a new json-c reference, or NULL with one line in err. */
+json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_t errlen);
+
+#endif

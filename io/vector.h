@@ -1,0 +1,32 @@
+/* vector.h: golden vector files (spec/vectors/<name>.json, format in SPEC 8) loaded into a
+ * problem, its inputs and the expected, correctly rounded outputs. */
+#ifndef SMATTN_IO_VECTOR_H
+#define SMATTN_IO_VECTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "smattn.h"
+
+enum { SMATTN_VEC_O = 0, SMATTN_VEC_LSE = 1, SMATTN_VEC_P = 2 };
+
+typedef struct smattn_vector {
+    char name[128];
+    char description[512];
+    char spec[32];               /* SPEC section it illustrates */
+    smattn_problem prob;         /* kv_lens / q_lens point into owned memory */
+    smattn_inputs in;            /* data point into owned memory, contiguous strides */
+    int64_t n[3];                /* element counts of O, LSE, P (0 for O in softmax) */
+    /* expected[t][k]: the expected outputs for dtype t (SMATTN_F64..SMATTN_BF16) and
+     * output k (SMATTN_VEC_O..P) as binary64 values (exact conversions), row-major in the
+     * output shapes; NULL when the file gives none. */
+    double *expected[4][3];
+    char **exact[3];             /* 40-digit decimal strings, NULL when absent */
+    void *owned;                 /* everything above is freed by smattn_vector_free */
+} smattn_vector;
+
+/* Load a vector file. Returns 0 on success; otherwise nonzero with one line in err. */
+int smattn_vector_load(const char *path, smattn_vector *v, char *err, size_t errlen);
+void smattn_vector_free(smattn_vector *v);
+
+#endif

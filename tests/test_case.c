@@ -1,0 +1,483 @@
+/* test_case.c: case directories: good 3-D/4-D cases with broadcasting, bf16 and sinks, and
+ * every kind of bad case rejected with one line naming the file; case.json parsing; the
+ * output writer. */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/case.h"
+
+/* ---- fixtures -------------------------------------------------------------------------- */
+
+static char *make_tmpdir(void)
+{
+    char *d = strdup("/tmp/smattn_case_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    return d;
+}
+
+/* Remove a directory and everything in it (one level of subdirectories is enough here). */
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* An array of n elements with the given values (converted to the type), written as npy. */
+static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
+                const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int r = 0; r < rank; r++)
+        n *= shape[r];
+    size_t es = smattn_npy_type_size(t);
+    unsigned char *buf = calloc((size_t)(n ? n : 1), es);
+    for (int64_t k = 0; k < n; k++) {
+        double x = (double)(k % 7) - 3.0; /* small exact values */
+        if (t == SMATTN_NPY_F64)
+            memcpy(buf + k * 8, &x, 8);
+        else if (t == SMATTN_NPY_F32) {
+            float f = (float)x;
+            memcpy(buf + k * 4, &f, 4);
+        } else if (t == SMATTN_NPY_U16 || t == SMATTN_NPY_F16) {
+            uint16_t h = 0x3c00; /* f16 1.0; as bf16 bits 0x3c00 = 2^-7 */
+            memcpy(buf + k * 2, &h, 2);
+        } else
+            buf[k] = (unsigned char)(k % 2);
+    }
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    ck_assert_msg(smattn_npy_write(p, t, rank, shape, buf, err, sizeof err) == 0, "%s", err);
+    free(buf);
+}
+
+static void put_bytes(const char *dir, const char *name, const void *b, size_t n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+/* A version-1.0 file with a hand-written header dict (under 117 characters) padded to 128
+ * bytes, followed by nbytes bytes of data (zeros when data is NULL). */
+static void put_header(const char *dir, const char *name, const char *dict, const void *data,
+                       size_t nbytes)
+{
+    unsigned char *file = calloc(1, 128 + nbytes);
+    ck_assert(strlen(dict) < 117);
+    memset(file, ' ', 128);
+    memcpy(file, "\x93NUMPY\x01\x00\x76\x00", 10);
+    memcpy(file + 10, dict, strlen(dict));
+    file[127] = '\n';
+    if (data)
+        memcpy(file + 128, data, nbytes);
+    put_bytes(dir, name, file, 128 + nbytes);
+    free(file);
+}
+
+static void put_text(const char *dir, const char *name, const char *text)
+{
+    put_bytes(dir, name, text, strlen(text));
+}
+
+/* A standard attention case: q [S,Hq,D] k,v [T,Hkv,D] (3-D) or with B first (4-D). */
+static void put_qkv(const char *dir, int rank, int64_t B, int64_t S, int64_t T, int64_t Hq,
+                    int64_t Hkv, int64_t D, smattn_npy_type t)
+{
+    int64_t q[4] = {B, S, Hq, D}, k[4] = {B, T, Hkv, D};
+    int o = 4 - rank;
+    put(dir, "q.npy", t, rank, q + o);
+    put(dir, "k.npy", t, rank, k + o);
+    put(dir, "v.npy", t, rank, k + o);
+}
+
+static void load_ok(const char *dir, smattn_case *c)
+{
+    char err[512] = "";
+    ck_assert_msg(smattn_case_load(dir, c, err, sizeof err) == 0, "%s", err);
+}
+
+static void load_fails(const char *dir, const char *needle)
+{
+    smattn_case c;
+    char err[512] = "";
+    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) != 0, "accepted (%s)", needle);
+    ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
+    ck_assert_msg(!strchr(err, '\n'), "multi-line message '%s'", err);
+}
+
+/* ---- good cases ------------------------------------------------------------------------ */
+
+START_TEST(attention_3d_defaults)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 3, 1, 2, 5, 4, 2, 8, SMATTN_NPY_F32);
+    smattn_case c;
+    load_ok(d, &c);
+    ck_assert_int_eq(c.rank, 3);
+    ck_assert_int_eq(c.prob.op, SMATTN_OP_ATTENTION);
+    ck_assert(c.prob.B == 1 && c.prob.S == 2 && c.prob.T == 5 && c.prob.Hq == 4 &&
+              c.prob.Hkv == 2 && c.prob.D == 8 && c.prob.Dv == 8);
+    ck_assert(c.prob.scale == smattn_default_scale(8));
+    ck_assert_int_eq(c.in.q.dtype, SMATTN_F32);
+    ck_assert(c.in.q.stride[1] == 32 && c.in.q.stride[2] == 8 && c.in.q.stride[3] == 1);
+    smattn_outputs out;
+    char err[256];
+    ck_assert_msg(smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE,
+                                            &out, err, sizeof err) == SMATTN_OK,
+                  "%s", err);
+    ck_assert_ptr_null(out.p.data);
+    smattn_case_outputs_free(&out);
+    smattn_case_free(&c);
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+START_TEST(attention_4d_broadcast_options)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 4, 2, 3, 4, 2, 1, 4, SMATTN_NPY_F64);
+    put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 1, 3, 4});
+    put(d, "mask.npy", SMATTN_NPY_BOOL, 1, (int64_t[]){4});
+    put_text(d, "case.json",
+             "{\"scale\": 0.1, \"causal\": \"upper_left\", \"window\": [2, 0],"
+             " \"kv_lens\": [4, 3], \"q_lens\": [3, 1], \"softcap\": 30, \"sinks\": [-1, "
+             "\"-inf\"], \"empty_rows\": \"mean\", \"empty_lse\": \"pos_inf\"}\n");
+    smattn_case c;
+    load_ok(d, &c);
+    ck_assert_int_eq(c.rank, 4);
+    ck_assert(c.prob.B == 2 && c.prob.Hq == 2 && c.prob.Hkv == 1);
+    ck_assert(c.prob.scale == 0.1 && c.prob.softcap == 30.0);
+    ck_assert(c.prob.causal == SMATTN_CAUSAL_UPPER_LEFT && c.prob.window_left == 2 &&
+              c.prob.window_right == 0);
+    ck_assert(c.prob.kv_lens[1] == 3 && c.prob.q_lens[1] == 1);
+    ck_assert(c.prob.empty_rows == SMATTN_EMPTY_MEAN && c.prob.empty_lse == SMATTN_LSE_POS_INF);
+    ck_assert(c.in.bias.stride[0] == 0 && c.in.bias.stride[1] == 0 && c.in.bias.stride[2] == 4 &&
+              c.in.bias.stride[3] == 1);
+    ck_assert(c.in.mask.stride[0] == 0 && c.in.mask.stride[2] == 0 && c.in.mask.stride[3] == 1);
+    ck_assert_int_eq(c.in.mask.dtype, SMATTN_BOOL);
+    ck_assert(c.in.sinks.dtype == SMATTN_F64 && isinf(((const double *)c.in.sinks.data)[1]));
+    smattn_outputs out;
+    char err[256];
+    ck_assert_msg(smattn_case_outputs_alloc(&c, SMATTN_BF16, 7, &out, err, sizeof err) == SMATTN_OK,
+                  "%s", err);
+    smattn_case_outputs_free(&out);
+    smattn_case_free(&c);
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+START_TEST(bf16_sinks_softmax_fortran)
+{
+    char *d = make_tmpdir();
+    /* bf16 as '<u2' bits when named; sinks.npy [Hq]. */
+    put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_U16);
+    put(d, "sinks.npy", SMATTN_NPY_F16, 1, (int64_t[]){2});
+    put_text(d, "case.json", "{\"bf16\": [\"q\", \"k\", \"v\"]}");
+    smattn_case c;
+    load_ok(d, &c);
+    ck_assert(c.in.q.dtype == SMATTN_BF16 && c.in.v.dtype == SMATTN_BF16);
+    ck_assert(c.in.sinks.dtype == SMATTN_F16 && c.in.sinks.stride[0] == 1);
+    smattn_case_free(&c);
+    rm_tree(d);
+    /* Softmax, 3-D x, Fortran-ordered: used in place through column-major strides. */
+    ck_assert_int_eq(mkdir(d, 0700), 0);
+    double x[6] = {0, 1, 2, 3, 4, 5};
+    put_header(d, "x.npy", "{'descr': '<f8', 'fortran_order': True, 'shape': (1, 2, 3), }", x,
+               sizeof x);
+    load_ok(d, &c);
+    ck_assert(c.prob.op == SMATTN_OP_SOFTMAX && c.prob.Hq == 1 && c.prob.S == 2 && c.prob.T == 3 &&
+              c.prob.scale == 1.0);
+    ck_assert(c.in.x.stride[2] == 1 && c.in.x.stride[3] == 2); /* [h][i][j] at i + 2j */
+    smattn_case_free(&c);
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+/* ---- bad cases ------------------------------------------------------------------------- */
+
+START_TEST(bad_files_rejected)
+{
+    char *d = make_tmpdir();
+    load_fails("/nonexistent/smattn/case", "no such case directory");
+    load_fails(d, "no q.npy");
+    put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
+    char p[512];
+    snprintf(p, sizeof p, "%s/k.npy", d);
+    unlink(p);
+    load_fails(d, "k.npy: missing");
+    put(d, "k.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 4});
+    /* Truncated file. */
+    snprintf(p, sizeof p, "%s/v.npy", d);
+    ck_assert_int_eq(truncate(p, 130), 0);
+    load_fails(d, "v.npy: truncated data");
+    put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 4});
+    /* Not npy at all. */
+    put_text(d, "mask.npy", "hello");
+    load_fails(d, "mask.npy: not a .npy file");
+    put(d, "mask.npy", SMATTN_NPY_F32, 1, (int64_t[]){3});
+    load_fails(d, "mask.npy: dtype '<f4' is not a mask type");
+    put(d, "mask.npy", SMATTN_NPY_U8, 1, (int64_t[]){3});
+    smattn_case c;
+    load_ok(d, &c);
+    smattn_case_free(&c);
+    put(d, "x.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 2, 3});
+    load_fails(d, "not both");
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+START_TEST(bad_dtypes_rejected)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
+    put(d, "q.npy", SMATTN_NPY_U16, 3, (int64_t[]){2, 2, 4});
+    load_fails(d, "q.npy: dtype '<u2' holds raw bits");
+    put(d, "q.npy", SMATTN_NPY_BOOL, 3, (int64_t[]){2, 2, 4});
+    load_fails(d, "q.npy: dtype '|b1' is not a float type");
+    put(d, "q.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 2, 4});
+    put_text(d, "case.json", "{\"bf16\": [\"k\"]}");
+    load_fails(d, "\"bf16\" names k, but k.npy has dtype '<f4'");
+    put_text(d, "case.json", "{\"bf16\": [\"x\"]}");
+    load_fails(d, "there is no x.npy");
+    put_text(d, "case.json", "{\"bf16\": [\"mask\"]}");
+    load_fails(d, "case.json: \"bf16\"[0]");
+    put_text(d, "case.json", "{}");
+    put_header(d, "q.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", NULL, 8);
+    load_fails(d, "q.npy: header: dtype '<i8' is not supported");
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+START_TEST(bad_shapes_rejected)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 3, 1, 4, 4, 4, 4, 128, SMATTN_NPY_F32);
+    put(d, "k.npy", SMATTN_NPY_F32, 3, (int64_t[]){4, 4, 16});
+    load_fails(d, "k.npy: shape [4,4,16] does not match q.npy's head dim 128");
+    rm_tree(d);
+    ck_assert_int_eq(mkdir(d, 0700), 0);
+    put_qkv(d, 3, 1, 2, 3, 28, 5, 2, SMATTN_NPY_F32);
+    load_fails(d, "Hq (28) is not a multiple of Hkv (5)");
+    put_qkv(d, 3, 1, 2, 3, 4, 2, 2, SMATTN_NPY_F32);
+    put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){4, 2, 2});
+    load_fails(d, "v.npy: shape [4,2,2] does not match k.npy's key count T = 3");
+    put(d, "v.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 3, 2, 2});
+    load_fails(d, "v.npy: shape [1,3,2,2] is 4-D but q.npy is 3-D");
+    put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 0});
+    load_fails(d, "v.npy: shape [3,2,0] has an empty dimension");
+    put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 5}); /* Dv != D is fine */
+    put(d, "q.npy", SMATTN_NPY_F32, 2, (int64_t[]){2, 4});
+    load_fails(d, "q.npy: shape [2,4] has rank 2");
+    put(d, "q.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 4, 2});
+    put(d, "bias.npy", SMATTN_NPY_F32, 2, (int64_t[]){3, 3});
+    load_fails(d, "bias.npy: shape [3,3] does not broadcast to [B,Hq,S,T] = [1,4,2,3]");
+    put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 4, 1, 3});
+    put(d, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){3});
+    load_fails(d, "sinks.npy: shape [3], want [Hq] = [4]");
+    put(d, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){4});
+    put_text(d, "case.json", "{\"sinks\": [1, 2, 3, 4]}");
+    load_fails(d, "sinks are also given in case.json");
+    put_text(d, "case.json", "{\"kv_lens\": [1, 2]}");
+    load_fails(d, "\"kv_lens\" has 2 entries, want B = 1");
+    put_text(d, "case.json", "{\"q_lens\": [3]}");
+    load_fails(d, "\"q_lens\"[0] = 3 is outside [0, S] = [0, 2]");
+    put_text(d, "case.json", "{\"kv_lens\": [3]}");
+    smattn_case c;
+    load_ok(d, &c);
+    smattn_case_free(&c);
+    /* A header whose element count overflows int64. */
+    put_header(d, "q.npy",
+               "{'descr': '<f4', 'fortran_order': False, 'shape': "
+               "(4294967296, 4294967296, 4294967296), }",
+               NULL, 0);
+    load_fails(d, "q.npy: shape: the element count overflows");
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+START_TEST(bad_json_rejected)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
+    const char *bad[][2] = {
+        {"{\"scale\": 1,", "case.json: malformed JSON"},
+        {"{\"scale\": 1} {}", "case.json: malformed JSON"},
+        {"[1, 2]", "top level must be a JSON object"},
+        {"{\"scael\": 1}", "case.json: unknown key \"scael\""},
+        {"{\"scale\": \"0.5\"}", "\"scale\" must be a finite number"},
+        {"{\"scale\": 1e400}", "\"scale\" must be a finite number"},
+        {"{\"scale\": 99999999999999999999999}", "\"scale\" must be a finite number"},
+        {"{\"causal\": \"lower-right\"}", "\"causal\" must be"},
+        {"{\"window\": [1]}", "\"window\" must be"},
+        {"{\"window\": [-2, 0]}", "\"window\" must be"},
+        {"{\"window\": [1.5, 0]}", "\"window\" must be"},
+        {"{\"softcap\": -1}", "\"softcap\" must be"},
+        {"{\"kv_lens\": [1, \"a\"]}", "\"kv_lens\"[1] is not an integer"},
+        {"{\"sinks\": [\"-infinity\"]}", "\"sinks\"[0] is not a number"},
+        {"{\"empty_rows\": \"skip\"}", "\"empty_rows\" must be"},
+        {"{\"empty_lse\": 0}", "\"empty_lse\" must be"},
+        {"{\"bf16\": \"q\"}", "\"bf16\" must be an array"},
+        {"", "case.json: malformed JSON"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        put_text(d, "case.json", bad[k][0]);
+        load_fails(d, bad[k][1]);
+    }
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+START_TEST(json_from_memory)
+{
+    smattn_case_json cj;
+    char err[256];
+    ck_assert(smattn_case_json_parse("{}", 2, &cj, err, sizeof err) == 0);
+    ck_assert(!cj.has_scale && cj.window[0] == -1 && cj.causal == SMATTN_CAUSAL_NONE);
+    smattn_case_json_free(&cj);
+    /* Not NUL-terminated; the length bounds the parse. */
+    const char text[] = "{\"scale\": 0.125, \"sinks\": [\"inf\", -2.5]}GARBAGE";
+    ck_assert_msg(smattn_case_json_parse(text, 40, &cj, err, sizeof err) == 0, "%s", err);
+    ck_assert(cj.has_scale && cj.scale == 0.125 && cj.n_sinks == 2 && cj.sinks[1] == -2.5);
+    smattn_case_json_free(&cj);
+    ck_assert(smattn_case_json_parse(text, sizeof text - 1, &cj, err, sizeof err) != 0);
+    ck_assert(smattn_case_json_parse("{\"scale\": 1}\0", 13, &cj, err, sizeof err) != 0);
+    ck_assert(strstr(err, "NUL") != NULL);
+    /* The nearest binary64: 0.1 is 0x1.999999999999ap-4. */
+    ck_assert(smattn_case_json_parse("{\"scale\": 0.1}", 14, &cj, err, sizeof err) == 0);
+    ck_assert(cj.scale == 0x1.999999999999ap-4);
+    smattn_case_json_free(&cj);
+}
+END_TEST
+
+/* Random byte mutations of a full case.json, parsed from an exact-size buffer: each parse
+ * succeeds or fails with a message; ASan sees any overread. */
+START_TEST(json_mutations_never_crash)
+{
+    const unsigned seed = 4242u;
+    srand(seed);
+    const char good[] = "{\"scale\": 0.125, \"causal\": \"lower_right\", \"window\": [3, -1],"
+                        " \"kv_lens\": [1, 2], \"softcap\": 20, \"sinks\": [\"-inf\", 1e3],"
+                        " \"empty_rows\": \"nan\", \"empty_lse\": \"zero\", \"bf16\": [\"q\"]}";
+    const size_t len = sizeof good - 1;
+    for (int it = 0; it < 5000; it++) {
+        char *b = malloc(len);
+        memcpy(b, good, len);
+        int nm = 1 + rand() % 3;
+        for (int m = 0; m < nm; m++)
+            b[(size_t)rand() % len] = (char)(rand() % 2 ? rand() : "{}[]\",:0-e\\"[rand() % 11]);
+        size_t n = rand() % 4 ? len : (size_t)rand() % len;
+        smattn_case_json cj;
+        char err[256] = "";
+        if (smattn_case_json_parse(b, n, &cj, err, sizeof err) == 0)
+            smattn_case_json_free(&cj);
+        else
+            ck_assert_msg(err[0] != '\0', "seed %u it %d: empty message", seed, it);
+        free(b);
+    }
+}
+END_TEST
+
+/* ---- outputs --------------------------------------------------------------------------- */
+
+static int count_entries(const char *dir)
+{
+    DIR *dd = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (dd && (e = readdir(dd)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (dd)
+        closedir(dd);
+    return n;
+}
+
+START_TEST(outputs_written_in_case_rank)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 3, 1, 2, 3, 4, 2, 5, SMATTN_NPY_F32);
+    put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 6});
+    smattn_case c;
+    load_ok(d, &c);
+    smattn_outputs out;
+    char err[256], outdir[512], p[600];
+    ck_assert(smattn_case_outputs_alloc(&c, SMATTN_BF16, 7, &out, err, sizeof err) == 0);
+    snprintf(outdir, sizeof outdir, "%s/out", d);
+    ck_assert_msg(smattn_case_write_outputs(&c, &out, outdir, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(count_entries(outdir), 3);
+    const char *names[3] = {"o.npy", "lse.npy", "p.npy"};
+    const int64_t shapes[3][3] = {{2, 4, 6}, {4, 2, 0}, {4, 2, 3}};
+    for (int k = 0; k < 3; k++) {
+        smattn_npy a;
+        snprintf(p, sizeof p, "%s/%s", outdir, names[k]);
+        ck_assert_msg(smattn_npy_read(p, &a, err, sizeof err) == 0, "%s: %s", names[k], err);
+        ck_assert_int_eq(a.rank, k == 1 ? 2 : 3);
+        ck_assert_int_eq(a.type, SMATTN_NPY_U16);
+        for (int r = 0; r < a.rank; r++)
+            ck_assert_int_eq(a.shape[r], shapes[k][r]);
+        smattn_npy_free(&a);
+    }
+    /* OUT is a file: an error, and nothing is left behind. */
+    snprintf(p, sizeof p, "%s/afile", d);
+    put_text(d, "afile", "x");
+    ck_assert(smattn_case_write_outputs(&c, &out, p, err, sizeof err) != 0);
+    ck_assert(strstr(err, "not a directory") != NULL);
+    /* OUT cannot be created (missing parent). */
+    snprintf(p, sizeof p, "%s/no/such/dir", d);
+    ck_assert(smattn_case_write_outputs(&c, &out, p, err, sizeof err) != 0);
+    smattn_case_outputs_free(&out);
+    smattn_case_free(&c);
+    rm_tree(d);
+    free(d);
+}
+END_TEST
+
+Suite *case_suite(void);
+Suite *case_suite(void)
+{
+    Suite *s = suite_create("case");
+    TCase *tc = tcase_create("case");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, attention_3d_defaults);
+    tcase_add_test(tc, attention_4d_broadcast_options);
+    tcase_add_test(tc, bf16_sinks_softmax_fortran);
+    tcase_add_test(tc, bad_files_rejected);
+    tcase_add_test(tc, bad_dtypes_rejected);
+    tcase_add_test(tc, bad_shapes_rejected);
+    tcase_add_test(tc, bad_json_rejected);
+    tcase_add_test(tc, json_from_memory);
+    tcase_add_test(tc, json_mutations_never_crash);
+    tcase_add_test(tc, outputs_written_in_case_rank);
+    suite_add_tcase(s, tc);
+    return s;
+}
