@@ -178,7 +178,7 @@ int smattn_visible(const smattn_problem *prob, const smattn_inputs *in, int64_t 
  * ------------------------------------------------------------------------------------- */
 typedef struct smattn_ref_config {
     int threads;          /* 0: all online cores; rows are split, results do not depend on it */
-    long max_prec;        /* Ziv loop limit in bits; 0: default (65536) */
+    long max_prec;        /* Ziv loop limit in bits; 0: default (16384) */
     int no_fast_phase;    /* nonzero: skip the double-double phase (testing) */
     long fixed_prec;      /* nonzero: start the MPFR phase at this precision (testing) */
 } smattn_ref_config;

@@ -76,7 +76,8 @@ typedef struct exact_state {
     int64_t n;          /* visible keys */
     int64_t *order;     /* key positions (0..n) sorted by score, descending */
     int64_t *gid;       /* group of each key position */
-    mpfr_t *s;          /* exact scores (pre-softcap) [n] */
+    mpfr_t *s;          /* exact scores [n]; with softcap: scale q.k before cap and bias */
+    double *bias;       /* [n] with softcap: the bias of each key, added after the cap */
     mpfr_t sink;        /* exact sink (53 bits) */
     group *g;           /* [G] (the sink, if any, is a group of its own or merged) */
     int64_t G;
@@ -96,9 +97,18 @@ typedef struct exact_state {
     mpfr_t *coef;       /* [G + 2] */
 } exact_state;
 
+/* Keys with equal scores (and, under softcap, equal bias) have equal final scores. */
 static int cmp_desc(exact_state *st, int64_t x, int64_t y)
 {
-    return mpfr_cmp(st->s[y], st->s[x]);
+    int c = mpfr_cmp(st->s[y], st->s[x]);
+    if (c || !st->softcap)
+        return c;
+    return (st->bias[y] > st->bias[x]) - (st->bias[y] < st->bias[x]);
+}
+
+static int same_score(exact_state *st, int64_t x, int64_t y)
+{
+    return cmp_desc(st, x, y) == 0;
 }
 
 /* Insertion-merge sort of key positions by score (descending), stable. */
@@ -147,6 +157,12 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
     mpfr_set_d(st->a, r->p->scale, MPFR_RNDN);
     if (exact_mul(st->b, st->tmp, st->a))
         return -1;
+    if (st->softcap) { /* the bias is added after the cap (SPEC 2.4): keep them apart */
+        mpfr_set_prec(s, mpfr_get_prec(st->b));
+        mpfr_set(s, st->b, MPFR_RNDN);
+        st->bias[jj] = ref_bias(r, j);
+        return 0;
+    }
     mpfr_set_prec(st->a, 53);
     mpfr_set_d(st->a, ref_bias(r, j), MPFR_RNDN);
     if (exact_add(s, st->b, st->a))
@@ -172,14 +188,16 @@ static void group_value(exact_state *st, int64_t k, mpfr_prec_t prec)
     }
     /* c tanh(s/c) is increasing in s: evaluate the lower end with downward roundings and
      * the upper end with upward roundings (c > 0). */
-    double c = st->r->p->softcap;
+    double c = st->r->p->softcap, bias = st->bias[st->order[st->g[k].first]];
     mpfr_set_prec(st->a, prec + 16);
     mpfr_div_d(st->a, s, c, MPFR_RNDD);
     mpfr_tanh(st->a, st->a, MPFR_RNDD);
-    mpfr_mul_d(st->tlo[k], st->a, c, MPFR_RNDD);
+    mpfr_mul_d(st->a, st->a, c, MPFR_RNDD);
+    mpfr_add_d(st->tlo[k], st->a, bias, MPFR_RNDD);
     mpfr_div_d(st->a, s, c, MPFR_RNDU);
     mpfr_tanh(st->a, st->a, MPFR_RNDU);
-    mpfr_mul_d(st->thi[k], st->a, c, MPFR_RNDU);
+    mpfr_mul_d(st->a, st->a, c, MPFR_RNDU);
+    mpfr_add_d(st->thi[k], st->a, bias, MPFR_RNDU);
 }
 
 /* [lo, hi] = x * [elo, ehi] for an exact x, with outward rounding. */
@@ -509,6 +527,7 @@ static void state_free(exact_state *st)
         for (int64_t k = 0; k < G + 1; k++)
             mpfr_clear(st->coef[k]);
     free(st->s);
+    free(st->bias);
     free(st->vcol);
     free(st->tlo);
     free(st->thi);
@@ -535,6 +554,7 @@ static int state_init(exact_state *st, ref_row *r)
     size_t np = (size_t)(n > r->D ? n : r->D) + (size_t)G + 2;
     st->s = malloc((size_t)(n ? n : 1) * sizeof *st->s);
     st->vcol = malloc((size_t)(n ? n : 1) * sizeof *st->vcol);
+    st->bias = calloc((size_t)(n ? n : 1), sizeof *st->bias);
     st->tlo = malloc((size_t)G * sizeof *st->tlo);
     st->thi = malloc((size_t)G * sizeof *st->thi);
     st->elo = malloc((size_t)G * sizeof *st->elo);
@@ -545,12 +565,12 @@ static int state_init(exact_state *st, ref_row *r)
     st->gid = malloc((size_t)(n ? n : 1) * sizeof *st->gid);
     st->g = malloc((size_t)G * sizeof *st->g);
     st->ptrs = malloc(np * sizeof *st->ptrs);
-    if (!st->s || !st->vcol || !st->tlo || !st->thi || !st->elo || !st->ehi || !st->W ||
+    if (!st->s || !st->bias || !st->vcol || !st->tlo || !st->thi || !st->elo || !st->ehi || !st->W ||
         !st->coef || !st->order || !st->gid || !st->g || !st->ptrs) {
-        free(st->s), free(st->vcol), free(st->tlo), free(st->thi), free(st->elo);
+        free(st->s), free(st->bias), free(st->vcol), free(st->tlo), free(st->thi), free(st->elo);
         free(st->ehi), free(st->W), free(st->coef), free(st->order), free(st->gid);
         free(st->g), free(st->ptrs);
-        st->s = NULL, st->vcol = NULL, st->tlo = NULL, st->coef = NULL;
+        st->s = NULL, st->bias = NULL, st->vcol = NULL, st->tlo = NULL, st->coef = NULL;
         st->thi = st->elo = st->ehi = st->W = NULL;
         st->order = st->gid = NULL, st->g = NULL, st->ptrs = NULL;
         mpfr_clears(st->sink, st->shift, st->Llo, st->Lhi, st->a, st->b, st->c, st->d,
@@ -582,6 +602,7 @@ static smattn_status build_groups(exact_state *st)
             mpfr_init2(prod[d], 106);
     }
     smattn_status status = SMATTN_OK;
+    st->softcap = r->p->softcap > 0;
     for (int64_t jj = 0; jj < n && status == SMATTN_OK; jj++)
         if (exact_score(st, jj, prod, st->ptrs))
             status = SMATTN_ERR_INTERNAL; /* an exact operation reported rounding */
@@ -595,7 +616,7 @@ static smattn_status build_groups(exact_state *st)
     sort_keys(st);
     st->G = 0;
     for (int64_t k = 0; k < n; k++) {
-        if (k == 0 || !mpfr_equal_p(st->s[st->order[k]], st->s[st->order[k - 1]])) {
+        if (k == 0 || !same_score(st, st->order[k], st->order[k - 1])) {
             st->g[st->G].first = k;
             st->g[st->G].count = 0;
             st->g[st->G].is_sink = 0;
@@ -604,7 +625,6 @@ static smattn_status build_groups(exact_state *st)
         st->g[st->G - 1].count++;
         st->gid[st->order[k]] = st->G - 1;
     }
-    st->softcap = r->p->softcap > 0;
     if (r->has_sink) {
         mpfr_set_prec(st->sink, 53);
         mpfr_set_d(st->sink, r->sink, MPFR_RNDN);

@@ -9,7 +9,7 @@
 
 #include "ref/ref_internal.h"
 
-#define REF_DEFAULT_MAX_PREC 65536L
+#define REF_DEFAULT_MAX_PREC 16384L
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
