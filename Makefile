@@ -26,7 +26,7 @@ LIBS    := -lmpfr -lgmp -lm -pthread
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
 DEPS_CHECK := $(DEPS_BUILD) check
 
-LIB_SRC := $(wildcard core/*.c ref/*.c)
+LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -48,7 +48,11 @@ deps-check:
 
 $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(JSONC_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_BASE) $(ISAFLAGS) $(JSONC_CFLAGS) -MMD -MP -c $< -o $@
+
+# ISA flags on the kernel files only; opt/dispatch.c picks one at run time.
+$(BUILD)/opt/kernel_avx2.o: ISAFLAGS := -mavx2 -mfma -mf16c
+$(BUILD)/opt/kernel_avx512.o: ISAFLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 
 $(LIB): $(call obj,$(LIB_SRC))
 	@rm -f $@

@@ -199,15 +199,55 @@ SMATTN_NODISCARD smattn_status smattn_ref(const smattn_problem *prob, const smat
                                           smattn_ref_stats *stats);
 
 /* ---------------------------------------------------------------------------------------
+ * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
+ * portable scalar instance, chosen at run time), a persistent thread pool.
+ * Supported: Q and X float32; K and V float32, binary16 or bfloat16; bias float32; O, LSE
+ * and P float32; every mask kind, softcap, sinks and empty-row convention. Anything else
+ * valid gives SMATTN_ERR_UNSUPPORTED. Outputs are within the bound of SPEC 6 for the
+ * model smattn_opt_precision(); they are bitwise identical for any thread count and
+ * across repeated calls (but not across ISAs). Safe to call from several threads.
+ * ------------------------------------------------------------------------------------- */
+typedef struct smattn_opt_config {
+    int threads;     /* 0: SMATTN_NUM_THREADS, else all online cores */
+    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" */
+} smattn_opt_config;
+
+/* Max error of the kernel's binary32 exp in ulps, measured over every binary32 input by
+ * `make check-exp` (inputs whose result is below FLT_MIN are flushed to +0). */
+#define SMATTN_OPT_EXP_ULPS 2.0
+
+/* op must be SMATTN_OP_ATTENTION (resp. SMATTN_OP_SOFTMAX). cfg may be NULL. */
+SMATTN_NODISCARD smattn_status smattn_attention(const smattn_problem *prob,
+                                                const smattn_inputs *in,
+                                                const smattn_outputs *out,
+                                                const smattn_opt_config *cfg);
+SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
+                                              const smattn_inputs *in,
+                                              const smattn_outputs *out,
+                                              const smattn_opt_config *cfg);
+/* The ISA in use ("avx512", "avx2" or "scalar"); SMATTN_ISA forces one the CPU has. */
+const char *smattn_opt_isa(void);
+/* Nonzero if the named ISA can run on this CPU. */
+int smattn_opt_isa_available(const char *name);
+
+/* ---------------------------------------------------------------------------------------
  * The error bound (SPEC 6) and the error metrics shared by tests, fuzzers and the checker.
  * ------------------------------------------------------------------------------------- */
+/* The kernel model of SPEC 6.1. Every bound term is non-decreasing in every field, so a
+ * kernel doing more operations than the model counts is covered by raising u_* or
+ * exp_ulps. The overflow range of each arithmetic is deduced from its unit roundoff
+ * (2^-11: binary16; <= 2^-53: binary64; otherwise binary32), SPEC 6.8. */
 typedef struct smattn_precision {
-    double u_score;   /* unit roundoff of the score arithmetic (q.k, scale, bias), e.g. 2^-24 */
+    double u_score;   /* unit roundoff of the score arithmetic (q.k, the scale rounded once
+                         and applied once, softcap, bias), e.g. 2^-24 */
     double u_acc;     /* unit roundoff of the softmax and P.V arithmetic */
-    double exp_ulps;  /* max error of the kernel's exp (and tanh, log), in ulps of u_acc */
-    double u_p;       /* P rounded to this before P.V (e.g. 2^-8 for bf16); 0 if not */
-    int64_t blocks;   /* online-softmax key blocks (rescalings); 1 for a two-pass kernel */
-    int64_t acc_len;  /* longest serial accumulation chain; 0 means T (+ sink) */
+    double exp_ulps;  /* max error of the kernel's exp, log (in the u_acc format) and tanh
+                         (in the u_score format), in ulps of the result */
+    double u_p;       /* P rounded to this before P.V (e.g. 2^-8 for bf16); 0 if not. The
+                         row sum is assumed taken before that rounding (SPEC 6.1 A4) */
+    int64_t blocks;   /* online-softmax key blocks (rescalings), >= 1; 1 for two passes */
+    int64_t acc_len;  /* every term passes through at most acc_len - 1 additions; 0 means
+                         n = visible keys (+ sink), a serial sum */
     double tiny;      /* absolute underflow per exp/product: subnormal spacing, or the
                          smallest normal if the kernel flushes to zero */
 } smattn_precision;
@@ -218,9 +258,14 @@ smattn_precision smattn_precision_of(smattn_dtype t);
 
 /* Per-element bounds on |computed - exact| for a kernel obeying `pm` whose outputs are
  * rounded to the dtypes in `fmt` (only the dtypes of fmt are read). Bounds are written as
- * binary64 into `bound` (the tensors wanted: O, LSE and/or P; their dtype must be F64).
- * Inputs must be finite where the row is visible; elements whose exact value is not
- * finite get bound +inf (they are compared by class, not by size). */
+ * binary64 into `bound` (the tensors wanted: O, LSE and/or P; their dtype must be F64; O
+ * is required for attention, as in smattn_ref). The bound also covers comparing against
+ * the oracle's binary64 result instead of the real exact value (SPEC 6.9). Elements whose
+ * exact value is not finite (SPEC 4.2) get +inf: they are compared by class, not by size.
+ * A finite exact value with bound +inf means the row (or O column) is out of contract or
+ * unbounded (SPEC 6.3, 6.8): report it separately. Exact zeros (invisible P, empty rows)
+ * get 0. Status: validation's, SMATTN_ERR_DTYPE, SMATTN_ERR_OPTION (pm out of range),
+ * SMATTN_ERR_NOMEM. */
 SMATTN_NODISCARD smattn_status smattn_bound(const smattn_problem *prob,
                                             const smattn_inputs *in,
                                             const smattn_precision *pm,
@@ -233,8 +278,10 @@ SMATTN_NODISCARD smattn_status smattn_bound(const smattn_problem *prob,
  * against NaN and equal infinities give 0; a class mismatch gives +inf. */
 double smattn_ulp_error(double computed, double exact, smattn_dtype t);
 
-/* Error ratio |c - e| / bound with the same NaN/infinity classes as smattn_ulp_error
- * (0 when equal, +inf when the class differs or the bound is 0 and c != e). */
+/* Error ratio |c - e| / bound (SPEC 6.10): 0 when c == e (-0 == +0) or both are NaN; +inf
+ * for NaN against non-NaN, for an infinite e with c != e, and for bound 0 with c != e. A
+ * bound of +inf accepts any non-NaN c against a finite e (ratio 0): an output that may
+ * overflow, or a row out of contract. A kernel meets the bound iff the ratio is <= 1. */
 double smattn_error_ratio(double computed, double exact, double bound);
 
 /* ---------------------------------------------------------------------------------------

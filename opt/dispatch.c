@@ -1,0 +1,68 @@
+/* dispatch.c: the ISA table, chosen once at first use (thread-safely) from what the CPU
+ * has, or forced by SMATTN_ISA=scalar|avx2|avx512 when the CPU has that one. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opt/opt_internal.h"
+
+static const opt_isa *chosen;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static int has_avx2(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+static int has_avx512(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    return 0;
+#endif
+}
+
+static void choose(void)
+{
+    const char *e = getenv("SMATTN_ISA");
+    chosen = has_avx512() ? &smattn__isa_avx512 : has_avx2() ? &smattn__isa_avx2 : &smattn__isa_scalar;
+    if (e && strcmp(e, "scalar") == 0)
+        chosen = &smattn__isa_scalar;
+    else if (e && strcmp(e, "avx2") == 0 && has_avx2())
+        chosen = &smattn__isa_avx2;
+    else if (e && strcmp(e, "avx512") == 0 && has_avx512())
+        chosen = &smattn__isa_avx512;
+}
+
+const opt_isa *smattn__opt_isa(void)
+{
+    pthread_once(&once, choose);
+    return chosen;
+}
+
+const char *smattn_opt_isa(void)
+{
+    return smattn__opt_isa()->name;
+}
+
+int smattn_opt_isa_available(const char *name)
+{
+    if (!name)
+        return 0;
+    if (strcmp(name, "scalar") == 0)
+        return 1;
+    if (strcmp(name, "avx2") == 0)
+        return has_avx2();
+    if (strcmp(name, "avx512") == 0)
+        return has_avx512();
+    return 0;
+}

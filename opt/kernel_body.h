@@ -1,0 +1,434 @@
+/* kernel_body.h: the flash-attention kernel, written once over the vector vocabulary of a
+ * simd_<isa>.h included before it (VLEN, vf, vf_*; ISA_SUFFIX names the instance).
+ *
+ * One work item = one batch, one KV head, a block of queries for all Hq/Hkv query heads
+ * that share that KV head (so each K/V tile is loaded once for the whole group), and a
+ * key range (all keys, or one split-K chunk). Keys are visited in tiles of OPT_BK in
+ * increasing order with an online softmax (running max m, denominator l, numerators acc);
+ * tiles that no row can see are skipped, and masked keys' V rows are never multiplied.
+ * Every row is computed by one item in a fixed order, so results do not depend on the
+ * thread count. Rows that meet a non-finite score, denominator or numerator go to the
+ * binary64 path (opt/slow.c). */
+#include <math.h>
+#include <string.h>
+
+#include "opt/opt_internal.h"
+
+#define KN(name) ISA_SUFFIX(name)
+
+/* ---- exp ---------------------------------------------------------------------------------
+ * e^x for binary32 x: n = round(x log2 e), r = x - n ln2 (two fma steps, Cody-Waite),
+ * e^r by its degree-7 Taylor polynomial (|r| <= 0.347: truncation < 2^-29 relative),
+ * times 2^n. Inputs below ln(FLT_MIN) = -87.3365 give +0 (the kernel flushes results below
+ * the normal range: SPEC 6's "tiny" is FLT_MIN for it), above 88.72 give +inf, NaN gives
+ * NaN. Maximum error over every binary32 input, measured by `make check-exp` against a
+ * correctly rounded reference: see OPT_EXP_ULPS in smattn.h. */
+static inline vf KN(vexp)(vf x)
+{
+    /* work on x clamped to [-100, 100] so every integer below is small; the ends are
+     * fixed by the selects at the bottom, a NaN x stays NaN through r and p */
+    vf xc = vf_select_lt(x, -100.0f, vf_set1(-100.0f), x);
+    xc = vf_select_lt(vf_sub(vf_set1(100.0f), xc), 0.0f, vf_set1(100.0f), xc);
+    vf n = vf_round(vf_mul(xc, vf_set1(0x1.715476p+0f)));
+    vf r = vf_fmadd(n, vf_set1(-0x1.62e4p-1f), xc);   /* exact: ln2_hi has 16 bits */
+    r = vf_fmadd(n, vf_set1(-0x1.7f7d1cp-20f), r);
+    vf p = vf_set1(0x1.a01a02p-13f);               /* 1/7! */
+    p = vf_fmadd(p, r, vf_set1(0x1.6c16c2p-10f));  /* 1/6! */
+    p = vf_fmadd(p, r, vf_set1(0x1.111112p-7f));   /* 1/5! */
+    p = vf_fmadd(p, r, vf_set1(0x1.555556p-5f));   /* 1/4! */
+    p = vf_fmadd(p, r, vf_set1(0x1.555556p-3f));   /* 1/3! */
+    p = vf_fmadd(p, r, vf_set1(0x1p-1f));
+    p = vf_fmadd(p, r, vf_set1(1.0f));
+    p = vf_fmadd(p, r, vf_set1(1.0f));
+    /* 2^n as 2^nc * 2^(n - nc) with nc in the normal exponent range */
+    vf nc = vf_select_lt(n, -126.0f, vf_set1(-126.0f), n);
+    nc = vf_select_lt(nc, 127.0f, nc, vf_set1(127.0f));
+    vf y = vf_mul(vf_mul(p, vf_pow2i(nc)), vf_pow2i(vf_sub(n, nc)));
+    y = vf_select_lt(x, -87.33654f, vf_zero(), y);                          /* flush */
+    y = vf_select_lt(vf_sub(vf_set1(88.72283f), x), 0.0f, vf_set1(HUGE_VALF), y); /* +inf */
+    return y;
+}
+
+static float KN(expf1)(float x)
+{
+    float t[VLEN];
+    vf_store(t, KN(vexp)(vf_set1(x)));
+    return t[0];
+}
+
+/* ---- loads -------------------------------------------------------------------------------- */
+
+/* n elements of a K/V/Q row (any float dtype, unit or general stride) as f32 into dst,
+ * zero padded up to np. */
+static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_t stride,
+                         int64_t n, int64_t np)
+{
+    int64_t d = 0;
+    if (stride == 1 && t->dtype == SMATTN_F32) {
+        memcpy(dst, (const float *)t->data + off, (size_t)n * sizeof(float));
+        d = n;
+    } else if (stride == 1 && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)) {
+        const uint16_t *src = (const uint16_t *)t->data + off;
+        for (; d + VLEN <= n; d += VLEN)
+            vf_store(dst + d, t->dtype == SMATTN_F16 ? vf_load_f16(src + d) : vf_load_bf16(src + d));
+        for (; d < n; d++)
+            dst[d] = (float)smattn_load(t->data, t->dtype, off + d);
+    } else {
+        for (; d < n; d++) /* exact for f16/bf16/f32; f64 inputs are not accepted */
+            dst[d] = (float)smattn_load(t->data, t->dtype, off + d * stride);
+    }
+    for (; d < np; d++)
+        dst[d] = 0.0f;
+}
+
+/* ---- micro-kernels ------------------------------------------------------------------------ */
+
+/* s[r][j] = q_r . k_j for rb <= 4 rows and kb <= 2 keys; vectors run along D (padded to
+ * Dp with zeros on both sides, so the padding adds exact zeros). */
+static inline void KN(qk_block)(const float *q, int64_t ldq, int rb, const float *k,
+                                int64_t ldk, int kb, int64_t Dp, float *s, int64_t lds)
+{
+    if (rb == 4 && kb == 2) {
+        vf a00 = vf_zero(), a01 = vf_zero(), a10 = vf_zero(), a11 = vf_zero();
+        vf a20 = vf_zero(), a21 = vf_zero(), a30 = vf_zero(), a31 = vf_zero();
+        for (int64_t d = 0; d < Dp; d += VLEN) {
+            vf k0 = vf_load(k + d), k1 = vf_load(k + ldk + d);
+            vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
+            a00 = vf_fmadd(q0, k0, a00);
+            a01 = vf_fmadd(q0, k1, a01);
+            a10 = vf_fmadd(q1, k0, a10);
+            a11 = vf_fmadd(q1, k1, a11);
+            vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
+            a20 = vf_fmadd(q2, k0, a20);
+            a21 = vf_fmadd(q2, k1, a21);
+            a30 = vf_fmadd(q3, k0, a30);
+            a31 = vf_fmadd(q3, k1, a31);
+        }
+        s[0] = vf_hsum(a00), s[1] = vf_hsum(a01);
+        s[lds] = vf_hsum(a10), s[lds + 1] = vf_hsum(a11);
+        s[2 * lds] = vf_hsum(a20), s[2 * lds + 1] = vf_hsum(a21);
+        s[3 * lds] = vf_hsum(a30), s[3 * lds + 1] = vf_hsum(a31);
+        return;
+    }
+    for (int rr = 0; rr < rb; rr++)
+        for (int kk = 0; kk < kb; kk++) {
+            vf a = vf_zero();
+            for (int64_t d = 0; d < Dp; d += VLEN)
+                a = vf_fmadd(vf_load(q + rr * ldq + d), vf_load(k + kk * ldk + d), a);
+            s[rr * lds + kk] = vf_hsum(a);
+        }
+}
+
+/* acc[r][c..] += sum_j p[r][j] v[j][c..] over visible (r, j), for rb <= 4 rows and a
+ * column block of cb <= 2 vectors. Row r's sequence of fma is the same whether or not
+ * its neighbours see key j. */
+static inline void KN(pv_block)(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                const unsigned char *vis, int rb, const float *v, int64_t ldv,
+                                int64_t nk, int cb)
+{
+    if (rb == 4 && cb == 2) {
+        vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
+        vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
+        vf a20 = vf_load(acc + 2 * lda), a21 = vf_load(acc + 2 * lda + VLEN);
+        vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
+        for (int64_t j = 0; j < nk; j++) {
+            vf v0 = vf_load(v + j * ldv), v1 = vf_load(v + j * ldv + VLEN);
+            unsigned all = (unsigned)vis[j] & vis[ldp + j] & vis[2 * ldp + j] & vis[3 * ldp + j];
+            if (all) {
+                vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
+                a00 = vf_fmadd(p0, v0, a00);
+                a01 = vf_fmadd(p0, v1, a01);
+                a10 = vf_fmadd(p1, v0, a10);
+                a11 = vf_fmadd(p1, v1, a11);
+                vf p2 = vf_set1(p[2 * ldp + j]), p3 = vf_set1(p[3 * ldp + j]);
+                a20 = vf_fmadd(p2, v0, a20);
+                a21 = vf_fmadd(p2, v1, a21);
+                a30 = vf_fmadd(p3, v0, a30);
+                a31 = vf_fmadd(p3, v1, a31);
+            } else {
+                if (vis[j]) {
+                    a00 = vf_fmadd(vf_set1(p[j]), v0, a00);
+                    a01 = vf_fmadd(vf_set1(p[j]), v1, a01);
+                }
+                if (vis[ldp + j]) {
+                    a10 = vf_fmadd(vf_set1(p[ldp + j]), v0, a10);
+                    a11 = vf_fmadd(vf_set1(p[ldp + j]), v1, a11);
+                }
+                if (vis[2 * ldp + j]) {
+                    a20 = vf_fmadd(vf_set1(p[2 * ldp + j]), v0, a20);
+                    a21 = vf_fmadd(vf_set1(p[2 * ldp + j]), v1, a21);
+                }
+                if (vis[3 * ldp + j]) {
+                    a30 = vf_fmadd(vf_set1(p[3 * ldp + j]), v0, a30);
+                    a31 = vf_fmadd(vf_set1(p[3 * ldp + j]), v1, a31);
+                }
+            }
+        }
+        vf_store(acc, a00), vf_store(acc + VLEN, a01);
+        vf_store(acc + lda, a10), vf_store(acc + lda + VLEN, a11);
+        vf_store(acc + 2 * lda, a20), vf_store(acc + 2 * lda + VLEN, a21);
+        vf_store(acc + 3 * lda, a30), vf_store(acc + 3 * lda + VLEN, a31);
+        return;
+    }
+    for (int rr = 0; rr < rb; rr++)
+        for (int cc = 0; cc < cb; cc++) {
+            vf a = vf_load(acc + rr * lda + cc * VLEN);
+            for (int64_t j = 0; j < nk; j++)
+                if (vis[rr * ldp + j])
+                    a = vf_fmadd(vf_set1(p[rr * ldp + j]), vf_load(v + j * ldv + cc * VLEN), a);
+            vf_store(acc + rr * lda + cc * VLEN, a);
+        }
+}
+
+/* ---- scores of one tile -------------------------------------------------------------------- */
+
+/* Scale (split in two floats so that scale*dot rounds once), softcap, bias, visibility;
+ * masked entries become -inf. Returns the tile max over visible entries (NaN-aware). */
+static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t lo,
+                               int64_t hi, int64_t kt, int64_t nk, float *s, unsigned char *vis)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const float sh = job->scale_hi, sl = job->scale_lo;
+    const float cap = (float)p->softcap;
+    float tmax = -HUGE_VALF;
+    for (int64_t jj = 0; jj < nk; jj++) {
+        int64_t j = kt + jj;
+        int ok = j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
+        float x = fmaf(s[jj], sh, s[jj] * sl);
+        if (ok && cap > 0)
+            x = cap * tanhf(x / cap);
+        if (ok && in->bias.data) {
+            float bj = ((const float *)in->bias.data)[smattn__off4(in->bias.stride, b, h, i, j)];
+            ok = bj != -HUGE_VALF;
+            x = x + bj;
+        }
+        vis[jj] = (unsigned char)ok;
+        s[jj] = ok ? x : -HUGE_VALF;
+        if (ok && (x > tmax || x != x))
+            tmax = x;
+    }
+    return tmax;
+}
+
+/* ---- one work item ------------------------------------------------------------------------ */
+
+static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const int64_t D = p->D, Dv = p->Dv, Dvp = job->Dvp, R = job->R, nq = job->nq;
+    const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
+    int64_t c = item % job->nchunks, rest = item / job->nchunks;
+    int64_t qt = rest % job->qtiles;
+    rest /= job->qtiles;
+    int64_t g = rest % p->Hkv, b = rest / p->Hkv;
+    int64_t i0 = qt * nq;
+    int64_t k0 = c * OPT_CHUNK, k1 = job->nchunks > 1 ? k0 + OPT_CHUNK : p->T;
+    if (k1 > p->T)
+        k1 = p->T;
+
+    /* rows: query heads of the group x queries of the block */
+    int64_t kmin = INT64_MAX, kmax = 0;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
+        ws->m[r] = -HUGE_VALF;
+        ws->l[r] = 0.0f;
+        ws->slow[r] = 0;
+        memset(ws->acc + r * Dvp, 0, (size_t)Dvp * sizeof(float));
+        int64_t lo = 0, hi = 0;
+        if (i < p->S) {
+            smattn__key_range(p, b, i, &lo, &hi);
+            lo = lo > k0 ? lo : k0;
+            hi = hi < k1 ? hi : k1;
+            if (hi > lo) {
+                const smattn_tensor *qt_ = &in->q;
+                KN(load_row)(ws->q + r * Dp, qt_, smattn__off4(qt_->stride, b, i, h, 0),
+                             qt_->stride[3], D, Dp);
+                for (int64_t d = 0; d < D; d++)
+                    if (!isfinite(ws->q[r * Dp + d]))
+                        ws->slow[r] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
+            }
+        }
+        if (hi <= lo)
+            lo = hi = 0;
+        ws->lo[r] = lo;
+        ws->hi[r] = hi;
+        if (hi > lo) {
+            kmin = lo < kmin ? lo : kmin;
+            kmax = hi > kmax ? hi : kmax;
+        } else {
+            memset(ws->q + r * Dp, 0, (size_t)Dp * sizeof(float));
+        }
+    }
+
+    const smattn_tensor *kt_ = &in->k, *vt_ = &in->v;
+    const int v_direct = vt_->dtype == SMATTN_F32 && vt_->stride[3] == 1 && Dv % VLEN == 0;
+    const int k_direct = kt_->dtype == SMATTN_F32 && kt_->stride[3] == 1 && D % VLEN == 0;
+    for (int64_t kt = kmin; kt < kmax; kt += OPT_BK) {
+        int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
+        /* K rows of the tile (in place when possible) */
+        const float *K;
+        int64_t ldk;
+        if (k_direct) {
+            K = (const float *)kt_->data + smattn__off4(kt_->stride, b, kt, g, 0);
+            ldk = kt_->stride[1];
+        } else {
+            for (int64_t jj = 0; jj < nk; jj++)
+                KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
+                             kt_->stride[3], D, Dp);
+            K = ws->kt;
+            ldk = Dp;
+        }
+        /* scores for every row of the item against the tile */
+        for (int64_t r0 = 0; r0 < R; r0 += 4) {
+            int rb = R - r0 < 4 ? (int)(R - r0) : 4;
+            for (int64_t j0 = 0; j0 < nk; j0 += 2) {
+                int kb = nk - j0 < 2 ? 1 : 2;
+                KN(qk_block)(ws->q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, kb, Dp,
+                             ws->s + r0 * OPT_BK + j0, OPT_BK);
+            }
+        }
+        /* online softmax per row */
+        for (int64_t r = 0; r < R; r++) {
+            unsigned char *vis = ws->vis + r * OPT_BK;
+            float *s = ws->s + r * OPT_BK;
+            if (ws->hi[r] <= kt || ws->lo[r] >= kt + nk || ws->slow[r]) {
+                memset(vis, 0, (size_t)nk);
+                continue;
+            }
+            int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
+            float tmax = KN(finish_scores)(job, b, h, i, ws->lo[r], ws->hi[r], kt, nk, s, vis);
+            if (tmax == -HUGE_VALF)
+                continue; /* nothing visible in this tile */
+            if (!isfinite(tmax)) {
+                ws->slow[r] = 1; /* a NaN or an overflowing score */
+                memset(vis, 0, (size_t)nk);
+                continue;
+            }
+            float mold = ws->m[r], mnew = mold > tmax ? mold : tmax;
+            float corr = mold == -HUGE_VALF ? 0.0f : KN(expf1)(mold - mnew);
+            vf vsum = vf_zero();
+            vf vm = vf_set1(mnew);
+            int64_t jj = 0;
+            for (; jj + VLEN <= nk; jj += VLEN) {
+                vf e = KN(vexp)(vf_sub(vf_load(s + jj), vm));
+                vf_store(s + jj, e);
+                vsum = vf_add(vsum, e);
+            }
+            float sum = vf_hsum(vsum);
+            for (; jj < nk; jj++) {
+                s[jj] = KN(expf1)(s[jj] - mnew);
+                sum += s[jj];
+            }
+            ws->l[r] = ws->l[r] * corr + sum;
+            ws->m[r] = mnew;
+            if (corr != 1.0f) {
+                float *a = ws->acc + r * Dvp;
+                vf vc = vf_set1(corr);
+                for (int64_t cc = 0; cc < Dvp; cc += VLEN)
+                    vf_store(a + cc, vf_mul(vf_load(a + cc), vc));
+            }
+        }
+        /* V rows of the tile (in place when possible) and the P.V update */
+        const float *V;
+        int64_t ldv;
+        if (v_direct) {
+            V = (const float *)vt_->data + smattn__off4(vt_->stride, b, kt, g, 0);
+            ldv = vt_->stride[1];
+        } else {
+            for (int64_t jj = 0; jj < nk; jj++)
+                KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
+                             vt_->stride[3], Dv, Dvp);
+            V = ws->v;
+            ldv = Dvp;
+        }
+        for (int64_t r0 = 0; r0 < R; r0 += 4) {
+            int rb = R - r0 < 4 ? (int)(R - r0) : 4;
+            for (int64_t c0 = 0; c0 < Dvp; c0 += 2 * VLEN) {
+                int cb = Dvp - c0 < 2 * VLEN ? 1 : 2;
+                KN(pv_block)(ws->acc + r0 * Dvp + c0, Dvp, ws->s + r0 * OPT_BK,
+                             OPT_BK, ws->vis + r0 * OPT_BK, rb, V + c0, ldv, nk, cb);
+            }
+        }
+    }
+
+    /* results: split-K partials, or the finished rows */
+    if (job->nchunks > 1) {
+        float *part = job->part + item * R * (Dvp + 2);
+        for (int64_t r = 0; r < R; r++) {
+            float *pr = part + r * (Dvp + 2);
+            pr[0] = ws->slow[r] ? (float)NAN : ws->m[r];
+            pr[1] = ws->l[r];
+            memcpy(pr + 2, ws->acc + r * Dvp, (size_t)Dvp * sizeof(float));
+        }
+        return;
+    }
+    for (int64_t r = 0; r < R; r++) {
+        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
+        if (i >= p->S)
+            continue;
+        smattn__opt_finish_row(job, b, h, i, ws->m[r], ws->l[r], ws->acc + r * Dvp, ws->slow[r]);
+    }
+}
+
+/* ---- the softmax operation: one row ------------------------------------------------------- */
+
+static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i, opt_ws *ws)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    int64_t lo, hi, T = p->T;
+    smattn__key_range(p, b, i, &lo, &hi);
+    float *s = ws->s;
+    unsigned char *vis = ws->vis;
+    float m = -HUGE_VALF;
+    const smattn_tensor *xt = &in->x;
+    for (int64_t j0 = 0; j0 < T; j0 += OPT_BK) {
+        int64_t nk = T - j0 < OPT_BK ? T - j0 : OPT_BK;
+        for (int64_t jj = 0; jj < nk; jj++) {
+            float x = ((const float *)xt->data)[smattn__off4(xt->stride, b, h, i, j0 + jj)];
+            s[j0 + jj] = x;
+        }
+        float t = KN(finish_scores)(job, b, h, i, lo, hi, j0, nk, s + j0, vis + j0);
+        for (int64_t jj = 0; jj < nk; jj++) /* x = -inf masks the key (SPEC 3.5) */
+            if (vis[j0 + jj] && ((const float *)xt->data)[smattn__off4(xt->stride, b, h, i, j0 + jj)] == -HUGE_VALF) {
+                vis[j0 + jj] = 0;
+                s[j0 + jj] = -HUGE_VALF;
+            }
+        (void)t;
+    }
+    int any = 0, bad = 0;
+    for (int64_t j = 0; j < T; j++)
+        if (vis[j]) {
+            any = 1;
+            if (!isfinite(s[j]))
+                bad = 1;
+            else if (s[j] > m)
+                m = s[j];
+        }
+    if (bad || !any || in->sinks.data) { /* NaN rules, empty rows and sinks: binary64 path */
+        smattn__opt_slow_row(job, b, h, i);
+        return;
+    }
+    vf vm = vf_set1(m), vsum = vf_zero();
+    int64_t j = 0;
+    for (; j + VLEN <= T; j += VLEN) {
+        vf e = KN(vexp)(vf_sub(vf_load(s + j), vm));
+        vf_store(s + j, e);
+        vsum = vf_add(vsum, e);
+    }
+    float l = vf_hsum(vsum);
+    for (; j < T; j++) {
+        s[j] = KN(expf1)(s[j] - m);
+        l += s[j];
+    }
+    smattn__opt_finish_softmax_row(job, b, h, i, m, l, s, vis);
+}
+
+const opt_isa KN(smattn__isa) = {
+    .name = ISA_NAME,
+    .attention_item = KN(attention_item),
+    .softmax_row = KN(softmax_row),
+    .expf = KN(expf1),
+};

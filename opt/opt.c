@@ -1,0 +1,351 @@
+/* opt.c: the optimised kernel's entry points: validation, the plan (work items that depend
+ * on the shape only), the thread pool run, the split-K merge in a fixed order, and the
+ * finishing of rows (sinks, empty rows, LSE, P). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opt/opt_internal.h"
+
+static const opt_isa *isa_by_name(const char *name)
+{
+    if (!name)
+        return smattn__opt_isa();
+    if (!smattn_opt_isa_available(name))
+        return NULL;
+    if (strcmp(name, "scalar") == 0)
+        return &smattn__isa_scalar;
+    if (strcmp(name, "avx2") == 0)
+        return &smattn__isa_avx2;
+    return &smattn__isa_avx512;
+}
+
+/* ---- finishing rows ----------------------------------------------------------------------- */
+
+static void put(const smattn_out_tensor *t, int64_t off, float x)
+{
+    ((float *)t->data)[off] = x + 0.0f; /* an exact zero is +0 (SPEC 4.3) */
+}
+
+static int64_t o_off(const smattn_outputs *out, int64_t b, int64_t i, int64_t h, int64_t c)
+{
+    return smattn__off4(out->o.stride, b, i, h, c);
+}
+
+static int64_t lse_off(const smattn_outputs *out, int64_t b, int64_t h, int64_t i)
+{
+    return b * out->lse.stride[0] + h * out->lse.stride[1] + i * out->lse.stride[2];
+}
+
+static float opt_exp(const opt_job *job, float x)
+{
+    return job->isa->expf(x);
+}
+
+/* P_ij = exp(s_ij - M) / L for a finished attention row: the scores are computed again
+ * (single-precision fma dot, as in the kernel; any score rounding is within SPEC 6.1). */
+static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t i, float M,
+                              float L)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const smattn_out_tensor *pt = &job->out->p;
+    int64_t lo, hi, g = smattn__kv_head(p, h);
+    smattn__key_range(p, b, i, &lo, &hi);
+    for (int64_t j = 0; j < p->T; j++) {
+        float val = 0.0f;
+        if (j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j)) {
+            float dot = 0.0f;
+            for (int64_t d = 0; d < p->D; d++) {
+                float q = (float)smattn_load(in->q.data, in->q.dtype,
+                                             smattn__off4(in->q.stride, b, i, h, d));
+                float k = (float)smattn_load(in->k.data, in->k.dtype,
+                                             smattn__off4(in->k.stride, b, j, g, d));
+                dot = fmaf(q, k, dot);
+            }
+            float x = fmaf(dot, job->scale_hi, dot * job->scale_lo);
+            if (p->softcap > 0)
+                x = (float)p->softcap * tanhf(x / (float)p->softcap);
+            int vis = 1;
+            if (in->bias.data) {
+                float bj = ((const float *)in->bias.data)[smattn__off4(in->bias.stride, b, h, i, j)];
+                vis = bj != -HUGE_VALF;
+                x += bj;
+            }
+            if (vis)
+                val = opt_exp(job, x - M) / L;
+        }
+        put(pt, smattn__off4(pt->stride, b, h, i, j), val);
+    }
+}
+
+void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i, float m, float l,
+                            float *acc, int slow)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const smattn_outputs *out = job->out;
+    if (slow) {
+        smattn__opt_slow_row(job, b, h, i);
+        return;
+    }
+    float M = m;
+    if (in->sinks.data && i < smattn__q_len(p, b)) {
+        double sd = smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]);
+        float sk = (float)sd;
+        if (isnan(sd) || sd == HUGE_VAL || !isfinite(sk)) {
+            smattn__opt_slow_row(job, b, h, i);
+            return;
+        }
+        if (sk > M)
+            M = sk;
+        float cm = m == -HUGE_VALF ? 0.0f : opt_exp(job, m - M);
+        l = l * cm + opt_exp(job, sk - M);
+        for (int64_t c = 0; c < p->Dv; c++)
+            acc[c] *= cm;
+    }
+    if (!(l > 0)) { /* no visible key and no sink: an empty row (SPEC 3.4) */
+        if (l == 0 && p->empty_rows != SMATTN_EMPTY_MEAN) {
+            smattn__opt_write_empty(job, b, h, i);
+            return;
+        }
+        smattn__opt_slow_row(job, b, h, i); /* the mean convention, or a NaN */
+        return;
+    }
+    float inv_bad = 0;
+    for (int64_t c = 0; c < p->Dv; c++)
+        inv_bad += acc[c] - acc[c]; /* NaN when any acc is NaN or infinite */
+    if (!isfinite(l) || inv_bad != 0 || isnan(inv_bad)) {
+        smattn__opt_slow_row(job, b, h, i);
+        return;
+    }
+    for (int64_t c = 0; c < p->Dv; c++)
+        put(&out->o, o_off(out, b, i, h, c), acc[c] / l);
+    if (out->lse.data)
+        put(&out->lse, lse_off(out, b, h, i), M + logf(l));
+    if (out->p.data)
+        write_p_attention(job, b, h, i, M, l);
+}
+
+void smattn__opt_finish_softmax_row(const opt_job *job, int64_t b, int64_t h, int64_t i, float m,
+                                    float l, const float *e, const unsigned char *vis)
+{
+    const smattn_outputs *out = job->out;
+    if (!isfinite(l) || !(l > 0)) {
+        smattn__opt_slow_row(job, b, h, i);
+        return;
+    }
+    if (out->lse.data)
+        put(&out->lse, lse_off(out, b, h, i), m + logf(l));
+    if (out->p.data)
+        for (int64_t j = 0; j < job->p->T; j++)
+            put(&out->p, smattn__off4(out->p.stride, b, h, i, j), vis[j] ? e[j] / l : 0.0f);
+}
+
+/* ---- validation and plan ------------------------------------------------------------------ */
+
+static int kv_dtype_ok(smattn_dtype t)
+{
+    return t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
+}
+
+static smattn_status supported(const smattn_problem *p, const smattn_inputs *in,
+                               const smattn_outputs *out)
+{
+    if (p->op == SMATTN_OP_ATTENTION) {
+        if (in->q.dtype != SMATTN_F32 || !kv_dtype_ok(in->k.dtype) || !kv_dtype_ok(in->v.dtype))
+            return SMATTN_ERR_UNSUPPORTED;
+        if (out->o.dtype != SMATTN_F32)
+            return SMATTN_ERR_UNSUPPORTED;
+    } else if (in->x.dtype != SMATTN_F32) {
+        return SMATTN_ERR_UNSUPPORTED;
+    }
+    if (in->bias.data && in->bias.dtype != SMATTN_F32)
+        return SMATTN_ERR_UNSUPPORTED;
+    if ((out->lse.data && out->lse.dtype != SMATTN_F32) || (out->p.data && out->p.dtype != SMATTN_F32))
+        return SMATTN_ERR_UNSUPPORTED;
+    return SMATTN_OK;
+}
+
+static int env_threads(void)
+{
+    const char *e = getenv("SMATTN_NUM_THREADS");
+    if (!e || !*e)
+        return 0;
+    char *end;
+    long n = strtol(e, &end, 10);
+    return *end == 0 && n > 0 && n <= 1024 ? (int)n : 0;
+}
+
+static void ws_free(opt_ws *w)
+{
+    free(w->q), free(w->kt), free(w->v), free(w->s), free(w->vis), free(w->acc);
+    free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow);
+}
+
+static int ws_alloc(opt_ws *w, const opt_job *job)
+{
+    const smattn_problem *p = job->p;
+    memset(w, 0, sizeof *w);
+    size_t R = (size_t)job->R, Dp = (size_t)(p->op == SMATTN_OP_ATTENTION ? (p->D + 15) / 16 * 16 : 16);
+    size_t Dvp = (size_t)job->Dvp, T = (size_t)p->T;
+    size_t srow = p->op == SMATTN_OP_ATTENTION ? R * OPT_BK : T + OPT_BK;
+    w->q = malloc(R * Dp * sizeof(float));
+    w->kt = malloc((size_t)OPT_BK * Dp * sizeof(float));
+    w->v = malloc((size_t)OPT_BK * Dvp * sizeof(float));
+    w->s = malloc(srow * sizeof(float));
+    w->vis = malloc(srow);
+    w->acc = malloc(R * Dvp * sizeof(float));
+    w->m = malloc(R * sizeof(float));
+    w->l = malloc(R * sizeof(float));
+    w->lo = malloc(R * sizeof(int64_t));
+    w->hi = malloc(R * sizeof(int64_t));
+    w->slow = malloc(R);
+    if (!w->q || !w->kt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
+        !w->hi || !w->slow) {
+        ws_free(w);
+        return -1;
+    }
+    return 0;
+}
+
+static void run_attention_item(void *ctx, int64_t item, int worker)
+{
+    const opt_job *job = ctx;
+    job->isa->attention_item(job, item, &job->ws[worker]);
+}
+
+static void run_softmax_item(void *ctx, int64_t item, int worker)
+{
+    const opt_job *job = ctx;
+    const smattn_problem *p = job->p;
+    int64_t b = item / (p->Hq * p->S), h = (item / p->S) % p->Hq, i = item % p->S;
+    if (i >= smattn__q_len(p, b)) {
+        smattn__opt_slow_row(job, b, h, i); /* padding rows: the conventions */
+        return;
+    }
+    job->isa->softmax_row(job, b, h, i, &job->ws[worker]);
+}
+
+/* Merge the split-K partials of each row in chunk order, then finish the row. */
+static void merge_chunks(opt_job *job)
+{
+    const smattn_problem *p = job->p;
+    const int64_t R = job->R, Dvp = job->Dvp, nc = job->nchunks;
+    float *acc = job->ws[0].acc; /* R * Dvp floats: one row is enough */
+    for (int64_t base = 0; base < job->items; base += nc) {
+        int64_t rest = base / nc, qt = rest % job->qtiles;
+        rest /= job->qtiles;
+        int64_t g = rest % p->Hkv, b = rest / p->Hkv;
+        for (int64_t r = 0; r < R; r++) {
+            int64_t hh = r / job->nq, i = qt * job->nq + r % job->nq, h = g * job->G + hh;
+            if (i >= p->S)
+                continue;
+            float M = -HUGE_VALF, L = 0.0f;
+            int slow = 0;
+            for (int64_t c = 0; c < nc; c++) {
+                const float *pr = job->part + ((base + c) * R + r) * (Dvp + 2);
+                if (isnan(pr[0]))
+                    slow = 1;
+                else if (pr[0] > M)
+                    M = pr[0];
+            }
+            memset(acc, 0, (size_t)Dvp * sizeof(float));
+            for (int64_t c = 0; c < nc && !slow; c++) {
+                const float *pr = job->part + ((base + c) * R + r) * (Dvp + 2);
+                if (pr[0] == -HUGE_VALF)
+                    continue;
+                float w = opt_exp(job, pr[0] - M);
+                L = fmaf(pr[1], w, L);
+                for (int64_t k = 0; k < p->Dv; k++)
+                    acc[k] = fmaf(pr[2 + k], w, acc[k]);
+            }
+            smattn__opt_finish_row(job, b, h, i, M, L, acc, slow);
+        }
+    }
+}
+
+static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *out, const smattn_opt_config *cfg)
+{
+    smattn_status st = smattn_validate(p, in, out);
+    if (st)
+        return st;
+    if ((st = supported(p, in, out)))
+        return st;
+    opt_job job;
+    memset(&job, 0, sizeof job);
+    job.p = p;
+    job.in = in;
+    job.out = out;
+    job.isa = isa_by_name(cfg ? cfg->isa : NULL);
+    if (!job.isa)
+        return SMATTN_ERR_UNSUPPORTED;
+    if (cfg && cfg->threads < 0)
+        return SMATTN_ERR_OPTION;
+    int nt = cfg && cfg->threads > 0 ? cfg->threads : env_threads();
+    if (nt <= 0)
+        nt = smattn__ncpu();
+    job.scale_hi = (float)p->scale;
+    job.scale_lo = (float)(p->scale - (double)job.scale_hi);
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    job.G = att ? p->Hq / p->Hkv : 1;
+    job.nq = att ? (job.G >= 64 ? 1 : 64 / job.G) : 1;
+    if (job.nq > p->S)
+        job.nq = p->S;
+    job.R = job.G * job.nq;
+    job.Dvp = att ? (p->Dv + 15) / 16 * 16 : 16;
+    job.qtiles = (p->S + job.nq - 1) / job.nq;
+    /* split the keys only when rows are too few to share out: a shape rule, so the same
+     * problem always gets the same chunks, whatever the thread count */
+    job.nchunks = 1;
+    if (att && p->B * p->Hkv * job.qtiles < 16 && p->T > 2 * OPT_CHUNK)
+        job.nchunks = (p->T + OPT_CHUNK - 1) / OPT_CHUNK;
+    job.items = att ? p->B * p->Hkv * job.qtiles * job.nchunks : p->B * p->Hq * p->S;
+    if (nt > job.items)
+        nt = (int)job.items;
+    job.ws = calloc((size_t)nt, sizeof *job.ws);
+    if (!job.ws)
+        return SMATTN_ERR_NOMEM;
+    int made = 0;
+    for (; made < nt; made++)
+        if (ws_alloc(&job.ws[made], &job))
+            break;
+    if (made < nt) {
+        for (int k = 0; k < made; k++)
+            ws_free(&job.ws[k]);
+        free(job.ws);
+        return SMATTN_ERR_NOMEM;
+    }
+    if (job.nchunks > 1) {
+        job.part = malloc((size_t)(job.items * job.R * (job.Dvp + 2)) * sizeof(float));
+        if (!job.part)
+            st = SMATTN_ERR_NOMEM;
+    }
+    if (!st) {
+        smattn__pool_run(nt, job.items, att ? run_attention_item : run_softmax_item, &job);
+        if (job.nchunks > 1)
+            merge_chunks(&job);
+    }
+    for (int k = 0; k < nt; k++)
+        ws_free(&job.ws[k]);
+    free(job.ws);
+    free(job.part);
+    return st;
+}
+
+smattn_status smattn_attention(const smattn_problem *p, const smattn_inputs *in,
+                               const smattn_outputs *out, const smattn_opt_config *cfg)
+{
+    if (p && p->op != SMATTN_OP_ATTENTION)
+        return SMATTN_ERR_OPTION;
+    return run(p, in, out, cfg);
+}
+
+smattn_status smattn_softmax(const smattn_problem *p, const smattn_inputs *in,
+                             const smattn_outputs *out, const smattn_opt_config *cfg)
+{
+    if (p && p->op != SMATTN_OP_SOFTMAX)
+        return SMATTN_ERR_OPTION;
+    return run(p, in, out, cfg);
+}

@@ -1,0 +1,81 @@
+/* opt_internal.h: the optimised kernel's plan, work items, workspace and ISA table. */
+#ifndef SMATTN_OPT_INTERNAL_H
+#define SMATTN_OPT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "core/internal.h"
+
+/* Key tile: a multiple of every VLEN (1, 8, 16) and of the 2-vector micro-tile. */
+#define OPT_BK 64
+/* Keys per split-K chunk for decode-like shapes (SPEC-free: a performance choice that
+ * must depend on the shape only, so results do not depend on the thread count). */
+#define OPT_CHUNK 512
+
+typedef void (*opt_pool_fn)(void *ctx, int64_t item, int worker);
+/* Run fn(ctx, item, worker) for item in [0, nitems) on up to nthreads threads; returns the
+ * number of threads used. worker < nthreads indexes per-thread workspaces. */
+int smattn__pool_run(int nthreads, int64_t nitems, opt_pool_fn fn, void *ctx);
+
+/* Per-thread scratch, sized by the plan. */
+typedef struct opt_ws {
+    float *q;     /* [R][D] query rows of the item */
+    float *kt;    /* [D][OPT_BK] the key tile, transposed, zero padded */
+    float *v;     /* [OPT_BK][Dvp] the value tile as f32, when V is not usable in place */
+    float *s;     /* [R][OPT_BK] scores, then weights */
+    unsigned char *vis; /* [R][OPT_BK] 1 = visible */
+    float *acc;   /* [R][Dvp] running numerators */
+    float *m, *l; /* [R] running max and denominators */
+    int64_t *lo, *hi; /* [R] each row's key range */
+    unsigned char *slow; /* [R] the row needs the exact-enough path */
+} opt_ws;
+
+struct opt_isa;
+
+typedef struct opt_job {
+    const struct opt_isa *isa;
+    const smattn_problem *p;
+    const smattn_inputs *in;
+    const smattn_outputs *out;
+    float scale_hi, scale_lo; /* scale = hi + lo, so scale*s rounds once (fma) */
+    int64_t G;          /* query heads per KV head */
+    int64_t nq;         /* queries per work item */
+    int64_t R;          /* rows per work item = G * nq */
+    int64_t Dvp;        /* Dv rounded up to the vector length */
+    int64_t qtiles;     /* ceil(S / nq) */
+    int64_t nchunks;    /* split-K chunks (1: no split) */
+    int64_t items;
+    opt_ws *ws;         /* [threads] */
+    float *part;        /* split-K partials [items][R][Dvp + 2] */
+    unsigned char *slow_rows; /* [B*Hq*S] */
+} opt_job;
+
+/* One ISA's entry points (kernel_<isa>.c). */
+typedef struct opt_isa {
+    const char *name;
+    void (*attention_item)(const opt_job *job, int64_t item, opt_ws *ws);
+    void (*softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i, opt_ws *ws);
+    float (*expf)(float x); /* the kernel's exp, for the exhaustive accuracy check */
+} opt_isa;
+
+extern const opt_isa smattn__isa_scalar;
+extern const opt_isa smattn__isa_avx2;
+extern const opt_isa smattn__isa_avx512;
+
+/* The ISA in use (chosen once; SMATTN_ISA=scalar|avx2|avx512 forces one the CPU has). */
+const opt_isa *smattn__opt_isa(void);
+
+/* The exact-enough path for one row (opt/slow.c): binary64 arithmetic, every rule of
+ * SPEC 3-4; used for rows whose float32 evaluation met a non-finite value. */
+void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i);
+
+/* Helpers shared by the kernels and the slow path (opt.c, slow.c). */
+void smattn__opt_write_empty(const opt_job *job, int64_t b, int64_t h, int64_t i);
+/* Finish an attention row from its running max m, denominator l and numerators acc
+ * (sinks, empty rows, O, LSE, P); slow != 0 sends it to the binary64 path. */
+void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i, float m, float l,
+                            float *acc, int slow);
+void smattn__opt_finish_softmax_row(const opt_job *job, int64_t b, int64_t h, int64_t i, float m,
+                                    float l, const float *e, const unsigned char *vis);
+
+#endif

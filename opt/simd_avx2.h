@@ -1,0 +1,62 @@
+/* simd_avx2.h: the vector vocabulary on AVX2 + FMA + F16C, 8 lanes. Compiled only into
+ * kernel_avx2.c, which gets -mavx2 -mfma -mf16c; chosen at run time (opt/dispatch.c). */
+#ifndef SMATTN_SIMD_AVX2_H
+#define SMATTN_SIMD_AVX2_H
+#include <immintrin.h>
+#include <stdint.h>
+
+#define VLEN 8
+#define ISA_SUFFIX(name) name##_avx2
+typedef __m256 vf;
+
+static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vf_store(float *p, vf x) { _mm256_storeu_ps(p, x); }
+static inline vf vf_set1(float x) { return _mm256_set1_ps(x); }
+static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
+static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+/* NaN-propagating max: maxps returns its second operand when either is NaN, so put a NaN
+ * of a back explicitly. */
+static inline vf vf_max(vf a, vf b)
+{
+    vf m = _mm256_max_ps(a, b);
+    return _mm256_blendv_ps(m, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+static inline float vf_hsum(vf a)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline float vf_hmax(vf a)
+{
+    float t[8];
+    _mm256_storeu_ps(t, a);
+    float m = t[0];
+    for (int k = 1; k < 8; k++)
+        m = (t[k] > m || t[k] != t[k]) ? t[k] : m;
+    return m;
+}
+static inline vf vf_pow2i(vf n)
+{
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+static inline vf vf_round(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline vf vf_select_lt(vf x, float t, vf if_lt, vf other)
+{
+    return _mm256_blendv_ps(other, if_lt, _mm256_cmp_ps(x, _mm256_set1_ps(t), _CMP_LT_OQ));
+}
+static inline vf vf_load_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+#endif

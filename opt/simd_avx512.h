@@ -1,0 +1,54 @@
+/* simd_avx512.h: the vector vocabulary on AVX-512F (+BW, VL for the converts), 16 lanes.
+ * Compiled only into kernel_avx512.c; chosen at run time where the CPU has it. */
+#ifndef SMATTN_SIMD_AVX512_H
+#define SMATTN_SIMD_AVX512_H
+#include <immintrin.h>
+#include <stdint.h>
+
+#define VLEN 16
+#define ISA_SUFFIX(name) name##_avx512
+typedef __m512 vf;
+
+static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vf_store(float *p, vf x) { _mm512_storeu_ps(p, x); }
+static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
+static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
+static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline vf vf_max(vf a, vf b)
+{
+    vf m = _mm512_max_ps(a, b);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), m, a);
+}
+static inline float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+static inline float vf_hmax(vf a)
+{
+    float t[16];
+    _mm512_storeu_ps(t, a);
+    float m = t[0];
+    for (int k = 1; k < 16; k++)
+        m = (t[k] > m || t[k] != t[k]) ? t[k] : m;
+    return m;
+}
+static inline vf vf_pow2i(vf n)
+{
+    __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+static inline vf vf_round(vf x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline vf vf_select_lt(vf x, float t, vf if_lt, vf other)
+{
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(t), _CMP_LT_OQ), other, if_lt);
+}
+static inline vf vf_load_f16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+#endif

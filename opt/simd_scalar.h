@@ -1,0 +1,52 @@
+/* simd_scalar.h: the vector vocabulary with one lane: the portable instance of the kernel. */
+#ifndef SMATTN_SIMD_SCALAR_H
+#define SMATTN_SIMD_SCALAR_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define VLEN 1
+#define ISA_SUFFIX(name) name##_scalar
+typedef float vf;
+
+static inline vf vf_load(const float *p) { return *p; }
+static inline void vf_store(float *p, vf x) { *p = x; }
+static inline vf vf_set1(float x) { return x; }
+static inline vf vf_zero(void) { return 0.0f; }
+static inline vf vf_fmadd(vf a, vf b, vf c) { return fmaf(a, b, c); }
+static inline vf vf_mul(vf a, vf b) { return a * b; }
+static inline vf vf_add(vf a, vf b) { return a + b; }
+static inline vf vf_sub(vf a, vf b) { return a - b; }
+/* max that ignores no NaN: (a > b || a != a) ? a : b, and b's NaN passes through too */
+static inline vf vf_max(vf a, vf b) { return (a > b || a != a) ? a : b; }
+static inline float vf_hsum(vf a) { return a; }
+static inline float vf_hmax(vf a) { return a; }
+static inline vf vf_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t vf_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* 2^n for an integer-valued float n in [-126, 127]. */
+static inline vf vf_pow2i(vf n)
+{
+    if (!(n >= -126.0f && n <= 127.0f)) /* NaN lanes: any value (the result is NaN) */
+        return 1.0f;
+    return vf_from_bits((uint32_t)((int32_t)n + 127) << 23);
+}
+static inline vf vf_round(vf x) { return nearbyintf(x); }
+/* lanes where x < t get 0 (flush), where x is NaN stay NaN. */
+static inline vf vf_select_lt(vf x, float t, vf if_lt, vf other) { return x < t ? if_lt : other; }
+
+static inline vf vf_load_f16(const uint16_t *p)
+{
+    uint16_t h = *p;
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v;
+    if (e == 0x1f)
+        return vf_from_bits(sign | 0x7f800000u | (m << 13));
+    if (e == 0)
+        v = ldexpf((float)m, -24);
+    else
+        v = ldexpf((float)(m | 0x400), (int)e - 25);
+    return sign ? -v : v;
+}
+static inline vf vf_load_bf16(const uint16_t *p) { return vf_from_bits((uint32_t)*p << 16); }
+#endif

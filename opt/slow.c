@@ -1,0 +1,206 @@
+/* slow.c: the optimised kernel's exact-enough path for rare rows: any row whose float32
+ * evaluation met a NaN, an infinity or an overflow, empty rows under the mean convention,
+ * and softmax rows with sinks. binary64 arithmetic (products of binary32 inputs are exact,
+ * scores cannot overflow), every rule of SPEC 3-4, outputs rounded once to binary32. Its
+ * error is far inside the float32 bound of SPEC 6. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "opt/opt_internal.h"
+
+static void put(const smattn_out_tensor *t, int64_t off, double x)
+{
+    ((float *)t->data)[off] = (float)x + 0.0f;
+}
+
+static void put_lse(const opt_job *job, int64_t b, int64_t h, int64_t i, double x)
+{
+    const smattn_out_tensor *t = &job->out->lse;
+    if (t->data)
+        put(t, b * t->stride[0] + h * t->stride[1] + i * t->stride[2], x);
+}
+
+static void put_o(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t c, double x)
+{
+    const smattn_out_tensor *t = &job->out->o;
+    put(t, smattn__off4(t->stride, b, i, h, c), x);
+}
+
+static void put_p(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t j, double x)
+{
+    const smattn_out_tensor *t = &job->out->p;
+    if (t->data)
+        put(t, smattn__off4(t->stride, b, h, i, j), x);
+}
+
+static double empty_lse(const smattn_problem *p)
+{
+    return p->empty_lse == SMATTN_LSE_POS_INF ? HUGE_VAL
+           : p->empty_lse == SMATTN_LSE_ZERO  ? 0.0
+                                              : -HUGE_VAL;
+}
+
+static double vval(const opt_job *job, int64_t b, int64_t j, int64_t g, int64_t c)
+{
+    const smattn_tensor *t = &job->in->v;
+    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, b, j, g, c));
+}
+
+/* O_c = sum_j w_j v_jc / L over keys idx[0..n), with the V column classes of SPEC 4.2. */
+static void write_o(const opt_job *job, int64_t b, int64_t h, int64_t i, const int64_t *idx,
+                    const double *w, int64_t n, double L)
+{
+    const smattn_problem *p = job->p;
+    int64_t g = smattn__kv_head(p, h);
+    for (int64_t c = 0; c < p->Dv; c++) {
+        double acc = 0;
+        int nan = 0, pos = 0, neg = 0;
+        for (int64_t k = 0; k < n; k++) {
+            double v = vval(job, b, idx[k], g, c);
+            nan |= isnan(v), pos |= v == HUGE_VAL, neg |= v == -HUGE_VAL;
+            acc += w[k] * v;
+        }
+        double o = nan || (pos && neg) ? (double)NAN : pos ? HUGE_VAL : neg ? -HUGE_VAL : acc / L;
+        put_o(job, b, h, i, c, o);
+    }
+}
+
+void smattn__opt_write_empty(const opt_job *job, int64_t b, int64_t h, int64_t i)
+{
+    const smattn_problem *p = job->p;
+    int nan = p->empty_rows == SMATTN_EMPTY_NAN;
+    put_lse(job, b, h, i, empty_lse(p));
+    for (int64_t j = 0; j < p->T; j++)
+        put_p(job, b, h, i, j, nan ? (double)NAN : 0.0);
+    if (p->op == SMATTN_OP_ATTENTION)
+        for (int64_t c = 0; c < p->Dv; c++)
+            put_o(job, b, h, i, c, nan ? (double)NAN : 0.0);
+}
+
+void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    const int64_t T = p->T, g = att ? smattn__kv_head(p, h) : 0;
+    int64_t *idx = malloc((size_t)T * sizeof *idx);
+    double *s = malloc((size_t)T * sizeof *s);
+    if (!idx || !s) { /* cannot happen for sizes validate accepted; write NaN, not garbage */
+        free(idx), free(s);
+        put_lse(job, b, h, i, (double)NAN);
+        if (att)
+            for (int64_t c = 0; c < p->Dv; c++)
+                put_o(job, b, h, i, c, (double)NAN);
+        for (int64_t j = 0; j < T; j++)
+            put_p(job, b, h, i, j, (double)NAN);
+        return;
+    }
+    int64_t n = 0, lo, hi;
+    int nan = 0, has_sink = 0;
+    double sink = 0;
+    if (i >= smattn__q_len(p, b))
+        goto empty;
+    smattn__key_range(p, b, i, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++) {
+        if (!smattn__mask_allows(p, in, b, h, i, j))
+            continue;
+        double bj = in->bias.data ? smattn_load(in->bias.data, in->bias.dtype,
+                                                smattn__off4(in->bias.stride, b, h, i, j))
+                                  : 0.0;
+        double x = 0;
+        if (!att) {
+            x = smattn_load(in->x.data, in->x.dtype, smattn__off4(in->x.stride, b, h, i, j));
+            if (x == -HUGE_VAL)
+                continue;
+        }
+        if (bj == -HUGE_VAL)
+            continue;
+        idx[n] = j;
+        s[n++] = x;
+    }
+    if (in->sinks.data) {
+        sink = smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]);
+        if (isnan(sink) || sink == HUGE_VAL)
+            nan = 1;
+        else if (sink != -HUGE_VAL)
+            has_sink = 1;
+    }
+    if (!nan && n == 0 && !has_sink)
+        goto empty;
+    /* scores in binary64 */
+    for (int64_t k = 0; k < n && !nan; k++) {
+        int64_t j = idx[k];
+        double x = s[k];
+        if (att) {
+            x = 0;
+            for (int64_t d = 0; d < p->D; d++) {
+                double q = smattn_load(in->q.data, in->q.dtype, smattn__off4(in->q.stride, b, i, h, d));
+                double kk = smattn_load(in->k.data, in->k.dtype, smattn__off4(in->k.stride, b, j, g, d));
+                if (!isfinite(q) || !isfinite(kk))
+                    nan = 1;
+                x += q * kk;
+            }
+        } else if (!isfinite(x)) {
+            nan = 1;
+        }
+        x *= p->scale;
+        if (p->softcap > 0)
+            x = p->softcap * tanh(x / p->softcap);
+        if (in->bias.data) {
+            double bj = smattn_load(in->bias.data, in->bias.dtype, smattn__off4(in->bias.stride, b, h, i, j));
+            if (!isfinite(bj))
+                nan = 1;
+            x += bj;
+        }
+        s[k] = x;
+    }
+    if (nan) { /* SPEC 4.2: the row is NaN */
+        put_lse(job, b, h, i, (double)NAN);
+        if (att)
+            for (int64_t c = 0; c < p->Dv; c++)
+                put_o(job, b, h, i, c, (double)NAN);
+        for (int64_t j = 0; j < T; j++)
+            put_p(job, b, h, i, j, 0.0);
+        for (int64_t k = 0; k < n; k++)
+            put_p(job, b, h, i, idx[k], (double)NAN);
+        goto done;
+    }
+    double m = has_sink ? sink : -HUGE_VAL;
+    for (int64_t k = 0; k < n; k++)
+        m = s[k] > m ? s[k] : m;
+    double L = has_sink ? exp(sink - m) : 0.0;
+    for (int64_t k = 0; k < n; k++) {
+        s[k] = exp(s[k] - m);
+        L += s[k];
+    }
+    put_lse(job, b, h, i, m + log(L));
+    for (int64_t j = 0; j < T; j++)
+        put_p(job, b, h, i, j, 0.0);
+    for (int64_t k = 0; k < n; k++)
+        put_p(job, b, h, i, idx[k], s[k] / L);
+    if (att)
+        write_o(job, b, h, i, idx, s, n, L);
+    goto done;
+
+empty:
+    if (p->empty_rows == SMATTN_EMPTY_MEAN) {
+        int64_t Tb = smattn__kv_len(p, b);
+        put_lse(job, b, h, i, empty_lse(p));
+        for (int64_t j = 0; j < T; j++)
+            put_p(job, b, h, i, j, j < Tb ? 1.0 / (double)Tb : 0.0);
+        if (att) {
+            for (int64_t j = 0; j < Tb; j++)
+                idx[j] = j, s[j] = 1.0;
+            if (Tb > 0)
+                write_o(job, b, h, i, idx, s, Tb, (double)Tb);
+            else
+                for (int64_t c = 0; c < p->Dv; c++)
+                    put_o(job, b, h, i, c, 0.0);
+        }
+    } else {
+        smattn__opt_write_empty(job, b, h, i);
+    }
+done:
+    free(idx);
+    free(s);
+}
