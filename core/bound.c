@@ -201,7 +201,7 @@ static void row_common(const rowdata *r, const model *m, rowbound *rb)
      * exp(0) >= 1 - eps_f (sums of non-negative terms never decrease under rounding). */
     rb->UL = 8 * n * m->nb * m->omega_s;
     rb->Lmin = 1 - m->eps_f;
-    if (!(rb->tauO < 1) || !(rb->Lmin > rb->UL)) {
+    if (!(rb->tauO < 1) || !(rb->Lmin > rb->UL) || !(m->nb * m->eps_f <= 0.5L)) {
         rb->out = 1;
         return;
     }
