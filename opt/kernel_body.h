@@ -15,6 +15,11 @@
 #include "opt/opt_internal.h"
 
 #define KN(name) ISA_SUFFIX(name)
+#if VLEN == 16
+#define QK_KB 4 /* keys per QK micro-tile */
+#else
+#define QK_KB 2
+#endif
 
 /* ---- exp ---------------------------------------------------------------------------------
  * e^x for binary32 x: n = round(x log2 e), r = x - n ln2 (two fma steps, Cody-Waite),
@@ -88,7 +93,33 @@ static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_
 static inline void KN(qk_block)(const float *q, int64_t ldq, int rb, const float *k,
                                 int64_t ldk, int kb, int64_t Dp, float *s, int64_t lds)
 {
-    if (rb == 4 && kb == 2) {
+#if VLEN == 16 /* 32 vector registers: a 4 x 4 block, 16 accumulators */
+    if (rb == 4 && kb == 4) {
+        vf a[16];
+        for (int t = 0; t < 16; t++)
+            a[t] = vf_zero();
+        for (int64_t d = 0; d < Dp; d += VLEN) {
+            vf k0 = vf_load(k + d), k1 = vf_load(k + ldk + d);
+            vf k2 = vf_load(k + 2 * ldk + d), k3 = vf_load(k + 3 * ldk + d);
+            for (int rr = 0; rr < 4; rr++) {
+                vf qv = vf_load(q + rr * ldq + d);
+                a[4 * rr] = vf_fmadd(qv, k0, a[4 * rr]);
+                a[4 * rr + 1] = vf_fmadd(qv, k1, a[4 * rr + 1]);
+                a[4 * rr + 2] = vf_fmadd(qv, k2, a[4 * rr + 2]);
+                a[4 * rr + 3] = vf_fmadd(qv, k3, a[4 * rr + 3]);
+            }
+        }
+        float t[16];
+        vf_hsum8(a, t);
+        vf_hsum8(a + 8, t + 8);
+        for (int rr = 0; rr < 4; rr++)
+            for (int kk = 0; kk < 4; kk++)
+                s[rr * lds + kk] = t[4 * rr + kk];
+        return;
+    }
+#endif
+    if (rb == 4 && kb >= 2) {
+        kb = 2;
         vf a00 = vf_zero(), a01 = vf_zero(), a10 = vf_zero(), a11 = vf_zero();
         vf a20 = vf_zero(), a21 = vf_zero(), a30 = vf_zero(), a31 = vf_zero();
         for (int64_t d = 0; d < Dp; d += VLEN) {
@@ -104,10 +135,11 @@ static inline void KN(qk_block)(const float *q, int64_t ldq, int rb, const float
             a30 = vf_fmadd(q3, k0, a30);
             a31 = vf_fmadd(q3, k1, a31);
         }
-        s[0] = vf_hsum(a00), s[1] = vf_hsum(a01);
-        s[lds] = vf_hsum(a10), s[lds + 1] = vf_hsum(a11);
-        s[2 * lds] = vf_hsum(a20), s[2 * lds + 1] = vf_hsum(a21);
-        s[3 * lds] = vf_hsum(a30), s[3 * lds + 1] = vf_hsum(a31);
+        const vf a[8] = {a00, a01, a10, a11, a20, a21, a30, a31};
+        float t[8];
+        vf_hsum8(a, t);
+        s[0] = t[0], s[1] = t[1], s[lds] = t[2], s[lds + 1] = t[3];
+        s[2 * lds] = t[4], s[2 * lds + 1] = t[5], s[3 * lds] = t[6], s[3 * lds + 1] = t[7];
         return;
     }
     for (int rr = 0; rr < rb; rr++)
@@ -124,8 +156,32 @@ static inline void KN(qk_block)(const float *q, int64_t ldq, int rb, const float
  * its neighbours see key j. */
 static inline void KN(pv_block)(float *acc, int64_t lda, const float *p, int64_t ldp,
                                 const unsigned char *vis, int rb, const float *v, int64_t ldv,
-                                int64_t nk, int cb)
+                                int64_t nk, int cb, int full)
 {
+    if (rb == 4 && cb == 2 && full) { /* every (row, key) visible: no checks */
+        vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
+        vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
+        vf a20 = vf_load(acc + 2 * lda), a21 = vf_load(acc + 2 * lda + VLEN);
+        vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
+        for (int64_t j = 0; j < nk; j++) {
+            vf v0 = vf_load(v + j * ldv), v1 = vf_load(v + j * ldv + VLEN);
+            vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
+            a00 = vf_fmadd(p0, v0, a00);
+            a01 = vf_fmadd(p0, v1, a01);
+            a10 = vf_fmadd(p1, v0, a10);
+            a11 = vf_fmadd(p1, v1, a11);
+            vf p2 = vf_set1(p[2 * ldp + j]), p3 = vf_set1(p[3 * ldp + j]);
+            a20 = vf_fmadd(p2, v0, a20);
+            a21 = vf_fmadd(p2, v1, a21);
+            a30 = vf_fmadd(p3, v0, a30);
+            a31 = vf_fmadd(p3, v1, a31);
+        }
+        vf_store(acc, a00), vf_store(acc + VLEN, a01);
+        vf_store(acc + lda, a10), vf_store(acc + lda + VLEN, a11);
+        vf_store(acc + 2 * lda, a20), vf_store(acc + 2 * lda + VLEN, a21);
+        vf_store(acc + 3 * lda, a30), vf_store(acc + 3 * lda + VLEN, a31);
+        return;
+    }
     if (rb == 4 && cb == 2) {
         vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
         vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
@@ -192,6 +248,38 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     const float sh = job->scale_hi, sl = job->scale_lo;
     const float cap = (float)p->softcap;
     float tmax = -HUGE_VALF;
+    if (!in->mask.data && !in->bias.data && !(cap > 0) && !(lo <= kt && kt + nk <= hi)) {
+        /* a tile on the causal diagonal or a window edge: visibility is the range */
+        for (int64_t jj = 0; jj < nk; jj++) {
+            int64_t j = kt + jj;
+            int ok = j >= lo && j < hi;
+            float x = fmaf(s[jj], sh, s[jj] * sl);
+            vis[jj] = (unsigned char)ok;
+            s[jj] = ok ? x : -HUGE_VALF;
+            if (ok && (x > tmax || x != x))
+                tmax = x;
+        }
+        return tmax;
+    }
+    if (!in->mask.data && !in->bias.data && !(cap > 0) && lo <= kt && kt + nk <= hi) {
+        /* the whole tile is visible: the same arithmetic, vectorised */
+        vf vh = vf_set1(sh), vl = vf_set1(sl), vmax = vf_set1(-HUGE_VALF);
+        int64_t jj = 0;
+        for (; jj + VLEN <= nk; jj += VLEN) {
+            vf x = vf_load(s + jj);
+            x = vf_fmadd(x, vh, vf_mul(x, vl));
+            vf_store(s + jj, x);
+            vmax = vf_max(x, vmax);
+        }
+        tmax = vf_hmax(vmax);
+        for (; jj < nk; jj++) {
+            s[jj] = fmaf(s[jj], sh, s[jj] * sl);
+            if (s[jj] > tmax || s[jj] != s[jj])
+                tmax = s[jj];
+        }
+        memset(vis, 1, (size_t)nk);
+        return tmax;
+    }
     for (int64_t jj = 0; jj < nk; jj++) {
         int64_t j = kt + jj;
         int ok = j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
@@ -218,6 +306,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
     const int64_t D = p->D, Dv = p->Dv, Dvp = job->Dvp, R = job->R, nq = job->nq;
+    const int64_t Rp = (R + 3) / 4 * 4; /* padding rows: zero q, weight 0, never written */
     const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
     int64_t c = item % job->nchunks, rest = item / job->nchunks;
     int64_t qt = rest % job->qtiles;
@@ -262,6 +351,8 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         }
     }
 
+    for (int64_t r = R; r < Rp; r++)
+        memset(ws->q + r * Dp, 0, (size_t)Dp * sizeof(float));
     const smattn_tensor *kt_ = &in->k, *vt_ = &in->v;
     const int v_direct = vt_->dtype == SMATTN_F32 && vt_->stride[3] == 1 && Dv % VLEN == 0;
     const int k_direct = kt_->dtype == SMATTN_F32 && kt_->stride[3] == 1 && D % VLEN == 0;
@@ -281,10 +372,16 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             ldk = Dp;
         }
         /* scores for every row of the item against the tile */
-        for (int64_t r0 = 0; r0 < R; r0 += 4) {
-            int rb = R - r0 < 4 ? (int)(R - r0) : 4;
-            for (int64_t j0 = 0; j0 < nk; j0 += 2) {
-                int kb = nk - j0 < 2 ? 1 : 2;
+        for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+            int rb = 4;
+            for (int64_t j0 = 0; j0 < nk; j0 += QK_KB) {
+                int kb = nk - j0 < QK_KB ? (int)(nk - j0) : QK_KB;
+                if (kb >= 2 && kb < QK_KB) { /* a pair, then the rest */
+                    KN(qk_block)(ws->q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, 2, Dp,
+                                 ws->s + r0 * OPT_BK + j0, OPT_BK);
+                    j0 += 2 - QK_KB;
+                    continue;
+                }
                 KN(qk_block)(ws->q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, kb, Dp,
                              ws->s + r0 * OPT_BK + j0, OPT_BK);
             }
@@ -343,12 +440,18 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             V = ws->v;
             ldv = Dvp;
         }
-        for (int64_t r0 = 0; r0 < R; r0 += 4) {
-            int rb = R - r0 < 4 ? (int)(R - r0) : 4;
+        for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
+            memset(ws->s + r * OPT_BK, 0, (size_t)nk * sizeof(float));
+            memset(ws->vis + r * OPT_BK, 1, (size_t)nk);
+        }
+        for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+            int full = 1;
+            for (int64_t k = 0; k < 4 * OPT_BK && full; k++)
+                full = k % OPT_BK >= nk || ws->vis[r0 * OPT_BK + k];
             for (int64_t c0 = 0; c0 < Dvp; c0 += 2 * VLEN) {
                 int cb = Dvp - c0 < 2 * VLEN ? 1 : 2;
                 KN(pv_block)(ws->acc + r0 * Dvp + c0, Dvp, ws->s + r0 * OPT_BK,
-                             OPT_BK, ws->vis + r0 * OPT_BK, rb, V + c0, ldv, nk, cb);
+                             OPT_BK, ws->vis + r0 * OPT_BK, 4, V + c0, ldv, nk, cb, full);
             }
         }
     }

@@ -187,7 +187,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
 {
     const smattn_problem *p = job->p;
     memset(w, 0, sizeof *w);
-    size_t R = (size_t)job->R, Dp = (size_t)(p->op == SMATTN_OP_ATTENTION ? (p->D + 15) / 16 * 16 : 16);
+    size_t R = (size_t)(job->R + 3) / 4 * 4, Dp = (size_t)(p->op == SMATTN_OP_ATTENTION ? (p->D + 15) / 16 * 16 : 16);
     size_t Dvp = (size_t)job->Dvp, T = (size_t)p->T;
     size_t srow = p->op == SMATTN_OP_ATTENTION ? R * OPT_BK : T + OPT_BK;
     w->q = malloc(R * Dp * sizeof(float));

@@ -31,6 +31,15 @@ static inline float vf_hsum(vf a)
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* out[k] = horizontal sum of a[k], k < 8, by a tree of hadds (7 adds, 2 extracts) */
+static inline void vf_hsum8(const vf a[8], float *out)
+{
+    __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1)));
+    _mm_storeu_ps(out + 4, _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1)));
+}
 static inline float vf_hmax(vf a)
 {
     float t[8];

@@ -23,6 +23,19 @@ static inline vf vf_max(vf a, vf b)
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), m, a);
 }
 static inline float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+/* out[k] = horizontal sum of a[k], k < 8: fold 512 to 256 bits, then a tree of hadds */
+static inline void vf_hsum8(const vf a[8], float *out)
+{
+    __m256 h[8];
+    for (int k = 0; k < 8; k++)
+        h[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
+    __m256 t0 = _mm256_hadd_ps(h[0], h[1]), t1 = _mm256_hadd_ps(h[2], h[3]);
+    __m256 t2 = _mm256_hadd_ps(h[4], h[5]), t3 = _mm256_hadd_ps(h[6], h[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1)));
+    _mm_storeu_ps(out + 4, _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1)));
+}
 static inline float vf_hmax(vf a)
 {
     float t[16];

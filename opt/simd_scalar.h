@@ -21,6 +21,12 @@ static inline vf vf_sub(vf a, vf b) { return a - b; }
 static inline vf vf_max(vf a, vf b) { return (a > b || a != a) ? a : b; }
 static inline float vf_hsum(vf a) { return a; }
 static inline float vf_hmax(vf a) { return a; }
+/* out[k] = horizontal sum of a[k], k < 8 */
+static inline void vf_hsum8(const vf a[8], float *out)
+{
+    for (int k = 0; k < 8; k++)
+        out[k] = a[k];
+}
 static inline vf vf_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t vf_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
