@@ -198,37 +198,6 @@ SMATTN_NODISCARD smattn_status smattn_ref(const smattn_problem *prob, const smat
                                           const smattn_ref_config *cfg,
                                           smattn_ref_stats *stats);
 
-/* ---------------------------------------------------------------------------------------
- * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
- * portable scalar instance, chosen at run time), a persistent thread pool.
- * Supported: Q and X float32; K and V float32, binary16 or bfloat16; bias float32; O, LSE
- * and P float32; every mask kind, softcap, sinks and empty-row convention. Anything else
- * valid gives SMATTN_ERR_UNSUPPORTED. Outputs are within the bound of SPEC 6 for the
- * model smattn_opt_precision(); they are bitwise identical for any thread count and
- * across repeated calls (but not across ISAs). Safe to call from several threads.
- * ------------------------------------------------------------------------------------- */
-typedef struct smattn_opt_config {
-    int threads;     /* 0: SMATTN_NUM_THREADS, else all online cores */
-    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" */
-} smattn_opt_config;
-
-/* Max error of the kernel's binary32 exp in ulps, measured over every binary32 input by
- * `make check-exp` (inputs whose result is below FLT_MIN are flushed to +0). */
-#define SMATTN_OPT_EXP_ULPS 2.0
-
-/* op must be SMATTN_OP_ATTENTION (resp. SMATTN_OP_SOFTMAX). cfg may be NULL. */
-SMATTN_NODISCARD smattn_status smattn_attention(const smattn_problem *prob,
-                                                const smattn_inputs *in,
-                                                const smattn_outputs *out,
-                                                const smattn_opt_config *cfg);
-SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
-                                              const smattn_inputs *in,
-                                              const smattn_outputs *out,
-                                              const smattn_opt_config *cfg);
-/* The ISA in use ("avx512", "avx2" or "scalar"); SMATTN_ISA forces one the CPU has. */
-const char *smattn_opt_isa(void);
-/* Nonzero if the named ISA can run on this CPU. */
-int smattn_opt_isa_available(const char *name);
 
 /* ---------------------------------------------------------------------------------------
  * The error bound (SPEC 6) and the error metrics shared by tests, fuzzers and the checker.
@@ -283,6 +252,43 @@ double smattn_ulp_error(double computed, double exact, smattn_dtype t);
  * bound of +inf accepts any non-NaN c against a finite e (ratio 0): an output that may
  * overflow, or a row out of contract. A kernel meets the bound iff the ratio is <= 1. */
 double smattn_error_ratio(double computed, double exact, double bound);
+
+/* ---------------------------------------------------------------------------------------
+ * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
+ * portable scalar instance, chosen at run time), a persistent thread pool.
+ * Supported: Q and X float32; K and V float32, binary16 or bfloat16; bias float32; O, LSE
+ * and P float32; every mask kind, softcap, sinks and empty-row convention. Anything else
+ * valid gives SMATTN_ERR_UNSUPPORTED. Outputs are within the bound of SPEC 6 for the
+ * model smattn_opt_precision(); they are bitwise identical for any thread count and
+ * across repeated calls (but not across ISAs). Safe to call from several threads.
+ * ------------------------------------------------------------------------------------- */
+typedef struct smattn_opt_config {
+    int threads;     /* 0: SMATTN_NUM_THREADS, else all online cores */
+    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" */
+} smattn_opt_config;
+
+/* Max error of the kernel's binary32 exp in ulps, measured over every binary32 input by
+ * `make check-exp` (inputs whose result is below FLT_MIN are flushed to +0). */
+#define SMATTN_OPT_EXP_ULPS 2.0
+
+/* op must be SMATTN_OP_ATTENTION (resp. SMATTN_OP_SOFTMAX). cfg may be NULL. */
+SMATTN_NODISCARD smattn_status smattn_attention(const smattn_problem *prob,
+                                                const smattn_inputs *in,
+                                                const smattn_outputs *out,
+                                                const smattn_opt_config *cfg);
+SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
+                                              const smattn_inputs *in,
+                                              const smattn_outputs *out,
+                                              const smattn_opt_config *cfg);
+/* The precision model (SPEC 6.1) the kernel claims for a problem: binary32 scores and
+ * accumulation, exp within SMATTN_OPT_EXP_ULPS (tanh and log within 2 ulps, glibc), one
+ * rescaling per key tile plus the split-K merge, serial accumulation over the keys,
+ * results below FLT_MIN flushed. Tests and the checker judge the kernel against it. */
+smattn_precision smattn_opt_precision(const smattn_problem *prob);
+/* The ISA in use ("avx512", "avx2" or "scalar"); SMATTN_ISA forces one the CPU has. */
+const char *smattn_opt_isa(void);
+/* Nonzero if the named ISA can run on this CPU. */
+int smattn_opt_isa_available(const char *name);
 
 /* ---------------------------------------------------------------------------------------
  * Element conversion (SPEC 2.6): load any dtype as binary64 (exact), and round a binary64

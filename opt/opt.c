@@ -349,3 +349,15 @@ smattn_status smattn_softmax(const smattn_problem *p, const smattn_inputs *in,
         return SMATTN_ERR_OPTION;
     return run(p, in, out, cfg);
 }
+
+smattn_precision smattn_opt_precision(const smattn_problem *p)
+{
+    smattn_precision m = smattn_precision_of(SMATTN_F32);
+    m.exp_ulps = SMATTN_OPT_EXP_ULPS > 2.0 ? SMATTN_OPT_EXP_ULPS : 2.0;
+    int64_t T = p ? p->T : 1, tiles = (T + OPT_BK - 1) / OPT_BK;
+    int64_t chunks = (T + OPT_CHUNK - 1) / OPT_CHUNK;
+    m.blocks = tiles + chunks + 1;
+    m.acc_len = T + chunks + 2;
+    m.tiny = 0x1p-126; /* exp flushes results below FLT_MIN */
+    return m;
+}

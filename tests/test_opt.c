@@ -1,0 +1,538 @@
+/* test_opt.c: the optimised kernel against the oracle and the SPEC 6 bound, on every ISA the
+ * CPU has; bitwise determinism over thread counts; extremes; masked-slot isolation. */
+#include <check.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "smattn.h"
+
+static const char *const isas[] = {"scalar", "avx2", "avx512"};
+static const int64_t dims[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 96, 128, 256};
+
+static int scale_factor(void)
+{
+    const char *e = getenv("SMATTN_TEST_SCALE");
+    int k = e ? atoi(e) : 0;
+    return k > 0 ? k : 0;
+}
+
+/* ---- random problems ------------------------------------------------------------------- */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t next(rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static double unif(rng *r)
+{
+    return (double)(next(r) >> 11) * 0x1p-53;
+}
+
+static int64_t pick(rng *r, int64_t n)
+{
+    return (int64_t)(next(r) % (uint64_t)n);
+}
+
+typedef struct tcase {
+    uint64_t seed;
+    smattn_problem p;
+    smattn_inputs in;
+    int64_t kvl[3], ql[3];
+    float *q, *bias, *sinks;
+    void *k, *v;
+    unsigned char *mask;
+    size_t nk, nv;
+} tcase;
+
+/* A problem of class cls: 0 prefill (S = T), 1 chunked prefill (S < T), 2 decode (S = 1),
+ * 3 small S, 4 S > T. Everything else is drawn from the seed. */
+static void gen(tcase *c, uint64_t seed, int extreme)
+{
+    rng r = {seed * 0x9E3779B97F4A7C15u + 1};
+    memset(c, 0, sizeof *c);
+    c->seed = seed;
+    smattn_problem *p = &c->p;
+    *p = smattn_problem_default();
+    int cls = (int)pick(&r, 5);
+    p->B = 1 + pick(&r, 3);
+    int64_t ratios[] = {1, 2, 4, 7, 5};
+    p->Hkv = 1 + pick(&r, 2);
+    p->Hq = p->Hkv * ratios[pick(&r, 5)];
+    if (pick(&r, 6) == 0) { /* MQA */
+        p->Hkv = 1;
+        p->Hq = 1 + pick(&r, 8);
+    }
+    p->T = 1 + pick(&r, 150);
+    if (cls == 2 && pick(&r, 3) == 0)
+        p->T = 500 + pick(&r, 1200); /* long enough to split the keys */
+    p->S = cls == 0 ? p->T : cls == 1 ? 1 + pick(&r, p->T) : cls == 2 ? 1 : cls == 3 ? 1 + pick(&r, 4)
+                                                                                : p->T + 1 + pick(&r, 8);
+    if (p->S > 64)
+        p->S = 64;
+    p->D = dims[pick(&r, 14)];
+    p->Dv = dims[pick(&r, 14)];
+    if (p->T > 400 && p->D > 64)
+        p->D = 64, p->Dv = p->Dv > 64 ? 64 : p->Dv;
+    p->scale = smattn_default_scale(p->D) * (0.25 + 3 * unif(&r));
+    p->causal = (smattn_causal)pick(&r, 3);
+    if (pick(&r, 4) == 0)
+        p->window_left = pick(&r, 40);
+    if (pick(&r, 6) == 0)
+        p->window_right = pick(&r, 5);
+    if (pick(&r, 8) == 0)
+        p->softcap = 5 + 30 * unif(&r);
+    p->empty_rows = (smattn_empty)pick(&r, 3);
+    p->empty_lse = (smattn_empty_lse)pick(&r, 3);
+    if (pick(&r, 3) == 0) {
+        for (int64_t b = 0; b < p->B; b++)
+            c->kvl[b] = pick(&r, p->T + 1);
+        p->kv_lens = c->kvl;
+    }
+    if (pick(&r, 5) == 0) {
+        for (int64_t b = 0; b < p->B; b++)
+            c->ql[b] = pick(&r, p->S + 1);
+        p->q_lens = c->ql;
+    }
+    smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + pick(&r, 3));
+    size_t nq = (size_t)(p->B * p->S * p->Hq * p->D);
+    c->nk = (size_t)(p->B * p->T * p->Hkv * p->D);
+    c->nv = (size_t)(p->B * p->T * p->Hkv * p->Dv);
+    c->q = malloc(nq * sizeof(float));
+    c->k = malloc(c->nk * 4);
+    c->v = malloc(c->nv * 4);
+    double qs = extreme == 1 ? 1e19 : 2, vs = extreme == 2 ? 1e38 : extreme == 3 ? 1e-40 : 1;
+    double voff = pick(&r, 4) == 0 ? 1000 : 0;
+    for (size_t i = 0; i < nq; i++)
+        c->q[i] = (float)(qs * (2 * unif(&r) - 1));
+    for (size_t i = 0; i < c->nk; i++)
+        smattn_store(c->k, kvt, (int64_t)i, qs * (2 * unif(&r) - 1));
+    for (size_t i = 0; i < c->nv; i++)
+        smattn_store(c->v, kvt, (int64_t)i, extreme == 2 || extreme == 3 ? vs * (2 * unif(&r) - 1)
+                                                                        : voff + 2 * unif(&r) - 1);
+    smattn_inputs *in = &c->in;
+    in->q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    in->k = (smattn_tensor){c->k, kvt, {0}};
+    in->v = (smattn_tensor){c->v, kvt, {0}};
+    smattn_contiguous_strides(p, 'q', in->q.stride);
+    smattn_contiguous_strides(p, 'k', in->k.stride);
+    smattn_contiguous_strides(p, 'v', in->v.stride);
+    if (pick(&r, 4) == 0 || extreme == 4) { /* bias [B,1,S,T] with -inf and big negatives */
+        size_t nb = (size_t)(p->B * p->S * p->T);
+        c->bias = malloc(nb * sizeof(float));
+        for (size_t i = 0; i < nb; i++) {
+            int64_t u = pick(&r, 10);
+            c->bias[i] = u == 0 ? -HUGE_VALF : u == 1 && extreme == 4 ? -1e4f : (float)(unif(&r) - 0.5);
+        }
+        in->bias = (smattn_tensor){c->bias, SMATTN_F32, {p->S * p->T, 0, p->T, 1}};
+    }
+    if (pick(&r, 5) == 0) { /* bool mask [B,Hq,1,T] */
+        size_t nm = (size_t)(p->B * p->Hq * p->T);
+        c->mask = malloc(nm);
+        for (size_t i = 0; i < nm; i++)
+            c->mask[i] = pick(&r, 5) != 0;
+        in->mask = (smattn_tensor){c->mask, SMATTN_BOOL, {p->Hq * p->T, p->T, 0, 1}};
+    }
+    if (pick(&r, 5) == 0) {
+        c->sinks = malloc((size_t)p->Hq * sizeof(float));
+        for (int64_t h = 0; h < p->Hq; h++)
+            c->sinks[h] = (float)(4 * unif(&r) - 2);
+        in->sinks = (smattn_tensor){c->sinks, SMATTN_F32, {1}};
+    }
+}
+
+static void gen_free(tcase *c)
+{
+    free(c->q), free(c->k), free(c->v), free(c->bias), free(c->mask), free(c->sinks);
+}
+
+static void describe(const tcase *c)
+{
+    const smattn_problem *p = &c->p;
+    fprintf(stderr,
+            "  seed %" PRIu64 " (replay: SMATTN_SEED=%" PRIu64 "): B=%" PRId64 " S=%" PRId64
+            " T=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " D=%" PRId64 " Dv=%" PRId64
+            " scale=%a softcap=%g causal=%d window=[%" PRId64 ",%" PRId64 "] kv %s q %s "
+            "bias %d mask %d sinks %d kv dtype %s empty %d/%d\n",
+            c->seed, c->seed, p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv, p->scale, p->softcap,
+            (int)p->causal, p->window_left, p->window_right, p->kv_lens ? "lens" : "-",
+            p->q_lens ? "lens" : "-", c->bias != NULL, c->mask != NULL, c->sinks != NULL,
+            smattn_dtype_name(c->in.k.dtype), (int)p->empty_rows, (int)p->empty_lse);
+}
+
+/* ---- outputs --------------------------------------------------------------------------- */
+
+typedef struct outs {
+    void *o, *l, *p;
+    smattn_outputs out;
+    size_t no, nl, np;
+} outs;
+
+static void outs_make(outs *x, const smattn_problem *p, smattn_dtype t)
+{
+    x->no = (size_t)(p->B * p->S * p->Hq * p->Dv);
+    x->nl = (size_t)(p->B * p->Hq * p->S);
+    x->np = x->nl * (size_t)p->T;
+    size_t es = smattn_dtype_size(t);
+    x->o = calloc(x->no, es);
+    x->l = calloc(x->nl, es);
+    x->p = calloc(x->np, es);
+    memset(&x->out, 0, sizeof x->out);
+    x->out.o = (smattn_out_tensor){p->op == SMATTN_OP_ATTENTION ? x->o : NULL, t, {0}};
+    x->out.lse = (smattn_out_tensor){x->l, t, {0}};
+    x->out.p = (smattn_out_tensor){x->p, t, {0}};
+    smattn_contiguous_strides(p, 'o', x->out.o.stride);
+    smattn_contiguous_strides(p, 'l', x->out.lse.stride);
+    smattn_contiguous_strides(p, 'p', x->out.p.stride);
+}
+
+static void outs_free(outs *x)
+{
+    free(x->o), free(x->l), free(x->p);
+}
+
+/* Compare the kernel's f32 outputs with the oracle's f64 ones under the bound; update the
+ * statistics. Returns the number of violations (printed). */
+typedef struct stats {
+    double max_ratio, max_ulp_o;
+    double *ratios;
+    size_t n, cap;
+    long out_of_contract;
+} stats;
+
+static void keep(stats *s, double r)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 4096;
+        s->ratios = realloc(s->ratios, s->cap * sizeof(double));
+    }
+    s->ratios[s->n++] = r;
+}
+
+static int judge(const tcase *c, const outs *ref, const outs *bnd, const outs *got,
+                 const char *isa, stats *st)
+{
+    int bad = 0;
+    const char *names[3] = {"O", "LSE", "P"};
+    const double *e[3] = {ref->o, ref->l, ref->p}, *bd[3] = {bnd->o, bnd->l, bnd->p};
+    const float *g[3] = {got->o, got->l, got->p};
+    size_t n[3] = {c->p.op == SMATTN_OP_ATTENTION ? ref->no : 0, ref->nl, ref->np};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n[k]; i++) {
+            double r = smattn_error_ratio((double)g[k][i], e[k][i], bd[k][i]);
+            if (isinf(bd[k][i]) && isfinite(e[k][i]))
+                st->out_of_contract++;
+            else
+                keep(st, r);
+            if (r > st->max_ratio && isfinite(r))
+                st->max_ratio = r;
+            if (k == 0) {
+                double u = smattn_ulp_error((double)g[k][i], e[k][i], SMATTN_F32);
+                if (u > st->max_ulp_o && isfinite(u))
+                    st->max_ulp_o = u;
+            }
+            if (!(r <= 1.0)) {
+                if (bad++ < 3)
+                    fprintf(stderr, "opt (%s) %s[%zu]: kernel %a oracle %a bound %a ratio %g\n",
+                            isa, names[k], i, (double)g[k][i], e[k][i], bd[k][i], r);
+            }
+        }
+    if (bad)
+        describe(c);
+    return bad;
+}
+
+static int run_opt(const tcase *c, const char *isa, int threads, outs *o)
+{
+    outs_make(o, &c->p, SMATTN_F32);
+    smattn_opt_config cfg = {threads, isa};
+    smattn_status st = c->p.op == SMATTN_OP_ATTENTION ? smattn_attention(&c->p, &c->in, &o->out, &cfg)
+                                                      : smattn_softmax(&c->p, &c->in, &o->out, &cfg);
+    return (int)st;
+}
+
+static int same_bits(const outs *a, const outs *b)
+{
+    return memcmp(a->o, b->o, a->no * 4) == 0 && memcmp(a->l, b->l, a->nl * 4) == 0 &&
+           memcmp(a->p, b->p, a->np * 4) == 0;
+}
+
+/* The whole check of one problem: oracle, bound, every ISA, threads 1/2/3 and a repeat. */
+static int check_case(tcase *c, stats *st)
+{
+    outs ref, bnd;
+    outs_make(&ref, &c->p, SMATTN_F64);
+    outs_make(&bnd, &c->p, SMATTN_F64);
+    int fails = 0;
+    smattn_status s = smattn_ref(&c->p, &c->in, &ref.out, NULL, NULL);
+    if (s == SMATTN_ERR_PRECISION && c->p.softcap > 0) { /* allowed by SPEC 5.5 */
+        outs_free(&ref), outs_free(&bnd);
+        return 0;
+    }
+    if (s) {
+        fprintf(stderr, "oracle failed: %s\n", smattn_status_name(s));
+        describe(c);
+        outs_free(&ref), outs_free(&bnd);
+        return 1;
+    }
+    smattn_precision pm = smattn_opt_precision(&c->p);
+    outs fmt;
+    outs_make(&fmt, &c->p, SMATTN_F32);
+    s = smattn_bound(&c->p, &c->in, &pm, &fmt.out, &bnd.out);
+    outs_free(&fmt);
+    if (s) {
+        fprintf(stderr, "bound failed: %s\n", smattn_status_name(s));
+        describe(c);
+        outs_free(&ref), outs_free(&bnd);
+        return 1;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!smattn_opt_isa_available(isas[k]))
+            continue;
+        outs first;
+        if (run_opt(c, isas[k], 1, &first)) {
+            fprintf(stderr, "opt (%s) failed\n", isas[k]);
+            describe(c);
+            fails++;
+            outs_free(&first);
+            continue;
+        }
+        fails += judge(c, &ref, &bnd, &first, isas[k], st) != 0;
+        for (int t = 2; t <= 4; t++) { /* threads 2, 3, and a repeat at 3 */
+            outs again;
+            int th = t == 4 ? 3 : t;
+            if (run_opt(c, isas[k], th, &again) || !same_bits(&first, &again)) {
+                fprintf(stderr, "opt (%s): threads %d differ from threads 1\n", isas[k], th);
+                describe(c);
+                fails++;
+            }
+            outs_free(&again);
+        }
+        outs_free(&first);
+    }
+    outs_free(&ref), outs_free(&bnd);
+    return fails;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void report(const char *what, stats *st)
+{
+    qsort(st->ratios, st->n, sizeof(double), cmp_double);
+    double p99 = st->n ? st->ratios[(size_t)((double)(st->n - 1) * 0.99)] : 0;
+    printf("opt %s: %zu elements, error/bound max %.4g p99 %.4g, max ulp(O) %.4g, "
+           "%ld out of contract\n",
+           what, st->n, st->max_ratio, p99, st->max_ulp_o, st->out_of_contract);
+    free(st->ratios);
+}
+
+static int sweep(int extreme, int count, uint64_t base, const char *what)
+{
+    const char *e = getenv("SMATTN_SEED");
+    stats st;
+    memset(&st, 0, sizeof st);
+    int fails = 0;
+    for (int n = 0; n < count; n++) {
+        tcase c;
+        uint64_t seed = e ? strtoull(e, NULL, 10) : base + (uint64_t)n;
+        gen(&c, seed, extreme);
+        fails += check_case(&c, &st) != 0;
+        gen_free(&c);
+        if (e)
+            break;
+    }
+    report(what, &st);
+    return fails;
+}
+
+START_TEST(opt_within_bound_random)
+{
+    int n = 60 * (scale_factor() ? scale_factor() : 1);
+    int fails = sweep(0, n, 1000, "random");
+    ck_assert_msg(fails == 0, "%d problems failed (seeds on stderr)", fails);
+}
+END_TEST
+
+START_TEST(opt_extremes)
+{
+    /* 1: q.k beyond 3.4e38; 2: V near FLT_MAX; 3: subnormal V; 4: scores spread past exp's
+     * range. No NaN where the spec has a number, everything within the bound. */
+    int fails = 0;
+    for (int x = 1; x <= 4; x++)
+        fails += sweep(x, 12, 5000 + 100 * (uint64_t)x, x == 1 ? "overflowing scores"
+                                                         : x == 2 ? "huge V"
+                                                         : x == 3 ? "subnormal V"
+                                                                  : "wide spread");
+    ck_assert_msg(fails == 0, "%d extreme problems failed", fails);
+}
+END_TEST
+
+START_TEST(opt_every_head_dim)
+{
+    int fails = 0;
+    stats st;
+    memset(&st, 0, sizeof st);
+    for (int a = 0; a < 14; a++) { /* every SIMD tail for D, and for Dv in reverse */
+        tcase c;
+        rng r = {99 + (uint64_t)a};
+        memset(&c, 0, sizeof c);
+        c.seed = 7000 + (uint64_t)a;
+        c.p = smattn_problem_default();
+        c.p.B = 1, c.p.S = 5, c.p.T = 70, c.p.Hq = 4, c.p.Hkv = 2;
+        c.p.D = dims[a], c.p.Dv = dims[13 - a];
+        c.p.scale = smattn_default_scale(c.p.D);
+        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        size_t nq = (size_t)(5 * 4 * c.p.D);
+        c.nk = (size_t)(70 * 2 * c.p.D), c.nv = (size_t)(70 * 2 * c.p.Dv);
+        c.q = malloc(nq * 4), c.k = malloc(c.nk * 4), c.v = malloc(c.nv * 4);
+        for (size_t i = 0; i < nq; i++)
+            c.q[i] = (float)(2 * unif(&r) - 1);
+        for (size_t i = 0; i < c.nk; i++)
+            ((float *)c.k)[i] = (float)(2 * unif(&r) - 1);
+        for (size_t i = 0; i < c.nv; i++)
+            ((float *)c.v)[i] = (float)(2 * unif(&r) - 1);
+        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        c.in.k = (smattn_tensor){c.k, SMATTN_F32, {0}};
+        c.in.v = (smattn_tensor){c.v, SMATTN_F32, {0}};
+        smattn_contiguous_strides(&c.p, 'q', c.in.q.stride);
+        smattn_contiguous_strides(&c.p, 'k', c.in.k.stride);
+        smattn_contiguous_strides(&c.p, 'v', c.in.v.stride);
+        fails += check_case(&c, &st) != 0;
+        gen_free(&c);
+    }
+    report("head dims", &st);
+    ck_assert_msg(fails == 0, "%d head-dim problems failed", fails);
+}
+END_TEST
+
+/* NaN and infinity in K/V slots no row can see (beyond kv_lens, or masked for every row by
+ * a broadcast mask) change no output bit. */
+START_TEST(opt_masked_garbage_isolated)
+{
+    int fails = 0;
+    for (int n = 0; n < 30; n++) {
+        tcase c;
+        gen(&c, 9000 + (uint64_t)n, 0);
+        smattn_problem *p = &c.p;
+        if (!p->kv_lens) {
+            for (int64_t b = 0; b < p->B; b++)
+                c.kvl[b] = p->T / 2;
+            p->kv_lens = c.kvl;
+        }
+        for (int k = 0; k < 3; k++) {
+            if (!smattn_opt_isa_available(isas[k]))
+                continue;
+            outs clean, dirty;
+            int s1 = run_opt(&c, isas[k], 2, &clean);
+            size_t ek = smattn_dtype_size(c.in.k.dtype);
+            void *k2 = malloc(c.nk * ek), *v2 = malloc(c.nv * ek);
+            memcpy(k2, c.k, c.nk * ek);
+            memcpy(v2, c.v, c.nv * ek);
+            for (int64_t b = 0; b < p->B; b++)
+                for (int64_t j = p->kv_lens[b]; j < p->T; j++)
+                    for (int64_t g = 0; g < p->Hkv; g++) {
+                        for (int64_t d = 0; d < p->D; d++)
+                            smattn_store(k2, c.in.k.dtype,
+                                         ((b * p->T + j) * p->Hkv + g) * p->D + d, d % 2 ? (double)NAN : HUGE_VAL);
+                        for (int64_t d = 0; d < p->Dv; d++)
+                            smattn_store(v2, c.in.v.dtype,
+                                         ((b * p->T + j) * p->Hkv + g) * p->Dv + d, d % 2 ? -HUGE_VAL : (double)NAN);
+                    }
+            tcase c2 = c;
+            c2.in.k.data = k2;
+            c2.in.v.data = v2;
+            int s2 = run_opt(&c2, isas[k], 2, &dirty);
+            if (s1 || s2 || !same_bits(&clean, &dirty)) {
+                fprintf(stderr, "opt (%s): garbage in masked slots changed the output\n", isas[k]);
+                describe(&c);
+                fails++;
+            }
+            free(k2), free(v2);
+            outs_free(&clean), outs_free(&dirty);
+        }
+        gen_free(&c);
+    }
+    ck_assert_msg(fails == 0, "%d isolation failures", fails);
+}
+END_TEST
+
+START_TEST(opt_softmax_within_bound)
+{
+    stats st;
+    memset(&st, 0, sizeof st);
+    int fails = 0;
+    for (int n = 0; n < 30; n++) {
+        rng r = {777 + (uint64_t)n};
+        tcase c;
+        memset(&c, 0, sizeof c);
+        c.seed = 777 + (uint64_t)n;
+        c.p = smattn_problem_default();
+        c.p.op = SMATTN_OP_SOFTMAX;
+        c.p.B = 1 + pick(&r, 2), c.p.Hq = 1 + pick(&r, 3), c.p.S = 1 + pick(&r, 6);
+        c.p.T = 1 + pick(&r, 200);
+        c.p.scale = 0.5 + unif(&r);
+        c.p.causal = (smattn_causal)pick(&r, 3);
+        size_t nx = (size_t)(c.p.B * c.p.Hq * c.p.S * c.p.T);
+        c.q = malloc(nx * 4);
+        for (size_t i = 0; i < nx; i++)
+            c.q[i] = pick(&r, 20) == 0 ? -HUGE_VALF : (float)(8 * unif(&r) - 4);
+        c.in.x = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        smattn_contiguous_strides(&c.p, 'x', c.in.x.stride);
+        fails += check_case(&c, &st) != 0;
+        free(c.q);
+    }
+    report("softmax", &st);
+    ck_assert_msg(fails == 0, "%d softmax problems failed", fails);
+}
+END_TEST
+
+START_TEST(opt_rejects)
+{
+    tcase c;
+    gen(&c, 4242, 0);
+    outs o;
+    outs_make(&o, &c.p, SMATTN_F64); /* f64 outputs: valid, not supported by the kernel */
+    ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, NULL), SMATTN_ERR_UNSUPPORTED);
+    outs_free(&o);
+    outs_make(&o, &c.p, SMATTN_F32);
+    smattn_opt_config bad = {0, "no-such-isa"};
+    ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, &bad), SMATTN_ERR_UNSUPPORTED);
+    smattn_problem p = c.p;
+    p.Hkv = 3 * p.Hq + 1;
+    ck_assert_int_eq(smattn_attention(&p, &c.in, &o.out, NULL), smattn_validate(&p, &c.in, &o.out));
+    ck_assert_int_eq(smattn_softmax(&c.p, &c.in, &o.out, NULL), SMATTN_ERR_OPTION);
+    ck_assert(strlen(smattn_opt_isa()) > 0);
+    outs_free(&o);
+    gen_free(&c);
+}
+END_TEST
+
+Suite *opt_suite(void);
+Suite *opt_suite(void)
+{
+    Suite *s = suite_create("opt");
+    TCase *tc = tcase_create("opt");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, opt_within_bound_random);
+    tcase_add_test(tc, opt_extremes);
+    tcase_add_test(tc, opt_every_head_dim);
+    tcase_add_test(tc, opt_masked_garbage_isolated);
+    tcase_add_test(tc, opt_softmax_within_bound);
+    tcase_add_test(tc, opt_rejects);
+    suite_add_tcase(s, tc);
+    return s;
+}
