@@ -98,6 +98,7 @@ static smattn_status write_empty(ref_row *r)
 {
     const smattn_problem *p = r->p;
     int64_t T = p->T;
+    r->was_empty = 1;
     put_lse(r, empty_lse_bits(r));
     if (p->empty_rows == SMATTN_EMPTY_MEAN) {
         /* as if every key below T_b had the same finite score */
@@ -267,9 +268,9 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
     memset(r->o_done, 0, (size_t)r->Dv);
     memset(r->p_done, 0, (size_t)r->p->T);
     stats->rows++;
+    r->was_empty = 0;
     if (prepare(r, &st)) {
-        if (st == SMATTN_OK && r->n == 0 && !r->has_sink)
-            stats->rows_empty++;
+        stats->rows_empty += r->was_empty;
         return st;
     }
     if (!r->out->p.data)

@@ -26,6 +26,7 @@ typedef struct ref_row {
     int64_t *idx;           /* their indices, ascending [n] */
     int has_sink;
     double sink;
+    int was_empty;          /* the row took an empty-row convention (SPEC 3.4) */
     unsigned char *vclass;  /* [Dv] */
     double *qd;             /* q_i as binary64 [D] */
     /* decisions: bits per output element, and whether decided */
