@@ -308,6 +308,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const int64_t D = p->D, Dv = p->Dv, Dvp = job->Dvp, R = job->R, nq = job->nq;
     const int64_t Rp = (R + 3) / 4 * 4; /* padding rows: zero q, weight 0, never written */
     const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
+    const int64_t Dvk = (Dv + VLEN - 1) / VLEN * VLEN; /* columns the P.V loop touches */
     int64_t c = item % job->nchunks, rest = item / job->nchunks;
     int64_t qt = rest % job->qtiles;
     rest /= job->qtiles;
@@ -448,8 +449,8 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             int full = 1;
             for (int64_t k = 0; k < 4 * OPT_BK && full; k++)
                 full = k % OPT_BK >= nk || ws->vis[r0 * OPT_BK + k];
-            for (int64_t c0 = 0; c0 < Dvp; c0 += 2 * VLEN) {
-                int cb = Dvp - c0 < 2 * VLEN ? 1 : 2;
+            for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
+                int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
                 KN(pv_block)(ws->acc + r0 * Dvp + c0, Dvp, ws->s + r0 * OPT_BK,
                              OPT_BK, ws->vis + r0 * OPT_BK, 4, V + c0, ldv, nk, cb, full);
             }
