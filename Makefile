@@ -38,7 +38,8 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san lib cli tests clean bench-ref format
+.PHONY: all deps deps-check demo check check-unit check-san check-tsan lib cli tests clean bench-ref bench \
+        check-exp format
 all: deps cli
 
 deps:
@@ -93,6 +94,11 @@ check-san: deps-check
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  SMATTN_TEST_SCALE=1 check-unit
 
+# ThreadSanitizer on the threaded suites (the kernel's pool, the oracle's workers).
+check-tsan: deps-check
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" tests
+	SMATTN_ROOT=$(CURDIR) TSAN_OPTIONS="halt_on_error=1" build-tsan/tests/run opt ref
+
 demo: deps cli
 	@$(CLI) demo spec/vectors
 
@@ -102,10 +108,30 @@ $(BUILD)/bench_ref: bench/bench_ref.c $(LIB)
 bench-ref: deps $(BUILD)/bench_ref
 	$(BUILD)/bench_ref 7
 
+# The optimised kernel's speed (issue 3): canonical Qwen2.5-7B shapes, the machine's FMA
+# peak and memory bandwidth measured in the same run, a scalar baseline run interleaved.
+THREADS    ?= 2
+ISA        ?=
+BENCH_JSON ?= $(BUILD)/bench_opt.json
+BENCH_SRC  := bench/bench_opt.c bench/bench_machine.c bench/peak_fma_avx2.c \
+              bench/peak_fma_avx512.c
+$(BUILD)/bench/peak_fma_avx2.o: ISAFLAGS := -mavx2 -mfma
+$(BUILD)/bench/peak_fma_avx512.o: ISAFLAGS := -mavx512f -mavx2 -mfma
+$(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench: deps $(BUILD)/bench_opt
+	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON)
+
+# The kernel's exp against the correctly rounded one over every binary32 in [-104, 0].
+$(BUILD)/check_exp: $(call obj,bench/check_exp.c) $(LIB)
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+check-exp: deps $(BUILD)/check_exp
+	$(BUILD)/check_exp --threads $(THREADS)
+
 format:
 	clang-format -i $(LIB_SRC) $(IO_SRC) $(CLI_SRC) $(TEST_SRC) include/*.h
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan
 
 -include $(shell find build build-san -name '*.d' 2>/dev/null)
