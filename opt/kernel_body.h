@@ -309,10 +309,8 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const int64_t Rp = (R + 3) / 4 * 4; /* padding rows: zero q, weight 0, never written */
     const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
     const int64_t Dvk = (Dv + VLEN - 1) / VLEN * VLEN; /* columns the P.V loop touches */
-    int64_t c = item % job->nchunks, rest = item / job->nchunks;
-    int64_t qt = rest % job->qtiles;
-    rest /= job->qtiles;
-    int64_t g = rest % p->Hkv, b = rest / p->Hkv;
+    int64_t b, g, qt, c;
+    opt_item_coords(job, item, &b, &g, &qt, &c);
     int64_t i0 = qt * nq;
     int64_t k0 = c * OPT_CHUNK, k1 = job->nchunks > 1 ? k0 + OPT_CHUNK : p->T;
     if (k1 > p->T)

@@ -233,10 +233,9 @@ static void merge_chunks(opt_job *job)
     const smattn_problem *p = job->p;
     const int64_t R = job->R, Dvp = job->Dvp, nc = job->nchunks;
     float *acc = job->ws[0].acc; /* R * Dvp floats: one row is enough */
-    for (int64_t base = 0; base < job->items; base += nc) {
-        int64_t rest = base / nc, qt = rest % job->qtiles;
-        rest /= job->qtiles;
-        int64_t g = rest % p->Hkv, b = rest / p->Hkv;
+    for (int64_t bq = 0; bq < p->B * job->qtiles; bq++)
+    for (int64_t g = 0; g < p->Hkv; g++) {
+        int64_t b = bq / job->qtiles, qt = bq % job->qtiles;
         for (int64_t r = 0; r < R; r++) {
             int64_t hh = r / job->nq, i = qt * job->nq + r % job->nq, h = g * job->G + hh;
             if (i >= p->S)
@@ -244,7 +243,7 @@ static void merge_chunks(opt_job *job)
             float M = -HUGE_VALF, L = 0.0f;
             int slow = 0;
             for (int64_t c = 0; c < nc; c++) {
-                const float *pr = job->part + ((base + c) * R + r) * (Dvp + 2);
+                const float *pr = job->part + (opt_item_index(job, b, g, qt, c) * R + r) * (Dvp + 2);
                 if (isnan(pr[0]))
                     slow = 1;
                 else if (pr[0] > M)
@@ -252,7 +251,7 @@ static void merge_chunks(opt_job *job)
             }
             memset(acc, 0, (size_t)Dvp * sizeof(float));
             for (int64_t c = 0; c < nc && !slow; c++) {
-                const float *pr = job->part + ((base + c) * R + r) * (Dvp + 2);
+                const float *pr = job->part + (opt_item_index(job, b, g, qt, c) * R + r) * (Dvp + 2);
                 if (pr[0] == -HUGE_VALF)
                     continue;
                 float w = opt_exp(job, pr[0] - M);

@@ -50,6 +50,27 @@ typedef struct opt_job {
     unsigned char *slow_rows; /* [B*Hq*S] */
 } opt_job;
 
+/* Work item order: (b, query tile, key chunk, KV head), the KV head fastest, so that items
+ * running at the same time read neighbouring rows of K and V (the heads of one key are
+ * adjacent in memory). */
+static inline void opt_item_coords(const opt_job *job, int64_t item, int64_t *b, int64_t *g,
+                                   int64_t *qt, int64_t *c)
+{
+    int64_t Hkv = job->p->Hkv;
+    *g = item % Hkv;
+    item /= Hkv;
+    *c = item % job->nchunks;
+    item /= job->nchunks;
+    *qt = item % job->qtiles;
+    *b = item / job->qtiles;
+}
+
+static inline int64_t opt_item_index(const opt_job *job, int64_t b, int64_t g, int64_t qt,
+                                     int64_t c)
+{
+    return ((b * job->qtiles + qt) * job->nchunks + c) * job->p->Hkv + g;
+}
+
 /* One ISA's entry points (kernel_<isa>.c). */
 typedef struct opt_isa {
     const char *name;
