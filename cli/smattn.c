@@ -1,6 +1,7 @@
-/* smattn.c: the command-line tool: run the oracle on a case directory, replay the golden
- * vectors as a readable demo, print the version. Exit codes: 0 success, 1 a golden vector
- * did not match (demo), 2 bad usage or bad input, 3 the oracle failed. */
+/* smattn.c: the command-line tool: run the oracle or the optimised kernel on a case
+ * directory, replay the golden vectors as a readable demo, print the version. Exit codes:
+ * 0 success, 1 a golden vector did not match (demo), 2 bad usage or bad input (including
+ * a dtype the kernel does not take), 3 the oracle or the kernel failed. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +17,9 @@
 
 enum { EXIT_OK = 0, EXIT_MISMATCH = 1, EXIT_INPUT = 2, EXIT_ORACLE = 3 };
 
+/* Which implementation a case runs through. */
+typedef enum engine { ENGINE_REF, ENGINE_OPT } engine;
+
 static const char usage_text[] =
     "usage: smattn COMMAND [ARGS]\n"
     "\n"
@@ -26,6 +30,12 @@ static const char usage_text[] =
     "      write OUT/o.npy and OUT/lse.npy (softmax: OUT/p.npy and OUT/lse.npy), plus\n"
     "      OUT/p.npy with --weights. Outputs are correctly rounded in --dtype (default\n"
     "      f64; bf16 is written as '<u2' bit patterns). --threads 0 uses every core.\n"
+    "  opt CASE OUT [--threads N] [--isa scalar|avx2|avx512] [--weights]\n"
+    "      The same case and outputs as ref, computed by the optimised kernel\n"
+    "      (smattn_attention, or smattn_softmax for x.npy) and written as f32. The\n"
+    "      kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16; any\n"
+    "      other dtype exits with 2. --isa forces an ISA the CPU has (default: the\n"
+    "      active one, which SMATTN_ISA may set). --threads 0 uses every core.\n"
     "  demo [DIR]\n"
     "      Replay every golden vector DIR/*.json (default spec/vectors) through the\n"
     "      oracle in all four dtypes and compare bit for bit with the expected values.\n"
@@ -33,7 +43,7 @@ static const char usage_text[] =
     "  help       print this text\n"
     "\n"
     "exit status: 0 success, 1 a golden vector mismatched, 2 bad usage or input,\n"
-    "3 the oracle failed (precision limit, out of memory).\n";
+    "3 the oracle or the kernel failed (precision limit, out of memory).\n";
 
 /* One line on stderr, then the exit code to return. */
 static int fail(int code, const char *msg)
@@ -66,14 +76,16 @@ static int parse_dtype(const char *s, smattn_dtype *t)
     return -1;
 }
 
-/* ---- smattn ref ------------------------------------------------------------------------ */
+/* ---- smattn ref and smattn opt --------------------------------------------------------- */
 
-typedef struct ref_args {
+typedef struct run_args {
+    const char *cmd; /* "ref" or "opt", the prefix of every message */
     const char *case_dir, *out_dir;
-    smattn_dtype dtype;
+    smattn_dtype dtype; /* ref only; opt writes f32 */
     int weights;
     int threads;
-} ref_args;
+    const char *isa; /* opt only; NULL: the active ISA */
+} run_args;
 
 /* The value of an option given as "--opt VALUE" or "--opt=VALUE"; NULL if absent. */
 static const char *option_value(int argc, char **argv, int *i, const char *name, int *bad)
@@ -93,46 +105,59 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
     return argv[++*i];
 }
 
-static int parse_ref_args(int argc, char **argv, ref_args *ra, char *msg, size_t len)
+static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char *msg, size_t len)
 {
     memset(ra, 0, sizeof *ra);
-    ra->dtype = SMATTN_F64;
+    ra->cmd = eng == ENGINE_REF ? "ref" : "opt";
+    ra->dtype = eng == ENGINE_REF ? SMATTN_F64 : SMATTN_F32;
+    const char *cmd = ra->cmd;
     int npos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val;
         int bad = 0;
         if (strcmp(a, "--weights") == 0)
             ra->weights = 1;
-        else if ((val = option_value(argc, argv, &i, "--dtype", &bad))) {
+        else if (eng == ENGINE_REF && (val = option_value(argc, argv, &i, "--dtype", &bad))) {
             if (parse_dtype(val, &ra->dtype)) {
                 snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
                 return -1;
             }
+        } else if (eng == ENGINE_OPT && (val = option_value(argc, argv, &i, "--isa", &bad))) {
+            if (strcmp(val, "scalar") && strcmp(val, "avx2") && strcmp(val, "avx512")) {
+                snprintf(msg, len, "opt: --isa '%.40s': want scalar, avx2 or avx512", val);
+                return -1;
+            }
+            if (!smattn_opt_isa_available(val)) {
+                snprintf(msg, len, "opt: --isa '%s': this CPU cannot run it", val);
+                return -1;
+            }
+            ra->isa = val;
         } else if ((val = option_value(argc, argv, &i, "--threads", &bad))) {
             char *end;
             errno = 0;
             long t = strtol(val, &end, 10);
             if (end == val || *end || errno || t < 0 || t > 4096) {
-                snprintf(msg, len, "ref: --threads '%.40s': want an integer in [0, 4096]", val);
+                snprintf(msg, len, "%s: --threads '%.40s': want an integer in [0, 4096]", cmd,
+                         val);
                 return -1;
             }
             ra->threads = (int)t;
         } else if (bad) {
-            snprintf(msg, len, "ref: %s needs a value", a);
+            snprintf(msg, len, "%s: %s needs a value", cmd, a);
             return -1;
         } else if (a[0] == '-' && a[1] != '\0') {
-            snprintf(msg, len, "ref: unknown option '%.40s' (try 'smattn help')", a);
+            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn help')", cmd, a);
             return -1;
         } else if (npos < 2) {
             *(npos++ ? &ra->out_dir : &ra->case_dir) = a;
         } else {
-            snprintf(msg, len, "ref: unexpected argument '%.40s' (want CASE OUT)", a);
+            snprintf(msg, len, "%s: unexpected argument '%.40s' (want CASE OUT)", cmd, a);
             return -1;
         }
     }
     if (npos < 2) {
-        snprintf(msg, len, "ref: missing %s (usage: smattn ref CASE OUT [options])",
-                 npos ? "OUT" : "CASE and OUT");
+        snprintf(msg, len, "%s: missing %s (usage: smattn %s CASE OUT [options])", cmd,
+                 npos ? "OUT" : "CASE and OUT", cmd);
         return -1;
     }
     return 0;
@@ -149,16 +174,70 @@ static int check_out_dir(const char *out, char *msg, size_t len)
     return 0;
 }
 
-static int cmd_ref(int argc, char **argv)
+/* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
+ * in msg; 0 if it takes them all. */
+static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
+{
+    const smattn_inputs *in = &c->in;
+    struct {
+        const char *file;
+        const smattn_tensor *t;
+        int kv; /* f16 and bf16 allowed too */
+    } need[] = {{"q.npy", &in->q, 0}, {"k.npy", &in->k, 1}, {"v.npy", &in->v, 1},
+                {"x.npy", &in->x, 0}, {"bias.npy", &in->bias, 0}};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
+        const smattn_tensor *t = need[k].t;
+        if (!t->data || t->dtype == SMATTN_F32 ||
+            (need[k].kv && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)))
+            continue;
+        snprintf(msg, len, "opt: %s is %s; the kernel takes %s", need[k].file,
+                 smattn_dtype_name(t->dtype),
+                 need[k].kv ? "k and v in f32, f16 or bf16" : "q, x and bias in f32 only");
+        return -1;
+    }
+    return 0;
+}
+
+/* Run the oracle or the kernel on a loaded case; one line in msg and an exit code on
+ * failure. The kernel's failures exit with 3, except "unsupported" (an input it does not
+ * take: bad input for this command). */
+static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
+                      const smattn_outputs *out, char *msg, size_t len)
+{
+    smattn_status st;
+    if (eng == ENGINE_REF) {
+        smattn_ref_config cfg = {0};
+        cfg.threads = ra->threads;
+        st = smattn_ref(&c->prob, &c->in, out, &cfg, NULL);
+    } else {
+        smattn_opt_config cfg = {ra->threads, ra->isa};
+        st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
+                                             : smattn_attention(&c->prob, &c->in, out, &cfg);
+    }
+    if (st == SMATTN_OK)
+        return EXIT_OK;
+    snprintf(msg, len, "%s: %s (%s)", eng == ENGINE_REF ? "oracle" : "opt: kernel",
+             smattn_status_str(st), smattn_status_name(st));
+    if (eng == ENGINE_OPT && st == SMATTN_ERR_UNSUPPORTED)
+        return EXIT_INPUT;
+    return exit_code_of(st);
+}
+
+/* smattn ref / smattn opt: load CASE, run, write OUT; nothing is written on failure. */
+static int cmd_run(engine eng, int argc, char **argv)
 {
     char msg[1024];
-    ref_args ra;
-    if (parse_ref_args(argc, argv, &ra, msg, sizeof msg) ||
+    run_args ra;
+    if (parse_run_args(eng, argc, argv, &ra, msg, sizeof msg) ||
         check_out_dir(ra.out_dir, msg, sizeof msg))
         return fail(EXIT_INPUT, msg);
     smattn_case c;
     if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))
         return fail(EXIT_INPUT, msg);
+    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) {
+        smattn_case_free(&c);
+        return fail(EXIT_INPUT, msg);
+    }
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;
@@ -167,17 +246,10 @@ static int cmd_ref(int argc, char **argv)
     int rc = EXIT_OK;
     if (st != SMATTN_OK)
         rc = fail(exit_code_of(st), msg);
-    else {
-        smattn_ref_config cfg = {0};
-        cfg.threads = ra.threads;
-        st = smattn_ref(&c.prob, &c.in, &out, &cfg, NULL);
-        if (st != SMATTN_OK) {
-            snprintf(msg, sizeof msg, "oracle: %s (%s)", smattn_status_str(st),
-                     smattn_status_name(st));
-            rc = fail(exit_code_of(st), msg);
-        } else if (smattn_case_write_outputs(&c, &out, ra.out_dir, msg, sizeof msg))
-            rc = fail(EXIT_INPUT, msg);
-    }
+    else if ((rc = run_engine(eng, &ra, &c, &out, msg, sizeof msg)) != EXIT_OK)
+        fail(rc, msg);
+    else if (smattn_case_write_outputs(&c, &out, ra.out_dir, msg, sizeof msg))
+        rc = fail(EXIT_INPUT, msg);
     smattn_case_outputs_free(&out);
     smattn_case_free(&c);
     return rc;
@@ -460,7 +532,9 @@ int main(int argc, char **argv)
         return EXIT_OK;
     }
     if (!strcmp(cmd, "ref"))
-        return cmd_ref(argc - 2, argv + 2);
+        return cmd_run(ENGINE_REF, argc - 2, argv + 2);
+    if (!strcmp(cmd, "opt"))
+        return cmd_run(ENGINE_OPT, argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
     char msg[128];

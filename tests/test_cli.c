@@ -1,9 +1,10 @@
 /* test_cli.c: the smattn tool as a user runs it (SMATTN_CLI): bad input gives exit 2, one
- * stderr line and no output; good runs write .npy files the reader accepts; demo replays
- * golden vectors bit for bit. */
+ * stderr line and no output; good runs write .npy files the reader accepts; opt agrees
+ * with ref on every ISA the CPU has; demo replays golden vectors bit for bit. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,12 @@
 #include <unistd.h>
 
 #include "io/npy.h"
+#include "smattn.h"
+
+/* `smattn opt` against `smattn ref` (f64): a loose absolute tolerance for O, LSE and P of
+ * the f32 cases below (|V| <= 1, scores of a few units), a few hundred f32 ulps; the
+ * kernel's real bound is checked by the opt suite. */
+#define CLI_OPT_TOL 1e-4
 
 /* ---- fixtures -------------------------------------------------------------------------- */
 
@@ -292,6 +299,138 @@ START_TEST(good_runs_write_npy)
 }
 END_TEST
 
+/* An attention case the kernel takes (3-D arrays, B = 1; q, k f32, v f16) with GQA and
+ * lower_right causality, and an f32 softmax case; deterministic values in [-1, 1]. */
+static void put_rand(const char *dir, const char *name, smattn_dtype t, int rank,
+                     const int64_t *shape, unsigned *seed)
+{
+    int64_t n = 1;
+    for (int r = 0; r < rank; r++)
+        n *= shape[r];
+    void *x = malloc((size_t)n * smattn_dtype_size(t));
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        smattn_store(x, t, i, (double)((*seed >> 8) & 0xffff) / 32768.0 - 1.0);
+    }
+    put(dir, name, t == SMATTN_F16 ? SMATTN_NPY_F16 : SMATTN_NPY_F32, rank, shape, x);
+    free(x);
+}
+
+static char *make_f32_cases(void)
+{
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s/f32", tmp);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    unsigned seed = 7;
+    put_rand(dir, "q.npy", SMATTN_F32, 3, (int64_t[]){5, 4, 8}, &seed);
+    put_rand(dir, "k.npy", SMATTN_F32, 3, (int64_t[]){7, 2, 8}, &seed);
+    put_rand(dir, "v.npy", SMATTN_F16, 3, (int64_t[]){7, 2, 6}, &seed);
+    put_text(dir, "case.json", "{\"causal\": \"lower_right\"}");
+    char *sm = path_in(tmp, "f32sm");
+    ck_assert_int_eq(mkdir(sm, 0700), 0);
+    put_rand(sm, "x.npy", SMATTN_F32, 4, (int64_t[]){1, 3, 2, 9}, &seed);
+    return dir;
+}
+
+/* Every element of OUT_A/name and OUT_B/name (same shape; any float dtype) within tol. */
+static void expect_close(const char *a_dir, const char *b_dir, const char *name, double tol)
+{
+    smattn_npy a, b;
+    char err[256];
+    ck_assert_msg(smattn_npy_read(path_in(a_dir, name), &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(smattn_npy_read(path_in(b_dir, name), &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(a.rank, b.rank);
+    for (int r = 0; r < a.rank; r++)
+        ck_assert_int_eq(a.shape[r], b.shape[r]);
+    static const smattn_dtype dt[] = {[SMATTN_NPY_F64] = SMATTN_F64, [SMATTN_NPY_F32] = SMATTN_F32,
+                                      [SMATTN_NPY_F16] = SMATTN_F16};
+    ck_assert(a.type <= SMATTN_NPY_F16 && b.type <= SMATTN_NPY_F16);
+    for (int64_t e = 0; e < a.count; e++) {
+        double x = smattn_load(a.data, dt[a.type], e), y = smattn_load(b.data, dt[b.type], e);
+        ck_assert_msg(fabs(x - y) <= tol, "%s[%lld]: %a vs %a", name, (long long)e, x, y);
+    }
+    smattn_npy_free(&a);
+    smattn_npy_free(&b);
+}
+
+START_TEST(opt_matches_ref)
+{
+    NEED_CLI();
+    char *c = strdup(make_f32_cases());
+    char *sm = strdup(path_in(tmp, "f32sm"));
+    char *ref = strdup(path_in(tmp, "ref")), *refsm = strdup(path_in(tmp, "refsm"));
+    run_result r = run((const char *[]){"ref", c, ref, "--weights", NULL});
+    ck_assert_msg(r.status == 0, "ref: exit %d: %s", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"ref", sm, refsm, NULL});
+    ck_assert_msg(r.status == 0, "ref: exit %d: %s", r.status, r.err);
+    free_result(&r);
+    static const char *const isas[] = {"scalar", "avx2", "avx512"};
+    for (int k = 0; k < 3; k++) {
+        if (!smattn_opt_isa_available(isas[k]))
+            continue;
+        char *out = strdup(path_in(tmp, isas[k]));
+        r = run((const char *[]){"opt", c, out, "--isa", isas[k], "--threads", "2", "--weights",
+                                 NULL});
+        ck_assert_msg(r.status == 0, "opt --isa %s: exit %d: %s", isas[k], r.status, r.err);
+        ck_assert_str_eq(r.err, "");
+        free_result(&r);
+        check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){5, 4, 6});
+        check_npy(path_in(out, "lse.npy"), SMATTN_NPY_F32, 2, (int64_t[]){4, 5});
+        check_npy(path_in(out, "p.npy"), SMATTN_NPY_F32, 3, (int64_t[]){4, 5, 7});
+        expect_close(out, ref, "o.npy", CLI_OPT_TOL);
+        expect_close(out, ref, "lse.npy", CLI_OPT_TOL);
+        expect_close(out, ref, "p.npy", CLI_OPT_TOL);
+        /* softmax, into a fresh OUT */
+        char *sout = strdup(path_in(out, "sm"));
+        r = run((const char *[]){"opt", sm, sout, "--isa", isas[k], NULL});
+        ck_assert_msg(r.status == 0, "opt softmax --isa %s: exit %d: %s", isas[k], r.status,
+                      r.err);
+        free_result(&r);
+        check_npy(path_in(sout, "p.npy"), SMATTN_NPY_F32, 4, (int64_t[]){1, 3, 2, 9});
+        expect_close(sout, refsm, "p.npy", CLI_OPT_TOL);
+        expect_close(sout, refsm, "lse.npy", CLI_OPT_TOL);
+        free(sout);
+        free(out);
+    }
+    /* without --isa: the active ISA, no P unless asked */
+    char *out = strdup(path_in(tmp, "active"));
+    r = run((const char *[]){"opt", c, out, NULL});
+    ck_assert_msg(r.status == 0, "opt: exit %d: %s", r.status, r.err);
+    free_result(&r);
+    expect_close(out, ref, "o.npy", CLI_OPT_TOL);
+    struct stat st;
+    ck_assert(stat(path_in(out, "p.npy"), &st) != 0);
+    free(out);
+    free(c), free(sm), free(ref), free(refsm);
+}
+END_TEST
+
+START_TEST(opt_bad_input)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c")); /* f64 inputs: the kernel does not take them */
+    char *f = strdup(make_f32_cases());
+    char *out = strdup(path_in(tmp, "out"));
+    expect_bad((const char *[]){"opt", c, out, NULL}, "opt: q.npy is f64", out);
+    expect_bad((const char *[]){"opt", NULL}, "opt: missing CASE and OUT", NULL);
+    expect_bad((const char *[]){"opt", f, NULL}, "opt: missing OUT", NULL);
+    expect_bad((const char *[]){"opt", f, out, "--isa", "neon", NULL}, "--isa 'neon'", out);
+    expect_bad((const char *[]){"opt", f, out, "--isa", NULL}, "--isa needs a value", out);
+    expect_bad((const char *[]){"opt", f, out, "--dtype", "f32", NULL}, "unknown option", out);
+    expect_bad((const char *[]){"opt", f, out, "--threads", "x", NULL}, "opt: --threads", out);
+    expect_bad((const char *[]){"opt", path_in(tmp, "nocase"), out, NULL},
+               "no such case directory", out);
+    double k[7 * 2 * 8] = {0};
+    put(f, "k.npy", SMATTN_NPY_F64, 3, (int64_t[]){7, 2, 8}, k);
+    expect_bad((const char *[]){"opt", f, out, NULL}, "opt: k.npy is f64", out);
+    run_result r = run((const char *[]){"help", NULL});
+    ck_assert(strstr(r.out, "opt CASE OUT") != NULL);
+    free_result(&r);
+    free(c), free(f), free(out);
+}
+END_TEST
+
 START_TEST(version_and_help)
 {
     NEED_CLI();
@@ -401,6 +540,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, usage_errors);
     tcase_add_test(tc, bad_cases_give_one_line_and_no_output);
     tcase_add_test(tc, good_runs_write_npy);
+    tcase_add_test(tc, opt_matches_ref);
+    tcase_add_test(tc, opt_bad_input);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, demo_replays_vectors);
     tcase_add_test(tc, demo_golden_vectors);

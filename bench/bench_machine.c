@@ -1,0 +1,178 @@
+/* bench_machine.c: the machine's FMA peak and memory bandwidth, measured on the benchmark's
+ * own thread count so that the kernel's fractions of them compare like with like. */
+#include "bench/bench_machine.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double bench_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int bench_fma_available(const char *isa)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!strcmp(isa, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!strcmp(isa, "avx512"))
+        return __builtin_cpu_supports("avx512f");
+#else
+    (void)isa;
+#endif
+    return 0;
+}
+
+/* ---- FMA peak ------------------------------------------------------------------------- */
+
+typedef struct fma_arg {
+    double (*fn)(int64_t);
+    int64_t iters;
+    double sink;
+} fma_arg;
+
+static void *fma_thread(void *p)
+{
+    fma_arg *a = p;
+    a->sink = a->fn(a->iters);
+    return NULL;
+}
+
+/* Wall time of `threads` threads each running fn(iters), from the first start to the
+ * last join (thread start-up, ~0.1 ms, is negligible against the ~0.2 s runs). */
+static double time_fma(double (*fn)(int64_t), int64_t iters, int threads)
+{
+    pthread_t tid[64];
+    fma_arg arg[64];
+    double t0 = bench_now();
+    int started = 0;
+    for (int t = 0; t < threads && t < 64; t++) {
+        arg[t] = (fma_arg){fn, iters, 0};
+        if (pthread_create(&tid[t], NULL, fma_thread, &arg[t]) == 0)
+            started++;
+    }
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    return started == threads ? bench_now() - t0 : -1;
+}
+
+double bench_fma_peak(const char *isa, int threads, int reps, double seconds)
+{
+    if (!bench_fma_available(isa) || threads < 1 || threads > 64)
+        return 0;
+    int avx512 = !strcmp(isa, "avx512");
+    double (*fn)(int64_t) = avx512 ? smattn_bench_fma_avx512 : smattn_bench_fma_avx2;
+    double per_iter = avx512 ? smattn_bench_fma_avx512_flops_per_iter()
+                             : smattn_bench_fma_avx2_flops_per_iter();
+    /* calibrate the iteration count on one thread: ~seconds per run */
+    int64_t iters = 1 << 16;
+    double t;
+    while ((t = time_fma(fn, iters, 1)) >= 0 && t < 0.02)
+        iters *= 4;
+    if (t < 0)
+        return 0;
+    iters = (int64_t)((double)iters * seconds / t) + 1;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        t = time_fma(fn, iters, threads);
+        if (t <= 0)
+            return 0;
+        double g = per_iter * (double)iters * threads / t * 1e-9;
+        best = g > best ? g : best;
+    }
+    return best;
+}
+
+/* ---- STREAM triad ---------------------------------------------------------------------- */
+
+static double *arr_a, *arr_b, *arr_c;
+static size_t arr_n;
+
+typedef struct triad_arg {
+    size_t lo, hi;
+    int init;
+} triad_arg;
+
+static void *triad_thread(void *p)
+{
+    triad_arg *a = p;
+    if (a->init)
+        for (size_t i = a->lo; i < a->hi; i++) {
+            arr_a[i] = 0.0;
+            arr_b[i] = 1.0;
+            arr_c[i] = 2.0;
+        }
+    else {
+        const double s = 3.0;
+        for (size_t i = a->lo; i < a->hi; i++)
+            arr_a[i] = arr_b[i] + s * arr_c[i];
+    }
+    return NULL;
+}
+
+static double triad_pass(int threads, int init)
+{
+    pthread_t tid[64];
+    triad_arg arg[64];
+    double t0 = bench_now();
+    int started = 0;
+    for (int t = 0; t < threads; t++) {
+        arg[t] = (triad_arg){arr_n * (size_t)t / (size_t)threads,
+                             arr_n * (size_t)(t + 1) / (size_t)threads, init};
+        if (pthread_create(&tid[t], NULL, triad_thread, &arg[t]) == 0)
+            started++;
+    }
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    return started == threads ? bench_now() - t0 : -1;
+}
+
+double bench_stream_triad(int threads, size_t n, int reps)
+{
+    if (threads < 1 || threads > 64)
+        return 0;
+    bench_machine_free();
+    arr_a = malloc(n * sizeof *arr_a);
+    arr_b = malloc(n * sizeof *arr_b);
+    arr_c = malloc(n * sizeof *arr_c);
+    if (!arr_a || !arr_b || !arr_c) {
+        bench_machine_free();
+        return 0;
+    }
+    arr_n = n;
+    if (triad_pass(threads, 1) < 0) /* first touch: each thread's pages on its node */
+        return 0;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t = triad_pass(threads, 0);
+        if (t <= 0)
+            return 0;
+        double g = 24.0 * (double)n / t * 1e-9;
+        best = g > best ? g : best;
+    }
+    return best;
+}
+
+static volatile double flush_sink;
+
+void bench_flush_caches(void)
+{
+    double s = 0;
+    for (size_t i = 0; i < arr_n; i += 8) /* one load per 64-byte line of b: 256 MiB */
+        s += arr_b[i];
+    flush_sink = s;
+}
+
+void bench_machine_free(void)
+{
+    free(arr_a);
+    free(arr_b);
+    free(arr_c);
+    arr_a = arr_b = arr_c = NULL;
+    arr_n = 0;
+}

@@ -1,0 +1,39 @@
+/* bench_machine.h: what the machine can do, measured in the benchmark's own run: FMA
+ * throughput per ISA and STREAM-triad memory bandwidth, both on a given thread count. */
+#ifndef SMATTN_BENCH_MACHINE_H
+#define SMATTN_BENCH_MACHINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The FMA loops (one file per ISA, built with that ISA's flags only). Each runs `iters`
+ * rounds of independent FMAs and returns a checksum; the *_flops_per_iter say how many
+ * flops (2 per lane per FMA) one round does. Call only when the CPU has the ISA. */
+double smattn_bench_fma_avx2(int64_t iters);
+int smattn_bench_fma_avx2_flops_per_iter(void);
+double smattn_bench_fma_avx512(int64_t iters);
+int smattn_bench_fma_avx512_flops_per_iter(void);
+
+/* Nonzero if the CPU (and OS) can run the named FMA loop: "avx2" (AVX2+FMA) or "avx512". */
+int bench_fma_available(const char *isa);
+
+/* Peak single-precision FMA throughput in GFLOP/s of the named loop on `threads` threads:
+ * the best of `reps` timed runs of about `seconds` each (a peak is a best case). 0 when
+ * the ISA is not available. */
+double bench_fma_peak(const char *isa, int threads, int reps, double seconds);
+
+/* STREAM-triad bandwidth a[i] = b[i] + s c[i] over three arrays of `n` doubles, each
+ * thread first-touching and then sweeping its own contiguous part. Counted as STREAM
+ * does: 24 bytes per element (the write-allocate read of a is not counted). Best of
+ * `reps` sweeps, in GB/s (10^9 B/s). The arrays stay allocated for bench_flush_caches.
+ * Returns 0 if the memory could not be allocated. */
+double bench_stream_triad(int threads, size_t n, int reps);
+
+/* Evict the caches by reading one triad array (no-op before bench_stream_triad). */
+void bench_flush_caches(void);
+void bench_machine_free(void);
+
+/* Wall-clock seconds (CLOCK_MONOTONIC). */
+double bench_now(void);
+
+#endif

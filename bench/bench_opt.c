@@ -1,0 +1,709 @@
+/* bench_opt.c: speed of the optimised kernel (issue 3) on canonical Qwen2.5-7B attention
+ * shapes (Hq = 28, Hkv = 4, D = Dv = 128, B = 1, causal lower_right), with f32 and f16
+ * K/V, against the machine's FMA peak and STREAM bandwidth measured in the same run and
+ * a plain scalar baseline timed interleaved with the kernel. Readable table on stdout,
+ * JSON to --json PATH. `make bench` runs it; see the Makefile for THREADS, ISA and
+ * BENCH_JSON.
+ *
+ * Conventions (also printed):
+ * - flops count only unmasked work: 4 D per visible (query, key, query head), i.e. 2 D
+ *   for q.k and 2 Dv for p v (D = Dv); exp, max and the division are not counted;
+ * - bytes for the decode shapes (S = 1): K and V as stored (every element read once),
+ *   plus Q and O in f32;
+ * - every timed run starts with cold caches (the STREAM arrays are read in between), so
+ *   a decode's K/V really come from memory, as they do in a model with many layers;
+ * - times are medians of `runs` runs after one warm-up; the baseline ratio is the median
+ *   of the per-pair ratios (baseline run, kernel run, alternating which goes first).
+ *
+ * The baseline: per (query, head), s_j = scale q.k_j, m = max, p_j = expf(s_j - m),
+ * o = sum p_j v_j / sum p_j, in float32 with three plain loops (no intrinsics, built with
+ * the library's flags), rows dealt cyclically to pthreads. It reads f32 K/V (for the f16
+ * shapes: f32 copies of the same values). When a shape's work exceeds BASE_FLOP_BUDGET the
+ * baseline runs every k-th query row only (all heads) and its time is scaled by the
+ * ratio of unmasked flops (exact for the sample); the table says so.
+ *
+ * `bench_opt --rss-child S T KV_DTYPE` (used internally, in a fresh exec) runs one shape
+ * alone and prints its VmHWM, so that the peak memory belongs to that shape only. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench/bench_machine.h"
+#include "smattn.h"
+
+#define HQ 28
+#define HKV 4
+#define HD 128
+/* Baseline work per run above which it runs on a sample of query rows (flops). */
+#define BASE_FLOP_BUDGET 4e8
+/* Kernel runs per shape (after one warm-up), fewer when one run is slow (ISA=scalar). */
+#define RUNS_MAX 9
+#define RUNS_MIN 3
+#define SHAPE_SECONDS 12.0
+/* STREAM arrays: 3 x 2^25 doubles = 768 MiB, far above the 32 MiB L3 a core of this
+ * machine reaches (sysconf reports the whole socket's). */
+#define TRIAD_N ((size_t)1 << 25)
+/* Relative difference between kernel and baseline O above which the row is flagged. */
+#define SANE_REL 1e-3
+
+typedef struct shape {
+    const char *name; /* e.g. "prefill S=T=512" */
+    int64_t S, T;
+    int decode;
+} shape;
+
+static const shape shapes[] = {
+    {"prefill S=T=512", 512, 512, 0},
+    {"prefill S=T=2048", 2048, 2048, 0},
+    {"decode S=1 T=4096", 1, 4096, 1},
+    {"decode S=1 T=32768", 1, 32768, 1},
+    {"chunk S=128 T=4096", 128, 4096, 0},
+};
+#define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
+/* ---- data ------------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double uniform(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+typedef struct bcase {
+    smattn_problem p;
+    smattn_inputs in;
+    smattn_outputs out;
+    smattn_dtype kv;
+    float *q, *o;
+    void *k, *v;      /* as the kernel reads them (f32 or f16) */
+    float *kf, *vf;   /* f32 values of the same (the baseline's; == k, v for f32) */
+    float *ob;        /* the baseline's O */
+    size_t nq, nk;    /* elements of Q (= O) and of K (= V) */
+} bcase;
+
+static size_t kv_bytes(const bcase *c)
+{
+    return 2 * c->nk * smattn_dtype_size(c->kv);
+}
+
+/* Q, K in [-2, 2], V in [-1, 1]: with scale 1/sqrt(128) the scores spread over a few
+ * units, as in trained models; f16 K/V hold the f16 rounding of such values. */
+static int make_case(bcase *c, int64_t S, int64_t T, smattn_dtype kv, int baseline)
+{
+    memset(c, 0, sizeof *c);
+    c->p = smattn_problem_default();
+    smattn_problem *p = &c->p;
+    p->op = SMATTN_OP_ATTENTION;
+    p->B = 1, p->S = S, p->T = T, p->Hq = HQ, p->Hkv = HKV, p->D = HD, p->Dv = HD;
+    p->scale = smattn_default_scale(HD);
+    p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    c->kv = kv;
+    c->nq = (size_t)(S * HQ * HD);
+    c->nk = (size_t)(T * HKV * HD);
+    size_t es = smattn_dtype_size(kv);
+    c->q = malloc(c->nq * sizeof(float));
+    c->o = malloc(c->nq * sizeof(float));
+    c->k = malloc(c->nk * es);
+    c->v = malloc(c->nk * es);
+    if (!c->q || !c->o || !c->k || !c->v)
+        return -1;
+    for (size_t i = 0; i < c->nq; i++)
+        c->q[i] = (float)(uniform() * 4 - 2);
+    for (size_t i = 0; i < c->nq; i++) /* not 0: malloc + memset may become a lazy calloc */
+        c->o[i] = -1.0f;
+    if (kv == SMATTN_F32) {
+        float *k = c->k, *v = c->v;
+        for (size_t i = 0; i < c->nk; i++) {
+            k[i] = (float)(uniform() * 4 - 2);
+            v[i] = (float)(uniform() * 2 - 1);
+        }
+        c->kf = k, c->vf = v;
+    } else {
+        for (size_t i = 0; i < c->nk; i++) {
+            smattn_store(c->k, kv, (int64_t)i, uniform() * 4 - 2);
+            smattn_store(c->v, kv, (int64_t)i, uniform() * 2 - 1);
+        }
+        if (baseline) {
+            c->kf = malloc(c->nk * sizeof(float));
+            c->vf = malloc(c->nk * sizeof(float));
+            if (!c->kf || !c->vf)
+                return -1;
+            for (size_t i = 0; i < c->nk; i++) {
+                c->kf[i] = (float)smattn_load(c->k, kv, (int64_t)i);
+                c->vf[i] = (float)smattn_load(c->v, kv, (int64_t)i);
+            }
+        }
+    }
+    if (baseline && !(c->ob = calloc(c->nq, sizeof(float))))
+        return -1;
+    c->in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    c->in.k = (smattn_tensor){c->k, kv, {0}};
+    c->in.v = (smattn_tensor){c->v, kv, {0}};
+    smattn_contiguous_strides(p, 'q', c->in.q.stride);
+    smattn_contiguous_strides(p, 'k', c->in.k.stride);
+    smattn_contiguous_strides(p, 'v', c->in.v.stride);
+    c->out.o = (smattn_out_tensor){c->o, SMATTN_F32, {0}};
+    smattn_contiguous_strides(p, 'o', c->out.o.stride);
+    return 0;
+}
+
+static void free_case(bcase *c)
+{
+    if (c->kf != c->k)
+        free(c->kf);
+    if (c->vf != c->v)
+        free(c->vf);
+    free(c->q), free(c->o), free(c->k), free(c->v), free(c->ob);
+    memset(c, 0, sizeof *c);
+}
+
+/* Keys query i sees under lower_right causality (B = 1, no padding). */
+static int64_t visible_keys(const smattn_problem *p, int64_t i)
+{
+    int64_t n = i + p->T - p->S + 1;
+    return n < 0 ? 0 : n > p->T ? p->T : n;
+}
+
+/* Unmasked flops of query rows first, first + step, ... (all heads). */
+static double row_flops(const smattn_problem *p, int64_t first, int64_t step)
+{
+    double keys = 0;
+    for (int64_t i = first; i < p->S; i += step)
+        keys += (double)visible_keys(p, i);
+    return keys * (double)p->Hq * (double)(2 * p->D + 2 * p->Dv);
+}
+
+/* ---- the scalar baseline ---------------------------------------------------------------- */
+
+typedef struct base_job {
+    const bcase *c;
+    int64_t first, step; /* query rows first, first + step, ... */
+    int threads;
+} base_job;
+
+typedef struct base_arg {
+    const base_job *job;
+    int tid;
+    int ok;
+} base_arg;
+
+static void *base_thread(void *arg)
+{
+    base_arg *a = arg;
+    const bcase *c = a->job->c;
+    const smattn_problem *p = &c->p;
+    const int64_t D = p->D, Dv = p->Dv, G = p->Hq / p->Hkv;
+    const float scale = (float)p->scale;
+    float *s = malloc((size_t)p->T * sizeof *s);
+    if (!s)
+        return NULL;
+    int64_t unit = 0; /* (row, head) pairs dealt cyclically to the threads */
+    for (int64_t i = a->job->first; i < p->S; i += a->job->step)
+        for (int64_t h = 0; h < p->Hq; h++, unit++) {
+            if (unit % a->job->threads != a->tid)
+                continue;
+            const float *q = c->q + (i * p->Hq + h) * D;
+            const int64_t g = h / G, n = visible_keys(p, i);
+            float m = -HUGE_VALF, l = 0;
+            for (int64_t j = 0; j < n; j++) {
+                const float *k = c->kf + (j * p->Hkv + g) * D;
+                float dot = 0;
+                for (int64_t d = 0; d < D; d++)
+                    dot += q[d] * k[d];
+                s[j] = dot * scale;
+                m = s[j] > m ? s[j] : m;
+            }
+            for (int64_t j = 0; j < n; j++) {
+                s[j] = expf(s[j] - m);
+                l += s[j];
+            }
+            float *o = c->ob + (i * p->Hq + h) * Dv;
+            for (int64_t d = 0; d < Dv; d++)
+                o[d] = 0;
+            for (int64_t j = 0; j < n; j++) {
+                const float *v = c->vf + (j * p->Hkv + g) * Dv;
+                for (int64_t d = 0; d < Dv; d++)
+                    o[d] += s[j] * v[d];
+            }
+            for (int64_t d = 0; d < Dv; d++)
+                o[d] /= l;
+        }
+    free(s);
+    a->ok = 1;
+    return NULL;
+}
+
+static int run_baseline(const base_job *job)
+{
+    pthread_t tid[64];
+    base_arg arg[64];
+    int started = 0, ok = 1;
+    for (int t = 0; t < job->threads; t++) {
+        arg[t] = (base_arg){job, t, 0};
+        if (pthread_create(&tid[t], NULL, base_thread, &arg[t]) == 0)
+            started++;
+    }
+    for (int t = 0; t < started; t++) {
+        pthread_join(tid[t], NULL);
+        ok &= arg[t].ok;
+    }
+    return started == job->threads && ok ? 0 : -1;
+}
+
+/* Largest |O_kernel - O_baseline| / max |O_baseline| over the baseline's rows. */
+static double compare_rows(const bcase *c, const base_job *job)
+{
+    double diff = 0, mag = 0;
+    for (int64_t i = job->first; i < c->p.S; i += job->step)
+        for (size_t e = (size_t)(i * HQ * HD); e < (size_t)((i + 1) * HQ * HD); e++) {
+            double d = fabs((double)c->o[e] - (double)c->ob[e]);
+            diff = d > diff || isnan(d) ? d : diff;
+            mag = fabs((double)c->ob[e]) > mag ? fabs((double)c->ob[e]) : mag;
+        }
+    return mag > 0 ? diff / mag : diff;
+}
+
+/* ---- timing ---------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+typedef struct result {
+    const shape *sh;
+    smattn_dtype kv;
+    int runs;
+    double t_med, t_min;          /* kernel seconds */
+    double flops, gflops, frac_peak;
+    double bytes, gbs, frac_bw;   /* decode only */
+    int64_t base_step;            /* 1: the baseline ran every row */
+    double base_frac;             /* sampled flops / all flops */
+    double base_med;              /* baseline seconds, scaled to the whole shape */
+    double ratio;                 /* median of baseline / kernel per pair */
+    double base_rel_diff;
+} result;
+
+static smattn_status time_kernel(bcase *c, const smattn_opt_config *cfg, double *t)
+{
+    bench_flush_caches();
+    double t0 = bench_now();
+    smattn_status st = smattn_attention(&c->p, &c->in, &c->out, cfg);
+    *t = bench_now() - t0;
+    return st;
+}
+
+static int time_baseline(const base_job *job, double *t)
+{
+    bench_flush_caches();
+    double t0 = bench_now();
+    int rc = run_baseline(job);
+    *t = bench_now() - t0;
+    return rc;
+}
+
+static int bench_shape(const shape *sh, smattn_dtype kv, const smattn_opt_config *cfg,
+                       double peak, double bw, result *r)
+{
+    bcase c;
+    memset(r, 0, sizeof *r);
+    r->sh = sh, r->kv = kv;
+    if (make_case(&c, sh->S, sh->T, kv, 1)) {
+        fprintf(stderr, "bench_opt: out of memory for %s\n", sh->name);
+        free_case(&c);
+        return -1;
+    }
+    r->flops = row_flops(&c.p, 0, 1);
+    base_job job = {&c, 0, 1, cfg->threads};
+    if (r->flops > BASE_FLOP_BUDGET && c.p.S > 1) {
+        job.step = (int64_t)ceil(r->flops / BASE_FLOP_BUDGET);
+        job.step = job.step > c.p.S ? c.p.S : job.step;
+        job.first = job.step / 2; /* a spread sample: rows step/2, step/2 + step, ... */
+    }
+    r->base_step = job.step;
+    r->base_frac = row_flops(&c.p, job.first, job.step) / r->flops;
+
+    /* warm-up: the pool starts, pages are touched; its time sets the number of runs */
+    double tk, tb;
+    smattn_status st = time_kernel(&c, cfg, &tk);
+    if (st != SMATTN_OK) {
+        fprintf(stderr, "bench_opt: %s: smattn_attention: %s\n", sh->name, smattn_status_str(st));
+        free_case(&c);
+        return -1;
+    }
+    if (time_baseline(&job, &tb)) {
+        fprintf(stderr, "bench_opt: %s: the baseline could not start its threads\n", sh->name);
+        free_case(&c);
+        return -1;
+    }
+    r->base_rel_diff = compare_rows(&c, &job);
+    int runs = (int)(SHAPE_SECONDS / (tk + tb));
+    runs = runs > RUNS_MAX ? RUNS_MAX : runs < RUNS_MIN ? RUNS_MIN : runs;
+    double tks[RUNS_MAX], tbs[RUNS_MAX], ratio[RUNS_MAX];
+    for (int k = 0; k < runs; k++) {
+        int rc = 0;
+        if (k % 2 == 0) {
+            rc |= time_baseline(&job, &tbs[k]);
+            rc |= time_kernel(&c, cfg, &tks[k]) != SMATTN_OK;
+        } else {
+            rc |= time_kernel(&c, cfg, &tks[k]) != SMATTN_OK;
+            rc |= time_baseline(&job, &tbs[k]);
+        }
+        if (rc) {
+            fprintf(stderr, "bench_opt: %s: a run failed\n", sh->name);
+            free_case(&c);
+            return -1;
+        }
+        tbs[k] /= r->base_frac;
+        ratio[k] = tbs[k] / tks[k];
+    }
+    r->runs = runs;
+    r->t_med = median(tks, runs);
+    r->t_min = tks[0]; /* median() sorted tks */
+    r->base_med = median(tbs, runs);
+    r->ratio = median(ratio, runs);
+    r->gflops = r->flops / r->t_med * 1e-9;
+    r->frac_peak = peak > 0 ? r->gflops / peak : 0;
+    if (sh->decode) {
+        r->bytes = (double)kv_bytes(&c) + 2.0 * (double)c.nq * sizeof(float);
+        r->gbs = r->bytes / r->t_med * 1e-9;
+        r->frac_bw = bw > 0 ? r->gbs / bw : 0;
+    }
+    free_case(&c);
+    return 0;
+}
+
+/* ---- peak memory, in a fresh process ---------------------------------------------------- */
+
+/* A field of /proc/self/status in kB ("VmHWM", "VmRSS"); -1 if absent. */
+static long status_kb(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long kb = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') {
+            kb = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb;
+}
+
+/* The child: build one shape, run it twice, print "io_bytes start_kb before_kb hwm_kb"
+ * (VmRSS at start and just before the calls, VmHWM after them). */
+static int rss_child(int64_t S, int64_t T, smattn_dtype kv, const smattn_opt_config *cfg)
+{
+    long start = status_kb("VmRSS");
+    bcase c;
+    if (make_case(&c, S, T, kv, 0))
+        return 3;
+    long before = status_kb("VmRSS");
+    for (int k = 0; k < 2; k++)
+        if (smattn_attention(&c.p, &c.in, &c.out, cfg) != SMATTN_OK)
+            return 3;
+    long hwm = status_kb("VmHWM");
+    printf("%zu %ld %ld %ld\n", c.nq * 2 * sizeof(float) + kv_bytes(&c), start, before, hwm);
+    free_case(&c);
+    return 0;
+}
+
+typedef struct rss_result {
+    smattn_dtype kv;
+    double io_mib, start_mib, before_mib, hwm_mib, extra_mib;
+    int ok;
+} rss_result;
+
+static void rss_measure(int64_t S, int64_t T, smattn_dtype kv, const smattn_opt_config *cfg,
+                        rss_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->kv = kv;
+    char self[4096], s_arg[32], t_arg[32], th_arg[16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    int fd[2];
+    if (n <= 0 || pipe(fd))
+        return;
+    self[n] = '\0';
+    snprintf(s_arg, sizeof s_arg, "%lld", (long long)S);
+    snprintf(t_arg, sizeof t_arg, "%lld", (long long)T);
+    snprintf(th_arg, sizeof th_arg, "%d", cfg->threads);
+    const char *argv[] = {self, "--rss-child", s_arg, t_arg, smattn_dtype_name(kv), "--threads",
+                          th_arg, cfg->isa ? "--isa" : NULL, cfg->isa, NULL};
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return;
+    if (pid == 0) {
+        close(fd[0]);
+        if (dup2(fd[1], 1) < 0)
+            _exit(127);
+        execv(self, (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    FILE *f = fdopen(fd[0], "r");
+    unsigned long long io = 0;
+    long start = 0, before = 0, hwm = 0;
+    int got = f ? fscanf(f, "%llu %ld %ld %ld", &io, &start, &before, &hwm) : 0;
+    if (f)
+        fclose(f);
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0 || got != 4)
+        return;
+    r->io_mib = (double)io / 1048576.0;
+    r->start_mib = (double)start / 1024.0;
+    r->before_mib = (double)before / 1024.0;
+    r->hwm_mib = (double)hwm / 1024.0;
+    r->extra_mib = (double)(hwm - before) / 1024.0;
+    r->ok = 1;
+}
+
+/* ---- output ---------------------------------------------------------------------------- */
+
+static void cpu_model(char *out, size_t len)
+{
+    snprintf(out, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *v = strchr(line, ':');
+            if (v) {
+                v += 1 + (v[1] == ' ');
+                v[strcspn(v, "\n")] = '\0';
+                snprintf(out, len, "%s", v);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s >= 0x20)
+            fputc(*s, f);
+    fputc('"', f);
+}
+
+typedef struct machine {
+    char cpu[256];
+    int threads;
+    const char *isa;
+    double peak_avx2, peak_avx512, peak, triad;
+} machine;
+
+static int write_json(const char *path, const machine *m, const result *res, int nres,
+                      const rss_result *rss, int nrss)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "{\n  \"benchmark\": \"smattn_attention\",\n  \"cpu\": ");
+    json_str(f, m->cpu);
+    fprintf(f, ",\n  \"threads\": %d,\n  \"isa\": \"%s\",\n", m->threads, m->isa);
+    fprintf(f, "  \"flop_count\": \"4*D per visible (query, key, query head): 2*D for q.k, "
+               "2*Dv for p.v; masked work not counted\",\n");
+    fprintf(f, "  \"bytes_count\": \"decode: K and V as stored, read once, plus Q and O in "
+               "f32\",\n");
+    fprintf(f, "  \"caches\": \"cold: flushed before every timed run\",\n");
+    fprintf(f, "  \"machine\": {\"fma_peak_gflops\": {\"avx2\": %.1f, \"avx512\": %.1f, "
+               "\"best\": %.1f}, \"stream_triad_gbs\": %.2f, \"triad_array_bytes\": %zu, "
+               "\"measured_threads\": %d},\n",
+            m->peak_avx2, m->peak_avx512, m->peak, m->triad, TRIAD_N * sizeof(double),
+            m->threads);
+    fprintf(f, "  \"results\": [\n");
+    for (int k = 0; k < nres; k++) {
+        const result *r = &res[k];
+        fprintf(f,
+                "    {\"shape\": \"%s\", \"B\": 1, \"S\": %lld, \"T\": %lld, \"Hq\": %d, "
+                "\"Hkv\": %d, \"D\": %d, \"Dv\": %d, \"causal\": \"lower_right\", "
+                "\"q_dtype\": \"f32\", \"kv_dtype\": \"%s\", \"o_dtype\": \"f32\",\n"
+                "     \"runs\": %d, \"median_s\": %.6g, \"min_s\": %.6g, \"unmasked_flops\": "
+                "%.6g, \"gflops\": %.2f, \"fraction_of_fma_peak\": %.4f,\n",
+                r->sh->name, (long long)r->sh->S, (long long)r->sh->T, HQ, HKV, HD, HD,
+                smattn_dtype_name(r->kv), r->runs, r->t_med, r->t_min, r->flops, r->gflops,
+                r->frac_peak);
+        if (r->sh->decode)
+            fprintf(f, "     \"bytes\": %.6g, \"gbs\": %.2f, \"fraction_of_bandwidth\": %.4f,\n",
+                    r->bytes, r->gbs, r->frac_bw);
+        else
+            fprintf(f, "     \"bytes\": null, \"gbs\": null, \"fraction_of_bandwidth\": null,\n");
+        fprintf(f,
+                "     \"baseline\": {\"row_step\": %lld, \"sampled_flop_fraction\": %.6f, "
+                "\"median_s_scaled\": %.6g, \"speedup_median\": %.2f, "
+                "\"max_rel_diff_o\": %.3g}}%s\n",
+                (long long)r->base_step, r->base_frac, r->base_med, r->ratio, r->base_rel_diff,
+                k + 1 < nres ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"peak_memory\": [\n");
+    for (int k = 0; k < nrss; k++) {
+        const rss_result *r = &rss[k];
+        fprintf(f,
+                "    {\"shape\": \"prefill S=T=2048\", \"kv_dtype\": \"%s\", \"ok\": %s, "
+                "\"vmhwm_mib\": %.2f, \"rss_at_start_mib\": %.2f, \"rss_before_call_mib\": %.2f, "
+                "\"inputs_outputs_mib\": %.2f, \"extra_mib\": %.2f}%s\n",
+                smattn_dtype_name(r->kv), r->ok ? "true" : "false", r->hwm_mib, r->start_mib,
+                r->before_mib, r->io_mib, r->extra_mib, k + 1 < nrss ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    return fclose(f) ? -1 : 0;
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: bench_opt [--threads N] [--isa scalar|avx2|avx512] [--json PATH]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    smattn_opt_config cfg = {2, NULL};
+    const char *json = "build/bench_opt.json";
+    int child = 0;
+    int64_t cS = 0, cT = 0;
+    smattn_dtype ckv = SMATTN_F32;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            cfg.threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
+            cfg.isa = argv[++i][0] ? argv[i] : NULL;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
+        else if (!strcmp(argv[i], "--rss-child") && i + 3 < argc) {
+            child = 1;
+            cS = atoll(argv[i + 1]);
+            cT = atoll(argv[i + 2]);
+            ckv = !strcmp(argv[i + 3], "f16") ? SMATTN_F16 : SMATTN_F32;
+            i += 3;
+        } else
+            return usage();
+    }
+    if (cfg.threads < 1 || cfg.threads > 64) {
+        fprintf(stderr, "bench_opt: --threads must be in [1, 64]\n");
+        return 2;
+    }
+    if (cfg.isa && !smattn_opt_isa_available(cfg.isa)) {
+        fprintf(stderr, "bench_opt: ISA '%s' is unknown or not available on this CPU "
+                        "(scalar, avx2, avx512)\n", cfg.isa);
+        return 2;
+    }
+    if (child)
+        return rss_child(cS, cT, ckv, &cfg);
+
+    double t_start = bench_now();
+    machine m;
+    memset(&m, 0, sizeof m);
+    cpu_model(m.cpu, sizeof m.cpu);
+    m.threads = cfg.threads;
+    m.isa = cfg.isa ? cfg.isa : smattn_opt_isa();
+    printf("smattn %d.%d.%d bench: smattn_attention, Qwen2.5-7B heads (Hq=%d Hkv=%d D=Dv=%d), "
+           "B=1, causal lower_right\n",
+           SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR, SMATTN_VERSION_PATCH, HQ, HKV, HD);
+    printf("cpu: %s; threads: %d; kernel ISA: %s (available:%s%s%s)\n", m.cpu, m.threads, m.isa,
+           smattn_opt_isa_available("avx512") ? " avx512" : "",
+           smattn_opt_isa_available("avx2") ? " avx2" : "", " scalar");
+    fflush(stdout);
+
+    m.peak_avx2 = bench_fma_peak("avx2", cfg.threads, 5, 0.15);
+    m.peak_avx512 = bench_fma_peak("avx512", cfg.threads, 5, 0.15);
+    m.peak = m.peak_avx512 > m.peak_avx2 ? m.peak_avx512 : m.peak_avx2;
+    m.triad = bench_stream_triad(cfg.threads, TRIAD_N, 5);
+    if (m.triad <= 0) {
+        fprintf(stderr, "bench_opt: cannot allocate the STREAM arrays\n");
+        return 3;
+    }
+    printf("machine, measured now on %d threads: FMA peak (f32) avx2 %.1f GFLOP/s", cfg.threads,
+           m.peak_avx2);
+    if (m.peak_avx512 > 0)
+        printf(", avx512 %.1f GFLOP/s", m.peak_avx512);
+    printf(" (best of 5); STREAM triad %.1f GB/s (3 x %zu MiB arrays, best of 5)\n\n", m.triad,
+           TRIAD_N * sizeof(double) >> 20);
+    fflush(stdout);
+
+    result res[2 * NSHAPES];
+    int nres = 0;
+    printf("%-20s %-4s %4s %10s %8s %6s %7s %6s %9s  %s\n", "shape", "K/V", "runs", "median ms",
+           "GFLOP/s", "%peak", "GB/s", "%bw", "x scalar", "baseline");
+    for (int s = 0; s < NSHAPES; s++)
+        for (int d = 0; d < 2; d++) {
+            result *r = &res[nres];
+            if (bench_shape(&shapes[s], d ? SMATTN_F16 : SMATTN_F32, &cfg, m.peak, m.triad, r))
+                return 3;
+            nres++;
+            char gb[16] = "-", fb[16] = "-", base[64];
+            if (r->sh->decode) {
+                snprintf(gb, sizeof gb, "%.1f", r->gbs);
+                snprintf(fb, sizeof fb, "%.1f%%", 100 * r->frac_bw);
+            }
+            if (r->base_step == 1)
+                snprintf(base, sizeof base, "all rows");
+            else
+                snprintf(base, sizeof base, "1 row in %lld (%.1f%% of flops)",
+                         (long long)r->base_step, 100 * r->base_frac);
+            printf("%-20s %-4s %4d %10.3f %8.1f %5.1f%% %7s %6s %8.1fx  %s%s\n", r->sh->name,
+                   smattn_dtype_name(r->kv), r->runs, 1e3 * r->t_med, r->gflops,
+                   100 * r->frac_peak, gb, fb, r->ratio, base,
+                   r->base_rel_diff > SANE_REL ? "  O DIFFERS FROM THE BASELINE" : "");
+            fflush(stdout);
+        }
+    bench_machine_free();
+
+    rss_result rss[2];
+    printf("\npeak memory, prefill S=T=2048 alone in a fresh process (VmHWM; extra = VmHWM - "
+           "VmRSS just before the calls):\n");
+    for (int d = 0; d < 2; d++) {
+        rss_measure(2048, 2048, d ? SMATTN_F16 : SMATTN_F32, &cfg, &rss[d]);
+        if (rss[d].ok)
+            printf("  K/V %s: VmHWM %.1f MiB; VmRSS at start %.1f, before the calls %.1f (inputs "
+                   "and outputs: %.1f); extra %.1f MiB\n",
+                   smattn_dtype_name(rss[d].kv), rss[d].hwm_mib, rss[d].start_mib,
+                   rss[d].before_mib, rss[d].io_mib, rss[d].extra_mib);
+        else
+            printf("  K/V %s: the child process failed\n", smattn_dtype_name(rss[d].kv));
+    }
+
+    printf("\nflops: 4*D per visible (query, key, query head) (2D for q.k, 2Dv for p.v), masked "
+           "work not counted; %%peak: of the best FMA peak above.\n"
+           "GB/s (decode only): K and V as stored + Q and O (f32), over the median time; %%bw: "
+           "of the STREAM triad above.\n"
+           "caches flushed before every timed run; median of the runs after one warm-up.\n"
+           "x scalar: median over runs of (baseline time / kernel time), run alternately; the "
+           "baseline is three plain float32\n"
+           "loops per row (q.k, softmax, p.v; f32 copies of f16 K/V) on %d pthreads; when "
+           "sampled, its time is scaled by the\nflop fraction.\n",
+           cfg.threads);
+    if (write_json(json, &m, res, nres, rss, 2))
+        fprintf(stderr, "bench_opt: cannot write %s: %s\n", json, strerror(errno));
+    else
+        printf("JSON: %s; total %.0f s\n", json, bench_now() - t_start);
+    return 0;
+}
