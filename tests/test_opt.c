@@ -4,6 +4,7 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -521,6 +522,44 @@ START_TEST(opt_rejects)
 }
 END_TEST
 
+/* Several threads calling the kernel at once (the pool serves one job; the others run
+ * inline) all get the single-call bits. */
+typedef struct concurrent {
+    const tcase *c;
+    outs o;
+    int st;
+} concurrent;
+
+static void *call_kernel(void *arg)
+{
+    concurrent *x = arg;
+    x->st = run_opt(x->c, NULL, 2, &x->o);
+    return NULL;
+}
+
+START_TEST(opt_concurrent_callers)
+{
+    tcase c;
+    gen(&c, 31337, 0);
+    outs alone;
+    ck_assert_int_eq(run_opt(&c, NULL, 2, &alone), 0);
+    concurrent x[4];
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++) {
+        x[k].c = &c;
+        ck_assert_int_eq(pthread_create(&t[k], NULL, call_kernel, &x[k]), 0);
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(t[k], NULL);
+        ck_assert_int_eq(x[k].st, 0);
+        ck_assert_msg(same_bits(&alone, &x[k].o), "concurrent call %d differs", k);
+        outs_free(&x[k].o);
+    }
+    outs_free(&alone);
+    gen_free(&c);
+}
+END_TEST
+
 Suite *opt_suite(void);
 Suite *opt_suite(void)
 {
@@ -533,6 +572,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_softmax_within_bound);
     tcase_add_test(tc, opt_rejects);
+    tcase_add_test(tc, opt_concurrent_callers);
     suite_add_tcase(s, tc);
     return s;
 }
