@@ -12,8 +12,9 @@
  *   plus Q and O in f32;
  * - every timed run starts with cold caches (the STREAM arrays are read in between), so
  *   a decode's K/V really come from memory, as they do in a model with many layers;
- * - times are medians of `runs` runs after one warm-up; the baseline ratio is the median
- *   of the per-pair ratios (baseline run, kernel run, alternating which goes first).
+ * - times are medians of `runs` runs after one warm-up (9, fewer for a slow kernel; a
+ *   warm-up over WARM_SELF seconds counts as a run); the baseline ratio is the median of
+ *   the per-pair ratios (baseline run, kernel run, alternating which goes first).
  *
  * The baseline: per (query, head), s_j = scale q.k_j, m = max, p_j = expf(s_j - m),
  * o = sum p_j v_j / sum p_j, in float32 with three plain loops (no intrinsics, built with
@@ -43,10 +44,12 @@
 #define HD 128
 /* Baseline work per run above which it runs on a sample of query rows (flops). */
 #define BASE_FLOP_BUDGET 4e8
-/* Kernel runs per shape (after one warm-up), fewer when one run is slow (ISA=scalar). */
+/* Timed runs per shape after one warm-up: RUNS_MAX, or fewer so that a shape's runs take
+ * about SHAPE_SECONDS (slow kernels: ISA=scalar); a warm-up run longer than WARM_SELF
+ * seconds (start-up costs are then negligible) counts as the first timed run. */
 #define RUNS_MAX 9
-#define RUNS_MIN 3
 #define SHAPE_SECONDS 12.0
+#define WARM_SELF 1.0
 /* STREAM arrays: 3 x 2^25 doubles = 768 MiB, far above the 32 MiB L3 a core of this
  * machine reaches (sysconf reports the whole socket's). */
 #define TRIAD_N ((size_t)1 << 25)
@@ -355,9 +358,15 @@ static int bench_shape(const shape *sh, smattn_dtype kv, const smattn_opt_config
     }
     r->base_rel_diff = compare_rows(&c, &job);
     int runs = (int)(SHAPE_SECONDS / (tk + tb));
-    runs = runs > RUNS_MAX ? RUNS_MAX : runs < RUNS_MIN ? RUNS_MIN : runs;
+    runs = runs > RUNS_MAX ? RUNS_MAX : runs < 1 ? 1 : runs;
     double tks[RUNS_MAX], tbs[RUNS_MAX], ratio[RUNS_MAX];
-    for (int k = 0; k < runs; k++) {
+    int k0 = 0;
+    if (tk > WARM_SELF) { /* the warm-up pair is the first timed pair */
+        tks[0] = tk, tbs[0] = tb / r->base_frac;
+        ratio[0] = tbs[0] / tks[0];
+        k0 = 1;
+    }
+    for (int k = k0; k < runs; k++) {
         int rc = 0;
         if (k % 2 == 0) {
             rc |= time_baseline(&job, &tbs[k]);
@@ -695,12 +704,13 @@ int main(int argc, char **argv)
            "work not counted; %%peak: of the best FMA peak above.\n"
            "GB/s (decode only): K and V as stored + Q and O (f32), over the median time; %%bw: "
            "of the STREAM triad above.\n"
-           "caches flushed before every timed run; median of the runs after one warm-up.\n"
+           "caches flushed before every timed run; median of the runs after one warm-up (a "
+           "warm-up over %.0f s counts as a run).\n"
            "x scalar: median over runs of (baseline time / kernel time), run alternately; the "
            "baseline is three plain float32\n"
            "loops per row (q.k, softmax, p.v; f32 copies of f16 K/V) on %d pthreads; when "
            "sampled, its time is scaled by the\nflop fraction.\n",
-           cfg.threads);
+           WARM_SELF, cfg.threads);
     if (write_json(json, &m, res, nres, rss, 2))
         fprintf(stderr, "bench_opt: cannot write %s: %s\n", json, strerror(errno));
     else
