@@ -979,7 +979,8 @@ START_TEST(stats_consistent)
         free_case(&c);
     }
     free(seeds);
-    printf("ref stats: %d problems checked, %d skipped where ref gave up on undecidable rows\n",
+    printf("ref stats: %d problems x 2 configs; %d runs skipped (ERR_PRECISION on rows "
+           "naive finds undecidable)\n",
            checked, gave_up);
     fflush(stdout);
     ck_assert_msg(fails == 0, "%d stats inconsistencies in %d problems", fails, checked);
