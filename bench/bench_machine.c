@@ -67,8 +67,8 @@ double bench_fma_peak(const char *isa, int threads, int reps, double seconds)
         return 0;
     int avx512 = !strcmp(isa, "avx512");
     double (*fn)(int64_t) = avx512 ? smattn_bench_fma_avx512 : smattn_bench_fma_avx2;
-    double per_iter = avx512 ? smattn_bench_fma_avx512_flops_per_iter()
-                             : smattn_bench_fma_avx2_flops_per_iter();
+    double per_iter =
+        avx512 ? smattn_bench_fma_avx512_flops_per_iter() : smattn_bench_fma_avx2_flops_per_iter();
     /* calibrate the iteration count on one thread: ~seconds per run */
     int64_t iters = 1 << 16;
     double t;

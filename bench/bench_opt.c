@@ -63,10 +63,8 @@ typedef struct shape {
 } shape;
 
 static const shape shapes[] = {
-    {"prefill S=T=512", 512, 512, 0},
-    {"prefill S=T=2048", 2048, 2048, 0},
-    {"decode S=1 T=4096", 1, 4096, 1},
-    {"decode S=1 T=32768", 1, 32768, 1},
+    {"prefill S=T=512", 512, 512, 0},     {"prefill S=T=2048", 2048, 2048, 0},
+    {"decode S=1 T=4096", 1, 4096, 1},    {"decode S=1 T=32768", 1, 32768, 1},
     {"chunk S=128 T=4096", 128, 4096, 0},
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
@@ -88,10 +86,10 @@ typedef struct bcase {
     smattn_outputs out;
     smattn_dtype kv;
     float *q, *o;
-    void *k, *v;      /* as the kernel reads them (f32 or f16) */
-    float *kf, *vf;   /* f32 values of the same (the baseline's; == k, v for f32) */
-    float *ob;        /* the baseline's O */
-    size_t nq, nk;    /* elements of Q (= O) and of K (= V) */
+    void *k, *v;    /* as the kernel reads them (f32 or f16) */
+    float *kf, *vf; /* f32 values of the same (the baseline's; == k, v for f32) */
+    float *ob;      /* the baseline's O */
+    size_t nq, nk;  /* elements of Q (= O) and of K (= V) */
 } bcase;
 
 static size_t kv_bytes(const bcase *c)
@@ -294,13 +292,13 @@ typedef struct result {
     const shape *sh;
     smattn_dtype kv;
     int runs;
-    double t_med, t_min;          /* kernel seconds */
+    double t_med, t_min; /* kernel seconds */
     double flops, gflops, frac_peak;
-    double bytes, gbs, frac_bw;   /* decode only */
-    int64_t base_step;            /* 1: the baseline ran every row */
-    double base_frac;             /* sampled flops / all flops */
-    double base_med;              /* baseline seconds, scaled to the whole shape */
-    double ratio;                 /* median of baseline / kernel per pair */
+    double bytes, gbs, frac_bw; /* decode only */
+    int64_t base_step;          /* 1: the baseline ran every row */
+    double base_frac;           /* sampled flops / all flops */
+    double base_med;            /* baseline seconds, scaled to the whole shape */
+    double ratio;               /* median of baseline / kernel per pair */
     double base_rel_diff;
 } result;
 
@@ -322,8 +320,8 @@ static int time_baseline(const base_job *job, double *t)
     return rc;
 }
 
-static int bench_shape(const shape *sh, smattn_dtype kv, const smattn_opt_config *cfg,
-                       double peak, double bw, result *r)
+static int bench_shape(const shape *sh, smattn_dtype kv, const smattn_opt_config *cfg, double peak,
+                       double bw, result *r)
 {
     bcase c;
     memset(r, 0, sizeof *r);
@@ -457,8 +455,16 @@ static void rss_measure(int64_t S, int64_t T, smattn_dtype kv, const smattn_opt_
     snprintf(s_arg, sizeof s_arg, "%lld", (long long)S);
     snprintf(t_arg, sizeof t_arg, "%lld", (long long)T);
     snprintf(th_arg, sizeof th_arg, "%d", cfg->threads);
-    const char *argv[] = {self, "--rss-child", s_arg, t_arg, smattn_dtype_name(kv), "--threads",
-                          th_arg, cfg->isa ? "--isa" : NULL, cfg->isa, NULL};
+    const char *argv[] = {self,
+                          "--rss-child",
+                          s_arg,
+                          t_arg,
+                          smattn_dtype_name(kv),
+                          "--threads",
+                          th_arg,
+                          cfg->isa ? "--isa" : NULL,
+                          cfg->isa,
+                          NULL};
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
@@ -542,11 +548,11 @@ static int write_json(const char *path, const machine *m, const result *res, int
     fprintf(f, "  \"bytes_count\": \"decode: K and V as stored, read once, plus Q and O in "
                "f32\",\n");
     fprintf(f, "  \"caches\": \"cold: flushed before every timed run\",\n");
-    fprintf(f, "  \"machine\": {\"fma_peak_gflops\": {\"avx2\": %.1f, \"avx512\": %.1f, "
-               "\"best\": %.1f}, \"stream_triad_gbs\": %.2f, \"triad_array_bytes\": %zu, "
-               "\"measured_threads\": %d},\n",
-            m->peak_avx2, m->peak_avx512, m->peak, m->triad, TRIAD_N * sizeof(double),
-            m->threads);
+    fprintf(f,
+            "  \"machine\": {\"fma_peak_gflops\": {\"avx2\": %.1f, \"avx512\": %.1f, "
+            "\"best\": %.1f}, \"stream_triad_gbs\": %.2f, \"triad_array_bytes\": %zu, "
+            "\"measured_threads\": %d},\n",
+            m->peak_avx2, m->peak_avx512, m->peak, m->triad, TRIAD_N * sizeof(double), m->threads);
     fprintf(f, "  \"results\": [\n");
     for (int k = 0; k < nres; k++) {
         const result *r = &res[k];
@@ -621,8 +627,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cfg.isa && !smattn_opt_isa_available(cfg.isa)) {
-        fprintf(stderr, "bench_opt: ISA '%s' is unknown or not available on this CPU "
-                        "(scalar, avx2, avx512)\n", cfg.isa);
+        fprintf(stderr,
+                "bench_opt: ISA '%s' is unknown or not available on this CPU "
+                "(scalar, avx2, avx512)\n",
+                cfg.isa);
         return 2;
     }
     if (child)
@@ -679,8 +687,8 @@ int main(int argc, char **argv)
                 snprintf(base, sizeof base, "1 row in %lld (%.1f%% of flops)",
                          (long long)r->base_step, 100 * r->base_frac);
             printf("%-20s %-4s %4d %10.3f %8.1f %5.1f%% %7s %6s %8.1fx  %s%s\n", r->sh->name,
-                   smattn_dtype_name(r->kv), r->runs, 1e3 * r->t_med, r->gflops,
-                   100 * r->frac_peak, gb, fb, r->ratio, base,
+                   smattn_dtype_name(r->kv), r->runs, 1e3 * r->t_med, r->gflops, 100 * r->frac_peak,
+                   gb, fb, r->ratio, base,
                    r->base_rel_diff > SANE_REL ? "  O DIFFERS FROM THE BASELINE" : "");
             fflush(stdout);
         }

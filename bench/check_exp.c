@@ -42,7 +42,7 @@ typedef struct isa_stats {
     uint64_t flushed_bad;     /* exact < FLT_MIN, result not +0 */
     float bad_flush_x;        /* an example of the above */
     double max_err;
-    float max_x;              /* the input of max_err (first one found in its chunk) */
+    float max_x; /* the input of max_err (first one found in its chunk) */
 } isa_stats;
 
 typedef struct range {
@@ -302,11 +302,10 @@ int main(int argc, char **argv)
         float x = s->max_x;
         double exact = exp((double)x);
         if (s->max_err == 0 && s->bucket[0])
-            printf("%s: every result correctly rounded (max error <= 0.5 ulp)\n",
-                   sh.isa[i]->name);
+            printf("%s: every result correctly rounded (max error <= 0.5 ulp)\n", sh.isa[i]->name);
         else
             printf("%s: max error %.4f ulp at x = %a (kernel %a, exact %.9g); bound "
-               "SMATTN_OPT_EXP_ULPS = %.1f: %s\n",
+                   "SMATTN_OPT_EXP_ULPS = %.1f: %s\n",
                    sh.isa[i]->name, s->max_err, (double)x, (double)sh.isa[i]->expf(x), exact,
                    SMATTN_OPT_EXP_ULPS, s->max_err <= SMATTN_OPT_EXP_ULPS ? "ok" : "EXCEEDED");
         printf("  correctly rounded       %12llu\n", (unsigned long long)s->bucket[0]);
@@ -315,8 +314,8 @@ int main(int argc, char **argv)
                    bucket_edge[k - 1], 10, "", (unsigned long long)s->bucket[k]);
         printf("  > %.1f ulp %*s%12llu\n", bucket_edge[NEDGE - 1], 14, "",
                (unsigned long long)s->bucket[NEDGE + 1]);
-        printf("  exact below FLT_MIN: %llu flushed to +0, %llu not", (unsigned long long)s->flushed_ok,
-               (unsigned long long)s->flushed_bad);
+        printf("  exact below FLT_MIN: %llu flushed to +0, %llu not",
+               (unsigned long long)s->flushed_ok, (unsigned long long)s->flushed_bad);
         if (s->flushed_bad)
             printf(" (e.g. x = %a gives %a)", (double)s->bad_flush_x,
                    (double)sh.isa[i]->expf(s->bad_flush_x));

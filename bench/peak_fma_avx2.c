@@ -11,7 +11,7 @@
 
 double smattn_bench_fma_avx2(int64_t iters)
 {
-#define INIT(k) __m256 acc##k = _mm256_set1_ps(1.0f + (float)(k) * 0x1p-10f);
+#define INIT(k) __m256 acc##k = _mm256_set1_ps(1.0f + (float)(k)*0x1p-10f);
     ACCS(INIT)
     /* acc <- acc * (1 - 2^-20) + 2^-20 has the fixed point 1: values stay normal however
      * many iterations run */

@@ -12,7 +12,7 @@
 
 double smattn_bench_fma_avx512(int64_t iters)
 {
-#define INIT(k) __m512 acc##k = _mm512_set1_ps(1.0f + (float)(k) * 0x1p-10f);
+#define INIT(k) __m512 acc##k = _mm512_set1_ps(1.0f + (float)(k)*0x1p-10f);
     ACCS(INIT)
     /* the fixed point of acc <- acc * (1 - 2^-20) + 2^-20 is 1: values stay normal */
     const __m512 a = _mm512_set1_ps(1.0f - 0x1p-20f), b = _mm512_set1_ps(0x1p-20f);

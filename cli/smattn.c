@@ -137,8 +137,7 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
             errno = 0;
             long t = strtol(val, &end, 10);
             if (end == val || *end || errno || t < 0 || t > 4096) {
-                snprintf(msg, len, "%s: --threads '%.40s': want an integer in [0, 4096]", cmd,
-                         val);
+                snprintf(msg, len, "%s: --threads '%.40s': want an integer in [0, 4096]", cmd, val);
                 return -1;
             }
             ra->threads = (int)t;
@@ -183,8 +182,11 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
         const char *file;
         const smattn_tensor *t;
         int kv; /* f16 and bf16 allowed too */
-    } need[] = {{"q.npy", &in->q, 0}, {"k.npy", &in->k, 1}, {"v.npy", &in->v, 1},
-                {"x.npy", &in->x, 0}, {"bias.npy", &in->bias, 0}};
+    } need[] = {{"q.npy", &in->q, 0},
+                {"k.npy", &in->k, 1},
+                {"v.npy", &in->v, 1},
+                {"x.npy", &in->x, 0},
+                {"bias.npy", &in->bias, 0}};
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         const smattn_tensor *t = need[k].t;
         if (!t->data || t->dtype == SMATTN_F32 ||

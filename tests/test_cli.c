@@ -342,7 +342,8 @@ static void expect_close(const char *a_dir, const char *b_dir, const char *name,
     ck_assert_int_eq(a.rank, b.rank);
     for (int r = 0; r < a.rank; r++)
         ck_assert_int_eq(a.shape[r], b.shape[r]);
-    static const smattn_dtype dt[] = {[SMATTN_NPY_F64] = SMATTN_F64, [SMATTN_NPY_F32] = SMATTN_F32,
+    static const smattn_dtype dt[] = {[SMATTN_NPY_F64] = SMATTN_F64,
+                                      [SMATTN_NPY_F32] = SMATTN_F32,
                                       [SMATTN_NPY_F16] = SMATTN_F16};
     ck_assert(a.type <= SMATTN_NPY_F16 && b.type <= SMATTN_NPY_F16);
     for (int64_t e = 0; e < a.count; e++) {
@@ -370,8 +371,8 @@ START_TEST(opt_matches_ref)
         if (!smattn_opt_isa_available(isas[k]))
             continue;
         char *out = strdup(path_in(tmp, isas[k]));
-        r = run((const char *[]){"opt", c, out, "--isa", isas[k], "--threads", "2", "--weights",
-                                 NULL});
+        r = run(
+            (const char *[]){"opt", c, out, "--isa", isas[k], "--threads", "2", "--weights", NULL});
         ck_assert_msg(r.status == 0, "opt --isa %s: exit %d: %s", isas[k], r.status, r.err);
         ck_assert_str_eq(r.err, "");
         free_result(&r);
@@ -384,8 +385,7 @@ START_TEST(opt_matches_ref)
         /* softmax, into a fresh OUT */
         char *sout = strdup(path_in(out, "sm"));
         r = run((const char *[]){"opt", sm, sout, "--isa", isas[k], NULL});
-        ck_assert_msg(r.status == 0, "opt softmax --isa %s: exit %d: %s", isas[k], r.status,
-                      r.err);
+        ck_assert_msg(r.status == 0, "opt softmax --isa %s: exit %d: %s", isas[k], r.status, r.err);
         free_result(&r);
         check_npy(path_in(sout, "p.npy"), SMATTN_NPY_F32, 4, (int64_t[]){1, 3, 2, 9});
         expect_close(sout, refsm, "p.npy", CLI_OPT_TOL);
@@ -419,8 +419,8 @@ START_TEST(opt_bad_input)
     expect_bad((const char *[]){"opt", f, out, "--isa", NULL}, "--isa needs a value", out);
     expect_bad((const char *[]){"opt", f, out, "--dtype", "f32", NULL}, "unknown option", out);
     expect_bad((const char *[]){"opt", f, out, "--threads", "x", NULL}, "opt: --threads", out);
-    expect_bad((const char *[]){"opt", path_in(tmp, "nocase"), out, NULL},
-               "no such case directory", out);
+    expect_bad((const char *[]){"opt", path_in(tmp, "nocase"), out, NULL}, "no such case directory",
+               out);
     double k[7 * 2 * 8] = {0};
     put(f, "k.npy", SMATTN_NPY_F64, 3, (int64_t[]){7, 2, 8}, k);
     expect_bad((const char *[]){"opt", f, out, NULL}, "opt: k.npy is f64", out);
