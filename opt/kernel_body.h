@@ -93,25 +93,32 @@ static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_
 static inline void KN(qk_block)(const float *q, int64_t ldq, int rb, const float *k,
                                 int64_t ldk, int kb, int64_t Dp, float *s, int64_t lds)
 {
-#if VLEN == 16 /* 32 vector registers: a 4 x 4 block, 16 accumulators */
+#if VLEN == 16 /* 32 vector registers: a 4 x 4 block, 16 named accumulators (an array
+                 * would live in memory) */
     if (rb == 4 && kb == 4) {
-        vf a[16];
-        for (int t = 0; t < 16; t++)
-            a[t] = vf_zero();
+        vf a00 = vf_zero(), a01 = vf_zero(), a02 = vf_zero(), a03 = vf_zero();
+        vf a10 = vf_zero(), a11 = vf_zero(), a12 = vf_zero(), a13 = vf_zero();
+        vf a20 = vf_zero(), a21 = vf_zero(), a22 = vf_zero(), a23 = vf_zero();
+        vf a30 = vf_zero(), a31 = vf_zero(), a32 = vf_zero(), a33 = vf_zero();
         for (int64_t d = 0; d < Dp; d += VLEN) {
             vf k0 = vf_load(k + d), k1 = vf_load(k + ldk + d);
             vf k2 = vf_load(k + 2 * ldk + d), k3 = vf_load(k + 3 * ldk + d);
-            for (int rr = 0; rr < 4; rr++) {
-                vf qv = vf_load(q + rr * ldq + d);
-                a[4 * rr] = vf_fmadd(qv, k0, a[4 * rr]);
-                a[4 * rr + 1] = vf_fmadd(qv, k1, a[4 * rr + 1]);
-                a[4 * rr + 2] = vf_fmadd(qv, k2, a[4 * rr + 2]);
-                a[4 * rr + 3] = vf_fmadd(qv, k3, a[4 * rr + 3]);
-            }
+            vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
+            vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
+            a00 = vf_fmadd(q0, k0, a00), a01 = vf_fmadd(q0, k1, a01);
+            a02 = vf_fmadd(q0, k2, a02), a03 = vf_fmadd(q0, k3, a03);
+            a10 = vf_fmadd(q1, k0, a10), a11 = vf_fmadd(q1, k1, a11);
+            a12 = vf_fmadd(q1, k2, a12), a13 = vf_fmadd(q1, k3, a13);
+            a20 = vf_fmadd(q2, k0, a20), a21 = vf_fmadd(q2, k1, a21);
+            a22 = vf_fmadd(q2, k2, a22), a23 = vf_fmadd(q2, k3, a23);
+            a30 = vf_fmadd(q3, k0, a30), a31 = vf_fmadd(q3, k1, a31);
+            a32 = vf_fmadd(q3, k2, a32), a33 = vf_fmadd(q3, k3, a33);
         }
+        const vf lo8[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
+        const vf hi8[8] = {a20, a21, a22, a23, a30, a31, a32, a33};
         float t[16];
-        vf_hsum8(a, t);
-        vf_hsum8(a + 8, t + 8);
+        vf_hsum8(lo8, t);
+        vf_hsum8(hi8, t + 8);
         for (int rr = 0; rr < 4; rr++)
             for (int kk = 0; kk < 4; kk++)
                 s[rr * lds + kk] = t[4 * rr + kk];
@@ -241,8 +248,10 @@ static inline void KN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
 /* Scale (split in two floats so that scale*dot rounds once), softcap, bias, visibility;
  * masked entries become -inf. Returns the tile max over visible entries (NaN-aware). */
 static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t lo,
-                               int64_t hi, int64_t kt, int64_t nk, float *s, unsigned char *vis)
+                               int64_t hi, int64_t kt, int64_t nk, float *s, unsigned char *vis,
+                               int *all_visible)
 {
+    *all_visible = 0;
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
     const float sh = job->scale_hi, sl = job->scale_lo;
@@ -278,6 +287,7 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
                 tmax = s[jj];
         }
         memset(vis, 1, (size_t)nk);
+        *all_visible = 1;
         return tmax;
     }
     for (int64_t jj = 0; jj < nk; jj++) {
@@ -355,8 +365,28 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const smattn_tensor *kt_ = &in->k, *vt_ = &in->v;
     const int v_direct = vt_->dtype == SMATTN_F32 && vt_->stride[3] == 1 && Dv % VLEN == 0;
     const int k_direct = kt_->dtype == SMATTN_F32 && kt_->stride[3] == 1 && D % VLEN == 0;
+    const size_t krow = (size_t)D * smattn_dtype_size(kt_->dtype);
+    const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
     for (int64_t kt = kmin; kt < kmax; kt += OPT_BK) {
         int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
+        /* ask for the next tile's K and V rows now: decode is bound by memory latency */
+        if (kt + OPT_BK < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1) {
+            int64_t nn = kmax - kt - OPT_BK < OPT_BK ? kmax - kt - OPT_BK : OPT_BK;
+            const char *kb = (const char *)kt_->data +
+                             (size_t)smattn__off4(kt_->stride, b, kt + OPT_BK, g, 0) *
+                                 smattn_dtype_size(kt_->dtype);
+            const char *vb = (const char *)vt_->data +
+                             (size_t)smattn__off4(vt_->stride, b, kt + OPT_BK, g, 0) *
+                                 smattn_dtype_size(vt_->dtype);
+            size_t kstep = (size_t)kt_->stride[1] * smattn_dtype_size(kt_->dtype);
+            size_t vstep = (size_t)vt_->stride[1] * smattn_dtype_size(vt_->dtype);
+            for (int64_t jj = 0; jj < nn; jj++) {
+                for (size_t off = 0; off < krow; off += 64)
+                    __builtin_prefetch(kb + (size_t)jj * kstep + off, 0, 3);
+                for (size_t off = 0; off < vrow; off += 64)
+                    __builtin_prefetch(vb + (size_t)jj * vstep + off, 0, 3);
+            }
+        }
         /* K rows of the tile (in place when possible) */
         const float *K;
         int64_t ldk;
@@ -389,16 +419,20 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         for (int64_t r = 0; r < R; r++) {
             unsigned char *vis = ws->vis + r * OPT_BK;
             float *s = ws->s + r * OPT_BK;
+            ws->full[r] = 0;
             if (ws->hi[r] <= kt || ws->lo[r] >= kt + nk || ws->slow[r]) {
                 memset(vis, 0, (size_t)nk);
                 continue;
             }
             int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
-            float tmax = KN(finish_scores)(job, b, h, i, ws->lo[r], ws->hi[r], kt, nk, s, vis);
+            int all;
+            float tmax = KN(finish_scores)(job, b, h, i, ws->lo[r], ws->hi[r], kt, nk, s, vis, &all);
+            ws->full[r] = (unsigned char)all;
             if (tmax == -HUGE_VALF)
                 continue; /* nothing visible in this tile */
             if (!isfinite(tmax)) {
                 ws->slow[r] = 1; /* a NaN or an overflowing score */
+                ws->full[r] = 0;
                 memset(vis, 0, (size_t)nk);
                 continue;
             }
@@ -442,11 +476,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
             memset(ws->s + r * OPT_BK, 0, (size_t)nk * sizeof(float));
             memset(ws->vis + r * OPT_BK, 1, (size_t)nk);
+            ws->full[r] = 1;
         }
         for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
-            int full = 1;
-            for (int64_t k = 0; k < 4 * OPT_BK && full; k++)
-                full = k % OPT_BK >= nk || ws->vis[r0 * OPT_BK + k];
+            int full = ws->full[r0] && ws->full[r0 + 1] && ws->full[r0 + 2] && ws->full[r0 + 3];
             for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
                 int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
                 KN(pv_block)(ws->acc + r0 * Dvp + c0, Dvp, ws->s + r0 * OPT_BK,
@@ -492,7 +525,8 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
             float x = ((const float *)xt->data)[smattn__off4(xt->stride, b, h, i, j0 + jj)];
             s[j0 + jj] = x;
         }
-        float t = KN(finish_scores)(job, b, h, i, lo, hi, j0, nk, s + j0, vis + j0);
+        int all;
+        float t = KN(finish_scores)(job, b, h, i, lo, hi, j0, nk, s + j0, vis + j0, &all);
         for (int64_t jj = 0; jj < nk; jj++) /* x = -inf masks the key (SPEC 3.5) */
             if (vis[j0 + jj] && ((const float *)xt->data)[smattn__off4(xt->stride, b, h, i, j0 + jj)] == -HUGE_VALF) {
                 vis[j0 + jj] = 0;

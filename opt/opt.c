@@ -180,7 +180,7 @@ static int env_threads(void)
 static void ws_free(opt_ws *w)
 {
     free(w->q), free(w->kt), free(w->v), free(w->s), free(w->vis), free(w->acc);
-    free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow);
+    free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
 }
 
 static int ws_alloc(opt_ws *w, const opt_job *job)
@@ -201,8 +201,9 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->lo = malloc(R * sizeof(int64_t));
     w->hi = malloc(R * sizeof(int64_t));
     w->slow = malloc(R);
+    w->full = malloc(R);
     if (!w->q || !w->kt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
-        !w->hi || !w->slow) {
+        !w->hi || !w->slow || !w->full) {
         ws_free(w);
         return -1;
     }

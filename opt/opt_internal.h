@@ -28,6 +28,7 @@ typedef struct opt_ws {
     float *m, *l; /* [R] running max and denominators */
     int64_t *lo, *hi; /* [R] each row's key range */
     unsigned char *slow; /* [R] the row needs the exact-enough path */
+    unsigned char *full; /* [R] every key of the current tile is visible to the row */
 } opt_ws;
 
 struct opt_isa;
