@@ -257,38 +257,34 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     const float sh = job->scale_hi, sl = job->scale_lo;
     const float cap = (float)p->softcap;
     float tmax = -HUGE_VALF;
-    if (!in->mask.data && !in->bias.data && !(cap > 0) && !(lo <= kt && kt + nk <= hi)) {
-        /* a tile on the causal diagonal or a window edge: visibility is the range */
-        for (int64_t jj = 0; jj < nk; jj++) {
-            int64_t j = kt + jj;
-            int ok = j >= lo && j < hi;
-            float x = fmaf(s[jj], sh, s[jj] * sl);
-            vis[jj] = (unsigned char)ok;
-            s[jj] = ok ? x : -HUGE_VALF;
-            if (ok && (x > tmax || x != x))
-                tmax = x;
-        }
-        return tmax;
-    }
-    if (!in->mask.data && !in->bias.data && !(cap > 0) && lo <= kt && kt + nk <= hi) {
-        /* the whole tile is visible: the same arithmetic, vectorised */
+    if (!in->mask.data && !in->bias.data && !(cap > 0)) {
+        /* visibility is the range [a, e) of the tile: scale everything with vectors, then
+         * mask the ends (a tile on the causal diagonal or a window edge) */
+        int64_t a = lo - kt > 0 ? lo - kt : 0, e = hi - kt < nk ? hi - kt : nk;
+        if (e < a)
+            e = a;
         vf vh = vf_set1(sh), vl = vf_set1(sl), vmax = vf_set1(-HUGE_VALF);
         int64_t jj = 0;
         for (; jj + VLEN <= nk; jj += VLEN) {
             vf x = vf_load(s + jj);
-            x = vf_fmadd(x, vh, vf_mul(x, vl));
-            vf_store(s + jj, x);
-            vmax = vf_max(x, vmax);
+            vf_store(s + jj, vf_fmadd(x, vh, vf_mul(x, vl)));
         }
-        tmax = vf_hmax(vmax);
-        for (; jj < nk; jj++) {
+        for (; jj < nk; jj++)
             s[jj] = fmaf(s[jj], sh, s[jj] * sl);
+        for (jj = 0; jj < a; jj++)
+            s[jj] = -HUGE_VALF;
+        for (jj = e; jj < nk; jj++)
+            s[jj] = -HUGE_VALF;
+        for (jj = 0; jj + VLEN <= nk; jj += VLEN)
+            vmax = vf_max(vf_load(s + jj), vmax);
+        tmax = vf_hmax(vmax);
+        for (; jj < nk; jj++)
             if (s[jj] > tmax || s[jj] != s[jj])
                 tmax = s[jj];
-        }
-        memset(vis, 1, (size_t)nk);
-        *all_visible = 1;
-        return tmax;
+        memset(vis, 0, (size_t)nk);
+        memset(vis + a, 1, (size_t)(e - a));
+        *all_visible = a == 0 && e == nk;
+        return e > a ? tmax : -HUGE_VALF;
     }
     for (int64_t jj = 0; jj < nk; jj++) {
         int64_t j = kt + jj;

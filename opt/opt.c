@@ -112,15 +112,20 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         smattn__opt_slow_row(job, b, h, i); /* the mean convention, or a NaN */
         return;
     }
-    float inv_bad = 0;
-    for (int64_t c = 0; c < p->Dv; c++)
-        inv_bad += acc[c] - acc[c]; /* NaN when any acc is NaN or infinite */
-    if (!isfinite(l) || inv_bad != 0 || isnan(inv_bad)) {
+    /* write, then send the row to the binary64 path if anything was not finite (it
+     * rewrites the whole row): one pass, no dependency chain */
+    int bad = !isfinite(l);
+    float *o = (float *)out->o.data + o_off(out, b, i, h, 0);
+    const int64_t os = out->o.stride[3];
+    for (int64_t c = 0; c < p->Dv; c++) {
+        float x = acc[c] / l + 0.0f;
+        bad |= !isfinite(x);
+        o[c * os] = x;
+    }
+    if (bad) {
         smattn__opt_slow_row(job, b, h, i);
         return;
     }
-    for (int64_t c = 0; c < p->Dv; c++)
-        put(&out->o, o_off(out, b, i, h, c), acc[c] / l);
     if (out->lse.data)
         put(&out->lse, lse_off(out, b, h, i), M + logf(l));
     if (out->p.data)

@@ -40,14 +40,15 @@ static inline void vf_hsum8(const vf a[8], float *out)
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1)));
     _mm_storeu_ps(out + 4, _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1)));
 }
+/* NaN-aware horizontal max: NaN if any lane is NaN */
 static inline float vf_hmax(vf a)
 {
-    float t[8];
-    _mm256_storeu_ps(t, a);
-    float m = t[0];
-    for (int k = 1; k < 8; k++)
-        m = (t[k] > m || t[k] != t[k]) ? t[k] : m;
-    return m;
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
+        return __builtin_nanf("");
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
 }
 static inline vf vf_pow2i(vf n)
 {

@@ -36,14 +36,12 @@ static inline void vf_hsum8(const vf a[8], float *out)
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1)));
     _mm_storeu_ps(out + 4, _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1)));
 }
+/* NaN-aware horizontal max: NaN if any lane is NaN */
 static inline float vf_hmax(vf a)
 {
-    float t[16];
-    _mm512_storeu_ps(t, a);
-    float m = t[0];
-    for (int k = 1; k < 16; k++)
-        m = (t[k] > m || t[k] != t[k]) ? t[k] : m;
-    return m;
+    if (_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q))
+        return __builtin_nanf("");
+    return _mm512_reduce_max_ps(a);
 }
 static inline vf vf_pow2i(vf n)
 {
