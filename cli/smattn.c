@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "io/case.h"
 #include "io/vector.h"
@@ -36,13 +37,16 @@ static const char usage_text[] =
     "      kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16; any\n"
     "      other dtype exits with 2. --isa forces an ISA the CPU has (default: the\n"
     "      active one, which SMATTN_ISA may set). --threads 0 uses every core.\n"
-    "  demo [DIR]\n"
-    "      Replay every golden vector DIR/*.json (default spec/vectors) through the\n"
-    "      oracle in all four dtypes and compare bit for bit with the expected values.\n"
+    "  demo [DIR] [--vectors-only]\n"
+    "      Show the seeds' worked examples beside their exact values, replay every\n"
+    "      golden vector DIR/*.json (default spec/vectors) through the oracle in all\n"
+    "      four dtypes bit for bit, then check the fast kernel against the oracle on\n"
+    "      three Qwen2.5-7B-shaped problems under the SPEC 6 bound (skipped with\n"
+    "      --vectors-only).\n"
     "  version    print the version\n"
     "  help       print this text\n"
     "\n"
-    "exit status: 0 success, 1 a golden vector mismatched, 2 bad usage or input,\n"
+    "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
     "3 the oracle or the kernel failed (precision limit, out of memory).\n";
 
 /* One line on stderr, then the exit code to return. */
@@ -460,7 +464,9 @@ static int verdict(const smattn_vector *v, const demo_run *r)
     return EXIT_OK;
 }
 
-static int demo_one(const char *path)
+/* One vector: in full (description, problem, values beside the exact ones, verdict), or
+ * as one line (name, SPEC section, verdict). */
+static int demo_one(const char *path, int full)
 {
     char msg[1024];
     smattn_vector v;
@@ -468,27 +474,40 @@ static int demo_one(const char *path)
         printf("== %s\n  verdict: FAIL, cannot load: %s\n\n", path, msg);
         return EXIT_INPUT;
     }
-    printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec, v.spec[0] ? ")" : "");
-    if (v.description[0])
-        printf("  %s\n", v.description);
-    print_problem(&v);
+    if (full) {
+        printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec,
+               v.spec[0] ? ")" : "");
+        if (v.description[0])
+            printf("  %s\n", v.description);
+        print_problem(&v);
+    } else {
+        printf("  %-26s SPEC %-4s", v.name, v.spec);
+    }
     demo_run r;
     memset(&r, 0, sizeof r);
     for (int t = 0; t < 4; t++)
         r.st[t] = run_dtype(&v, (smattn_dtype)t, r.val[t]);
-    print_values(&v, &r);
+    if (full)
+        print_values(&v, &r);
     int rc = verdict(&v, &r);
-    printf("\n");
+    if (full)
+        printf("\n");
     free_run(&r);
     smattn_vector_free(&v);
     return rc;
 }
 
+static int is_seed_example(const char *path);
+static int demo_kernel(void);
+
 static int cmd_demo(int argc, char **argv)
 {
     char msg[1024];
+    int kernel = 1;
+    if (argc > 0 && strcmp(argv[argc - 1], "--vectors-only") == 0)
+        kernel = 0, argc--;
     if (argc > 1)
-        return fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR])");
+        return fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
     const char *dir = argc ? argv[0] : "spec/vectors";
     name_list l;
     if (list_vectors(dir, &l, msg, sizeof msg))
@@ -498,22 +517,150 @@ static int cmd_demo(int argc, char **argv)
         snprintf(msg, sizeof msg, "demo: no *.json vectors in %s", dir);
         return fail(EXIT_INPUT, msg);
     }
-    printf("smattn %d.%d.%d demo: %zu golden vectors from %s; each output is shown as the\n"
-           "40-digit exact value and the oracle's f64 and f32 roundings (%%.17g and %%a);\n"
-           "all four dtypes are compared bit for bit with the vector's expected values.\n\n",
-           SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR, SMATTN_VERSION_PATCH, l.n, dir);
+    printf("smattn %d.%d.%d demo\n\n"
+           "1. The seeds' worked examples through the exact oracle: each output as the\n"
+           "   40-digit exact value beside the oracle's f64 and f32 roundings (%%.17g, %%a).\n\n",
+           SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR, SMATTN_VERSION_PATCH);
     int worst = EXIT_OK;
     size_t failed = 0;
+    for (size_t k = 0; k < l.n; k++)
+        if (is_seed_example(l.names[k])) {
+            int rc = demo_one(l.names[k], 1);
+            failed += rc != EXIT_OK;
+            worst = rc > worst ? rc : worst;
+        }
+    printf("2. Every golden vector in %s (%zu), replayed in f64, f32, f16 and bf16 and\n"
+           "   compared bit for bit with its independently computed values:\n\n", dir, l.n);
     for (size_t k = 0; k < l.n; k++) {
-        int rc = demo_one(l.names[k]);
+        int rc = demo_one(l.names[k], 0);
         failed += rc != EXIT_OK;
         worst = rc > worst ? rc : worst;
     }
     if (failed)
-        printf("demo: %zu of %zu vectors FAILED\n", failed, l.n);
+        printf("\n   %zu vector runs FAILED\n\n", failed);
     else
-        printf("demo: all %zu vectors bit-exact in all four dtypes\n", l.n);
+        printf("\n   all %zu vectors bit-exact in all four dtypes\n\n", l.n);
     free_names(&l);
+    if (!kernel)
+        return worst;
+    int krc = demo_kernel();
+    return krc > worst ? krc : worst;
+}
+
+/* ---- the kernel, checked in the demo ----------------------------------------------------- */
+
+static int is_seed_example(const char *path)
+{
+    static const char *const seeds[] = {"seed_", "causal4_table", "temp_sharp", "temp_flat"};
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    for (size_t k = 0; k < sizeof seeds / sizeof seeds[0]; k++)
+        if (strncmp(base, seeds[k], strlen(seeds[k])) == 0)
+            return 1;
+    return 0;
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One Qwen2.5-7B-shaped problem through the fast kernel and the oracle, judged by the
+ * SPEC 6 bound for the kernel's own precision model. */
+static int demo_kernel_case(const char *what, int64_t S, int64_t T, smattn_causal causal,
+                            uint64_t seed)
+{
+    smattn_problem p = smattn_problem_default();
+    p.B = 1, p.S = S, p.T = T, p.Hq = 28, p.Hkv = 4, p.D = p.Dv = 128;
+    p.scale = smattn_default_scale(p.D);
+    p.causal = causal;
+    size_t nq = (size_t)(S * 28 * 128), nk = (size_t)(T * 4 * 128), nl = (size_t)(28 * S);
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4);
+    float *l = malloc(nl * 4);
+    double *ro = malloc(nq * 8), *rl = malloc(nl * 8), *bo = malloc(nq * 8), *bl = malloc(nl * 8);
+    int rc = EXIT_OK;
+    if (!q || !k || !v || !o || !l || !ro || !rl || !bo || !bl) {
+        printf("   %s: out of memory\n", what);
+        rc = EXIT_ORACLE;
+        goto done;
+    }
+    uint64_t x = seed;
+    for (size_t i = 0; i < nq + 2 * nk; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float u = (float)((double)(x >> 40) * 0x1p-24 * 4 - 2);
+        if (i < nq)
+            q[i] = u;
+        else if (i < nq + nk)
+            k[i - nq] = u;
+        else
+            v[i - nq - nk] = u;
+    }
+    smattn_inputs in;
+    memset(&in, 0, sizeof in);
+    in.q = (smattn_tensor){q, SMATTN_F32, {0}};
+    in.k = (smattn_tensor){k, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){v, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&p, 'q', in.q.stride);
+    smattn_contiguous_strides(&p, 'k', in.k.stride);
+    smattn_contiguous_strides(&p, 'v', in.v.stride);
+    smattn_outputs ko, ro_, bo_;
+    memset(&ko, 0, sizeof ko);
+    ko.o = (smattn_out_tensor){o, SMATTN_F32, {0}};
+    ko.lse = (smattn_out_tensor){l, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&p, 'o', ko.o.stride);
+    smattn_contiguous_strides(&p, 'l', ko.lse.stride);
+    ro_ = ko, bo_ = ko;
+    ro_.o.data = ro, ro_.o.dtype = SMATTN_F64, ro_.lse.data = rl, ro_.lse.dtype = SMATTN_F64;
+    bo_.o.data = bo, bo_.o.dtype = SMATTN_F64, bo_.lse.data = bl, bo_.lse.dtype = SMATTN_F64;
+    smattn_status st = smattn_attention(&p, &in, &ko, NULL); /* warm-up: pool, pages */
+    double t0 = now_seconds();
+    if (st == SMATTN_OK)
+        st = smattn_attention(&p, &in, &ko, NULL);
+    double t1 = now_seconds();
+    if (st == SMATTN_OK)
+        st = smattn_ref(&p, &in, &ro_, NULL, NULL);
+    double t2 = now_seconds();
+    smattn_precision pm = smattn_opt_precision(&p);
+    if (st == SMATTN_OK)
+        st = smattn_bound(&p, &in, &pm, &ko, &bo_);
+    if (st) {
+        printf("   %s: %s\n", what, smattn_status_str(st));
+        rc = EXIT_ORACLE;
+        goto done;
+    }
+    double worst = 0;
+    for (size_t e = 0; e < nq; e++) {
+        double r = smattn_error_ratio((double)o[e], ro[e], bo[e]);
+        worst = r > worst ? r : worst;
+    }
+    for (size_t e = 0; e < nl; e++) {
+        double r = smattn_error_ratio((double)l[e], rl[e], bl[e]);
+        worst = r > worst ? r : worst;
+    }
+    printf("   %-38s kernel %7.2f ms  oracle %7.1f ms  max error/bound %.4f  %s\n", what,
+           (t1 - t0) * 1e3, (t2 - t1) * 1e3, worst, worst <= 1 ? "PASS" : "FAIL");
+    rc = worst <= 1 ? EXIT_OK : EXIT_MISMATCH;
+done:
+    free(q), free(k), free(v), free(o), free(l), free(ro), free(rl), free(bo), free(bl);
+    return rc;
+}
+
+static int demo_kernel(void)
+{
+    printf("3. The fast kernel (smattn_attention, ISA %s, all cores) against the exact oracle,\n"
+           "   judged by the SPEC 6 bound for its own precision model (conforming: <= 1):\n\n",
+           smattn_opt_isa());
+    int a = demo_kernel_case("decode, Hq=28 Hkv=4 D=128, T=2048", 1, 2048,
+                             SMATTN_CAUSAL_LOWER_RIGHT, 0x5eed1);
+    int b = demo_kernel_case("causal prefill, S = T = 128", 128, 128, SMATTN_CAUSAL_LOWER_RIGHT,
+                             0x5eed2);
+    int c = demo_kernel_case("chunked prefill, S = 16 onto T = 512", 16, 512,
+                             SMATTN_CAUSAL_LOWER_RIGHT, 0x5eed3);
+    int worst = a > b ? a : b;
+    worst = c > worst ? c : worst;
+    printf("\n%s\n", worst == EXIT_OK ? "demo: everything passed" : "demo: FAILED (see above)");
     return worst;
 }
 
