@@ -1350,8 +1350,9 @@ START_TEST(softcap_near_tie)
 }
 END_TEST
 
-/* SPEC 4.2: a non-finite q poisons a row that has a visible key or a finite sink, but not an
- * empty row (which reads no q), padding rows included. */
+/* SPEC 4.2: q enters only through visible scores, so a non-finite q poisons a row with a
+ * visible key, but neither an empty row (padding rows included) nor a row whose only term is
+ * a finite sink (O = +0, LSE = the sink). */
 START_TEST(nonfinite_q_rows)
 {
     static const struct {
@@ -1363,7 +1364,7 @@ START_TEST(nonfinite_q_rows)
         {0, -1, NAN, 1, "visible keys"},
         {1, -1, NAN, 0, "no visible key, no sink (empty)"},
         {1, -1, -INFINITY, 0, "no visible key, sink -inf (empty)"},
-        {1, -1, 0.5, 1, "no visible key, finite sink (not empty)"},
+        {1, -1, 0.5, 0, "no visible key, finite sink (reads no q: LSE = sink)"},
         {0, 0, NAN, 0, "padding row"},
         {0, 0, 0.5, 0, "padding row with a finite sink (still empty)"},
     };

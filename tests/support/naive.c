@@ -625,14 +625,15 @@ static smattn_status row(naive *n, int64_t b, int64_t h, int64_t i, unsigned cha
         }
     }
     /* A padding row is empty whatever the other options (SPEC 3.2); an empty row reads no
-     * q, k or bias (SPEC 4.2). A non-finite q poisons a row with a visible key or a sink. */
+     * q, k or bias (SPEC 4.2). q enters only through visible scores: a non-finite q poisons
+     * a row with a visible key, not a row whose only term is a finite sink. */
     if (padding)
         *flag |= SMATTN_NAIVE_ROW_PADDING;
     if (padding || (nvis == 0 && !sink)) {
         *flag |= SMATTN_NAIVE_ROW_EMPTY;
         return empty_row(n, b, h, i);
     }
-    if (bad || !finite_q(n, b, h, i)) {
+    if (bad || (nvis > 0 && !finite_q(n, b, h, i))) {
         *flag |= SMATTN_NAIVE_ROW_NAN;
         nan_row(n, b, h, i);
         return SMATTN_OK;
