@@ -779,6 +779,10 @@ static void check_seed(uint64_t seed, const smattn_ref_config *cfg, tally *ty)
     if (st == SMATTN_ERR_PRECISION && s1 == SMATTN_OK && near > 0) {
         /* Documented: ref may give up on a rounding that needs more than max_prec bits;
          * accepted only where naive also finds a row within 2^-1000 of a boundary. */
+        fprintf(stderr,
+                "note: ref gave up (ERR_PRECISION) on seed %" PRIu64 " (softcap %a); naive finds "
+                "%" PRId64 " undecidable rows\n",
+                seed, c.p.softcap, near);
         ty->problems++;
         ty->ref_gave_up++;
         ty->rows += nrows;
