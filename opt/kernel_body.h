@@ -365,23 +365,21 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
     for (int64_t kt = kmin; kt < kmax; kt += OPT_BK) {
         int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
-        /* ask for the next tile's K and V rows now: decode is bound by memory latency */
-        if (kt + OPT_BK < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1) {
-            int64_t nn = kmax - kt - OPT_BK < OPT_BK ? kmax - kt - OPT_BK : OPT_BK;
-            const char *kb = (const char *)kt_->data +
-                             (size_t)smattn__off4(kt_->stride, b, kt + OPT_BK, g, 0) *
-                                 smattn_dtype_size(kt_->dtype);
-            const char *vb = (const char *)vt_->data +
-                             (size_t)smattn__off4(vt_->stride, b, kt + OPT_BK, g, 0) *
-                                 smattn_dtype_size(vt_->dtype);
-            size_t kstep = (size_t)kt_->stride[1] * smattn_dtype_size(kt_->dtype);
-            size_t vstep = (size_t)vt_->stride[1] * smattn_dtype_size(vt_->dtype);
-            for (int64_t jj = 0; jj < nn; jj++) {
-                for (size_t off = 0; off < krow; off += 64)
-                    __builtin_prefetch(kb + (size_t)jj * kstep + off, 0, 3);
-                for (size_t off = 0; off < vrow; off += 64)
-                    __builtin_prefetch(vb + (size_t)jj * vstep + off, 0, 3);
-            }
+        /* the next tile's K and V rows are requested while this tile's scores are
+         * computed (a few rows per micro-tile, not a burst): decode is bound by memory
+         * latency, and the loads must overlap the arithmetic */
+        const int64_t PFD = OPT_BK; /* prefetch distance: the next tile */
+        const int pf = kt + PFD < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1;
+        const char *pk = NULL, *pv = NULL;
+        size_t pks = 0, pvs = 0;
+        int64_t pn = 0;
+        if (pf) {
+            pn = kmax - kt - PFD < OPT_BK ? kmax - kt - PFD : OPT_BK;
+            size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
+            pk = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, kt + PFD, g, 0) * ek;
+            pv = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, kt + PFD, g, 0) * ev;
+            pks = (size_t)kt_->stride[1] * ek;
+            pvs = (size_t)vt_->stride[1] * ev;
         }
         /* K rows of the tile (in place when possible) */
         const float *K;
@@ -401,6 +399,13 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             int rb = 4;
             for (int64_t j0 = 0; j0 < nk; j0 += QK_KB) {
                 int kb = nk - j0 < QK_KB ? (int)(nk - j0) : QK_KB;
+                if (pf && r0 == 0)
+                    for (int64_t jj = j0; jj < j0 + QK_KB && jj < pn; jj++) {
+                        for (size_t off = 0; off < krow; off += 64)
+                            __builtin_prefetch(pk + (size_t)jj * pks + off, 0, 3);
+                        for (size_t off = 0; off < vrow; off += 64)
+                            __builtin_prefetch(pv + (size_t)jj * pvs + off, 0, 3);
+                    }
                 if (kb >= 2 && kb < QK_KB) { /* a pair, then the rest */
                     KN(qk_block)(ws->q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, 2, Dp,
                                  ws->s + r0 * OPT_BK + j0, OPT_BK);
