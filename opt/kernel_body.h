@@ -165,30 +165,6 @@ static inline void KN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
                                 const unsigned char *vis, int rb, const float *v, int64_t ldv,
                                 int64_t nk, int cb, int full)
 {
-    if (rb == 4 && cb == 2 && full) { /* every (row, key) visible: no checks */
-        vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
-        vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
-        vf a20 = vf_load(acc + 2 * lda), a21 = vf_load(acc + 2 * lda + VLEN);
-        vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
-        for (int64_t j = 0; j < nk; j++) {
-            vf v0 = vf_load(v + j * ldv), v1 = vf_load(v + j * ldv + VLEN);
-            vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
-            a00 = vf_fmadd(p0, v0, a00);
-            a01 = vf_fmadd(p0, v1, a01);
-            a10 = vf_fmadd(p1, v0, a10);
-            a11 = vf_fmadd(p1, v1, a11);
-            vf p2 = vf_set1(p[2 * ldp + j]), p3 = vf_set1(p[3 * ldp + j]);
-            a20 = vf_fmadd(p2, v0, a20);
-            a21 = vf_fmadd(p2, v1, a21);
-            a30 = vf_fmadd(p3, v0, a30);
-            a31 = vf_fmadd(p3, v1, a31);
-        }
-        vf_store(acc, a00), vf_store(acc + VLEN, a01);
-        vf_store(acc + lda, a10), vf_store(acc + lda + VLEN, a11);
-        vf_store(acc + 2 * lda, a20), vf_store(acc + 2 * lda + VLEN, a21);
-        vf_store(acc + 3 * lda, a30), vf_store(acc + 3 * lda + VLEN, a31);
-        return;
-    }
     if (rb == 4 && cb == 2) {
         vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
         vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
@@ -196,7 +172,9 @@ static inline void KN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
         vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
         for (int64_t j = 0; j < nk; j++) {
             vf v0 = vf_load(v + j * ldv), v1 = vf_load(v + j * ldv + VLEN);
-            unsigned all = (unsigned)vis[j] & vis[ldp + j] & vis[2 * ldp + j] & vis[3 * ldp + j];
+            /* full: every (row, key) of the tile visible, no need to look (a branch that
+             * is always taken predicts perfectly) */
+            unsigned all = full || ((unsigned)vis[j] & vis[ldp + j] & vis[2 * ldp + j] & vis[3 * ldp + j]);
             if (all) {
                 vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
                 a00 = vf_fmadd(p0, v0, a00);
