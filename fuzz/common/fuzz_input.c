@@ -1,0 +1,425 @@
+/* fuzz_input.c: bytes to a valid small problem (see fuzz_input.h for the convention). */
+#include "fuzz/common/fuzz_input.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the byte source ----------------------------------------------------------------- */
+
+void fuzz_provider_init(fuzz_provider *dp, const uint8_t *data, size_t size)
+{
+    dp->data = data;
+    dp->lo = 0;
+    dp->hi = data ? size : 0;
+}
+
+size_t fuzz_remaining(const fuzz_provider *dp)
+{
+    return dp->hi - dp->lo;
+}
+
+static uint32_t take_byte(fuzz_provider *dp)
+{
+    if (dp->hi == dp->lo)
+        return 0;
+    return dp->data[--dp->hi];
+}
+
+uint32_t fuzz_take(fuzz_provider *dp, uint32_t n)
+{
+    if (n <= 1)
+        return 0;
+    uint32_t v = take_byte(dp);
+    if (n > 256)
+        v = v << 8 | take_byte(dp);
+    return v % n;
+}
+
+uint32_t fuzz_take_u32(fuzz_provider *dp)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v = v << 8 | take_byte(dp);
+    return v;
+}
+
+/* ---- values ---------------------------------------------------------------------------- */
+
+typedef struct prng {
+    uint64_t s;
+} prng;
+
+static uint64_t prng_next(prng *r)
+{
+    /* splitmix64: every seed, 0 included, gives a full-period stream */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+static double prng_unif(prng *r)
+{
+    return (double)(prng_next(r) >> 11) * 0x1p-53;
+}
+
+static float from_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+float fuzz_special_value(int code)
+{
+    switch (code) {
+    case 0: return 0.0f;
+    case 1: return -0.0f;
+    case 2: return HUGE_VALF;
+    case 3: return -HUGE_VALF;
+    case 4: return from_bits(0x7fc00000u); /* quiet NaN */
+    case 5: return FLT_MAX;
+    case 6: return -FLT_MAX;
+    case 7: return FLT_MIN;
+    case 8: return FLT_TRUE_MIN;
+    case 9: return -FLT_TRUE_MIN;
+    case 10: return 0x1.fffffcp-127f; /* largest subnormal */
+    case 11: return 0x1.62e43p+6f;    /* expf overflows from here */
+    case 12: return 0x1.62e42ep+6f;   /* largest argument with a finite expf */
+    case 13: return -0x1.9fe368p+6f;  /* expf underflows to 0 below this */
+    case 14: return -0x1.5d589ep+6f;  /* expf reaches FLT_MIN near here */
+    case 15: return 1.0f;
+    case 16: return -1.0f;
+    case 17: return 65504.0f;         /* binary16's largest */
+    case 18: return 0x1.fep+127f;     /* bfloat16's largest */
+    default: return from_bits(0xffc00001u); /* a negative NaN with a payload */
+    }
+}
+
+static double draw(prng *r, int mode, double equal)
+{
+    double u = 2 * prng_unif(r) - 1;
+    switch (mode) {
+    case FUZZ_VAL_WIDE: return 80 * u;
+    case FUZZ_VAL_EQUAL: return equal;
+    case FUZZ_VAL_DOMINANT: return prng_next(r) % 16 == 0 ? 30 + u : u;
+    case FUZZ_VAL_TINY: return u * 0x1p-126 * (double)(1 + prng_next(r) % 8);
+    case FUZZ_VAL_EXPONENT: return ldexp(u, (int)(prng_next(r) % 81) - 40);
+    default: return 2 * u;
+    }
+}
+
+static void fill(prng *r, int mode, void *buf, smattn_dtype t, size_t n)
+{
+    double equal = 2 * prng_unif(r) - 1;
+    for (size_t i = 0; i < n; i++)
+        smattn_store(buf, t, (int64_t)i, draw(r, mode, equal));
+}
+
+/* ---- the decoder ----------------------------------------------------------------------- */
+
+const char *fuzz_shape_class_name(int cls)
+{
+    static const char *const names[FUZZ_NCLASSES] = {"prefill", "chunked_prefill", "decode",
+                                                     "small_s", "s_gt_t"};
+    return cls >= 0 && cls < FUZZ_NCLASSES ? names[cls] : "unknown";
+}
+
+static const int64_t simd_dims[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64};
+#define NDIMS ((uint32_t)(sizeof simd_dims / sizeof simd_dims[0]))
+
+static int64_t take_dim(fuzz_provider *dp)
+{
+    uint32_t k = fuzz_take(dp, NDIMS + 4);
+    return k < NDIMS ? simd_dims[k] : 1 + (int64_t)fuzz_take(dp, FUZZ_MAX_D);
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static void *alloc_elems(size_t n, size_t es)
+{
+    return calloc(n ? n : 1, es); /* never NULL for a present tensor */
+}
+
+int fuzz_problem_decode(fuzz_problem *fp, fuzz_provider *dp)
+{
+    memset(fp, 0, sizeof *fp);
+    smattn_problem *p = &fp->p;
+    smattn_inputs *in = &fp->in;
+    *p = smattn_problem_default();
+    p->op = fuzz_take(dp, 8) == 7 ? SMATTN_OP_SOFTMAX : SMATTN_OP_ATTENTION;
+    int cls = fp->shape_class = (int)fuzz_take(dp, FUZZ_NCLASSES);
+    p->B = 1 + fuzz_take(dp, 2);
+    static const int ratios[] = {1, 2, 4, 7, 0};
+    fp->gqa = ratios[fuzz_take(dp, 5)];
+    if (fp->gqa) {
+        p->Hkv = 1 + fuzz_take(dp, 2);
+        p->Hq = p->Hkv * fp->gqa;
+    } else { /* MQA */
+        p->Hkv = 1;
+        p->Hq = 1 + fuzz_take(dp, 8);
+    }
+    int64_t R = FUZZ_MAX_ROWS / (p->B * p->Hq); /* >= 2: B * Hq <= 28 */
+    switch (cls) {
+    case FUZZ_PREFILL:
+        p->T = p->S = 1 + fuzz_take(dp, (uint32_t)min64(FUZZ_MAX_T, R));
+        break;
+    case FUZZ_CHUNKED:
+        p->T = 2 + fuzz_take(dp, FUZZ_MAX_T - 1);
+        p->S = 1 + fuzz_take(dp, (uint32_t)min64(p->T - 1, R));
+        break;
+    case FUZZ_DECODE:
+        p->S = 1;
+        p->T = 1 + fuzz_take(dp, FUZZ_MAX_T);
+        break;
+    case FUZZ_SMALL_S:
+        p->S = 1 + fuzz_take(dp, (uint32_t)min64(4, R));
+        p->T = 1 + fuzz_take(dp, FUZZ_MAX_T);
+        break;
+    default:
+        p->T = 1 + fuzz_take(dp, (uint32_t)min64(R - 1, FUZZ_MAX_T - 1));
+        p->S = p->T + 1 + fuzz_take(dp, (uint32_t)min64(8, R - p->T));
+        break;
+    }
+    p->D = take_dim(dp);
+    p->Dv = take_dim(dp);
+    switch (fuzz_take(dp, 4)) {
+    case 0: p->scale = smattn_default_scale(p->D); break;
+    case 1: p->scale = smattn_default_scale(p->D) * (0.25 + fuzz_take(dp, 256) / 64.0); break;
+    case 2: p->scale = 1.0; break;
+    default: p->scale = ldexp(1.0, (int)fuzz_take(dp, 24) - 12); break;
+    }
+    p->causal = (smattn_causal)fuzz_take(dp, 3);
+    if (fuzz_take(dp, 4) == 0)
+        p->window_left = fuzz_take(dp, FUZZ_MAX_T);
+    if (fuzz_take(dp, 6) == 0)
+        p->window_right = fuzz_take(dp, 8);
+    if (fuzz_take(dp, 8) == 0)
+        p->softcap = 0.5 * (1 + fuzz_take(dp, 100));
+    if (fuzz_take(dp, 3) == 0) {
+        for (int64_t b = 0; b < p->B; b++)
+            fp->kv_lens[b] = fuzz_take(dp, (uint32_t)p->T + 1);
+        p->kv_lens = fp->kv_lens;
+    }
+    if (fuzz_take(dp, 5) == 0) {
+        for (int64_t b = 0; b < p->B; b++)
+            fp->q_lens[b] = fuzz_take(dp, (uint32_t)p->S + 1);
+        p->q_lens = fp->q_lens;
+    }
+    p->empty_rows = (smattn_empty)fuzz_take(dp, 3);
+    p->empty_lse = (smattn_empty_lse)fuzz_take(dp, 3);
+    fp->bias_kind = fuzz_take(dp, 4) == 0 ? 1 + (int)fuzz_take(dp, 2) : 0;
+    fp->mask_kind = fuzz_take(dp, 5) == 0 ? 1 + (int)fuzz_take(dp, 2) : 0;
+    int mask_density = 1 + (int)fuzz_take(dp, 8); /* eighths of keys allowed */
+    int bias_ninf = 2 + (int)fuzz_take(dp, 15);   /* one -inf in bias_ninf */
+    int sinks = fuzz_take(dp, 5) == 0;
+    smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + fuzz_take(dp, 3));
+    fp->threads = 1 + (int)fuzz_take(dp, 4);
+    fp->value_mode = (int)fuzz_take(dp, FUZZ_NVALMODES);
+    fp->seed = fuzz_take_u32(dp);
+    prng r = {fp->seed};
+
+    /* tensors */
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    size_t kvs = smattn_dtype_size(kvt);
+    if (att) {
+        fp->nq = (size_t)(p->B * p->S * p->Hq * p->D);
+        fp->nk = (size_t)(p->B * p->T * p->Hkv * p->D);
+        fp->nv = (size_t)(p->B * p->T * p->Hkv * p->Dv);
+        fp->q = alloc_elems(fp->nq, sizeof(float));
+        fp->k = alloc_elems(fp->nk, kvs);
+        fp->v = alloc_elems(fp->nv, kvs);
+        if (!fp->q || !fp->k || !fp->v)
+            return 1;
+        fill(&r, fp->value_mode, fp->q, SMATTN_F32, fp->nq);
+        fill(&r, fp->value_mode, fp->k, kvt, fp->nk);
+        fill(&r, fp->value_mode == FUZZ_VAL_EQUAL ? FUZZ_VAL_UNIFORM : fp->value_mode, fp->v, kvt,
+             fp->nv);
+        in->q = (smattn_tensor){fp->q, SMATTN_F32, {0}};
+        in->k = (smattn_tensor){fp->k, kvt, {0}};
+        in->v = (smattn_tensor){fp->v, kvt, {0}};
+        smattn_contiguous_strides(p, 'q', in->q.stride);
+        smattn_contiguous_strides(p, 'k', in->k.stride);
+        smattn_contiguous_strides(p, 'v', in->v.stride);
+    } else {
+        fp->nx = (size_t)(p->B * p->Hq * p->S * p->T);
+        fp->x = alloc_elems(fp->nx, sizeof(float));
+        if (!fp->x)
+            return 1;
+        fill(&r, fp->value_mode, fp->x, SMATTN_F32, fp->nx);
+        in->x = (smattn_tensor){fp->x, SMATTN_F32, {0}};
+        smattn_contiguous_strides(p, 'x', in->x.stride);
+    }
+    if (fp->bias_kind) { /* 1: [B,1,S,T]; 2: [B,Hq,S,T] */
+        int64_t H = fp->bias_kind == 1 ? 1 : p->Hq;
+        fp->nbias = (size_t)(p->B * H * p->S * p->T);
+        fp->bias = alloc_elems(fp->nbias, sizeof(float));
+        if (!fp->bias)
+            return 1;
+        for (size_t i = 0; i < fp->nbias; i++)
+            fp->bias[i] = prng_next(&r) % (uint64_t)bias_ninf == 0
+                              ? -HUGE_VALF
+                              : (float)(fp->value_mode == FUZZ_VAL_WIDE ? 40 * (prng_unif(&r) - 0.5)
+                                                                        : prng_unif(&r) - 0.5);
+        in->bias = (smattn_tensor){fp->bias, SMATTN_F32,
+                                   {H * p->S * p->T, fp->bias_kind == 1 ? 0 : p->S * p->T, p->T, 1}};
+    }
+    if (fp->mask_kind) { /* 1: [B,Hq,1,T]; 2: [B,Hq,S,T] */
+        int64_t S = fp->mask_kind == 1 ? 1 : p->S;
+        fp->nmask = (size_t)(p->B * p->Hq * S * p->T);
+        fp->mask = alloc_elems(fp->nmask, 1);
+        if (!fp->mask)
+            return 1;
+        for (size_t i = 0; i < fp->nmask; i++)
+            fp->mask[i] = (unsigned char)(prng_next(&r) % 8 < (uint64_t)mask_density);
+        in->mask = (smattn_tensor){fp->mask, SMATTN_BOOL,
+                                   {p->Hq * S * p->T, S * p->T, fp->mask_kind == 1 ? 0 : p->T, 1}};
+    }
+    if (sinks) {
+        fp->sinks = alloc_elems((size_t)p->Hq, sizeof(float));
+        if (!fp->sinks)
+            return 1;
+        for (int64_t h = 0; h < p->Hq; h++)
+            fp->sinks[h] = (float)(4 * prng_unif(&r) - 2);
+        in->sinks = (smattn_tensor){fp->sinks, SMATTN_F32, {1}};
+    }
+
+    /* special-value patches: (tensor, index, code); the last code copies the element
+     * before, so that two scores are equal */
+    fp->npatches = (int)fuzz_take(dp, 9);
+    for (int n = 0; n < fp->npatches; n++) {
+        int which = (int)fuzz_take(dp, 5);
+        uint32_t idx = fuzz_take(dp, 65536);
+        int code = (int)fuzz_take(dp, FUZZ_NSPECIAL + 1);
+        void *buf = NULL;
+        smattn_dtype t = SMATTN_F32;
+        size_t cnt = 0;
+        switch (which) {
+        case 0: buf = att ? (void *)fp->q : (void *)fp->x, cnt = att ? fp->nq : fp->nx; break;
+        case 1: buf = fp->k, t = kvt, cnt = fp->nk; break;
+        case 2: buf = fp->v, t = kvt, cnt = fp->nv; break;
+        case 3: buf = fp->bias, cnt = fp->nbias; break;
+        default: buf = fp->sinks, cnt = fp->sinks ? (size_t)p->Hq : 0; break;
+        }
+        if (!buf || !cnt)
+            continue;
+        size_t i = idx % cnt;
+        double v = code == FUZZ_NSPECIAL ? (i ? smattn_load(buf, t, (int64_t)i - 1) : 0.0)
+                                         : (double)fuzz_special_value(code);
+        smattn_store(buf, t, (int64_t)i, v);
+    }
+
+    /* the front bytes, raw, over the tensors in order */
+    struct {
+        void *buf;
+        size_t bytes;
+    } raw[5] = {{att ? (void *)fp->q : (void *)fp->x, (att ? fp->nq : fp->nx) * sizeof(float)},
+                {fp->k, fp->nk * kvs},
+                {fp->v, fp->nv * kvs},
+                {fp->bias, fp->nbias * sizeof(float)},
+                {fp->sinks, fp->sinks ? (size_t)p->Hq * sizeof(float) : 0}};
+    for (int k = 0; k < 5 && fuzz_remaining(dp); k++) {
+        size_t n = fuzz_remaining(dp) < raw[k].bytes ? fuzz_remaining(dp) : raw[k].bytes;
+        if (n) {
+            memcpy(raw[k].buf, dp->data + dp->lo, n);
+            dp->lo += n;
+            fp->raw_bytes += n;
+        }
+    }
+    return 0;
+}
+
+void fuzz_problem_free(fuzz_problem *fp)
+{
+    free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),
+        free(fp->sinks);
+    memset(fp, 0, sizeof *fp);
+}
+
+static void print_tensor(FILE *f, const char *name, const void *buf, smattn_dtype t, size_t n)
+{
+    if (!buf)
+        return;
+    fprintf(f, "%s (%s, %zu):", name, smattn_dtype_name(t), n);
+    for (size_t i = 0; i < n; i++) {
+        if (i % 8 == 0)
+            fprintf(f, "\n  [%zu]", i);
+        if (t == SMATTN_BOOL)
+            fprintf(f, " %d", ((const unsigned char *)buf)[i] != 0);
+        else
+            fprintf(f, " %a", smattn_load(buf, t, (int64_t)i));
+    }
+    fprintf(f, "\n");
+}
+
+void fuzz_problem_print(FILE *f, const fuzz_problem *fp)
+{
+    const smattn_problem *p = &fp->p;
+    static const char *const causal[] = {"none", "lower_right", "upper_left"};
+    static const char *const empty[] = {"zero", "nan", "mean"};
+    static const char *const else_[] = {"-inf", "+inf", "0"};
+    fprintf(f,
+            "problem: op %s class %s B=%" PRId64 " S=%" PRId64 " T=%" PRId64 " Hq=%" PRId64
+            " Hkv=%" PRId64 " D=%" PRId64 " Dv=%" PRId64 " scale=%a softcap=%a causal=%s"
+            " window=[%" PRId64 ",%" PRId64 "] empty_rows=%s empty_lse=%s kv_dtype=%s\n",
+            p->op == SMATTN_OP_ATTENTION ? "attention" : "softmax",
+            fuzz_shape_class_name(fp->shape_class), p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv,
+            p->scale, p->softcap, causal[p->causal], p->window_left, p->window_right,
+            empty[p->empty_rows], else_[p->empty_lse], smattn_dtype_name(fp->in.k.dtype));
+    fprintf(f, "  kv_lens:");
+    for (int64_t b = 0; p->kv_lens && b < p->B; b++)
+        fprintf(f, " %" PRId64, p->kv_lens[b]);
+    fprintf(f, "%s  q_lens:", p->kv_lens ? "" : " -");
+    for (int64_t b = 0; p->q_lens && b < p->B; b++)
+        fprintf(f, " %" PRId64, p->q_lens[b]);
+    fprintf(f,
+            "%s  bias %s  mask %s  sinks %s  threads %d  values %d seed %" PRIu32
+            " patches %d raw bytes %zu\n",
+            p->q_lens ? "" : " -",
+            fp->bias_kind == 0 ? "-" : fp->bias_kind == 1 ? "[B,1,S,T]" : "[B,Hq,S,T]",
+            fp->mask_kind == 0 ? "-" : fp->mask_kind == 1 ? "[B,Hq,1,T]" : "[B,Hq,S,T]",
+            fp->sinks ? "yes" : "-", fp->threads, fp->value_mode, fp->seed, fp->npatches,
+            fp->raw_bytes);
+    print_tensor(f, "q", fp->q, SMATTN_F32, fp->nq);
+    print_tensor(f, "k", fp->k, fp->in.k.dtype, fp->nk);
+    print_tensor(f, "v", fp->v, fp->in.v.dtype, fp->nv);
+    print_tensor(f, "x", fp->x, SMATTN_F32, fp->nx);
+    print_tensor(f, "bias", fp->bias, SMATTN_F32, fp->nbias);
+    print_tensor(f, "mask", fp->mask, SMATTN_BOOL, fp->nmask);
+    print_tensor(f, "sinks", fp->sinks, SMATTN_F32, fp->sinks ? (size_t)fp->p.Hq : 0);
+}
+
+/* ---- outputs --------------------------------------------------------------------------- */
+
+int fuzz_outputs_alloc(fuzz_outputs *o, const smattn_problem *p, smattn_dtype t)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = t;
+    o->n[0] = p->op == SMATTN_OP_ATTENTION ? (size_t)(p->B * p->S * p->Hq * p->Dv) : 0;
+    o->n[1] = (size_t)(p->B * p->Hq * p->S);
+    o->n[2] = o->n[1] * (size_t)p->T;
+    size_t es = smattn_dtype_size(t);
+    for (int k = 0; k < 3; k++)
+        if ((k > 0 || o->n[0]) && !(o->buf[k] = calloc(o->n[k] ? o->n[k] : 1, es)))
+            return 1;
+    o->out.o = (smattn_out_tensor){o->buf[0], t, {0}};
+    o->out.lse = (smattn_out_tensor){o->buf[1], t, {0}};
+    o->out.p = (smattn_out_tensor){o->buf[2], t, {0}};
+    smattn_contiguous_strides(p, 'o', o->out.o.stride);
+    smattn_contiguous_strides(p, 'l', o->out.lse.stride);
+    smattn_contiguous_strides(p, 'p', o->out.p.stride);
+    return 0;
+}
+
+void fuzz_outputs_free(fuzz_outputs *o)
+{
+    for (int k = 0; k < 3; k++)
+        free(o->buf[k]);
+    memset(o, 0, sizeof *o);
+}

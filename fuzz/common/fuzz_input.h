@@ -1,0 +1,106 @@
+/* fuzz_input.h: the one input decoder shared by every fuzz target. Any byte string decodes
+ * to a valid, small attention or softmax problem (T <= 64, D, Dv <= 64, B*S*Hq <= 64 rows).
+ *
+ * Convention (FuzzedDataProvider, as in zstd's fuzz_data_producer.c): integers are taken
+ * from the tail of the input, one byte per choice below 256 and two above, each reduced
+ * modulo its range; a missing byte reads as 0, so short inputs decode to the simplest
+ * problem. Whatever the tail left at the front is copied raw into Q (or X), K, V, bias and
+ * sinks, in that order, after the PRNG values and special-value patches are in place.
+ */
+#ifndef SMATTN_FUZZ_INPUT_H
+#define SMATTN_FUZZ_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "smattn.h"
+
+/* libFuzzer's entry points, declared once for every target and the replay driver. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* Limits of a decoded problem: small enough that the oracle answers in microseconds. */
+#define FUZZ_MAX_T 64
+#define FUZZ_MAX_D 64
+#define FUZZ_MAX_ROWS 64
+
+/* A byte source: bytes from the front, integers from the tail. */
+typedef struct fuzz_provider {
+    const uint8_t *data;
+    size_t lo, hi; /* unread bytes are data[lo, hi) */
+} fuzz_provider;
+
+void fuzz_provider_init(fuzz_provider *dp, const uint8_t *data, size_t size);
+/* An integer in [0, n) (n >= 1) from the tail: one byte if n <= 256, else two. */
+uint32_t fuzz_take(fuzz_provider *dp, uint32_t n);
+/* A 32-bit integer from the tail (four bytes). */
+uint32_t fuzz_take_u32(fuzz_provider *dp);
+/* Bytes left between front and tail. */
+size_t fuzz_remaining(const fuzz_provider *dp);
+
+/* Shape classes (the second word of a MISMATCH line). */
+typedef enum fuzz_shape_class {
+    FUZZ_PREFILL = 0, /* S = T */
+    FUZZ_CHUNKED = 1, /* chunked prefill, S < T */
+    FUZZ_DECODE = 2,  /* S = 1 */
+    FUZZ_SMALL_S = 3, /* 1 <= S <= 4 */
+    FUZZ_S_GT_T = 4,  /* more queries than keys */
+    FUZZ_NCLASSES = 5
+} fuzz_shape_class;
+
+const char *fuzz_shape_class_name(int cls);
+
+/* How values are drawn before the patches and the raw bytes. */
+enum {
+    FUZZ_VAL_UNIFORM = 0, /* uniform in [-2, 2] */
+    FUZZ_VAL_WIDE,        /* uniform in [-80, 80]: scores near exp's range ends */
+    FUZZ_VAL_EQUAL,       /* every element of a tensor equal: equal scores */
+    FUZZ_VAL_DOMINANT,    /* small values, one large key per row */
+    FUZZ_VAL_TINY,        /* subnormal and near-FLT_MIN magnitudes */
+    FUZZ_VAL_EXPONENT,    /* random sign and exponent in [-40, 40] */
+    FUZZ_NVALMODES
+};
+
+/* Special values a patch writes (float bit patterns; see fuzz_special_value). */
+#define FUZZ_NSPECIAL 20
+float fuzz_special_value(int code);
+
+/* A decoded problem with its owned buffers. */
+typedef struct fuzz_problem {
+    smattn_problem p;
+    smattn_inputs in;
+    int shape_class;
+    int gqa;     /* Hq / Hkv as drawn: 1, 2, 4, 7, or 0 for MQA */
+    int threads; /* 1..4 for the kernel's self-differential run */
+    uint32_t seed;
+    int value_mode;
+    int npatches;
+    int bias_kind, mask_kind; /* 0 none; 1 broadcast over heads/queries; 2 full */
+    size_t raw_bytes;         /* front bytes copied raw into the tensors */
+    int64_t kv_lens[2], q_lens[2];
+    float *q, *x, *bias, *sinks;
+    void *k, *v;
+    unsigned char *mask;
+    size_t nq, nx, nk, nv, nbias, nmask; /* element counts (bias/mask: as stored) */
+} fuzz_problem;
+
+/* Decode data[0, size) into *fp (always succeeds unless memory runs out: returns nonzero).
+ * The provider is left where decoding stopped, so that a target may read more from it. */
+int fuzz_problem_decode(fuzz_problem *fp, fuzz_provider *dp);
+void fuzz_problem_free(fuzz_problem *fp);
+/* Print the problem: one line of shape and options, then every input tensor as %a. */
+void fuzz_problem_print(FILE *f, const fuzz_problem *fp);
+
+/* Contiguous outputs of dtype t for a problem (O only for attention; O, LSE and P). */
+typedef struct fuzz_outputs {
+    smattn_outputs out;
+    size_t n[3]; /* elements of O, LSE, P */
+    void *buf[3];
+    smattn_dtype dtype;
+} fuzz_outputs;
+
+int fuzz_outputs_alloc(fuzz_outputs *o, const smattn_problem *p, smattn_dtype t);
+void fuzz_outputs_free(fuzz_outputs *o);
+
+#endif

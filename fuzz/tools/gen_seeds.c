@@ -1,0 +1,171 @@
+/* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
+ *   gen_seeds fuzz_diff|fuzz_api|fuzz_case_files DIR
+ * fuzz_diff: a deterministic random search over byte strings, keeping an input whenever it
+ * decodes to a problem with a feature value (shape class, op, D, Dv, K/V dtype, causal,
+ * GQA ratio, bias, mask, sinks, softcap, lengths, window, threads, value mode, empty-row
+ * convention) seen fewer than twice; so every shape class is covered. fuzz_api: those
+ * inputs, some with corruption operations appended at the tail. fuzz_case_files: valid
+ * .npy files of every type and rank, and case.json texts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz/common/fuzz_input.h"
+#include "io/npy.h"
+
+static uint64_t rs = 0x5EED5EED;
+static uint32_t rnd(void)
+{
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (uint32_t)(rs >> 11);
+}
+
+static void put(const char *dir, const char *name, const uint8_t *d, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(d, 1, n, f) != n || fclose(f)) {
+        fprintf(stderr, "gen_seeds: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+#define NFEAT 17
+static int seen[NFEAT][128];
+
+static int features(const fuzz_problem *fp, int f[NFEAT])
+{
+    const smattn_problem *p = &fp->p;
+    int k = 0;
+    f[k++] = fp->shape_class;
+    f[k++] = (int)p->op;
+    f[k++] = (int)p->D;
+    f[k++] = (int)p->Dv;
+    f[k++] = (int)fp->in.k.dtype;
+    f[k++] = (int)p->causal;
+    f[k++] = fp->gqa;
+    f[k++] = fp->bias_kind;
+    f[k++] = fp->mask_kind;
+    f[k++] = fp->sinks != NULL;
+    f[k++] = p->softcap > 0;
+    f[k++] = (p->kv_lens != NULL) + 2 * (p->q_lens != NULL);
+    f[k++] = (p->window_left >= 0) + 2 * (p->window_right >= 0);
+    f[k++] = fp->threads;
+    f[k++] = fp->value_mode;
+    f[k++] = (int)p->empty_rows;
+    f[k++] = (int)p->empty_lse;
+    return k;
+}
+
+static void gen_problems(const char *dir, int api)
+{
+    int kept = 0;
+    uint8_t buf[256];
+    for (int tries = 0; tries < 200000 && kept < 120; tries++) {
+        size_t n = 8 + rnd() % 56;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (uint8_t)rnd();
+        fuzz_provider dp;
+        fuzz_provider_init(&dp, buf, n);
+        fuzz_problem fp;
+        if (fuzz_problem_decode(&fp, &dp))
+            exit(1);
+        int f[NFEAT], nf = features(&fp, f), fresh = 0;
+        for (int k = 0; k < nf; k++)
+            fresh |= seen[k][f[k] & 127] < 2;
+        if (fresh) {
+            for (int k = 0; k < nf; k++)
+                seen[k][f[k] & 127]++;
+            size_t len = n;
+            if (api) { /* fuzz_api reads a count and 8 bytes per operation from the tail */
+                int nops = kept % 4 == 0 ? 0 : 1 + (int)(rnd() % 6);
+                for (int i = 0; i < nops * 8; i++)
+                    buf[len++] = (uint8_t)rnd();
+                buf[len++] = (uint8_t)nops;
+            }
+            char name[64];
+            snprintf(name, sizeof name, "seed-%03d-%s", kept, fuzz_shape_class_name(fp.shape_class));
+            put(dir, name, buf, len);
+            kept++;
+        }
+        fuzz_problem_free(&fp);
+    }
+    printf("gen_seeds: %d inputs in %s\n", kept, dir);
+}
+
+static void gen_case_files(const char *dir)
+{
+    int kept = 0;
+    char name[64], err[256];
+    uint8_t out[4096];
+    for (int t = SMATTN_NPY_F64; t <= SMATTN_NPY_U8; t++)
+        for (int rank = 0; rank <= SMATTN_NPY_MAX_RANK; rank++) {
+            int64_t shape[4] = {2, 3, 1, 2};
+            size_t cnt = 1;
+            for (int k = 0; k < rank; k++)
+                cnt *= (size_t)shape[k];
+            uint8_t data[8 * 12];
+            for (size_t i = 0; i < sizeof data; i++)
+                data[i] = t == SMATTN_NPY_BOOL ? (uint8_t)(i % 2) : (uint8_t)(i * 37);
+            size_t len;
+            unsigned char *e = smattn_npy_encode((smattn_npy_type)t, rank, shape, data, &len, err,
+                                                 sizeof err);
+            if (!e || len + 1 > sizeof out) {
+                fprintf(stderr, "gen_seeds: %s\n", err);
+                exit(1);
+            }
+            out[0] = 0;
+            memcpy(out + 1, e, len);
+            free(e);
+            snprintf(name, sizeof name, "npy-%s-rank%d", smattn_npy_type_name((smattn_npy_type)t), rank);
+            put(dir, name, out, len + 1);
+            kept++;
+        }
+    /* version 2.0 and 3.0 headers, Fortran order, big-endian, a zero dim */
+    static const char *const hand[] = {
+        "\x00\x93\x4e\x55\x4d\x50\x59\x02\x00\x74\x00\x00\x00\x7b\x27\x64\x65\x73\x63\x72\x27\x3a\x20\x27\x3c\x66\x34\x27\x2c\x20\x27\x66\x6f\x72\x74\x72\x61\x6e\x5f\x6f\x72\x64\x65\x72\x27\x3a\x20\x54\x72\x75\x65\x2c\x20\x27\x73\x68\x61\x70\x65\x27\x3a\x20\x28\x32\x2c\x20\x31\x29\x2c\x20\x7d\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x0a\x00\x00\x80\x3f\x00\x00\x00\x40",
+        "\x00\x93\x4e\x55\x4d\x50\x59\x03\x00\x74\x00\x00\x00\x7b\x27\x64\x65\x73\x63\x72\x27\x3a\x20\x27\x3e\x66\x38\x27\x2c\x20\x27\x66\x6f\x72\x74\x72\x61\x6e\x5f\x6f\x72\x64\x65\x72\x27\x3a\x20\x46\x61\x6c\x73\x65\x2c\x20\x27\x73\x68\x61\x70\x65\x27\x3a\x20\x28\x31\x2c\x29\x2c\x20\x7d\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x0a\x3f\xf0\x00\x00\x00\x00\x00\x00",
+        "\x00\x93\x4e\x55\x4d\x50\x59\x01\x00\x76\x00\x7b\x27\x64\x65\x73\x63\x72\x27\x3a\x20\x27\x7c\x56\x32\x27\x2c\x20\x27\x66\x6f\x72\x74\x72\x61\x6e\x5f\x6f\x72\x64\x65\x72\x27\x3a\x20\x46\x61\x6c\x73\x65\x2c\x20\x27\x73\x68\x61\x70\x65\x27\x3a\x20\x28\x30\x2c\x20\x33\x29\x2c\x20\x7d\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x0a",
+    };
+    static const size_t hand_len[] = {137, 137, 129};
+    for (size_t i = 0; i < sizeof hand / sizeof hand[0]; i++) {
+        snprintf(name, sizeof name, "npy-hand-%zu", i);
+        put(dir, name, (const uint8_t *)hand[i], hand_len[i]);
+        kept++;
+    }
+    static const char *const json[] = {
+        "\x01{}",
+        "\x01{\"scale\": 0.125, \"softcap\": 30.0, \"causal\": \"lower_right\", \"window\": [4, 0]}",
+        "\x01{\"causal\": \"upper_left\", \"kv_lens\": [3, 0], \"q_lens\": [1, 2], "
+        "\"empty_rows\": \"mean\", \"empty_lse\": \"pos_inf\"}",
+        "\x01{\"causal\": \"none\", \"sinks\": [0.5, -1e30], \"empty_rows\": \"nan\", "
+        "\"empty_lse\": \"zero\", \"bf16\": [\"q\", \"k\", \"v\", \"bias\"]}",
+        "\x01{\"kv_lens\": null, \"q_lens\": null, \"window\": [-1, -1], \"scale\": 1e-300}",
+    };
+    for (size_t i = 0; i < sizeof json / sizeof json[0]; i++) {
+        snprintf(name, sizeof name, "json-%zu", i);
+        put(dir, name, (const uint8_t *)json[i], strlen(json[i] + 1) + 1);
+        kept++;
+    }
+    printf("gen_seeds: %d inputs in %s\n", kept, dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_api|fuzz_case_files DIR\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "fuzz_diff"))
+        gen_problems(argv[2], 0);
+    else if (!strcmp(argv[1], "fuzz_api"))
+        gen_problems(argv[2], 1);
+    else if (!strcmp(argv[1], "fuzz_case_files"))
+        gen_case_files(argv[2]);
+    else {
+        fprintf(stderr, "gen_seeds: unknown target %s\n", argv[1]);
+        return 2;
+    }
+    return 0;
+}
