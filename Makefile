@@ -156,12 +156,8 @@ FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=al
             -fno-omit-frame-pointer
 # Two clang 14 workarounds for library code that only gcc builds as is: io/case.c passes
 # NAN (a float under clang's math.h) where a double is expected (-Wdouble-promotion), and
-# opt/dispatch.c asks __builtin_cpu_supports("f16c"), which clang 14 rejects: the fuzz
-# build compiles it through fuzz/common/dispatch_clang.c.
 fuzz-build: deps
-	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 \
-	  LIB_SRC="$(filter-out opt/dispatch.c,$(LIB_SRC)) fuzz/common/dispatch_clang.c" \
-	  SAN="$(FUZZ_SAN) -Wno-error=double-promotion" fuzz-bins
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" fuzz-bins
 fuzz-bins: $(patsubst %,$(BUILD)/fuzz/bin/%,$(FUZZ_TARGETS))
 $(BUILD)/fuzz/bin/%: $(BUILD)/fuzz/%.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)
@@ -185,4 +181,4 @@ format:
 clean:
 	rm -rf build build-san build-tsan build-fuzz
 
--include $(shell find build build-san -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

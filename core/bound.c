@@ -77,11 +77,11 @@ static int model_init(model *m, const smattn_precision *pm)
         pm->blocks < 1 || pm->acc_len < 0 || !(pm->tiny >= 0 && pm->tiny < 1))
         return 0;
     memset(m, 0, sizeof *m);
-    m->us = pm->u_score;
-    m->u = pm->u_acc;
-    m->E = pm->exp_ulps;
-    m->up = pm->u_p;
-    m->omega = pm->tiny;
+    m->us = (ld)pm->u_score;
+    m->u = (ld)pm->u_acc;
+    m->E = (ld)pm->exp_ulps;
+    m->up = (ld)pm->u_p;
+    m->omega = (ld)pm->tiny;
     m->nb = (ld)pm->blocks;
     m->ka = (ld)pm->acc_len;
     m->check_range = 1;
@@ -348,8 +348,8 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
     model mk, me;
     if (!model_init(&mk, pm))
         return SMATTN_ERR_OPTION;
-    ld uo_o = 0, wo_o = 0, thr_o = HUGE_VAL, uo_l = 0, wo_l = 0, thr_l = HUGE_VAL, uo_p = 0,
-       wo_p = 0, thr_p = HUGE_VAL;
+    ld uo_o = 0, wo_o = 0, thr_o = HUGE_VALL, uo_l = 0, wo_l = 0, thr_l = HUGE_VALL, uo_p = 0,
+       wo_p = 0, thr_p = HUGE_VALL;
     if (want_o)
         out_format(fmt->o.dtype, &uo_o, &wo_o, &thr_o);
     if (want_l)
@@ -379,8 +379,8 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
     re.Delta = buf + 9 * N; re.Lam = buf + 10 * N; re.pR = buf + 11 * N;
     r.D = (ld)D;
     r.softcap = prob->softcap > 0;
-    r.c = prob->softcap;
-    const ld scale = prob->scale, big = fmaxl(1, fabsl(scale));
+    r.c = (ld)prob->softcap;
+    const ld scale = (ld)prob->scale, big = fmaxl(1, fabsl(scale));
 
     for (int64_t b = 0; b < prob->B; b++)
         for (int64_t h = 0; h < prob->Hq; h++)
@@ -415,12 +415,13 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                 }
                 r.has_sink = 0;
                 ld sink = 0;
-                if (in->sinks.data) {
+                /* a padding query row is empty whatever the sink (SPEC 3.2, 3.4) */
+                if (in->sinks.data && i < smattn__q_len(prob, b)) {
                     double sv = smattn_load(in->sinks.data, in->sinks.dtype,
                                             in->sinks.stride[0] * h);
                     if (sv != -HUGE_VAL) {
                         r.has_sink = 1;
-                        sink = sv;
+                        sink = (ld)sv;
                         if (!isfinite(sv))
                             nanrow = 1;
                     }
@@ -429,13 +430,13 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                 int empty = r.n == 0, mean = 0;
                 const int64_t lrow = want_l ? smattn__off4(bl->stride, b, h, i, 0) : 0;
                 /* Scores (exact up to long double rounding: SPEC 6.9). */
-                if (!empty && att) {
+                if (r.nk > 0 && att) { /* q enters only through visible scores (SPEC 4.2) */
                     for (int64_t d = 0; d < D; d++) {
                         double qv = smattn_load(in->q.data, in->q.dtype,
                                                 smattn__off4(in->q.stride, b, i, h, d));
                         if (!isfinite(qv))
                             nanrow = 1;
-                        qd[d] = qv;
+                        qd[d] = (ld)qv;
                     }
                 }
                 if (empty && prob->empty_rows == SMATTN_EMPTY_MEAN &&
@@ -493,7 +494,7 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                         a = fabsl(scale) * asum;
                         abs_sum = big * asum;
                     } else {
-                        ld xv = smattn_load(in->x.data, in->x.dtype,
+                        ld xv = (ld)smattn_load(in->x.data, in->x.dtype,
                                             smattn__off4(in->x.stride, b, h, i, j));
                         sig = scale * xv;
                         a = fabsl(sig);
@@ -502,7 +503,7 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                     if (r.softcap) /* SPEC 2.4 */
                         sig = r.c * tanhl(sig / r.c);
                     if (in->bias.data) /* SPEC 2.5 */
-                        sig += smattn_load(in->bias.data, in->bias.dtype,
+                        sig += (ld)smattn_load(in->bias.data, in->bias.dtype,
                                            smattn__off4(in->bias.stride, b, h, i, j));
                     r.s[t] = sig;
                     r.a[t] = a;
@@ -530,7 +531,7 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                 if (mean)
                     r.has_bias = r.softcap = 0;
                 /* SPEC 4.1 in long double: M, M', L, LSE, p_j (P = e/L, SPEC 6.9). */
-                ld M = -HUGE_VAL;
+                ld M = -HUGE_VALL;
                 for (int64_t t = 0; t < r.nk; t++)
                     if (r.s[t] > M)
                         M = r.s[t];
@@ -579,7 +580,7 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                     /* Load the visible V rows once; classify columns (SPEC 4.2). */
                     for (int64_t t = 0; t < r.nk; t++)
                         for (int64_t c = 0; c < Dv; c++)
-                            Vrow[t * Dv + c] = smattn_load(
+                            Vrow[t * Dv + c] = (ld)smattn_load(
                                 in->v.data, in->v.dtype,
                                 smattn__off4(in->v.stride, b, r.idx[t], g, c));
                     for (int64_t c = 0; c < Dv; c++) {

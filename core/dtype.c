@@ -41,7 +41,7 @@ double smattn__f16_to_double(uint16_t h)
     int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
     double v;
     if (e == 0x1f)
-        v = m ? NAN : INFINITY;
+        v = m ? (double)NAN : HUGE_VAL;
     else if (e == 0)
         v = ldexp((double)m, -24);
     else
@@ -141,7 +141,7 @@ double smattn__bits_to_double(uint64_t bits, smattn_dtype t)
     case SMATTN_BF16: return smattn__bf16_to_double((uint16_t)bits);
     case SMATTN_BOOL: return bits ? 1.0 : 0.0;
     }
-    return NAN;
+    return (double)NAN;
 }
 
 double smattn_load(const void *base, smattn_dtype t, int64_t offset)
@@ -166,7 +166,7 @@ double smattn_load(const void *base, smattn_dtype t, int64_t offset)
     }
     case SMATTN_BOOL: return *p ? 1.0 : 0.0;
     }
-    return NAN;
+    return (double)NAN;
 }
 
 void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bits)

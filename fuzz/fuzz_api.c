@@ -83,12 +83,12 @@ static void corrupt(api_case *c, fuzz_provider *dp)
     }
     case 3: p->Hq = p->Hkv * (1 + fuzz_take(dp, 4)) + 1; break;
     case 4: {
-        static const double sc[] = {NAN, INFINITY, -INFINITY, 0.0, -1.0, 0x1p-1074, 1e300};
+        static const double sc[] = {(double)NAN, HUGE_VAL, -HUGE_VAL, 0.0, -1.0, 0x1p-1074, 1e300};
         p->scale = sc[fuzz_take(dp, 7)];
         break;
     }
     case 5: {
-        static const double sc[] = {-1.0, NAN, INFINITY, -0.0, 0x1p-1074, 1e300};
+        static const double sc[] = {-1.0, (double)NAN, HUGE_VAL, -0.0, 0x1p-1074, 1e300};
         p->softcap = sc[fuzz_take(dp, 6)];
         break;
     }

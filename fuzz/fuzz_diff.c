@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * exact value with bound +inf is out of contract and not judged (SPEC 6.8) */
         for (int k = 0; k < 3; k++)
             for (size_t i = 0; i < first.n[k]; i++) {
-                double c = ((const float *)first.buf[k])[i];
+                double c = (double)((const float *)first.buf[k])[i];
                 double e = ((const double *)ref.buf[k])[i], b = ((const double *)bnd.buf[k])[i];
                 if (isinf(b) && isfinite(e))
                     continue; /* out of contract (SPEC 6.8): the bound cannot judge it */

@@ -62,11 +62,11 @@ static int json_number(json_object *v, int allow_special, double *out)
     if (allow_special && json_object_is_type(v, json_type_string)) {
         const char *s = json_object_get_string(v);
         if (strcmp(s, "inf") == 0)
-            *out = INFINITY;
+            *out = HUGE_VAL;
         else if (strcmp(s, "-inf") == 0)
-            *out = -INFINITY;
+            *out = -HUGE_VAL;
         else if (strcmp(s, "nan") == 0)
-            *out = NAN;
+            *out = (double)NAN;
         else
             return -1;
         return 0;

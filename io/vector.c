@@ -104,11 +104,11 @@ static int get_string(ctx *cx, json_object *obj, const char *key, int required, 
 static int parse_float(const char *s, double *out)
 {
     if (strcmp(s, "inf") == 0)
-        *out = INFINITY;
+        *out = HUGE_VAL;
     else if (strcmp(s, "-inf") == 0)
-        *out = -INFINITY;
+        *out = -HUGE_VAL;
     else if (strcmp(s, "nan") == 0)
-        *out = NAN;
+        *out = (double)NAN;
     else {
         const char *h = s[0] == '-' ? s + 1 : s;
         if (h[0] != '0' || (h[1] != 'x' && h[1] != 'X'))

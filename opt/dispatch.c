@@ -1,5 +1,8 @@
 /* dispatch.c: the ISA table, chosen once at first use (thread-safely) from what the CPU
  * has, or forced by SMATTN_ISA=scalar|avx2|avx512 when the CPU has that one. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +15,13 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int has_avx2(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know
+     * the name; AVX2's check already covers the OS's saving of the YMM state */
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29)))
+        return 0;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return 0;
 #endif

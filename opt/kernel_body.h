@@ -249,6 +249,9 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         }
         for (; jj < nk; jj++)
             s[jj] = fmaf(s[jj], sh, s[jj] * sl);
+        int neg_inf = 0; /* a visible score of -inf: a -inf in K or an overflow (SPEC 4.2) */
+        for (jj = a; jj < e; jj++)
+            neg_inf |= s[jj] == -HUGE_VALF;
         for (jj = 0; jj < a; jj++)
             s[jj] = -HUGE_VALF;
         for (jj = e; jj < nk; jj++)
@@ -262,8 +265,11 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         memset(vis, 0, (size_t)nk);
         memset(vis + a, 1, (size_t)(e - a));
         *all_visible = a == 0 && e == nk;
+        if (neg_inf)
+            return (float)NAN; /* the row goes to the binary64 path */
         return e > a ? tmax : -HUGE_VALF;
     }
+    int neg_inf = 0;
     for (int64_t jj = 0; jj < nk; jj++) {
         int64_t j = kt + jj;
         int ok = j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
@@ -279,8 +285,10 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         s[jj] = ok ? x : -HUGE_VALF;
         if (ok && (x > tmax || x != x))
             tmax = x;
+        if (ok && x == -HUGE_VALF)
+            neg_inf = 1;
     }
-    return tmax;
+    return neg_inf ? (float)NAN : tmax;
 }
 
 /* ---- one work item ------------------------------------------------------------------------ */

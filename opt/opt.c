@@ -339,10 +339,15 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     return st;
 }
 
+/* Validation first, so that every entry point reports the same status as smattn_validate
+ * for the same descriptor; then the operation check. */
 smattn_status smattn_attention(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out, const smattn_opt_config *cfg)
 {
-    if (p && p->op != SMATTN_OP_ATTENTION)
+    smattn_status st = smattn_validate(p, in, out);
+    if (st)
+        return st;
+    if (p->op != SMATTN_OP_ATTENTION)
         return SMATTN_ERR_OPTION;
     return run(p, in, out, cfg);
 }
@@ -350,7 +355,10 @@ smattn_status smattn_attention(const smattn_problem *p, const smattn_inputs *in,
 smattn_status smattn_softmax(const smattn_problem *p, const smattn_inputs *in,
                              const smattn_outputs *out, const smattn_opt_config *cfg)
 {
-    if (p && p->op != SMATTN_OP_SOFTMAX)
+    smattn_status st = smattn_validate(p, in, out);
+    if (st)
+        return st;
+    if (p->op != SMATTN_OP_SOFTMAX)
         return SMATTN_ERR_OPTION;
     return run(p, in, out, cfg);
 }

@@ -119,7 +119,7 @@ int ref_fast_row(ref_row *r)
 
     /* The shift m: any double works (the results are shift invariant); the largest score
      * (or sink) keeps every exp argument <= ~0, so nothing overflows. */
-    double m = -INFINITY;
+    double m = -HUGE_VAL;
     for (int64_t jj = 0; jj < n; jj++)
         m = fmax(m, r->s_hi[jj]);
     if (r->has_sink)

@@ -69,7 +69,7 @@ int ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint64_t *bi
     if (t == SMATTN_F64) {
         /* The candidate is ah itself (normalised pair); the boundaries are ah +- half the
          * spacing on each side. */
-        double up = nextafter(ah, INFINITY), dn = nextafter(ah, 0.0);
+        double up = nextafter(ah, HUGE_VAL), dn = nextafter(ah, 0.0);
         double sp_up = isinf(up) ? ah - dn : up - ah; /* above DBL_MAX: the overflow edge */
         double sp_dn = ah - dn;
         double d_up = 0.5 * sp_up - al, d_dn = 0.5 * sp_dn + al;
