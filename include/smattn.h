@@ -259,8 +259,9 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * Supported: Q and X float32; K and V float32, binary16 or bfloat16; bias float32; O, LSE
  * and P float32; every mask kind, softcap, sinks and empty-row convention. Anything else
  * valid gives SMATTN_ERR_UNSUPPORTED. Outputs are within the bound of SPEC 6 for the
- * model smattn_opt_precision(); they are bitwise identical for any thread count and
- * across repeated calls (but not across ISAs). Safe to call from several threads.
+ * model smattn_opt_precision(); they are bitwise identical for any thread count, across
+ * repeated calls, and between a GQA problem and its MHA expansion (but not across ISAs).
+ * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */
 typedef struct smattn_opt_config {
     int threads;     /* 0: SMATTN_NUM_THREADS, else all online cores */

@@ -349,7 +349,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const int k_direct = kt_->dtype == SMATTN_F32 && kt_->stride[3] == 1 && D % VLEN == 0;
     const size_t krow = (size_t)D * smattn_dtype_size(kt_->dtype);
     const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
-    for (int64_t kt = kmin; kt < kmax; kt += OPT_BK) {
+    /* Tiles sit on a fixed grid of OPT_BK keys (chunk starts are multiples of it), so a
+     * row sees the same tiles, rescalings and summation order whichever rows share its
+     * item: a GQA problem and its MHA expansion give the same bits. */
+    for (int64_t kt = kmax > kmin ? kmin / OPT_BK * OPT_BK : kmin; kt < kmax; kt += OPT_BK) {
         int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
         /* the next tile's K and V rows are requested while this tile's scores are
          * computed (a few rows per micro-tile, not a burst): decode is bound by memory
@@ -427,17 +430,17 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             float corr = mold == -HUGE_VALF ? 0.0f : KN(expf1)(mold - mnew);
             vf vsum = vf_zero();
             vf vm = vf_set1(mnew);
-            int64_t jj = 0;
-            for (; jj + VLEN <= nk; jj += VLEN) {
+            /* whole vectors only, the lanes past the tile set to -inf (weight 0): the sum's
+             * order then does not depend on the tile's length */
+            int64_t nkv = (nk + VLEN - 1) / VLEN * VLEN;
+            for (int64_t jj = nk; jj < nkv; jj++)
+                s[jj] = -HUGE_VALF;
+            for (int64_t jj = 0; jj < nkv; jj += VLEN) {
                 vf e = KN(vexp)(vf_sub(vf_load(s + jj), vm));
                 vf_store(s + jj, e);
                 vsum = vf_add(vsum, e);
             }
             float sum = vf_hsum(vsum);
-            for (; jj < nk; jj++) {
-                s[jj] = KN(expf1)(s[jj] - mnew);
-                sum += s[jj];
-            }
             ws->l[r] = ws->l[r] * corr + sum;
             ws->m[r] = mnew;
             if (corr != 1.0f) {

@@ -52,6 +52,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
     const smattn_out_tensor *pt = &job->out->p;
     int64_t lo, hi, g = smattn__kv_head(p, h);
     smattn__key_range(p, b, i, &lo, &hi);
+    int bad = 0;
     for (int64_t j = 0; j < p->T; j++) {
         float val = 0.0f;
         if (j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j)) {
@@ -72,11 +73,17 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
                 vis = bj != -HUGE_VALF;
                 x += bj;
             }
-            if (vis)
+            if (vis) {
                 val = opt_exp(job, x - M) / L;
+                bad |= !isfinite(x) || !isfinite(val);
+            }
         }
         put(pt, smattn__off4(pt->stride, b, h, i, j), val);
     }
+    /* this scalar recomputation can overflow where the kernel's blocked dot did not: the
+     * row then goes to the binary64 path, which rewrites all of it */
+    if (bad)
+        smattn__opt_slow_row(job, b, h, i);
 }
 
 void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i, float m, float l,
@@ -304,7 +311,9 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     /* split the keys only when rows are too few to share out: a shape rule, so the same
      * problem always gets the same chunks, whatever the thread count */
     job.nchunks = 1;
-    if (att && p->B * p->Hkv * job.qtiles < 16 && p->T > 2 * OPT_CHUNK)
+    /* The rule reads B, Hq, S and T only (not Hkv, not the thread count), so that a GQA
+     * problem and its MHA expansion get the same chunks and the same bits. */
+    if (att && p->B * p->Hq * p->S <= 256 && p->T > 2 * OPT_CHUNK)
         job.nchunks = (p->T + OPT_CHUNK - 1) / OPT_CHUNK;
     job.items = att ? p->B * p->Hkv * job.qtiles * job.nchunks : p->B * p->Hq * p->S;
     if (nt > job.items)

@@ -24,12 +24,13 @@ static inline vf vf_max(vf a, vf b)
     vf m = _mm256_max_ps(a, b);
     return _mm256_blendv_ps(m, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
+/* ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)): the same order as one lane of vf_hsum8, so a
+ * dot product's value does not depend on which reduction computed it */
 static inline float vf_hsum(vf a)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    __m256 t = _mm256_hadd_ps(a, a);
+    t = _mm256_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
 /* out[k] = horizontal sum of a[k], k < 8, by a tree of hadds (7 adds, 2 extracts) */
 static inline void vf_hsum8(const vf a[8], float *out)

@@ -22,7 +22,15 @@ static inline vf vf_max(vf a, vf b)
     vf m = _mm512_max_ps(a, b);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), m, a);
 }
-static inline float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+/* fold 512 to 256 bits, then the tree of vf_hsum8 (the same order as one of its lanes) */
+static inline float vf_hsum(vf a)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m256 t = _mm256_hadd_ps(h, h);
+    t = _mm256_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
 /* out[k] = horizontal sum of a[k], k < 8: fold 512 to 256 bits, then a tree of hadds */
 static inline void vf_hsum8(const vf a[8], float *out)
 {
