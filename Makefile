@@ -99,10 +99,10 @@ check-san: deps-check
 check-long: tests
 	SMATTN_TEST_SCALE=100 SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN) props opt ref
 
-# ThreadSanitizer on the threaded suites (the kernel's pool, the oracle's workers).
+# ThreadSanitizer on the threaded suites (the kernel's pool, the oracle's workers, the properties).
 check-tsan: deps-check
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" tests
-	SMATTN_ROOT=$(CURDIR) TSAN_OPTIONS="halt_on_error=1" build-tsan/tests/run opt ref
+	SMATTN_ROOT=$(CURDIR) TSAN_OPTIONS="halt_on_error=1" build-tsan/tests/run opt ref props
 
 demo: deps cli
 	@$(CLI) demo spec/vectors
