@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/support/fs.h"
 #include "io/case.h"
 
 /* ---- fixtures -------------------------------------------------------------------------- */
@@ -21,27 +22,6 @@ static char *make_tmpdir(void)
     return d;
 }
 
-/* Remove a directory and everything in it (one level of subdirectories is enough here). */
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* An array of n elements with the given values (converted to the type), written as npy. */
 static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
@@ -152,7 +132,7 @@ START_TEST(attention_3d_defaults)
     ck_assert_ptr_null(out.p.data);
     smattn_case_outputs_free(&out);
     smattn_case_free(&c);
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -187,7 +167,7 @@ START_TEST(attention_4d_broadcast_options)
                   "%s", err);
     smattn_case_outputs_free(&out);
     smattn_case_free(&c);
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -204,7 +184,7 @@ START_TEST(bf16_sinks_softmax_fortran)
     ck_assert(c.in.q.dtype == SMATTN_BF16 && c.in.v.dtype == SMATTN_BF16);
     ck_assert(c.in.sinks.dtype == SMATTN_F16 && c.in.sinks.stride[0] == 1);
     smattn_case_free(&c);
-    rm_tree(d);
+    test_rm_tree(d);
     /* Softmax, 3-D x, Fortran-ordered: used in place through column-major strides. */
     ck_assert_int_eq(mkdir(d, 0700), 0);
     double x[6] = {0, 1, 2, 3, 4, 5};
@@ -215,7 +195,7 @@ START_TEST(bf16_sinks_softmax_fortran)
               c.prob.scale == 1.0);
     ck_assert(c.in.x.stride[2] == 1 && c.in.x.stride[3] == 2); /* [h][i][j] at i + 2j */
     smattn_case_free(&c);
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -249,7 +229,7 @@ START_TEST(bad_files_rejected)
     smattn_case_free(&c);
     put(d, "x.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 2, 3});
     load_fails(d, "not both");
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -272,7 +252,7 @@ START_TEST(bad_dtypes_rejected)
     put_text(d, "case.json", "{}");
     put_header(d, "q.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", NULL, 8);
     load_fails(d, "q.npy: header: dtype '<i8' is not supported");
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -283,7 +263,7 @@ START_TEST(bad_shapes_rejected)
     put_qkv(d, 3, 1, 4, 4, 4, 4, 128, SMATTN_NPY_F32);
     put(d, "k.npy", SMATTN_NPY_F32, 3, (int64_t[]){4, 4, 16});
     load_fails(d, "k.npy: shape [4,4,16] does not match q.npy's head dim 128");
-    rm_tree(d);
+    test_rm_tree(d);
     ck_assert_int_eq(mkdir(d, 0700), 0);
     put_qkv(d, 3, 1, 2, 3, 28, 5, 2, SMATTN_NPY_F32);
     load_fails(d, "Hq (28) is not a multiple of Hkv (5)");
@@ -320,7 +300,7 @@ START_TEST(bad_shapes_rejected)
                "(4294967296, 4294967296, 4294967296), }",
                NULL, 0);
     load_fails(d, "q.npy: shape: the element count overflows");
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -353,7 +333,7 @@ START_TEST(bad_json_rejected)
         put_text(d, "case.json", bad[k][0]);
         load_fails(d, bad[k][1]);
     }
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST
@@ -457,7 +437,7 @@ START_TEST(outputs_written_in_case_rank)
     ck_assert(smattn_case_write_outputs(&c, &out, p, err, sizeof err) != 0);
     smattn_case_outputs_free(&out);
     smattn_case_free(&c);
-    rm_tree(d);
+    test_rm_tree(d);
     free(d);
 }
 END_TEST

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/fs.h"
 #include "io/npy.h"
 #include "smattn.h"
 
@@ -24,26 +25,6 @@
 
 static char tmp[64];
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static void setup(void)
 {
@@ -53,7 +34,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    rm_tree(tmp);
+    test_rm_tree(tmp);
 }
 
 static const char *cli(void)
