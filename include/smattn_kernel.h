@@ -1,0 +1,97 @@
+/* smattn_kernel.h: the plugin ABI of `smattn conform`, for attention kernels under test.
+ *
+ * A kernel under test is a shared library (built with -fPIC -shared) exporting
+ *
+ *   const smattn_plugin_info *smattn_plugin_describe(uint32_t host_abi);   required
+ *   int smattn_plugin_attention(const smattn_problem *, const smattn_inputs *,
+ *                               const smattn_outputs *);                   required
+ *   int smattn_plugin_softmax(const smattn_problem *, const smattn_inputs *,
+ *                             const smattn_outputs *);                     optional
+ *   smattn_precision smattn_plugin_precision(const smattn_problem *);        optional
+ *
+ * The checker calls smattn_plugin_describe once with SMATTN_PLUGIN_ABI_VERSION; a plugin
+ * built against another ABI version returns its own version in `abi_version` and the
+ * checker refuses it with a clear message. The info says what the kernel claims: which
+ * dtypes, mask kinds and layouts it takes, which fully-masked-row convention it follows,
+ * and its precision model (SPEC 6.1), so the checker applies the matching bound and skips
+ * the cases the kernel does not claim (reported as skipped, never as passed).
+ *
+ * The problem, inputs and outputs are those of smattn.h (SPEC 2): shapes, strides in
+ * elements, dtypes. The checker only hands the kernel problems its info claims, with
+ * `empty_rows` and `empty_lse` set to the conventions the kernel claims. An entry point
+ * returns 0 (SMATTN_OK) when it wrote every requested output, SMATTN_ERR_UNSUPPORTED to
+ * decline a case (counted as skipped), or any other nonzero status to report a failure.
+ *
+ * The checker runs each case in a child process with a time limit and guard pages around
+ * the outputs: a crash, a hang, or a write outside the outputs fails that case and the run
+ * goes on. A plugin must not rely on state kept between calls.
+ *
+ * Versioning: the layout below is ABI version 1. Fields are only ever appended; a host
+ * reads `struct_size` to know which fields a plugin filled.
+ */
+#ifndef SMATTN_KERNEL_H
+#define SMATTN_KERNEL_H
+
+#include "smattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SMATTN_PLUGIN_ABI_VERSION 1u
+
+/* Exported symbol names, for dlsym. */
+#define SMATTN_PLUGIN_DESCRIBE_SYMBOL "smattn_plugin_describe"
+#define SMATTN_PLUGIN_ATTENTION_SYMBOL "smattn_plugin_attention"
+#define SMATTN_PLUGIN_SOFTMAX_SYMBOL "smattn_plugin_softmax"
+/* Optional: the precision model for one problem, when it depends on the shape (an online
+ * softmax over key tiles rescales ceil(T / tile) times). Absent: info->precision. */
+#define SMATTN_PLUGIN_PRECISION_SYMBOL "smattn_plugin_precision"
+
+/* What a kernel supports beyond the plain case (one batch or more, Hq == Hkv, no mask,
+ * contiguous row-major tensors, O only). A case using a feature whose bit is clear is
+ * skipped. */
+enum smattn_plugin_caps {
+    SMATTN_CAP_CAUSAL_LOWER_RIGHT = 1u << 0, /* SMATTN_CAUSAL_LOWER_RIGHT (KV-cache alignment) */
+    SMATTN_CAP_CAUSAL_UPPER_LEFT = 1u << 1,  /* SMATTN_CAUSAL_UPPER_LEFT (PyTorch is_causal) */
+    SMATTN_CAP_WINDOW = 1u << 2,      /* window_left / window_right other than -1 */
+    SMATTN_CAP_KV_LENS = 1u << 3,     /* per-batch kv_lens (padding keys) */
+    SMATTN_CAP_Q_LENS = 1u << 4,      /* per-batch q_lens (padding queries) */
+    SMATTN_CAP_BOOL_MASK = 1u << 5,   /* the boolean mask input */
+    SMATTN_CAP_BIAS = 1u << 6,        /* the additive bias input (may hold -inf) */
+    SMATTN_CAP_SINKS = 1u << 7,       /* attention sinks */
+    SMATTN_CAP_SOFTCAP = 1u << 8,     /* softcap > 0 */
+    SMATTN_CAP_GQA = 1u << 9,         /* Hq a multiple of Hkv, Hq > Hkv */
+    SMATTN_CAP_STRIDES = 1u << 10,    /* any strides allowed by SPEC 2.1 (else row-major) */
+    SMATTN_CAP_LSE = 1u << 11,        /* writes LSE when asked */
+    SMATTN_CAP_P = 1u << 12,          /* writes P when asked */
+    SMATTN_CAP_DV = 1u << 13          /* Dv != D */
+};
+
+/* A set of dtypes: bit (1u << smattn_dtype). */
+#define SMATTN_DTYPE_BIT(t) (1u << (unsigned)(t))
+
+typedef struct smattn_plugin_info {
+    uint32_t abi_version;      /* SMATTN_PLUGIN_ABI_VERSION the plugin was built against */
+    uint32_t struct_size;      /* sizeof(smattn_plugin_info) of that version */
+    const char *name;          /* short name, e.g. "example-f32" */
+    const char *version;       /* free text */
+    uint32_t caps;             /* smattn_plugin_caps */
+    uint32_t q_dtypes;         /* accepted dtypes of Q (and X for softmax) */
+    uint32_t kv_dtypes;        /* accepted dtypes of K and V */
+    uint32_t out_dtypes;       /* dtypes it writes O, LSE and P in */
+    int64_t max_head_dim;      /* largest D and Dv it takes; 0: no limit */
+    smattn_empty empty_rows;   /* the fully-masked-row convention it claims (SPEC 3.4) */
+    smattn_empty_lse empty_lse;
+    smattn_precision precision; /* its arithmetic (SPEC 6.1): the bound it is judged by */
+} smattn_plugin_info;
+
+typedef const smattn_plugin_info *(*smattn_plugin_describe_fn)(uint32_t host_abi);
+typedef int (*smattn_plugin_run_fn)(const smattn_problem *prob, const smattn_inputs *in,
+                                    const smattn_outputs *out);
+typedef smattn_precision (*smattn_plugin_precision_fn)(const smattn_problem *prob);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SMATTN_KERNEL_H */
