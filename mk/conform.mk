@@ -1,0 +1,1 @@
+# mk/conform.mk: included by the Makefile (its rules for this area live here).
