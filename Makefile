@@ -133,8 +133,6 @@ $(BUILD)/check_exp: $(call obj,bench/check_exp.c) $(LIB)
 check-exp: deps $(BUILD)/check_exp
 	$(BUILD)/check_exp --threads $(THREADS)
 
-include mk/fuzz.mk
-
 format:
 	clang-format -i $(LIB_SRC) $(IO_SRC) $(CLI_SRC) $(TEST_SRC) include/*.h
 
