@@ -1,0 +1,284 @@
+/* example_kernel.c: a plain, readable float32 attention plugin that conforms to the spec.
+ *
+ * Build:  cc -std=c11 -O2 -fPIC -shared -Iinclude examples/example_kernel.c -o example.so -lm
+ * Check:  smattn conform --kernel example.so
+ *
+ * One row (b, h, i) at a time, two passes over its keys (SPEC 4.1):
+ *   1. the scores s_j of the visible keys, -inf for the invisible ones, and their maximum m;
+ *   2. w_j = exp(s_j - m), the row sum L = sum w_j and the numerator N = sum w_j v_j,
+ *      skipping the invisible keys; then O = N / L, LSE = m + log L, P_j = w_j / L.
+ * Everything is binary32 with glibc's expf, logf and tanhf: the precision model below.
+ * Conventions (SPEC 3-4): lower-right and upper-left causal, windows, kv_lens and q_lens,
+ * the bool mask, an additive bias (-inf hides a key), sinks, softcap before the bias,
+ * GQA as h / (Hq / Hkv), any strides, the zero convention for empty rows, the three LSE
+ * sentinels, and the NaN rules of SPEC 4.2. The softmax op is the same row with s = x.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "smattn_kernel.h"
+
+/* Element (i0, i1, i2, i3) of a float32 tensor. */
+static float at4(const smattn_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
+{
+    const float *f = t->data;
+    return f[i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3]];
+}
+
+static float *out4(const smattn_out_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
+{
+    float *f = t->data;
+    return &f[i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3]];
+}
+
+/* The KV head of query head h: contiguous groups (SPEC 2.2), Hq / Hkv heads per group. */
+static int64_t kv_head(const smattn_problem *p, int64_t h)
+{
+    return h / (p->Hq / p->Hkv);
+}
+
+/* Is key j visible to row (b, h, i)? SPEC 3.1-3.3 and 3.5, in the spec's order; K, V, X
+ * and the bias are read only at keys that the earlier rules allow (SPEC 3.6). */
+static int key_visible(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                       int64_t i, int64_t j)
+{
+    int64_t Sb = p->q_lens ? p->q_lens[b] : p->S;
+    int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+    if (i >= Sb)
+        return 0; /* a padding query: an empty row (SPEC 3.2) */
+    if (j >= Tb)
+        return 0; /* a padding key */
+    /* the diagonal (SPEC 3.1): lower-right also centres the window when causal is none */
+    int64_t d = p->causal == SMATTN_CAUSAL_UPPER_LEFT ? i : i + Tb - Sb;
+    if (p->causal != SMATTN_CAUSAL_NONE && j > d)
+        return 0;
+    if (p->window_left >= 0 && j < d - p->window_left)
+        return 0;
+    if (p->window_right >= 0 && j > d + p->window_right)
+        return 0;
+    if (in->mask.data) {
+        const unsigned char *m = in->mask.data;
+        const int64_t *st = in->mask.stride;
+        if (!m[b * st[0] + h * st[1] + i * st[2] + j * st[3]])
+            return 0;
+    }
+    if (in->bias.data && at4(&in->bias, b, h, i, j) == -INFINITY)
+        return 0; /* a -inf bias hides the key, exactly like a false mask entry */
+    if (p->op == SMATTN_OP_SOFTMAX && at4(&in->x, b, h, i, j) == -INFINITY)
+        return 0;
+    return 1;
+}
+
+/* The score of a visible key: the scaled dot product (or scaled x), softcap, then bias. A
+ * non-finite result before softcap means a non-finite q, k or x (SPEC 4.2): *bad is set,
+ * since tanh would turn an infinity into a finite +-c. */
+static float key_score(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                       int64_t i, int64_t j, int *bad)
+{
+    const float scale = (float)p->scale; /* rounded once, applied once (SPEC 6.1, A2) */
+    float sigma;
+    if (p->op == SMATTN_OP_ATTENTION) {
+        int64_t g = kv_head(p, h);
+        float dot = 0.0f;
+        for (int64_t d = 0; d < p->D; d++)
+            dot += at4(&in->q, b, i, h, d) * at4(&in->k, b, j, g, d);
+        sigma = dot * scale;
+    } else {
+        sigma = at4(&in->x, b, h, i, j) * scale;
+    }
+    if (!isfinite(sigma))
+        *bad = 1;
+    if (p->softcap > 0) { /* before the bias, so that a -inf bias stays -inf (SPEC 2.4) */
+        const float c = (float)p->softcap;
+        sigma = c * tanhf(sigma / c);
+    }
+    if (in->bias.data)
+        sigma += at4(&in->bias, b, h, i, j);
+    if (!isfinite(sigma))
+        *bad = 1; /* a NaN or +inf bias at a visible key (an overflow is out of contract) */
+    return sigma;
+}
+
+/* The LSE of an empty row: the sentinel the problem asks for (SPEC 3.4). */
+static float empty_lse(const smattn_problem *p)
+{
+    switch (p->empty_lse) {
+    case SMATTN_LSE_POS_INF:
+        return INFINITY;
+    case SMATTN_LSE_ZERO:
+        return 0.0f;
+    default:
+        return -INFINITY;
+    }
+}
+
+/* Write a whole row of constants: O = o in every column, LSE = lse, and P = +0, or for a
+ * NaN row (SPEC 4.2) P = NaN at the visible keys and +0 elsewhere. */
+static void write_row(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *out,
+                      int64_t b, int64_t h, int64_t i, float o, float lse, int nan_row)
+{
+    if (p->op == SMATTN_OP_ATTENTION && out->o.data)
+        for (int64_t c = 0; c < p->Dv; c++)
+            *out4(&out->o, b, i, h, c) = o;
+    if (out->lse.data)
+        *out4(&out->lse, b, h, i, 0) = lse;
+    if (out->p.data)
+        for (int64_t j = 0; j < p->T; j++)
+            *out4(&out->p, b, h, i, j) = nan_row && key_visible(p, in, b, h, i, j) ? NAN : 0.0f;
+}
+
+/* One row (b, h, i). s has room for T scores, acc for Dv sums. */
+static void attend_row(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *out,
+                       int64_t b, int64_t h, int64_t i, float *s, float *acc)
+{
+    int64_t Sb = p->q_lens ? p->q_lens[b] : p->S;
+    if (i >= Sb) { /* a padding query row is empty whatever the sink (SPEC 3.2) */
+        write_row(p, in, out, b, h, i, 0.0f, empty_lse(p), 0);
+        return;
+    }
+    /* The sink (SPEC 2.5): one more term of the denominator, with value 0. */
+    int bad = 0, has_sink = 0;
+    float zeta = 0.0f;
+    if (in->sinks.data) {
+        zeta = ((const float *)in->sinks.data)[h * in->sinks.stride[0]];
+        if (isnan(zeta) || zeta == INFINITY)
+            bad = 1;
+        else if (zeta != -INFINITY)
+            has_sink = 1;
+    }
+
+    /* Pass 1: the scores, -inf for invisible keys, and their maximum. */
+    float m = has_sink ? zeta : -INFINITY;
+    for (int64_t j = 0; j < p->T; j++) {
+        if (!key_visible(p, in, b, h, i, j)) {
+            s[j] = -INFINITY;
+            continue;
+        }
+        s[j] = key_score(p, in, b, h, i, j, &bad);
+        m = fmaxf(m, s[j]);
+    }
+    if (bad) { /* SPEC 4.2: O, LSE NaN; P NaN at the visible keys */
+        write_row(p, in, out, b, h, i, NAN, NAN, 1);
+        return;
+    }
+    if (m == -INFINITY) { /* no visible key and no sink: the zero convention (SPEC 3.4) */
+        write_row(p, in, out, b, h, i, 0.0f, empty_lse(p), 0);
+        return;
+    }
+
+    /* Pass 2: weights, row sum and P.V. Invisible keys are skipped, never multiplied by
+     * a zero weight: their V may hold NaN (SPEC 3.6). */
+    const int64_t dv = p->op == SMATTN_OP_ATTENTION ? p->Dv : 0; /* softmax: no O */
+    float L = has_sink ? expf(zeta - m) : 0.0f;
+    for (int64_t c = 0; c < dv; c++)
+        acc[c] = 0.0f;
+    for (int64_t j = 0; j < p->T; j++) {
+        if (s[j] == -INFINITY)
+            continue;
+        float w = expf(s[j] - m);
+        L += w;
+        for (int64_t c = 0; c < dv; c++) {
+            float v = at4(&in->v, b, j, kv_head(p, h), c);
+            /* a visible key's exact weight is positive however small: an infinite v stays
+             * infinite even when w underflows to 0 (SPEC 4.2) */
+            acc[c] += (w == 0.0f && isinf(v)) ? v : w * v;
+        }
+    }
+
+    if (out->o.data)
+        for (int64_t c = 0; c < dv; c++)
+            *out4(&out->o, b, i, h, c) = acc[c] / L;
+    if (out->lse.data)
+        *out4(&out->lse, b, h, i, 0) = m + logf(L);
+    if (out->p.data)
+        for (int64_t j = 0; j < p->T; j++)
+            *out4(&out->p, b, h, i, j) = s[j] == -INFINITY ? 0.0f : expf(s[j] - m) / L;
+}
+
+/* What this kernel takes: float32 everywhere (bias and sinks too), the zero convention. */
+static int supported(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *out)
+{
+    const smattn_tensor *f32_in[] = {&in->q, &in->k, &in->v, &in->x, &in->bias, &in->sinks};
+    for (size_t t = 0; t < sizeof f32_in / sizeof f32_in[0]; t++)
+        if (f32_in[t]->data && f32_in[t]->dtype != SMATTN_F32)
+            return 0;
+    if (in->mask.data && in->mask.dtype != SMATTN_BOOL)
+        return 0;
+    const smattn_out_tensor *outs[] = {&out->o, &out->lse, &out->p};
+    for (size_t t = 0; t < 3; t++)
+        if (outs[t]->data && outs[t]->dtype != SMATTN_F32)
+            return 0;
+    return p->empty_rows == SMATTN_EMPTY_ZERO;
+}
+
+static int run(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *out,
+               smattn_op op)
+{
+    if (!p || !in || !out || p->op != op)
+        return SMATTN_ERR_NULL;
+    if (!supported(p, in, out))
+        return SMATTN_ERR_UNSUPPORTED;
+    int64_t dv = op == SMATTN_OP_ATTENTION ? p->Dv : 1;
+    float *s = malloc((size_t)p->T * sizeof *s);
+    float *acc = malloc((size_t)dv * sizeof *acc);
+    if (!s || !acc) {
+        free(s), free(acc);
+        return SMATTN_ERR_NOMEM;
+    }
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++)
+                attend_row(p, in, out, b, h, i, s, acc);
+    free(s), free(acc);
+    return SMATTN_OK;
+}
+
+/* ---- the plugin ABI (include/smattn_kernel.h) ------------------------------------------ */
+
+const smattn_plugin_info *smattn_plugin_describe(uint32_t host_abi);
+int smattn_plugin_attention(const smattn_problem *p, const smattn_inputs *in,
+                            const smattn_outputs *out);
+int smattn_plugin_softmax(const smattn_problem *p, const smattn_inputs *in,
+                          const smattn_outputs *out);
+
+static const smattn_plugin_info info = {
+    .abi_version = SMATTN_PLUGIN_ABI_VERSION,
+    .struct_size = sizeof(smattn_plugin_info),
+    .name = "example-f32",
+    .version = "1",
+    .caps = SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
+            SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
+            SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
+            SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV,
+    .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
+    .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
+    .out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
+    .max_head_dim = 0,
+    .empty_rows = SMATTN_EMPTY_ZERO,
+    .empty_lse = SMATTN_LSE_NEG_INF,
+    /* smattn_precision_of(SMATTN_F32), spelled out so that the plugin needs no libsmattn:
+     * binary32 scores and sums (u = 2^-24); exp_ulps 4 covers glibc's expf and logf (< 1
+     * ulp), tanhf (2 ulps) and the rounding of softcap to binary32; two passes (one
+     * block); serial sums; gradual underflow (binary32 subnormal spacing 2^-149). */
+    .precision = {.u_score = 0x1p-24, .u_acc = 0x1p-24, .exp_ulps = 4.0, .u_p = 0.0,
+                  .blocks = 1, .acc_len = 0, .tiny = 0x1p-149},
+};
+
+const smattn_plugin_info *smattn_plugin_describe(uint32_t host_abi)
+{
+    (void)host_abi; /* the checker compares info.abi_version with its own */
+    return &info;
+}
+
+int smattn_plugin_attention(const smattn_problem *p, const smattn_inputs *in,
+                            const smattn_outputs *out)
+{
+    return run(p, in, out, SMATTN_OP_ATTENTION);
+}
+
+int smattn_plugin_softmax(const smattn_problem *p, const smattn_inputs *in,
+                          const smattn_outputs *out)
+{
+    return run(p, in, out, SMATTN_OP_SOFTMAX);
+}

@@ -1,0 +1,257 @@
+/* fuzz_plugin.c: a kernel under test (a plugin of include/smattn_kernel.h, loaded from the
+ * path in SMATTN_KERNEL) against the oracle under the SPEC 6 bound of the precision model
+ * it claims; then again with NaN/inf garbage in every K/V slot beyond kv_lens, which no
+ * query sees, judged against the same oracle. The decoded problem is adapted to the claims:
+ * empty_rows/empty_lse set to the claimed conventions, K/V converted to float32 (exactly)
+ * if their dtype is not claimed, LSE and P asked only if claimed; problems using a feature
+ * the kernel does not claim are skipped. Any failure is a MISMATCH report, then abort(). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz/common/fuzz_input.h"
+#include "smattn_kernel.h"
+
+static const char *const tnames[] = {"O", "LSE", "P"};
+
+static struct {
+    const char *path;
+    const smattn_plugin_info *info;
+    smattn_plugin_run_fn attention, softmax;
+    smattn_plugin_precision_fn precision;
+} kernel;
+
+/* dlopen the plugin once; a missing or wrong plugin stops the campaign at once (exit 2). */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    kernel.path = getenv("SMATTN_KERNEL");
+    if (!kernel.path || !*kernel.path) {
+        fprintf(stderr, "fuzz_plugin: set SMATTN_KERNEL to the plugin (.so) to fuzz\n");
+        exit(2);
+    }
+    void *h = dlopen(kernel.path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "fuzz_plugin: %s\n", dlerror());
+        exit(2);
+    }
+    smattn_plugin_describe_fn describe;
+    *(void **)&describe = dlsym(h, SMATTN_PLUGIN_DESCRIBE_SYMBOL);
+    *(void **)&kernel.attention = dlsym(h, SMATTN_PLUGIN_ATTENTION_SYMBOL);
+    *(void **)&kernel.softmax = dlsym(h, SMATTN_PLUGIN_SOFTMAX_SYMBOL);
+    *(void **)&kernel.precision = dlsym(h, SMATTN_PLUGIN_PRECISION_SYMBOL);
+    if (!describe || !kernel.attention) {
+        fprintf(stderr, "fuzz_plugin: %s: no %s or %s\n", kernel.path,
+                SMATTN_PLUGIN_DESCRIBE_SYMBOL, SMATTN_PLUGIN_ATTENTION_SYMBOL);
+        exit(2);
+    }
+    kernel.info = describe(SMATTN_PLUGIN_ABI_VERSION);
+    if (!kernel.info || kernel.info->abi_version != SMATTN_PLUGIN_ABI_VERSION) {
+        fprintf(stderr, "fuzz_plugin: %s: plugin ABI %u, this build speaks %u\n", kernel.path,
+                kernel.info ? kernel.info->abi_version : 0u, SMATTN_PLUGIN_ABI_VERSION);
+        exit(2);
+    }
+    return 0;
+}
+
+/* Does the kernel claim every feature the problem uses? */
+static int claimed(const fuzz_problem *fp)
+{
+    const smattn_problem *p = &fp->p;
+    const smattn_plugin_info *k = kernel.info;
+    uint32_t need = 0;
+    if (p->causal == SMATTN_CAUSAL_LOWER_RIGHT)
+        need |= SMATTN_CAP_CAUSAL_LOWER_RIGHT;
+    if (p->causal == SMATTN_CAUSAL_UPPER_LEFT)
+        need |= SMATTN_CAP_CAUSAL_UPPER_LEFT;
+    if (p->window_left != -1 || p->window_right != -1)
+        need |= SMATTN_CAP_WINDOW;
+    if (p->kv_lens)
+        need |= SMATTN_CAP_KV_LENS;
+    if (p->q_lens)
+        need |= SMATTN_CAP_Q_LENS;
+    if (fp->in.mask.data)
+        need |= SMATTN_CAP_BOOL_MASK;
+    if (fp->in.bias.data)
+        need |= SMATTN_CAP_BIAS;
+    if (fp->in.sinks.data)
+        need |= SMATTN_CAP_SINKS;
+    if (p->softcap > 0)
+        need |= SMATTN_CAP_SOFTCAP;
+    if (p->op == SMATTN_OP_ATTENTION && p->Hq != p->Hkv)
+        need |= SMATTN_CAP_GQA;
+    if (p->op == SMATTN_OP_ATTENTION && p->Dv != p->D)
+        need |= SMATTN_CAP_DV;
+    if ((k->caps & need) != need)
+        return 0;
+    if (p->op == SMATTN_OP_SOFTMAX && !kernel.softmax)
+        return 0;
+    if (k->max_head_dim > 0 && p->op == SMATTN_OP_ATTENTION &&
+        (p->D > k->max_head_dim || p->Dv > k->max_head_dim))
+        return 0;
+    return (k->q_dtypes & SMATTN_DTYPE_BIT(SMATTN_F32)) != 0;
+}
+
+/* The output dtype: float32 if claimed, else the first claimed one. */
+static smattn_dtype out_dtype(void)
+{
+    for (int t = SMATTN_F32; t <= SMATTN_BF16; t++)
+        if (kernel.info->out_dtypes & SMATTN_DTYPE_BIT(t))
+            return (smattn_dtype)t;
+    return SMATTN_F64;
+}
+
+/* A float32 copy of K or V (exact: f16 and bf16 values are binary32 numbers). */
+static void *to_f32(smattn_tensor *t, size_t n)
+{
+    float *c = malloc((n ? n : 1) * sizeof *c);
+    if (!c)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        c[i] = (float)smattn_load(t->data, t->dtype, (int64_t)i);
+    t->data = c;
+    t->dtype = SMATTN_F32;
+    return c;
+}
+
+/* K and V with NaN and infinities in every slot j >= kv_lens[b]: no query sees them. */
+static void *garbage_copy(const fuzz_problem *fp, const smattn_tensor *t, size_t n, int64_t dim,
+                          int which)
+{
+    size_t es = smattn_dtype_size(t->dtype);
+    void *c = malloc((n ? n : 1) * es);
+    if (!c)
+        abort();
+    memcpy(c, t->data, n * es);
+    const smattn_problem *p = &fp->p;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = p->kv_lens[b]; j < p->T; j++)
+            for (int64_t g = 0; g < p->Hkv; g++)
+                for (int64_t d = 0; d < dim; d++) {
+                    int64_t e = b * t->stride[0] + j * t->stride[1] + g * t->stride[2] + d * t->stride[3];
+                    int code = (int)((d + j + which) % 3);
+                    smattn_store(c, t->dtype, e, code == 0 ? (double)NAN : code == 1 ? HUGE_VAL : -HUGE_VAL);
+                }
+    return c;
+}
+
+static void mismatch_head(const fuzz_problem *fp, const char *what)
+{
+    fprintf(stderr, "MISMATCH fuzz_plugin %s\n", fuzz_shape_class_name(fp->shape_class));
+    fprintf(stderr, "check: %s\nkernel: %s (%s)\n", what, kernel.info->name, kernel.path);
+    fuzz_problem_print(stderr, fp);
+}
+
+/* Run the kernel on `in` and judge every output against the oracle and the bound. */
+static void run_and_judge(const fuzz_problem *fp, const smattn_inputs *in, const fuzz_outputs *ref,
+                          const fuzz_outputs *bnd, smattn_dtype t, const char *what)
+{
+    const smattn_problem *p = &fp->p;
+    fuzz_outputs o;
+    if (fuzz_outputs_alloc(&o, p, t))
+        abort();
+    for (int k = 0; k < 3; k++) /* NaN-filled, so that an element left unwritten is seen */
+        for (size_t i = 0; i < o.n[k]; i++)
+            smattn_store(o.buf[k], t, (int64_t)i, (double)NAN);
+    if (!(kernel.info->caps & SMATTN_CAP_LSE))
+        o.out.lse.data = NULL;
+    if (!(kernel.info->caps & SMATTN_CAP_P))
+        o.out.p.data = NULL;
+    smattn_plugin_run_fn run = p->op == SMATTN_OP_ATTENTION ? kernel.attention : kernel.softmax;
+    int s = run(p, in, &o.out);
+    if (s == SMATTN_ERR_UNSUPPORTED) { /* declined: not a finding */
+        fuzz_outputs_free(&o);
+        return;
+    }
+    if (s) {
+        mismatch_head(fp, what);
+        fprintf(stderr, "kernel status %d (%s) on a claimed problem\n", s,
+                smattn_status_name((smattn_status)s));
+        abort();
+    }
+    for (int k = 0; k < 3; k++) {
+        const smattn_out_tensor *ot = k == 0 ? &o.out.o : k == 1 ? &o.out.lse : &o.out.p;
+        if (!ot->data)
+            continue;
+        for (size_t i = 0; i < o.n[k]; i++) {
+            double c = smattn_load(o.buf[k], t, (int64_t)i);
+            double e = ((const double *)ref->buf[k])[i], b = ((const double *)bnd->buf[k])[i];
+            if (isinf(b) && isfinite(e))
+                continue; /* out of contract (SPEC 6.8): the bound cannot judge it */
+            double r = smattn_error_ratio(c, e, b);
+            if (!(r <= 1.0)) {
+                mismatch_head(fp, what);
+                fprintf(stderr,
+                        "index: %s[%zu]\nvalues: kernel %a oracle %a\nerror: %a bound: %a "
+                        "ratio: %g\n",
+                        tnames[k], i, c, e, fabs(c - e), b, r);
+                abort();
+            }
+        }
+    }
+    fuzz_outputs_free(&o);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!kernel.info)
+        LLVMFuzzerInitialize(NULL, NULL);
+    fuzz_provider dp;
+    fuzz_provider_init(&dp, data, size);
+    fuzz_problem fp;
+    if (fuzz_problem_decode(&fp, &dp) || !claimed(&fp)) {
+        fuzz_problem_free(&fp);
+        return 0;
+    }
+    smattn_problem *p = &fp.p;
+    smattn_inputs in = fp.in; /* fp.in stays as decoded, for the report */
+    p->empty_rows = kernel.info->empty_rows;
+    p->empty_lse = kernel.info->empty_lse;
+    void *kc = NULL, *vc = NULL;
+    if (p->op == SMATTN_OP_ATTENTION && !(kernel.info->kv_dtypes & SMATTN_DTYPE_BIT(in.k.dtype))) {
+        if (!(kernel.info->kv_dtypes & SMATTN_DTYPE_BIT(SMATTN_F32))) {
+            fuzz_problem_free(&fp);
+            return 0;
+        }
+        kc = to_f32(&in.k, fp.nk);
+        vc = to_f32(&in.v, fp.nv);
+    }
+    smattn_dtype t = out_dtype();
+    fuzz_outputs ref, bnd, fmt;
+    if (fuzz_outputs_alloc(&ref, p, SMATTN_F64) || fuzz_outputs_alloc(&bnd, p, SMATTN_F64) ||
+        fuzz_outputs_alloc(&fmt, p, t))
+        abort();
+    smattn_ref_config rc = {1, 0, 0, 0};
+    smattn_status s = smattn_ref(p, &in, &ref.out, &rc, NULL);
+    if (s == SMATTN_ERR_PRECISION && p->softcap > 0) /* allowed by SPEC 5.5 */
+        goto done;
+    if (s) {
+        mismatch_head(&fp, "oracle status");
+        fprintf(stderr, "smattn_ref: %s on a valid problem\n", smattn_status_name(s));
+        abort();
+    }
+    smattn_precision pm = kernel.precision ? kernel.precision(p) : kernel.info->precision;
+    s = smattn_bound(p, &in, &pm, &fmt.out, &bnd.out);
+    if (s) {
+        mismatch_head(&fp, "bound status");
+        fprintf(stderr, "smattn_bound: %s on a valid problem\n", smattn_status_name(s));
+        abort();
+    }
+    run_and_judge(&fp, &in, &ref, &bnd, t, "bound");
+    if (p->op == SMATTN_OP_ATTENTION && p->kv_lens) {
+        smattn_inputs dirty = in;
+        void *k2 = garbage_copy(&fp, &in.k, fp.nk, p->D, 0);
+        void *v2 = garbage_copy(&fp, &in.v, fp.nv, p->Dv, 1);
+        dirty.k.data = k2;
+        dirty.v.data = v2;
+        run_and_judge(&fp, &dirty, &ref, &bnd, t, "bound, NaN/inf garbage beyond kv_lens");
+        free(k2), free(v2);
+    }
+done:
+    fuzz_outputs_free(&ref), fuzz_outputs_free(&bnd), fuzz_outputs_free(&fmt);
+    fuzz_problem_free(&fp);
+    free(kc), free(vc);
+    return 0;
+}
