@@ -291,31 +291,28 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     return neg_inf ? (float)NAN : tmax;
 }
 
-/* ---- one work item ------------------------------------------------------------------------ */
+/* ---- one work item ------------------------------------------------------------------------
+ * An item is job->hg units; a unit is the rows of one KV head (its G query heads x a block
+ * of queries) against one key range. The units of an item are KV heads side by side, and
+ * they visit the key tiles together (the head loop inside the tile loop), so that an item
+ * reads K and V in address order; each row's arithmetic is the same whichever item or
+ * neighbours it has. The workspace holds the units one after another, Rp rows each. */
 
-static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
+/* Set up the rows of one unit; widens [*kmin, *kmax) to the keys they see. */
+static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
+                           int64_t i0, int64_t k0, int64_t k1, int64_t *kmin, int64_t *kmax)
 {
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
-    const int64_t D = p->D, Dv = p->Dv, Dvp = job->Dvp, R = job->R, nq = job->nq;
+    const int64_t D = p->D, Dvp = job->Dvp, R = job->R, nq = job->nq;
     const int64_t Rp = (R + 3) / 4 * 4; /* padding rows: zero q, weight 0, never written */
     const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
-    const int64_t Dvk = (Dv + VLEN - 1) / VLEN * VLEN; /* columns the P.V loop touches */
-    int64_t b, g, qt, c;
-    opt_item_coords(job, item, &b, &g, &qt, &c);
-    int64_t i0 = qt * nq;
-    int64_t k0 = c * OPT_CHUNK, k1 = job->nchunks > 1 ? k0 + OPT_CHUNK : p->T;
-    if (k1 > p->T)
-        k1 = p->T;
-
-    /* rows: query heads of the group x queries of the block */
-    int64_t kmin = INT64_MAX, kmax = 0;
     for (int64_t r = 0; r < R; r++) {
-        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
-        ws->m[r] = -HUGE_VALF;
-        ws->l[r] = 0.0f;
-        ws->slow[r] = 0;
-        memset(ws->acc + r * Dvp, 0, (size_t)Dvp * sizeof(float));
+        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh, x = base + r;
+        ws->m[x] = -HUGE_VALF;
+        ws->l[x] = 0.0f;
+        ws->slow[x] = 0;
+        memset(ws->acc + x * Dvp, 0, (size_t)Dvp * sizeof(float));
         int64_t lo = 0, hi = 0;
         if (i < p->S) {
             smattn__key_range(p, b, i, &lo, &hi);
@@ -323,177 +320,216 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             hi = hi < k1 ? hi : k1;
             if (hi > lo) {
                 const smattn_tensor *qt_ = &in->q;
-                KN(load_row)(ws->q + r * Dp, qt_, smattn__off4(qt_->stride, b, i, h, 0),
+                KN(load_row)(ws->q + x * Dp, qt_, smattn__off4(qt_->stride, b, i, h, 0),
                              qt_->stride[3], D, Dp);
                 for (int64_t d = 0; d < D; d++)
-                    if (!isfinite(ws->q[r * Dp + d]))
-                        ws->slow[r] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
+                    if (!isfinite(ws->q[x * Dp + d]))
+                        ws->slow[x] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
             }
         }
         if (hi <= lo)
             lo = hi = 0;
-        ws->lo[r] = lo;
-        ws->hi[r] = hi;
+        ws->lo[x] = lo;
+        ws->hi[x] = hi;
         if (hi > lo) {
-            kmin = lo < kmin ? lo : kmin;
-            kmax = hi > kmax ? hi : kmax;
+            *kmin = lo < *kmin ? lo : *kmin;
+            *kmax = hi > *kmax ? hi : *kmax;
         } else {
-            memset(ws->q + r * Dp, 0, (size_t)Dp * sizeof(float));
+            memset(ws->q + x * Dp, 0, (size_t)Dp * sizeof(float));
         }
     }
-
     for (int64_t r = R; r < Rp; r++)
-        memset(ws->q + r * Dp, 0, (size_t)Dp * sizeof(float));
+        memset(ws->q + (base + r) * Dp, 0, (size_t)Dp * sizeof(float));
+}
+
+/* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
+ * softmax, P.V. Keys at or past kmax are not read. */
+static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
+                          int64_t i0, int64_t kt, int64_t nk, int64_t kmax)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const int64_t D = p->D, Dv = p->Dv, Dvp = job->Dvp, R = job->R, nq = job->nq;
+    const int64_t Rp = (R + 3) / 4 * 4;
+    const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
+    const int64_t Dvk = (Dv + VLEN - 1) / VLEN * VLEN; /* columns the P.V loop touches */
     const smattn_tensor *kt_ = &in->k, *vt_ = &in->v;
     const int v_direct = vt_->dtype == SMATTN_F32 && vt_->stride[3] == 1 && Dv % VLEN == 0;
     const int k_direct = kt_->dtype == SMATTN_F32 && kt_->stride[3] == 1 && D % VLEN == 0;
     const size_t krow = (size_t)D * smattn_dtype_size(kt_->dtype);
     const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
+    float *const S_ = ws->s + base * OPT_BK;
+    unsigned char *const VIS = ws->vis + base * OPT_BK;
+    float *const Q = ws->q + base * Dp, *const ACC = ws->acc + base * Dvp;
+    /* the next tile's K and V rows are requested while this tile's scores are computed (a
+     * few rows per micro-tile, not a burst): decode is bound by memory latency, and the
+     * loads must overlap the arithmetic */
+    const int64_t PFD = OPT_BK; /* prefetch distance: the next tile */
+    const int pf = kt + PFD < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1;
+    const char *pk = NULL, *pv = NULL;
+    size_t pks = 0, pvs = 0;
+    int64_t pn = 0;
+    if (pf) {
+        pn = kmax - kt - PFD < OPT_BK ? kmax - kt - PFD : OPT_BK;
+        size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
+        pk = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, kt + PFD, g, 0) * ek;
+        pv = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, kt + PFD, g, 0) * ev;
+        pks = (size_t)kt_->stride[1] * ek;
+        pvs = (size_t)vt_->stride[1] * ev;
+    }
+    /* K rows of the tile (in place when possible) */
+    const float *K;
+    int64_t ldk;
+    if (k_direct) {
+        K = (const float *)kt_->data + smattn__off4(kt_->stride, b, kt, g, 0);
+        ldk = kt_->stride[1];
+    } else {
+        for (int64_t jj = 0; jj < nk; jj++)
+            KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
+                         kt_->stride[3], D, Dp);
+        K = ws->kt;
+        ldk = Dp;
+    }
+    /* scores for every row of the unit against the tile */
+    for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+        int rb = 4;
+        for (int64_t j0 = 0; j0 < nk; j0 += QK_KB) {
+            int kb = nk - j0 < QK_KB ? (int)(nk - j0) : QK_KB;
+            if (pf && r0 == 0)
+                for (int64_t jj = j0; jj < j0 + QK_KB && jj < pn; jj++) {
+                    for (size_t off = 0; off < krow; off += 64)
+                        __builtin_prefetch(pk + (size_t)jj * pks + off, 0, 3);
+                    for (size_t off = 0; off < vrow; off += 64)
+                        __builtin_prefetch(pv + (size_t)jj * pvs + off, 0, 3);
+                }
+            if (kb >= 2 && kb < QK_KB) { /* a pair, then the rest */
+                KN(qk_block)(Q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, 2, Dp,
+                             S_ + r0 * OPT_BK + j0, OPT_BK);
+                j0 += 2 - QK_KB;
+                continue;
+            }
+            KN(qk_block)(Q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, kb, Dp, S_ + r0 * OPT_BK + j0,
+                         OPT_BK);
+        }
+    }
+    /* online softmax per row */
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t x = base + r;
+        unsigned char *vis = VIS + r * OPT_BK;
+        float *s = S_ + r * OPT_BK;
+        ws->full[x] = 0;
+        if (ws->hi[x] <= kt || ws->lo[x] >= kt + nk || ws->slow[x]) {
+            memset(vis, 0, (size_t)nk);
+            continue;
+        }
+        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
+        int all;
+        float tmax = KN(finish_scores)(job, b, h, i, ws->lo[x], ws->hi[x], kt, nk, s, vis, &all);
+        ws->full[x] = (unsigned char)all;
+        if (tmax == -HUGE_VALF)
+            continue; /* nothing visible in this tile */
+        if (!isfinite(tmax)) {
+            ws->slow[x] = 1; /* a NaN or an overflowing score */
+            ws->full[x] = 0;
+            memset(vis, 0, (size_t)nk);
+            continue;
+        }
+        float mold = ws->m[x], mnew = mold > tmax ? mold : tmax;
+        float corr = mold == -HUGE_VALF ? 0.0f : KN(expf1)(mold - mnew);
+        vf vsum = vf_zero();
+        vf vm = vf_set1(mnew);
+        /* whole vectors only, the lanes past the tile set to -inf (weight 0): the sum's
+         * order then does not depend on the tile's length */
+        int64_t nkv = (nk + VLEN - 1) / VLEN * VLEN;
+        for (int64_t jj = nk; jj < nkv; jj++)
+            s[jj] = -HUGE_VALF;
+        for (int64_t jj = 0; jj < nkv; jj += VLEN) {
+            vf e = KN(vexp)(vf_sub(vf_load(s + jj), vm));
+            vf_store(s + jj, e);
+            vsum = vf_add(vsum, e);
+        }
+        float sum = vf_hsum(vsum);
+        ws->l[x] = ws->l[x] * corr + sum;
+        ws->m[x] = mnew;
+        if (corr != 1.0f) {
+            float *a = ACC + r * Dvp;
+            vf vc = vf_set1(corr);
+            for (int64_t cc = 0; cc < Dvp; cc += VLEN)
+                vf_store(a + cc, vf_mul(vf_load(a + cc), vc));
+        }
+    }
+    /* V rows of the tile (in place when possible) and the P.V update */
+    const float *V;
+    int64_t ldv;
+    if (v_direct) {
+        V = (const float *)vt_->data + smattn__off4(vt_->stride, b, kt, g, 0);
+        ldv = vt_->stride[1];
+    } else {
+        for (int64_t jj = 0; jj < nk; jj++)
+            KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
+                         vt_->stride[3], Dv, Dvp);
+        V = ws->v;
+        ldv = Dvp;
+    }
+    for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
+        memset(S_ + r * OPT_BK, 0, (size_t)nk * sizeof(float));
+        memset(VIS + r * OPT_BK, 1, (size_t)nk);
+        ws->full[base + r] = 1;
+    }
+    for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+        const unsigned char *f = ws->full + base + r0;
+        int full = f[0] && f[1] && f[2] && f[3];
+        for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
+            int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
+            KN(pv_block)(ACC + r0 * Dvp + c0, Dvp, S_ + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK,
+                         4, V + c0, ldv, nk, cb, full);
+        }
+    }
+}
+
+static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
+{
+    const smattn_problem *p = job->p;
+    const int64_t Dvp = job->Dvp, R = job->R, nq = job->nq, hg = job->hg;
+    const int64_t Rp = (R + 3) / 4 * 4;
+    int64_t b, g0, qt, c;
+    opt_unit_coords(job, item * hg, &b, &g0, &qt, &c);
+    int64_t i0 = qt * nq;
+    int64_t k0 = c * OPT_CHUNK, k1 = job->nchunks > 1 ? k0 + OPT_CHUNK : p->T;
+    if (k1 > p->T)
+        k1 = p->T;
+    int64_t kmin = INT64_MAX, kmax = 0;
+    for (int64_t u = 0; u < hg; u++)
+        KN(unit_setup)(job, ws, u * Rp, b, g0 + u, i0, k0, k1, &kmin, &kmax);
     /* Tiles sit on a fixed grid of OPT_BK keys (chunk starts are multiples of it), so a
      * row sees the same tiles, rescalings and summation order whichever rows share its
      * item: a GQA problem and its MHA expansion give the same bits. */
     for (int64_t kt = kmax > kmin ? kmin / OPT_BK * OPT_BK : kmin; kt < kmax; kt += OPT_BK) {
         int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
-        /* the next tile's K and V rows are requested while this tile's scores are
-         * computed (a few rows per micro-tile, not a burst): decode is bound by memory
-         * latency, and the loads must overlap the arithmetic */
-        const int64_t PFD = OPT_BK; /* prefetch distance: the next tile */
-        const int pf = kt + PFD < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1;
-        const char *pk = NULL, *pv = NULL;
-        size_t pks = 0, pvs = 0;
-        int64_t pn = 0;
-        if (pf) {
-            pn = kmax - kt - PFD < OPT_BK ? kmax - kt - PFD : OPT_BK;
-            size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
-            pk = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, kt + PFD, g, 0) * ek;
-            pv = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, kt + PFD, g, 0) * ev;
-            pks = (size_t)kt_->stride[1] * ek;
-            pvs = (size_t)vt_->stride[1] * ev;
-        }
-        /* K rows of the tile (in place when possible) */
-        const float *K;
-        int64_t ldk;
-        if (k_direct) {
-            K = (const float *)kt_->data + smattn__off4(kt_->stride, b, kt, g, 0);
-            ldk = kt_->stride[1];
-        } else {
-            for (int64_t jj = 0; jj < nk; jj++)
-                KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
-                             kt_->stride[3], D, Dp);
-            K = ws->kt;
-            ldk = Dp;
-        }
-        /* scores for every row of the item against the tile */
-        for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
-            int rb = 4;
-            for (int64_t j0 = 0; j0 < nk; j0 += QK_KB) {
-                int kb = nk - j0 < QK_KB ? (int)(nk - j0) : QK_KB;
-                if (pf && r0 == 0)
-                    for (int64_t jj = j0; jj < j0 + QK_KB && jj < pn; jj++) {
-                        for (size_t off = 0; off < krow; off += 64)
-                            __builtin_prefetch(pk + (size_t)jj * pks + off, 0, 3);
-                        for (size_t off = 0; off < vrow; off += 64)
-                            __builtin_prefetch(pv + (size_t)jj * pvs + off, 0, 3);
-                    }
-                if (kb >= 2 && kb < QK_KB) { /* a pair, then the rest */
-                    KN(qk_block)(ws->q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, 2, Dp,
-                                 ws->s + r0 * OPT_BK + j0, OPT_BK);
-                    j0 += 2 - QK_KB;
-                    continue;
-                }
-                KN(qk_block)(ws->q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, kb, Dp,
-                             ws->s + r0 * OPT_BK + j0, OPT_BK);
-            }
-        }
-        /* online softmax per row */
-        for (int64_t r = 0; r < R; r++) {
-            unsigned char *vis = ws->vis + r * OPT_BK;
-            float *s = ws->s + r * OPT_BK;
-            ws->full[r] = 0;
-            if (ws->hi[r] <= kt || ws->lo[r] >= kt + nk || ws->slow[r]) {
-                memset(vis, 0, (size_t)nk);
-                continue;
-            }
-            int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
-            int all;
-            float tmax = KN(finish_scores)(job, b, h, i, ws->lo[r], ws->hi[r], kt, nk, s, vis, &all);
-            ws->full[r] = (unsigned char)all;
-            if (tmax == -HUGE_VALF)
-                continue; /* nothing visible in this tile */
-            if (!isfinite(tmax)) {
-                ws->slow[r] = 1; /* a NaN or an overflowing score */
-                ws->full[r] = 0;
-                memset(vis, 0, (size_t)nk);
-                continue;
-            }
-            float mold = ws->m[r], mnew = mold > tmax ? mold : tmax;
-            float corr = mold == -HUGE_VALF ? 0.0f : KN(expf1)(mold - mnew);
-            vf vsum = vf_zero();
-            vf vm = vf_set1(mnew);
-            /* whole vectors only, the lanes past the tile set to -inf (weight 0): the sum's
-             * order then does not depend on the tile's length */
-            int64_t nkv = (nk + VLEN - 1) / VLEN * VLEN;
-            for (int64_t jj = nk; jj < nkv; jj++)
-                s[jj] = -HUGE_VALF;
-            for (int64_t jj = 0; jj < nkv; jj += VLEN) {
-                vf e = KN(vexp)(vf_sub(vf_load(s + jj), vm));
-                vf_store(s + jj, e);
-                vsum = vf_add(vsum, e);
-            }
-            float sum = vf_hsum(vsum);
-            ws->l[r] = ws->l[r] * corr + sum;
-            ws->m[r] = mnew;
-            if (corr != 1.0f) {
-                float *a = ws->acc + r * Dvp;
-                vf vc = vf_set1(corr);
-                for (int64_t cc = 0; cc < Dvp; cc += VLEN)
-                    vf_store(a + cc, vf_mul(vf_load(a + cc), vc));
-            }
-        }
-        /* V rows of the tile (in place when possible) and the P.V update */
-        const float *V;
-        int64_t ldv;
-        if (v_direct) {
-            V = (const float *)vt_->data + smattn__off4(vt_->stride, b, kt, g, 0);
-            ldv = vt_->stride[1];
-        } else {
-            for (int64_t jj = 0; jj < nk; jj++)
-                KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
-                             vt_->stride[3], Dv, Dvp);
-            V = ws->v;
-            ldv = Dvp;
-        }
-        for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
-            memset(ws->s + r * OPT_BK, 0, (size_t)nk * sizeof(float));
-            memset(ws->vis + r * OPT_BK, 1, (size_t)nk);
-            ws->full[r] = 1;
-        }
-        for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
-            int full = ws->full[r0] && ws->full[r0 + 1] && ws->full[r0 + 2] && ws->full[r0 + 3];
-            for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
-                int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
-                KN(pv_block)(ws->acc + r0 * Dvp + c0, Dvp, ws->s + r0 * OPT_BK,
-                             OPT_BK, ws->vis + r0 * OPT_BK, 4, V + c0, ldv, nk, cb, full);
-            }
-        }
+        for (int64_t u = 0; u < hg; u++)
+            KN(unit_tile)(job, ws, u * Rp, b, g0 + u, i0, kt, nk, kmax);
     }
 
     /* results: split-K partials, or the finished rows */
-    if (job->nchunks > 1) {
-        float *part = job->part + item * R * (Dvp + 2);
-        for (int64_t r = 0; r < R; r++) {
-            float *pr = part + r * (Dvp + 2);
-            pr[0] = ws->slow[r] ? (float)NAN : ws->m[r];
-            pr[1] = ws->l[r];
-            memcpy(pr + 2, ws->acc + r * Dvp, (size_t)Dvp * sizeof(float));
-        }
-        return;
-    }
-    for (int64_t r = 0; r < R; r++) {
-        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
-        if (i >= p->S)
+    for (int64_t u = 0; u < hg; u++) {
+        const int64_t base = u * Rp, g = g0 + u;
+        if (job->nchunks > 1) {
+            float *part = job->part + (item * hg + u) * R * (Dvp + 2);
+            for (int64_t r = 0; r < R; r++) {
+                float *pr = part + r * (Dvp + 2);
+                pr[0] = ws->slow[base + r] ? (float)NAN : ws->m[base + r];
+                pr[1] = ws->l[base + r];
+                memcpy(pr + 2, ws->acc + (base + r) * Dvp, (size_t)Dvp * sizeof(float));
+            }
             continue;
-        smattn__opt_finish_row(job, b, h, i, ws->m[r], ws->l[r], ws->acc + r * Dvp, ws->slow[r]);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
+            if (i >= p->S)
+                continue;
+            smattn__opt_finish_row(job, b, h, i, ws->m[base + r], ws->l[base + r],
+                                   ws->acc + (base + r) * Dvp, ws->slow[base + r]);
+        }
     }
 }
 

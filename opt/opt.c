@@ -199,7 +199,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
 {
     const smattn_problem *p = job->p;
     memset(w, 0, sizeof *w);
-    size_t R = (size_t)(job->R + 3) / 4 * 4, Dp = (size_t)(p->op == SMATTN_OP_ATTENTION ? (p->D + 15) / 16 * 16 : 16);
+    size_t R = (size_t)((job->R + 3) / 4 * 4 * job->hg), Dp = (size_t)(p->op == SMATTN_OP_ATTENTION ? (p->D + 15) / 16 * 16 : 16);
     size_t Dvp = (size_t)job->Dvp, T = (size_t)p->T;
     size_t srow = p->op == SMATTN_OP_ATTENTION ? R * OPT_BK : T + OPT_BK;
     w->q = malloc(R * Dp * sizeof(float));
@@ -256,7 +256,7 @@ static void merge_chunks(opt_job *job)
             float M = -HUGE_VALF, L = 0.0f;
             int slow = 0;
             for (int64_t c = 0; c < nc; c++) {
-                const float *pr = job->part + (opt_item_index(job, b, g, qt, c) * R + r) * (Dvp + 2);
+                const float *pr = job->part + (opt_unit_index(job, b, g, qt, c) * R + r) * (Dvp + 2);
                 if (isnan(pr[0]))
                     slow = 1;
                 else if (pr[0] > M)
@@ -264,7 +264,7 @@ static void merge_chunks(opt_job *job)
             }
             memset(acc, 0, (size_t)Dvp * sizeof(float));
             for (int64_t c = 0; c < nc && !slow; c++) {
-                const float *pr = job->part + (opt_item_index(job, b, g, qt, c) * R + r) * (Dvp + 2);
+                const float *pr = job->part + (opt_unit_index(job, b, g, qt, c) * R + r) * (Dvp + 2);
                 if (pr[0] == -HUGE_VALF)
                     continue;
                 float w = opt_exp(job, pr[0] - M);
@@ -315,7 +315,17 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
      * problem and its MHA expansion get the same chunks and the same bits. */
     if (att && p->B * p->Hq * p->S <= 256 && p->T > 2 * OPT_CHUNK)
         job.nchunks = (p->T + OPT_CHUNK - 1) / OPT_CHUNK;
-    job.items = att ? p->B * p->Hkv * job.qtiles * job.nchunks : p->B * p->Hq * p->S;
+    const int64_t units = att ? p->B * p->Hkv * job.qtiles * job.nchunks : p->B * p->Hq * p->S;
+    /* A split-K item takes as many KV heads as keep every thread busy (at least four items
+     * per thread), so that it reads K and V in address order. Rows do not depend on hg. */
+    job.hg = 1;
+    if (att && job.nchunks > 1)
+        for (int64_t d = p->Hkv; d > 1; d--)
+            if (p->Hkv % d == 0 && units / d >= 4 * (int64_t)nt) {
+                job.hg = d;
+                break;
+            }
+    job.items = units / job.hg;
     if (nt > job.items)
         nt = (int)job.items;
     job.ws = calloc((size_t)nt, sizeof *job.ws);
@@ -332,7 +342,7 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
         return SMATTN_ERR_NOMEM;
     }
     if (job.nchunks > 1) {
-        job.part = malloc((size_t)(job.items * job.R * (job.Dvp + 2)) * sizeof(float));
+        job.part = malloc((size_t)(units * job.R * (job.Dvp + 2)) * sizeof(float));
         if (!job.part)
             st = SMATTN_ERR_NOMEM;
     }

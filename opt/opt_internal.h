@@ -17,7 +17,8 @@ typedef void (*opt_pool_fn)(void *ctx, int64_t item, int worker);
  * number of threads used. worker < nthreads indexes per-thread workspaces. */
 int smattn__pool_run(int nthreads, int64_t nitems, opt_pool_fn fn, void *ctx);
 
-/* Per-thread scratch, sized by the plan. */
+/* Per-thread scratch, sized by the plan; the row arrays hold hg units of Rp = R rounded
+ * up to 4 rows each. */
 typedef struct opt_ws {
     float *q;     /* [R][D] query rows of the item */
     float *kt;    /* [D][OPT_BK] the key tile, transposed, zero padded */
@@ -45,28 +46,30 @@ typedef struct opt_job {
     int64_t Dvp;        /* Dv rounded up to the vector length */
     int64_t qtiles;     /* ceil(S / nq) */
     int64_t nchunks;    /* split-K chunks (1: no split) */
+    int64_t hg;         /* units (KV heads) per work item: a divisor of Hkv */
     int64_t items;
     opt_ws *ws;         /* [threads] */
-    float *part;        /* split-K partials [items][R][Dvp + 2] */
+    float *part;        /* split-K partials [units][R][Dvp + 2] */
     unsigned char *slow_rows; /* [B*Hq*S] */
 } opt_job;
 
-/* Work item order: (b, query tile, key chunk, KV head), the KV head fastest, so that items
- * running at the same time read neighbouring rows of K and V (the heads of one key are
- * adjacent in memory). */
-static inline void opt_item_coords(const opt_job *job, int64_t item, int64_t *b, int64_t *g,
+/* Work units: (b, query tile, key chunk, KV head), the KV head fastest; a work item is hg
+ * consecutive units (the KV heads side by side), so that an item, and items running at
+ * the same time, read neighbouring rows of K and V (the heads of one key are adjacent in
+ * memory). hg changes only which rows share an item, never a row's arithmetic. */
+static inline void opt_unit_coords(const opt_job *job, int64_t unit, int64_t *b, int64_t *g,
                                    int64_t *qt, int64_t *c)
 {
     int64_t Hkv = job->p->Hkv;
-    *g = item % Hkv;
-    item /= Hkv;
-    *c = item % job->nchunks;
-    item /= job->nchunks;
-    *qt = item % job->qtiles;
-    *b = item / job->qtiles;
+    *g = unit % Hkv;
+    unit /= Hkv;
+    *c = unit % job->nchunks;
+    unit /= job->nchunks;
+    *qt = unit % job->qtiles;
+    *b = unit / job->qtiles;
 }
 
-static inline int64_t opt_item_index(const opt_job *job, int64_t b, int64_t g, int64_t qt,
+static inline int64_t opt_unit_index(const opt_job *job, int64_t b, int64_t g, int64_t qt,
                                      int64_t c)
 {
     return ((b * job->qtiles + qt) * job->nchunks + c) * job->p->Hkv + g;
