@@ -2,7 +2,9 @@
  * check). Runs LLVMFuzzerTestOneInput over every file named on the command line and every
  * regular file under the directories named, each in its own child process so that one
  * crash is counted and the rest still run, then prints "N passed, N failed".
- * Exit status: 0 iff every input passed. */
+ * Exit status: 0 iff every input passed.
+ *   --speed SECONDS FILE|DIR...: instead, load every input and run them all in this process,
+ *   round after round, for about SECONDS; print executions per second (one core). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fuzz/common/fuzz_input.h"
@@ -17,6 +20,11 @@
 #pragma weak LLVMFuzzerInitialize
 
 static long passed, failed;
+
+/* --speed: the inputs loaded in memory (exact-size buffers) */
+static int speed_mode;
+static unsigned char **sp_buf;
+static size_t *sp_len, sp_n, sp_cap;
 
 /* Read the whole file into a buffer of exactly its size (so that ASan sees any overread). */
 static int run_file(const char *path)
@@ -50,6 +58,22 @@ static int run_file(const char *path)
     }
     memcpy(exact, buf, n);
     free(buf);
+    if (speed_mode) {
+        if (sp_n == sp_cap) {
+            sp_cap = sp_cap ? 2 * sp_cap : 256;
+            unsigned char **nb = realloc(sp_buf, sp_cap * sizeof *sp_buf);
+            size_t *nl = nb ? realloc(sp_len, sp_cap * sizeof *sp_len) : NULL;
+            if (nb)
+                sp_buf = nb;
+            if (!nb || !nl) {
+                free(exact);
+                return 1;
+            }
+            sp_len = nl;
+        }
+        sp_buf[sp_n] = exact, sp_len[sp_n++] = n;
+        return 0;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -127,16 +151,58 @@ static void run_path(const char *path)
     free(names);
 }
 
+static double now_clock(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Run every loaded input in turn until `seconds` have passed (at least one round). */
+static void speed_run(const char *prog, double seconds)
+{
+    if (!sp_n) {
+        fprintf(stderr, "%s: no inputs\n", prog);
+        return;
+    }
+    double t0 = now_clock(CLOCK_MONOTONIC), t = t0, c0 = now_clock(CLOCK_PROCESS_CPUTIME_ID);
+    long runs = 0, rounds = 0;
+    do {
+        for (size_t i = 0; i < sp_n; i++)
+            LLVMFuzzerTestOneInput(sp_buf[i], sp_len[i]);
+        runs += (long)sp_n, rounds++;
+        t = now_clock(CLOCK_MONOTONIC);
+    } while (t - t0 < seconds);
+    /* CPU time of every thread of the process (the kernel's pool included): the figure for
+     * "one core" on a machine shared with other jobs */
+    double c = now_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    printf("%s: %zu inputs, %ld rounds, %ld runs in %.2f s wall, %.2f s CPU: %.0f exec/s wall, "
+           "%.0f exec/s per CPU second\n",
+           prog, sp_n, rounds, runs, t - t0, c, (double)runs / (t - t0), (double)runs / c);
+    for (size_t i = 0; i < sp_n; i++)
+        free(sp_buf[i]);
+    free(sp_buf), free(sp_len);
+}
+
 int main(int argc, char **argv)
 {
     if (LLVMFuzzerInitialize)
         LLVMFuzzerInitialize(&argc, &argv);
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FILE|DIR...\n", argv[0]);
+    double seconds = 0;
+    int first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--speed")) {
+        speed_mode = 1, seconds = atof(argv[2]), first = 3;
+    }
+    if (argc <= first) {
+        fprintf(stderr, "usage: %s [--speed SECONDS] FILE|DIR...\n", argv[0]);
         return 2;
     }
-    for (int i = 1; i < argc; i++)
+    for (int i = first; i < argc; i++)
         run_path(argv[i]);
+    if (speed_mode) {
+        speed_run(argv[0], seconds);
+        return failed != 0;
+    }
     printf("%s: %ld passed, %ld failed\n", argv[0], passed, failed);
     return failed != 0;
 }

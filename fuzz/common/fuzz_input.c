@@ -335,6 +335,136 @@ int fuzz_problem_decode(fuzz_problem *fp, fuzz_provider *dp)
     return 0;
 }
 
+/* The leading block n[4] of a contiguous 4-D tensor of dims o[4], as a new contiguous
+ * buffer (NULL if out of memory). */
+static void *sub_block(const void *src, size_t es, const int64_t o[4], const int64_t n[4])
+{
+    unsigned char *dst = alloc_elems((size_t)(n[0] * n[1] * n[2] * n[3]), es);
+    if (!dst)
+        return NULL;
+    const unsigned char *s = src;
+    size_t k = 0, row = (size_t)n[3] * es;
+    for (int64_t a = 0; a < n[0]; a++)
+        for (int64_t b = 0; b < n[1]; b++)
+            for (int64_t c = 0; c < n[2]; c++, k += row)
+                memcpy(dst + k, s + (size_t)(((a * o[1] + b) * o[2] + c) * o[3]) * es, row);
+    return dst;
+}
+
+/* The leading block n of buf (dims o), replacing buf (freed); *count gets its size. NULL
+ * (and *fail set) if out of memory; NULL stays NULL. */
+static void *crop(void *buf, size_t es, const int64_t o[4], const int64_t n[4], size_t *count,
+                  int *fail)
+{
+    if (!buf)
+        return NULL;
+    void *c = sub_block(buf, es, o, n);
+    free(buf);
+    if (!c)
+        *fail = 1;
+    *count = c ? (size_t)(n[0] * n[1] * n[2] * n[3]) : 0;
+    return c;
+}
+
+int fuzz_problem_shrink(fuzz_problem *fp, int64_t max_p)
+{
+    smattn_problem *p = &fp->p;
+    int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv;
+    if (B * Hq * S * T <= max_p)
+        return 0;
+    fp->full_p = B * Hq * S * T;
+    B = 1;
+    if (B * Hq * S * T > max_p && Hkv > 1)
+        Hq /= Hkv, Hkv = 1; /* the GQA ratio survives */
+    if (B * Hq * S * T > max_p && Hq > 2)
+        Hq = max_p / (S * T) > 2 ? min64(Hq, max_p / (S * T)) : 2;
+    int64_t R = max_p / Hq; /* S * T budget */
+    if (R < 2)
+        R = 2;
+    if (S * T > R) {
+        switch (fp->shape_class) {
+        case FUZZ_PREFILL: {
+            int64_t n = 1;
+            while ((n + 1) * (n + 1) <= R)
+                n++;
+            S = T = min64(S, n);
+            break;
+        }
+        case FUZZ_CHUNKED:
+            T = min64(T, R / S > 2 ? R / S : 2);
+            S = min64(S, T - 1);
+            if (S * T > R)
+                S = R / T > 1 ? R / T : 1;
+            break;
+        case FUZZ_S_GT_T: {
+            int64_t n = 1;
+            while ((n + 1) * (n + 2) <= R)
+                n++;
+            T = min64(T, n);
+            S = min64(S, R / T);
+            if (S <= T)
+                S = T + 1;
+            break;
+        }
+        default: /* decode and small S: keep S (<= 4), cut T */
+            T = min64(T, R / S > 1 ? R / S : 1);
+            break;
+        }
+    }
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    size_t kvs = smattn_dtype_size(fp->in.k.dtype);
+    int64_t D = p->D, Dv = p->Dv;
+    int fail = 0;
+    if (att) {
+        fp->q = crop(fp->q, sizeof(float), (int64_t[4]){p->B, p->S, p->Hq, D},
+                     (int64_t[4]){B, S, Hq, D}, &fp->nq, &fail);
+        fp->k = crop(fp->k, kvs, (int64_t[4]){p->B, p->T, p->Hkv, D}, (int64_t[4]){B, T, Hkv, D},
+                     &fp->nk, &fail);
+        fp->v = crop(fp->v, kvs, (int64_t[4]){p->B, p->T, p->Hkv, Dv},
+                     (int64_t[4]){B, T, Hkv, Dv}, &fp->nv, &fail);
+    } else {
+        fp->x = crop(fp->x, sizeof(float), (int64_t[4]){p->B, p->Hq, p->S, p->T},
+                     (int64_t[4]){B, Hq, S, T}, &fp->nx, &fail);
+    }
+    if (fp->bias_kind)
+        fp->bias = crop(fp->bias, sizeof(float),
+                     (int64_t[4]){p->B, fp->bias_kind == 1 ? 1 : p->Hq, p->S, p->T},
+                     (int64_t[4]){B, fp->bias_kind == 1 ? 1 : Hq, S, T}, &fp->nbias, &fail);
+    if (fp->mask_kind)
+        fp->mask = crop(fp->mask, 1, (int64_t[4]){p->B, p->Hq, fp->mask_kind == 1 ? 1 : p->S, p->T},
+                     (int64_t[4]){B, Hq, fp->mask_kind == 1 ? 1 : S, T}, &fp->nmask, &fail);
+    if (fail) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    p->B = B, p->S = S, p->T = T, p->Hq = Hq, p->Hkv = Hkv; /* sinks: the first Hq are kept */
+    for (int64_t b = 0; b < B; b++) {
+        fp->kv_lens[b] = min64(fp->kv_lens[b], T);
+        fp->q_lens[b] = min64(fp->q_lens[b], S);
+    }
+    smattn_inputs *in = &fp->in;
+    if (att) {
+        in->q.data = fp->q, in->k.data = fp->k, in->v.data = fp->v;
+        smattn_contiguous_strides(p, 'q', in->q.stride);
+        smattn_contiguous_strides(p, 'k', in->k.stride);
+        smattn_contiguous_strides(p, 'v', in->v.stride);
+    } else {
+        in->x.data = fp->x;
+        smattn_contiguous_strides(p, 'x', in->x.stride);
+    }
+    if (fp->bias_kind) {
+        int64_t H = fp->bias_kind == 1 ? 1 : Hq;
+        in->bias = (smattn_tensor){fp->bias, SMATTN_F32,
+                                   {H * S * T, fp->bias_kind == 1 ? 0 : S * T, T, 1}};
+    }
+    if (fp->mask_kind) {
+        int64_t Sm = fp->mask_kind == 1 ? 1 : S;
+        in->mask = (smattn_tensor){fp->mask, SMATTN_BOOL,
+                                   {Hq * Sm * T, Sm * T, fp->mask_kind == 1 ? 0 : T, 1}};
+    }
+    return 0;
+}
+
 void fuzz_problem_free(fuzz_problem *fp)
 {
     free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),
@@ -380,12 +510,15 @@ void fuzz_problem_print(FILE *f, const fuzz_problem *fp)
         fprintf(f, " %" PRId64, p->q_lens[b]);
     fprintf(f,
             "%s  bias %s  mask %s  sinks %s  threads %d  values %d seed %" PRIu32
-            " patches %d raw bytes %zu\n",
+            " patches %d raw bytes %zu",
             p->q_lens ? "" : " -",
             fp->bias_kind == 0 ? "-" : fp->bias_kind == 1 ? "[B,1,S,T]" : "[B,Hq,S,T]",
             fp->mask_kind == 0 ? "-" : fp->mask_kind == 1 ? "[B,Hq,1,T]" : "[B,Hq,S,T]",
             fp->sinks ? "yes" : "-", fp->threads, fp->value_mode, fp->seed, fp->npatches,
             fp->raw_bytes);
+    if (fp->full_p)
+        fprintf(f, "  (shrunk from %" PRId64 " elements of P)", fp->full_p);
+    fprintf(f, "\n");
     print_tensor(f, "q", fp->q, SMATTN_F32, fp->nq);
     print_tensor(f, "k", fp->k, fp->in.k.dtype, fp->nk);
     print_tensor(f, "v", fp->v, fp->in.v.dtype, fp->nv);

@@ -83,12 +83,20 @@ typedef struct fuzz_problem {
     void *k, *v;
     unsigned char *mask;
     size_t nq, nx, nk, nv, nbias, nmask; /* element counts (bias/mask: as stored) */
+    int64_t full_p; /* B*Hq*S*T as decoded if fuzz_problem_shrink cut it, else 0 */
 } fuzz_problem;
 
 /* Decode data[0, size) into *fp (always succeeds unless memory runs out: returns nonzero).
  * The provider is left where decoding stopped, so that a target may read more from it. */
 int fuzz_problem_decode(fuzz_problem *fp, fuzz_provider *dp);
 void fuzz_problem_free(fuzz_problem *fp);
+/* Cut a decoded problem to at most about max_p elements of P (B*Hq*S*T): B to 1, then the
+ * KV heads to 1 (Hq to the GQA ratio), then Hq, then S and T keeping the shape class;
+ * kv_lens and q_lens are clamped, and the tensors' leading blocks copied to contiguous
+ * buffers, so the result is an ordinary decoded problem. A problem within the budget is
+ * left as it is. Deterministic: a target that shrinks shrinks the same way on replay.
+ * Returns nonzero if memory runs out (the problem is then freed). */
+int fuzz_problem_shrink(fuzz_problem *fp, int64_t max_p);
 /* Print the problem: one line of shape and options, then every input tensor as %a. */
 void fuzz_problem_print(FILE *f, const fuzz_problem *fp);
 
