@@ -27,7 +27,7 @@ tests: $(BUILD)/plugins/example_kernel.so $(MUTANT_SOS)
 
 # The kill table: every mutant through `smattn conform --suite quick`, from a real run.
 mutants-table: $(CLI) plugins
-	@tests/mutants/kill_table.sh $(CLI) $(BUILD) > tests/mutants/README.md.tmp && \
+	@tests/mutants/kill_table.py $(CLI) $(BUILD) > tests/mutants/README.md.tmp && \
 	  mv tests/mutants/README.md.tmp tests/mutants/README.md && \
 	  echo "tests/mutants/README.md written"
 

@@ -1,1 +1,23 @@
-# mk/onednn.mk: the oneDNN adapter plugin (plugins/onednn/), included by mk/mutants.mk.
+# mk/onednn.mk: the oneDNN adapter plugin (plugins/onednn/README.md), included by
+# mk/mutants.mk. Built only when Debian's libdnnl-dev is installed; `make conform-onednn`
+# runs the full conformance suite on it and writes the reports into build/onednn/.
+.PHONY: onednn conform-onednn
+ONEDNN_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
+ONEDNN_SO     := $(BUILD)/plugins/onednn_kernel.so
+ONEDNN_REPORT := $(BUILD)/onednn
+
+ifneq ($(ONEDNN_HEADER),)
+$(ONEDNN_SO): plugins/onednn/onednn_kernel.c include/smattn_kernel.h include/smattn.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $< -ldnnl -lm
+onednn: $(ONEDNN_SO)
+conform-onednn: $(CLI) $(ONEDNN_SO)
+	@mkdir -p $(ONEDNN_REPORT)
+	$(CLI) conform --kernel $(ONEDNN_SO) --suite full --json $(ONEDNN_REPORT)/conform.json \
+	  --junit $(ONEDNN_REPORT)/conform.xml; st=$$?; \
+	  echo "reports: $(ONEDNN_REPORT)/conform.json, $(ONEDNN_REPORT)/conform.xml (exit $$st)"; \
+	  test $$st -le 1 # a verdict either way is a finished run; 2 is a usage or load error
+else
+onednn conform-onednn:
+	@echo "oneDNN not found: apt-get install libdnnl-dev (Debian 12: oneDNN 2.6)"; exit 2
+endif
