@@ -1,6 +1,6 @@
 /* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
- *   gen_seeds fuzz_diff|fuzz_api|fuzz_case_files DIR
- * fuzz_diff: a deterministic random search over byte strings, keeping an input whenever it
+ *   gen_seeds fuzz_diff|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|fuzz_case_files DIR
+ * fuzz_diff, fuzz_ref_props, fuzz_decode_prefill (one decoder, one seed set): a deterministic random search over byte strings, keeping an input whenever it
  * decodes to a problem with a feature value (shape class, op, D, Dv, K/V dtype, causal,
  * GQA ratio, bias, mask, sinks, softcap, lengths, window, threads, value mode, empty-row
  * convention) seen fewer than twice; so every shape class is covered. fuzz_api: those
@@ -154,10 +154,12 @@ static void gen_case_files(const char *dir)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_api|fuzz_case_files DIR\n");
+        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|"
+                        "fuzz_case_files DIR\n");
         return 2;
     }
-    if (!strcmp(argv[1], "fuzz_diff"))
+    if (!strcmp(argv[1], "fuzz_diff") || !strcmp(argv[1], "fuzz_ref_props") ||
+        !strcmp(argv[1], "fuzz_decode_prefill"))
         gen_problems(argv[2], 0);
     else if (!strcmp(argv[1], "fuzz_api"))
         gen_problems(argv[2], 1);

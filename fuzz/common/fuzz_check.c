@@ -1,0 +1,124 @@
+/* fuzz_check.c: the shared checks of the comparing fuzz targets (see fuzz_check.h). */
+#include "fuzz/common/fuzz_check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tnames[] = {"O", "LSE", "P"};
+
+void fuzz_mismatch_head(const char *target, const fuzz_problem *fp, const char *what)
+{
+    fprintf(stderr, "MISMATCH %s %s\n", target, fuzz_shape_class_name(fp->shape_class));
+    fprintf(stderr, "check: %s\n", what);
+    fuzz_problem_print(stderr, fp);
+}
+
+int fuzz_isa_list(const char *isas[3])
+{
+    static const char *const all[] = {"scalar", "avx2", "avx512"};
+    int n = 0;
+    for (int a = 0; a < 3; a++)
+        if (smattn_opt_isa_available(all[a]))
+            isas[n++] = all[a];
+    return n;
+}
+
+const char *fuzz_pick_isa(uint32_t pick)
+{
+    /* smattn_opt_isa_available reads CPUID, which is slow in a VM: ask once */
+    static const char *isas[3];
+    static int n;
+    if (!n)
+        n = fuzz_isa_list(isas);
+    return isas[pick % (uint32_t)n];
+}
+
+smattn_status fuzz_run_opt(const smattn_problem *p, const smattn_inputs *in, const char *isa,
+                           int threads, fuzz_outputs *o)
+{
+    if (fuzz_outputs_alloc(o, p, SMATTN_F32))
+        abort(); /* out of memory in the harness: not a finding, but nothing to test */
+    smattn_opt_config cfg = {threads, isa};
+    return p->op == SMATTN_OP_ATTENTION ? smattn_attention(p, in, &o->out, &cfg)
+                                        : smattn_softmax(p, in, &o->out, &cfg);
+}
+
+void fuzz_require_ok(const char *target, const fuzz_problem *fp, smattn_status s,
+                     const char *what)
+{
+    if (s == SMATTN_OK)
+        return;
+    fuzz_mismatch_head(target, fp, what);
+    fprintf(stderr, "status: %s on a supported problem\n", smattn_status_name(s));
+    abort();
+}
+
+int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outputs *ref,
+                          fuzz_outputs *bnd)
+{
+    const smattn_problem *p = &fp->p;
+    fuzz_outputs fmt;
+    if (fuzz_outputs_alloc(ref, p, SMATTN_F64) || fuzz_outputs_alloc(bnd, p, SMATTN_F64) ||
+        fuzz_outputs_alloc(&fmt, p, SMATTN_F32))
+        abort();
+    smattn_ref_config rc = {1, 0, 0, 0};
+    smattn_status s = smattn_ref(p, &fp->in, &ref->out, &rc, NULL);
+    if (s == SMATTN_ERR_PRECISION && p->softcap > 0) { /* allowed by SPEC 5.5 */
+        fuzz_outputs_free(ref), fuzz_outputs_free(bnd), fuzz_outputs_free(&fmt);
+        return 1;
+    }
+    if (s) {
+        fuzz_mismatch_head(target, fp, "oracle status");
+        fprintf(stderr, "smattn_ref: %s on a valid problem\n", smattn_status_name(s));
+        abort();
+    }
+    smattn_precision pm = smattn_opt_precision(p);
+    s = smattn_bound(p, &fp->in, &pm, &fmt.out, &bnd->out);
+    fuzz_outputs_free(&fmt);
+    if (s) {
+        fuzz_mismatch_head(target, fp, "bound status");
+        fprintf(stderr, "smattn_bound: %s on a valid problem\n", smattn_status_name(s));
+        abort();
+    }
+    return 0;
+}
+
+void fuzz_check_bound(const char *target, const fuzz_problem *fp, const fuzz_outputs *kernel,
+                      const fuzz_outputs *ref, const fuzz_outputs *bnd, const char *what)
+{
+    /* within the bound: ratio <= 1 for finite exact values with a finite bound and,
+     * through smattn_error_ratio's class rules, for non-finite exact values */
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < kernel->n[k]; i++) {
+            double c = (double)((const float *)kernel->buf[k])[i];
+            double e = ((const double *)ref->buf[k])[i], b = ((const double *)bnd->buf[k])[i];
+            if (isinf(b) && isfinite(e))
+                continue; /* out of contract (SPEC 6.8): the bound cannot judge it */
+            double r = smattn_error_ratio(c, e, b);
+            if (!(r <= 1.0)) {
+                fuzz_mismatch_head(target, fp, what);
+                fprintf(stderr,
+                        "index: %s[%zu]\nvalues: kernel %a oracle %a\nerror: %a bound: %a "
+                        "ratio: %g\n",
+                        tnames[k], i, c, e, fabs(c - e), b, r);
+                abort();
+            }
+        }
+}
+
+void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,
+                          const fuzz_outputs *b, const char *what)
+{
+    size_t es = smattn_dtype_size(a->dtype);
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < a->n[k] && i < b->n[k]; i++) {
+            const unsigned char *x = a->buf[k], *y = b->buf[k];
+            if (memcmp(x + i * es, y + i * es, es) != 0) {
+                fuzz_mismatch_head(target, fp, what);
+                fprintf(stderr, "index: %s[%zu]\nvalues: first %a second %a\n", tnames[k], i,
+                        smattn_load(x, a->dtype, (int64_t)i), smattn_load(y, b->dtype, (int64_t)i));
+                abort();
+            }
+        }
+}

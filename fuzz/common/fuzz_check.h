@@ -1,0 +1,41 @@
+/* fuzz_check.h: what the targets that compare implementations share: the MISMATCH report,
+ * a kernel run, the oracle and bound of a problem, the bound check and the bitwise check.
+ * Every check that fails prints a report to stderr and calls abort(). */
+#ifndef SMATTN_FUZZ_CHECK_H
+#define SMATTN_FUZZ_CHECK_H
+
+#include "fuzz/common/fuzz_input.h"
+
+/* First lines of a report: "MISMATCH <target> <shape class>", "check: <what>", then the
+ * decoded problem. */
+void fuzz_mismatch_head(const char *target, const fuzz_problem *fp, const char *what);
+
+/* The ISAs this CPU runs, in the order scalar, avx2, avx512; returns how many (>= 1). */
+int fuzz_isa_list(const char *isas[3]);
+/* One of them, chosen by a value drawn from the input (e.g. the decoded seed). */
+const char *fuzz_pick_isa(uint32_t pick);
+
+/* The kernel (attention or softmax by p->op) on `in` into freshly allocated F32 outputs. */
+smattn_status fuzz_run_opt(const smattn_problem *p, const smattn_inputs *in, const char *isa,
+                           int threads, fuzz_outputs *o);
+/* Abort with a report unless the kernel returned SMATTN_OK. */
+void fuzz_require_ok(const char *target, const fuzz_problem *fp, smattn_status s,
+                     const char *what);
+
+/* The oracle's F64 outputs (`ref`) and the SPEC 6 bound for F32 outputs of the kernel's
+ * precision model (`bnd`), both allocated here. Returns 1 when the oracle gave up within
+ * its precision limit on a softcap problem (allowed by SPEC 5.5; nothing is allocated),
+ * else 0; any other failure is a MISMATCH. */
+int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outputs *ref,
+                          fuzz_outputs *bnd);
+
+/* Every element of `kernel` within `bnd` of `ref` (smattn_error_ratio <= 1); elements with
+ * a finite exact value and bound +inf are out of contract (SPEC 6.8) and not judged. */
+void fuzz_check_bound(const char *target, const fuzz_problem *fp, const fuzz_outputs *kernel,
+                      const fuzz_outputs *ref, const fuzz_outputs *bnd, const char *what);
+
+/* The same bits in every element of two outputs of one dtype. */
+void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,
+                          const fuzz_outputs *b, const char *what);
+
+#endif
