@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli/conform.h"
 #include "io/case.h"
 #include "io/vector.h"
 #include "smattn.h"
@@ -43,6 +44,19 @@ static const char usage_text[] =
     "      four dtypes bit for bit, then check the fast kernel against the oracle on\n"
     "      three Qwen2.5-7B-shaped problems under the SPEC 6 bound (skipped with\n"
     "      --vectors-only).\n"
+    "  conform [--kernel K.so|builtin] [--suite quick|full] [--seed N] [--time SECONDS]\n"
+    "          [--case-timeout SECONDS] [--json F] [--junit F] [--baseline F] [--html F]\n"
+    "      Judge an attention kernel (a plugin, include/smattn_kernel.h; default: the\n"
+    "      built-in one) on a battery of cases against the exact oracle and the SPEC 6\n"
+    "      bound: a table by category and a verdict. Exit 0 conforming, 1 not (or a\n"
+    "      --baseline regression), 2 bad usage or a kernel that cannot be loaded.\n"
+    "  gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16] [--empty zero|nan|mean]\n"
+    "      [--empty-lse neg_inf|pos_inf|zero] OUT\n"
+    "      Write the battery as case directories under OUT, with OUT/manifest.json.\n"
+    "  check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--json F] [--junit F]\n"
+    "          [--baseline F] [--html F]\n"
+    "      Judge the o.npy (and lse.npy, p.npy if present) saved in each case directory\n"
+    "      by the same rules as conform. Exit codes as for conform.\n"
     "  version    print the version\n"
     "  help       print this text\n"
     "\n"
@@ -686,6 +700,12 @@ int main(int argc, char **argv)
         return cmd_run(ENGINE_OPT, argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "conform"))
+        return smattn_cli_conform(argc - 2, argv + 2);
+    if (!strcmp(cmd, "gen"))
+        return smattn_cli_gen(argc - 2, argv + 2);
+    if (!strcmp(cmd, "check"))
+        return smattn_cli_check(argc - 2, argv + 2);
     char msg[128];
     snprintf(msg, sizeof msg, "unknown command '%.40s' (try 'smattn help')", cmd);
     return fail(EXIT_INPUT, msg);

@@ -1,0 +1,909 @@
+/* battery.c: the cases `smattn conform` runs: the spec's golden vectors, edge cases by
+ * category (each aimed at a bug real kernels have had), and random sweeps over prefill,
+ * chunked prefill and decode shapes. Each case records the features it uses, so a kernel
+ * is only given what it claims; invisible slots are filled with NaN and infinities, since
+ * SPEC 3.6 lets them hold anything. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conform/conform.h"
+#include "io/vector.h"
+
+/* The battery owns its binary64 inputs; smattn_tensor holds them as const. */
+#define MUT(p) ((double *)(uintptr_t)(p))
+
+enum { T_Q, T_K, T_V, T_X, T_BIAS, T_MASK, T_SINKS };
+
+/* ---- random numbers (splitmix64): every case draws from its own stream ---------------- */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-a, a). */
+static double rng_sym(rng *r, double a)
+{
+    return ((double)(rng_next(r) >> 11) * 0x1p-52 - 1.0) * a;
+}
+
+/* Uniform integer in [lo, hi]. */
+static int64_t rng_int(rng *r, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+static uint64_t hash_name(const char *s, uint64_t seed)
+{
+    uint64_t h = 0xcbf29ce484222325u ^ seed;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
+    return h;
+}
+
+/* ---- features ------------------------------------------------------------------------ */
+
+static const char *const cap_names[] = {
+    "causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask", "bias",
+    "sinks", "softcap", "gqa", "strides", "lse", "p", "dv"};
+
+const char *conform_cap_name(unsigned bit)
+{
+    return bit < sizeof cap_names / sizeof cap_names[0] ? cap_names[bit] : "?";
+}
+
+void conform_caps_str(uint32_t caps, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (unsigned b = 0; b < 32 && n < cap; b++)
+        if (caps & (1u << b))
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", conform_cap_name(b));
+}
+
+uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
+{
+    uint32_t c = 0;
+    if (p->causal == SMATTN_CAUSAL_LOWER_RIGHT)
+        c |= SMATTN_CAP_CAUSAL_LOWER_RIGHT;
+    if (p->causal == SMATTN_CAUSAL_UPPER_LEFT)
+        c |= SMATTN_CAP_CAUSAL_UPPER_LEFT;
+    if (p->window_left != -1 || p->window_right != -1)
+        c |= SMATTN_CAP_WINDOW;
+    if (p->kv_lens)
+        c |= SMATTN_CAP_KV_LENS;
+    if (p->q_lens)
+        c |= SMATTN_CAP_Q_LENS;
+    if (in->mask.data)
+        c |= SMATTN_CAP_BOOL_MASK;
+    if (in->bias.data)
+        c |= SMATTN_CAP_BIAS;
+    if (in->sinks.data)
+        c |= SMATTN_CAP_SINKS;
+    if (p->softcap > 0)
+        c |= SMATTN_CAP_SOFTCAP;
+    if (p->op == SMATTN_OP_ATTENTION && p->Hq != p->Hkv)
+        c |= SMATTN_CAP_GQA;
+    if (p->op == SMATTN_OP_ATTENTION && p->Dv != p->D)
+        c |= SMATTN_CAP_DV;
+    return c;
+}
+
+/* ---- building cases ------------------------------------------------------------------ */
+
+typedef struct builder {
+    conform_battery *b;
+    uint64_t seed;
+    rng r;     /* the current case's stream */
+    int oom;
+} builder;
+
+static void *zalloc(builder *bd, size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        bd->oom = 1;
+    return p;
+}
+
+static smattn_tensor *tensor_of(conform_case *c, int t)
+{
+    smattn_tensor *ts[] = {&c->in64.q, &c->in64.k, &c->in64.v, &c->in64.x, &c->in64.bias,
+                           &c->in64.mask, &c->in64.sinks};
+    return ts[t];
+}
+
+static double *alloc_f64(builder *bd, conform_case *c, int t, int64_t n, const int64_t st[4])
+{
+    smattn_tensor *ts = tensor_of(c, t);
+    double *d = zalloc(bd, (size_t)n, sizeof(double));
+    ts->data = d;
+    ts->dtype = SMATTN_F64;
+    memcpy(ts->stride, st, sizeof ts->stride);
+    c->count[t] = n;
+    return d;
+}
+
+/* A new case with random Q, K, V (or X) in [-amp, amp) (V in [-1, 1)). pad > 0 pads every
+ * innermost row of Q, K and V by pad elements holding NaN (strided layout). Returns NULL
+ * when out of memory (bd->oom set). */
+static conform_case *case_new(builder *bd, const char *cat, const char *name, smattn_op op,
+                              int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t Hkv,
+                              int64_t D, int64_t Dv, double amp, int64_t pad)
+{
+    conform_battery *b = bd->b;
+    if (bd->oom)
+        return NULL;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 64;
+        conform_case *nc = realloc(b->cases, cap * sizeof *nc);
+        if (!nc) {
+            bd->oom = 1;
+            return NULL;
+        }
+        b->cases = nc, b->cap = cap;
+    }
+    conform_case *c = &b->cases[b->n++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->category, sizeof c->category, "%s", cat);
+    snprintf(c->name, sizeof c->name, "%s/%s", cat, name);
+    c->kv_dtype = SMATTN_F32;
+    c->garbage = 1;
+    bd->r.s = hash_name(c->name, bd->seed);
+    smattn_problem *p = &c->prob;
+    *p = smattn_problem_default();
+    p->op = op;
+    p->B = B, p->S = S, p->T = T, p->Hq = Hq, p->Hkv = Hkv, p->D = D, p->Dv = Dv;
+    p->scale = op == SMATTN_OP_ATTENTION ? smattn_default_scale(D) : 1.0;
+    if (op == SMATTN_OP_SOFTMAX) {
+        int64_t st[4];
+        smattn_contiguous_strides(p, 'x', st);
+        double *x = alloc_f64(bd, c, T_X, B * Hq * S * T, st);
+        for (int64_t e = 0; x && e < c->count[T_X]; e++)
+            x[e] = rng_sym(&bd->r, amp);
+        return bd->oom ? NULL : c;
+    }
+    c->strided = pad > 0;
+    struct {
+        int t;
+        int64_t rows, heads, dim;
+        double a;
+    } tens[3] = {{T_Q, S, Hq, D, amp}, {T_K, T, Hkv, D, amp}, {T_V, T, Hkv, Dv, 1.0}};
+    for (int k = 0; k < 3; k++) {
+        int64_t pitch = tens[k].dim + pad;
+        int64_t st[4] = {tens[k].rows * tens[k].heads * pitch, tens[k].heads * pitch, pitch, 1};
+        double *d = alloc_f64(bd, c, tens[k].t, B * st[0], st);
+        for (int64_t e = 0; d && e < c->count[tens[k].t]; e++)
+            d[e] = e % pitch < tens[k].dim ? rng_sym(&bd->r, tens[k].a) : ((double)NAN);
+    }
+    return bd->oom ? NULL : c;
+}
+
+/* An all-true bool mask [B,Hq,S,T] for the caller to clear entries of. */
+static unsigned char *case_mask(builder *bd, conform_case *c)
+{
+    const smattn_problem *p = &c->prob;
+    int64_t n = p->B * p->Hq * p->S * p->T;
+    unsigned char *m = zalloc(bd, (size_t)n, 1);
+    if (!m)
+        return NULL;
+    memset(m, 1, (size_t)n);
+    c->in64.mask.data = m;
+    c->in64.mask.dtype = SMATTN_BOOL;
+    smattn_contiguous_strides(p, 'b', c->in64.mask.stride);
+    c->count[T_MASK] = n;
+    return m;
+}
+
+/* A bias [B,Hq,S,T] uniform in [-amp, amp). */
+static double *case_bias(builder *bd, conform_case *c, double amp)
+{
+    const smattn_problem *p = &c->prob;
+    int64_t st[4];
+    smattn_contiguous_strides(p, 'b', st);
+    double *d = alloc_f64(bd, c, T_BIAS, p->B * p->Hq * p->S * p->T, st);
+    for (int64_t e = 0; d && e < c->count[T_BIAS]; e++)
+        d[e] = rng_sym(&bd->r, amp);
+    return d;
+}
+
+/* Sinks [Hq] uniform in [lo, hi). */
+static double *case_sinks(builder *bd, conform_case *c, double lo, double hi)
+{
+    int64_t st[4] = {1, 0, 0, 0};
+    double *d = alloc_f64(bd, c, T_SINKS, c->prob.Hq, st);
+    for (int64_t h = 0; d && h < c->prob.Hq; h++)
+        d[h] = lo + (hi - lo) * 0.5 * (rng_sym(&bd->r, 1.0) + 1.0);
+    return d;
+}
+
+/* kv_lens (which = 0) or q_lens (1) from vals[0..B). */
+static void case_lens(builder *bd, conform_case *c, int which, const int64_t *vals)
+{
+    int64_t *l = zalloc(bd, (size_t)c->prob.B, sizeof(int64_t));
+    if (!l)
+        return;
+    memcpy(l, vals, (size_t)c->prob.B * sizeof *l);
+    c->lens[which] = l;
+    if (which == 0)
+        c->prob.kv_lens = l;
+    else
+        c->prob.q_lens = l;
+}
+
+static double at(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return ((const double *)t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] +
+                                     d * t->stride[3]];
+}
+
+/* Key j of row (b, h, i) is visible: SPEC 3.1-3.3, the mask, and no -inf bias (or x). */
+static int key_visible(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                       int64_t i, int64_t j)
+{
+    if (!smattn_visible(p, in, b, h, i, j))
+        return 0;
+    if (in->bias.data && at(&in->bias, b, h, i, j) == -HUGE_VAL)
+        return 0;
+    if (p->op == SMATTN_OP_SOFTMAX && at(&in->x, b, h, i, j) == -HUGE_VAL)
+        return 0;
+    return 1;
+}
+
+/* Fill what no output may depend on with NaN and infinities (SPEC 3.6, 4.2): K at keys no
+ * row of the KV head sees; V there too unless a row of the batch is empty (the mean
+ * convention reads V at [0, T_b)); Q of rows that see no key; bias and X at positions
+ * hidden by causality, window, lengths or the mask. */
+static void fill_garbage(builder *bd, conform_case *c)
+{
+    smattn_problem *p = &c->prob;
+    smattn_inputs *in = &c->in64;
+    static const double junk[3] = {((double)NAN), HUGE_VAL, -HUGE_VAL};
+    int64_t Hkv = p->op == SMATTN_OP_ATTENTION ? p->Hkv : p->Hq, G = p->Hq / Hkv;
+    unsigned char *seen = zalloc(bd, (size_t)(Hkv * p->T), 1);
+    if (!seen)
+        return;
+    for (int64_t b = 0; b < p->B; b++) {
+        memset(seen, 0, (size_t)(Hkv * p->T));
+        int any_empty = 0;
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++) {
+                int n = 0;
+                for (int64_t j = 0; j < p->T; j++) {
+                    int vis = key_visible(p, in, b, h, i, j);
+                    n += vis;
+                    seen[(h / G) * p->T + j] |= (unsigned char)vis;
+                    if (smattn_visible(p, in, b, h, i, j))
+                        continue;
+                    double *t = MUT(p->op == SMATTN_OP_SOFTMAX ? in->x.data : in->bias.data);
+                    const smattn_tensor *ts = p->op == SMATTN_OP_SOFTMAX ? &in->x : &in->bias;
+                    if (t)
+                        t[b * ts->stride[0] + h * ts->stride[1] + i * ts->stride[2] +
+                          j * ts->stride[3]] = ((double)NAN);
+                }
+                if (n == 0 && p->op == SMATTN_OP_ATTENTION) {
+                    any_empty |= !in->sinks.data || at(&in->sinks, h, 0, 0, 0) == -HUGE_VAL;
+                    double *q = MUT(in->q.data);
+                    for (int64_t d = 0; d < p->D; d++)
+                        q[b * in->q.stride[0] + i * in->q.stride[1] + h * in->q.stride[2] +
+                          d * in->q.stride[3]] = junk[(i + d) % 3];
+                } else if (n == 0) {
+                    any_empty = 1;
+                }
+            }
+        if (p->op != SMATTN_OP_ATTENTION)
+            continue;
+        int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+        for (int64_t g = 0; g < Hkv; g++)
+            for (int64_t j = 0; j < p->T; j++) {
+                if (seen[g * p->T + j])
+                    continue;
+                double *k = MUT(in->k.data), *v = MUT(in->v.data);
+                for (int64_t d = 0; d < p->D; d++)
+                    k[b * in->k.stride[0] + j * in->k.stride[1] + g * in->k.stride[2] +
+                      d * in->k.stride[3]] = junk[(j + d) % 3];
+                if (any_empty && j < Tb)
+                    continue;
+                for (int64_t d = 0; d < p->Dv; d++)
+                    v[b * in->v.stride[0] + j * in->v.stride[1] + g * in->v.stride[2] +
+                      d * in->v.stride[3]] = d % 2 ? ((double)NAN) : junk[(j + d) % 3];
+            }
+    }
+    free(seen);
+}
+
+/* Close a case: garbage in invisible slots (unless turned off), then its features. */
+static void finish(builder *bd, conform_case *c)
+{
+    if (!c || bd->oom)
+        return;
+    if (c->garbage)
+        fill_garbage(bd, c);
+    c->caps = conform_problem_caps(&c->prob, &c->in64) | (c->strided ? SMATTN_CAP_STRIDES : 0u);
+}
+
+/* The plain attention case most edge cases start from. */
+static conform_case *att(builder *bd, const char *cat, const char *name, int64_t B, int64_t S,
+                         int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
+{
+    return case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hq, Hkv, D, D, 2.0, 0);
+}
+
+/* ---- golden vectors (SPEC 8) ---------------------------------------------------------- */
+
+static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor *src,
+                       int64_t n0, int64_t n1, int64_t n2, int64_t n3, char role)
+{
+    if (!src->data)
+        return 0;
+    int64_t st[4];
+    smattn_contiguous_strides(&c->prob, role, st);
+    if (role == 's')
+        st[0] = 1;
+    int64_t n = n0 * n1 * n2 * n3;
+    if (t == T_MASK) {
+        unsigned char *m = zalloc(bd, (size_t)n, 1);
+        if (!m)
+            return -1;
+        c->in64.mask = (smattn_tensor){m, SMATTN_BOOL, {st[0], st[1], st[2], st[3]}};
+        c->count[T_MASK] = n;
+    } else if (!alloc_f64(bd, c, t, n, st)) {
+        return -1;
+    }
+    for (int64_t a = 0; a < n0; a++)
+        for (int64_t b = 0; b < n1; b++)
+            for (int64_t e = 0; e < n2; e++)
+                for (int64_t d = 0; d < n3; d++) {
+                    int64_t off = a * src->stride[0] + b * src->stride[1] + e * src->stride[2] +
+                                  d * src->stride[3];
+                    int64_t dst = a * st[0] + b * st[1] + e * st[2] + d * st[3];
+                    if (t == T_MASK)
+                        ((unsigned char *)(uintptr_t)c->in64.mask.data)[dst] =
+                            ((const unsigned char *)src->data)[off] != 0;
+                    else
+                        ((double *)(uintptr_t)tensor_of(c, t)->data)[dst] =
+                            smattn_load(src->data, src->dtype, off);
+                }
+    return 0;
+}
+
+static void add_vector(builder *bd, const char *path)
+{
+    smattn_vector v;
+    char err[256];
+    if (smattn_vector_load(path, &v, err, sizeof err))
+        return; /* the demo and the vectors suite report broken vectors */
+    const smattn_problem *vp = &v.prob;
+    conform_battery *b = bd->b;
+    conform_case *c = case_new(bd, "golden", v.name, vp->op, 1, 1, 1, 1, 1, 1, 1, 1.0, 0);
+    if (!c) {
+        smattn_vector_free(&v);
+        return;
+    }
+    for (int t = 0; t < 7; t++) {
+        free((void *)(uintptr_t)tensor_of(c, t)->data);
+        tensor_of(c, t)->data = NULL;
+        c->count[t] = 0;
+    }
+    c->garbage = 0;
+    c->prob = *vp;
+    c->prob.kv_lens = c->prob.q_lens = NULL;
+    const smattn_inputs *in = &v.in;
+    const smattn_problem *p = vp;
+    int rc = 0;
+    if (p->op == SMATTN_OP_ATTENTION) {
+        rc |= copy_tensor(bd, c, T_Q, &in->q, p->B, p->S, p->Hq, p->D, 'q');
+        rc |= copy_tensor(bd, c, T_K, &in->k, p->B, p->T, p->Hkv, p->D, 'k');
+        rc |= copy_tensor(bd, c, T_V, &in->v, p->B, p->T, p->Hkv, p->Dv, 'v');
+    } else {
+        rc |= copy_tensor(bd, c, T_X, &in->x, p->B, p->Hq, p->S, p->T, 'x');
+    }
+    rc |= copy_tensor(bd, c, T_BIAS, &in->bias, p->B, p->Hq, p->S, p->T, 'b');
+    rc |= copy_tensor(bd, c, T_MASK, &in->mask, p->B, p->Hq, p->S, p->T, 'b');
+    rc |= copy_tensor(bd, c, T_SINKS, &in->sinks, p->Hq, 1, 1, 1, 's');
+    if (p->kv_lens)
+        case_lens(bd, c, 0, p->kv_lens);
+    if (p->q_lens)
+        case_lens(bd, c, 1, p->q_lens);
+    smattn_vector_free(&v);
+    if (rc)
+        bd->oom = 1;
+    finish(bd, c);
+    (void)b;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every *.json of dir (sorted). */
+static void add_vectors(builder *bd, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char *names[512];
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 512) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && e->d_name[0] != '.' && strcmp(e->d_name + l - 5, ".json") == 0) {
+            names[n] = malloc(strlen(dir) + l + 2);
+            if (names[n])
+                sprintf(names[n], "%s/%s", dir, e->d_name), n++;
+        }
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    for (size_t k = 0; k < n; k++) {
+        add_vector(bd, names[k]);
+        free(names[k]);
+    }
+}
+
+static int is_dir(const char *p)
+{
+    DIR *d = opendir(p);
+    if (d)
+        closedir(d);
+    return d != NULL;
+}
+
+/* spec/vectors next to the executable (build/smattn -> spec/vectors), under SMATTN_ROOT,
+ * or in the working directory. */
+static int find_vectors(char *out, size_t cap)
+{
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(out, cap, "%s/../spec/vectors", exe);
+            if (is_dir(out))
+                return 0;
+        }
+    }
+    const char *root = getenv("SMATTN_ROOT");
+    if (root) {
+        snprintf(out, cap, "%s/spec/vectors", root);
+        if (is_dir(out))
+            return 0;
+    }
+    snprintf(out, cap, "spec/vectors");
+    return is_dir(out) ? 0 : -1;
+}
+
+/* ---- edge cases by category ----------------------------------------------------------- */
+
+static void empty_rows(builder *bd)
+{
+    conform_case *c = att(bd, "empty_rows", "mask_rows_false", 1, 4, 8, 2, 2, 8);
+    unsigned char *m = c ? case_mask(bd, c) : NULL;
+    for (int64_t j = 0; m && j < 8; j++)
+        m[1 * 8 + j] = m[3 * 8 + j] = m[(4 + 2) * 8 + j] = 0; /* head 0 rows 1, 3; head 1 row 2 */
+    finish(bd, c);
+    c = att(bd, "empty_rows", "causal_lr_s6_t3", 1, 6, 3, 2, 2, 8);
+    if (c)
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    finish(bd, c);
+    c = att(bd, "empty_rows", "kv_lens_zero", 2, 3, 5, 2, 2, 8);
+    if (c)
+        case_lens(bd, c, 0, (int64_t[]){0, 5});
+    finish(bd, c);
+    c = att(bd, "empty_rows", "bias_row_neg_inf", 1, 4, 6, 1, 1, 4);
+    double *bias = c ? case_bias(bd, c, 1.0) : NULL;
+    for (int64_t j = 0; bias && j < 6; j++)
+        bias[0 * 6 + j] = bias[2 * 6 + j] = -HUGE_VAL;
+    finish(bd, c);
+    c = att(bd, "empty_rows", "window_outside_kv_lens", 2, 4, 12, 1, 1, 4);
+    if (c) { /* batch 0: T_b = 3, the window [d - 1, d + 1] around d = i + 8 sees nothing */
+        case_lens(bd, c, 0, (int64_t[]){3, 12});
+        case_lens(bd, c, 1, (int64_t[]){4, 4});
+        c->prob.window_left = c->prob.window_right = 1;
+    }
+    finish(bd, c);
+}
+
+static void padding(builder *bd, int full)
+{
+    conform_case *c = att(bd, "padding", "kv_lens_b3", 3, 4, 16, 2, 2, 8);
+    if (c)
+        case_lens(bd, c, 0, (int64_t[]){1, 7, 16});
+    finish(bd, c);
+    c = att(bd, "padding", "q_lens_b3", 3, 5, 6, 2, 2, 8);
+    if (c)
+        case_lens(bd, c, 1, (int64_t[]){4, 1, 0});
+    finish(bd, c);
+    c = att(bd, "padding", "causal_lr_both_lens", 2, 6, 20, 2, 1, 8);
+    if (c) { /* the diagonal follows T_b - S_b per batch (SPEC 3.1) */
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        case_lens(bd, c, 0, (int64_t[]){9, 20});
+        case_lens(bd, c, 1, (int64_t[]){3, 6});
+    }
+    finish(bd, c);
+    if (full) {
+        c = att(bd, "padding", "decode_cache_b4", 4, 1, 70, 4, 2, 32);
+        if (c)
+            case_lens(bd, c, 0, (int64_t[]){70, 1, 33, 64});
+        finish(bd, c);
+    }
+}
+
+static void garbage(builder *bd)
+{
+    conform_case *c = att(bd, "garbage", "kv_cache_slots", 2, 1, 16, 2, 2, 8);
+    if (c)
+        case_lens(bd, c, 0, (int64_t[]){5, 11});
+    finish(bd, c);
+    c = att(bd, "garbage", "mask_columns", 1, 4, 9, 2, 2, 8);
+    unsigned char *m = c ? case_mask(bd, c) : NULL;
+    for (int64_t r = 0; m && r < 2 * 4; r++)
+        m[r * 9 + 3] = m[r * 9 + 5] = 0;
+    finish(bd, c);
+    c = att(bd, "garbage", "bias_neg_inf_columns", 1, 3, 8, 1, 1, 8);
+    double *bias = c ? case_bias(bd, c, 2.0) : NULL;
+    for (int64_t i = 0; bias && i < 3; i++)
+        bias[i * 8 + 2] = bias[i * 8 + 6] = -HUGE_VAL;
+    finish(bd, c);
+    c = att(bd, "garbage", "window_behind", 1, 4, 16, 1, 1, 8);
+    if (c)
+        c->prob.window_left = 2, c->prob.window_right = 0;
+    finish(bd, c);
+}
+
+static void extreme(builder *bd, int full)
+{
+    /* |q.k| up to ~ D a^2 / sqrt(D): e^s overflows binary32 without the max shift. */
+    conform_case *c = case_new(bd, "extreme", "large_scores", SMATTN_OP_ATTENTION, 1, 4, 16, 2, 2,
+                               16, 16, 24.0, 0);
+    finish(bd, c);
+    c = att(bd, "extreme", "negative_scale", 1, 3, 12, 1, 1, 8);
+    if (c)
+        c->prob.scale = -40.0;
+    finish(bd, c);
+    c = att(bd, "extreme", "one_sharp_key", 1, 2, 33, 1, 1, 8);
+    if (c) { /* key 17 scores ~ +90 over the others */
+        double *k = MUT(c->in64.k.data), *q = MUT(c->in64.q.data);
+        for (int64_t d = 0; d < 8; d++)
+            q[d] = q[8 + d] = 4.0, k[17 * 8 + d] = 8.0;
+    }
+    finish(bd, c);
+    c = case_new(bd, "extreme", "flat_tiny_values", SMATTN_OP_ATTENTION, 1, 3, 20, 1, 1, 8, 8,
+                 1e-20, 0);
+    double *v = c ? MUT(c->in64.v.data) : NULL;
+    for (int64_t e = 0; v && e < c->count[T_V]; e++)
+        v[e] *= 1e-39; /* binary32 subnormals */
+    finish(bd, c);
+    c = att(bd, "extreme", "large_v", 1, 2, 10, 1, 1, 4);
+    v = c ? MUT(c->in64.v.data) : NULL;
+    for (int64_t e = 0; v && e < c->count[T_V]; e++)
+        v[e] *= 1e37;
+    finish(bd, c);
+    if (full) {
+        c = case_new(bd, "extreme", "score_beyond_f32", SMATTN_OP_ATTENTION, 1, 2, 8, 1, 1, 4, 4,
+                     3e19, 0);
+        finish(bd, c);
+        c = case_new(bd, "extreme", "large_scores_long", SMATTN_OP_ATTENTION, 1, 8, 300, 2, 2, 64,
+                     64, 8.0, 0);
+        finish(bd, c);
+    }
+}
+
+static void shapes(builder *bd, int full)
+{
+    static const int64_t sh[][3] = {{1, 1, 1}, {3, 7, 3}, {5, 17, 17}, {2, 33, 33}, {7, 65, 5},
+                                    {1, 129, 8}, {9, 4, 8}, {2, 31, 96}};
+    size_t n = full ? sizeof sh / sizeof sh[0] : 6;
+    for (size_t k = 0; k < n; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "s%lld_t%lld_d%lld", (long long)sh[k][0], (long long)sh[k][1],
+                 (long long)sh[k][2]);
+        finish(bd, att(bd, "shapes", name, 1, sh[k][0], sh[k][1], 2, 2, sh[k][2]));
+    }
+    finish(bd, att(bd, "shapes", "s_gt_t_s9_t4", 1, 9, 4, 1, 1, 8));
+    conform_case *c = case_new(bd, "shapes", "dv_ne_d", SMATTN_OP_ATTENTION, 2, 3, 9, 2, 2, 8, 5,
+                               2.0, 0);
+    finish(bd, c);
+}
+
+static void causal(builder *bd, int full)
+{
+    static const int64_t st[][2] = {{16, 16}, {5, 16}, {16, 5}, {1, 9}, {33, 40}, {40, 33}};
+    size_t n = full ? 6 : 3;
+    for (int ul = 0; ul < 2; ul++)
+        for (size_t k = 0; k < n; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "%s_s%lld_t%lld", ul ? "upper_left" : "lower_right",
+                     (long long)st[k][0], (long long)st[k][1]);
+            conform_case *c = att(bd, "causal", name, 1, st[k][0], st[k][1], 2, 2, 8);
+            if (c)
+                c->prob.causal = ul ? SMATTN_CAUSAL_UPPER_LEFT : SMATTN_CAUSAL_LOWER_RIGHT;
+            finish(bd, c);
+        }
+}
+
+static void window(builder *bd, int full)
+{
+    static const int64_t w[][4] = {/* S, T, left, right; causal LR when right < 0 */
+                                   {64, 64, 15, -1}, {65, 65, 16, -1}, {1, 64, 31, -1},
+                                   {8, 40, 7, 8},    {128, 128, 63, -1}, {4, 129, 32, 32},
+                                   {33, 64, 0, 0},   {16, 16, -1, 3}};
+    size_t n = full ? sizeof w / sizeof w[0] : 4;
+    for (size_t k = 0; k < n; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "s%lld_t%lld_left%lld_right%lld", (long long)w[k][0],
+                 (long long)w[k][1], (long long)w[k][2], (long long)w[k][3]);
+        conform_case *c = att(bd, "window", name, 1, w[k][0], w[k][1], 1, 1, 8);
+        if (c) {
+            c->prob.window_left = w[k][2];
+            c->prob.window_right = w[k][3] < 0 ? 0 : w[k][3];
+            if (w[k][3] < 0)
+                c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT, c->prob.window_right = -1;
+        }
+        finish(bd, c);
+    }
+}
+
+static void gqa(builder *bd, int full)
+{
+    static const int64_t h[][2] = {{4, 2}, {7, 1}, {32, 1}, {64, 2}, {12, 4}, {128, 1}};
+    size_t n = full ? 6 : 4;
+    for (size_t k = 0; k < n; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "hq%lld_hkv%lld", (long long)h[k][0], (long long)h[k][1]);
+        conform_case *c = att(bd, "gqa", name, 1, k % 2 ? 1 : 3, 12, h[k][0], h[k][1], 8);
+        if (c && k == 3)
+            c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        finish(bd, c);
+    }
+}
+
+static void bias_cases(builder *bd)
+{
+    conform_case *c = att(bd, "bias", "random", 1, 4, 10, 2, 2, 8);
+    if (c)
+        case_bias(bd, c, 5.0);
+    finish(bd, c);
+    c = att(bd, "bias", "scattered_neg_inf", 1, 5, 12, 2, 2, 8);
+    double *b = c ? case_bias(bd, c, 1.0) : NULL;
+    for (int64_t e = 0; b && e < c->count[T_BIAS]; e += 3)
+        b[e] = -HUGE_VAL;
+    finish(bd, c);
+    c = att(bd, "bias", "huge_gap", 1, 2, 9, 1, 1, 4);
+    b = c ? case_bias(bd, c, 0.5) : NULL;
+    if (b)
+        b[4] = 1e4, b[9 + 1] = -1e4;
+    finish(bd, c);
+}
+
+static void sinks(builder *bd)
+{
+    conform_case *c = att(bd, "sinks", "random", 1, 4, 10, 3, 3, 8);
+    if (c)
+        case_sinks(bd, c, -2.0, 2.0);
+    finish(bd, c);
+    c = att(bd, "sinks", "dominant", 1, 3, 8, 2, 1, 8);
+    double *s = c ? case_sinks(bd, c, 20.0, 30.0) : NULL;
+    if (s)
+        s[1] = -HUGE_VAL; /* head 1: no sink */
+    finish(bd, c);
+    c = att(bd, "sinks", "with_empty_rows", 1, 5, 2, 2, 2, 8);
+    s = c ? case_sinks(bd, c, -1.0, 1.0) : NULL;
+    if (s) { /* rows 0-2 see no key: head 0 has a finite sink (not empty), head 1 none */
+        s[1] = -HUGE_VAL;
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    }
+    finish(bd, c);
+}
+
+static void softcap(builder *bd)
+{
+    conform_case *c = case_new(bd, "softcap", "cap30_large_scores", SMATTN_OP_ATTENTION, 1, 4, 12,
+                               2, 2, 16, 16, 6.0, 0);
+    if (c)
+        c->prob.softcap = 30.0;
+    finish(bd, c);
+    c = att(bd, "softcap", "cap1_causal", 1, 6, 6, 1, 1, 8);
+    if (c)
+        c->prob.softcap = 1.0, c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    finish(bd, c);
+}
+
+static void dtypes(builder *bd)
+{
+    conform_case *c = att(bd, "dtype", "kv_f16", 1, 3, 20, 2, 2, 16);
+    if (c)
+        c->kv_dtype = SMATTN_F16;
+    finish(bd, c);
+    c = att(bd, "dtype", "kv_bf16", 1, 3, 20, 2, 2, 16);
+    if (c)
+        c->kv_dtype = SMATTN_BF16;
+    finish(bd, c);
+}
+
+static void strides(builder *bd)
+{
+    finish(bd, case_new(bd, "strides", "row_pitch_pad3", SMATTN_OP_ATTENTION, 2, 3, 11, 2, 2, 8,
+                        8, 2.0, 3));
+    finish(bd, case_new(bd, "strides", "decode_pitch_pad5", SMATTN_OP_ATTENTION, 1, 1, 17, 4, 4,
+                        5, 5, 2.0, 5));
+}
+
+static void softmax(builder *bd)
+{
+    finish(bd, case_new(bd, "softmax", "plain", SMATTN_OP_SOFTMAX, 1, 3, 8, 2, 2, 0, 0, 3.0, 0));
+    conform_case *c =
+        case_new(bd, "softmax", "neg_inf_entries", SMATTN_OP_SOFTMAX, 1, 3, 7, 1, 1, 0, 0, 3.0, 0);
+    double *x = c ? MUT(c->in64.x.data) : NULL;
+    for (int64_t j = 0; x && j < 7; j++) /* row 1 all -inf: an empty row */
+        x[2 * j % 7] = -HUGE_VAL, x[7 + j] = -HUGE_VAL;
+    finish(bd, c);
+    c = case_new(bd, "softmax", "causal_lr", SMATTN_OP_SOFTMAX, 1, 6, 4, 2, 2, 0, 0, 2.0, 0);
+    if (c)
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    finish(bd, c);
+}
+
+/* ---- random sweeps -------------------------------------------------------------------- */
+
+static const int64_t head_dims[] = {8, 16, 32, 64, 80, 96, 128};
+
+/* Features on about half the cases, so a plain kernel still runs the rest. */
+static void random_features(builder *bd, conform_case *c)
+{
+    rng *r = &bd->r;
+    smattn_problem *p = &c->prob;
+    if (rng_next(r) % 2 == 0)
+        return;
+    if (rng_next(r) % 2 == 0) {
+        int64_t l[16];
+        for (int64_t b = 0; b < p->B; b++)
+            l[b] = rng_int(r, p->S == 1 ? 1 : 0, p->T);
+        case_lens(bd, c, 0, l);
+    }
+    if (rng_next(r) % 4 == 0)
+        p->window_left = rng_int(r, 0, p->T);
+    if (rng_next(r) % 4 == 0)
+        p->softcap = 20.0 + (double)rng_int(r, 0, 30);
+    if (rng_next(r) % 4 == 0)
+        case_sinks(bd, c, -3.0, 3.0);
+}
+
+static void sweep(builder *bd, const char *cat, int count, int full)
+{
+    for (int k = 0; k < count; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "%03d", k);
+        rng r = {hash_name(name, bd->seed ^ hash_name(cat, 0))};
+        int64_t B = rng_int(&r, 1, full ? 3 : 2), Hkv = rng_int(&r, 1, full ? 4 : 2);
+        int64_t G = rng_int(&r, 1, 4), D = head_dims[rng_int(&r, 0, full ? 6 : 3)];
+        int64_t S, T;
+        if (!strcmp(cat, "prefill"))
+            S = T = rng_int(&r, 2, full ? 300 : 40);
+        else if (!strcmp(cat, "chunked"))
+            S = rng_int(&r, 2, full ? 64 : 12), T = S + rng_int(&r, 1, full ? 700 : 60);
+        else
+            S = 1, T = rng_int(&r, 1, full ? 2048 : 160);
+        conform_case *c = case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hkv * G, Hkv, D,
+                                   D, 2.5, 0);
+        if (!c)
+            return;
+        bd->r = r;
+        if (strcmp(cat, "prefill") || rng_next(&bd->r) % 3)
+            c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        random_features(bd, c);
+        finish(bd, c);
+    }
+}
+
+int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
+                          const char *vectors_dir, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    int full = suite && !strcmp(suite, "full");
+    if (!full && suite && strcmp(suite, "quick")) {
+        snprintf(err, errlen, "unknown suite '%.40s' (want quick or full)", suite);
+        return -1;
+    }
+    builder bd = {b, seed, {seed}, 0};
+    char vdir[1100];
+    if (vectors_dir) {
+        if (!is_dir(vectors_dir)) {
+            snprintf(err, errlen, "vectors: %s is not a directory", vectors_dir);
+            return -1;
+        }
+        snprintf(vdir, sizeof vdir, "%s", vectors_dir);
+    }
+    if (vectors_dir || find_vectors(vdir, sizeof vdir) == 0)
+        add_vectors(&bd, vdir);
+    empty_rows(&bd);
+    padding(&bd, full);
+    garbage(&bd);
+    extreme(&bd, full);
+    shapes(&bd, full);
+    causal(&bd, full);
+    window(&bd, full);
+    gqa(&bd, full);
+    bias_cases(&bd);
+    sinks(&bd);
+    softcap(&bd);
+    dtypes(&bd);
+    strides(&bd);
+    softmax(&bd);
+    sweep(&bd, "prefill", full ? 40 : 3, full);
+    sweep(&bd, "chunked", full ? 40 : 3, full);
+    sweep(&bd, "decode", full ? 40 : 3, full);
+    if (bd.oom) {
+        conform_battery_free(b);
+        snprintf(err, errlen, "out of memory building the battery");
+        return -1;
+    }
+    return 0;
+}
+
+void conform_battery_free(conform_battery *b)
+{
+    for (size_t k = 0; k < b->n; k++) {
+        conform_case *c = &b->cases[k];
+        for (int t = 0; t < 7; t++)
+            free((void *)(uintptr_t)tensor_of(c, t)->data);
+        free(c->lens[0]);
+        free(c->lens[1]);
+    }
+    free(b->cases);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- materialising a case for a kernel ------------------------------------------------- */
+
+int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
+                             smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m)
+{
+    memset(m, 0, sizeof *m);
+    m->prob = c->prob;
+    m->prob.empty_rows = empty;
+    m->prob.empty_lse = empty_lse;
+    m->in = c->in64;
+    const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k, &c->in64.v,
+                                   &c->in64.x, &c->in64.bias, &c->in64.sinks};
+    smattn_tensor *dst[6] = {&m->in.q, &m->in.k, &m->in.v, &m->in.x, &m->in.bias, &m->in.sinks};
+    static const int idx[6] = {T_Q, T_K, T_V, T_X, T_BIAS, T_SINKS};
+    for (int t = 0; t < 6; t++) {
+        if (!src[t]->data)
+            continue;
+        smattn_dtype dt = (t == 1 || t == 2) ? kvdt : qdt;
+        int64_t n = c->count[idx[t]];
+        void *buf = malloc((size_t)(n ? n : 1) * smattn_dtype_size(dt));
+        if (!buf) {
+            conform_inst_free(m);
+            return -1;
+        }
+        for (int64_t e = 0; e < n; e++)
+            smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
+        m->owned[t] = buf;
+        dst[t]->data = buf;
+        dst[t]->dtype = dt;
+    }
+    return 0;
+}
+
+void conform_inst_free(conform_inst *m)
+{
+    for (int t = 0; t < 6; t++)
+        free(m->owned[t]);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,54 @@
+/* builtin.c: the built-in optimised kernel (opt/, smattn_attention) as a plugin, so that
+ * `smattn conform` judges it exactly as it judges any other kernel: one thread per case
+ * (the checker runs cases in child processes), the precision model smattn_opt_precision. */
+#include <stdio.h>
+
+#include "conform/conform.h"
+
+const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
+{
+    (void)host_abi;
+    static smattn_plugin_info info;
+    static char version[48];
+    snprintf(version, sizeof version, "%d.%d.%d %s", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
+             SMATTN_VERSION_PATCH, smattn_opt_isa());
+    smattn_problem one = smattn_problem_default();
+    one.B = one.S = one.T = one.Hq = one.Hkv = one.D = one.Dv = 1;
+    info.abi_version = SMATTN_PLUGIN_ABI_VERSION;
+    info.struct_size = (uint32_t)sizeof info;
+    info.name = "smattn-opt";
+    info.version = version;
+    /* smattn.h: every mask kind, softcap, sinks, any strides, O, LSE and P. */
+    info.caps = SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
+                SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
+                SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
+                SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV;
+    info.q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32);
+    info.kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) |
+                     SMATTN_DTYPE_BIT(SMATTN_BF16);
+    info.out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32);
+    info.max_head_dim = 0;
+    info.empty_rows = SMATTN_EMPTY_ZERO;
+    info.empty_lse = SMATTN_LSE_NEG_INF;
+    info.precision = smattn_opt_precision(&one); /* used only without the precision hook */
+    return &info;
+}
+
+int conform_builtin_attention(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out)
+{
+    smattn_opt_config cfg = {1, NULL};
+    return (int)smattn_attention(p, in, out, &cfg);
+}
+
+int conform_builtin_softmax(const smattn_problem *p, const smattn_inputs *in,
+                            const smattn_outputs *out)
+{
+    smattn_opt_config cfg = {1, NULL};
+    return (int)smattn_softmax(p, in, out, &cfg);
+}
+
+smattn_precision conform_builtin_precision(const smattn_problem *p)
+{
+    return smattn_opt_precision(p);
+}

@@ -1,0 +1,422 @@
+/* files.c: file-based checking for kernels that are not C: `smattn gen` writes the battery
+ * as case directories (SPEC 7.1, readable by `smattn ref`) with a manifest; the user runs a
+ * kernel on each and saves o.npy (optionally lse.npy, p.npy) beside the inputs; `smattn
+ * check` judges them with the same rules as `smattn conform`. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <json.h>
+
+#include "conform/conform.h"
+#include "io/case.h"
+#include "io/npy.h"
+
+static const char *const empty_names[3] = {"zero", "nan", "mean"};
+static const char *const empty_lse_names[3] = {"neg_inf", "pos_inf", "zero"};
+static const char *const causal_names[3] = {"none", "lower_right", "upper_left"};
+
+/* a/b into out; -1 if it does not fit. */
+static int join(char *out, size_t cap, const char *a, const char *b)
+{
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int make_dir(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (mkdir(path, 0777) == 0 || (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+        return 0;
+    snprintf(err, errlen, "%s: cannot create directory: %s", path, strerror(errno));
+    return -1;
+}
+
+/* OUT/<category>-<name> for case name "<category>/<name>". */
+static void case_dir_name(const conform_case *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->name);
+    for (char *s = buf; *s; s++)
+        if (*s == '/')
+            *s = '-';
+}
+
+static int write_array(const char *dir, const char *file, smattn_npy_type t, int rank,
+                       const int64_t *shape, const void *data, char *err, size_t errlen)
+{
+    char path[1400];
+    (void)join(path, sizeof path, dir, file);
+    return smattn_npy_write(path, t, rank, shape, data, err, errlen);
+}
+
+static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
+{
+    if (!l)
+        return;
+    fprintf(f, ",\n  \"%s\": [", key);
+    for (int64_t b = 0; b < B; b++)
+        fprintf(f, "%s%lld", b ? ", " : "", (long long)l[b]);
+    fprintf(f, "]");
+}
+
+/* case.json with every option of the problem (SPEC 7.1). */
+static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
+                           int bf16, char *err, size_t errlen)
+{
+    char path[1400];
+    (void)join(path, sizeof path, dir, "case.json");
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write", path);
+        return -1;
+    }
+    fprintf(f, "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
+               "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
+            p->scale, causal_names[p->causal], (long long)p->window_left,
+            (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
+            empty_lse_names[p->empty_lse]);
+    put_lens(f, "kv_lens", p->kv_lens, p->B);
+    put_lens(f, "q_lens", p->q_lens, p->B);
+    if (bf16) {
+        const char *names[6];
+        int n = 0;
+        if (p->op == SMATTN_OP_ATTENTION)
+            names[n++] = "q", names[n++] = "k", names[n++] = "v";
+        else
+            names[n++] = "x";
+        if (in->bias.data)
+            names[n++] = "bias";
+        if (in->sinks.data)
+            names[n++] = "sinks";
+        fprintf(f, ",\n  \"bf16\": [");
+        for (int k = 0; k < n; k++)
+            fprintf(f, "%s\"%s\"", k ? ", " : "", names[k]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "\n}\n");
+    if (fclose(f)) {
+        snprintf(err, errlen, "%s: cannot write", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_case(const conform_case *c, const char *dir, smattn_dtype t, smattn_empty empty,
+                      smattn_empty_lse empty_lse, char *err, size_t errlen)
+{
+    conform_inst m;
+    if (conform_case_materialise(c, t, t, empty, empty_lse, &m)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const smattn_problem *p = &m.prob;
+    smattn_npy_type nt = smattn_npy_type_of(t);
+    int64_t q[4] = {p->B, p->S, p->Hq, p->D}, k[4] = {p->B, p->T, p->Hkv, p->D};
+    int64_t v[4] = {p->B, p->T, p->Hkv, p->Dv}, x[4] = {p->B, p->Hq, p->S, p->T};
+    int rc = make_dir(dir, err, errlen);
+    if (!rc && p->op == SMATTN_OP_ATTENTION)
+        rc = write_array(dir, "q.npy", nt, 4, q, m.in.q.data, err, errlen) ||
+             write_array(dir, "k.npy", nt, 4, k, m.in.k.data, err, errlen) ||
+             write_array(dir, "v.npy", nt, 4, v, m.in.v.data, err, errlen);
+    else if (!rc)
+        rc = write_array(dir, "x.npy", nt, 4, x, m.in.x.data, err, errlen);
+    if (!rc && m.in.bias.data)
+        rc = write_array(dir, "bias.npy", nt, 4, x, m.in.bias.data, err, errlen);
+    if (!rc && m.in.mask.data)
+        rc = write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, x, m.in.mask.data, err, errlen);
+    if (!rc && m.in.sinks.data)
+        rc = write_array(dir, "sinks.npy", nt, 1, &p->Hq, m.in.sinks.data, err, errlen);
+    if (!rc)
+        rc = write_case_json(dir, p, &m.in, t == SMATTN_BF16, err, errlen);
+    conform_inst_free(&m);
+    return rc ? -1 : 0;
+}
+
+long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,
+                       smattn_empty empty, smattn_empty_lse empty_lse, const char *suite,
+                       uint64_t seed, char *err, size_t errlen)
+{
+    if (make_dir(out, err, errlen))
+        return -1;
+    json_object *man = json_object_new_object();
+    json_object_object_add(man, "suite", json_object_new_string(suite));
+    json_object_object_add(man, "seed", json_object_new_int64((int64_t)seed));
+    json_object_object_add(man, "dtype", json_object_new_string(smattn_dtype_name(t)));
+    json_object_object_add(man, "empty_rows", json_object_new_string(empty_names[empty]));
+    json_object_object_add(man, "empty_lse", json_object_new_string(empty_lse_names[empty_lse]));
+    json_object *arr = json_object_new_array();
+    long n = 0;
+    for (size_t k = 0; k < b->n; k++) {
+        const conform_case *c = &b->cases[k];
+        if (c->strided) /* files are contiguous: these cases would repeat others */
+            continue;
+        char name[128], dir[1300];
+        case_dir_name(c, name, sizeof name);
+        (void)join(dir, sizeof dir, out, name);
+        if (write_case(c, dir, t, empty, empty_lse, err, errlen)) {
+            json_object_put(man);
+            return -1;
+        }
+        json_object *e = json_object_new_object();
+        json_object_object_add(e, "dir", json_object_new_string(name));
+        json_object_object_add(e, "name", json_object_new_string(c->name));
+        json_object_object_add(e, "category", json_object_new_string(c->category));
+        json_object *feat = json_object_new_array();
+        for (unsigned bit = 0; bit < 32; bit++)
+            if (c->caps & (1u << bit))
+                json_object_array_add(feat, json_object_new_string(conform_cap_name(bit)));
+        json_object_object_add(e, "features", feat);
+        json_object_array_add(arr, e);
+        n++;
+    }
+    json_object_object_add(man, "cases", arr);
+    char path[1300];
+    (void)join(path, sizeof path, out, "manifest.json");
+    int rc = json_object_to_file_ext(path, man, JSON_C_TO_STRING_PRETTY);
+    json_object_put(man);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot write", path);
+        return -1;
+    }
+    return n;
+}
+
+/* ---- check ------------------------------------------------------------------------------ */
+
+static int has_file(const char *dir, const char *name)
+{
+    char path[1400];
+    struct stat st;
+    (void)join(path, sizeof path, dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int is_case_dir(const char *dir)
+{
+    return has_file(dir, "q.npy") || has_file(dir, "x.npy");
+}
+
+/* Read OUTPUT.npy of a case; 1 if absent, -1 (err) if malformed, 0 with got filled. */
+static int read_output(const char *dir, const char *file, const smattn_case *c, int t,
+                       smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
+{
+    char path[1400];
+    (void)join(path, sizeof path, dir, file);
+    if (!has_file(dir, file))
+        return 1;
+    if (smattn_npy_read(path, a, err, errlen)) {
+        char e2[600];
+        snprintf(e2, sizeof e2, "%s: %s", file, err);
+        snprintf(err, errlen, "%s", e2);
+        return -1;
+    }
+    const smattn_problem *p = &c->prob;
+    int64_t want[3][4] = {{p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
+    int rank = (t == 1 ? 3 : 4) - (c->rank == 3);
+    const int64_t *w = want[t] + (c->rank == 3);
+    int ok = a->rank == rank && !a->fortran_order;
+    for (int r = 0; ok && r < rank; r++)
+        ok = a->shape[r] == w[r];
+    smattn_dtype dt;
+    switch (a->type) {
+    case SMATTN_NPY_F64: dt = SMATTN_F64; break;
+    case SMATTN_NPY_F32: dt = SMATTN_F32; break;
+    case SMATTN_NPY_F16: dt = SMATTN_F16; break;
+    case SMATTN_NPY_U16:
+    case SMATTN_NPY_BF16: dt = SMATTN_BF16; break;
+    default: ok = 0, dt = SMATTN_F32; break;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "%s: want a C-order float array of shape [", file);
+        for (int r = 0; r < rank; r++)
+            snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
+                     (long long)w[r]);
+        snprintf(err + strlen(err), errlen - strlen(err), "] (f64, f32, f16, or bf16 as u2)");
+        return -1;
+    }
+    static const char roles[3] = {'o', 'l', 'p'};
+    got->data = a->data;
+    got->dtype = dt;
+    smattn_contiguous_strides(p, roles[t], got->stride);
+    return 0;
+}
+
+static void check_one(const char *dir, const char *name, const char *category,
+                      const smattn_precision *pm, conform_result *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->category, sizeof r->category, "%s", category);
+    r->status = CONFORM_FAIL;
+    smattn_case c;
+    char err[700];
+    if (smattn_case_load(dir, &c, err, sizeof err)) {
+        snprintf(r->reason, sizeof r->reason, "cannot load the case: %s", err);
+        return;
+    }
+    const smattn_problem *p = &c.prob;
+    int64_t s[7] = {p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv};
+    memcpy(r->shape, s, sizeof s);
+    r->caps = conform_problem_caps(p, &c.in);
+    static const char *const files[3] = {"o.npy", "lse.npy", "p.npy"};
+    smattn_npy arr[3];
+    memset(arr, 0, sizeof arr);
+    smattn_outputs got;
+    memset(&got, 0, sizeof got);
+    smattn_out_tensor *gt[3] = {&got.o, &got.lse, &got.p};
+    int att = p->op == SMATTN_OP_ATTENTION, bad = 0;
+    for (int t = 0; t < 3 && !bad; t++) {
+        if (t == 0 && !att)
+            continue;
+        int rc = read_output(dir, files[t], &c, t, &arr[t], gt[t], err, sizeof err);
+        if (rc < 0) {
+            snprintf(r->reason, sizeof r->reason, "%s", err);
+            bad = 1;
+        } else if (rc > 0 && (t == 0 || (t == 2 && !att))) {
+            snprintf(r->reason, sizeof r->reason,
+                     "%s missing: run the kernel on the case and save its output there", files[t]);
+            bad = 1;
+        }
+    }
+    smattn_status st;
+    if (!bad && (st = smattn_validate(p, &c.in, &got)) != SMATTN_OK) {
+        snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
+                 smattn_status_name(st));
+        bad = 1;
+    }
+    if (!bad)
+        conform_judge(p, &c.in, &got, pm, 1, r);
+    for (int t = 0; t < 3; t++)
+        smattn_npy_free(&arr[t]);
+    smattn_case_free(&c);
+}
+
+typedef struct entry {
+    char *dir, *name, *category;
+} entry;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
+}
+
+static int push(entry **e, size_t *n, size_t *cap, const char *dir, const char *name,
+                const char *cat)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 64;
+        entry *ne = realloc(*e, nc * sizeof *ne);
+        if (!ne)
+            return -1;
+        *e = ne, *cap = nc;
+    }
+    entry *x = &(*e)[(*n)++];
+    x->dir = strdup(dir);
+    x->name = strdup(name);
+    x->category = strdup(cat);
+    return x->dir && x->name && x->category ? 0 : -1;
+}
+
+/* The cases under root: the manifest's, or every subdirectory that holds one. */
+static int list_cases(const char *root, entry **e, size_t *n, char *err, size_t errlen)
+{
+    size_t cap = 0;
+    char path[1400];
+    (void)join(path, sizeof path, root, "manifest.json");
+    if (has_file(root, "manifest.json")) {
+        json_object *man = json_object_from_file(path), *cases;
+        if (!man || !json_object_object_get_ex(man, "cases", &cases) ||
+            !json_object_is_type(cases, json_type_array)) {
+            snprintf(err, errlen, "%s: not a manifest of smattn gen (no \"cases\" array)", path);
+            if (man)
+                json_object_put(man);
+            return -1;
+        }
+        for (size_t k = 0; k < json_object_array_length(cases); k++) {
+            json_object *c = json_object_array_get_idx(cases, k), *d, *nm, *cat;
+            if (!json_object_object_get_ex(c, "dir", &d)) {
+                snprintf(err, errlen, "%s: case %zu has no \"dir\"", path, k);
+                json_object_put(man);
+                return -1;
+            }
+            const char *dn = json_object_get_string(d);
+            if (strstr(dn, "..") || strchr(dn, '/')) {
+                snprintf(err, errlen, "%s: case dir '%.60s' is not a plain name", path, dn);
+                json_object_put(man);
+                return -1;
+            }
+            (void)join(path, sizeof path, root, dn);
+            int bad = push(e, n, &cap, path,
+                           json_object_object_get_ex(c, "name", &nm) ? json_object_get_string(nm) : dn,
+                           json_object_object_get_ex(c, "category", &cat)
+                               ? json_object_get_string(cat)
+                               : "case");
+            if (bad) {
+                json_object_put(man);
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            (void)join(path, sizeof path, root, "manifest.json");
+        }
+        json_object_put(man);
+        return 0;
+    }
+    DIR *d = opendir(root);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", root, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        (void)join(path, sizeof path, root, de->d_name);
+        if (is_case_dir(path) && push(e, n, &cap, path, de->d_name, "case")) {
+            closedir(d);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    closedir(d);
+    if (*n)
+        qsort(*e, *n, sizeof **e, cmp_entry);
+    return 0;
+}
+
+int conform_check_path(const char *path, const smattn_precision *pm, conform_result **res,
+                       size_t *n, char *err, size_t errlen)
+{
+    *res = NULL;
+    *n = 0;
+    entry *e = NULL;
+    size_t ne = 0, cap = 0;
+    int rc = 0;
+    if (is_case_dir(path)) {
+        const char *base = strrchr(path, '/');
+        rc = push(&e, &ne, &cap, path, base && base[1] ? base + 1 : path, "case");
+        if (rc)
+            snprintf(err, errlen, "out of memory");
+    } else {
+        rc = list_cases(path, &e, &ne, err, errlen);
+        if (!rc && ne == 0) {
+            snprintf(err, errlen, "%s: no case directory (q.npy or x.npy) here or below", path);
+            rc = -1;
+        }
+    }
+    if (!rc && !(*res = calloc(ne ? ne : 1, sizeof **res))) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    for (size_t k = 0; !rc && k < ne; k++)
+        check_one(e[k].dir, e[k].name, e[k].category, pm, &(*res)[k]);
+    if (!rc)
+        *n = ne;
+    for (size_t k = 0; k < ne; k++)
+        free(e[k].dir), free(e[k].name), free(e[k].category);
+    free(e);
+    return rc;
+}

@@ -1,0 +1,298 @@
+/* judge.c: a kernel's outputs against the exact oracle (smattn_ref, with the conventions
+ * the kernel claims) under the SPEC 6 bound of its precision model (smattn_bound): the max
+ * error/bound ratio and ulp error, and, for a failure, one sentence naming what was
+ * violated (an empty-row convention, a masked key with weight, the causal alignment, a NaN
+ * where the spec has a finite value). Elements with a finite exact value but bound +inf
+ * (out of contract, SPEC 6.8) are counted and reported, not judged. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conform/conform.h"
+
+static const char out_roles[3] = {'o', 'l', 'p'};
+
+static const char *empty_name(smattn_empty e)
+{
+    return e == SMATTN_EMPTY_NAN ? "nan" : e == SMATTN_EMPTY_MEAN ? "mean" : "zero";
+}
+
+static const char *empty_lse_name(smattn_empty_lse e)
+{
+    return e == SMATTN_LSE_POS_INF ? "pos_inf" : e == SMATTN_LSE_ZERO ? "zero" : "neg_inf";
+}
+
+static double load4(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return smattn_load(t->data, t->dtype,
+                       a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3]);
+}
+
+/* Why key j is hidden from row (b, h, i), or NULL if it is visible. */
+static const char *hidden_by(const smattn_problem *p, const smattn_inputs *in, int64_t b,
+                             int64_t h, int64_t i, int64_t j, char *buf, size_t cap)
+{
+    int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T, Sb = p->q_lens ? p->q_lens[b] : p->S;
+    if (i >= Sb) {
+        snprintf(buf, cap, "q_lens (row %lld is padding, q_lens[%lld] = %lld)", (long long)i,
+                 (long long)b, (long long)Sb);
+        return buf;
+    }
+    if (j >= Tb) {
+        snprintf(buf, cap, "kv_lens (key %lld is padding, kv_lens[%lld] = %lld)", (long long)j,
+                 (long long)b, (long long)Tb);
+        return buf;
+    }
+    if (smattn_visible(p, in, b, h, i, j)) {
+        if (in->bias.data && load4(&in->bias, b, h, i, j) == -HUGE_VAL)
+            return "a -inf bias";
+        if (p->op == SMATTN_OP_SOFTMAX && load4(&in->x, b, h, i, j) == -HUGE_VAL)
+            return "x = -inf";
+        return NULL;
+    }
+    smattn_problem q = *p;
+    q.causal = SMATTN_CAUSAL_NONE;
+    if (p->causal != SMATTN_CAUSAL_NONE && smattn_visible(&q, in, b, h, i, j)) {
+        int64_t d = p->causal == SMATTN_CAUSAL_UPPER_LEFT ? i : i + Tb - Sb;
+        snprintf(buf, cap, "the causal mask (%s: key %lld > diagonal %lld)",
+                 p->causal == SMATTN_CAUSAL_UPPER_LEFT ? "upper_left" : "lower_right",
+                 (long long)j, (long long)d);
+        return buf;
+    }
+    q.window_left = q.window_right = -1;
+    if (smattn_visible(&q, in, b, h, i, j))
+        return "the sliding window";
+    return "the bool mask";
+}
+
+/* Keys row (b, h, i) sees, and whether it has a sink (SPEC 3.4). */
+static int64_t row_keys(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                        int64_t i, int *sink)
+{
+    char buf[8];
+    int64_t n = 0;
+    for (int64_t j = 0; j < p->T; j++)
+        n += hidden_by(p, in, b, h, i, j, buf, 1) == NULL;
+    *sink = in->sinks.data && load4(&in->sinks, h, 0, 0, 0) != -HUGE_VAL;
+    return n;
+}
+
+/* Element e of output t as (b, h, i, col) and its text. */
+static void locate(const smattn_problem *p, int t, int64_t e, int64_t ix[4], char *buf,
+                   size_t cap)
+{
+    if (t == 0) { /* O [B,S,Hq,Dv] */
+        ix[3] = e % p->Dv, e /= p->Dv;
+        ix[1] = e % p->Hq, e /= p->Hq;
+        ix[2] = e % p->S, ix[0] = e / p->S;
+        snprintf(buf, cap, "O[b=%lld,i=%lld,h=%lld,c=%lld]", (long long)ix[0], (long long)ix[2],
+                 (long long)ix[1], (long long)ix[3]);
+    } else if (t == 1) { /* LSE [B,Hq,S] */
+        ix[3] = 0;
+        ix[2] = e % p->S, e /= p->S;
+        ix[1] = e % p->Hq, ix[0] = e / p->Hq;
+        snprintf(buf, cap, "LSE[b=%lld,h=%lld,i=%lld]", (long long)ix[0], (long long)ix[1],
+                 (long long)ix[2]);
+    } else { /* P [B,Hq,S,T] */
+        ix[3] = e % p->T, e /= p->T;
+        ix[2] = e % p->S, e /= p->S;
+        ix[1] = e % p->Hq, ix[0] = e / p->Hq;
+        snprintf(buf, cap, "P[b=%lld,h=%lld,i=%lld,j=%lld]", (long long)ix[0], (long long)ix[1],
+                 (long long)ix[2], (long long)ix[3]);
+    }
+}
+
+static void fmt_value(double x, char *buf, size_t cap)
+{
+    if (isnan(x))
+        snprintf(buf, cap, "NaN");
+    else if (x == 0)
+        snprintf(buf, cap, "%s0", signbit(x) ? "-" : "+");
+    else
+        snprintf(buf, cap, "%.9g", x);
+}
+
+/* Outputs in binary64 for the tensors present in `like`. */
+static int alloc_f64(const smattn_problem *p, const smattn_outputs *like, smattn_outputs *o,
+                     int64_t n[3])
+{
+    memset(o, 0, sizeof *o);
+    const smattn_out_tensor *lt[3] = {&like->o, &like->lse, &like->p};
+    smattn_out_tensor *ot[3] = {&o->o, &o->lse, &o->p};
+    for (int t = 0; t < 3; t++) {
+        if (!lt[t]->data)
+            continue;
+        ot[t]->data = calloc((size_t)(n[t] ? n[t] : 1), sizeof(double));
+        if (!ot[t]->data)
+            return -1;
+        ot[t]->dtype = SMATTN_F64;
+        smattn_contiguous_strides(p, out_roles[t], ot[t]->stride);
+    }
+    return 0;
+}
+
+static void free_f64(smattn_outputs *o)
+{
+    free(o->o.data);
+    free(o->lse.data);
+    free(o->p.data);
+    memset(o, 0, sizeof *o);
+}
+
+/* The max error/bound ratio of got's O against problem q's oracle; +inf on any failure. */
+static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
+                          const smattn_outputs *got, const smattn_precision *pm, int64_t nO)
+{
+    smattn_outputs only = {got->o, {0}, {0}}, ref, bnd;
+    int64_t n[3] = {nO, 0, 0};
+    double worst = HUGE_VAL;
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
+        smattn_ref(q, in, &ref, &cfg, NULL) == SMATTN_OK &&
+        smattn_bound(q, in, pm, &only, &bnd) == SMATTN_OK) {
+        worst = 0;
+        for (int64_t e = 0; e < nO; e++) {
+            double r = smattn_error_ratio(smattn_load(got->o.data, got->o.dtype, e),
+                                          ((double *)ref.o.data)[e], ((double *)bnd.o.data)[e]);
+            worst = r > worst ? r : worst;
+        }
+    }
+    free_f64(&ref);
+    free_f64(&bnd);
+    return worst;
+}
+
+/* A sentence for the worst element: which convention or rule it breaks. */
+static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                     const smattn_precision *pm, int garbage, int t, int64_t e, double c,
+                     double x, double bound, double ratio, int64_t nO, char *out, size_t cap)
+{
+    int64_t ix[4];
+    char where[96], cs[40], xs[40];
+    locate(p, t, e, ix, where, sizeof where);
+    fmt_value(c, cs, sizeof cs);
+    fmt_value(x, xs, sizeof xs);
+    int sink;
+    int64_t keys = row_keys(p, in, ix[0], ix[1], ix[2], &sink);
+    if (keys == 0 && !sink) {
+        const char *conv = t == 1 ? empty_lse_name(p->empty_lse) : empty_name(p->empty_rows);
+        const char *want = t == 1 ? (p->empty_lse == SMATTN_LSE_ZERO       ? "0"
+                                     : p->empty_lse == SMATTN_LSE_POS_INF ? "+inf"
+                                                                          : "-inf")
+                           : p->empty_rows == SMATTN_EMPTY_NAN  ? "NaN"
+                           : p->empty_rows == SMATTN_EMPTY_ZERO ? "+0"
+                                                                : xs;
+        snprintf(out, cap, "empty row (no visible key, no sink): %s expected %s (%s convention%s), got %s",
+                 where, want, conv, t == 1 ? " for the LSE" : "", cs);
+        return;
+    }
+    char why[160];
+    if (t == 2 && x == 0 && bound == 0 &&
+        hidden_by(p, in, ix[0], ix[1], ix[2], ix[3], why, sizeof why)) {
+        snprintf(out, cap, "masked key got weight: %s = %s, but key %lld is hidden by %s", where,
+                 cs, (long long)ix[3], why);
+        return;
+    }
+    size_t n = 0;
+    if (p->op == SMATTN_OP_ATTENTION && p->causal != SMATTN_CAUSAL_NONE && got->o.data) {
+        smattn_problem q = *p;
+        q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
+                                                          : SMATTN_CAUSAL_LOWER_RIGHT;
+        if (ratio_under(&q, in, got, pm, nO) <= 1)
+            n = (size_t)snprintf(out, cap, "causal alignment: O follows %s, but %s is claimed; ",
+                                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
+                                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "lower_right" : "upper_left");
+        else if (p->causal == SMATTN_CAUSAL_LOWER_RIGHT && p->window_right == -1) {
+            q = *p;
+            q.causal = SMATTN_CAUSAL_NONE;
+            q.window_right = 1;
+            if (ratio_under(&q, in, got, pm, nO) <= 1)
+                n = (size_t)snprintf(out, cap, "causal alignment off by one: O follows keys "
+                                               "j <= i + T_b - S_b + 1; ");
+        }
+    }
+    if (n >= cap)
+        return;
+    if (isfinite(x) && !isfinite(c))
+        snprintf(out + n, cap - n, "%s at %s where the spec has a finite value (%s)%s",
+                 isnan(c) ? "NaN" : "infinity", where, xs,
+                 garbage && isnan(c) ? "; invisible slots of this case hold NaN/inf: did a "
+                                       "masked or padded position leak in?"
+                                     : "");
+    else if (isnan(x))
+        snprintf(out + n, cap - n, "%s = %s where the spec has NaN (SPEC 4.2)", where, cs);
+    else
+        snprintf(out + n, cap - n, "error/bound ratio %.4g at %s: got %s, exact %s, bound %.3g",
+                 ratio, where, cs, xs, bound);
+}
+
+void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                   const smattn_precision *pm, int garbage, conform_result *r)
+{
+    r->max_ratio = r->max_ulp = 0;
+    r->unbounded = r->elements = 0;
+    r->reason[0] = '\0';
+    int att = p->op == SMATTN_OP_ATTENTION;
+    int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0, p->B * p->Hq * p->S,
+                    p->B * p->Hq * p->S * p->T};
+    smattn_outputs ref, bnd;
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    smattn_status st = SMATTN_ERR_NOMEM;
+    if (!alloc_f64(p, got, &ref, n) && !alloc_f64(p, got, &bnd, n)) {
+        st = smattn_ref(p, in, &ref, &cfg, NULL);
+        if (st == SMATTN_OK)
+            st = smattn_bound(p, in, pm, got, &bnd);
+    }
+    if (st != SMATTN_OK) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "the oracle or the bound failed: %s (%s)",
+                 smattn_status_str(st), smattn_status_name(st));
+        free_f64(&ref);
+        free_f64(&bnd);
+        return;
+    }
+    const smattn_out_tensor *gt[3] = {&got->o, &got->lse, &got->p};
+    const smattn_out_tensor *rt[3] = {&ref.o, &ref.lse, &ref.p};
+    const smattn_out_tensor *bt[3] = {&bnd.o, &bnd.lse, &bnd.p};
+    int wt = -1;
+    int64_t we = 0;
+    double wc = 0, wx = 0, wb = 0;
+    for (int t = 0; t < 3; t++) {
+        if (!gt[t]->data)
+            continue;
+        for (int64_t e = 0; e < n[t]; e++) {
+            double c = smattn_load(gt[t]->data, gt[t]->dtype, e);
+            double x = ((const double *)rt[t]->data)[e], b = ((const double *)bt[t]->data)[e];
+            r->elements++;
+            if (isfinite(x) && b == HUGE_VAL) {
+                r->unbounded++;
+                continue;
+            }
+            double ratio = smattn_error_ratio(c, x, b);
+            double ulp = smattn_ulp_error(c, x, gt[t]->dtype);
+            if (ulp > r->max_ulp || isnan(ulp))
+                r->max_ulp = isnan(ulp) ? HUGE_VAL : ulp;
+            if (ratio > r->max_ratio || (isnan(ratio) && wt < 0) || wt < 0) {
+                if (ratio > r->max_ratio || wt < 0) {
+                    r->max_ratio = isnan(ratio) ? HUGE_VAL : ratio;
+                    wt = t, we = e, wc = c, wx = x, wb = b;
+                }
+            }
+        }
+    }
+    if (r->max_ratio > 1) {
+        r->status = CONFORM_FAIL;
+        diagnose(p, in, got, pm, garbage, wt, we, wc, wx, wb, r->max_ratio, n[0], r->reason,
+                 sizeof r->reason);
+    } else {
+        r->status = CONFORM_PASS;
+        if (r->unbounded)
+            snprintf(r->reason, sizeof r->reason,
+                     "%lld elements out of contract (finite exact value, bound +inf: SPEC 6.8), "
+                     "not judged",
+                     (long long)r->unbounded);
+    }
+    free_f64(&ref);
+    free_f64(&bnd);
+}

@@ -1,0 +1,396 @@
+/* run.c: one case through a kernel under test, isolated: the kernel runs in a forked child
+ * with a time limit; its outputs live in shared mappings with PROT_NONE guard pages before
+ * and after and canary-filled gaps between the data and the guards, and are prefilled with
+ * a signalling-NaN pattern so that an element never written is seen. A crash, a hang, a
+ * nonzero status or a write outside the outputs fails the case with its reason. */
+/* MAP_ANONYMOUS is not POSIX (the build sets _POSIX_C_SOURCE). */
+#define _DEFAULT_SOURCE 1
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conform/conform.h"
+
+/* Canary bytes on each side of an output's data (the gap before the data is exactly
+ * this; the gap after runs to the end of the page, at least this). */
+#define GAP_BYTES 64
+#define CANARY 0xA5
+/* P is requested only up to this many elements (the oracle and bound hold it in binary64). */
+#define MAX_P_ELEMS ((int64_t)1 << 20)
+
+typedef struct guarded {
+    unsigned char *map; /* [guard page][body][guard page] */
+    size_t map_len, body_len;
+    unsigned char *data; /* body + GAP_BYTES */
+    size_t bytes;
+} guarded;
+
+/* What the child leaves for the parent (a shared page). */
+typedef struct child_report {
+    volatile int returned;   /* the entry point returned */
+    volatile int status;     /* its return value */
+    volatile int fault_sig;  /* SIGSEGV / SIGBUS caught, with its address */
+    void *volatile fault_addr;
+} child_report;
+
+static child_report *g_report; /* the child's view, for its signal handler */
+
+static size_t page_size(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static int guarded_alloc(guarded *g, size_t bytes)
+{
+    size_t ps = page_size();
+    memset(g, 0, sizeof *g);
+    g->bytes = bytes;
+    g->body_len = (bytes + 2 * GAP_BYTES + ps - 1) / ps * ps;
+    g->map_len = g->body_len + 2 * ps;
+    void *m = mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    g->map = m;
+    if (mprotect(g->map, ps, PROT_NONE) || mprotect(g->map + ps + g->body_len, ps, PROT_NONE)) {
+        munmap(g->map, g->map_len);
+        g->map = NULL;
+        return -1;
+    }
+    memset(g->map + ps, CANARY, g->body_len);
+    g->data = g->map + ps + GAP_BYTES;
+    return 0;
+}
+
+static void guarded_free(guarded *g)
+{
+    if (g->map)
+        munmap(g->map, g->map_len);
+    g->map = NULL;
+}
+
+/* Where a fault address lies relative to an output, as text; 0 if not near it. */
+static int describe_addr(const guarded *g, const char *name, const void *addr, char *out,
+                         size_t cap)
+{
+    const unsigned char *a = addr;
+    if (!g->map || a < g->map || a >= g->map + g->map_len)
+        return 0;
+    if (a < g->data)
+        snprintf(out, cap, "%zu bytes before %s", (size_t)(g->data - a), name);
+    else if (a >= g->data + g->bytes)
+        snprintf(out, cap, "%zu bytes past the end of %s", (size_t)(a - (g->data + g->bytes)),
+                 name);
+    else
+        snprintf(out, cap, "inside %s", name);
+    return 1;
+}
+
+/* The first canary byte changed, as text; 0 if all intact. */
+static int check_canaries(const guarded *g, const char *name, char *out, size_t cap)
+{
+    size_t ps = page_size();
+    const unsigned char *body = g->map + ps, *end = body + g->body_len;
+    for (const unsigned char *p = body; p < g->data; p++)
+        if (*p != CANARY) {
+            snprintf(out, cap, "wrote outside its outputs: %zu bytes before %s",
+                     (size_t)(g->data - p), name);
+            return 1;
+        }
+    for (const unsigned char *p = g->data + g->bytes; p < end; p++)
+        if (*p != CANARY) {
+            snprintf(out, cap, "wrote outside its outputs: %zu bytes past the end of %s "
+                               "(a %zu-byte buffer)",
+                     (size_t)(p - (g->data + g->bytes)), name, g->bytes);
+            return 1;
+        }
+    return 0;
+}
+
+/* A signalling NaN per dtype, the prefill of every output. */
+static void fill_pattern(void *data, smattn_dtype t, int64_t n)
+{
+    for (int64_t e = 0; e < n; e++)
+        switch (t) {
+        case SMATTN_F64: {
+            uint64_t b = 0x7ff4a5a5a5a5a5a5u;
+            memcpy((char *)data + 8 * e, &b, 8);
+            break;
+        }
+        case SMATTN_F32: {
+            uint32_t b = 0x7fa5a5a5u;
+            memcpy((char *)data + 4 * e, &b, 4);
+            break;
+        }
+        case SMATTN_F16: {
+            uint16_t b = 0x7d5a;
+            memcpy((char *)data + 2 * e, &b, 2);
+            break;
+        }
+        default: {
+            uint16_t b = 0x7fa5;
+            memcpy((char *)data + 2 * e, &b, 2);
+            break;
+        }
+        }
+}
+
+static int is_pattern(const void *data, smattn_dtype t, int64_t e)
+{
+    size_t es = smattn_dtype_size(t);
+    unsigned char want[8];
+    fill_pattern(want, t, 1);
+    return memcmp((const char *)data + (size_t)e * es, want, es) == 0;
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    if (g_report) {
+        g_report->fault_sig = sig;
+        g_report->fault_addr = si ? si->si_addr : NULL;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The dtype used for a tensor: the case's wish if the kernel takes it, else F32, F16,
+ * BF16, F64 in that order; -1 if none. */
+static int pick_dtype(unsigned accepted, smattn_dtype want)
+{
+    if (accepted & SMATTN_DTYPE_BIT(want))
+        return (int)want;
+    static const smattn_dtype order[4] = {SMATTN_F32, SMATTN_F16, SMATTN_BF16, SMATTN_F64};
+    for (int k = 0; k < 4; k++)
+        if (accepted & SMATTN_DTYPE_BIT(order[k]))
+            return (int)order[k];
+    return -1;
+}
+
+static void fill_shape(conform_result *r, const smattn_problem *p)
+{
+    int64_t s[7] = {p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv};
+    memcpy(r->shape, s, sizeof s);
+}
+
+/* Why the kernel does not claim case c; NULL if it does. */
+static const char *unclaimed(const conform_kernel *k, const conform_case *c, char *buf,
+                             size_t cap)
+{
+    const smattn_plugin_info *info = &k->info;
+    if (c->prob.op == SMATTN_OP_SOFTMAX && !k->softmax)
+        return "the softmax op (smattn_plugin_softmax not exported)";
+    uint32_t missing = c->caps & ~info->caps;
+    if (missing) {
+        char names[256];
+        conform_caps_str(missing, names, sizeof names);
+        snprintf(buf, cap, "uses %s, not claimed", names);
+        return buf;
+    }
+    if (info->max_head_dim && (c->prob.D > info->max_head_dim || c->prob.Dv > info->max_head_dim)) {
+        snprintf(buf, cap, "head dim %lld over the kernel's max_head_dim %lld",
+                 (long long)(c->prob.D > c->prob.Dv ? c->prob.D : c->prob.Dv),
+                 (long long)info->max_head_dim);
+        return buf;
+    }
+    if (c->kv_dtype != SMATTN_F32 && !(info->kv_dtypes & SMATTN_DTYPE_BIT(c->kv_dtype))) {
+        snprintf(buf, cap, "K and V in %s, not claimed", smattn_dtype_name(c->kv_dtype));
+        return buf;
+    }
+    return NULL;
+}
+
+void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
+                      conform_result *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", c->name);
+    snprintf(r->category, sizeof r->category, "%s", c->category);
+    r->caps = c->caps;
+    fill_shape(r, &c->prob);
+    char why[300];
+    const char *skip = unclaimed(k, c, why, sizeof why);
+    if (skip) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "%s", skip);
+        return;
+    }
+    int qdt = pick_dtype(k->info.q_dtypes, SMATTN_F32);
+    int kvdt = pick_dtype(k->info.kv_dtypes, c->kv_dtype);
+    int odt = pick_dtype(k->info.out_dtypes, SMATTN_F32);
+    conform_inst m;
+    if (conform_case_materialise(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, k->info.empty_rows,
+                                 k->info.empty_lse, &m)) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "out of memory preparing the case");
+        return;
+    }
+    const smattn_problem *p = &m.prob;
+    int att = p->op == SMATTN_OP_ATTENTION;
+    int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0,
+                    (k->info.caps & SMATTN_CAP_LSE) ? p->B * p->Hq * p->S : 0,
+                    (!att || (k->info.caps & SMATTN_CAP_P)) ? p->B * p->Hq * p->S * p->T : 0};
+    if (att && n[2] > MAX_P_ELEMS)
+        n[2] = 0;
+    static const char *const names[3] = {"O", "LSE", "P"};
+    static const char roles[3] = {'o', 'l', 'p'};
+    guarded g[3];
+    memset(g, 0, sizeof g);
+    smattn_outputs out;
+    memset(&out, 0, sizeof out);
+    smattn_out_tensor *ot[3] = {&out.o, &out.lse, &out.p};
+    size_t es = smattn_dtype_size((smattn_dtype)odt);
+    child_report *rep = mmap(NULL, page_size(), PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int ok = rep != MAP_FAILED;
+    for (int t = 0; t < 3 && ok; t++) {
+        if (!n[t])
+            continue;
+        if (guarded_alloc(&g[t], (size_t)n[t] * es)) {
+            ok = 0;
+            break;
+        }
+        fill_pattern(g[t].data, (smattn_dtype)odt, n[t]);
+        ot[t]->data = g[t].data;
+        ot[t]->dtype = (smattn_dtype)odt;
+        smattn_contiguous_strides(p, roles[t], ot[t]->stride);
+    }
+    if (!ok) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "cannot map the output buffers: %s",
+                 strerror(errno));
+        goto done;
+    }
+    memset(rep, 0, sizeof *rep);
+    fflush(NULL);
+    /* SIGCHLD blocked, so the parent can sleep in sigtimedwait until the child ends. */
+    sigset_t chld, old;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, &old);
+    double t0 = now_seconds();
+    pid_t pid = fork();
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "fork failed: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        g_report = rep;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, NULL);
+        sigaction(SIGBUS, &sa, NULL);
+        alarm((unsigned)ceil(timeout) + 2); /* a backstop; the parent kills on time */
+        smattn_plugin_run_fn fn = att ? k->attention : k->softmax;
+        rep->status = fn(p, &m.in, &out);
+        rep->returned = 1;
+        _exit(0);
+    }
+    int ws = 0, hung = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &ws, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR) {
+            ws = 0;
+            break;
+        }
+        double left = timeout - (now_seconds() - t0);
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+                ;
+            hung = 1;
+            break;
+        }
+        left = left < 0.1 ? left : 0.1;
+        struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    r->seconds = now_seconds() - t0;
+    r->status = CONFORM_FAIL;
+    if (hung) {
+        snprintf(r->reason, sizeof r->reason,
+                 "hang: the kernel did not return within %.3g s (killed)", timeout);
+        goto done;
+    }
+    if (WIFSIGNALED(ws)) {
+        int sig = WTERMSIG(ws);
+        char where[160] = "";
+        for (int t = 0; t < 3 && rep->fault_sig; t++)
+            if (describe_addr(&g[t], names[t], rep->fault_addr, where + 2, sizeof where - 2)) {
+                memcpy(where, ": ", 2);
+                break;
+            }
+        if (sig == SIGALRM)
+            snprintf(r->reason, sizeof r->reason, "hang: the kernel hit the time limit (%.3g s)",
+                     timeout);
+        else if (where[0])
+            snprintf(r->reason, sizeof r->reason,
+                     "wrote outside its outputs: crashed with signal %d (%s) at an address "
+                     "in a guard page%s",
+                     sig, strsignal(sig), where);
+        else
+            snprintf(r->reason, sizeof r->reason, "crash: the kernel died with signal %d (%s)%s",
+                     sig, strsignal(sig), rep->fault_sig ? " (a bad address)" : "");
+        goto done;
+    }
+    if (!rep->returned) {
+        snprintf(r->reason, sizeof r->reason,
+                 "crash: the kernel's process exited with status %d without returning "
+                 "(a sanitizer report or an exit() in the kernel?)",
+                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+        goto done;
+    }
+    for (int t = 0; t < 3; t++)
+        if (n[t] && check_canaries(&g[t], names[t], r->reason, sizeof r->reason))
+            goto done;
+    if (rep->status == SMATTN_ERR_UNSUPPORTED) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "the kernel declined it (SMATTN_ERR_UNSUPPORTED)");
+        goto done;
+    }
+    if (rep->status != 0) {
+        snprintf(r->reason, sizeof r->reason, "the kernel returned status %d (%s)", rep->status,
+                 smattn_status_name((smattn_status)rep->status));
+        goto done;
+    }
+    for (int t = 0; t < 3; t++)
+        for (int64_t e = 0; e < n[t]; e++)
+            if (is_pattern(g[t].data, (smattn_dtype)odt, e)) {
+                snprintf(r->reason, sizeof r->reason,
+                         "%s element %lld was never written (it still holds the prefill pattern)",
+                         names[t], (long long)e);
+                goto done;
+            }
+    smattn_precision pm = conform_kernel_precision(k, p);
+    double secs = r->seconds;
+    conform_judge(p, &m.in, &out, &pm, c->garbage || c->strided, r);
+    r->seconds = secs;
+done:
+    for (int t = 0; t < 3; t++)
+        guarded_free(&g[t]);
+    if (rep != MAP_FAILED)
+        munmap(rep, page_size());
+    conform_inst_free(&m);
+}
