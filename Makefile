@@ -106,6 +106,8 @@ check-tsan: deps-check
 
 demo: deps cli
 	@$(CLI) demo spec/vectors
+	@echo; echo '4. smattn conform --suite quick: the built-in kernel through the conformance checker'; echo
+	@$(CLI) conform --suite quick
 
 # The oracle's speed (issue 2, point 6): small rows on one core, a full decode step on all.
 $(BUILD)/bench_ref: bench/bench_ref.c $(LIB)

@@ -14,7 +14,7 @@
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 typedef struct opts {
-    const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors;
+    const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
     const char *precision, *dtype, *empty, *empty_lse;
     uint64_t seed;
     double time_budget;   /* 0: none */
@@ -65,10 +65,10 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     static const char *const names[] = {"--kernel", "--suite",     "--json",      "--junit",
                                         "--baseline", "--html",    "--vectors",   "--precision",
                                         "--dtype",  "--empty",     "--empty-lse", "--seed",
-                                        "--time",   "--case-timeout"};
+                                        "--time",   "--case-timeout", "--only"};
     const char **slots[] = {&o->kernel,  &o->suite,  &o->json,      &o->junit,  &o->baseline,
                             &o->html,    &o->vectors, &o->precision, &o->dtype, &o->empty,
-                            &o->empty_lse};
+                            &o->empty_lse, NULL, NULL, NULL, &o->only};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -124,6 +124,20 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     return EXIT_OK;
 }
 
+/* --only P1,P2,...: the case names starting with one of the prefixes. */
+static int selected(const char *only, const char *name)
+{
+    if (!only)
+        return 1;
+    for (const char *s = only; *s;) {
+        size_t n = strcspn(s, ",");
+        if (n && strncmp(name, s, n) == 0)
+            return 1;
+        s += n + (s[n] == ',');
+    }
+    return 0;
+}
+
 static double now_seconds(void)
 {
     struct timespec t;
@@ -168,7 +182,7 @@ int smattn_cli_conform(int argc, char **argv)
     opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_opts("conform", "kernel suite seed time case-timeout json junit baseline html "
-                                   "vectors",
+                                   "vectors only",
                         0, argc, argv, &o);
     if (rc)
         return rc;
@@ -194,12 +208,15 @@ int smattn_cli_conform(int argc, char **argv)
     double timeout = o.case_timeout > 0 ? o.case_timeout : CONFORM_CASE_TIMEOUT;
     int bar = isatty(2);
     double t0 = now_seconds();
+    size_t nr = 0;
     for (size_t n = 0; n < b.n; n++) {
+        if (!selected(o.only, b.cases[n].name))
+            continue;
         if (bar)
             progress(n, b.n, b.cases[n].name);
         double left = o.time_budget > 0 ? o.time_budget - (now_seconds() - t0) : HUGE_VAL;
+        conform_result *r = &res[nr++];
         if (left <= 0) {
-            conform_result *r = &res[n];
             memset(r, 0, sizeof *r);
             snprintf(r->name, sizeof r->name, "%s", b.cases[n].name);
             snprintf(r->category, sizeof r->category, "%s", b.cases[n].category);
@@ -209,7 +226,7 @@ int smattn_cli_conform(int argc, char **argv)
                      o.time_budget);
             continue;
         }
-        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, &res[n]);
+        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, r);
     }
     if (bar)
         progress(b.n, b.n, "");
@@ -221,8 +238,8 @@ int smattn_cli_conform(int argc, char **argv)
     rep.suite = o.suite;
     rep.seed = o.seed;
     rep.results = res;
-    rep.n = b.n;
-    printf("smattn conform: %zu cases in %.2f s\n", b.n, now_seconds() - t0);
+    rep.n = nr;
+    printf("smattn conform: %zu cases in %.2f s\n", nr, now_seconds() - t0);
     rc = finish_report("conform", &rep, &o);
     free(res);
     conform_battery_free(&b);
