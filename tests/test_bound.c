@@ -10,38 +10,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-
-/* ---- PRNG (splitmix64; every problem is a function of its family and seed) ------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double rng_unif(rng *r) /* [0, 1) */
-{
-    return (double)(rng_next(r) >> 11) * 0x1p-53;
-}
-
-static double rng_gauss(rng *r)
-{
-    double u1 = rng_unif(r), u2 = rng_unif(r);
-    return sqrt(-2.0 * log(u1 + 0x1p-60)) * cos(6.283185307179586 * u2);
-}
-
-static double test_scale(void)
-{
-    const char *s = getenv("SMATTN_TEST_SCALE");
-    double v = s ? atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
+#include "tests/support/testkit.h"
 
 /* ---- problem families ------------------------------------------------------------------ */
 

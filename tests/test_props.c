@@ -22,6 +22,7 @@
 
 #include "smattn.h"
 #include "tests/support/naive.h"
+#include "tests/support/testkit.h"
 
 /* Random problems per property at SMATTN_TEST_SCALE = 1 (sized so that the suite takes well
  * under 60 s in `make check` and 150 s under ASan+UBSan on two cores). */
@@ -32,42 +33,10 @@ static const char *const isas[] = {"scalar", "avx2", "avx512"};
 static const int64_t dims[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33};
 #define NDIMS ((int64_t)(sizeof dims / sizeof dims[0]))
 
-static int scaled(int n)
-{
-    const char *s = getenv("SMATTN_TEST_SCALE");
-    double v = s ? atof(s) : 1.0;
-    int k = (int)(n * (v > 0 ? v : 1.0) + 0.5);
-    return k < 1 ? 1 : k;
-}
-
 static int mutant(const char *name)
 {
     const char *m = getenv("SMATTN_PROPS_MUTANT");
     return m && strcmp(m, name) == 0;
-}
-
-/* ---- PRNG (splitmix64: a problem is a function of its seed alone) ----------------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rnext(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double runif(rng *r)
-{
-    return (double)(rnext(r) >> 11) * 0x1p-53;
-}
-
-static int64_t pick(rng *r, int64_t n)
-{
-    return (int64_t)(rnext(r) % (uint64_t)n);
 }
 
 /* ---- random problems --------------------------------------------------------------------- */
@@ -107,53 +76,53 @@ static void gen(pcase *c, uint64_t seed, int flags)
     smattn_problem *p = &c->p;
     *p = smattn_problem_default();
     int extreme = (flags & F_EXTREME) ? (flags >> 8) : 0;
-    int cls = (int)pick(&r, 5);
+    int cls = (int)rng_pick(&r, 5);
     if (flags & F_PREFILL)
         cls = 0;
-    p->B = (flags & F_BATCH3) ? 3 : 1 + pick(&r, 3);
+    p->B = (flags & F_BATCH3) ? 3 : 1 + rng_pick(&r, 3);
     static const int64_t ratios[] = {1, 2, 4, 7};
-    p->Hkv = 1 + pick(&r, 2);
-    p->Hq = p->Hkv * ratios[pick(&r, 4)];
-    if (pick(&r, 5) == 0) { /* MQA */
+    p->Hkv = 1 + rng_pick(&r, 2);
+    p->Hq = p->Hkv * ratios[rng_pick(&r, 4)];
+    if (rng_pick(&r, 5) == 0) { /* MQA */
         p->Hkv = 1;
-        p->Hq = 2 + pick(&r, 6);
+        p->Hq = 2 + rng_pick(&r, 6);
     }
-    p->T = 1 + pick(&r, p->Hq > 4 ? 20 : 40);
+    p->T = 1 + rng_pick(&r, p->Hq > 4 ? 20 : 40);
     p->S = cls == 0   ? p->T
-           : cls == 1 ? 1 + pick(&r, p->T)
+           : cls == 1 ? 1 + rng_pick(&r, p->T)
            : cls == 2 ? 1
-           : cls == 3 ? 1 + pick(&r, 4)
-                      : p->T + 1 + pick(&r, 4);
-    p->D = dims[pick(&r, NDIMS)];
-    p->Dv = dims[pick(&r, NDIMS)];
-    p->scale = smattn_default_scale(p->D) * (0.25 + 3 * runif(&r));
+           : cls == 3 ? 1 + rng_pick(&r, 4)
+                      : p->T + 1 + rng_pick(&r, 4);
+    p->D = dims[rng_pick(&r, NDIMS)];
+    p->Dv = dims[rng_pick(&r, NDIMS)];
+    p->scale = smattn_default_scale(p->D) * (0.25 + 3 * rng_unif(&r));
     if (flags & F_PREFILL)
-        p->causal = pick(&r, 2) ? SMATTN_CAUSAL_LOWER_RIGHT : SMATTN_CAUSAL_UPPER_LEFT;
+        p->causal = rng_pick(&r, 2) ? SMATTN_CAUSAL_LOWER_RIGHT : SMATTN_CAUSAL_UPPER_LEFT;
     else if (!(flags & F_NO_POSITIONAL))
-        p->causal = (smattn_causal)pick(&r, 3);
+        p->causal = (smattn_causal)rng_pick(&r, 3);
     if (!(flags & F_NO_POSITIONAL)) {
-        if (pick(&r, 3) == 0)
-            p->window_left = pick(&r, 12);
-        if (pick(&r, 5) == 0)
-            p->window_right = pick(&r, 4);
+        if (rng_pick(&r, 3) == 0)
+            p->window_left = rng_pick(&r, 12);
+        if (rng_pick(&r, 5) == 0)
+            p->window_right = rng_pick(&r, 4);
     }
-    if (!(flags & F_NO_SOFTCAP) && pick(&r, 10) == 0)
-        p->softcap = 5 + 30 * runif(&r);
-    p->empty_rows = (smattn_empty)pick(&r, 3);
-    p->empty_lse = (smattn_empty_lse)pick(&r, 3);
-    if (!(flags & (F_NO_POSITIONAL | F_PREFILL)) && (pick(&r, 3) == 0 || (flags & F_EMPTY))) {
+    if (!(flags & F_NO_SOFTCAP) && rng_pick(&r, 10) == 0)
+        p->softcap = 5 + 30 * rng_unif(&r);
+    p->empty_rows = (smattn_empty)rng_pick(&r, 3);
+    p->empty_lse = (smattn_empty_lse)rng_pick(&r, 3);
+    if (!(flags & (F_NO_POSITIONAL | F_PREFILL)) && (rng_pick(&r, 3) == 0 || (flags & F_EMPTY))) {
         for (int64_t b = 0; b < p->B; b++)
-            c->kvl[b] = pick(&r, p->T + 1);
+            c->kvl[b] = rng_pick(&r, p->T + 1);
         if (flags & F_EMPTY)
-            c->kvl[pick(&r, p->B)] = 0;
+            c->kvl[rng_pick(&r, p->B)] = 0;
         p->kv_lens = c->kvl;
     }
-    if (!(flags & F_PREFILL) && (pick(&r, 5) == 0 || (flags & F_EMPTY))) {
+    if (!(flags & F_PREFILL) && (rng_pick(&r, 5) == 0 || (flags & F_EMPTY))) {
         for (int64_t b = 0; b < p->B; b++)
-            c->ql[b] = pick(&r, p->S + 1);
+            c->ql[b] = rng_pick(&r, p->S + 1);
         p->q_lens = c->ql;
     }
-    smattn_dtype kvt = extreme ? SMATTN_F32 : (smattn_dtype)(SMATTN_F32 + pick(&r, 3));
+    smattn_dtype kvt = extreme ? SMATTN_F32 : (smattn_dtype)(SMATTN_F32 + rng_pick(&r, 3));
     c->nq = (size_t)(p->B * p->S * p->Hq * p->D);
     c->nk = (size_t)(p->B * p->T * p->Hkv * p->D);
     c->nv = (size_t)(p->B * p->T * p->Hkv * p->Dv);
@@ -163,13 +132,13 @@ static void gen(pcase *c, uint64_t seed, int flags)
     c->v = malloc(c->nv * 4);
     double qs = extreme == 1 ? 1e19 : extreme == 4 ? 30 : 1.5;
     double vs = extreme == 2 ? 1e38 : extreme == 3 ? 1e-40 : 1;
-    double voff = (!extreme && pick(&r, 4) == 0) ? 100 : 0;
+    double voff = (!extreme && rng_pick(&r, 4) == 0) ? 100 : 0;
     for (size_t i = 0; i < c->nq; i++)
-        c->q[i] = (float)(qs * (2 * runif(&r) - 1));
+        c->q[i] = (float)(qs * (2 * rng_unif(&r) - 1));
     for (size_t i = 0; i < c->nk; i++)
-        smattn_store(c->k, kvt, (int64_t)i, qs * (2 * runif(&r) - 1));
+        smattn_store(c->k, kvt, (int64_t)i, qs * (2 * rng_unif(&r) - 1));
     for (size_t i = 0; i < c->nv; i++)
-        smattn_store(c->v, kvt, (int64_t)i, voff + vs * (2 * runif(&r) - 1));
+        smattn_store(c->v, kvt, (int64_t)i, voff + vs * (2 * rng_unif(&r) - 1));
     smattn_inputs *in = &c->in;
     in->q = (smattn_tensor){c->q, SMATTN_F32, {0}};
     in->k = (smattn_tensor){c->k, kvt, {0}};
@@ -177,31 +146,31 @@ static void gen(pcase *c, uint64_t seed, int flags)
     smattn_contiguous_strides(p, 'q', in->q.stride);
     smattn_contiguous_strides(p, 'k', in->k.stride);
     smattn_contiguous_strides(p, 'v', in->v.stride);
-    if (pick(&r, 3) == 0 || extreme == 4) { /* full-shape bias, some -inf */
+    if (rng_pick(&r, 3) == 0 || extreme == 4) { /* full-shape bias, some -inf */
         c->bias = malloc(c->nb * sizeof(float));
         for (size_t i = 0; i < c->nb; i++) {
-            int64_t u = pick(&r, 10);
+            int64_t u = rng_pick(&r, 10);
             c->bias[i] = u == 0                    ? -HUGE_VALF
                          : u == 1 && extreme == 4 ? -3e38f
-                                                   : (float)(pick(&r, 4097) - 2048) * 0x1p-10f;
+                                                   : (float)(rng_pick(&r, 4097) - 2048) * 0x1p-10f;
         }
         in->bias = (smattn_tensor){c->bias, SMATTN_F32, {0}};
         smattn_contiguous_strides(p, 'b', in->bias.stride);
     }
-    if (pick(&r, 4) == 0 || (flags & F_EMPTY)) { /* full-shape bool mask */
+    if (rng_pick(&r, 4) == 0 || (flags & F_EMPTY)) { /* full-shape bool mask */
         c->mask = malloc(c->nb);
         for (size_t row = 0; row < c->nb / (size_t)p->T; row++) {
-            int none = (flags & F_EMPTY) && pick(&r, 3) == 0;
+            int none = (flags & F_EMPTY) && rng_pick(&r, 3) == 0;
             for (int64_t j = 0; j < p->T; j++)
-                c->mask[row * (size_t)p->T + (size_t)j] = !none && pick(&r, 5) != 0;
+                c->mask[row * (size_t)p->T + (size_t)j] = !none && rng_pick(&r, 5) != 0;
         }
         in->mask = (smattn_tensor){c->mask, SMATTN_BOOL, {0}};
         smattn_contiguous_strides(p, 'b', in->mask.stride);
     }
-    if (!(flags & F_NO_SINK) && pick(&r, 5) == 0) {
+    if (!(flags & F_NO_SINK) && rng_pick(&r, 5) == 0) {
         c->sinks = malloc((size_t)p->Hq * sizeof(float));
         for (int64_t h = 0; h < p->Hq; h++)
-            c->sinks[h] = pick(&r, 6) == 0 ? -HUGE_VALF : (float)(pick(&r, 4097) - 2048) * 0x1p-10f;
+            c->sinks[h] = rng_pick(&r, 6) == 0 ? -HUGE_VALF : (float)(rng_pick(&r, 4097) - 2048) * 0x1p-10f;
         in->sinks = (smattn_tensor){c->sinks, SMATTN_F32, {1}};
     }
 }
@@ -276,49 +245,7 @@ static int64_t tb_of(const pcase *c, int64_t b)
 
 /* ---- outputs ------------------------------------------------------------------------------ */
 
-typedef struct outs {
-    smattn_dtype t;
-    void *o, *l, *p;
-    smattn_outputs out;
-    size_t no, nl, np;
-} outs;
-
-static void outs_make(outs *x, const smattn_problem *p, smattn_dtype t)
-{
-    x->t = t;
-    x->no = p->op == SMATTN_OP_ATTENTION ? (size_t)(p->B * p->S * p->Hq * p->Dv) : 0;
-    x->nl = (size_t)(p->B * p->Hq * p->S);
-    x->np = x->nl * (size_t)p->T;
-    size_t es = smattn_dtype_size(t);
-    x->o = calloc(x->no + 1, es);
-    x->l = calloc(x->nl, es);
-    x->p = calloc(x->np, es);
-    memset(&x->out, 0, sizeof x->out);
-    x->out.o = (smattn_out_tensor){p->op == SMATTN_OP_ATTENTION ? x->o : NULL, t, {0}};
-    x->out.lse = (smattn_out_tensor){x->l, t, {0}};
-    x->out.p = (smattn_out_tensor){x->p, t, {0}};
-    smattn_contiguous_strides(p, 'o', x->out.o.stride);
-    smattn_contiguous_strides(p, 'l', x->out.lse.stride);
-    smattn_contiguous_strides(p, 'p', x->out.p.stride);
-}
-
-static void outs_free(outs *x)
-{
-    free(x->o), free(x->l), free(x->p);
-    memset(x, 0, sizeof *x);
-}
-
-static double get(const outs *x, char which, int64_t k)
-{
-    return smattn_load(which == 'o' ? x->o : which == 'l' ? x->l : x->p, x->t, k);
-}
-
-static void put(outs *x, char which, int64_t k, double v)
-{
-    smattn_store(which == 'o' ? x->o : which == 'l' ? x->l : x->p, x->t, k, v);
-}
-
-static uint64_t bits_of(const outs *x, char which, int64_t k)
+static uint64_t bits_of(const outbuf *x, char which, int64_t k)
 {
     const void *base = which == 'o' ? x->o : which == 'l' ? x->l : x->p;
     uint64_t u = 0;
@@ -327,7 +254,7 @@ static uint64_t bits_of(const outs *x, char which, int64_t k)
     return u;
 }
 
-static int same_bits(const outs *a, const outs *b)
+static int same_bits(const outbuf *a, const outbuf *b)
 {
     size_t es = smattn_dtype_size(a->t);
     return a->t == b->t && memcmp(a->o, b->o, a->no * es) == 0 &&
@@ -338,9 +265,9 @@ static int same_bits(const outs *a, const outs *b)
 static long ref_skipped;
 
 /* 0: ok; 1: skipped (ERR_PRECISION with softcap, counted); -1: failure (printed). */
-static int run_ref_cfg(const pcase *c, outs *x, smattn_dtype t, const smattn_ref_config *cfg)
+static int run_ref_cfg(const pcase *c, outbuf *x, smattn_dtype t, const smattn_ref_config *cfg)
 {
-    outs_make(x, &c->p, t);
+    outbuf_make(x, &c->p, t);
     smattn_status s = smattn_ref(&c->p, &c->in, &x->out, cfg, NULL);
     if (s == SMATTN_ERR_PRECISION && c->p.softcap > 0) {
         ref_skipped++;
@@ -354,14 +281,14 @@ static int run_ref_cfg(const pcase *c, outs *x, smattn_dtype t, const smattn_ref
     return 0;
 }
 
-static int run_ref(const pcase *c, outs *x, smattn_dtype t)
+static int run_ref(const pcase *c, outbuf *x, smattn_dtype t)
 {
     return run_ref_cfg(c, x, t, NULL);
 }
 
-static int run_opt(const pcase *c, const char *isa, int threads, outs *x)
+static int run_opt(const pcase *c, const char *isa, int threads, outbuf *x)
 {
-    outs_make(x, &c->p, SMATTN_F32);
+    outbuf_make(x, &c->p, SMATTN_F32);
     smattn_opt_config cfg = {threads, isa};
     smattn_status s = c->p.op == SMATTN_OP_ATTENTION ? smattn_attention(&c->p, &c->in, &x->out, &cfg)
                                                      : smattn_softmax(&c->p, &c->in, &x->out, &cfg);
@@ -373,14 +300,14 @@ static int run_opt(const pcase *c, const char *isa, int threads, outs *x)
 }
 
 /* SPEC 6 bound (binary64) for the kernel's f32 outputs. */
-static int run_bound(const pcase *c, outs *bnd)
+static int run_bound(const pcase *c, outbuf *bnd)
 {
-    outs fmt;
-    outs_make(&fmt, &c->p, SMATTN_F32);
-    outs_make(bnd, &c->p, SMATTN_F64);
+    outbuf fmt;
+    outbuf_make(&fmt, &c->p, SMATTN_F32);
+    outbuf_make(bnd, &c->p, SMATTN_F64);
     smattn_precision pm = smattn_opt_precision(&c->p);
     smattn_status s = smattn_bound(&c->p, &c->in, &pm, &fmt.out, &bnd->out);
-    outs_free(&fmt);
+    outbuf_free(&fmt);
     if (s) {
         fprintf(stderr, "bound failed: %s\n", smattn_status_name(s));
         describe(c);
@@ -418,7 +345,7 @@ static int sweep(const char *name, prop_fn f, uint64_t base, int n, int flags)
     int fails = 0;
     reports = 0;
     ref_skipped = 0;
-    int count = e && *e ? 1 : scaled(n);
+    int count = e && *e ? 1 : test_scaled(n);
     for (int k = 0; k < count; k++) {
         pcase c;
         gen(&c, e && *e ? strtoull(e, NULL, 0) : base + (uint64_t)k, flags);
@@ -444,7 +371,7 @@ static int sweep(const char *name, prop_fn f, uint64_t base, int n, int flags)
  * 2^-53 + n 2^-1075, B_j the smattn_bound of P_j.
  * Mutant "sum": every P scaled by 1 + 16u (a kernel normalising by a row sum that missed a
  * weight of relative size 16u; for the kernel's f32 P, 1 + 2^-10): fails. */
-static int sum_check(const pcase *c, const outs *x, const outs *bnd, int64_t b, int64_t h,
+static int sum_check(const pcase *c, const outbuf *x, const outbuf *bnd, int64_t b, int64_t h,
                      int64_t i, const char *who)
 {
     const smattn_problem *p = &c->p;
@@ -461,14 +388,14 @@ static int sum_check(const pcase *c, const outs *x, const outs *bnd, int64_t b, 
     mpfr_set_ui(bound, 0, MPFR_RNDN);
     int64_t n = 0;
     for (int64_t j = 0; j < p->T; j++) {
-        double v = get(x, 'p', p_at(p, b, h, i, j));
+        double v = outbuf_get(x, 'p', p_at(p, b, h, i, j));
         if (mutant("sum"))
             v *= 1 + (bnd ? 0x1p-10 : ldexp(16, -prec));
         mpfr_add_d(s, s, v, MPFR_RNDN); /* exact */
         if (empty ? j < tb_of(c, b) : vis(c, b, h, i, j))
             n++;
         if (bnd)
-            mpfr_add_d(bound, bound, get(bnd, 'p', p_at(p, b, h, i, j)), MPFR_RNDU);
+            mpfr_add_d(bound, bound, outbuf_get(bnd, 'p', p_at(p, b, h, i, j)), MPFR_RNDU);
     }
     mpfr_set_ui_2exp(t, 1, -prec, MPFR_RNDN);
     mpfr_add(bound, bound, t, MPFR_RNDU);
@@ -486,10 +413,10 @@ static int sum_check(const pcase *c, const outs *x, const outs *bnd, int64_t b, 
 static int prop_sum(pcase *c)
 {
     const smattn_problem *p = &c->p;
-    outs ref, bnd;
+    outbuf ref, bnd;
     int bad = 0, r = run_ref(c, &ref, rand_out_dtype(c->seed));
     if (r) {
-        outs_free(&ref);
+        outbuf_free(&ref);
         return r < 0;
     }
     for (int64_t b = 0; b < p->B; b++)
@@ -498,7 +425,7 @@ static int prop_sum(pcase *c)
                 bad += sum_check(c, &ref, NULL, b, h, i, "oracle");
     if (run_bound(c, &bnd) == 0) {
         for (int k = 0; k < 3; k++) {
-            outs got;
+            outbuf got;
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
             if (run_opt(c, isas[k], 2, &got) == 0)
@@ -508,12 +435,12 @@ static int prop_sum(pcase *c)
                             bad += sum_check(c, &got, &bnd, b, h, i, isas[k]);
             else
                 bad++;
-            outs_free(&got);
+            outbuf_free(&got);
         }
     } else
         bad++;
-    outs_free(&bnd);
-    outs_free(&ref);
+    outbuf_free(&bnd);
+    outbuf_free(&ref);
     return bad;
 }
 
@@ -531,7 +458,7 @@ END_TEST
  * Mutant "masked": the causal diagonal of the problem handed to the implementations is moved
  * one key to the right (the off-by-one a kernel makes with S != T), and window_right is
  * lengthened by one: a key the true problem hides gets weight. Fails. */
-static int zero_check(const pcase *c, const outs *x, const char *who)
+static int zero_check(const pcase *c, const outbuf *x, const char *who)
 {
     const smattn_problem *p = &c->p;
     int bad = 0;
@@ -544,7 +471,7 @@ static int zero_check(const pcase *c, const outs *x, const char *who)
                     if (!vis(c, b, h, i, j) && bits_of(x, 'p', p_at(p, b, h, i, j)) != 0) {
                         bad++;
                         REPORT(c, "%s: P(%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ") = %a, "
-                                  "key invisible\n", who, b, h, i, j, get(x, 'p', p_at(p, b, h, i, j)));
+                                  "key invisible\n", who, b, h, i, j, outbuf_get(x, 'p', p_at(p, b, h, i, j)));
                     }
             }
     return bad;
@@ -561,22 +488,22 @@ static int prop_masked_zero(pcase *c)
         if (run.p.kv_lens)
             run.p.kv_lens = NULL;
     }
-    outs ref;
+    outbuf ref;
     int bad = 0, r = run_ref(&run, &ref, rand_out_dtype(c->seed));
     if (r < 0)
         bad++;
     else if (r == 0)
         bad += zero_check(c, &ref, "oracle");
-    outs_free(&ref);
+    outbuf_free(&ref);
     for (int k = 0; k < 3; k++) {
-        outs got;
+        outbuf got;
         if (!smattn_opt_isa_available(isas[k]))
             continue;
         if (run_opt(&run, isas[k], 2, &got) == 0)
             bad += zero_check(c, &got, isas[k]);
         else
             bad++;
-        outs_free(&got);
+        outbuf_free(&got);
     }
     return bad;
 }
@@ -596,7 +523,7 @@ END_TEST
  * independent rounding); kernel: the sentinels by class, the mean within the bound.
  * Mutant "empty": the kernel's answer for an empty row as a naive softmax gives it (0/0 = NaN
  * for O and P, LSE = -inf whatever the option), emulated on the outputs. Fails. */
-static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who)
+static int empty_check(const pcase *c, outbuf *x, const outbuf *bnd, const char *who)
 {
     const smattn_problem *p = &c->p;
     int bad = 0, exact = bnd == NULL;
@@ -609,13 +536,13 @@ static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who
                     continue;
                 int64_t tb = tb_of(c, b);
                 if (mutant("empty")) {
-                    put(x, 'l', l_at(p, b, h, i), -HUGE_VAL);
+                    outbuf_put(x, 'l', l_at(p, b, h, i), -HUGE_VAL);
                     for (int64_t d = 0; d < p->Dv; d++)
-                        put(x, 'o', o_at(p, b, h, i, d), NAN);
+                        outbuf_put(x, 'o', o_at(p, b, h, i, d), NAN);
                     for (int64_t j = 0; j < p->T; j++)
-                        put(x, 'p', p_at(p, b, h, i, j), NAN);
+                        outbuf_put(x, 'p', p_at(p, b, h, i, j), NAN);
                 }
-                double lse = get(x, 'l', l_at(p, b, h, i));
+                double lse = outbuf_get(x, 'l', l_at(p, b, h, i));
                 double want_l = p->empty_lse == SMATTN_LSE_NEG_INF   ? -HUGE_VAL
                                 : p->empty_lse == SMATTN_LSE_POS_INF ? HUGE_VAL
                                                                      : 0.0;
@@ -625,7 +552,7 @@ static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who
                            who, b, h, i, lse, want_l);
                 }
                 for (int64_t j = 0; j < p->T; j++) {
-                    double v = get(x, 'p', p_at(p, b, h, i, j));
+                    double v = outbuf_get(x, 'p', p_at(p, b, h, i, j));
                     int ok;
                     if (p->empty_rows == SMATTN_EMPTY_NAN)
                         ok = isnan(v);
@@ -640,7 +567,7 @@ static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who
                         else {
                             double w;
                             memcpy(&w, &wb, 8);
-                            ok = smattn_error_ratio(v, w, get(bnd, 'p', p_at(p, b, h, i, j))) <= 1;
+                            ok = smattn_error_ratio(v, w, outbuf_get(bnd, 'p', p_at(p, b, h, i, j))) <= 1;
                         }
                     }
                     if (!ok) {
@@ -651,7 +578,7 @@ static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who
                     }
                 }
                 for (int64_t d = 0; d < p->Dv; d++) {
-                    double v = get(x, 'o', o_at(p, b, h, i, d));
+                    double v = outbuf_get(x, 'o', o_at(p, b, h, i, d));
                     int ok;
                     if (p->empty_rows == SMATTN_EMPTY_NAN)
                         ok = isnan(v);
@@ -671,7 +598,7 @@ static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who
                         else {
                             double w;
                             memcpy(&w, &wb, 8);
-                            ok = smattn_error_ratio(v, w, get(bnd, 'o', o_at(p, b, h, i, d))) <= 1;
+                            ok = smattn_error_ratio(v, w, outbuf_get(bnd, 'o', o_at(p, b, h, i, d))) <= 1;
                         }
                     }
                     if (!ok) {
@@ -688,27 +615,27 @@ static int empty_check(const pcase *c, outs *x, const outs *bnd, const char *who
 
 static int prop_empty(pcase *c)
 {
-    outs ref, bnd;
+    outbuf ref, bnd;
     int bad = 0, r = run_ref(c, &ref, rand_out_dtype(c->seed));
     if (r < 0)
         bad++;
     else if (r == 0)
         bad += empty_check(c, &ref, NULL, "oracle");
-    outs_free(&ref);
+    outbuf_free(&ref);
     if (run_bound(c, &bnd))
         bad++;
     else
         for (int k = 0; k < 3; k++) {
-            outs got;
+            outbuf got;
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
             if (run_opt(c, isas[k], 2, &got) == 0)
                 bad += empty_check(c, &got, &bnd, isas[k]);
             else
                 bad++;
-            outs_free(&got);
+            outbuf_free(&got);
         }
-    outs_free(&bnd);
+    outbuf_free(&bnd);
     return bad;
 }
 
@@ -743,26 +670,26 @@ static int extreme_strict;
 static int prop_extreme(pcase *c)
 {
     const smattn_problem *p = &c->p;
-    outs ref, bnd;
+    outbuf ref, bnd;
     int bad = 0, r = run_ref(c, &ref, SMATTN_F64);
     if (r) {
-        outs_free(&ref);
+        outbuf_free(&ref);
         return r < 0;
     }
     if (run_bound(c, &bnd)) {
-        outs_free(&ref), outs_free(&bnd);
+        outbuf_free(&ref), outbuf_free(&bnd);
         return 1;
     }
     for (int k = -1; k < 3; k++) {
-        outs got;
-        const outs *x = &ref;
+        outbuf got;
+        const outbuf *x = &ref;
         const char *who = k < 0 ? "oracle" : isas[k];
         if (k >= 0) {
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
             if (run_opt(c, isas[k], 2, &got)) {
                 bad++;
-                outs_free(&got);
+                outbuf_free(&got);
                 continue;
             }
             x = &got;
@@ -776,14 +703,14 @@ static int prop_extreme(pcase *c)
                         float L = 0;
                         for (int64_t j = 0; j < p->T; j++)
                             if (vis(c, b, h, i, j))
-                                L += expf((float)get(&ref, 'l', l_at(p, b, h, i)) +
-                                          logf((float)get(&ref, 'p', p_at(p, b, h, i, j))));
+                                L += expf((float)outbuf_get(&ref, 'l', l_at(p, b, h, i)) +
+                                          logf((float)outbuf_get(&ref, 'p', p_at(p, b, h, i, j))));
                         for (int64_t d = 0; d < p->Dv; d++)
-                            put(&got, 'o', o_at(p, b, h, i, d), (double)(L / L));
+                            outbuf_put(&got, 'o', o_at(p, b, h, i, d), (double)(L / L));
                     }
                     for (int64_t d = 0; d < p->Dv; d++) {
                         int64_t at = o_at(p, b, h, i, d);
-                        double v = get(x, 'o', at), bo = get(&bnd, 'o', at);
+                        double v = outbuf_get(x, 'o', at), bo = outbuf_get(&bnd, 'o', at);
                         if (k >= 0 && !isfinite(v) && isinf(bo) && (isinf(v) || !extreme_strict)) {
                             out_of_contract++;
                             continue;
@@ -791,11 +718,11 @@ static int prop_extreme(pcase *c)
                         if (!isfinite(v)) {
                             bad++;
                             REPORT(c, "%s: O(%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ") = %a, "
-                                      "exact %a\n", who, b, h, i, d, v, get(&ref, 'o', at));
+                                      "exact %a\n", who, b, h, i, d, v, outbuf_get(&ref, 'o', at));
                         }
                     }
-                    double l = get(x, 'l', l_at(p, b, h, i));
-                    int loc = k >= 0 && isinf(get(&bnd, 'l', l_at(p, b, h, i)));
+                    double l = outbuf_get(x, 'l', l_at(p, b, h, i));
+                    int loc = k >= 0 && isinf(outbuf_get(&bnd, 'l', l_at(p, b, h, i)));
                     if (loc && !isfinite(l) && (isinf(l) || !extreme_strict))
                         out_of_contract++;
                     else if (!isfinite(l)) {
@@ -803,8 +730,8 @@ static int prop_extreme(pcase *c)
                         REPORT(c, "%s: LSE(%" PRId64 ",%" PRId64 ",%" PRId64 ") = %a\n", who, b, h, i, l);
                     }
                     for (int64_t j = 0; j < p->T; j++) {
-                        double v = get(x, 'p', p_at(p, b, h, i, j));
-                        if (k >= 0 && !isfinite(v) && isinf(get(&bnd, 'p', p_at(p, b, h, i, j))) &&
+                        double v = outbuf_get(x, 'p', p_at(p, b, h, i, j));
+                        if (k >= 0 && !isfinite(v) && isinf(outbuf_get(&bnd, 'p', p_at(p, b, h, i, j))) &&
                             (isinf(v) || !extreme_strict)) {
                             out_of_contract++;
                             continue;
@@ -813,15 +740,15 @@ static int prop_extreme(pcase *c)
                             bad++;
                             REPORT(c, "%s: P(%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ") = %a, "
                                       "exact %a, bound %a\n",
-                                   who, b, h, i, j, v, get(&ref, 'p', p_at(p, b, h, i, j)),
-                                   get(&bnd, 'p', p_at(p, b, h, i, j)));
+                                   who, b, h, i, j, v, outbuf_get(&ref, 'p', p_at(p, b, h, i, j)),
+                                   outbuf_get(&bnd, 'p', p_at(p, b, h, i, j)));
                         }
                     }
                 }
         if (k >= 0)
-            outs_free(&got);
+            outbuf_free(&got);
     }
-    outs_free(&ref), outs_free(&bnd);
+    outbuf_free(&ref), outbuf_free(&bnd);
     return bad;
 }
 
@@ -864,7 +791,7 @@ END_TEST
  * Mutant "hull": a kernel whose weights do not sum to 1 (an affine combination instead of a
  * convex one), emulated on the outputs as O_d := 2 O_d - min when max > min: lands outside
  * the hull whenever O_d is not at min. Fails. */
-static int hull_check(const pcase *c, outs *x, const outs *bnd, const char *who)
+static int hull_check(const pcase *c, outbuf *x, const outbuf *bnd, const char *who)
 {
     const smattn_problem *p = &c->p;
     int bad = 0;
@@ -887,11 +814,11 @@ static int hull_check(const pcase *c, outs *x, const outs *bnd, const char *who)
                     if (lo > hi)
                         continue; /* mean row with T_b = 0: O = +0 (property 3) */
                     int64_t at = o_at(p, b, h, i, d);
-                    double o = get(x, 'o', at), blo, bhi;
+                    double o = outbuf_get(x, 'o', at), blo, bhi;
                     if (mutant("hull") && hi > lo)
-                        put(x, 'o', at, 2 * o - lo), o = get(x, 'o', at);
+                        outbuf_put(x, 'o', at, 2 * o - lo), o = outbuf_get(x, 'o', at);
                     if (bnd) {
-                        double bo = get(bnd, 'o', at);
+                        double bo = outbuf_get(bnd, 'o', at);
                         blo = lo - bo, bhi = hi + bo;
                     } else {
                         double tmp[2];
@@ -911,27 +838,27 @@ static int hull_check(const pcase *c, outs *x, const outs *bnd, const char *who)
 
 static int prop_hull(pcase *c)
 {
-    outs ref, bnd;
+    outbuf ref, bnd;
     int bad = 0, r = run_ref(c, &ref, rand_out_dtype(c->seed));
     if (r < 0)
         bad++;
     else if (r == 0)
         bad += hull_check(c, &ref, NULL, "oracle");
-    outs_free(&ref);
+    outbuf_free(&ref);
     if (run_bound(c, &bnd))
         bad++;
     else
         for (int k = 0; k < 3; k++) {
-            outs got;
+            outbuf got;
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
             if (run_opt(c, isas[k], 2, &got) == 0)
                 bad += hull_check(c, &got, &bnd, isas[k]);
             else
                 bad++;
-            outs_free(&got);
+            outbuf_free(&got);
         }
-    outs_free(&bnd);
+    outbuf_free(&bnd);
     return bad;
 }
 
@@ -952,8 +879,8 @@ END_TEST
  * transformation a leaking kernel would be insensitive to is then detected). */
 static uint64_t garbage_bits(rng *r, smattn_dtype t)
 {
-    int kind = (int)pick(r, 4);
-    uint64_t u = rnext(r);
+    int kind = (int)rng_pick(r, 4);
+    uint64_t u = rng_next(r);
     if (t == SMATTN_F32) {
         uint32_t w = kind == 0 ? 0x7fc00000u : kind == 1 ? 0x7f800000u : kind == 2 ? 0xff800000u : (uint32_t)u;
         return w;
@@ -1029,7 +956,7 @@ static int prop_garbage(pcase *c)
         g.in.bias.data = b2;
     int bad = 0;
     smattn_dtype t = rand_out_dtype(c->seed);
-    outs a, z;
+    outbuf a, z;
     int r1 = run_ref(c, &a, t), r2 = r1 ? r1 : run_ref(&g, &z, t);
     if (r1 < 0 || r2 < 0)
         bad++;
@@ -1037,9 +964,9 @@ static int prop_garbage(pcase *c)
         bad++;
         REPORT(c, "oracle: garbage in %ld unread slots changed the output\n", poked);
     }
-    outs_free(&a);
+    outbuf_free(&a);
     if (r1 == 0)
-        outs_free(&z);
+        outbuf_free(&z);
     for (int k = 0; k < 3; k++) {
         if (!smattn_opt_isa_available(isas[k]))
             continue;
@@ -1048,7 +975,7 @@ static int prop_garbage(pcase *c)
             bad++;
             REPORT(c, "%s: garbage in %ld unread slots changed the output\n", isas[k], poked);
         }
-        outs_free(&a), outs_free(&z);
+        outbuf_free(&a), outbuf_free(&z);
     }
     free(k2), free(v2), free(q2), free(b2);
     return bad;
@@ -1066,9 +993,9 @@ END_TEST
  * Row (b,h,i) of problem c (outputs x) against row (b2,h2,i2) of c2 (outputs y), keys mapped by
  * jmap (j of c -> j of c2, -1: absent). Without ref: bit for bit. With ref and bnd (the
  * oracle's binary64 outputs of c and the SPEC 6 bound): y within the bound of c's exact value. */
-static int row_same(const pcase *c, const outs *x, int64_t b, int64_t h, int64_t i,
-                    const pcase *c2, const outs *y, int64_t b2, int64_t h2, int64_t i2,
-                    const int64_t *jmap, const outs *bnd, const char *who)
+static int row_same(const pcase *c, const outbuf *x, int64_t b, int64_t h, int64_t i,
+                    const pcase *c2, const outbuf *y, int64_t b2, int64_t h2, int64_t i2,
+                    const int64_t *jmap, const outbuf *bnd, const char *who)
 {
     const smattn_problem *p = &c->p, *p2 = &c2->p;
     int bad = 0;
@@ -1082,14 +1009,14 @@ static int row_same(const pcase *c, const outs *x, int64_t b, int64_t h, int64_t
             int64_t a1 = which == 'o' ? o_at(p, b, h, i, e) : which == 'l' ? l_at(p, b, h, i) : p_at(p, b, h, i, e);
             int64_t a2 = which == 'o' ? o_at(p2, b2, h2, i2, e2) : which == 'l' ? l_at(p2, b2, h2, i2)
                                                                              : p_at(p2, b2, h2, i2, e2);
-            int ok = bnd ? smattn_error_ratio(get(y, which, a2), get(x, which, a1), get(bnd, which, a1)) <= 1
+            int ok = bnd ? smattn_error_ratio(outbuf_get(y, which, a2), outbuf_get(x, which, a1), outbuf_get(bnd, which, a1)) <= 1
                          : bits_of(x, which, a1) == bits_of(y, which, a2);
             if (!ok) {
                 bad++;
                 REPORT(c, "%s: %c(%" PRId64 ",%" PRId64 ",%" PRId64 ")[%" PRId64 "] = %a, "
                           "transformed %c(%" PRId64 ",%" PRId64 ",%" PRId64 ")[%" PRId64 "] = %a%s\n",
-                       who, which, b, h, i, e, get(x, which, a1), which, b2, h2, i2, e2,
-                       get(y, which, a2), bnd ? " (beyond the bound)" : "");
+                       who, which, b, h, i, e, outbuf_get(x, which, a1), which, b2, h2, i2, e2,
+                       outbuf_get(y, which, a2), bnd ? " (beyond the bound)" : "");
             }
         }
     }
@@ -1106,7 +1033,7 @@ static int compare_problems(const pcase *c, const pcase *c2, row_map map, int op
 {
     const smattn_problem *p = &c->p;
     smattn_dtype t = rand_out_dtype(c->seed);
-    outs x, y, ref64, bnd;
+    outbuf x, y, ref64, bnd;
     int bad = 0;
     int64_t *jmap = malloc((size_t)p->T * sizeof(int64_t));
     int r1 = run_ref(c, &x, t), r2 = r1 ? 1 : run_ref(c2, &y, t);
@@ -1115,7 +1042,7 @@ static int compare_problems(const pcase *c, const pcase *c2, row_map map, int op
         bad++;
     for (int k = -1; k < 3 && r1 == 0 && r2 == 0 && r3 == 0; k++) {
         const char *who = k < 0 ? "oracle" : isas[k];
-        outs gx, gy;
+        outbuf gx, gy;
         int have = k < 0;
         if (k >= 0) {
             if (!smattn_opt_isa_available(isas[k]))
@@ -1140,15 +1067,15 @@ static int compare_problems(const pcase *c, const pcase *c2, row_map map, int op
                         bad += row_same(c, &ref64, b, h, i, c2, &gy, b2, h2, i2, jmap, &bnd, who);
                 }
         if (k >= 0)
-            outs_free(&gx), outs_free(&gy), outs_free(&bnd);
+            outbuf_free(&gx), outbuf_free(&gy), outbuf_free(&bnd);
     }
     if (bad)
         fprintf(stderr, "  (%s)\n", what);
-    outs_free(&x);
+    outbuf_free(&x);
     if (!r1)
-        outs_free(&y);
+        outbuf_free(&y);
     if (!r1 && !r2)
-        outs_free(&ref64);
+        outbuf_free(&ref64);
     free(jmap);
     return bad;
 }
@@ -1179,7 +1106,7 @@ static int prop_perm(pcase *c)
     for (int64_t j = 0; j < p->T; j++)
         pi[j] = j;
     for (int64_t j = p->T - 1; j > 0; j--) {
-        int64_t s = pick(&r, j + 1), tmp = pi[j];
+        int64_t s = rng_pick(&r, j + 1), tmp = pi[j];
         pi[j] = pi[s], pi[s] = tmp;
     }
     pcase g = *c;
@@ -1246,7 +1173,7 @@ static int prop_shift(pcase *c)
 {
     const smattn_problem *p = &c->p;
     rng r = {c->seed ^ 0x5417};
-    double sh = (double)(8192 + pick(&r, 122881)) * 0x1p-10 * (pick(&r, 2) ? 1 : -1);
+    double sh = (double)(8192 + rng_pick(&r, 122881)) * 0x1p-10 * (rng_pick(&r, 2) ? 1 : -1);
     pcase g = *c;
     float *b2 = malloc(c->nb * sizeof(float)), *s2 = NULL;
     for (size_t k = 0; k < c->nb; k++)
@@ -1264,7 +1191,7 @@ static int prop_shift(pcase *c)
         g.in.sinks.data = s2;
     }
     smattn_dtype t = rand_out_dtype(c->seed);
-    outs x, y, x64, bnd;
+    outbuf x, y, x64, bnd;
     int bad = 0;
     int r1 = run_ref(c, &x, t), r2 = r1 ? 1 : run_ref(&g, &y, t), r3 = r1 || r2 ? 1 : run_ref(c, &x64, SMATTN_F64);
     if (r1 < 0 || r2 < 0 || r3 < 0)
@@ -1277,12 +1204,12 @@ static int prop_shift(pcase *c)
             REPORT(c, "oracle: shifting every score by %a changed O or P\n", sh);
         }
         for (size_t k = 0; k < x.nl; k++) {
-            double l64 = get(&x64, 'l', (int64_t)k), l2 = get(&y, 'l', (int64_t)k);
+            double l64 = outbuf_get(&x64, 'l', (int64_t)k), l2 = outbuf_get(&y, 'l', (int64_t)k);
             int64_t rb = (int64_t)k / (p->Hq * p->S), rh = ((int64_t)k / p->S) % p->Hq, ri = (int64_t)k % p->S;
             if (!isfinite(l64) || row_empty(c, rb, rh, ri)) { /* sentinels: unchanged */
                 if (bits_of(&x, 'l', (int64_t)k) != bits_of(&y, 'l', (int64_t)k)) {
                     bad++;
-                    REPORT(c, "oracle: LSE[%zu] sentinel %a became %a\n", k, get(&x, 'l', (int64_t)k), l2);
+                    REPORT(c, "oracle: LSE[%zu] sentinel %a became %a\n", k, outbuf_get(&x, 'l', (int64_t)k), l2);
                 }
                 continue;
             }
@@ -1307,41 +1234,41 @@ static int prop_shift(pcase *c)
             }
         }
         mpfr_clears(lo, hi, (mpfr_ptr)0);
-        outs y64, bnd2;
+        outbuf y64, bnd2;
         if (run_bound(c, &bnd) == 0 && run_ref(&g, &y64, SMATTN_F64) == 0 && run_bound(&g, &bnd2) == 0) {
             for (int k = 0; k < 3; k++) {
-                outs got;
+                outbuf got;
                 if (!smattn_opt_isa_available(isas[k]))
                     continue;
                 if (run_opt(&g, isas[k], 2, &got)) {
                     bad++;
-                    outs_free(&got);
+                    outbuf_free(&got);
                     continue;
                 }
                 for (int w = 0; w < 3; w++) {
                     char which = "olp"[w];
                     size_t n = which == 'o' ? got.no : which == 'l' ? got.nl : got.np;
                     for (size_t e = 0; e < n; e++) {
-                        const outs *ex = which == 'l' ? &y64 : &x64, *bd = &bnd2;
-                        double v = get(&got, which, (int64_t)e);
-                        if (!(smattn_error_ratio(v, get(ex, which, (int64_t)e), get(bd, which, (int64_t)e)) <= 1)) {
+                        const outbuf *ex = which == 'l' ? &y64 : &x64, *bd = &bnd2;
+                        double v = outbuf_get(&got, which, (int64_t)e);
+                        if (!(smattn_error_ratio(v, outbuf_get(ex, which, (int64_t)e), outbuf_get(bd, which, (int64_t)e)) <= 1)) {
                             bad++;
                             REPORT(c, "%s: shifted %c[%zu] = %a, unshifted exact %a, bound %a\n", isas[k],
-                                   which, e, v, get(ex, which, (int64_t)e), get(bd, which, (int64_t)e));
+                                   which, e, v, outbuf_get(ex, which, (int64_t)e), outbuf_get(bd, which, (int64_t)e));
                         }
                     }
                 }
-                outs_free(&got);
+                outbuf_free(&got);
             }
         } else
             bad++;
-        outs_free(&y64), outs_free(&bnd), outs_free(&bnd2);
+        outbuf_free(&y64), outbuf_free(&bnd), outbuf_free(&bnd2);
     }
-    outs_free(&x);
+    outbuf_free(&x);
     if (!r1)
-        outs_free(&y);
+        outbuf_free(&y);
     if (!r1 && !r2)
-        outs_free(&x64);
+        outbuf_free(&x64);
     free(b2), free(s2);
     return bad;
 }
@@ -1454,7 +1381,7 @@ static int prop_decode(pcase *c)
     rng r = {c->seed ^ 0xdec0de};
     int bad = 0;
     for (int rep = 0; rep < 2; rep++) {
-        int64_t b = pick(&r, p->B), t = pick(&r, p->T);
+        int64_t b = rng_pick(&r, p->B), t = rng_pick(&r, p->T);
         if (mutant("decode") && t == 0)
             t = p->T - 1;
         pcase g = *c;
@@ -1541,7 +1468,7 @@ static int prop_batch(pcase *c)
         v2[k] = (char)(v2[k] ^ 0x10);
     g.in.q.data = q2, g.in.k.data = k2, g.in.v.data = v2;
     for (int k = 0; k < 3; k++) {
-        outs a, z;
+        outbuf a, z;
         if (!smattn_opt_isa_available(isas[k]))
             continue;
         if (run_opt(c, isas[k], 2, &a) || run_opt(&g, isas[k], 2, &z))
@@ -1552,7 +1479,7 @@ static int prop_batch(pcase *c)
                 for (int64_t i = 0; i < p->S; i++)
                     bad += row_same(c, &a, 0, h, i, c, &z, 0, h, i, NULL, NULL, isas[k]);
         }
-        outs_free(&a), outs_free(&z);
+        outbuf_free(&a), outbuf_free(&z);
     }
     free(q2), free(k2), free(v2);
     return bad;
@@ -1575,10 +1502,10 @@ static int prop_determinism(pcase *c)
 {
     const smattn_problem *p = &c->p;
     int bad = 0;
-    outs first[3], bnd;
+    outbuf first[3], bnd;
     int have[3] = {0, 0, 0};
     if (run_bound(c, &bnd)) {
-        outs_free(&bnd);
+        outbuf_free(&bnd);
         return 1;
     }
     for (int k = 0; k < 3; k++) {
@@ -1586,12 +1513,12 @@ static int prop_determinism(pcase *c)
             continue;
         if (run_opt(c, isas[k], 1, &first[k])) {
             bad++;
-            outs_free(&first[k]);
+            outbuf_free(&first[k]);
             continue;
         }
         have[k] = 1;
         for (int th = 2; th <= 5; th++) {
-            outs again;
+            outbuf again;
             pcase g = *c;
             float *b2 = NULL;
             if (mutant("determinism") && th == 5) {
@@ -1608,7 +1535,7 @@ static int prop_determinism(pcase *c)
                 REPORT(c, "%s: %s %d threads differ from 1 thread\n", isas[k],
                        th == 5 ? "repeated call at" : "", thr);
             }
-            outs_free(&again);
+            outbuf_free(&again);
             free(b2);
         }
     }
@@ -1620,8 +1547,8 @@ static int prop_determinism(pcase *c)
                 char which = "olp"[w];
                 size_t n = which == 'o' ? first[k].no : which == 'l' ? first[k].nl : first[k].np;
                 for (size_t e = 0; e < n; e++) {
-                    double a = get(&first[k], which, (int64_t)e), z = get(&first[k2], which, (int64_t)e);
-                    double bd = get(&bnd, which, (int64_t)e);
+                    double a = outbuf_get(&first[k], which, (int64_t)e), z = outbuf_get(&first[k2], which, (int64_t)e);
+                    double bd = outbuf_get(&bnd, which, (int64_t)e);
                     if (!(smattn_error_ratio(a, z, 2 * bd) <= 1) && !isinf(bd)) {
                         bad++;
                         REPORT(c, "%s vs %s: %c[%zu] %a vs %a, twice the bound %a\n", isas[k], isas[k2],
@@ -1632,18 +1559,18 @@ static int prop_determinism(pcase *c)
         }
     for (int k = 0; k < 3; k++)
         if (have[k])
-            outs_free(&first[k]);
-    outs_free(&bnd);
+            outbuf_free(&first[k]);
+    outbuf_free(&bnd);
     smattn_ref_config one = {.threads = 1}, three = {.threads = 3};
-    outs a, z;
+    outbuf a, z;
     int r1 = run_ref_cfg(c, &a, SMATTN_F32, &one), r2 = r1 ? 1 : run_ref_cfg(c, &z, SMATTN_F32, &three);
     if (r1 < 0 || r2 < 0 || (!r1 && !r2 && !same_bits(&a, &z))) {
         bad++;
         REPORT(c, "oracle: threads 1 and 3 differ\n");
     }
-    outs_free(&a);
+    outbuf_free(&a);
     if (!r1)
-        outs_free(&z);
+        outbuf_free(&z);
     return bad;
 }
 
@@ -1682,7 +1609,7 @@ static int prop_temperature(pcase *c)
 {
     rng r = {c->seed ^ 0x7e7e};
     int bad = 0;
-    int64_t n = 2 + pick(&r, 39);
+    int64_t n = 2 + rng_pick(&r, 39);
     pcase s;
     memset(&s, 0, sizeof s);
     s.seed = c->seed;
@@ -1691,9 +1618,9 @@ static int prop_temperature(pcase *c)
     s.p.B = s.p.S = s.p.Hq = 1, s.p.T = n;
     float *x = malloc((size_t)n * sizeof(float));
     for (int64_t j = 0; j < n; j++) /* distinct: a strictly increasing grid, then shuffled */
-        x[j] = (float)(j * 4 + 1 + pick(&r, 3)) * 0.125f - 2.0f;
+        x[j] = (float)(j * 4 + 1 + rng_pick(&r, 3)) * 0.125f - 2.0f;
     for (int64_t j = n - 1; j > 0; j--) {
-        int64_t k = pick(&r, j + 1);
+        int64_t k = rng_pick(&r, j + 1);
         float tmp = x[j];
         x[j] = x[k], x[k] = tmp;
     }
@@ -1703,10 +1630,10 @@ static int prop_temperature(pcase *c)
     double gap = 0.25; /* >= 4 * 0.125 - 2 * 0.125 between neighbours on the grid */
     for (int k = -8;; k++) {
         s.p.scale = mutant("temperature") ? 1.0 : exp2(0.5 * k);
-        outs o;
+        outbuf o;
         if (run_ref(&s, &o, SMATTN_F64)) {
             bad++;
-            outs_free(&o);
+            outbuf_free(&o);
             break;
         }
         const double *pp = o.p;
@@ -1725,7 +1652,7 @@ static int prop_temperature(pcase *c)
         double pmax = 0;
         for (int64_t j = 0; j < n; j++)
             pmax = fmax(pmax, pp[j]), onehot &= (pp[j] == 0 || pp[j] == 1);
-        outs_free(&o);
+        outbuf_free(&o);
         if (onehot || k > 40) {
             if (!onehot) {
                 bad++;
@@ -1741,21 +1668,21 @@ static int prop_temperature(pcase *c)
     }
     /* the one-hot limit on the kernel, and q = 0 */
     s.p.scale = 800 / gap * 2;
-    outs ref, bnd;
+    outbuf ref, bnd;
     if (run_ref(&s, &ref, SMATTN_F64) || run_bound(&s, &bnd))
         bad++;
     else
         for (int k = 0; k < 3; k++) {
-            outs got;
+            outbuf got;
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
             if (run_opt(&s, isas[k], 1, &got) == 0)
                 bad += row_same(&s, &ref, 0, 0, 0, &s, &got, 0, 0, 0, NULL, &bnd, isas[k]);
             else
                 bad++;
-            outs_free(&got);
+            outbuf_free(&got);
         }
-    outs_free(&ref), outs_free(&bnd);
+    outbuf_free(&ref), outbuf_free(&bnd);
     free(x);
     /* q = 0 on the drawn attention problem, without bias (so every visible score is 0) */
     pcase z = *c;
@@ -1770,12 +1697,12 @@ static int prop_temperature(pcase *c)
     const smattn_problem *p = &c->p;
     if (rr == 0 && run_bound(&z, &bnd) == 0) {
         for (int k = -1; k < 3; k++) {
-            outs got;
-            const outs *xo = &ref;
+            outbuf got;
+            const outbuf *xo = &ref;
             if (k >= 0) {
                 if (!smattn_opt_isa_available(isas[k]) || run_opt(&z, isas[k], 2, &got)) {
                     if (smattn_opt_isa_available(isas[k]))
-                        bad++, outs_free(&got);
+                        bad++, outbuf_free(&got);
                     continue;
                 }
                 xo = &got;
@@ -1793,7 +1720,7 @@ static int prop_temperature(pcase *c)
                             if (!vis(&z, b, h, i, j))
                                 continue;
                             int64_t at = p_at(p, b, h, i, j);
-                            double v = get(xo, 'p', at);
+                            double v = outbuf_get(xo, 'p', at);
                             int ok;
                             if (k < 0) { /* exact: fl_t(1/nv), with 1/nv computed to 2400 bits */
                                 mpfr_t e;
@@ -1804,7 +1731,7 @@ static int prop_temperature(pcase *c)
                                 mpfr_clear(e);
                             } else {
                                 ok = (isnan(first) || v == first) &&
-                                     smattn_error_ratio(v, 1.0 / (double)nv, get(&bnd, 'p', at) + 0x1p-53 / (double)nv) <= 1;
+                                     smattn_error_ratio(v, 1.0 / (double)nv, outbuf_get(&bnd, 'p', at) + 0x1p-53 / (double)nv) <= 1;
                                 first = v;
                             }
                             if (mutant("temperature") && j == 0)
@@ -1818,13 +1745,13 @@ static int prop_temperature(pcase *c)
                         }
                     }
             if (k >= 0)
-                outs_free(&got);
+                outbuf_free(&got);
         }
-        outs_free(&bnd);
+        outbuf_free(&bnd);
     } else if (rr == 0)
         bad++;
     if (rr == 0)
-        outs_free(&ref);
+        outbuf_free(&ref);
     free(q0);
     return bad;
 }
@@ -1896,7 +1823,7 @@ START_TEST(seed_examples)
             }
         }
         for (int k = -2; k < 3; k++) {
-            outs o;
+            outbuf o;
             const char *who = k == -2 ? "oracle f64" : k == -1 ? "oracle f32" : isas[k];
             if (k >= 0 && !smattn_opt_isa_available(isas[k]))
                 continue;
@@ -1904,18 +1831,18 @@ START_TEST(seed_examples)
             ck_assert_int_eq(st, 0);
             double pv[4], ov;
             for (int j = 0; j < (int)s.p.T; j++)
-                pv[j] = get(&o, 'p', j);
+                pv[j] = outbuf_get(&o, 'p', j);
             bad += seed_vals(who, pv, ex == 1 ? w2_3 : w1_3, 3, ex == 1 ? 5e-4 : 1e-3);
             bad += seed_vals(who, pv, ex == 1 ? w2_4 : w1_4, 3, 5e-5);
             if (ex == 2) {
-                ov = get(&o, 'o', 0);
+                ov = outbuf_get(&o, 'o', 0);
                 if (bits_of(&o, 'p', 3) != 0 || !(fabs(ov - 15.7557) < 5e-5) ||
                     !(fabs(nearbyint(ov * 100) / 100 - 15.76) < 1e-9)) {
                     bad++;
                     fprintf(stderr, "%s: seed example O = %a (%.6f), P[3] = %a\n", who, ov, ov, pv[3]);
                 }
             }
-            outs_free(&o);
+            outbuf_free(&o);
         }
     }
     ck_assert_msg(bad == 0, "%d seed example values off", bad);
@@ -1935,14 +1862,14 @@ static int prop_precision(pcase *c)
                                  {.threads = 1, .fixed_prec = 4096, .no_fast_phase = 1},
                                  {.threads = 1, .no_fast_phase = 1}};
     smattn_dtype t = mutant("precision") ? SMATTN_F64 : rand_out_dtype(c->seed);
-    outs base;
+    outbuf base;
     int bad = 0, r = run_ref_cfg(c, &base, t, &cfgs[0]);
     if (r) {
-        outs_free(&base);
+        outbuf_free(&base);
         return r < 0;
     }
     for (int k = 1; k < 4; k++) {
-        outs o;
+        outbuf o;
         int rk = run_ref_cfg(c, &o, t, &cfgs[k]);
         if (rk == 0 && mutant("precision") && k == 1)
             for (size_t e = 0; e < o.no; e++) {
@@ -1957,9 +1884,9 @@ static int prop_precision(pcase *c)
             REPORT(c, "oracle: config %d (fixed_prec %ld, no_fast_phase %d) gives other bits\n", k,
                    cfgs[k].fixed_prec, cfgs[k].no_fast_phase);
         }
-        outs_free(&o);
+        outbuf_free(&o);
     }
-    outs_free(&base);
+    outbuf_free(&base);
     return bad;
 }
 

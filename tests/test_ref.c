@@ -10,6 +10,7 @@
 
 #include "smattn.h"
 #include "tests/support/naive.h"
+#include "tests/support/testkit.h"
 
 /* Precisions of the two naive evaluations. A row is skipped as undecidable for naive when the
  * two roundings of an element differ, or when naive itself flags an inexact value within
@@ -30,48 +31,6 @@ static int max_reports(void)
     return s && *s ? atoi(s) : MAX_REPORTS_DEFAULT;
 }
 #define MAX_REPORTS max_reports()
-
-static double test_scale(void)
-{
-    const char *s = getenv("SMATTN_TEST_SCALE");
-    double v = s ? atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
-
-static int scaled(int n)
-{
-    int k = (int)(n * test_scale() + 0.5);
-    return k < 1 ? 1 : k;
-}
-
-/* ---- PRNG (splitmix64: every problem is a function of its seed alone) --------------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rnext(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double runif(rng *r)
-{
-    return (double)(rnext(r) >> 11) * 0x1p-53;
-}
-
-static int64_t rint_in(rng *r, int64_t lo, int64_t hi) /* inclusive */
-{
-    return lo + (int64_t)(rnext(r) % (uint64_t)(hi - lo + 1));
-}
-
-static int chance(rng *r, double p)
-{
-    return runif(r) < p;
-}
 
 /* ---- a random problem ---------------------------------------------------------------------- */
 
@@ -108,7 +67,7 @@ static const smattn_dtype float_types[4] = {SMATTN_F64, SMATTN_F32, SMATTN_F16, 
 
 static smattn_dtype rand_float_type(rng *r)
 {
-    return float_types[rint_in(r, 0, 3)];
+    return float_types[rng_int(r, 0, 3)];
 }
 
 /* A strided layout: dims laid out in a random order, some padded by an element, broadcast
@@ -119,7 +78,7 @@ static int64_t make_layout(rng *r, int rank, const int64_t n[4], unsigned bcast,
     int order[4] = {0, 1, 2, 3};
     if (!plain)
         for (int a = rank - 1; a > 0; a--) {
-            int c = (int)rint_in(r, 0, a), t = order[a];
+            int c = (int)rng_int(r, 0, a), t = order[a];
             order[a] = order[c];
             order[c] = t;
         }
@@ -134,7 +93,7 @@ static int64_t make_layout(rng *r, int rank, const int64_t n[4], unsigned bcast,
         if (bcast & (1u << d))
             continue;
         stride[d] = acc;
-        acc *= n[d] + (!plain && chance(r, 0.3) ? 1 : 0);
+        acc *= n[d] + (!plain && rng_chance(r, 0.3) ? 1 : 0);
     }
     int64_t span = 1;
     for (int d = 0; d < rank; d++)
@@ -163,7 +122,7 @@ static double normalish(rng *r)
 {
     double a = 0; /* one call per statement: the draw order must not depend on the compiler */
     for (int k = 0; k < 4; k++)
-        a += runif(r);
+        a += rng_unif(r);
     return (a - 2.0) * 1.7;
 }
 
@@ -187,27 +146,27 @@ static double gen_value(rng *r, int dist, int role, smattn_dtype t)
 {
     switch (role) {
     case IN_BIAS:
-        if (chance(r, 0.15))
+        if (rng_chance(r, 0.15))
             return -INFINITY;
         if (dist == DIST_EQUAL)
-            return (double)rint_in(r, -1, 0);
+            return (double)rng_int(r, -1, 0);
         return normalish(r) * 2;
     case IN_SINKS:
-        if (chance(r, 0.1))
+        if (rng_chance(r, 0.1))
             return -INFINITY;
-        return dist == DIST_EQUAL ? (double)rint_in(r, -1, 1) : normalish(r) * 2;
+        return dist == DIST_EQUAL ? (double)rng_int(r, -1, 1) : normalish(r) * 2;
     default: break;
     }
     switch (dist) {
     case DIST_WIDE: {
-        double f = 1 + runif(r);
-        double m = ldexp(f, (int)rint_in(r, -wide_exp(t), wide_exp(t)));
-        return chance(r, 0.5) ? -m : m;
+        double f = 1 + rng_unif(r);
+        double m = ldexp(f, (int)rng_int(r, -wide_exp(t), wide_exp(t)));
+        return rng_chance(r, 0.5) ? -m : m;
     }
     case DIST_EQUAL: {
         static const double qk[4] = {0, 1, -1, 0.5};
         static const double vv[5] = {1, 2, 3, 0.5, -1};
-        return role == IN_V ? vv[rint_in(r, 0, 4)] : qk[rint_in(r, 0, 3)];
+        return role == IN_V ? vv[rng_int(r, 0, 4)] : qk[rng_int(r, 0, 3)];
     }
     case DIST_TINY_V:
         if (role == IN_V)
@@ -215,8 +174,8 @@ static double gen_value(rng *r, int dist, int role, smattn_dtype t)
         return normalish(r);
     case DIST_LARGE_V:
         if (role == IN_V) {
-            double m = 16384 + runif(r) * 49120;
-            return chance(r, 0.3) ? -m : m;
+            double m = 16384 + rng_unif(r) * 49120;
+            return rng_chance(r, 0.3) ? -m : m;
         }
         return normalish(r);
     default: return role == IN_X ? 3 * normalish(r) : normalish(r);
@@ -232,7 +191,7 @@ static void fill_tensor(tensor_buf *t, rng *r, int dist, int role)
                 for (int64_t d = 0; d < t->n[3]; d++) {
                     int64_t off = toff(t, a, b, c, d);
                     if (role == IN_MASK)
-                        ((unsigned char *)t->data)[off] = chance(r, 0.75) ? 1 : 0;
+                        ((unsigned char *)t->data)[off] = rng_chance(r, 0.75) ? 1 : 0;
                     else
                         smattn_store(t->data, t->dtype, off, gen_value(r, dist, role, t->dtype));
                 }
@@ -253,70 +212,70 @@ static void gen_case(tcase *c, uint64_t seed)
     c->seed = seed;
     smattn_problem *p = &c->p;
     *p = smattn_problem_default();
-    p->op = chance(&r, 0.75) ? SMATTN_OP_ATTENTION : SMATTN_OP_SOFTMAX;
+    p->op = rng_chance(&r, 0.75) ? SMATTN_OP_ATTENTION : SMATTN_OP_SOFTMAX;
     const int att = p->op == SMATTN_OP_ATTENTION;
-    p->B = rint_in(&r, 1, 3);
-    switch (rint_in(&r, 0, 3)) { /* S < T, S = T, S > T, decode */
+    p->B = rng_int(&r, 1, 3);
+    switch (rng_int(&r, 0, 3)) { /* S < T, S = T, S > T, decode */
     case 0:
-        p->S = rint_in(&r, 1, 8);
-        p->T = rint_in(&r, p->S + 1, 12);
+        p->S = rng_int(&r, 1, 8);
+        p->T = rng_int(&r, p->S + 1, 12);
         break;
-    case 1: p->S = p->T = rint_in(&r, 1, 9); break;
+    case 1: p->S = p->T = rng_int(&r, 1, 9); break;
     case 2:
-        p->T = rint_in(&r, 1, 8);
-        p->S = rint_in(&r, p->T + 1, 12);
+        p->T = rng_int(&r, 1, 8);
+        p->S = rng_int(&r, p->T + 1, 12);
         break;
     default:
         p->S = 1;
-        p->T = rint_in(&r, 1, 12);
+        p->T = rng_int(&r, 1, 12);
         break;
     }
     static const int ratios[4] = {1, 2, 4, 7};
-    if (chance(&r, 0.2)) { /* MQA */
+    if (rng_chance(&r, 0.2)) { /* MQA */
         p->Hkv = 1;
-        p->Hq = rint_in(&r, 2, 5);
+        p->Hq = rng_int(&r, 2, 5);
     } else {
-        int ratio = ratios[rint_in(&r, 0, 3)];
-        p->Hkv = ratio == 7 ? 1 : rint_in(&r, 1, 2);
+        int ratio = ratios[rng_int(&r, 0, 3)];
+        p->Hkv = ratio == 7 ? 1 : rng_int(&r, 1, 2);
         p->Hq = ratio * p->Hkv;
     }
     if (!att)
-        p->Hq = rint_in(&r, 1, 3);
-    p->D = rint_in(&r, 1, 20);
-    p->Dv = rint_in(&r, 1, 20);
-    c->dist = (int)rint_in(&r, 0, NDIST - 1);
-    switch (rint_in(&r, 0, 5)) {
+        p->Hq = rng_int(&r, 1, 3);
+    p->D = rng_int(&r, 1, 20);
+    p->Dv = rng_int(&r, 1, 20);
+    c->dist = (int)rng_int(&r, 0, NDIST - 1);
+    switch (rng_int(&r, 0, 5)) {
     case 0:
     case 1: p->scale = att ? smattn_default_scale(p->D) : 1.0; break;
     case 2: p->scale = 1.0; break;
-    case 3: p->scale = ldexp((double)rint_in(&r, -64, 64), -5); break; /* may be 0 or < 0 */
+    case 3: p->scale = ldexp((double)rng_int(&r, -64, 64), -5); break; /* may be 0 or < 0 */
     case 4: p->scale = 0.3; break;
     default: p->scale = -0.7; break;
     }
-    if (chance(&r, 0.2)) {
+    if (rng_chance(&r, 0.2)) {
         static const double caps[4] = {0.5, 1, 5, 30};
-        p->softcap = caps[rint_in(&r, 0, 3)];
+        p->softcap = caps[rng_int(&r, 0, 3)];
     }
-    p->causal = (smattn_causal)rint_in(&r, 0, 2);
-    if (chance(&r, 0.25)) {
-        p->window_left = rint_in(&r, -1, p->T);
-        p->window_right = rint_in(&r, -1, 3);
+    p->causal = (smattn_causal)rng_int(&r, 0, 2);
+    if (rng_chance(&r, 0.25)) {
+        p->window_left = rng_int(&r, -1, p->T);
+        p->window_right = rng_int(&r, -1, 3);
     }
-    if (chance(&r, 0.25)) {
+    if (rng_chance(&r, 0.25)) {
         for (int64_t b = 0; b < p->B; b++)
-            c->kv_lens[b] = rint_in(&r, 0, p->T);
+            c->kv_lens[b] = rng_int(&r, 0, p->T);
         p->kv_lens = c->kv_lens;
     }
-    if (chance(&r, 0.2)) {
+    if (rng_chance(&r, 0.2)) {
         for (int64_t b = 0; b < p->B; b++)
-            c->q_lens[b] = rint_in(&r, 0, p->S);
+            c->q_lens[b] = rng_int(&r, 0, p->S);
         p->q_lens = c->q_lens;
     }
-    p->empty_rows = (smattn_empty)rint_in(&r, 0, 2);
-    p->empty_lse = (smattn_empty_lse)rint_in(&r, 0, 2);
+    p->empty_rows = (smattn_empty)rng_int(&r, 0, 2);
+    p->empty_lse = (smattn_empty_lse)rng_int(&r, 0, 2);
 
     /* Inputs. */
-    const int plain = chance(&r, 0.5);
+    const int plain = rng_chance(&r, 0.5);
     int64_t nq[4] = {p->B, p->S, p->Hq, p->D}, nk[4] = {p->B, p->T, p->Hkv, p->D};
     int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv}, nfull[4] = {p->B, p->Hq, p->S, p->T};
     int64_t ns[4] = {p->Hq, 1, 1, 1};
@@ -328,14 +287,14 @@ static void gen_case(tcase *c, uint64_t seed)
         alloc_tensor(&c->in[IN_X], &r, 4, nfull, rand_float_type(&r), 0, plain);
     }
     for (int k = IN_BIAS; k <= IN_MASK; k++) {
-        if (!chance(&r, 0.3))
+        if (!rng_chance(&r, 0.3))
             continue;
         smattn_dtype dt = k == IN_MASK ? SMATTN_BOOL : rand_float_type(&r);
-        unsigned bc = (unsigned)rint_in(&r, 0, 15); /* broadcast dims, each with p = 1/4 */
-        bc &= (unsigned)rint_in(&r, 0, 15);
+        unsigned bc = (unsigned)rng_int(&r, 0, 15); /* broadcast dims, each with p = 1/4 */
+        bc &= (unsigned)rng_int(&r, 0, 15);
         alloc_tensor(&c->in[k], &r, 4, nfull, dt, bc, plain);
     }
-    if (chance(&r, 0.3))
+    if (rng_chance(&r, 0.3))
         alloc_tensor(&c->in[IN_SINKS], &r, 1, ns, rand_float_type(&r), 0, plain);
     for (int k = 0; k < NIN; k++)
         if (c->in[k].data)
@@ -343,22 +302,22 @@ static void gen_case(tcase *c, uint64_t seed)
 
     /* Non-finite values: one to three planted anywhere, and garbage in padding that must not
      * be read. */
-    int nplant = chance(&r, 0.25) ? (int)rint_in(&r, 1, 3) : 0;
+    int nplant = rng_chance(&r, 0.25) ? (int)rng_int(&r, 1, 3) : 0;
     for (int plant = 0; plant < nplant; plant++) {
         int k;
         do
-            k = (int)rint_in(&r, 0, NIN - 1);
+            k = (int)rng_int(&r, 0, NIN - 1);
         while (!c->in[k].data || k == IN_MASK);
         tensor_buf *t = &c->in[k];
         static const double bad[3] = {NAN, INFINITY, -INFINITY};
         int64_t at[4];
         for (int d = 0; d < 4; d++)
-            at[d] = rint_in(&r, 0, t->n[d] - 1);
+            at[d] = rng_int(&r, 0, t->n[d] - 1);
         smattn_store(t->data, t->dtype, toff(t, at[0], at[1], at[2], at[3]),
-                     bad[rint_in(&r, 0, 2)]);
+                     bad[rng_int(&r, 0, 2)]);
         c->nonfinite = 1;
     }
-    if (att && p->kv_lens && chance(&r, 0.5)) {
+    if (att && p->kv_lens && rng_chance(&r, 0.5)) {
         for (int64_t b = 0; b < p->B; b++)
             for (int64_t j = p->kv_lens[b]; j < p->T; j++)
                 for (int64_t h = 0; h < p->Hkv; h++) {
@@ -371,7 +330,7 @@ static void gen_case(tcase *c, uint64_t seed)
                 }
         c->nonfinite = 1;
     }
-    if (att && p->q_lens && chance(&r, 0.5)) {
+    if (att && p->q_lens && rng_chance(&r, 0.5)) {
         for (int64_t b = 0; b < p->B; b++)
             for (int64_t i = p->q_lens[b]; i < p->S; i++)
                 for (int64_t h = 0; h < p->Hq; h++)
@@ -391,8 +350,8 @@ static void gen_case(tcase *c, uint64_t seed)
 
     /* Outputs: O always for attention; LSE and P often (at least one for softmax). */
     c->want[OUT_O] = att;
-    c->want[OUT_LSE] = chance(&r, 0.8);
-    c->want[OUT_P] = chance(&r, 0.7) || (!att && !c->want[OUT_LSE]);
+    c->want[OUT_LSE] = rng_chance(&r, 0.8);
+    c->want[OUT_P] = rng_chance(&r, 0.7) || (!att && !c->want[OUT_LSE]);
     int64_t no[4] = {p->B, p->S, p->Hq, p->Dv}, nl[4] = {p->B, p->Hq, p->S, 1};
     const int64_t *on[NOUT] = {no, nl, nfull};
     const int orank[NOUT] = {4, 3, 4};
@@ -831,7 +790,7 @@ static void print_tally(const char *name, const tally *t)
 
 START_TEST(ref_matches_naive_random)
 {
-    int n = scaled(N_SWEEP);
+    int n = test_scaled(N_SWEEP);
     uint64_t *seeds = malloc(sizeof(uint64_t) * (size_t)n);
     n = seed_list(0x5eed0000u, n, seeds);
     tally ty;
@@ -871,7 +830,7 @@ static int same_bytes(const tcase *c, const outs *a, const outs *b)
 /* Every configuration in cfgs gives the same bytes as the default. */
 static void check_configs(uint64_t base, const smattn_ref_config *cfgs, int ncfg, const char *what)
 {
-    int n = scaled(N_CONFIG);
+    int n = test_scaled(N_CONFIG);
     uint64_t *seeds = malloc(sizeof(uint64_t) * (size_t)n);
     n = seed_list(base, n, seeds);
     int fails = 0;
@@ -928,7 +887,7 @@ END_TEST
  * is decided in the fast phase. Problems with planted non-finite values are skipped. */
 START_TEST(stats_consistent)
 {
-    int n = scaled(N_CONFIG) * 2;
+    int n = test_scaled(N_CONFIG) * 2;
     uint64_t *seeds = malloc(sizeof(uint64_t) * (size_t)n);
     n = seed_list(0x5eed4000u, n, seeds);
     int fails = 0, checked = 0, gave_up = 0;
@@ -1409,11 +1368,11 @@ START_TEST(naive_rounding_agrees_with_core)
     int bad = 0;
     for (int k = 0; k < 20000; k++) {
         smattn_dtype t = float_types[1 + k % 3];
-        int e = (int)rint_in(&r, -160, 130);
+        int e = (int)rng_int(&r, -160, 130);
         /* Few significant bits make ties frequent. */
-        double m = (double)rint_in(&r, 0, (k & 1) ? 4095 : ((int64_t)1 << 40)) *
+        double m = (double)rng_int(&r, 0, (k & 1) ? 4095 : ((int64_t)1 << 40)) *
                    ((k & 1) ? 0x1p-12 : 0x1p-40);
-        double d = ldexp(1 + m, e) * (chance(&r, 0.5) ? -1 : 1);
+        double d = ldexp(1 + m, e) * (rng_chance(&r, 0.5) ? -1 : 1);
         mpfr_set_d(x, d, MPFR_RNDN);
         uint64_t a = smattn_naive_round_bits(x, t), b = bits_of(d, t);
         if (a != b && bad++ < 5)
