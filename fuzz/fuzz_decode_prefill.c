@@ -19,7 +19,6 @@
 #include "smattn.h"
 
 #define TARGET "fuzz_decode_prefill"
-#define FUZZ_DP_MAX_P 256
 
 /* dst (contiguous, dims dn) gathers src: along axis k, index x reads source index map[k][x]
  * (map[k] NULL: the identity) with source strides ss. */

@@ -16,9 +16,6 @@
 #include "fuzz/common/fuzz_check.h"
 #include "smattn.h"
 
-#ifndef FUZZ_DIFF_MAX_P
-#define FUZZ_DIFF_MAX_P 256
-#endif
 #define TARGET "fuzz_diff"
 
 static int full_mode;

@@ -21,7 +21,6 @@
 #include "smattn.h"
 
 #define TARGET "fuzz_ref_props"
-#define FUZZ_REF_PROPS_MAX_P 64
 
 static const char *const tnames[] = {"O", "LSE", "P"};
 

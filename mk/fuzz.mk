@@ -1,5 +1,5 @@
 # mk/fuzz.mk: the fuzzing rules (issue 5; fuzz/README.md), included by the Makefile.
-.PHONY: check-fuzz-replay fuzz-build fuzz-build-fast fuzz-bins fuzz fuzz-seeds fuzz-merge fuzz-min \
+.PHONY: check-fuzz-replay check-fuzz-decode fuzz-build fuzz-build-fast fuzz-bins fuzz fuzz-seeds fuzz-merge fuzz-min \
         fuzz-speed fuzz-cov fuzz-afl-build fuzz-afl
 
 # ---- fuzzing (issue 5; fuzz/README.md) ---------------------------------------------------
@@ -10,9 +10,21 @@ FUZZ_COMMON  := $(BUILD)/fuzz/common/fuzz_input.o $(BUILD)/fuzz/common/fuzz_chec
 $(BUILD)/fuzz/replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
-check-fuzz-replay: $(patsubst %,$(BUILD)/fuzz/replay/%,$(FUZZ_TARGETS))
+check-fuzz-replay: $(patsubst %,$(BUILD)/fuzz/replay/%,$(FUZZ_TARGETS)) check-fuzz-decode
 	@for t in $(FUZZ_TARGETS); do \
 	  SMATTN_FUZZ_FULL=1 $(BUILD)/fuzz/replay/$$t fuzz/corpus/$$t fuzz/regressions/$$t || exit 1; done
+
+# tools/fuzz_decode.c: `build/fuzz/fuzz_decode [--target T] [--case DIR] FILE` prints what
+# an input decodes to and writes it as a case directory; the replay smoke-tests it on one
+# seed through `smattn ref`.
+$(BUILD)/fuzz/fuzz_decode: $(BUILD)/fuzz/tools/fuzz_decode.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
+	@rm -rf $(BUILD)/fuzz/decode-smoke && mkdir -p $(BUILD)/fuzz/decode-smoke
+	@$< --target fuzz_diff --case $(BUILD)/fuzz/decode-smoke/case \
+	  fuzz/corpus/fuzz_diff/seed-000-chunked_prefill > $(BUILD)/fuzz/decode-smoke.txt
+	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/case $(BUILD)/fuzz/decode-smoke/out --weights
+	@echo "fuzz_decode: a decoded seed written as a case, reproduced by smattn ref"
 
 # The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*.
 $(BUILD)/fuzz/gen_seeds: $(BUILD)/fuzz/tools/gen_seeds.o $(FUZZ_COMMON) $(IOLIB) $(LIB)

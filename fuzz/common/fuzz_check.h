@@ -6,6 +6,15 @@
 
 #include "fuzz/common/fuzz_input.h"
 
+/* How far each target cuts a decoded problem (fuzz_problem_shrink: elements of P), kept
+ * here so that tools/fuzz_decode.c shows an input as the target saw it. fuzz_diff's
+ * figure sets its speed (fuzz/README.md). */
+#ifndef FUZZ_DIFF_MAX_P
+#define FUZZ_DIFF_MAX_P 256
+#endif
+#define FUZZ_REF_PROPS_MAX_P 64
+#define FUZZ_DP_MAX_P 256 /* fuzz_decode_prefill: before its prefill is cut to T^2 <= it */
+
 /* First lines of a report: "MISMATCH <target> <shape class>", "check: <what>", then the
  * decoded problem. */
 void fuzz_mismatch_head(const char *target, const fuzz_problem *fp, const char *what);

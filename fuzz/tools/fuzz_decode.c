@@ -1,0 +1,222 @@
+/* fuzz_decode.c: what a fuzz input means. Prints the problem an input file decodes to (as
+ * the given target sees it: fuzz_diff, fuzz_decode_prefill and fuzz_ref_props cut it with
+ * fuzz_problem_shrink), and with --case DIR writes it as a case directory (SPEC 7.1) that
+ * `smattn ref DIR OUT --weights` and `smattn opt DIR OUT --weights` reproduce. The case is
+ * checked on the way out: it is loaded back and the oracle must give the same bits on the
+ * loaded case as on the decoded problem.
+ *   fuzz_decode [--target NAME] [--case DIR] FILE
+ * fuzz_decode_prefill derives its prefill and decode steps from the problem printed here;
+ * fuzz_api corrupts the printed problem's descriptor (its report prints the corruption).
+ * Exit status: 0, 1 on a failed write or check, 2 on bad usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fuzz/common/fuzz_check.h"
+#include "io/case.h"
+#include "io/npy.h"
+
+static unsigned char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096;
+    unsigned char *buf = malloc(cap);
+    *n = 0;
+    size_t got;
+    while (buf && (got = fread(buf + *n, 1, cap - *n, f)) > 0) {
+        *n += got;
+        if (*n == cap) {
+            unsigned char *b2 = realloc(buf, cap *= 2);
+            if (!b2)
+                free(buf);
+            buf = b2;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static int put_npy(const char *dir, const char *name, smattn_npy_type t, int rank,
+                   const int64_t *shape, const void *data)
+{
+    char path[4096], err[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (smattn_npy_write(path, t, rank, shape, data, err, sizeof err)) {
+        fprintf(stderr, "fuzz_decode: %s: %s\n", path, err);
+        return 1;
+    }
+    return 0;
+}
+
+static smattn_npy_type npy_of(smattn_dtype t)
+{
+    return t == SMATTN_F16 ? SMATTN_NPY_F16 : t == SMATTN_BF16 ? SMATTN_NPY_U16 : SMATTN_NPY_F32;
+}
+
+static void put_lens(FILE *f, const char *key, const int64_t *lens, int64_t B)
+{
+    if (!lens)
+        return;
+    fprintf(f, ",\n  \"%s\": [", key);
+    for (int64_t b = 0; b < B; b++)
+        fprintf(f, "%s%" PRId64, b ? ", " : "", lens[b]);
+    fprintf(f, "]");
+}
+
+/* The case directory of a decoded problem (its buffers are contiguous, as decoded). */
+static int write_case(const fuzz_problem *fp, const char *dir)
+{
+    const smattn_problem *p = &fp->p;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "fuzz_decode: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    int bad = 0;
+    if (p->op == SMATTN_OP_ATTENTION) {
+        smattn_dtype kt = fp->in.k.dtype;
+        bad |= put_npy(dir, "q.npy", SMATTN_NPY_F32, 4, (int64_t[]){p->B, p->S, p->Hq, p->D}, fp->q);
+        bad |= put_npy(dir, "k.npy", npy_of(kt), 4, (int64_t[]){p->B, p->T, p->Hkv, p->D}, fp->k);
+        bad |= put_npy(dir, "v.npy", npy_of(kt), 4, (int64_t[]){p->B, p->T, p->Hkv, p->Dv}, fp->v);
+    } else {
+        bad |= put_npy(dir, "x.npy", SMATTN_NPY_F32, 4, (int64_t[]){p->B, p->Hq, p->S, p->T}, fp->x);
+    }
+    if (fp->bias)
+        bad |= put_npy(dir, "bias.npy", SMATTN_NPY_F32, 4,
+                       (int64_t[]){p->B, fp->bias_kind == 1 ? 1 : p->Hq, p->S, p->T}, fp->bias);
+    if (fp->mask)
+        bad |= put_npy(dir, "mask.npy", SMATTN_NPY_U8, 4,
+                       (int64_t[]){p->B, p->Hq, fp->mask_kind == 1 ? 1 : p->S, p->T}, fp->mask);
+    if (fp->sinks)
+        bad |= put_npy(dir, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){p->Hq}, fp->sinks);
+    if (bad)
+        return 1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/case.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "fuzz_decode: cannot write %s\n", path);
+        return 1;
+    }
+    static const char *const causal[] = {"none", "lower_right", "upper_left"};
+    static const char *const empty[] = {"zero", "nan", "mean"};
+    static const char *const lse[] = {"neg_inf", "pos_inf", "zero"};
+    /* %.17g round-trips a binary64 through strtod (SPEC 7.1: the nearest binary64) */
+    fprintf(f, "{\n  \"scale\": %.17g,\n  \"softcap\": %.17g,\n  \"causal\": \"%s\",\n"
+               "  \"window\": [%" PRId64 ", %" PRId64 "],\n  \"empty_rows\": \"%s\",\n"
+               "  \"empty_lse\": \"%s\"",
+            p->scale, p->softcap, causal[p->causal], p->window_left, p->window_right,
+            empty[p->empty_rows], lse[p->empty_lse]);
+    put_lens(f, "kv_lens", p->kv_lens, p->B);
+    put_lens(f, "q_lens", p->q_lens, p->B);
+    if (p->op == SMATTN_OP_ATTENTION && fp->in.k.dtype == SMATTN_BF16)
+        fprintf(f, ",\n  \"bf16\": [\"k\", \"v\"]");
+    fprintf(f, "\n}\n");
+    if (fclose(f)) {
+        fprintf(stderr, "fuzz_decode: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+/* Load the case back and compare the oracle's bits on it and on the decoded problem. */
+static int check_case(const fuzz_problem *fp, const char *dir)
+{
+    smattn_case c;
+    char err[512];
+    if (smattn_case_load(dir, &c, err, sizeof err)) {
+        fprintf(stderr, "fuzz_decode: %s: %s\n", dir, err);
+        return 1;
+    }
+    smattn_outputs out;
+    unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE | SMATTN_CASE_OUT_P;
+    smattn_status s = smattn_case_outputs_alloc(&c, SMATTN_F64, which, &out, err, sizeof err);
+    if (s) {
+        fprintf(stderr, "fuzz_decode: %s: %s\n", dir, err);
+        smattn_case_free(&c);
+        return 1;
+    }
+    fuzz_outputs mine;
+    if (fuzz_outputs_alloc(&mine, &fp->p, SMATTN_F64))
+        abort();
+    smattn_ref_config rc = {1, 0, 0, 0};
+    smattn_status s1 = smattn_ref(&c.prob, &c.in, &out, &rc, NULL);
+    smattn_status s2 = smattn_ref(&fp->p, &fp->in, &mine.out, &rc, NULL);
+    int bad = s1 != s2;
+    if (bad)
+        fprintf(stderr, "fuzz_decode: oracle status %s on the case, %s on the decoded problem\n",
+                smattn_status_name(s1), smattn_status_name(s2));
+    const void *theirs[3] = {out.o.data, out.lse.data, out.p.data};
+    for (int k = 0; k < 3 && !bad && !s1; k++)
+        if (mine.n[k] && memcmp(theirs[k], mine.buf[k], mine.n[k] * sizeof(double)) != 0) {
+            fprintf(stderr, "fuzz_decode: the case's %s differs from the decoded problem's\n",
+                    k == 0 ? "O" : k == 1 ? "LSE" : "P");
+            bad = 1;
+        }
+    fuzz_outputs_free(&mine);
+    smattn_case_outputs_free(&out);
+    smattn_case_free(&c);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    const char *target = NULL, *dir = NULL, *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--target") && i + 1 < argc)
+            target = argv[++i];
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc)
+            dir = argv[++i];
+        else if (argv[i][0] != '-' && !file)
+            file = argv[i];
+        else
+            file = NULL, i = argc;
+    }
+    if (!file) {
+        fprintf(stderr, "usage: fuzz_decode [--target fuzz_diff|fuzz_ref_props|"
+                        "fuzz_decode_prefill|fuzz_api] [--case DIR] FILE\n");
+        return 2;
+    }
+    int64_t max_p = 0;
+    if (target && !strcmp(target, "fuzz_diff"))
+        max_p = FUZZ_DIFF_MAX_P;
+    else if (target && !strcmp(target, "fuzz_ref_props"))
+        max_p = FUZZ_REF_PROPS_MAX_P;
+    else if (target && !strcmp(target, "fuzz_decode_prefill"))
+        max_p = FUZZ_DP_MAX_P;
+    else if (target && strcmp(target, "fuzz_api") != 0) {
+        fprintf(stderr, "fuzz_decode: unknown target %s\n", target);
+        return 2;
+    }
+    size_t n;
+    unsigned char *data = read_file(file, &n);
+    if (!data) {
+        fprintf(stderr, "fuzz_decode: cannot read %s\n", file);
+        return 1;
+    }
+    fuzz_provider dp;
+    fuzz_provider_init(&dp, data, n);
+    fuzz_problem fp;
+    if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p))) {
+        fprintf(stderr, "fuzz_decode: out of memory\n");
+        return 1;
+    }
+    printf("input: %s (%zu bytes)%s%s\n", file, n, target ? " as seen by " : "",
+           target ? target : "");
+    fuzz_problem_print(stdout, &fp);
+    int rc = 0;
+    if (dir) {
+        rc = write_case(&fp, dir) || check_case(&fp, dir);
+        if (!rc)
+            printf("case: %s (the oracle gives the same bits on it; reproduce with\n"
+                   "  smattn ref %s OUT --weights   and   smattn opt %s OUT --weights)\n",
+                   dir, dir, dir);
+    }
+    fuzz_problem_free(&fp);
+    free(data);
+    return rc;
+}
