@@ -1,7 +1,7 @@
 # mk/onednn.mk: the oneDNN adapter plugin (plugins/onednn/README.md), included by
 # mk/mutants.mk. Built only when Debian's libdnnl-dev is installed; `make conform-onednn`
 # runs the full conformance suite on it and writes the reports into build/onednn/.
-.PHONY: onednn conform-onednn
+.PHONY: onednn conform-onednn onednn-probe-exp
 ONEDNN_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
 ONEDNN_SO     := $(BUILD)/plugins/onednn_kernel.so
 ONEDNN_REPORT := $(BUILD)/onednn
@@ -17,7 +17,13 @@ conform-onednn: $(CLI) $(ONEDNN_SO)
 	  --junit $(ONEDNN_REPORT)/conform.xml; st=$$?; \
 	  echo "reports: $(ONEDNN_REPORT)/conform.json, $(ONEDNN_REPORT)/conform.xml (exit $$st)"; \
 	  test $$st -le 1 # a verdict either way is a finished run; 2 is a usage or load error
+# The accuracy of oneDNN's softmax exp, through the adapter (plugins/onednn/probe_exp.c).
+$(BUILD)/onednn/probe_exp: plugins/onednn/probe_exp.c $(ONEDNN_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -o $@ $< $(abspath $(ONEDNN_SO)) -Wl,-rpath,$(abspath $(dir $(ONEDNN_SO))) -lm
+onednn-probe-exp: $(BUILD)/onednn/probe_exp
+	$<
 else
-onednn conform-onednn:
+onednn conform-onednn onednn-probe-exp:
 	@echo "oneDNN not found: apt-get install libdnnl-dev (Debian 12: oneDNN 2.6)"; exit 2
 endif

@@ -217,9 +217,11 @@ static const smattn_plugin_info info = {
     .empty_lse = SMATTN_LSE_NEG_INF,
     /* binary32 matmuls in any order (SPEC 6.1 R2), the scale applied once as an output
      * scale; softmax: max, exp(x - max), sum, then P = exp * (1/sum) rounded to binary32
-     * before the second matmul (u_p = 2^-24); oneDNN's own vectorised exp, given 4 ulps;
-     * tiny = FLT_MIN in case its exp flushes results below the normal range. */
-    .precision = {.u_score = 0x1p-24, .u_acc = 0x1p-24, .exp_ulps = 4.0, .u_p = 0x1p-24,
+     * before the second matmul (u_p = 2^-24); oneDNN's own vectorised exp, whose error
+     * grows with |x| (measured through the softmax: 2.7 ulps at x = -20, 4.3 at -77, 5.7
+     * near -87; README.md), hence 6 ulps; tiny = FLT_MIN: it flushes every result below
+     * 2^-125.5 (x < -86.99) to zero, some of them normal. */
+    .precision = {.u_score = 0x1p-24, .u_acc = 0x1p-24, .exp_ulps = 6.0, .u_p = 0x1p-24,
                   .blocks = 1, .acc_len = 0, .tiny = 0x1p-126},
 };
 
