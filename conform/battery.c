@@ -265,15 +265,16 @@ static int key_visible(const smattn_problem *p, const smattn_inputs *in, int64_t
  * row of the KV head sees; V there too unless a row of the batch is empty (the mean
  * convention reads V at [0, T_b)); Q of rows that see no key; bias and X at positions
  * hidden by causality, window, lengths or the mask. */
-static void fill_garbage(builder *bd, conform_case *c)
+static int64_t fill_garbage(builder *bd, conform_case *c)
 {
+    int64_t filled = 0;
     smattn_problem *p = &c->prob;
     smattn_inputs *in = &c->in64;
     static const double junk[3] = {((double)NAN), HUGE_VAL, -HUGE_VAL};
     int64_t Hkv = p->op == SMATTN_OP_ATTENTION ? p->Hkv : p->Hq, G = p->Hq / Hkv;
     unsigned char *seen = zalloc(bd, (size_t)(Hkv * p->T), 1);
     if (!seen)
-        return;
+        return 0;
     for (int64_t b = 0; b < p->B; b++) {
         memset(seen, 0, (size_t)(Hkv * p->T));
         int any_empty = 0;
@@ -288,6 +289,7 @@ static void fill_garbage(builder *bd, conform_case *c)
                         continue;
                     double *t = MUT(p->op == SMATTN_OP_SOFTMAX ? in->x.data : in->bias.data);
                     const smattn_tensor *ts = p->op == SMATTN_OP_SOFTMAX ? &in->x : &in->bias;
+                    filled += t != NULL;
                     if (t)
                         t[b * ts->stride[0] + h * ts->stride[1] + i * ts->stride[2] +
                           j * ts->stride[3]] = ((double)NAN);
@@ -295,6 +297,7 @@ static void fill_garbage(builder *bd, conform_case *c)
                 if (n == 0 && p->op == SMATTN_OP_ATTENTION) {
                     any_empty |= !in->sinks.data || at(&in->sinks, h, 0, 0, 0) == -HUGE_VAL;
                     double *q = MUT(in->q.data);
+                    filled += p->D;
                     for (int64_t d = 0; d < p->D; d++)
                         q[b * in->q.stride[0] + i * in->q.stride[1] + h * in->q.stride[2] +
                           d * in->q.stride[3]] = junk[(i + d) % 3];
@@ -310,6 +313,7 @@ static void fill_garbage(builder *bd, conform_case *c)
                 if (seen[g * p->T + j])
                     continue;
                 double *k = MUT(in->k.data), *v = MUT(in->v.data);
+                filled += p->D;
                 for (int64_t d = 0; d < p->D; d++)
                     k[b * in->k.stride[0] + j * in->k.stride[1] + g * in->k.stride[2] +
                       d * in->k.stride[3]] = junk[(j + d) % 3];
@@ -321,6 +325,7 @@ static void fill_garbage(builder *bd, conform_case *c)
             }
     }
     free(seen);
+    return filled;
 }
 
 /* Close a case: garbage in invisible slots (unless turned off), then its features. */
@@ -329,7 +334,7 @@ static void finish(builder *bd, conform_case *c)
     if (!c || bd->oom)
         return;
     if (c->garbage)
-        fill_garbage(bd, c);
+        c->garbage = fill_garbage(bd, c) > 0;
     c->caps = conform_problem_caps(&c->prob, &c->in64) | (c->strided ? SMATTN_CAP_STRIDES : 0u);
 }
 

@@ -200,6 +200,27 @@ static int is_case_dir(const char *dir)
     return has_file(dir, "q.npy") || has_file(dir, "x.npy");
 }
 
+/* A Fortran-ordered array (as np.save writes a transposed one) rewritten in C order. */
+static int to_c_order(smattn_npy *a)
+{
+    unsigned char *c = malloc((size_t)(a->count ? a->count : 1) * a->itemsize);
+    if (!c)
+        return -1;
+    for (int64_t e = 0; e < a->count; e++) {
+        int64_t rest = e, off = 0;
+        for (int r = a->rank - 1; r >= 0; r--) {
+            off += (rest % a->shape[r]) * a->stride[r];
+            rest /= a->shape[r];
+        }
+        memcpy(c + (size_t)e * a->itemsize, (unsigned char *)a->data + (size_t)off * a->itemsize,
+               a->itemsize);
+    }
+    free(a->data);
+    a->data = c;
+    a->fortran_order = 0;
+    return 0;
+}
+
 /* Read OUTPUT.npy of a case; 1 if absent, -1 (err) if malformed, 0 with got filled. */
 static int read_output(const char *dir, const char *file, const smattn_case *c, int t,
                        smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
@@ -218,7 +239,7 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     int64_t want[3][4] = {{p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
     int rank = (t == 1 ? 3 : 4) - (c->rank == 3);
     const int64_t *w = want[t] + (c->rank == 3);
-    int ok = a->rank == rank && !a->fortran_order;
+    int ok = a->rank == rank;
     for (int r = 0; ok && r < rank; r++)
         ok = a->shape[r] == w[r];
     smattn_dtype dt;
@@ -231,11 +252,15 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     default: ok = 0, dt = SMATTN_F32; break;
     }
     if (!ok) {
-        snprintf(err, errlen, "%s: want a C-order float array of shape [", file);
+        snprintf(err, errlen, "%s: want a float array of shape [", file);
         for (int r = 0; r < rank; r++)
             snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
                      (long long)w[r]);
-        snprintf(err + strlen(err), errlen - strlen(err), "] (f64, f32, f16, or bf16 as u2)");
+        snprintf(err + strlen(err), errlen - strlen(err), "] (f64, f32, f16, or bf16 as u2; C or Fortran order)");
+        return -1;
+    }
+    if (a->fortran_order && to_c_order(a)) {
+        snprintf(err, errlen, "%s: out of memory", file);
         return -1;
     }
     static const char roles[3] = {'o', 'l', 'p'};

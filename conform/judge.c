@@ -188,10 +188,12 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         return;
     }
     char why[160];
-    if (t == 2 && x == 0 && bound == 0 &&
-        hidden_by(p, in, ix[0], ix[1], ix[2], ix[3], why, sizeof why)) {
+    const char *hid = t == 2 && x == 0 && bound == 0
+                          ? hidden_by(p, in, ix[0], ix[1], ix[2], ix[3], why, sizeof why)
+                          : NULL;
+    if (hid) {
         snprintf(out, cap, "masked key got weight: %s = %s, but key %lld is hidden by %s", where,
-                 cs, (long long)ix[3], why);
+                 cs, (long long)ix[3], hid);
         return;
     }
     size_t n = 0;
@@ -255,9 +257,14 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
     const smattn_out_tensor *gt[3] = {&got->o, &got->lse, &got->p};
     const smattn_out_tensor *rt[3] = {&ref.o, &ref.lse, &ref.p};
     const smattn_out_tensor *bt[3] = {&bnd.o, &bnd.lse, &bnd.p};
-    int wt = -1;
-    int64_t we = 0;
-    double wc = 0, wx = 0, wb = 0;
+    /* The element the failure is reported at: the worst one if its row is empty, else the
+     * first weight given to a masked key, else the first non-finite value where the spec
+     * has a finite one, else the worst. */
+    struct {
+        int t;
+        int64_t e;
+        double c, x, b, ratio;
+    } worst = {-1, 0, 0, 0, 0, 0}, masked = worst, nonfinite = worst;
     for (int t = 0; t < 3; t++) {
         if (!gt[t]->data)
             continue;
@@ -273,18 +280,32 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             double ulp = smattn_ulp_error(c, x, gt[t]->dtype);
             if (ulp > r->max_ulp || isnan(ulp))
                 r->max_ulp = isnan(ulp) ? HUGE_VAL : ulp;
-            if (ratio > r->max_ratio || (isnan(ratio) && wt < 0) || wt < 0) {
-                if (ratio > r->max_ratio || wt < 0) {
-                    r->max_ratio = isnan(ratio) ? HUGE_VAL : ratio;
-                    wt = t, we = e, wc = c, wx = x, wb = b;
-                }
-            }
+            if (isnan(ratio))
+                ratio = HUGE_VAL;
+            if (worst.t < 0 || ratio > worst.ratio)
+                worst.t = t, worst.e = e, worst.c = c, worst.x = x, worst.b = b, worst.ratio = ratio;
+            if (ratio > 1 && masked.t < 0 && t == 2 && x == 0 && b == 0)
+                masked.t = t, masked.e = e, masked.c = c, masked.x = x, masked.b = b,
+                masked.ratio = ratio;
+            if (ratio > 1 && nonfinite.t < 0 && isfinite(x) && !isfinite(c))
+                nonfinite.t = t, nonfinite.e = e, nonfinite.c = c, nonfinite.x = x,
+                nonfinite.b = b, nonfinite.ratio = ratio;
         }
     }
+    r->max_ratio = worst.t < 0 ? 0 : worst.ratio;
     if (r->max_ratio > 1) {
         r->status = CONFORM_FAIL;
-        diagnose(p, in, got, pm, garbage, wt, we, wc, wx, wb, r->max_ratio, n[0], r->reason,
-                 sizeof r->reason);
+        int64_t ix[4];
+        char where[96];
+        int sink;
+        locate(p, worst.t, worst.e, ix, where, sizeof where);
+        int empty = row_keys(p, in, ix[0], ix[1], ix[2], &sink) == 0 && !sink;
+        if (!empty && masked.t >= 0)
+            worst = masked;
+        else if (!empty && nonfinite.t >= 0)
+            worst = nonfinite;
+        diagnose(p, in, got, pm, garbage, worst.t, worst.e, worst.c, worst.x, worst.b,
+                 worst.ratio, n[0], r->reason, sizeof r->reason);
     } else {
         r->status = CONFORM_PASS;
         if (r->unbounded)
