@@ -88,138 +88,40 @@ static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_
 
 /* ---- micro-kernels ------------------------------------------------------------------------ */
 
-/* s[r][j] = q_r . k_j for rb <= 4 rows and kb <= 2 keys; vectors run along D (padded to
- * Dp with zeros on both sides, so the padding adds exact zeros). */
-static inline void KN(qk_block)(const float *q, int64_t ldq, int rb, const float *k,
-                                int64_t ldk, int kb, int64_t Dp, float *s, int64_t lds)
+/* The next tile's K and V rows, to be requested during this tile's QK (n = 0: none). */
+typedef struct opt_prefetch {
+    const char *k, *v;    /* the first row of each */
+    size_t ks, vs;        /* row strides in bytes */
+    size_t kbytes, vbytes; /* bytes of a row */
+    int64_t n;            /* rows */
+} opt_prefetch;
+
+static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t j1)
 {
-#if VLEN == 16 /* 32 vector registers: a 4 x 4 block, 16 named accumulators (an array
-                 * would live in memory) */
-    if (rb == 4 && kb == 4) {
-        vf a00 = vf_zero(), a01 = vf_zero(), a02 = vf_zero(), a03 = vf_zero();
-        vf a10 = vf_zero(), a11 = vf_zero(), a12 = vf_zero(), a13 = vf_zero();
-        vf a20 = vf_zero(), a21 = vf_zero(), a22 = vf_zero(), a23 = vf_zero();
-        vf a30 = vf_zero(), a31 = vf_zero(), a32 = vf_zero(), a33 = vf_zero();
-        for (int64_t d = 0; d < Dp; d += VLEN) {
-            vf k0 = vf_load(k + d), k1 = vf_load(k + ldk + d);
-            vf k2 = vf_load(k + 2 * ldk + d), k3 = vf_load(k + 3 * ldk + d);
-            vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
-            vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
-            a00 = vf_fmadd(q0, k0, a00), a01 = vf_fmadd(q0, k1, a01);
-            a02 = vf_fmadd(q0, k2, a02), a03 = vf_fmadd(q0, k3, a03);
-            a10 = vf_fmadd(q1, k0, a10), a11 = vf_fmadd(q1, k1, a11);
-            a12 = vf_fmadd(q1, k2, a12), a13 = vf_fmadd(q1, k3, a13);
-            a20 = vf_fmadd(q2, k0, a20), a21 = vf_fmadd(q2, k1, a21);
-            a22 = vf_fmadd(q2, k2, a22), a23 = vf_fmadd(q2, k3, a23);
-            a30 = vf_fmadd(q3, k0, a30), a31 = vf_fmadd(q3, k1, a31);
-            a32 = vf_fmadd(q3, k2, a32), a33 = vf_fmadd(q3, k3, a33);
-        }
-        const vf lo8[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
-        const vf hi8[8] = {a20, a21, a22, a23, a30, a31, a32, a33};
-        float t[16];
-        vf_hsum8(lo8, t);
-        vf_hsum8(hi8, t + 8);
-        for (int rr = 0; rr < 4; rr++)
-            for (int kk = 0; kk < 4; kk++)
-                s[rr * lds + kk] = t[4 * rr + kk];
-        return;
+    for (int64_t j = j0; j < j1 && j < pf->n; j++) {
+        for (size_t off = 0; off < pf->kbytes; off += 64)
+            __builtin_prefetch(pf->k + (size_t)j * pf->ks + off, 0, 3);
+        for (size_t off = 0; off < pf->vbytes; off += 64)
+            __builtin_prefetch(pf->v + (size_t)j * pf->vs + off, 0, 3);
     }
-#endif
-    if (rb == 4 && kb >= 2) {
-        kb = 2;
-        vf a00 = vf_zero(), a01 = vf_zero(), a10 = vf_zero(), a11 = vf_zero();
-        vf a20 = vf_zero(), a21 = vf_zero(), a30 = vf_zero(), a31 = vf_zero();
-        for (int64_t d = 0; d < Dp; d += VLEN) {
-            vf k0 = vf_load(k + d), k1 = vf_load(k + ldk + d);
-            vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
-            a00 = vf_fmadd(q0, k0, a00);
-            a01 = vf_fmadd(q0, k1, a01);
-            a10 = vf_fmadd(q1, k0, a10);
-            a11 = vf_fmadd(q1, k1, a11);
-            vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
-            a20 = vf_fmadd(q2, k0, a20);
-            a21 = vf_fmadd(q2, k1, a21);
-            a30 = vf_fmadd(q3, k0, a30);
-            a31 = vf_fmadd(q3, k1, a31);
-        }
-        const vf a[8] = {a00, a01, a10, a11, a20, a21, a30, a31};
-        float t[8];
-        vf_hsum8(a, t);
-        s[0] = t[0], s[1] = t[1], s[lds] = t[2], s[lds + 1] = t[3];
-        s[2 * lds] = t[4], s[2 * lds + 1] = t[5], s[3 * lds] = t[6], s[3 * lds + 1] = t[7];
-        return;
-    }
-    for (int rr = 0; rr < rb; rr++)
-        for (int kk = 0; kk < kb; kk++) {
-            vf a = vf_zero();
-            for (int64_t d = 0; d < Dp; d += VLEN)
-                a = vf_fmadd(vf_load(q + rr * ldq + d), vf_load(k + kk * ldk + d), a);
-            s[rr * lds + kk] = vf_hsum(a);
-        }
 }
 
-/* acc[r][c..] += sum_j p[r][j] v[j][c..] over visible (r, j), for rb <= 4 rows and a
- * column block of cb <= 2 vectors. Row r's sequence of fma is the same whether or not
- * its neighbours see key j. */
-static inline void KN(pv_block)(float *acc, int64_t lda, const float *p, int64_t ldp,
-                                const unsigned char *vis, int rb, const float *v, int64_t ldv,
-                                int64_t nk, int cb, int full)
-{
-    if (rb == 4 && cb == 2) {
-        vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
-        vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
-        vf a20 = vf_load(acc + 2 * lda), a21 = vf_load(acc + 2 * lda + VLEN);
-        vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
-        for (int64_t j = 0; j < nk; j++) {
-            vf v0 = vf_load(v + j * ldv), v1 = vf_load(v + j * ldv + VLEN);
-            /* full: every (row, key) of the tile visible, no need to look (a branch that
-             * is always taken predicts perfectly) */
-            unsigned all = full || ((unsigned)vis[j] & vis[ldp + j] & vis[2 * ldp + j] & vis[3 * ldp + j]);
-            if (all) {
-                vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
-                a00 = vf_fmadd(p0, v0, a00);
-                a01 = vf_fmadd(p0, v1, a01);
-                a10 = vf_fmadd(p1, v0, a10);
-                a11 = vf_fmadd(p1, v1, a11);
-                vf p2 = vf_set1(p[2 * ldp + j]), p3 = vf_set1(p[3 * ldp + j]);
-                a20 = vf_fmadd(p2, v0, a20);
-                a21 = vf_fmadd(p2, v1, a21);
-                a30 = vf_fmadd(p3, v0, a30);
-                a31 = vf_fmadd(p3, v1, a31);
-            } else {
-                if (vis[j]) {
-                    a00 = vf_fmadd(vf_set1(p[j]), v0, a00);
-                    a01 = vf_fmadd(vf_set1(p[j]), v1, a01);
-                }
-                if (vis[ldp + j]) {
-                    a10 = vf_fmadd(vf_set1(p[ldp + j]), v0, a10);
-                    a11 = vf_fmadd(vf_set1(p[ldp + j]), v1, a11);
-                }
-                if (vis[2 * ldp + j]) {
-                    a20 = vf_fmadd(vf_set1(p[2 * ldp + j]), v0, a20);
-                    a21 = vf_fmadd(vf_set1(p[2 * ldp + j]), v1, a21);
-                }
-                if (vis[3 * ldp + j]) {
-                    a30 = vf_fmadd(vf_set1(p[3 * ldp + j]), v0, a30);
-                    a31 = vf_fmadd(vf_set1(p[3 * ldp + j]), v1, a31);
-                }
-            }
-        }
-        vf_store(acc, a00), vf_store(acc + VLEN, a01);
-        vf_store(acc + lda, a10), vf_store(acc + lda + VLEN, a11);
-        vf_store(acc + 2 * lda, a20), vf_store(acc + 2 * lda + VLEN, a21);
-        vf_store(acc + 3 * lda, a30), vf_store(acc + 3 * lda + VLEN, a31);
-        return;
-    }
-    for (int rr = 0; rr < rb; rr++)
-        for (int cc = 0; cc < cb; cc++) {
-            vf a = vf_load(acc + rr * lda + cc * VLEN);
-            for (int64_t j = 0; j < nk; j++)
-                if (vis[rr * ldp + j])
-                    a = vf_fmadd(vf_set1(p[rr * ldp + j]), vf_load(v + j * ldv + cc * VLEN), a);
-            vf_store(acc + rr * lda + cc * VLEN, a);
-        }
-}
+/* KTN(qk_tile, f16): the instance of a micro-kernel for one storage type of K/V */
+#define KTN_CAT2(a, b) a##_##b
+#define KTN_CAT(a, b) KTN_CAT2(a, b)
+#define KTN(name, type) KTN_CAT(KN(name), type)
+#define TILE_T float
+#define TILE_LOAD vf_load
+#define TILE_SUFFIX f32
+#include "opt/kernel_tile.h"
+#define TILE_T uint16_t
+#define TILE_LOAD vf_load_f16
+#define TILE_SUFFIX f16
+#include "opt/kernel_tile.h"
+#define TILE_T uint16_t
+#define TILE_LOAD vf_load_bf16
+#define TILE_SUFFIX bf16
+#include "opt/kernel_tile.h"
 
 /* ---- scores of one tile -------------------------------------------------------------------- */
 
@@ -354,63 +256,41 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
     const int64_t Dvk = (Dv + VLEN - 1) / VLEN * VLEN; /* columns the P.V loop touches */
     const smattn_tensor *kt_ = &in->k, *vt_ = &in->v;
-    const int v_direct = vt_->dtype == SMATTN_F32 && vt_->stride[3] == 1 && Dv % VLEN == 0;
-    const int k_direct = kt_->dtype == SMATTN_F32 && kt_->stride[3] == 1 && D % VLEN == 0;
+    /* in place: unit-stride rows of whole vectors; f16/bf16 only with vectors (the scalar
+     * instance converts a tile once rather than once per row block) */
+    const int v_direct = vt_->stride[3] == 1 && Dv % VLEN == 0 && (VLEN > 1 || vt_->dtype == SMATTN_F32);
+    const int k_direct = kt_->stride[3] == 1 && D % VLEN == 0 && (VLEN > 1 || kt_->dtype == SMATTN_F32);
     const size_t krow = (size_t)D * smattn_dtype_size(kt_->dtype);
     const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
     float *const S_ = ws->s + base * OPT_BK;
     unsigned char *const VIS = ws->vis + base * OPT_BK;
     float *const Q = ws->q + base * Dp, *const ACC = ws->acc + base * Dvp;
-    /* the next tile's K and V rows are requested while this tile's scores are computed (a
-     * few rows per micro-tile, not a burst): decode is bound by memory latency, and the
-     * loads must overlap the arithmetic */
+    /* the next tile's K and V rows are requested while this tile's scores are computed:
+     * decode is bound by memory latency, and the loads must overlap the arithmetic */
     const int64_t PFD = OPT_BK; /* prefetch distance: the next tile */
-    const int pf = kt + PFD < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1;
-    const char *pk = NULL, *pv = NULL;
-    size_t pks = 0, pvs = 0;
-    int64_t pn = 0;
-    if (pf) {
-        pn = kmax - kt - PFD < OPT_BK ? kmax - kt - PFD : OPT_BK;
+    opt_prefetch pf = {NULL, NULL, 0, 0, krow, vrow, 0};
+    if (kt + PFD < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1) {
         size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
-        pk = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, kt + PFD, g, 0) * ek;
-        pv = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, kt + PFD, g, 0) * ev;
-        pks = (size_t)kt_->stride[1] * ek;
-        pvs = (size_t)vt_->stride[1] * ev;
+        pf.n = kmax - kt - PFD < OPT_BK ? kmax - kt - PFD : OPT_BK;
+        pf.k = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, kt + PFD, g, 0) * ek;
+        pf.v = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, kt + PFD, g, 0) * ev;
+        pf.ks = (size_t)kt_->stride[1] * ek;
+        pf.vs = (size_t)vt_->stride[1] * ev;
     }
-    /* K rows of the tile (in place when possible) */
-    const float *K;
-    int64_t ldk;
-    if (k_direct) {
-        K = (const float *)kt_->data + smattn__off4(kt_->stride, b, kt, g, 0);
-        ldk = kt_->stride[1];
+    /* scores for every row of the unit against the tile: K in place (converted in
+     * registers) when its rows are unit-stride whole vectors, else converted to f32 */
+    const int64_t koff = smattn__off4(kt_->stride, b, kt, g, 0), ldk = kt_->stride[1];
+    if (k_direct && kt_->dtype == SMATTN_F32) {
+        KTN(qk_tile, f32)(Q, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
+    } else if (k_direct && kt_->dtype == SMATTN_F16) {
+        KTN(qk_tile, f16)(Q, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
+    } else if (k_direct) {
+        KTN(qk_tile, bf16)(Q, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
                          kt_->stride[3], D, Dp);
-        K = ws->kt;
-        ldk = Dp;
-    }
-    /* scores for every row of the unit against the tile */
-    for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
-        int rb = 4;
-        for (int64_t j0 = 0; j0 < nk; j0 += QK_KB) {
-            int kb = nk - j0 < QK_KB ? (int)(nk - j0) : QK_KB;
-            if (pf && r0 == 0)
-                for (int64_t jj = j0; jj < j0 + QK_KB && jj < pn; jj++) {
-                    for (size_t off = 0; off < krow; off += 64)
-                        __builtin_prefetch(pk + (size_t)jj * pks + off, 0, 3);
-                    for (size_t off = 0; off < vrow; off += 64)
-                        __builtin_prefetch(pv + (size_t)jj * pvs + off, 0, 3);
-                }
-            if (kb >= 2 && kb < QK_KB) { /* a pair, then the rest */
-                KN(qk_block)(Q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, 2, Dp,
-                             S_ + r0 * OPT_BK + j0, OPT_BK);
-                j0 += 2 - QK_KB;
-                continue;
-            }
-            KN(qk_block)(Q + r0 * Dp, Dp, rb, K + j0 * ldk, ldk, kb, Dp, S_ + r0 * OPT_BK + j0,
-                         OPT_BK);
-        }
+        KTN(qk_tile, f32)(Q, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
     }
     /* online softmax per row */
     for (int64_t r = 0; r < R; r++) {
@@ -458,32 +338,25 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                 vf_store(a + cc, vf_mul(vf_load(a + cc), vc));
         }
     }
-    /* V rows of the tile (in place when possible) and the P.V update */
-    const float *V;
-    int64_t ldv;
-    if (v_direct) {
-        V = (const float *)vt_->data + smattn__off4(vt_->stride, b, kt, g, 0);
-        ldv = vt_->stride[1];
-    } else {
-        for (int64_t jj = 0; jj < nk; jj++)
-            KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
-                         vt_->stride[3], Dv, Dvp);
-        V = ws->v;
-        ldv = Dvp;
-    }
+    /* the P.V update, V in place (converted in registers) or converted to f32 */
     for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
         memset(S_ + r * OPT_BK, 0, (size_t)nk * sizeof(float));
         memset(VIS + r * OPT_BK, 1, (size_t)nk);
         ws->full[base + r] = 1;
     }
-    for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
-        const unsigned char *f = ws->full + base + r0;
-        int full = f[0] && f[1] && f[2] && f[3];
-        for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
-            int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
-            KN(pv_block)(ACC + r0 * Dvp + c0, Dvp, S_ + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK,
-                         4, V + c0, ldv, nk, cb, full);
-        }
+    const int64_t voff = smattn__off4(vt_->stride, b, kt, g, 0), ldv = vt_->stride[1];
+    const unsigned char *F = ws->full + base;
+    if (v_direct && vt_->dtype == SMATTN_F32) {
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk);
+    } else if (v_direct && vt_->dtype == SMATTN_F16) {
+        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
+    } else if (v_direct) {
+        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
+    } else {
+        for (int64_t jj = 0; jj < nk; jj++)
+            KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
+                         vt_->stride[3], Dv, Dvp);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, Rp, ws->v, Dvp, nk, Dvk);
     }
 }
 

@@ -420,6 +420,54 @@ START_TEST(opt_every_head_dim)
 }
 END_TEST
 
+/* Decode shapes with Qwen-like GQA (28 query heads on 4 KV heads) long enough to split the
+ * keys, with f32, f16 and bf16 K/V: the split-K items then take several KV heads each, how
+ * many depending on the thread count (1: 4, 2: 2, 3: 1 here), and f16/bf16 rows are read
+ * in place; check_case compares the thread counts bit for bit. */
+START_TEST(opt_decode_kv_heads)
+{
+    int fails = 0;
+    stats st;
+    memset(&st, 0, sizeof st);
+    for (int a = 0; a < 6; a++) {
+        tcase c;
+        rng r = {777 + (uint64_t)a};
+        memset(&c, 0, sizeof c);
+        c.seed = 7100 + (uint64_t)a;
+        c.p = smattn_problem_default();
+        smattn_problem *p = &c.p;
+        p->B = 1 + a % 2, p->S = 1 + a / 4, p->T = 2100 + 400 * (a % 3), p->Hq = 28, p->Hkv = 4;
+        p->D = p->Dv = a < 3 ? 64 : 128;
+        p->scale = smattn_default_scale(p->D);
+        p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        if (p->B == 2) { /* a ragged batch: the second row's keys end mid-tile */
+            c.kvl[0] = p->T, c.kvl[1] = p->T - 700 - 13 * a;
+            p->kv_lens = c.kvl;
+        }
+        smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + a % 3);
+        size_t nq = (size_t)(p->B * p->S * p->Hq * p->D);
+        c.nk = (size_t)(p->B * p->T * p->Hkv * p->D), c.nv = c.nk;
+        c.q = malloc(nq * 4), c.k = malloc(c.nk * 4), c.v = malloc(c.nv * 4);
+        for (size_t i = 0; i < nq; i++)
+            c.q[i] = (float)(4 * unif(&r) - 2);
+        for (size_t i = 0; i < c.nk; i++) {
+            smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
+            smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
+        }
+        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        c.in.k = (smattn_tensor){c.k, kvt, {0}};
+        c.in.v = (smattn_tensor){c.v, kvt, {0}};
+        smattn_contiguous_strides(p, 'q', c.in.q.stride);
+        smattn_contiguous_strides(p, 'k', c.in.k.stride);
+        smattn_contiguous_strides(p, 'v', c.in.v.stride);
+        fails += check_case(&c, &st) != 0;
+        gen_free(&c);
+    }
+    report("decode, 28 on 4 heads", &st);
+    ck_assert_msg(fails == 0, "%d decode problems failed", fails);
+}
+END_TEST
+
 /* NaN and infinity in K/V slots no row can see (beyond kv_lens, or masked for every row by
  * a broadcast mask) change no output bit. */
 START_TEST(opt_masked_garbage_isolated)
@@ -569,6 +617,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_within_bound_random);
     tcase_add_test(tc, opt_extremes);
     tcase_add_test(tc, opt_every_head_dim);
+    tcase_add_test(tc, opt_decode_kv_heads);
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_softmax_within_bound);
     tcase_add_test(tc, opt_rejects);

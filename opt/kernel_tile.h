@@ -1,0 +1,262 @@
+/* kernel_tile.h: the QK and P.V micro-kernels of opt/kernel_body.h for one storage type of
+ * K and V, included once per type with TILE_T (the element type), TILE_LOAD (VLEN elements
+ * to a vf, exactly) and TILE_SUFFIX (f32, f16, bf16) defined. f16 and bf16 rows are
+ * converted in registers (F16C where present), so a tile of them is read from memory at
+ * half the bytes of f32, with no conversion pass. Every conversion is exact, so a row's
+ * results do not depend on the type the same values were stored in. */
+#define TN(name) KTN(name, TILE_SUFFIX)
+
+/* s[r][j] = q_r . k_j for rb <= 4 rows and kb <= QK_KB keys; vectors run along D (padded
+ * to Dp with zeros on both sides, so the padding adds exact zeros). Every dot product is
+ * reduced by the tree of vf_hsum8 (the same as vf_hsum), whichever block computes it. */
+static inline void TN(qk_block)(const float *q, int64_t ldq, int rb, const TILE_T *k, int64_t ldk,
+                                int kb, int64_t Dp, float *s, int64_t lds)
+{
+#if VLEN == 16 /* 32 vector registers: a 4 x 4 block, 16 named accumulators (an array
+                 * would live in memory) */
+    if (rb == 4 && kb == 4) {
+        vf a00 = vf_zero(), a01 = vf_zero(), a02 = vf_zero(), a03 = vf_zero();
+        vf a10 = vf_zero(), a11 = vf_zero(), a12 = vf_zero(), a13 = vf_zero();
+        vf a20 = vf_zero(), a21 = vf_zero(), a22 = vf_zero(), a23 = vf_zero();
+        vf a30 = vf_zero(), a31 = vf_zero(), a32 = vf_zero(), a33 = vf_zero();
+        for (int64_t d = 0; d < Dp; d += VLEN) {
+            vf k0 = TILE_LOAD(k + d), k1 = TILE_LOAD(k + ldk + d);
+            vf k2 = TILE_LOAD(k + 2 * ldk + d), k3 = TILE_LOAD(k + 3 * ldk + d);
+            vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
+            vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
+            a00 = vf_fmadd(q0, k0, a00), a01 = vf_fmadd(q0, k1, a01);
+            a02 = vf_fmadd(q0, k2, a02), a03 = vf_fmadd(q0, k3, a03);
+            a10 = vf_fmadd(q1, k0, a10), a11 = vf_fmadd(q1, k1, a11);
+            a12 = vf_fmadd(q1, k2, a12), a13 = vf_fmadd(q1, k3, a13);
+            a20 = vf_fmadd(q2, k0, a20), a21 = vf_fmadd(q2, k1, a21);
+            a22 = vf_fmadd(q2, k2, a22), a23 = vf_fmadd(q2, k3, a23);
+            a30 = vf_fmadd(q3, k0, a30), a31 = vf_fmadd(q3, k1, a31);
+            a32 = vf_fmadd(q3, k2, a32), a33 = vf_fmadd(q3, k3, a33);
+        }
+        const vf lo8[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
+        const vf hi8[8] = {a20, a21, a22, a23, a30, a31, a32, a33};
+        float t[16];
+        vf_hsum8(lo8, t);
+        vf_hsum8(hi8, t + 8);
+        for (int rr = 0; rr < 4; rr++)
+            for (int kk = 0; kk < 4; kk++)
+                s[rr * lds + kk] = t[4 * rr + kk];
+        return;
+    }
+#endif
+    if (rb == 4 && kb >= 2) {
+        vf a00 = vf_zero(), a01 = vf_zero(), a10 = vf_zero(), a11 = vf_zero();
+        vf a20 = vf_zero(), a21 = vf_zero(), a30 = vf_zero(), a31 = vf_zero();
+        for (int64_t d = 0; d < Dp; d += VLEN) {
+            vf k0 = TILE_LOAD(k + d), k1 = TILE_LOAD(k + ldk + d);
+            vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
+            a00 = vf_fmadd(q0, k0, a00);
+            a01 = vf_fmadd(q0, k1, a01);
+            a10 = vf_fmadd(q1, k0, a10);
+            a11 = vf_fmadd(q1, k1, a11);
+            vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
+            a20 = vf_fmadd(q2, k0, a20);
+            a21 = vf_fmadd(q2, k1, a21);
+            a30 = vf_fmadd(q3, k0, a30);
+            a31 = vf_fmadd(q3, k1, a31);
+        }
+        const vf a[8] = {a00, a01, a10, a11, a20, a21, a30, a31};
+        float t[8];
+        vf_hsum8(a, t);
+        s[0] = t[0], s[1] = t[1], s[lds] = t[2], s[lds + 1] = t[3];
+        s[2 * lds] = t[4], s[2 * lds + 1] = t[5], s[3 * lds] = t[6], s[3 * lds + 1] = t[7];
+        return;
+    }
+    for (int rr = 0; rr < rb; rr++)
+        for (int kk = 0; kk < kb; kk++) {
+            vf a = vf_zero();
+            for (int64_t d = 0; d < Dp; d += VLEN)
+                a = vf_fmadd(vf_load(q + rr * ldq + d), TILE_LOAD(k + kk * ldk + d), a);
+            s[rr * lds + kk] = vf_hsum(a);
+        }
+}
+
+#if VLEN > 1
+/* s[r][0] = q_r . k for 8 rows and one key: each K vector is loaded (and converted) once
+ * for 8 fma, the q vectors come from L1 as memory operands. */
+static inline void TN(qk_8x1)(const float *q, int64_t ldq, const TILE_T *k, int64_t Dp, float *s,
+                              int64_t lds)
+{
+    vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
+    vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
+    for (int64_t d = 0; d < Dp; d += VLEN) {
+        vf kv = TILE_LOAD(k + d);
+        a0 = vf_fmadd(vf_load(q + d), kv, a0);
+        a1 = vf_fmadd(vf_load(q + ldq + d), kv, a1);
+        a2 = vf_fmadd(vf_load(q + 2 * ldq + d), kv, a2);
+        a3 = vf_fmadd(vf_load(q + 3 * ldq + d), kv, a3);
+        a4 = vf_fmadd(vf_load(q + 4 * ldq + d), kv, a4);
+        a5 = vf_fmadd(vf_load(q + 5 * ldq + d), kv, a5);
+        a6 = vf_fmadd(vf_load(q + 6 * ldq + d), kv, a6);
+        a7 = vf_fmadd(vf_load(q + 7 * ldq + d), kv, a7);
+    }
+    const vf a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    float t[8];
+    vf_hsum8(a, t);
+    for (int r = 0; r < 8; r++)
+        s[r * lds] = t[r];
+}
+#endif
+
+#if VLEN == 16
+/* s[r][0..1] = q_r . k_0, q_r . k_1 for 8 rows (16 accumulators of the 32 registers) */
+static inline void TN(qk_8x2)(const float *q, int64_t ldq, const TILE_T *k, int64_t ldk,
+                              int64_t Dp, float *s, int64_t lds)
+{
+    vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
+    vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
+    vf b0 = vf_zero(), b1 = vf_zero(), b2 = vf_zero(), b3 = vf_zero();
+    vf b4 = vf_zero(), b5 = vf_zero(), b6 = vf_zero(), b7 = vf_zero();
+    for (int64_t d = 0; d < Dp; d += VLEN) {
+        vf k0 = TILE_LOAD(k + d), k1 = TILE_LOAD(k + ldk + d);
+        vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
+        a0 = vf_fmadd(q0, k0, a0), b0 = vf_fmadd(q0, k1, b0);
+        a1 = vf_fmadd(q1, k0, a1), b1 = vf_fmadd(q1, k1, b1);
+        vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
+        a2 = vf_fmadd(q2, k0, a2), b2 = vf_fmadd(q2, k1, b2);
+        a3 = vf_fmadd(q3, k0, a3), b3 = vf_fmadd(q3, k1, b3);
+        vf q4 = vf_load(q + 4 * ldq + d), q5 = vf_load(q + 5 * ldq + d);
+        a4 = vf_fmadd(q4, k0, a4), b4 = vf_fmadd(q4, k1, b4);
+        a5 = vf_fmadd(q5, k0, a5), b5 = vf_fmadd(q5, k1, b5);
+        vf q6 = vf_load(q + 6 * ldq + d), q7 = vf_load(q + 7 * ldq + d);
+        a6 = vf_fmadd(q6, k0, a6), b6 = vf_fmadd(q6, k1, b6);
+        a7 = vf_fmadd(q7, k0, a7), b7 = vf_fmadd(q7, k1, b7);
+    }
+    const vf a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, bb[8] = {b0, b1, b2, b3, b4, b5, b6, b7};
+    float t[8], u[8];
+    vf_hsum8(a, t);
+    vf_hsum8(bb, u);
+    for (int r = 0; r < 8; r++)
+        s[r * lds] = t[r], s[r * lds + 1] = u[r];
+}
+#endif
+
+/* Scores of rows [0, Rp) (q rows at stride Dp, Rp a multiple of 4) against the nk keys of
+ * a tile (rows of K at stride ldk) into S (stride OPT_BK). The next tile's K and V rows
+ * named by pf are requested a few at a time during the first row block, so that the
+ * loads overlap the arithmetic instead of arriving in a burst. */
+static void TN(qk_tile)(const float *Q, int64_t Rp, int64_t Dp, const TILE_T *K, int64_t ldk,
+                        int64_t nk, float *S, const opt_prefetch *pf)
+{
+    int64_t r0 = 0;
+#if VLEN > 1
+    const int kb8 = VLEN == 16 ? 2 : 1;
+    for (; r0 + 8 <= Rp; r0 += 8)
+        for (int64_t j0 = 0; j0 < nk; j0 += kb8) {
+            if (r0 == 0)
+                opt_prefetch_rows(pf, j0, j0 + kb8);
+#if VLEN == 16
+            if (nk - j0 >= 2) {
+                TN(qk_8x2)(Q + r0 * Dp, Dp, K + j0 * ldk, ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
+                continue;
+            }
+#endif
+            TN(qk_8x1)(Q + r0 * Dp, Dp, K + j0 * ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
+        }
+#endif
+    for (; r0 < Rp; r0 += 4) {
+        for (int64_t j0 = 0; j0 < nk; j0 += QK_KB) {
+            int kb = nk - j0 < QK_KB ? (int)(nk - j0) : QK_KB;
+            if (r0 == 0)
+                opt_prefetch_rows(pf, j0, j0 + QK_KB);
+            if (kb >= 2 && kb < QK_KB) { /* a pair, then the rest */
+                TN(qk_block)(Q + r0 * Dp, Dp, 4, K + j0 * ldk, ldk, 2, Dp, S + r0 * OPT_BK + j0,
+                             OPT_BK);
+                j0 += 2 - QK_KB;
+                continue;
+            }
+            TN(qk_block)(Q + r0 * Dp, Dp, 4, K + j0 * ldk, ldk, kb, Dp, S + r0 * OPT_BK + j0,
+                         OPT_BK);
+        }
+    }
+}
+
+/* acc[r][c..] += sum_j p[r][j] v[j][c..] over visible (r, j), for rb <= 4 rows and a
+ * column block of cb <= 2 vectors. Row r's sequence of fma is the same whether or not
+ * its neighbours see key j, and whether or not the tile is full. */
+static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                const unsigned char *vis, int rb, const TILE_T *v, int64_t ldv,
+                                int64_t nk, int cb, int full)
+{
+    if (rb == 4 && cb == 2) {
+        vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
+        vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
+        vf a20 = vf_load(acc + 2 * lda), a21 = vf_load(acc + 2 * lda + VLEN);
+        vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
+        if (full) { /* every (row, key) of the tile visible: no need to look */
+            for (int64_t j = 0; j < nk; j++) {
+                vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);
+                vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
+                a00 = vf_fmadd(p0, v0, a00);
+                a01 = vf_fmadd(p0, v1, a01);
+                a10 = vf_fmadd(p1, v0, a10);
+                a11 = vf_fmadd(p1, v1, a11);
+                vf p2 = vf_set1(p[2 * ldp + j]), p3 = vf_set1(p[3 * ldp + j]);
+                a20 = vf_fmadd(p2, v0, a20);
+                a21 = vf_fmadd(p2, v1, a21);
+                a30 = vf_fmadd(p3, v0, a30);
+                a31 = vf_fmadd(p3, v1, a31);
+            }
+        } else {
+            for (int64_t j = 0; j < nk; j++) {
+                vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);
+                if (vis[j]) {
+                    a00 = vf_fmadd(vf_set1(p[j]), v0, a00);
+                    a01 = vf_fmadd(vf_set1(p[j]), v1, a01);
+                }
+                if (vis[ldp + j]) {
+                    a10 = vf_fmadd(vf_set1(p[ldp + j]), v0, a10);
+                    a11 = vf_fmadd(vf_set1(p[ldp + j]), v1, a11);
+                }
+                if (vis[2 * ldp + j]) {
+                    a20 = vf_fmadd(vf_set1(p[2 * ldp + j]), v0, a20);
+                    a21 = vf_fmadd(vf_set1(p[2 * ldp + j]), v1, a21);
+                }
+                if (vis[3 * ldp + j]) {
+                    a30 = vf_fmadd(vf_set1(p[3 * ldp + j]), v0, a30);
+                    a31 = vf_fmadd(vf_set1(p[3 * ldp + j]), v1, a31);
+                }
+            }
+        }
+        vf_store(acc, a00), vf_store(acc + VLEN, a01);
+        vf_store(acc + lda, a10), vf_store(acc + lda + VLEN, a11);
+        vf_store(acc + 2 * lda, a20), vf_store(acc + 2 * lda + VLEN, a21);
+        vf_store(acc + 3 * lda, a30), vf_store(acc + 3 * lda + VLEN, a31);
+        return;
+    }
+    for (int rr = 0; rr < rb; rr++)
+        for (int cc = 0; cc < cb; cc++) {
+            vf a = vf_load(acc + rr * lda + cc * VLEN);
+            for (int64_t j = 0; j < nk; j++)
+                if (vis[rr * ldp + j])
+                    a = vf_fmadd(vf_set1(p[rr * ldp + j]), TILE_LOAD(v + j * ldv + cc * VLEN), a);
+            vf_store(acc + rr * lda + cc * VLEN, a);
+        }
+}
+
+/* ACC[r] += P[r] V over the tile for rows [0, Rp) (ACC at stride Dvp, P and VIS at stride
+ * OPT_BK, full[r]: the row sees every key of the tile), columns [0, Dvk). */
+static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, const unsigned char *VIS,
+                        const unsigned char *full, int64_t Rp, const TILE_T *V, int64_t ldv,
+                        int64_t nk, int64_t Dvk)
+{
+    for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+        const unsigned char *f = full + r0;
+        int all = f[0] && f[1] && f[2] && f[3];
+        for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
+            int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
+            TN(pv_block)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK, 4,
+                         V + c0, ldv, nk, cb, all);
+        }
+    }
+}
+
+#undef TN
+#undef TILE_T
+#undef TILE_LOAD
+#undef TILE_SUFFIX
