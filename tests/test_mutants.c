@@ -1,0 +1,159 @@
+/* test_mutants.c: `smattn conform --suite quick` (SMATTN_CLI) accepts the example plugin and
+ * the built-in kernel, and rejects every mutant of tests/mutants/ (exit 1, verdict "not
+ * conforming") with a failed case in the category aimed at its bug. The plugins are those
+ * of the CLI's build directory (make builds them as prerequisites of `tests`), so check-san
+ * runs sanitized plugins under the sanitized checker. */
+#include <check.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Every mutant with the category whose cases target its bug (tests/mutants/README.md). */
+static const struct {
+    const char *name, *category;
+} mutants[] = {
+    {"causal_off_by_one", "causal"}, {"empty_nan", "empty_rows"},
+    {"f16_accum", "prefill"},        {"finite_mask", "empty_rows"},
+    {"gqa_interleaved", "gqa"},      {"kv_lens_overread", "padding"},
+    {"lse_no_max", "golden"},        {"masked_v_nan", "garbage"},
+    {"no_max_sub", "extreme"},       {"scale_f16", "prefill"},
+    {"upper_left", "causal"},        {"zero_mask", "causal"},
+};
+#define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
+
+static char tmp[64];
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/smattn_mutants_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+
+static void teardown(void)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/report.json", tmp);
+    unlink(p);
+    rmdir(tmp);
+}
+
+/* The CLI's build directory (build/ or build-san/), where the plugins are. */
+static const char *build_dir(void)
+{
+    static char dir[1024];
+    const char *cli = getenv("SMATTN_CLI");
+    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
+    snprintf(dir, sizeof dir, "%s", cli);
+    return dirname(dir);
+}
+
+/* Run `smattn conform --suite quick [--kernel K] --json tmp/report.json`; returns the exit
+ * status and the parsed report (NULL if none was written). */
+static int conform(const char *kernel, json_object **report)
+{
+    char json[128];
+    snprintf(json, sizeof json, "%s/report.json", tmp);
+    unlink(json);
+    const char *argv[] = {getenv("SMATTN_CLI"), "conform", "--suite", "quick", "--json", json,
+                          kernel ? "--kernel" : NULL, kernel, NULL};
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+            _exit(127);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    *report = json_object_from_file(json);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+static const char *str_of(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
+}
+
+/* The number of failed cases of a category in a report. */
+static int failed_in(json_object *report, const char *category, int *failed_total)
+{
+    json_object *cases;
+    ck_assert(json_object_object_get_ex(report, "cases", &cases));
+    int n = 0;
+    *failed_total = 0;
+    for (size_t i = 0; i < json_object_array_length(cases); i++) {
+        json_object *c = json_object_array_get_idx(cases, i);
+        if (strcmp(str_of(c, "status"), "fail") != 0)
+            continue;
+        ++*failed_total;
+        n += strcmp(str_of(c, "category"), category) == 0;
+    }
+    return n;
+}
+
+static void expect_conforming(const char *kernel)
+{
+    json_object *r = NULL;
+    int st = conform(kernel, &r);
+    ck_assert_msg(r != NULL, "no JSON report for %s", kernel ? kernel : "the built-in kernel");
+    int total;
+    failed_in(r, "", &total);
+    ck_assert_msg(st == 0 && total == 0, "%s: exit %d, %d failed cases, verdict %s",
+                  kernel ? kernel : "built-in", st, total, str_of(r, "verdict"));
+    ck_assert_str_eq(str_of(r, "verdict"), "conforming");
+    json_object_put(r);
+}
+
+START_TEST(example_conforms)
+{
+    char so[1200];
+    snprintf(so, sizeof so, "%s/plugins/example_kernel.so", build_dir());
+    expect_conforming(so);
+}
+END_TEST
+
+START_TEST(builtin_conforms)
+{
+    expect_conforming(NULL);
+}
+END_TEST
+
+START_TEST(mutant_rejected)
+{
+    char so[1200];
+    snprintf(so, sizeof so, "%s/mutants/%s.so", build_dir(), mutants[_i].name);
+    json_object *r = NULL;
+    int st = conform(so, &r);
+    ck_assert_msg(r != NULL, "no JSON report for mutant %s (exit %d)", mutants[_i].name, st);
+    int total, n = failed_in(r, mutants[_i].category, &total);
+    ck_assert_msg(st == 1, "mutant %s: exit %d (verdict %s, %d failed cases), expected 1",
+                  mutants[_i].name, st, str_of(r, "verdict"), total);
+    ck_assert_str_eq(str_of(r, "verdict"), "not conforming");
+    ck_assert_msg(n > 0, "mutant %s: %d failed cases, none in category %s", mutants[_i].name,
+                  total, mutants[_i].category);
+    json_object_put(r);
+}
+END_TEST
+
+Suite *mutants_suite(void);
+Suite *mutants_suite(void)
+{
+    Suite *s = suite_create("mutants");
+    TCase *tc = tcase_create("mutants");
+    tcase_set_timeout(tc, 300); /* per run of the quick suite; slow under ASan+UBSan */
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, example_conforms);
+    tcase_add_test(tc, builtin_conforms);
+    tcase_add_loop_test(tc, mutant_rejected, 0, NMUTANTS);
+    suite_add_tcase(s, tc);
+    return s;
+}
