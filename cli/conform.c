@@ -17,7 +17,7 @@ typedef struct opts {
     const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
     const char *precision, *dtype, *empty, *empty_lse;
     uint64_t seed;
-    double time_budget;   /* 0: none */
+    double time_budget; /* 0: none */
     double case_timeout;
     const char *pos[2];
     int npos;
@@ -27,24 +27,6 @@ static int usage_error(const char *cmd, const char *msg)
 {
     fprintf(stderr, "smattn %s: %s (try 'smattn help')\n", cmd, msg);
     return EXIT_USAGE;
-}
-
-/* "--name VALUE" or "--name=VALUE": the value, or NULL if argv[*i] is not this option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return NULL;
-    if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -62,20 +44,20 @@ static int parse_seconds(const char *s, double *out)
 static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc, char **argv,
                       opts *o)
 {
-    static const char *const names[] = {"--kernel", "--suite",     "--json",      "--junit",
-                                        "--baseline", "--html",    "--vectors",   "--precision",
-                                        "--dtype",  "--empty",     "--empty-lse", "--seed",
-                                        "--time",   "--case-timeout", "--only"};
-    const char **slots[] = {&o->kernel,  &o->suite,  &o->json,      &o->junit,  &o->baseline,
-                            &o->html,    &o->vectors, &o->precision, &o->dtype, &o->empty,
-                            &o->empty_lse, NULL, NULL, NULL, &o->only};
+    static const char *const names[] = {
+        "--kernel",    "--suite",   "--json",      "--junit",        "--baseline",
+        "--html",      "--vectors", "--precision", "--dtype",        "--empty",
+        "--empty-lse", "--seed",    "--time",      "--case-timeout", "--only"};
+    const char **slots[] = {&o->kernel,    &o->suite,   &o->json,      &o->junit, &o->baseline,
+                            &o->html,      &o->vectors, &o->precision, &o->dtype, &o->empty,
+                            &o->empty_lse, NULL,        NULL,          NULL,      &o->only};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         int missing = 0;
         size_t k;
         for (k = 0; k < sizeof names / sizeof names[0]; k++)
-            if ((val = opt_value(argc, argv, &i, names[k], &missing)) || missing)
+            if ((val = smattn_cli_option_value(argc, argv, &i, names[k], &missing)) || missing)
                 break;
         if (missing) {
             snprintf(msg, sizeof msg, "%s needs a value", a);
@@ -181,8 +163,9 @@ int smattn_cli_conform(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("conform", "kernel suite seed time case-timeout json junit baseline html "
-                                   "vectors only",
+    int rc = parse_opts("conform",
+                        "kernel suite seed time case-timeout json junit baseline html "
+                        "vectors only",
                         0, argc, argv, &o);
     if (rc)
         return rc;
@@ -247,17 +230,6 @@ int smattn_cli_conform(int argc, char **argv)
     return rc;
 }
 
-static int parse_dtype_name(const char *s, smattn_dtype *t)
-{
-    static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(s, names[k])) {
-            *t = (smattn_dtype)k;
-            return 0;
-        }
-    return -1;
-}
-
 int smattn_cli_gen(int argc, char **argv)
 {
     opts o;
@@ -268,7 +240,7 @@ int smattn_cli_gen(int argc, char **argv)
     if (o.npos != 1)
         return usage_error("gen", "missing OUT (usage: smattn gen [--suite quick|full] OUT)");
     smattn_dtype t = SMATTN_F32;
-    if (o.dtype && (parse_dtype_name(o.dtype, &t) || t == SMATTN_F64))
+    if (o.dtype && (smattn_cli_parse_dtype(o.dtype, &t) || t == SMATTN_F64))
         return usage_error("gen", "--dtype: want f32, f16 or bf16");
     static const char *const em[3] = {"zero", "nan", "mean"};
     static const char *const el[3] = {"neg_inf", "pos_inf", "zero"};
@@ -309,7 +281,7 @@ int smattn_cli_check(int argc, char **argv)
         return usage_error("check", "missing CASE_OR_DIR (usage: smattn check CASE_OR_DIR "
                                     "[--precision f32|f16|bf16|f64])");
     smattn_dtype t = SMATTN_F32;
-    if (o.precision && parse_dtype_name(o.precision, &t))
+    if (o.precision && smattn_cli_parse_dtype(o.precision, &t))
         return usage_error("check", "--precision: want f64, f32, f16 or bf16");
     smattn_precision pm = smattn_precision_of(t);
     char err[1200];

@@ -83,7 +83,7 @@ static int exit_code_of(smattn_status st)
     }
 }
 
-static int parse_dtype(const char *s, smattn_dtype *t)
+int smattn_cli_parse_dtype(const char *s, smattn_dtype *t)
 {
     static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
     for (int k = 0; k < 4; k++)
@@ -106,7 +106,8 @@ typedef struct run_args {
 } run_args;
 
 /* The value of an option given as "--opt VALUE" or "--opt=VALUE"; NULL if absent. */
-static const char *option_value(int argc, char **argv, int *i, const char *name, int *bad)
+const char *smattn_cli_option_value(int argc, char **argv, int *i, const char *name,
+                                    int *bad)
 {
     size_t n = strlen(name);
     const char *a = argv[*i];
@@ -135,12 +136,14 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
         int bad = 0;
         if (strcmp(a, "--weights") == 0)
             ra->weights = 1;
-        else if (eng == ENGINE_REF && (val = option_value(argc, argv, &i, "--dtype", &bad))) {
-            if (parse_dtype(val, &ra->dtype)) {
+        else if (eng == ENGINE_REF &&
+                 (val = smattn_cli_option_value(argc, argv, &i, "--dtype", &bad))) {
+            if (smattn_cli_parse_dtype(val, &ra->dtype)) {
                 snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
                 return -1;
             }
-        } else if (eng == ENGINE_OPT && (val = option_value(argc, argv, &i, "--isa", &bad))) {
+        } else if (eng == ENGINE_OPT &&
+                   (val = smattn_cli_option_value(argc, argv, &i, "--isa", &bad))) {
             if (strcmp(val, "scalar") && strcmp(val, "avx2") && strcmp(val, "avx512")) {
                 snprintf(msg, len, "opt: --isa '%.40s': want scalar, avx2 or avx512", val);
                 return -1;
@@ -150,7 +153,7 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
                 return -1;
             }
             ra->isa = val;
-        } else if ((val = option_value(argc, argv, &i, "--threads", &bad))) {
+        } else if ((val = smattn_cli_option_value(argc, argv, &i, "--threads", &bad))) {
             char *end;
             errno = 0;
             long t = strtol(val, &end, 10);

@@ -54,9 +54,20 @@ static uint64_t hash_name(const char *s, uint64_t seed)
 
 /* ---- features ------------------------------------------------------------------------ */
 
-static const char *const cap_names[] = {
-    "causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask", "bias",
-    "sinks", "softcap", "gqa", "strides", "lse", "p", "dv"};
+static const char *const cap_names[] = {"causal_lower_right",
+                                        "causal_upper_left",
+                                        "window",
+                                        "kv_lens",
+                                        "q_lens",
+                                        "mask",
+                                        "bias",
+                                        "sinks",
+                                        "softcap",
+                                        "gqa",
+                                        "strides",
+                                        "lse",
+                                        "p",
+                                        "dv"};
 
 const char *conform_cap_name(unsigned bit)
 {
@@ -105,7 +116,7 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
 typedef struct builder {
     conform_battery *b;
     uint64_t seed;
-    rng r;     /* the current case's stream */
+    rng r; /* the current case's stream */
     int oom;
 } builder;
 
@@ -119,8 +130,8 @@ static void *zalloc(builder *bd, size_t n, size_t size)
 
 static smattn_tensor *tensor_of(conform_case *c, int t)
 {
-    smattn_tensor *ts[] = {&c->in64.q, &c->in64.k, &c->in64.v, &c->in64.x, &c->in64.bias,
-                           &c->in64.mask, &c->in64.sinks};
+    smattn_tensor *ts[] = {&c->in64.q,    &c->in64.k,    &c->in64.v,    &c->in64.x,
+                           &c->in64.bias, &c->in64.mask, &c->in64.sinks};
     return ts[t];
 }
 
@@ -139,8 +150,8 @@ static double *alloc_f64(builder *bd, conform_case *c, int t, int64_t n, const i
  * innermost row of Q, K and V by pad elements holding NaN (strided layout). Returns NULL
  * when out of memory (bd->oom set). */
 static conform_case *case_new(builder *bd, const char *cat, const char *name, smattn_op op,
-                              int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t Hkv,
-                              int64_t D, int64_t Dv, double amp, int64_t pad)
+                              int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                              int64_t Dv, double amp, int64_t pad)
 {
     conform_battery *b = bd->b;
     if (bd->oom)
@@ -244,8 +255,8 @@ static void case_lens(builder *bd, conform_case *c, int which, const int64_t *va
 
 static double at(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
 {
-    return ((const double *)t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] +
-                                     d * t->stride[3]];
+    return ((const double *)
+                t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3]];
 }
 
 /* Key j of row (b, h, i) is visible: SPEC 3.1-3.3, the mask, and no -inf bias (or x). */
@@ -347,8 +358,8 @@ static conform_case *att(builder *bd, const char *cat, const char *name, int64_t
 
 /* ---- golden vectors (SPEC 8) ---------------------------------------------------------- */
 
-static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor *src,
-                       int64_t n0, int64_t n1, int64_t n2, int64_t n3, char role)
+static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor *src, int64_t n0,
+                       int64_t n1, int64_t n2, int64_t n3, char role)
 {
     if (!src->data)
         return 0;
@@ -610,8 +621,8 @@ static void extreme(builder *bd, int full)
 
 static void shapes(builder *bd, int full)
 {
-    static const int64_t sh[][3] = {{1, 1, 1}, {3, 7, 3}, {5, 17, 17}, {2, 33, 33}, {7, 65, 5},
-                                    {1, 129, 8}, {9, 4, 8}, {2, 31, 96}};
+    static const int64_t sh[][3] = {{1, 1, 1},  {3, 7, 3},   {5, 17, 17}, {2, 33, 33},
+                                    {7, 65, 5}, {1, 129, 8}, {9, 4, 8},   {2, 31, 96}};
     size_t n = full ? sizeof sh / sizeof sh[0] : 6;
     for (size_t k = 0; k < n; k++) {
         char name[48];
@@ -620,8 +631,8 @@ static void shapes(builder *bd, int full)
         finish(bd, att(bd, "shapes", name, 1, sh[k][0], sh[k][1], 2, 2, sh[k][2]));
     }
     finish(bd, att(bd, "shapes", "s_gt_t_s9_t4", 1, 9, 4, 1, 1, 8));
-    conform_case *c = case_new(bd, "shapes", "dv_ne_d", SMATTN_OP_ATTENTION, 2, 3, 9, 2, 2, 8, 5,
-                               2.0, 0);
+    conform_case *c =
+        case_new(bd, "shapes", "dv_ne_d", SMATTN_OP_ATTENTION, 2, 3, 9, 2, 2, 8, 5, 2.0, 0);
     finish(bd, c);
 }
 
@@ -644,7 +655,7 @@ static void causal(builder *bd, int full)
 static void window(builder *bd, int full)
 {
     static const int64_t w[][4] = {/* S, T, left, right; causal LR when right < 0 */
-                                   {64, 64, 15, -1}, {65, 65, 16, -1}, {1, 64, 31, -1},
+                                   {64, 64, 15, -1}, {65, 65, 16, -1},   {1, 64, 31, -1},
                                    {8, 40, 7, 8},    {128, 128, 63, -1}, {4, 129, 32, 32},
                                    {33, 64, 0, 0},   {16, 16, -1, 3}};
     size_t n = full ? sizeof w / sizeof w[0] : 4;
@@ -742,10 +753,10 @@ static void dtypes(builder *bd)
 
 static void strides(builder *bd)
 {
-    finish(bd, case_new(bd, "strides", "row_pitch_pad3", SMATTN_OP_ATTENTION, 2, 3, 11, 2, 2, 8,
-                        8, 2.0, 3));
-    finish(bd, case_new(bd, "strides", "decode_pitch_pad5", SMATTN_OP_ATTENTION, 1, 1, 17, 4, 4,
-                        5, 5, 2.0, 5));
+    finish(bd, case_new(bd, "strides", "row_pitch_pad3", SMATTN_OP_ATTENTION, 2, 3, 11, 2, 2, 8, 8,
+                        2.0, 3));
+    finish(bd, case_new(bd, "strides", "decode_pitch_pad5", SMATTN_OP_ATTENTION, 1, 1, 17, 4, 4, 5,
+                        5, 2.0, 5));
 }
 
 static void softmax(builder *bd)
@@ -803,8 +814,8 @@ static void sweep(builder *bd, const char *cat, int count, int full)
             S = rng_int(&r, 2, full ? 64 : 12), T = S + rng_int(&r, 1, full ? 700 : 60);
         else
             S = 1, T = rng_int(&r, 1, full ? 2048 : 160);
-        conform_case *c = case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hkv * G, Hkv, D,
-                                   D, 2.5, 0);
+        conform_case *c =
+            case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hkv * G, Hkv, D, D, 2.5, 0);
         if (!c)
             return;
         bd->r = r;
@@ -883,7 +894,7 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
     m->prob.empty_rows = empty;
     m->prob.empty_lse = empty_lse;
     m->in = c->in64;
-    const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k, &c->in64.v,
+    const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k,    &c->in64.v,
                                    &c->in64.x, &c->in64.bias, &c->in64.sinks};
     smattn_tensor *dst[6] = {&m->in.q, &m->in.k, &m->in.v, &m->in.x, &m->in.bias, &m->in.sinks};
     static const int idx[6] = {T_Q, T_K, T_V, T_X, T_BIAS, T_SINKS};

@@ -24,8 +24,8 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
                 SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
                 SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV;
     info.q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32);
-    info.kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) |
-                     SMATTN_DTYPE_BIT(SMATTN_BF16);
+    info.kv_dtypes =
+        SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
     info.out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32);
     info.max_head_dim = 0;
     info.empty_rows = SMATTN_EMPTY_ZERO;

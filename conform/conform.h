@@ -36,12 +36,12 @@
 
 typedef struct conform_kernel {
     char name[64], version[64];
-    char path[1024];               /* the .so given, or "builtin" */
-    smattn_plugin_info info;       /* the plugin's info (name/version point into the above) */
+    char path[1024];         /* the .so given, or "builtin" */
+    smattn_plugin_info info; /* the plugin's info (name/version point into the above) */
     smattn_plugin_run_fn attention;
-    smattn_plugin_run_fn softmax;  /* NULL: not exported */
+    smattn_plugin_run_fn softmax;         /* NULL: not exported */
     smattn_plugin_precision_fn precision; /* NULL: info.precision */
-    void *handle;                  /* dlopen handle; NULL for the built-in kernel */
+    void *handle;                         /* dlopen handle; NULL for the built-in kernel */
 } conform_kernel;
 
 /* Load "builtin" (or NULL) or a .so path. 0, or -1 with one line in err: cannot open,
@@ -67,14 +67,14 @@ smattn_precision conform_builtin_precision(const smattn_problem *p);
 typedef struct conform_case {
     char name[96];
     char category[24];
-    uint32_t caps;           /* the smattn_plugin_caps the case uses (computed) */
-    smattn_problem prob;     /* kv_lens / q_lens point to lens[0] / lens[1] */
-    smattn_inputs in64;      /* data are owned; F64 except the mask (BOOL) */
-    int64_t count[7];        /* elements allocated for q, k, v, x, bias, mask, sinks */
-    int64_t *lens[2];        /* owned */
-    smattn_dtype kv_dtype;   /* F32, or F16 / BF16 for the dtype cases (skipped if refused) */
-    int garbage;             /* invisible slots hold NaN or infinity on purpose */
-    int strided;             /* rows padded (pitch > D), padding holds NaN */
+    uint32_t caps;         /* the smattn_plugin_caps the case uses (computed) */
+    smattn_problem prob;   /* kv_lens / q_lens point to lens[0] / lens[1] */
+    smattn_inputs in64;    /* data are owned; F64 except the mask (BOOL) */
+    int64_t count[7];      /* elements allocated for q, k, v, x, bias, mask, sinks */
+    int64_t *lens[2];      /* owned */
+    smattn_dtype kv_dtype; /* F32, or F16 / BF16 for the dtype cases (skipped if refused) */
+    int garbage;           /* invisible slots hold NaN or infinity on purpose */
+    int strided;           /* rows padded (pitch > D), padding holds NaN */
 } conform_case;
 
 typedef struct conform_battery {
@@ -113,14 +113,14 @@ typedef struct conform_result {
     char name[96];
     char category[24];
     uint32_t caps;
-    int64_t shape[7];        /* B, S, T, Hq, Hkv, D, Dv */
+    int64_t shape[7]; /* B, S, T, Hq, Hkv, D, Dv */
     conform_status status;
-    double max_ratio;        /* max |c - e| / bound over the outputs (SPEC 6.10) */
-    double max_ulp;          /* max ulp error over elements with a finite exact value */
-    int64_t unbounded;       /* elements with a finite exact value and bound +inf (6.8) */
-    int64_t elements;        /* elements compared */
-    double seconds;          /* wall time of the kernel's child process */
-    char reason[512];        /* why it failed or was skipped; "" on a plain pass */
+    double max_ratio;  /* max |c - e| / bound over the outputs (SPEC 6.10) */
+    double max_ulp;    /* max ulp error over elements with a finite exact value */
+    int64_t unbounded; /* elements with a finite exact value and bound +inf (6.8) */
+    int64_t elements;  /* elements compared */
+    double seconds;    /* wall time of the kernel's child process */
+    char reason[512];  /* why it failed or was skipped; "" on a plain pass */
 } conform_result;
 
 /* ---- running and judging ------------------------------------------------------------- */
@@ -147,7 +147,7 @@ typedef struct conform_report {
     /* baseline gate (filled by conform_baseline_compare) */
     const char *baseline_path;
     size_t regressions;
-    char *regression_text;   /* one line per regression; owned, may be NULL */
+    char *regression_text; /* one line per regression; owned, may be NULL */
 } conform_report;
 
 typedef struct conform_totals {

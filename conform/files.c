@@ -74,8 +74,9 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
         snprintf(err, errlen, "%s: cannot write", path);
         return -1;
     }
-    fprintf(f, "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
-               "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
+    fprintf(f,
+            "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
+            "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
             p->scale, causal_names[p->causal], (long long)p->window_left,
             (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
             empty_lse_names[p->empty_lse]);
@@ -236,7 +237,8 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         return -1;
     }
     const smattn_problem *p = &c->prob;
-    int64_t want[3][4] = {{p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
+    int64_t want[3][4] = {
+        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
     int rank = (t == 1 ? 3 : 4) - (c->rank == 3);
     const int64_t *w = want[t] + (c->rank == 3);
     int ok = a->rank == rank;
@@ -256,7 +258,8 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         for (int r = 0; r < rank; r++)
             snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
                      (long long)w[r]);
-        snprintf(err + strlen(err), errlen - strlen(err), "] (f64, f32, f16, or bf16 as u2; C or Fortran order)");
+        snprintf(err + strlen(err), errlen - strlen(err),
+                 "] (f64, f32, f16, or bf16 as u2; C or Fortran order)");
         return -1;
     }
     if (a->fortran_order && to_c_order(a)) {
@@ -375,11 +378,11 @@ static int list_cases(const char *root, entry **e, size_t *n, char *err, size_t 
                 return -1;
             }
             (void)join(path, sizeof path, root, dn);
-            int bad = push(e, n, &cap, path,
-                           json_object_object_get_ex(c, "name", &nm) ? json_object_get_string(nm) : dn,
-                           json_object_object_get_ex(c, "category", &cat)
-                               ? json_object_get_string(cat)
-                               : "case");
+            int bad =
+                push(e, n, &cap, path,
+                     json_object_object_get_ex(c, "name", &nm) ? json_object_get_string(nm) : dn,
+                     json_object_object_get_ex(c, "category", &cat) ? json_object_get_string(cat)
+                                                                    : "case");
             if (bad) {
                 json_object_put(man);
                 snprintf(err, errlen, "out of memory");

@@ -30,8 +30,8 @@ static double load4(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int
 }
 
 /* Why key j is hidden from row (b, h, i), or NULL if it is visible. */
-static const char *hidden_by(const smattn_problem *p, const smattn_inputs *in, int64_t b,
-                             int64_t h, int64_t i, int64_t j, char *buf, size_t cap)
+static const char *hidden_by(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                             int64_t i, int64_t j, char *buf, size_t cap)
 {
     int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T, Sb = p->q_lens ? p->q_lens[b] : p->S;
     if (i >= Sb) {
@@ -56,8 +56,8 @@ static const char *hidden_by(const smattn_problem *p, const smattn_inputs *in, i
     if (p->causal != SMATTN_CAUSAL_NONE && smattn_visible(&q, in, b, h, i, j)) {
         int64_t d = p->causal == SMATTN_CAUSAL_UPPER_LEFT ? i : i + Tb - Sb;
         snprintf(buf, cap, "the causal mask (%s: key %lld > diagonal %lld)",
-                 p->causal == SMATTN_CAUSAL_UPPER_LEFT ? "upper_left" : "lower_right",
-                 (long long)j, (long long)d);
+                 p->causal == SMATTN_CAUSAL_UPPER_LEFT ? "upper_left" : "lower_right", (long long)j,
+                 (long long)d);
         return buf;
     }
     q.window_left = q.window_right = -1;
@@ -79,8 +79,7 @@ static int64_t row_keys(const smattn_problem *p, const smattn_inputs *in, int64_
 }
 
 /* Element e of output t as (b, h, i, col) and its text. */
-static void locate(const smattn_problem *p, int t, int64_t e, int64_t ix[4], char *buf,
-                   size_t cap)
+static void locate(const smattn_problem *p, int t, int64_t e, int64_t ix[4], char *buf, size_t cap)
 {
     if (t == 0) { /* O [B,S,Hq,Dv] */
         ix[3] = e % p->Dv, e /= p->Dv;
@@ -165,8 +164,8 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
 
 /* A sentence for the worst element: which convention or rule it breaks. */
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                     const smattn_precision *pm, int garbage, int t, int64_t e, double c,
-                     double x, double bound, double ratio, int64_t nO, char *out, size_t cap)
+                     const smattn_precision *pm, int garbage, int t, int64_t e, double c, double x,
+                     double bound, double ratio, int64_t nO, char *out, size_t cap)
 {
     int64_t ix[4];
     char where[96], cs[40], xs[40];
@@ -177,13 +176,14 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     int64_t keys = row_keys(p, in, ix[0], ix[1], ix[2], &sink);
     if (keys == 0 && !sink) {
         const char *conv = t == 1 ? empty_lse_name(p->empty_lse) : empty_name(p->empty_rows);
-        const char *want = t == 1 ? (p->empty_lse == SMATTN_LSE_ZERO       ? "0"
+        const char *want = t == 1 ? (p->empty_lse == SMATTN_LSE_ZERO      ? "0"
                                      : p->empty_lse == SMATTN_LSE_POS_INF ? "+inf"
                                                                           : "-inf")
                            : p->empty_rows == SMATTN_EMPTY_NAN  ? "NaN"
                            : p->empty_rows == SMATTN_EMPTY_ZERO ? "+0"
                                                                 : xs;
-        snprintf(out, cap, "empty row (no visible key, no sink): %s expected %s (%s convention%s), got %s",
+        snprintf(out, cap,
+                 "empty row (no visible key, no sink): %s expected %s (%s convention%s), got %s",
                  where, want, conv, t == 1 ? " for the LSE" : "", cs);
         return;
     }
@@ -202,16 +202,18 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
         if (ratio_under(&q, in, got, pm, nO) <= 1)
-            n = (size_t)snprintf(out, cap, "causal alignment: O follows %s, but %s is claimed; ",
-                                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
-                                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "lower_right" : "upper_left");
+            n = (size_t)snprintf(
+                out, cap, "causal alignment: O follows %s, but %s is claimed; ",
+                p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
+                p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "lower_right" : "upper_left");
         else if (p->causal == SMATTN_CAUSAL_LOWER_RIGHT && p->window_right == -1) {
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
             if (ratio_under(&q, in, got, pm, nO) <= 1)
-                n = (size_t)snprintf(out, cap, "causal alignment off by one: O follows keys "
-                                               "j <= i + T_b - S_b + 1; ");
+                n = (size_t)snprintf(out, cap,
+                                     "causal alignment off by one: O follows keys "
+                                     "j <= i + T_b - S_b + 1; ");
         }
     }
     if (n >= cap)
@@ -283,13 +285,14 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             if (isnan(ratio))
                 ratio = HUGE_VAL;
             if (worst.t < 0 || ratio > worst.ratio)
-                worst.t = t, worst.e = e, worst.c = c, worst.x = x, worst.b = b, worst.ratio = ratio;
+                worst.t = t, worst.e = e, worst.c = c, worst.x = x, worst.b = b,
+                worst.ratio = ratio;
             if (ratio > 1 && masked.t < 0 && t == 2 && x == 0 && b == 0)
                 masked.t = t, masked.e = e, masked.c = c, masked.x = x, masked.b = b,
                 masked.ratio = ratio;
             if (ratio > 1 && nonfinite.t < 0 && isfinite(x) && !isfinite(c))
-                nonfinite.t = t, nonfinite.e = e, nonfinite.c = c, nonfinite.x = x,
-                nonfinite.b = b, nonfinite.ratio = ratio;
+                nonfinite.t = t, nonfinite.e = e, nonfinite.c = c, nonfinite.x = x, nonfinite.b = b,
+                nonfinite.ratio = ratio;
         }
     }
     r->max_ratio = worst.t < 0 ? 0 : worst.ratio;
@@ -304,8 +307,8 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             worst = masked;
         else if (!empty && nonfinite.t >= 0)
             worst = nonfinite;
-        diagnose(p, in, got, pm, garbage, worst.t, worst.e, worst.c, worst.x, worst.b,
-                 worst.ratio, n[0], r->reason, sizeof r->reason);
+        diagnose(p, in, got, pm, garbage, worst.t, worst.e, worst.c, worst.x, worst.b, worst.ratio,
+                 n[0], r->reason, sizeof r->reason);
     } else {
         r->status = CONFORM_PASS;
         if (r->unbounded)

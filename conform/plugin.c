@@ -12,14 +12,13 @@
 #define INFO_V1_SIZE (offsetof(smattn_plugin_info, precision) + sizeof(smattn_precision))
 
 /* A data pointer from dlsym as a function pointer (POSIX guarantees this works). */
-#define SYM_AS(type, h, name, out)                                                          \
-    do {                                                                                    \
-        void *sym_ = dlsym((h), (name));                                                    \
-        memcpy(&(out), &sym_, sizeof(out));                                                 \
+#define SYM_AS(type, h, name, out)                                                                 \
+    do {                                                                                           \
+        void *sym_ = dlsym((h), (name));                                                           \
+        memcpy(&(out), &sym_, sizeof(out));                                                        \
     } while (0)
 
-static int check_precision(const smattn_precision *pm, const char *who, char *err,
-                           size_t errlen)
+static int check_precision(const smattn_precision *pm, const char *who, char *err, size_t errlen)
 {
     if (!(pm->u_score > 0 && pm->u_score < 1) || !(pm->u_acc > 0 && pm->u_acc < 1) ||
         !(pm->exp_ulps >= 0) || !isfinite(pm->exp_ulps) || !(pm->u_p >= 0 && pm->u_p < 1) ||
@@ -35,8 +34,8 @@ static int check_precision(const smattn_precision *pm, const char *who, char *er
 }
 
 /* Copy and check the info a plugin described. */
-static int take_info(conform_kernel *k, const smattn_plugin_info *info, const char *who,
-                     char *err, size_t errlen)
+static int take_info(conform_kernel *k, const smattn_plugin_info *info, const char *who, char *err,
+                     size_t errlen)
 {
     if (!info) {
         snprintf(err, errlen, "%s: smattn_plugin_describe returned NULL", who);
@@ -62,15 +61,16 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
     k->info.version = k->version;
     if ((unsigned)info->empty_rows > SMATTN_EMPTY_MEAN ||
         (unsigned)info->empty_lse > SMATTN_LSE_ZERO) {
-        snprintf(err, errlen, "%s: unknown empty-row convention (empty_rows %d, empty_lse %d)",
-                 who, (int)info->empty_rows, (int)info->empty_lse);
+        snprintf(err, errlen, "%s: unknown empty-row convention (empty_rows %d, empty_lse %d)", who,
+                 (int)info->empty_rows, (int)info->empty_lse);
         return -1;
     }
     unsigned floats = SMATTN_DTYPE_BIT(SMATTN_F64) | SMATTN_DTYPE_BIT(SMATTN_F32) |
                       SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
     if (!(info->q_dtypes & floats) || !(info->kv_dtypes & floats) || !(info->out_dtypes & floats)) {
-        snprintf(err, errlen, "%s: claims no float dtype for Q, K/V or the outputs "
-                              "(q_dtypes 0x%x, kv_dtypes 0x%x, out_dtypes 0x%x)",
+        snprintf(err, errlen,
+                 "%s: claims no float dtype for Q, K/V or the outputs "
+                 "(q_dtypes 0x%x, kv_dtypes 0x%x, out_dtypes 0x%x)",
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
@@ -111,13 +111,13 @@ int conform_kernel_open(const char *spec, conform_kernel *k, char *err, size_t e
     SYM_AS(smattn_plugin_run_fn, k->handle, SMATTN_PLUGIN_ATTENTION_SYMBOL, k->attention);
     SYM_AS(smattn_plugin_run_fn, k->handle, SMATTN_PLUGIN_SOFTMAX_SYMBOL, k->softmax);
     SYM_AS(smattn_plugin_precision_fn, k->handle, SMATTN_PLUGIN_PRECISION_SYMBOL, k->precision);
-    const char *missing = !describe ? SMATTN_PLUGIN_DESCRIBE_SYMBOL
+    const char *missing = !describe       ? SMATTN_PLUGIN_DESCRIBE_SYMBOL
                           : !k->attention ? SMATTN_PLUGIN_ATTENTION_SYMBOL
                                           : NULL;
     if (missing) {
         snprintf(err, errlen,
-                 "kernel %s: missing symbol %s (required by the plugin ABI, smattn_kernel.h)",
-                 spec, missing);
+                 "kernel %s: missing symbol %s (required by the plugin ABI, smattn_kernel.h)", spec,
+                 missing);
         conform_kernel_close(k);
         return -1;
     }

@@ -72,16 +72,15 @@ void conform_report_print(const conform_report *rep, FILE *f)
 {
     category cat[MAX_CATEGORIES];
     size_t nc = categories(rep, cat, MAX_CATEGORIES);
-    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n\n", rep->kernel_name,
-            rep->kernel_version, rep->kernel_path, rep->suite, (unsigned long long)rep->seed);
-    fprintf(f, "  %-12s %6s %6s %6s %6s  %14s %12s\n", "category", "cases", "pass", "fail",
-            "skip", "max err/bound", "max ulp");
+    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n\n", rep->kernel_name, rep->kernel_version,
+            rep->kernel_path, rep->suite, (unsigned long long)rep->seed);
+    fprintf(f, "  %-12s %6s %6s %6s %6s  %14s %12s\n", "category", "cases", "pass", "fail", "skip",
+            "max err/bound", "max ulp");
     for (size_t c = 0; c < nc; c++)
         fprintf(f, "  %-12s %6zu %6zu %6zu %6zu  %14.4g %12.4g\n", cat[c].name, cat[c].cases,
                 cat[c].passed, cat[c].failed, cat[c].skipped, cat[c].max_ratio, cat[c].max_ulp);
     conform_totals t = conform_report_totals(rep);
-    fprintf(f, "  %-12s %6zu %6zu %6zu %6zu\n\n", "total", t.cases, t.passed, t.failed,
-            t.skipped);
+    fprintf(f, "  %-12s %6zu %6zu %6zu %6zu\n\n", "total", t.cases, t.passed, t.failed, t.skipped);
     if (t.failed) {
         fprintf(f, "failures:\n");
         for (size_t k = 0; k < rep->n; k++)
@@ -91,8 +90,9 @@ void conform_report_print(const conform_report *rep, FILE *f)
     }
     if (rep->baseline_path) {
         if (rep->regressions)
-            fprintf(f, "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f) or a "
-                       "pass turned into a failure)\n%s\n",
+            fprintf(f,
+                    "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f) or a "
+                    "pass turned into a failure)\n%s\n",
                     rep->baseline_path, rep->regressions, CONFORM_BASELINE_FACTOR,
                     CONFORM_BASELINE_SLACK, rep->regression_text ? rep->regression_text : "");
         else
@@ -104,8 +104,8 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "verdict: NOT CONFORMING (%zu of %zu cases failed, %zu skipped)\n", t.failed,
                 t.cases, t.skipped);
     else
-        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped as not claimed)\n",
-                t.passed, t.skipped);
+        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped as not claimed)\n", t.passed,
+                t.skipped);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */
@@ -138,9 +138,9 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
     json_object_object_add(root, "kernel", k);
     json_object_object_add(root, "suite", json_object_new_string(rep->suite));
     json_object_object_add(root, "seed", json_object_new_int64((int64_t)rep->seed));
-    json_object_object_add(root, "verdict", json_object_new_string(conform_report_conforming(rep)
-                                                                       ? "conforming"
-                                                                       : "not conforming"));
+    json_object_object_add(
+        root, "verdict",
+        json_object_new_string(conform_report_conforming(rep) ? "conforming" : "not conforming"));
     conform_totals t = conform_report_totals(rep);
     json_object *s = json_object_new_object();
     json_object_object_add(s, "cases", json_object_new_int64((int64_t)t.cases));
@@ -233,8 +233,9 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
     for (size_t k = 0; k < rep->n; k++)
         total += rep->results[k].seconds;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<testsuites name=\"smattn conform\" tests=\"%zu\" failures=\"%zu\" skipped=\"%zu\" "
-               "time=\"%.6f\">\n",
+    fprintf(f,
+            "<testsuites name=\"smattn conform\" tests=\"%zu\" failures=\"%zu\" skipped=\"%zu\" "
+            "time=\"%.6f\">\n",
             t.cases, t.failed, t.skipped, total);
     fprintf(f, "  <testsuite name=\"");
     put_escaped(f, rep->kernel_name);
@@ -242,7 +243,9 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
             t.cases, t.failed, t.skipped, total);
     fprintf(f, "    <properties>\n      <property name=\"suite\" value=\"");
     put_escaped(f, rep->suite);
-    fprintf(f, "\"/>\n      <property name=\"seed\" value=\"%llu\"/>\n      <property name=\"kernel\" value=\"",
+    fprintf(f,
+            "\"/>\n      <property name=\"seed\" value=\"%llu\"/>\n      <property name=\"kernel\" "
+            "value=\"",
             (unsigned long long)rep->seed);
     put_escaped(f, rep->kernel_path);
     fprintf(f, "\"/>\n    </properties>\n");
@@ -268,7 +271,8 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
         if (r->status == CONFORM_FAIL) {
             fprintf(f, "\" type=\"nonconforming\">");
             put_escaped(f, r->reason);
-            fprintf(f, "\nmax error/bound %.6g, max ulp %.6g</failure>\n", r->max_ratio, r->max_ulp);
+            fprintf(f, "\nmax error/bound %.6g, max ulp %.6g</failure>\n", r->max_ratio,
+                    r->max_ulp);
         } else {
             fprintf(f, "\"/>\n");
         }
@@ -310,11 +314,13 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
     const double W = 960, H = 320, L = 50, R = 10, Tp = 10, Bm = 90, ymin = -8, ymax = 2;
     double pw = W - L - R, ph = H - Tp - Bm;
     size_t ncase = rep->n ? rep->n : 1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
-               "font-size=\"10\">\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
+            "font-size=\"10\">\n",
             W, H);
-    fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"#fafafa\" "
-               "stroke=\"#999\"/>\n",
+    fprintf(f,
+            "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"#fafafa\" "
+            "stroke=\"#999\"/>\n",
             L, Tp, pw, ph);
     for (int d = (int)ymin; d <= (int)ymax; d += 2) {
         double y = Tp + ph * (ymax - d) / (ymax - ymin);
@@ -323,8 +329,9 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
                 y, y);
     }
     double y1 = Tp + ph * ymax / (ymax - ymin);
-    fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#b00\"/>"
-               "<text x=\"%g\" y=\"%g\" fill=\"#b00\">bound</text>\n",
+    fprintf(f,
+            "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#b00\"/>"
+            "<text x=\"%g\" y=\"%g\" fill=\"#b00\">bound</text>\n",
             L, L + pw, y1, y1, L + 4, y1 - 3);
     size_t idx = 0;
     for (size_t c = 0; c < nc; c++) {
@@ -348,7 +355,8 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>", x, y,
                     r->status == CONFORM_FAIL ? "#b00" : "#070");
             put_escaped(f, r->name);
-            fprintf(f, " [B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld] ratio %.3g</title></circle>\n",
+            fprintf(f,
+                    " [B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld] ratio %.3g</title></circle>\n",
                     (long long)r->shape[0], (long long)r->shape[1], (long long)r->shape[2],
                     (long long)r->shape[3], (long long)r->shape[4], (long long)r->shape[5],
                     r->max_ratio);
@@ -361,7 +369,9 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
     for (size_t c = 0; c < nc; c++) {
         fprintf(f, "<tr><td class=\"l\">");
         put_escaped(f, cat[c].name);
-        fprintf(f, "</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%.4g</td><td>%.4g</td></tr>\n",
+        fprintf(f,
+                "</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%.4g</td><td>%.4g</td></"
+                "tr>\n",
                 cat[c].cases, cat[c].passed, cat[c].failed, cat[c].skipped, cat[c].max_ratio,
                 cat[c].max_ulp);
     }
@@ -371,8 +381,9 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
         const conform_result *r = &rep->results[k];
         fprintf(f, "<tr><td class=\"l\">");
         put_escaped(f, r->name);
-        fprintf(f, "</td><td class=\"%s\">%s</td><td>%lld,%lld,%lld,%lld,%lld,%lld,%lld</td>"
-                   "<td>%.4g</td><td>%.4g</td><td class=\"l\">",
+        fprintf(f,
+                "</td><td class=\"%s\">%s</td><td>%lld,%lld,%lld,%lld,%lld,%lld,%lld</td>"
+                "<td>%.4g</td><td>%.4g</td><td class=\"l\">",
                 status_names[r->status], status_names[r->status], (long long)r->shape[0],
                 (long long)r->shape[1], (long long)r->shape[2], (long long)r->shape[3],
                 (long long)r->shape[4], (long long)r->shape[5], (long long)r->shape[6],
@@ -411,8 +422,8 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
     json_object *cases;
     if (!root || !json_object_object_get_ex(root, "cases", &cases) ||
         !json_object_is_type(cases, json_type_array)) {
-        snprintf(err, errlen, "baseline %s: not a JSON report of smattn conform (no \"cases\" array)",
-                 path);
+        snprintf(err, errlen,
+                 "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
         if (root)
             json_object_put(root);
         return -1;
@@ -426,18 +437,18 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
             if (!json_object_object_get_ex(c, "name", &v) ||
                 strcmp(json_object_get_string(v), r->name))
                 continue;
-            const char *was = json_object_object_get_ex(c, "status", &v)
-                                  ? json_object_get_string(v)
-                                  : "";
-            int has_ratio = json_object_object_get_ex(c, "max_ratio", &v) &&
-                            (json_object_is_type(v, json_type_double) ||
-                             json_object_is_type(v, json_type_int));
+            const char *was =
+                json_object_object_get_ex(c, "status", &v) ? json_object_get_string(v) : "";
+            int has_ratio =
+                json_object_object_get_ex(c, "max_ratio", &v) &&
+                (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int));
             double r0 = has_ratio ? json_object_get_double(v) : HUGE_VAL;
             char line[800];
             line[0] = '\0';
             if (!strcmp(was, "pass") && r->status == CONFORM_FAIL)
-                snprintf(line, sizeof line, "  REGRESSION %s: passed in the baseline, fails now: %s",
-                         r->name, r->reason);
+                snprintf(line, sizeof line,
+                         "  REGRESSION %s: passed in the baseline, fails now: %s", r->name,
+                         r->reason);
             else if (r->status == CONFORM_PASS && !strcmp(was, "pass") && has_ratio) {
                 double limit = fmax(CONFORM_BASELINE_FACTOR * r0, r0 + CONFORM_BASELINE_SLACK);
                 if (r->max_ratio > limit)

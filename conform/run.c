@@ -34,9 +34,9 @@ typedef struct guarded {
 
 /* What the child leaves for the parent (a shared page). */
 typedef struct child_report {
-    volatile int returned;   /* the entry point returned */
-    volatile int status;     /* its return value */
-    volatile int fault_sig;  /* SIGSEGV / SIGBUS caught, with its address */
+    volatile int returned;  /* the entry point returned */
+    volatile int status;    /* its return value */
+    volatile int fault_sig; /* SIGSEGV / SIGBUS caught, with its address */
     void *volatile fault_addr;
 } child_report;
 
@@ -106,8 +106,9 @@ static int check_canaries(const guarded *g, const char *name, char *out, size_t 
         }
     for (const unsigned char *p = g->data + g->bytes; p < end; p++)
         if (*p != CANARY) {
-            snprintf(out, cap, "wrote outside its outputs: %zu bytes past the end of %s "
-                               "(a %zu-byte buffer)",
+            snprintf(out, cap,
+                     "wrote outside its outputs: %zu bytes past the end of %s "
+                     "(a %zu-byte buffer)",
                      (size_t)(p - (g->data + g->bytes)), name, g->bytes);
             return 1;
         }
@@ -188,8 +189,7 @@ static void fill_shape(conform_result *r, const smattn_problem *p)
 }
 
 /* Why the kernel does not claim case c; NULL if it does. */
-static const char *unclaimed(const conform_kernel *k, const conform_case *c, char *buf,
-                             size_t cap)
+static const char *unclaimed(const conform_kernel *k, const conform_case *c, char *buf, size_t cap)
 {
     const smattn_plugin_info *info = &k->info;
     if (c->prob.op == SMATTN_OP_SOFTMAX && !k->softmax)
@@ -254,8 +254,8 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     memset(&out, 0, sizeof out);
     smattn_out_tensor *ot[3] = {&out.o, &out.lse, &out.p};
     size_t es = smattn_dtype_size((smattn_dtype)odt);
-    child_report *rep = mmap(NULL, page_size(), PROT_READ | PROT_WRITE,
-                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    child_report *rep =
+        mmap(NULL, page_size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     int ok = rep != MAP_FAILED;
     for (int t = 0; t < 3 && ok; t++) {
         if (!n[t])
@@ -271,8 +271,7 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     }
     if (!ok) {
         r->status = CONFORM_SKIP;
-        snprintf(r->reason, sizeof r->reason, "cannot map the output buffers: %s",
-                 strerror(errno));
+        snprintf(r->reason, sizeof r->reason, "cannot map the output buffers: %s", strerror(errno));
         goto done;
     }
     memset(rep, 0, sizeof *rep);
