@@ -10,7 +10,7 @@
  * here so that tools/fuzz_decode.c shows an input as the target saw it. fuzz_diff's
  * figure sets its speed (fuzz/README.md). */
 #ifndef FUZZ_DIFF_MAX_P
-#define FUZZ_DIFF_MAX_P 256
+#define FUZZ_DIFF_MAX_P 192
 #endif
 #define FUZZ_REF_PROPS_MAX_P 64
 #define FUZZ_DP_MAX_P 256 /* fuzz_decode_prefill: before its prefill is cut to T^2 <= it */
