@@ -151,8 +151,13 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         }
         for (; jj < nk; jj++)
             s[jj] = fmaf(s[jj], sh, s[jj] * sl);
-        int neg_inf = 0; /* a visible score of -inf: a -inf in K or an overflow (SPEC 4.2) */
-        for (jj = a; jj < e; jj++)
+        /* a visible score of -inf (a -inf in K or an overflow, SPEC 4.2): max(-s) = +inf; a
+         * NaN makes the max NaN, and the row's tmax NaN below */
+        vf vneg = vf_set1(-HUGE_VALF);
+        for (jj = a; jj + VLEN <= e; jj += VLEN)
+            vneg = vf_max(vneg, vf_sub(vf_zero(), vf_load(s + jj)));
+        int neg_inf = vf_hmax(vneg) == HUGE_VALF;
+        for (; jj < e; jj++)
             neg_inf |= s[jj] == -HUGE_VALF;
         for (jj = 0; jj < a; jj++)
             s[jj] = -HUGE_VALF;
@@ -242,6 +247,14 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
     }
     for (int64_t r = R; r < Rp; r++)
         memset(ws->q + (base + r) * Dp, 0, (size_t)Dp * sizeof(float));
+    /* blocks of 8 rows packed for the QK micro-kernel: [d / VLEN][8 rows][VLEN] */
+    for (int64_t r0 = 0; VLEN > 1 && r0 + 8 <= Rp; r0 += 8) {
+        const float *q = ws->q + (base + r0) * Dp;
+        float *qp = ws->qp + (base + r0) * Dp;
+        for (int64_t d = 0; d < Dp; d += VLEN)
+            for (int64_t r = 0; r < 8; r++)
+                memcpy(qp + 8 * d + r * VLEN, q + r * Dp + d, VLEN * sizeof(float));
+    }
 }
 
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
@@ -264,7 +277,8 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
     float *const S_ = ws->s + base * OPT_BK;
     unsigned char *const VIS = ws->vis + base * OPT_BK;
-    float *const Q = ws->q + base * Dp, *const ACC = ws->acc + base * Dvp;
+    float *const Q = ws->q + base * Dp, *const QP = ws->qp + base * Dp;
+    float *const ACC = ws->acc + base * Dvp;
     /* the next tile's K and V rows are requested while this tile's scores are computed:
      * decode is bound by memory latency, and the loads must overlap the arithmetic */
     const int64_t PFD = OPT_BK; /* prefetch distance: the next tile */
@@ -281,16 +295,16 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * registers) when its rows are unit-stride whole vectors, else converted to f32 */
     const int64_t koff = smattn__off4(kt_->stride, b, kt, g, 0), ldk = kt_->stride[1];
     if (k_direct && kt_->dtype == SMATTN_F32) {
-        KTN(qk_tile, f32)(Q, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
+        KTN(qk_tile, f32)(Q, QP, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
     } else if (k_direct && kt_->dtype == SMATTN_F16) {
-        KTN(qk_tile, f16)(Q, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
+        KTN(qk_tile, f16)(Q, QP, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
     } else if (k_direct) {
-        KTN(qk_tile, bf16)(Q, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
+        KTN(qk_tile, bf16)(Q, QP, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
                          kt_->stride[3], D, Dp);
-        KTN(qk_tile, f32)(Q, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
+        KTN(qk_tile, f32)(Q, QP, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
     }
     /* online softmax per row */
     for (int64_t r = 0; r < R; r++) {

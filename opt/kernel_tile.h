@@ -78,23 +78,32 @@ static inline void TN(qk_block)(const float *q, int64_t ldq, int rb, const TILE_
 
 #if VLEN > 1
 /* s[r][0] = q_r . k for 8 rows and one key: each K vector is loaded (and converted) once
- * for 8 fma, the q vectors come from L1 as memory operands. */
-static inline void TN(qk_8x1)(const float *q, int64_t ldq, const TILE_T *k, int64_t Dp, float *s,
-                              int64_t lds)
+ * for 8 fma, the q vectors come from L1 as memory operands. qp holds the 8 rows packed
+ * (opt_pack_q8), so every q vector is one pointer plus a constant. */
+static inline void TN(qk_8x1)(const float *qp, const TILE_T *k, int64_t Dp, float *s, int64_t lds)
 {
     vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
     vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
-    for (int64_t d = 0; d < Dp; d += VLEN) {
-        vf kv = TILE_LOAD(k + d);
-        a0 = vf_fmadd(vf_load(q + d), kv, a0);
-        a1 = vf_fmadd(vf_load(q + ldq + d), kv, a1);
-        a2 = vf_fmadd(vf_load(q + 2 * ldq + d), kv, a2);
-        a3 = vf_fmadd(vf_load(q + 3 * ldq + d), kv, a3);
-        a4 = vf_fmadd(vf_load(q + 4 * ldq + d), kv, a4);
-        a5 = vf_fmadd(vf_load(q + 5 * ldq + d), kv, a5);
-        a6 = vf_fmadd(vf_load(q + 6 * ldq + d), kv, a6);
-        a7 = vf_fmadd(vf_load(q + 7 * ldq + d), kv, a7);
+#define QK_8X1_STEP(d)                                                                     \
+    do {                                                                                   \
+        vf kv = TILE_LOAD(k + (d));                                                        \
+        a0 = vf_fmadd(vf_load(qp + 8 * (d) + 0 * VLEN), kv, a0);                                           \
+        a1 = vf_fmadd(vf_load(qp + 8 * (d) + 1 * VLEN), kv, a1);                                     \
+        a2 = vf_fmadd(vf_load(qp + 8 * (d) + 2 * VLEN), kv, a2);                                 \
+        a3 = vf_fmadd(vf_load(qp + 8 * (d) + 3 * VLEN), kv, a3);                                 \
+        a4 = vf_fmadd(vf_load(qp + 8 * (d) + 4 * VLEN), kv, a4);                                 \
+        a5 = vf_fmadd(vf_load(qp + 8 * (d) + 5 * VLEN), kv, a5);                                 \
+        a6 = vf_fmadd(vf_load(qp + 8 * (d) + 6 * VLEN), kv, a6);                                 \
+        a7 = vf_fmadd(vf_load(qp + 8 * (d) + 7 * VLEN), kv, a7);                                 \
+    } while (0)
+    int64_t d = 0;
+    for (; d + 2 * VLEN <= Dp; d += 2 * VLEN) { /* two steps per trip: fewer loop instructions */
+        QK_8X1_STEP(d);
+        QK_8X1_STEP(d + VLEN);
     }
+    if (d < Dp)
+        QK_8X1_STEP(d);
+#undef QK_8X1_STEP
     const vf a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
     float t[8];
     vf_hsum8(a, t);
@@ -105,8 +114,8 @@ static inline void TN(qk_8x1)(const float *q, int64_t ldq, const TILE_T *k, int6
 
 #if VLEN == 16
 /* s[r][0..1] = q_r . k_0, q_r . k_1 for 8 rows (16 accumulators of the 32 registers) */
-static inline void TN(qk_8x2)(const float *q, int64_t ldq, const TILE_T *k, int64_t ldk,
-                              int64_t Dp, float *s, int64_t lds)
+static inline void TN(qk_8x2)(const float *qp, const TILE_T *k, int64_t ldk, int64_t Dp, float *s,
+                              int64_t lds)
 {
     vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
     vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
@@ -114,16 +123,17 @@ static inline void TN(qk_8x2)(const float *q, int64_t ldq, const TILE_T *k, int6
     vf b4 = vf_zero(), b5 = vf_zero(), b6 = vf_zero(), b7 = vf_zero();
     for (int64_t d = 0; d < Dp; d += VLEN) {
         vf k0 = TILE_LOAD(k + d), k1 = TILE_LOAD(k + ldk + d);
-        vf q0 = vf_load(q + d), q1 = vf_load(q + ldq + d);
+        const float *q = qp + 8 * d;
+        vf q0 = vf_load(q), q1 = vf_load(q + VLEN);
         a0 = vf_fmadd(q0, k0, a0), b0 = vf_fmadd(q0, k1, b0);
         a1 = vf_fmadd(q1, k0, a1), b1 = vf_fmadd(q1, k1, b1);
-        vf q2 = vf_load(q + 2 * ldq + d), q3 = vf_load(q + 3 * ldq + d);
+        vf q2 = vf_load(q + 2 * VLEN), q3 = vf_load(q + 3 * VLEN);
         a2 = vf_fmadd(q2, k0, a2), b2 = vf_fmadd(q2, k1, b2);
         a3 = vf_fmadd(q3, k0, a3), b3 = vf_fmadd(q3, k1, b3);
-        vf q4 = vf_load(q + 4 * ldq + d), q5 = vf_load(q + 5 * ldq + d);
+        vf q4 = vf_load(q + 4 * VLEN), q5 = vf_load(q + 5 * VLEN);
         a4 = vf_fmadd(q4, k0, a4), b4 = vf_fmadd(q4, k1, b4);
         a5 = vf_fmadd(q5, k0, a5), b5 = vf_fmadd(q5, k1, b5);
-        vf q6 = vf_load(q + 6 * ldq + d), q7 = vf_load(q + 7 * ldq + d);
+        vf q6 = vf_load(q + 6 * VLEN), q7 = vf_load(q + 7 * VLEN);
         a6 = vf_fmadd(q6, k0, a6), b6 = vf_fmadd(q6, k1, b6);
         a7 = vf_fmadd(q7, k0, a7), b7 = vf_fmadd(q7, k1, b7);
     }
@@ -136,14 +146,16 @@ static inline void TN(qk_8x2)(const float *q, int64_t ldq, const TILE_T *k, int6
 }
 #endif
 
-/* Scores of rows [0, Rp) (q rows at stride Dp, Rp a multiple of 4) against the nk keys of
+/* Scores of rows [0, Rp) (q rows at stride Dp, Rp a multiple of 4; QP: the same packed by
+ * blocks of 8 rows) against the nk keys of
  * a tile (rows of K at stride ldk) into S (stride OPT_BK). The next tile's K and V rows
  * named by pf are requested a few at a time during the first row block, so that the
  * loads overlap the arithmetic instead of arriving in a burst. */
-static void TN(qk_tile)(const float *Q, int64_t Rp, int64_t Dp, const TILE_T *K, int64_t ldk,
-                        int64_t nk, float *S, const opt_prefetch *pf)
+static void TN(qk_tile)(const float *Q, const float *QP, int64_t Rp, int64_t Dp, const TILE_T *K,
+                        int64_t ldk, int64_t nk, float *S, const opt_prefetch *pf)
 {
     int64_t r0 = 0;
+    (void)QP; /* the scalar instance has no 8-row blocks */
 #if VLEN > 1
     const int kb8 = VLEN == 16 ? 2 : 1;
     for (; r0 + 8 <= Rp; r0 += 8)
@@ -152,11 +164,11 @@ static void TN(qk_tile)(const float *Q, int64_t Rp, int64_t Dp, const TILE_T *K,
                 opt_prefetch_rows(pf, j0, j0 + kb8);
 #if VLEN == 16
             if (nk - j0 >= 2) {
-                TN(qk_8x2)(Q + r0 * Dp, Dp, K + j0 * ldk, ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
+                TN(qk_8x2)(QP + r0 * Dp, K + j0 * ldk, ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
                 continue;
             }
 #endif
-            TN(qk_8x1)(Q + r0 * Dp, Dp, K + j0 * ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
+            TN(qk_8x1)(QP + r0 * Dp, K + j0 * ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
         }
 #endif
     for (; r0 < Rp; r0 += 4) {
@@ -188,20 +200,26 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
         vf a10 = vf_load(acc + lda), a11 = vf_load(acc + lda + VLEN);
         vf a20 = vf_load(acc + 2 * lda), a21 = vf_load(acc + 2 * lda + VLEN);
         vf a30 = vf_load(acc + 3 * lda), a31 = vf_load(acc + 3 * lda + VLEN);
-        if (full) { /* every (row, key) of the tile visible: no need to look */
-            for (int64_t j = 0; j < nk; j++) {
-                vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);
-                vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + j]);
-                a00 = vf_fmadd(p0, v0, a00);
-                a01 = vf_fmadd(p0, v1, a01);
-                a10 = vf_fmadd(p1, v0, a10);
-                a11 = vf_fmadd(p1, v1, a11);
-                vf p2 = vf_set1(p[2 * ldp + j]), p3 = vf_set1(p[3 * ldp + j]);
-                a20 = vf_fmadd(p2, v0, a20);
-                a21 = vf_fmadd(p2, v1, a21);
-                a30 = vf_fmadd(p3, v0, a30);
-                a31 = vf_fmadd(p3, v1, a31);
+        if (full) { /* every (row, key) of the tile visible: no need to look; two keys per
+                     * trip (the loop's own instructions are a fifth of the body's) */
+#define PV_FULL_KEY(j)                                                                     \
+    do {                                                                                   \
+        vf v0 = TILE_LOAD(v + (j) * ldv), v1 = TILE_LOAD(v + (j) * ldv + VLEN);            \
+        vf p0 = vf_set1(p[j]), p1 = vf_set1(p[ldp + (j)]);                                 \
+        a00 = vf_fmadd(p0, v0, a00), a01 = vf_fmadd(p0, v1, a01);                          \
+        a10 = vf_fmadd(p1, v0, a10), a11 = vf_fmadd(p1, v1, a11);                          \
+        vf p2 = vf_set1(p[2 * ldp + (j)]), p3 = vf_set1(p[3 * ldp + (j)]);                 \
+        a20 = vf_fmadd(p2, v0, a20), a21 = vf_fmadd(p2, v1, a21);                          \
+        a30 = vf_fmadd(p3, v0, a30), a31 = vf_fmadd(p3, v1, a31);                          \
+    } while (0)
+            int64_t j = 0;
+            for (; j + 2 <= nk; j += 2) {
+                PV_FULL_KEY(j);
+                PV_FULL_KEY(j + 1);
             }
+            if (j < nk)
+                PV_FULL_KEY(j);
+#undef PV_FULL_KEY
         } else {
             for (int64_t j = 0; j < nk; j++) {
                 vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);

@@ -191,7 +191,7 @@ static int env_threads(void)
 
 static void ws_free(opt_ws *w)
 {
-    free(w->q), free(w->kt), free(w->v), free(w->s), free(w->vis), free(w->acc);
+    free(w->q), free(w->qp), free(w->kt), free(w->v), free(w->s), free(w->vis), free(w->acc);
     free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
 }
 
@@ -203,6 +203,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     size_t Dvp = (size_t)job->Dvp, T = (size_t)p->T;
     size_t srow = p->op == SMATTN_OP_ATTENTION ? R * OPT_BK : T + OPT_BK;
     w->q = malloc(R * Dp * sizeof(float));
+    w->qp = malloc(R * Dp * sizeof(float));
     w->kt = malloc((size_t)OPT_BK * Dp * sizeof(float));
     w->v = malloc((size_t)OPT_BK * Dvp * sizeof(float));
     w->s = malloc(srow * sizeof(float));
@@ -214,7 +215,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->hi = malloc(R * sizeof(int64_t));
     w->slow = malloc(R);
     w->full = malloc(R);
-    if (!w->q || !w->kt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
+    if (!w->q || !w->qp || !w->kt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
         !w->hi || !w->slow || !w->full) {
         ws_free(w);
         return -1;

@@ -21,6 +21,7 @@ int smattn__pool_run(int nthreads, int64_t nitems, opt_pool_fn fn, void *ctx);
  * up to 4 rows each. */
 typedef struct opt_ws {
     float *q;     /* [R][D] query rows of the item */
+    float *qp;    /* the same, blocks of 8 rows packed [D / VLEN][8][VLEN] (QK micro-kernel) */
     float *kt;    /* [D][OPT_BK] the key tile, transposed, zero padded */
     float *v;     /* [OPT_BK][Dvp] the value tile as f32, when V is not usable in place */
     float *s;     /* [R][OPT_BK] scores, then weights */
