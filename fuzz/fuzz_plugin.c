@@ -4,17 +4,17 @@
  * query sees, judged against the same oracle. The decoded problem is adapted to the claims:
  * empty_rows/empty_lse set to the claimed conventions, K/V converted to float32 (exactly)
  * if their dtype is not claimed, LSE and P asked only if claimed; problems using a feature
- * the kernel does not claim are skipped. Any failure is a MISMATCH report, then abort(). */
+ * the kernel does not claim are skipped. Any failure is a MISMATCH report (fuzz_check.h,
+ * with the kernel named on the check: line), then abort(). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/common/fuzz_check.h"
 #include "fuzz/common/fuzz_input.h"
 #include "smattn_kernel.h"
-
-static const char *const tnames[] = {"O", "LSE", "P"};
 
 static struct {
     const char *path;
@@ -91,29 +91,24 @@ static int claimed(const fuzz_problem *fp)
     if (k->max_head_dim > 0 && p->op == SMATTN_OP_ATTENTION &&
         (p->D > k->max_head_dim || p->Dv > k->max_head_dim))
         return 0;
-    return (k->q_dtypes & SMATTN_DTYPE_BIT(SMATTN_F32)) != 0;
+    const uint32_t f32 = SMATTN_DTYPE_BIT(SMATTN_F32); /* Q, outputs; K/V converted to it */
+    return (k->q_dtypes & f32) && (k->out_dtypes & f32) &&
+           (p->op == SMATTN_OP_SOFTMAX || (k->kv_dtypes & f32));
 }
 
-/* The output dtype: float32 if claimed, else the first claimed one. */
-static smattn_dtype out_dtype(void)
-{
-    for (int t = SMATTN_F32; t <= SMATTN_BF16; t++)
-        if (kernel.info->out_dtypes & SMATTN_DTYPE_BIT(t))
-            return (smattn_dtype)t;
-    return SMATTN_F64;
-}
-
-/* A float32 copy of K or V (exact: f16 and bf16 values are binary32 numbers). */
-static void *to_f32(smattn_tensor *t, size_t n)
+/* K or V of the decoded problem replaced by a float32 copy (exact: f16 and bf16 values are
+ * binary32 numbers), so that the oracle, the kernel and the report all see the same. */
+static void kv_to_f32(void **buf, smattn_tensor *t, size_t n)
 {
     float *c = malloc((n ? n : 1) * sizeof *c);
     if (!c)
         abort();
     for (size_t i = 0; i < n; i++)
         c[i] = (float)smattn_load(t->data, t->dtype, (int64_t)i);
+    free(*buf);
+    *buf = c;
     t->data = c;
     t->dtype = SMATTN_F32;
-    return c;
 }
 
 /* K and V with NaN and infinities in every slot j >= kv_lens[b]: no query sees them. */
@@ -137,61 +132,74 @@ static void *garbage_copy(const fuzz_problem *fp, const smattn_tensor *t, size_t
     return c;
 }
 
-static void mismatch_head(const fuzz_problem *fp, const char *what)
+/* The check: line of a report names the kernel too. */
+static const char *what_for(const char *check)
 {
-    fprintf(stderr, "MISMATCH fuzz_plugin %s\n", fuzz_shape_class_name(fp->shape_class));
-    fprintf(stderr, "check: %s\nkernel: %s (%s)\n", what, kernel.info->name, kernel.path);
-    fuzz_problem_print(stderr, fp);
+    static char what[1200];
+    snprintf(what, sizeof what, "%s; kernel %s (%s)", check, kernel.info->name, kernel.path);
+    return what;
 }
 
-/* Run the kernel on `in` and judge every output against the oracle and the bound. */
+/* Run the kernel on `in` into float32 outputs and judge them against the oracle and the
+ * bound (fuzz_check_bound); outputs it does not claim are neither asked nor judged. */
 static void run_and_judge(const fuzz_problem *fp, const smattn_inputs *in, const fuzz_outputs *ref,
-                          const fuzz_outputs *bnd, smattn_dtype t, const char *what)
+                          const fuzz_outputs *bnd, const char *check)
 {
     const smattn_problem *p = &fp->p;
     fuzz_outputs o;
-    if (fuzz_outputs_alloc(&o, p, t))
+    if (fuzz_outputs_alloc(&o, p, SMATTN_F32))
         abort();
     for (int k = 0; k < 3; k++) /* NaN-filled, so that an element left unwritten is seen */
         for (size_t i = 0; i < o.n[k]; i++)
-            smattn_store(o.buf[k], t, (int64_t)i, (double)NAN);
+            ((float *)o.buf[k])[i] = NAN;
     if (!(kernel.info->caps & SMATTN_CAP_LSE))
         o.out.lse.data = NULL;
     if (!(kernel.info->caps & SMATTN_CAP_P))
         o.out.p.data = NULL;
     smattn_plugin_run_fn run = p->op == SMATTN_OP_ATTENTION ? kernel.attention : kernel.softmax;
     int s = run(p, in, &o.out);
-    if (s == SMATTN_ERR_UNSUPPORTED) { /* declined: not a finding */
-        fuzz_outputs_free(&o);
-        return;
-    }
-    if (s) {
-        mismatch_head(fp, what);
-        fprintf(stderr, "kernel status %d (%s) on a claimed problem\n", s,
-                smattn_status_name((smattn_status)s));
-        abort();
-    }
-    for (int k = 0; k < 3; k++) {
-        const smattn_out_tensor *ot = k == 0 ? &o.out.o : k == 1 ? &o.out.lse : &o.out.p;
-        if (!ot->data)
-            continue;
-        for (size_t i = 0; i < o.n[k]; i++) {
-            double c = smattn_load(o.buf[k], t, (int64_t)i);
-            double e = ((const double *)ref->buf[k])[i], b = ((const double *)bnd->buf[k])[i];
-            if (isinf(b) && isfinite(e))
-                continue; /* out of contract (SPEC 6.8): the bound cannot judge it */
-            double r = smattn_error_ratio(c, e, b);
-            if (!(r <= 1.0)) {
-                mismatch_head(fp, what);
-                fprintf(stderr,
-                        "index: %s[%zu]\nvalues: kernel %a oracle %a\nerror: %a bound: %a "
-                        "ratio: %g\n",
-                        tnames[k], i, c, e, fabs(c - e), b, r);
-                abort();
-            }
+    if (s != SMATTN_ERR_UNSUPPORTED) { /* declined: not a finding */
+        if (s) {
+            fuzz_mismatch_head("fuzz_plugin", fp, what_for(check));
+            fprintf(stderr, "status: %d (%s) on a claimed problem\n", s,
+                    smattn_status_name((smattn_status)s));
+            abort();
         }
+        fuzz_outputs judged = o;
+        judged.n[1] = o.out.lse.data ? o.n[1] : 0;
+        judged.n[2] = o.out.p.data ? o.n[2] : 0;
+        fuzz_check_bound("fuzz_plugin", fp, &judged, ref, bnd, what_for(check));
     }
     fuzz_outputs_free(&o);
+}
+
+/* The oracle (F64) and the SPEC 6 bound of the kernel's own precision model. Returns 1 when
+ * the oracle gave up on a softcap problem (SPEC 5.5: nothing allocated), else 0. */
+static int oracle_and_bound(const fuzz_problem *fp, fuzz_outputs *ref, fuzz_outputs *bnd)
+{
+    const smattn_problem *p = &fp->p;
+    fuzz_outputs fmt;
+    if (fuzz_outputs_alloc(ref, p, SMATTN_F64) || fuzz_outputs_alloc(bnd, p, SMATTN_F64) ||
+        fuzz_outputs_alloc(&fmt, p, SMATTN_F32))
+        abort();
+    smattn_ref_config rc = {1, 0, 0, 0};
+    smattn_status s = smattn_ref(p, &fp->in, &ref->out, &rc, NULL);
+    if (s == SMATTN_OK) {
+        smattn_precision pm = kernel.precision ? kernel.precision(p) : kernel.info->precision;
+        s = smattn_bound(p, &fp->in, &pm, &fmt.out, &bnd->out);
+        if (s) {
+            fuzz_mismatch_head("fuzz_plugin", fp, "bound status");
+            fprintf(stderr, "smattn_bound: %s on a valid problem\n", smattn_status_name(s));
+            abort();
+        }
+    }
+    fuzz_outputs_free(&fmt);
+    if (s == SMATTN_ERR_PRECISION && p->softcap > 0) {
+        fuzz_outputs_free(ref), fuzz_outputs_free(bnd);
+        return 1;
+    }
+    fuzz_require_ok("fuzz_plugin", fp, s, "oracle status");
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -201,57 +209,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_provider dp;
     fuzz_provider_init(&dp, data, size);
     fuzz_problem fp;
-    if (fuzz_problem_decode(&fp, &dp) || !claimed(&fp)) {
+    if (fuzz_problem_decode(&fp, &dp) || !claimed(&fp) || fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P)) {
         fuzz_problem_free(&fp);
         return 0;
     }
     smattn_problem *p = &fp.p;
-    smattn_inputs in = fp.in; /* fp.in stays as decoded, for the report */
     p->empty_rows = kernel.info->empty_rows;
     p->empty_lse = kernel.info->empty_lse;
-    void *kc = NULL, *vc = NULL;
-    if (p->op == SMATTN_OP_ATTENTION && !(kernel.info->kv_dtypes & SMATTN_DTYPE_BIT(in.k.dtype))) {
-        if (!(kernel.info->kv_dtypes & SMATTN_DTYPE_BIT(SMATTN_F32))) {
-            fuzz_problem_free(&fp);
-            return 0;
-        }
-        kc = to_f32(&in.k, fp.nk);
-        vc = to_f32(&in.v, fp.nv);
+    if (p->op == SMATTN_OP_ATTENTION && !(kernel.info->kv_dtypes & SMATTN_DTYPE_BIT(fp.in.k.dtype))) {
+        kv_to_f32(&fp.k, &fp.in.k, fp.nk);
+        kv_to_f32(&fp.v, &fp.in.v, fp.nv);
     }
-    smattn_dtype t = out_dtype();
-    fuzz_outputs ref, bnd, fmt;
-    if (fuzz_outputs_alloc(&ref, p, SMATTN_F64) || fuzz_outputs_alloc(&bnd, p, SMATTN_F64) ||
-        fuzz_outputs_alloc(&fmt, p, t))
-        abort();
-    smattn_ref_config rc = {1, 0, 0, 0};
-    smattn_status s = smattn_ref(p, &in, &ref.out, &rc, NULL);
-    if (s == SMATTN_ERR_PRECISION && p->softcap > 0) /* allowed by SPEC 5.5 */
-        goto done;
-    if (s) {
-        mismatch_head(&fp, "oracle status");
-        fprintf(stderr, "smattn_ref: %s on a valid problem\n", smattn_status_name(s));
-        abort();
+    fuzz_outputs ref, bnd;
+    if (oracle_and_bound(&fp, &ref, &bnd)) {
+        fuzz_problem_free(&fp);
+        return 0;
     }
-    smattn_precision pm = kernel.precision ? kernel.precision(p) : kernel.info->precision;
-    s = smattn_bound(p, &in, &pm, &fmt.out, &bnd.out);
-    if (s) {
-        mismatch_head(&fp, "bound status");
-        fprintf(stderr, "smattn_bound: %s on a valid problem\n", smattn_status_name(s));
-        abort();
-    }
-    run_and_judge(&fp, &in, &ref, &bnd, t, "bound");
+    run_and_judge(&fp, &fp.in, &ref, &bnd, "bound");
     if (p->op == SMATTN_OP_ATTENTION && p->kv_lens) {
-        smattn_inputs dirty = in;
-        void *k2 = garbage_copy(&fp, &in.k, fp.nk, p->D, 0);
-        void *v2 = garbage_copy(&fp, &in.v, fp.nv, p->Dv, 1);
+        smattn_inputs dirty = fp.in;
+        void *k2 = garbage_copy(&fp, &fp.in.k, fp.nk, p->D, 0);
+        void *v2 = garbage_copy(&fp, &fp.in.v, fp.nv, p->Dv, 1);
         dirty.k.data = k2;
         dirty.v.data = v2;
-        run_and_judge(&fp, &dirty, &ref, &bnd, t, "bound, NaN/inf garbage beyond kv_lens");
+        run_and_judge(&fp, &dirty, &ref, &bnd, "bound, NaN/inf garbage beyond kv_lens");
         free(k2), free(v2);
     }
-done:
-    fuzz_outputs_free(&ref), fuzz_outputs_free(&bnd), fuzz_outputs_free(&fmt);
+    fuzz_outputs_free(&ref), fuzz_outputs_free(&bnd);
     fuzz_problem_free(&fp);
-    free(kc), free(vc);
     return 0;
 }
