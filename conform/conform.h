@@ -118,6 +118,7 @@ typedef struct conform_result {
     double max_ratio;  /* max |c - e| / bound over the outputs (SPEC 6.10) */
     double max_ulp;    /* max ulp error over elements with a finite exact value */
     int64_t unbounded; /* elements with a finite exact value and bound +inf (6.8) */
+    int64_t nonfinite; /* NaN or infinity where the spec has a finite value */
     int64_t elements;  /* elements compared */
     double seconds;    /* wall time of the kernel's child process */
     char reason[512];  /* why it failed or was skipped; "" on a plain pass */

@@ -235,7 +235,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
                    const smattn_precision *pm, int garbage, conform_result *r)
 {
     r->max_ratio = r->max_ulp = 0;
-    r->unbounded = r->elements = 0;
+    r->unbounded = r->elements = r->nonfinite = 0;
     r->reason[0] = '\0';
     int att = p->op == SMATTN_OP_ATTENTION;
     int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0, p->B * p->Hq * p->S,
@@ -290,6 +290,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             if (ratio > 1 && masked.t < 0 && t == 2 && x == 0 && b == 0)
                 masked.t = t, masked.e = e, masked.c = c, masked.x = x, masked.b = b,
                 masked.ratio = ratio;
+            r->nonfinite += isfinite(x) && !isfinite(c) && ratio > 1;
             if (ratio > 1 && nonfinite.t < 0 && isfinite(x) && !isfinite(c))
                 nonfinite.t = t, nonfinite.e = e, nonfinite.c = c, nonfinite.x = x, nonfinite.b = b,
                 nonfinite.ratio = ratio;

@@ -184,6 +184,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "shape", shape);
         json_object_object_add(o, "elements", json_object_new_int64(r->elements));
         json_object_object_add(o, "unbounded", json_object_new_int64(r->unbounded));
+        json_object_object_add(o, "nonfinite", json_object_new_int64(r->nonfinite));
         json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
         json_object_array_add(arr, o);
     }
@@ -288,6 +289,76 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
 
 /* ---- HTML: a table and one SVG plot of log10(error/bound) per case by category --------- */
 
+/* One SVG plot of log10(error/bound) in [-8, 2] per case (1 is the bound): by_size 0 puts
+ * the cases in columns by category, 1 at x = log10(B Hq S T max(D, Dv)) in [0, 9]. */
+static void svg_plot(FILE *f, const conform_report *rep, const category *cat, size_t nc,
+                     int by_size)
+{
+    const double W = 960, H = 320, L = 50, R = 10, Tp = 10, Bm = 90, ymin = -8, ymax = 2;
+    const double xmax = 9;
+    double pw = W - L - R, ph = H - Tp - Bm;
+    size_t ncase = rep->n ? rep->n : 1;
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
+            "font-size=\"10\">\n",
+            W, H);
+    fprintf(f,
+            "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"#fafafa\" "
+            "stroke=\"#999\"/>\n",
+            L, Tp, pw, ph);
+    for (int d = (int)ymin; d <= (int)ymax; d += 2) {
+        double y = Tp + ph * (ymax - d) / (ymax - ymin);
+        fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">1e%d</text>\n", L - 4, y + 3, d);
+        fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#ddd\"/>\n", L, L + pw,
+                y, y);
+    }
+    double y1 = Tp + ph * ymax / (ymax - ymin);
+    fprintf(f,
+            "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#b00\"/>"
+            "<text x=\"%g\" y=\"%g\" fill=\"#b00\">bound</text>\n",
+            L, L + pw, y1, y1, L + 4, y1 - 3);
+    for (int d = 0; by_size && d <= (int)xmax; d++)
+        fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">1e%d</text>\n",
+                L + pw * d / xmax, Tp + ph + 14, d);
+    size_t idx = 0;
+    for (size_t c = 0; c < nc; c++) {
+        double x0 = L + pw * (double)idx / (double)ncase;
+        if (!by_size) {
+            fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#ccc\"/>\n", x0, x0,
+                    Tp, Tp + ph);
+            fprintf(f, "<text transform=\"translate(%g,%g) rotate(60)\">", x0 + 3, Tp + ph + 6);
+            put_escaped(f, cat[c].name);
+            fprintf(f, "</text>\n");
+        }
+        for (size_t k = 0; k < rep->n; k++) {
+            const conform_result *r = &rep->results[k];
+            if (strcmp(r->category, cat[c].name))
+                continue;
+            const int64_t *sh = r->shape;
+            double work = (double)sh[0] * (double)sh[3] * (double)sh[1] * (double)sh[2] *
+                          (double)(sh[5] > sh[6] ? sh[5] : sh[6]);
+            double lx = work > 1 ? log10(work) : 0;
+            double x = by_size ? L + pw * (lx > xmax ? xmax : lx) / xmax
+                               : L + pw * ((double)idx + 0.5) / (double)ncase;
+            idx++;
+            if (r->status == CONFORM_SKIP)
+                continue;
+            double lr = r->max_ratio > 0 ? log10(r->max_ratio) : ymin;
+            lr = lr < ymin ? ymin : lr > ymax ? ymax : lr;
+            double y = Tp + ph * (ymax - lr) / (ymax - ymin);
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>", x, y,
+                    r->status == CONFORM_FAIL ? "#b00" : "#070");
+            put_escaped(f, r->name);
+            fprintf(f,
+                    " [B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld Dv=%lld] ratio %.3g</title>"
+                    "</circle>\n",
+                    (long long)sh[0], (long long)sh[1], (long long)sh[2], (long long)sh[3],
+                    (long long)sh[4], (long long)sh[5], (long long)sh[6], r->max_ratio);
+        }
+    }
+    fprintf(f, "</svg>\n");
+}
+
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "w");
@@ -310,60 +381,11 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
     fprintf(f, "</h1>\n<p>suite %s, seed %llu: <b class=\"%s\">%s</b></p>\n", rep->suite,
             (unsigned long long)rep->seed, ok ? "pass" : "fail",
             ok ? "CONFORMING" : "NOT CONFORMING");
-    /* Plot: x = case index grouped by category, y = log10(ratio) in [-8, 2]; 1 is the bound. */
-    const double W = 960, H = 320, L = 50, R = 10, Tp = 10, Bm = 90, ymin = -8, ymax = 2;
-    double pw = W - L - R, ph = H - Tp - Bm;
-    size_t ncase = rep->n ? rep->n : 1;
-    fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
-            "font-size=\"10\">\n",
-            W, H);
-    fprintf(f,
-            "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"#fafafa\" "
-            "stroke=\"#999\"/>\n",
-            L, Tp, pw, ph);
-    for (int d = (int)ymin; d <= (int)ymax; d += 2) {
-        double y = Tp + ph * (ymax - d) / (ymax - ymin);
-        fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">1e%d</text>\n", L - 4, y + 3, d);
-        fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#ddd\"/>\n", L, L + pw,
-                y, y);
-    }
-    double y1 = Tp + ph * ymax / (ymax - ymin);
-    fprintf(f,
-            "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#b00\"/>"
-            "<text x=\"%g\" y=\"%g\" fill=\"#b00\">bound</text>\n",
-            L, L + pw, y1, y1, L + 4, y1 - 3);
-    size_t idx = 0;
-    for (size_t c = 0; c < nc; c++) {
-        double x0 = L + pw * (double)idx / (double)ncase;
-        fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%g\" y2=\"%g\" stroke=\"#ccc\"/>\n", x0, x0, Tp,
-                Tp + ph);
-        fprintf(f, "<text transform=\"translate(%g,%g) rotate(60)\">", x0 + 3, Tp + ph + 6);
-        put_escaped(f, cat[c].name);
-        fprintf(f, "</text>\n");
-        for (size_t k = 0; k < rep->n; k++) {
-            const conform_result *r = &rep->results[k];
-            if (strcmp(r->category, cat[c].name))
-                continue;
-            double x = L + pw * ((double)idx + 0.5) / (double)ncase;
-            idx++;
-            if (r->status == CONFORM_SKIP)
-                continue;
-            double lr = r->max_ratio > 0 ? log10(r->max_ratio) : ymin;
-            lr = lr < ymin ? ymin : lr > ymax ? ymax : lr;
-            double y = Tp + ph * (ymax - lr) / (ymax - ymin);
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>", x, y,
-                    r->status == CONFORM_FAIL ? "#b00" : "#070");
-            put_escaped(f, r->name);
-            fprintf(f,
-                    " [B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld] ratio %.3g</title></circle>\n",
-                    (long long)r->shape[0], (long long)r->shape[1], (long long)r->shape[2],
-                    (long long)r->shape[3], (long long)r->shape[4], (long long)r->shape[5],
-                    r->max_ratio);
-        }
-    }
-    fprintf(f, "</svg>\n<p>Each dot is a case: its max error/bound ratio (log scale; at or "
-               "below the red line conforms). Hover for the case and its shape.</p>\n");
+    svg_plot(f, rep, cat, nc, 0);
+    svg_plot(f, rep, cat, nc, 1);
+    fprintf(f, "<p>Each dot is a case: its max error/bound ratio (log scale; at or below the "
+               "red line conforms), by category, then against the problem's size "
+               "(B Hq S T max(D, Dv), log scale). Hover for the case and its shape.</p>\n");
     fprintf(f, "<table><tr><th>category</th><th>cases</th><th>pass</th><th>fail</th>"
                "<th>skip</th><th>max err/bound</th><th>max ulp</th></tr>\n");
     for (size_t c = 0; c < nc; c++) {
