@@ -104,8 +104,16 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "verdict: NOT CONFORMING (%zu of %zu cases failed, %zu skipped)\n", t.failed,
                 t.cases, t.skipped);
     else
-        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped as not claimed)\n", t.passed,
-                t.skipped);
+        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped)\n", t.passed, t.skipped);
+    size_t not_run = 0;
+    for (size_t k = 0; k < rep->n; k++)
+        not_run += rep->results[k].status == CONFORM_SKIP &&
+                   !strncmp(rep->results[k].reason, "not run:", 8);
+    if (t.skipped)
+        fprintf(f, "skipped: %zu not claimed by the kernel or declined by it%s",
+                t.skipped - not_run, not_run ? "" : "\n");
+    if (not_run)
+        fprintf(f, ", %zu not run (the --time budget ran out)\n", not_run);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */
