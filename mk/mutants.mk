@@ -1,6 +1,6 @@
 # mk/mutants.mk: plugins under test (issue 6): the example kernel, its mutants, the oneDNN
 # adapter and the fuzz_plugin target. Included by the Makefile.
-.PHONY: plugins mutants-table fuzz-plugin
+.PHONY: plugins mutants-table fuzz-plugin deps-mutants
 
 # The example plugin (examples/README.md), built with the flags of the build directory, so
 # that build-san/plugins/example_kernel.so runs under ASan+UBSan with the sanitized CLI.
@@ -15,7 +15,9 @@ $(BUILD)/plugins/example_kernel.so: examples/example_kernel.c include/smattn_ker
 # that no longer applies exactly fails the build instead of drifting.
 MUTANTS     := $(sort $(patsubst tests/mutants/%.patch,%,$(wildcard tests/mutants/*.patch)))
 MUTANT_SOS  := $(patsubst %,$(BUILD)/mutants/%.so,$(MUTANTS))
-$(BUILD)/mutants/%.c: examples/example_kernel.c tests/mutants/%.patch
+deps-mutants:
+	@mk/deps.sh patch
+$(BUILD)/mutants/%.c: examples/example_kernel.c tests/mutants/%.patch | deps-mutants
 	@mkdir -p $(dir $@)
 	@patch --quiet --fuzz=0 --reject-file=- -o $@ examples/example_kernel.c tests/mutants/$*.patch
 $(BUILD)/mutants/%.so: $(BUILD)/mutants/%.c include/smattn_kernel.h include/smattn.h | deps

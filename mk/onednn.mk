@@ -1,6 +1,7 @@
 # mk/onednn.mk: the oneDNN adapter plugin (plugins/onednn/README.md), included by
-# mk/mutants.mk. Built only when Debian's libdnnl-dev is installed; `make conform-onednn`
-# runs the full conformance suite on it and writes the reports into build/onednn/.
+# mk/mutants.mk. Nothing else depends on it (make check does not need oneDNN); its targets
+# install Debian's libdnnl-dev when it is missing. `make conform-onednn` runs the full
+# conformance suite on the adapter and writes the reports into build/onednn/.
 .PHONY: onednn conform-onednn onednn-probe-exp
 ONEDNN_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
 ONEDNN_SO     := $(BUILD)/plugins/onednn_kernel.so
@@ -24,6 +25,8 @@ $(BUILD)/onednn/probe_exp: plugins/onednn/probe_exp.c $(ONEDNN_SO)
 onednn-probe-exp: $(BUILD)/onednn/probe_exp
 	$<
 else
+# Not installed: install it (mk/deps.sh: as root with apt-get, else it says what to do),
+# then run the target again, now with the rules above.
 onednn conform-onednn onednn-probe-exp:
-	@echo "oneDNN not found: apt-get install libdnnl-dev (Debian 12: oneDNN 2.6)"; exit 2
+	@mk/deps.sh libdnnl-dev && $(MAKE) --no-print-directory $@
 endif
