@@ -4,10 +4,8 @@
 
 #include <stdint.h>
 
+#include "core/mask.h" /* SMATTN_MAX_DIM, smattn__off4 and the proved integer logic */
 #include "smattn.h"
-
-/* Largest accepted dimension (SPEC 2.1): keeps every index difference far from overflow. */
-#define SMATTN_MAX_DIM ((int64_t)1 << 32)
 
 typedef struct smattn_format {
     int prec;  /* significand bits including the implicit one */
@@ -29,25 +27,19 @@ double smattn__bits_to_double(uint64_t bits, smattn_dtype t);
 uint64_t smattn__encode(int sign, uint64_t m, int q, smattn_dtype t);
 void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bits);
 
-/* Element offset of index (i0,i1,i2,i3) under a tensor's strides. */
-static inline int64_t smattn__off4(const int64_t s[4], int64_t i0, int64_t i1, int64_t i2,
-                                   int64_t i3)
-{
-    return i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3];
-}
-
 /* The query length S_b and key length T_b of batch b (SPEC 3.2). */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b);
 int64_t smattn__kv_len(const smattn_problem *p, int64_t b);
 
-/* KV head read by query head h (SPEC 2.2): h / (Hq / Hkv). */
+/* KV head read by query head h (SPEC 2.2): h / (Hq / Hkv), proved in core/mask.h. */
 static inline int64_t smattn__kv_head(const smattn_problem *p, int64_t h)
 {
-    return h / (p->Hq / p->Hkv);
+    return smattn__head_group(p->Hq, p->Hkv, h);
 }
 
 /* Keys [*lo, *hi) of row (b, i) allowed by lengths, causality and the window (SPEC 3.1-3.3),
- * before the boolean mask and bias. Empty (lo >= hi) for a padded query. */
+ * before the boolean mask and bias: smattn__key_interval (proved) on batch b's lengths.
+ * Empty (lo == hi) for a padded query. */
 void smattn__key_range(const smattn_problem *p, int64_t b, int64_t i, int64_t *lo, int64_t *hi);
 
 /* The boolean mask entry (true when there is no mask). */

@@ -71,27 +71,12 @@ typedef struct span {
     const unsigned char *lo, *hi; /* [lo, hi) bytes; lo == NULL: none */
 } span;
 
-/* Largest element offset of a strided tensor; -1 on overflow. */
-static int64_t max_offset(int rank, const int64_t *n, const int64_t *s)
-{
-    int64_t acc = 0;
-    for (int r = 0; r < rank; r++) {
-        if (n[r] <= 1)
-            continue;
-        if (s[r] != 0 && s[r] > (INT64_MAX - acc) / (n[r] - 1))
-            return -1;
-        acc += (n[r] - 1) * s[r];
-    }
-    return acc;
-}
-
 static smattn_status check_tensor(int rank, const int64_t *n, const int64_t *s, smattn_dtype t,
                                   const void *data, span *sp)
 {
-    for (int r = 0; r < rank; r++)
-        if (s[r] < 0)
-            return SMATTN_ERR_STRIDE;
-    int64_t m = max_offset(rank, n, s);
+    int64_t m = smattn__max_offset(rank, n, s); /* proved: m >= 0 bounds every offset */
+    if (m == -2)
+        return SMATTN_ERR_STRIDE;
     size_t es = smattn_dtype_size(t);
     if (m < 0 || es == 0 || m >= INT64_MAX / 16)
         return m < 0 || es != 0 ? SMATTN_ERR_OVERFLOW : SMATTN_ERR_DTYPE;
@@ -119,7 +104,7 @@ static int self_disjoint(int rank, const int64_t *n, const int64_t *s)
         int r = idx[a];
         if (s[r] <= span_below)
             return 0;
-        span_below += (n[r] - 1) * s[r]; /* no overflow: checked by max_offset */
+        span_below += (n[r] - 1) * s[r]; /* no overflow: checked by smattn__max_offset */
     }
     return 1;
 }
@@ -252,24 +237,8 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
 
 void smattn__key_range(const smattn_problem *p, int64_t b, int64_t i, int64_t *lo, int64_t *hi)
 {
-    int64_t Sb = smattn__q_len(p, b), Tb = smattn__kv_len(p, b);
-    *lo = 0;
-    *hi = Tb;
-    if (i >= Sb) {
-        *hi = 0;
-        return;
-    }
-    /* The diagonal: key d = i + offset is the query's own position (SPEC 3.1). A window
-     * without causality uses the lower-right alignment. */
-    int64_t d = p->causal == SMATTN_CAUSAL_UPPER_LEFT ? i : i + Tb - Sb;
-    if (p->causal != SMATTN_CAUSAL_NONE && d + 1 < *hi)
-        *hi = d + 1 > 0 ? d + 1 : 0;
-    if (p->window_right >= 0 && p->window_right < *hi - d - 1) /* j <= d + right */
-        *hi = d + p->window_right + 1 > 0 ? d + p->window_right + 1 : 0;
-    if (p->window_left >= 0 && p->window_left < d - *lo) /* j >= d - left */
-        *lo = d - p->window_left;
-    if (*lo > *hi)
-        *lo = *hi;
+    smattn__key_interval((int)p->causal, p->window_left, p->window_right, smattn__q_len(p, b),
+                         smattn__kv_len(p, b), i, lo, hi);
 }
 
 int smattn__mask_allows(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,

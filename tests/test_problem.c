@@ -118,6 +118,166 @@ START_TEST(round_bits_matches_hardware)
 }
 END_TEST
 
+
+/* ---- core/mask.c against brute-force restatements of the spec (the proofs' twin) ------- */
+/* Check's ck_assert reports every call to the parent process: the exhaustive loops below
+ * count their failures and assert once. */
+#define EXPECT(c) (bad += !(c))
+
+/* SPEC 3.1-3.3 word for word: the formula the contract of smattn__key_interval restates. */
+static int spec_allows(int causal, int64_t wl, int64_t wr, int64_t Sb, int64_t Tb, int64_t i,
+                       int64_t j)
+{
+    int64_t d = causal == SMATTN_CAUSAL_UPPER_LEFT ? i : i + Tb - Sb;
+    if (i < 0 || i >= Sb || j < 0 || j >= Tb)
+        return 0;
+    if (causal != SMATTN_CAUSAL_NONE && j > d)
+        return 0;
+    if (wl >= 0 && d - j > wl) /* j >= d - wl, without forming d - wl */
+        return 0;
+    if (wr >= 0 && j - d > wr) /* j <= d + wr */
+        return 0;
+    return 1;
+}
+
+START_TEST(key_interval_is_the_spec)
+{
+    /* every kind, window and length pair on small shapes, S > T included */
+    const int64_t wins[] = {-1, 0, 1, 2, 5, INT64_MAX};
+    long n = 0;
+    for (int causal = 0; causal <= 2; causal++)
+        for (int a = 0; a < 6; a++)
+            for (int c = 0; c < 6; c++)
+                for (int64_t Sb = 0; Sb <= 7; Sb++)
+                    for (int64_t Tb = 0; Tb <= 7; Tb++)
+                        for (int64_t i = 0; i <= 8; i++) {
+                            int64_t lo, hi;
+                            smattn__key_interval(causal, wins[a], wins[c], Sb, Tb, i, &lo, &hi);
+                            int ok = 0 <= lo && lo <= hi && hi <= Tb;
+                            for (int64_t j = -2; j <= 9; j++)
+                                ok &= (lo <= j && j < hi) ==
+                                      spec_allows(causal, wins[a], wins[c], Sb, Tb, i, j);
+                            if (!ok)
+                                ck_abort_msg("causal=%d wl=%lld wr=%lld Sb=%lld Tb=%lld i=%lld",
+                                          causal, (long long)wins[a], (long long)wins[c],
+                                             (long long)Sb, (long long)Tb, (long long)i);
+                            n++;
+                        }
+    ck_assert_int_eq(n, 3 * 6 * 6 * 8 * 8 * 9);
+    /* the largest shapes: no overflow, the same answers at the far end */
+    int64_t lo, hi, M = SMATTN_MAX_DIM;
+    smattn__key_interval(SMATTN_CAUSAL_LOWER_RIGHT, INT64_MAX, INT64_MAX, M, M, M - 1, &lo, &hi);
+    ck_assert(lo == 0 && hi == M);
+    smattn__key_interval(SMATTN_CAUSAL_LOWER_RIGHT, 0, 0, M, 1, 0, &lo, &hi);
+    ck_assert(lo == hi);
+    smattn__key_interval(SMATTN_CAUSAL_UPPER_LEFT, 3, INT64_MAX, 1, M, 0, &lo, &hi);
+    ck_assert(lo == 0 && hi == 1);
+}
+END_TEST
+
+START_TEST(head_group_is_contiguous)
+{
+    for (int64_t Hkv = 1; Hkv <= 8; Hkv++)
+        for (int64_t G = 1; G <= 8; G++) {
+            int64_t Hq = Hkv * G;
+            for (int64_t h = 0; h < Hq; h++) {
+                int64_t g = smattn__head_group(Hq, Hkv, h);
+                ck_assert(g == h / G && g * G <= h && h < g * G + G);
+            }
+            ck_assert_int_eq(smattn__head_walk_hits(Hq, Hkv, Hq - 1), 1);
+            ck_assert_int_eq(smattn__head_walk_hits(Hq, Hkv, Hq), 0);
+        }
+    ck_assert_int_eq(smattn__head_group(28, 4, 6), 0); /* SPEC 2.2's example */
+    ck_assert_int_eq(smattn__head_group(28, 4, 7), 1);
+}
+END_TEST
+
+START_TEST(max_offset_is_the_span)
+{
+    /* brute force: the largest offset over every index of small tensors */
+    uint64_t x = 0x2545F4914F6CDD1Du;
+    for (int t = 0; t < 2000; t++) {
+        int64_t n[4], s[4];
+        int rank = 1 + t % 4;
+        for (int r = 0; r < 4; r++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            n[r] = 1 + (int64_t)(x % 4);
+            s[r] = (int64_t)((x >> 8) % 9) - (t % 7 == 0 ? 1 : 0);
+        }
+        int64_t want = 0, neg = 0;
+        for (int r = 0; r < rank; r++)
+            neg |= s[r] < 0;
+        for (int64_t a = 0; a < (rank > 0 ? n[0] : 1); a++)
+            for (int64_t b = 0; b < (rank > 1 ? n[1] : 1); b++)
+                for (int64_t c = 0; c < (rank > 2 ? n[2] : 1); c++)
+                    for (int64_t d = 0; d < (rank > 3 ? n[3] : 1); d++) {
+                        int64_t ss[4] = {s[0], rank > 1 ? s[1] : 0, rank > 2 ? s[2] : 0,
+                                         rank > 3 ? s[3] : 0};
+                        int64_t o = smattn__off4(ss, a, b, c, d);
+                        want = o > want ? o : want;
+                    }
+        ck_assert_int_eq(smattn__max_offset(rank, n, s), neg ? -2 : want);
+    }
+    /* the overflow edge: a span of exactly INT64_MAX is accepted, one more is not */
+    int64_t n2[2] = {2, 2}, s2[2] = {INT64_MAX - 5, 5};
+    ck_assert_int_eq(smattn__max_offset(2, n2, s2), INT64_MAX);
+    s2[1] = 6;
+    ck_assert_int_eq(smattn__max_offset(2, n2, s2), -1);
+    int64_t n3[1] = {((int64_t)1 << 32)}, s3[1] = {(int64_t)1 << 31};
+    ck_assert_int_eq(smattn__max_offset(1, n3, s3), (((int64_t)1 << 32) - 1) << 31);
+    s3[0] = (int64_t)1 << 32;
+    ck_assert_int_eq(smattn__max_offset(1, n3, s3), -1);
+}
+END_TEST
+
+START_TEST(tiles_cover_once_and_skip_only_empty)
+{
+    long bad = 0;
+    /* the kernel's tiling as the proofs state it, by brute force on small grids */
+    for (int64_t T = 1; T <= 40; T++)
+        for (int64_t chunk = 1; chunk <= 9; chunk++) {
+            int64_t nc = (T + chunk - 1) / chunk;
+            for (int64_t j = -1; j <= T; j++) {
+                EXPECT(smattn__chunk_walk_hits(T, nc, chunk, j) == (j >= 0 && j < T));
+                EXPECT(smattn__chunk_walk_hits(T, 1, chunk, j) == (j >= 0 && j < T));
+            }
+            EXPECT(smattn__qtile_walk_hits(T, chunk, T - 1) == 1);
+            EXPECT(smattn__qtile_walk_hits(T, chunk, T) == 0);
+        }
+    for (int64_t bk = 1; bk <= 5; bk++)
+        for (int64_t kmin = 0; kmin <= 12; kmin++)
+            for (int64_t kmax = 0; kmax <= 12; kmax++) {
+                int64_t f = smattn__tile_first(kmin, kmax, bk);
+                if (kmax > kmin)
+                    EXPECT(f % bk == 0 && f <= kmin && kmin < f + bk);
+                for (int64_t j = 0; j <= 13; j++) {
+                    int hits = smattn__tile_walk_hits(kmin, kmax, bk, j);
+                    if (j >= kmin && j < kmax)
+                        EXPECT(hits == 1);
+                    if (j >= kmax)
+                        EXPECT(hits == 0);
+                }
+                for (int64_t lo = 0; lo <= 12; lo++)
+                    for (int64_t hi = lo; hi <= 12; hi++) {
+                        int64_t a = lo, b = hi, mn = 99, mx = 0;
+                        smattn__clip_keys(kmin, kmax < kmin ? kmin : kmax, &a, &b);
+                        for (int64_t j = 0; j <= 13; j++)
+                            EXPECT((a <= j && j < b) ==
+                                   (lo <= j && j < hi && kmin <= j && j < kmax));
+                        smattn__hull_add(lo, hi, &mn, &mx);
+                        EXPECT(lo == hi ? mn == 99 && mx == 0 : mn == lo && mx == hi);
+                        if (kmax <= kmin || lo == hi) /* the kernel skips empty rows first */
+                            continue;
+                        int64_t nk = smattn__tile_keys(kmin, kmax, bk), seen = 0;
+                        for (int64_t j = kmin; j < kmin + nk; j++)
+                            seen |= lo <= j && j < hi;
+                        EXPECT((smattn__tile_skips(lo, hi, kmin, nk) != 0) == !seen);
+                    }
+            }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 Suite *problem_suite(void);
 Suite *problem_suite(void)
 {
@@ -127,6 +287,10 @@ Suite *problem_suite(void)
     tcase_add_test(tc, key_range_alignments);
     tcase_add_test(tc, validate_rejects);
     tcase_add_test(tc, round_bits_matches_hardware);
+    tcase_add_test(tc, key_interval_is_the_spec);
+    tcase_add_test(tc, head_group_is_contiguous);
+    tcase_add_test(tc, max_offset_is_the_span);
+    tcase_add_test(tc, tiles_cover_once_and_skip_only_empty);
     suite_add_tcase(s, tc);
     return s;
 }
