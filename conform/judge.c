@@ -70,10 +70,10 @@ static const char *hidden_by(const smattn_problem *p, const smattn_inputs *in, i
 static int64_t row_keys(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
                         int64_t i, int *sink)
 {
-    char buf[8];
+    char buf[160];
     int64_t n = 0;
     for (int64_t j = 0; j < p->T; j++)
-        n += hidden_by(p, in, b, h, i, j, buf, 1) == NULL;
+        n += hidden_by(p, in, b, h, i, j, buf, sizeof buf) == NULL;
     *sink = in->sinks.data && load4(&in->sinks, h, 0, 0, 0) != -HUGE_VAL;
     return n;
 }
