@@ -6,9 +6,10 @@
  * Speed (issue 5: >= 1,000 exec/s on one core): the oracle's cost grows with the elements
  * of P and most of the time went to a few large rows on its exact path, so problems are cut
  * to FUZZ_DIFF_MAX_P elements of P (fuzz_problem_shrink), and each input runs on one ISA,
- * chosen by the decoded seed, instead of on every ISA the CPU has. SMATTN_FUZZ_FULL=1 (set
- * by make check's replay) checks every input on every ISA, both as decoded (the inputs found
- * before the cut) and cut. fuzz/README.md has the measurements. */
+ * chosen by the decoded seed, instead of on every ISA the CPU has. One decode input in 8
+ * becomes a long decode (T > 1024, the kernel's split keys; fuzz_diff_long_T).
+ * SMATTN_FUZZ_FULL=1 (set by make check's replay) checks every input on every ISA, both as
+ * decoded (the inputs found before the cut) and cut. fuzz/README.md has the measurements. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,9 +113,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_problem_free(&fp);
             return 0;
         }
-        if (pass == 1 && fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P))
+        if (pass == 1 && (fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P) ||
+                          fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp))))
             return 0;
-        if (pass == 0 || fp.full_p || !full_mode) /* pass 1 in full mode: only if it was cut */
+        /* pass 1 in full mode: only if it was cut or stretched */
+        if (pass == 0 || fp.full_p || fuzz_diff_long_T(&fp) || !full_mode)
             check_problem(&fp);
         fuzz_problem_free(&fp);
     }

@@ -12,6 +12,17 @@
 #ifndef FUZZ_DIFF_MAX_P
 #define FUZZ_DIFF_MAX_P 192
 #endif
+/* fuzz_diff's long decode rows: the kernel splits the keys of few rows (B*Hq*S <= 256) when
+ * T > 1024, beyond the decoder's T <= 64. One decode input in 8 (by its seed) with B*Hq <= 2
+ * after the cut gets its keys repeated (fuzz_problem_stretch_keys) to 1025 + (0..63), so
+ * that the split and its merge are fuzzed too. The T to stretch to, or 0. */
+static inline int64_t fuzz_diff_long_T(const fuzz_problem *fp)
+{
+    if (fp->p.op != SMATTN_OP_ATTENTION || fp->shape_class != FUZZ_DECODE ||
+        fp->p.B * fp->p.Hq > 2 || (fp->seed >> 20) % 8 != 0)
+        return 0;
+    return 1025 + (int64_t)(fp->seed >> 26);
+}
 #define FUZZ_REF_PROPS_MAX_P 64
 #define FUZZ_DP_MAX_P 256 /* fuzz_decode_prefill: before its prefill is cut to T^2 <= it */
 

@@ -465,6 +465,77 @@ int fuzz_problem_shrink(fuzz_problem *fp, int64_t max_p)
     return 0;
 }
 
+/* Columns along axis ax of a contiguous 4-D tensor of dims o repeated to n (> o[ax]). */
+static void *repeat_axis(void *buf, size_t es, const int64_t o[4], int ax, int64_t n, size_t *count,
+                         int *fail)
+{
+    if (!buf)
+        return NULL;
+    int64_t d[4] = {o[0], o[1], o[2], o[3]};
+    d[ax] = n;
+    size_t cnt = (size_t)(d[0] * d[1] * d[2] * d[3]);
+    unsigned char *c = alloc_elems(cnt, es);
+    if (c) {
+        const unsigned char *s = buf;
+        int64_t x[4];
+        size_t k = 0;
+        for (x[0] = 0; x[0] < d[0]; x[0]++)
+            for (x[1] = 0; x[1] < d[1]; x[1]++)
+                for (x[2] = 0; x[2] < d[2]; x[2]++)
+                    for (x[3] = 0; x[3] < d[3]; x[3]++, k++) {
+                        int64_t y[4] = {x[0], x[1], x[2], x[3]};
+                        y[ax] %= o[ax];
+                        memcpy(c + k * es, s + (size_t)(((y[0] * o[1] + y[1]) * o[2] + y[2]) * o[3] + y[3]) * es, es);
+                    }
+    }
+    free(buf);
+    if (!c)
+        *fail = 1;
+    *count = c ? cnt : 0;
+    return c;
+}
+
+int fuzz_problem_stretch_keys(fuzz_problem *fp, int64_t T)
+{
+    smattn_problem *p = &fp->p;
+    if (p->op != SMATTN_OP_ATTENTION || T <= p->T)
+        return 0;
+    size_t kvs = smattn_dtype_size(fp->in.k.dtype);
+    int fail = 0;
+    fp->k = repeat_axis(fp->k, kvs, (int64_t[4]){p->B, p->T, p->Hkv, p->D}, 1, T, &fp->nk, &fail);
+    fp->v = repeat_axis(fp->v, kvs, (int64_t[4]){p->B, p->T, p->Hkv, p->Dv}, 1, T, &fp->nv, &fail);
+    if (fp->bias_kind)
+        fp->bias = repeat_axis(fp->bias, sizeof(float),
+                               (int64_t[4]){p->B, fp->bias_kind == 1 ? 1 : p->Hq, p->S, p->T}, 3,
+                               T, &fp->nbias, &fail);
+    if (fp->mask_kind)
+        fp->mask = repeat_axis(fp->mask, 1,
+                               (int64_t[4]){p->B, p->Hq, fp->mask_kind == 1 ? 1 : p->S, p->T}, 3,
+                               T, &fp->nmask, &fail);
+    if (fail) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    for (int64_t b = 0; p->kv_lens && b < p->B; b++)
+        fp->kv_lens[b] += T - p->T;
+    p->T = T;
+    smattn_inputs *in = &fp->in;
+    in->k.data = fp->k, in->v.data = fp->v;
+    smattn_contiguous_strides(p, 'k', in->k.stride);
+    smattn_contiguous_strides(p, 'v', in->v.stride);
+    if (fp->bias_kind) {
+        int64_t H = fp->bias_kind == 1 ? 1 : p->Hq;
+        in->bias = (smattn_tensor){fp->bias, SMATTN_F32,
+                                   {H * p->S * T, fp->bias_kind == 1 ? 0 : p->S * T, T, 1}};
+    }
+    if (fp->mask_kind) {
+        int64_t Sm = fp->mask_kind == 1 ? 1 : p->S;
+        in->mask = (smattn_tensor){fp->mask, SMATTN_BOOL,
+                                   {p->Hq * Sm * T, Sm * T, fp->mask_kind == 1 ? 0 : T, 1}};
+    }
+    return 0;
+}
+
 void fuzz_problem_free(fuzz_problem *fp)
 {
     free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),

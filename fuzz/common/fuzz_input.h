@@ -97,6 +97,11 @@ void fuzz_problem_free(fuzz_problem *fp);
  * left as it is. Deterministic: a target that shrinks shrinks the same way on replay.
  * Returns nonzero if memory runs out (the problem is then freed). */
 int fuzz_problem_shrink(fuzz_problem *fp, int64_t max_p);
+/* Repeat the keys of an attention problem to T keys (T >= the decoded T): K, V, bias and
+ * mask columns j read the decoded column j mod T; kv_lens keep their count of padding keys.
+ * For the kernel's long-context paths (split keys), beyond FUZZ_MAX_T. Returns nonzero if
+ * memory runs out (the problem is then freed). */
+int fuzz_problem_stretch_keys(fuzz_problem *fp, int64_t T);
 /* Print the problem: one line of shape and options, then every input tensor as %a. */
 void fuzz_problem_print(FILE *f, const fuzz_problem *fp);
 

@@ -201,7 +201,9 @@ int main(int argc, char **argv)
     fuzz_provider dp;
     fuzz_provider_init(&dp, data, n);
     fuzz_problem fp;
-    if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p))) {
+    if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p)) ||
+        (target && !strcmp(target, "fuzz_diff") &&
+         fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp)))) {
         fprintf(stderr, "fuzz_decode: out of memory\n");
         return 1;
     }
