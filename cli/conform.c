@@ -219,6 +219,12 @@ int smattn_cli_conform(int argc, char **argv)
     }
     if (bar)
         progress(b.n, b.n, "");
+    if (nr == 0 && o.only) {
+        free(res);
+        conform_battery_free(&b);
+        conform_kernel_close(&k);
+        return usage_error("conform", "--only matches no case of the suite");
+    }
     conform_report rep;
     memset(&rep, 0, sizeof rep);
     rep.kernel_name = k.name;
