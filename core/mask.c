@@ -1,5 +1,5 @@
-/* mask.c: visibility intervals, head groups, offsets and tiling (SPEC 2-3); contracts in
- * core/mask.h, proved with Frama-C WP by `make prove`. Integers only: no floats, no MPFR. */
+/* mask.c: visibility intervals, offsets and the kernel's walks (SPEC 2-3); contracts and the
+ * static inline steps in core/mask.h, proved with Frama-C WP by `make prove`. Integers only. */
 #include "core/mask.h"
 
 void smattn__key_interval(int causal, int64_t wl, int64_t wr, int64_t Sb, int64_t Tb, int64_t i,
@@ -25,13 +25,6 @@ void smattn__key_interval(int causal, int64_t wl, int64_t wr, int64_t Sb, int64_
         l = h;
     *lo = l;
     *hi = h;
-}
-
-int64_t smattn__head_group(int64_t Hq, int64_t Hkv, int64_t h)
-{
-    int64_t G = Hq / Hkv;
-    /*@ assert Hq == Hkv * G; */
-    return h / G;
 }
 
 int64_t smattn__max_offset(int rank, const int64_t *n, const int64_t *s)
@@ -65,53 +58,6 @@ int64_t smattn__max_offset(int rank, const int64_t *n, const int64_t *s)
         acc += m * s[r];
     }
     return acc;
-}
-
-void smattn__chunk_keys(int64_t T, int64_t nchunks, int64_t chunk, int64_t c, int64_t *k0,
-                        int64_t *k1)
-{
-    if (nchunks <= 1) {
-        *k0 = 0;
-        *k1 = T;
-        return;
-    }
-    /*@ assert c * chunk <= (nchunks - 1) * chunk; */
-    *k0 = c * chunk;
-    *k1 = T - *k0 > chunk ? *k0 + chunk : T;
-}
-
-void smattn__clip_keys(int64_t k0, int64_t k1, int64_t *lo, int64_t *hi)
-{
-    int64_t l = *lo > k0 ? *lo : k0, h = *hi < k1 ? *hi : k1;
-    if (h <= l)
-        l = h = 0;
-    *lo = l;
-    *hi = h;
-}
-
-void smattn__hull_add(int64_t lo, int64_t hi, int64_t *kmin, int64_t *kmax)
-{
-    if (hi <= lo)
-        return;
-    if (lo < *kmin)
-        *kmin = lo;
-    if (hi > *kmax)
-        *kmax = hi;
-}
-
-int64_t smattn__tile_first(int64_t kmin, int64_t kmax, int64_t bk)
-{
-    return kmax > kmin ? kmin / bk * bk : kmin;
-}
-
-int64_t smattn__tile_keys(int64_t kt, int64_t kmax, int64_t bk)
-{
-    return kmax - kt < bk ? kmax - kt : bk;
-}
-
-int smattn__tile_skips(int64_t lo, int64_t hi, int64_t kt, int64_t nk)
-{
-    return hi <= kt || lo >= kt + nk;
 }
 
 int smattn__tile_walk_hits(int64_t kmin, int64_t kmax, int64_t bk, int64_t j)

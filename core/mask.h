@@ -84,7 +84,12 @@ void smattn__key_interval(int causal, int64_t wl, int64_t wr, int64_t Sb, int64_
     ensures range: 0 <= \result < Hkv;
     ensures group: \result * (Hq / Hkv) <= h < \result * (Hq / Hkv) + Hq / Hkv;
 */
-int64_t smattn__head_group(int64_t Hq, int64_t Hkv, int64_t h);
+static inline int64_t smattn__head_group(int64_t Hq, int64_t Hkv, int64_t h)
+{
+    int64_t G = Hq / Hkv;
+    /*@ assert Hq == Hkv * G; */
+    return h / G;
+}
 
 /* ---- offsets (SPEC 2.1) ----------------------------------------------------------------------
  * proof/lemmas.c proves offset_within_span: an index inside the extents of a tensor with
@@ -126,7 +131,8 @@ static inline int64_t smattn__off4(const int64_t s[4], int64_t i0, int64_t i1, i
     return i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3];
 }
 
-/* ---- the kernel's tiling (opt/kernel_body.h, opt/opt.c) -------------------------------------- */
+/* ---- the kernel's tiling (opt/kernel_body.h, opt/opt.c) -------------------------------------
+ * Static inline: the kernel calls them per row and per tile. WP proves the bodies here. */
 
 /* Keys [*k0, *k1) of split-K chunk c: [c*chunk, (c+1)*chunk) clipped to T, or all of [0, T)
  * when there is one chunk. nchunks is 1 or ceil(T / chunk), which (T + chunk - 1) / chunk
@@ -140,8 +146,18 @@ static inline int64_t smattn__off4(const int64_t s[4], int64_t i0, int64_t i1, i
     ensures nchunks == 1 ==> *k0 == 0 && *k1 == T;
     ensures nchunks > 1 ==> *k0 == c * chunk && *k1 == (T - *k0 > chunk ? *k0 + chunk : T);
 */
-void smattn__chunk_keys(int64_t T, int64_t nchunks, int64_t chunk, int64_t c, int64_t *k0,
-                        int64_t *k1);
+static inline void smattn__chunk_keys(int64_t T, int64_t nchunks, int64_t chunk, int64_t c,
+                                      int64_t *k0, int64_t *k1)
+{
+    if (nchunks <= 1) {
+        *k0 = 0;
+        *k1 = T;
+        return;
+    }
+    /*@ assert c * chunk <= (nchunks - 1) * chunk; */
+    *k0 = c * chunk;
+    *k1 = T - *k0 > chunk ? *k0 + chunk : T;
+}
 
 /* Clip a row's keys [*lo, *hi) to a chunk [k0, k1); an empty result is [0, 0). */
 /*@ requires 0 <= k0 <= k1 <= MAXD && 0 <= *lo && *hi <= MAXD;
@@ -151,7 +167,14 @@ void smattn__chunk_keys(int64_t T, int64_t nchunks, int64_t chunk, int64_t c, in
     ensures *lo == *hi ==> *lo == 0;
     ensures \forall integer j; *lo <= j < *hi <==> \old(*lo) <= j < \old(*hi) && k0 <= j < k1;
 */
-void smattn__clip_keys(int64_t k0, int64_t k1, int64_t *lo, int64_t *hi);
+static inline void smattn__clip_keys(int64_t k0, int64_t k1, int64_t *lo, int64_t *hi)
+{
+    int64_t l = *lo > k0 ? *lo : k0, h = *hi < k1 ? *hi : k1;
+    if (h <= l)
+        l = h = 0;
+    *lo = l;
+    *hi = h;
+}
 
 /* Grow the hull [*kmin, *kmax) of an item's rows by a row's keys [lo, hi) (nothing if empty). */
 /*@ requires \valid(kmin) && \valid(kmax) && \separated(kmin, kmax);
@@ -162,7 +185,15 @@ void smattn__clip_keys(int64_t k0, int64_t k1, int64_t *lo, int64_t *hi);
     ensures lo < hi ==> *kmax == \old(*kmax) || *kmax == hi;
     ensures lo >= hi ==> *kmin == \old(*kmin) && *kmax == \old(*kmax);
 */
-void smattn__hull_add(int64_t lo, int64_t hi, int64_t *kmin, int64_t *kmax);
+static inline void smattn__hull_add(int64_t lo, int64_t hi, int64_t *kmin, int64_t *kmax)
+{
+    if (hi <= lo)
+        return;
+    if (lo < *kmin)
+        *kmin = lo;
+    if (hi > *kmax)
+        *kmax = hi;
+}
 
 /* First key tile of the hull [kmin, kmax) on the grid of bk keys (kmin itself when the hull
  * is empty, so that the tile loop does not run). */
@@ -172,7 +203,10 @@ void smattn__hull_add(int64_t lo, int64_t hi, int64_t *kmin, int64_t *kmax);
     ensures kmax > kmin ==> \result % bk == 0 && \result <= kmin < \result + bk && \result >= 0;
     ensures kmax <= kmin ==> \result == kmin;
 */
-int64_t smattn__tile_first(int64_t kmin, int64_t kmax, int64_t bk);
+static inline int64_t smattn__tile_first(int64_t kmin, int64_t kmax, int64_t bk)
+{
+    return kmax > kmin ? kmin / bk * bk : kmin;
+}
 
 /* Keys in the tile starting at kt: min(bk, kmax - kt). */
 /*@ requires 1 <= bk <= MAXD && kt < kmax && kmax - kt <= INT64_MAX;
@@ -180,17 +214,25 @@ int64_t smattn__tile_first(int64_t kmin, int64_t kmax, int64_t bk);
     ensures 1 <= \result <= bk && kt + \result <= kmax;
     ensures \result == bk || kt + \result == kmax;
 */
-int64_t smattn__tile_keys(int64_t kt, int64_t kmax, int64_t bk);
+static inline int64_t smattn__tile_keys(int64_t kt, int64_t kmax, int64_t bk)
+{
+    return kmax - kt < bk ? kmax - kt : bk;
+}
 
 /* Nonzero when a row with keys [lo, hi) has no visible key in the tile [kt, kt + nk): the
  * kernel then skips the row for that tile. The converse: a nonempty row is skipped only
  * when the tile holds none of its keys. */
 /*@ requires 0 <= kt && 1 <= nk && kt + nk <= INT64_MAX;
     assigns \nothing;
-    ensures no_visible_pair: \result != 0 ==> \forall integer j; kt <= j < kt + nk ==> !(lo <= j < hi);
-    ensures only_empty: lo < hi && \result == 0 ==> \exists integer j; kt <= j < kt + nk && lo <= j < hi;
+    ensures no_visible_pair:
+      \result != 0 ==> \forall integer j; kt <= j < kt + nk ==> !(lo <= j < hi);
+    ensures only_empty:
+      lo < hi && \result == 0 ==> \exists integer j; kt <= j < kt + nk && lo <= j < hi;
 */
-int smattn__tile_skips(int64_t lo, int64_t hi, int64_t kt, int64_t nk);
+static inline int smattn__tile_skips(int64_t lo, int64_t hi, int64_t kt, int64_t nk)
+{
+    return hi <= kt || lo >= kt + nk;
+}
 
 /* The kernel's walks, counting how often they meet one element: the key tiles of an item
  * (for kt = tile_first; kt < kmax; kt += bk, nk = tile_keys), the split-K chunks, the query

@@ -6,7 +6,7 @@ set -u
 cd "$(dirname "$0")/.."
 out=${BUILD:-build}/prove/wrong
 mkdir -p "$out"
-sed -e 's/if (causal != SMATTN_CAUSAL_NONE \&\& d + 1 < h)/if (causal != SMATTN_CAUSAL_NONE \&\& d < h)/' \
+sed -e 's/SMATTN_CAUSAL_NONE \&\& d + 1 < h)/SMATTN_CAUSAL_NONE \&\& d < h)/' \
     -e 's/h = d + 1 > 0 ? d + 1 : 0;/h = d > 0 ? d : 0;/' core/mask.c >"$out/mask.c"
 if diff -u core/mask.c "$out/mask.c"; then
   echo "wrong-predicate: the mutation did not apply (core/mask.c changed?)" >&2
