@@ -163,6 +163,8 @@ void conform_report_print(const conform_report *rep, FILE *f);
 int conform_report_json(const conform_report *rep, const char *path, char *err, size_t errlen);
 int conform_report_junit(const conform_report *rep, const char *path, char *err, size_t errlen);
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen);
+/* fclose f, written to path: 0, or -1 with "path: cannot write" if any write failed. */
+int conform_file_close(FILE *f, const char *path, char *err, size_t errlen);
 /* Compare with a stored JSON report; fills rep->regressions and rep->regression_text.
  * 0, or -1 with one line in err when the file cannot be read or is not such a report. */
 int conform_baseline_compare(conform_report *rep, const char *path, char *err, size_t errlen);

@@ -106,11 +106,7 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
         fprintf(f, "]");
     }
     fprintf(f, "\n}\n");
-    if (fclose(f)) {
-        snprintf(err, errlen, "%s: cannot write", path);
-        return -1;
-    }
-    return 0;
+    return conform_file_close(f, path, err, errlen);
 }
 
 static int write_case(const conform_case *c, const char *dir, smattn_dtype t, smattn_empty empty,

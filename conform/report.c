@@ -124,16 +124,25 @@ static json_object *num(double x)
     return isfinite(x) ? json_object_new_double(x) : NULL;
 }
 
-static int write_text(const char *path, const char *text, char *err, size_t errlen)
+int conform_file_close(FILE *f, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f)) {
+    int bad = ferror(f);
+    if (fclose(f) || bad) {
         snprintf(err, errlen, "%s: cannot write", path);
-        if (f)
-            fclose(f);
         return -1;
     }
     return 0;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write", path);
+        return -1;
+    }
+    fputs(text, f);
+    return conform_file_close(f, path, err, errlen);
 }
 
 int conform_report_json(const conform_report *rep, const char *path, char *err, size_t errlen)
@@ -288,11 +297,7 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
         fprintf(f, "    </testcase>\n");
     }
     fprintf(f, "  </testsuite>\n</testsuites>\n");
-    if (fclose(f)) {
-        snprintf(err, errlen, "%s: cannot write", path);
-        return -1;
-    }
-    return 0;
+    return conform_file_close(f, path, err, errlen);
 }
 
 /* ---- HTML: a table and one SVG plot of log10(error/bound) per case by category --------- */
@@ -422,11 +427,7 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
         fprintf(f, "</td></tr>\n");
     }
     fprintf(f, "</table>\n</body></html>\n");
-    if (fclose(f)) {
-        snprintf(err, errlen, "%s: cannot write", path);
-        return -1;
-    }
-    return 0;
+    return conform_file_close(f, path, err, errlen);
 }
 
 /* ---- the baseline gate ------------------------------------------------------------------ */
