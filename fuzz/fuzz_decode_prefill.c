@@ -119,14 +119,32 @@ static int row_empty(const fuzz_problem *pf, int64_t b, int64_t h, int64_t t)
     return 1;
 }
 
-static void same_value(const fuzz_problem *fp, const char *what, const char *tname, size_t idx,
+/* The oracle's pairs of row t: kind 0 prefill against decode, 1 decode against cache, 2 the
+ * cache's P beyond kv_lens (a = 0). Bit for bit; the report names the prefill's element. */
+static void same_value(const fuzz_problem *pf, int64_t t, int kind, const char *tname, size_t idx,
                        double a, double b)
 {
     if (memcmp(&a, &b, sizeof a) == 0)
         return;
-    fuzz_mismatch_head(TARGET, fp, what);
-    fprintf(stderr, "index: %s[%zu] of the prefill\nvalues: prefill %a step %a\n", tname, idx, a, b);
+    static const char *const what[] = {"prefill row against the decode step",
+                                       "decode step against the cache (kv_lens)",
+                                       "cache step, P beyond kv_lens"};
+    static const char *const names[][2] = {{"prefill", "decode"}, {"decode", "cache"}, {"zero", "cache"}};
+    char w[128];
+    snprintf(w, sizeof w, "oracle: %s (row %lld)", what[kind], (long long)t);
+    fuzz_mismatch_head(TARGET, pf, w);
+    fprintf(stderr, "index: %s[%zu] of the prefill\nvalues: %s %a %s %a\n", tname, idx,
+            names[kind][0], a, names[kind][1], b);
     abort();
+}
+
+/* Prefill a, decode d, cache c of one element: a = d (unless skipped) and d = c. */
+static void same_three(const fuzz_problem *pf, int64_t t, const char *tname, size_t idx, double a,
+                       double d, double c, int skip_prefill)
+{
+    if (!skip_prefill)
+        same_value(pf, t, 0, tname, idx, a, d);
+    same_value(pf, t, 1, tname, idx, d, c);
 }
 
 /* The kernel within the bound on a derived problem. */
@@ -144,13 +162,9 @@ static void kernel_check(const fuzz_problem *d, const fuzz_outputs *ref, const f
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_provider dp;
-    fuzz_provider_init(&dp, data, size);
     fuzz_problem fp;
-    if (fuzz_problem_decode(&fp, &dp)) {
-        fuzz_problem_free(&fp);
+    if (fuzz_problem_decode_bytes(&fp, data, size))
         return 0;
-    }
     if (fp.p.op != SMATTN_OP_ATTENTION || fuzz_problem_shrink(&fp, FUZZ_DP_MAX_P)) {
         fuzz_problem_free(&fp);
         return 0;
@@ -211,7 +225,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         smattn_store(cache.v, cache.in.v.dtype, e * p->Dv + d, (d + j) % 2 ? -HUGE_VAL : (double)NAN);
                 }
         fuzz_outputs rd, bd, rc, bc;
-        char what[160];
         if (fuzz_oracle_and_bound(TARGET, &dec, &rd, &bd)) {
             derived_free(&dec), derived_free(&cache);
             continue;
@@ -228,41 +241,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 const double *Lp = rp.buf[1], *Ld = rd.buf[1], *Lc = rc.buf[1];
                 const double *Pp = rp.buf[2], *Pd = rd.buf[2], *Pc = rc.buf[2];
                 const double *Op = rp.buf[0], *Od = rd.buf[0], *Oc = rc.buf[0];
-                snprintf(what, sizeof what, "oracle: prefill row %lld against the decode step",
-                         (long long)t);
-                if (!skip_prefill)
-                    same_value(&pf, what, "LSE", lp, Lp[lp], Ld[ld]);
-                snprintf(what, sizeof what, "oracle: decode step %lld against the cache (kv_lens)",
-                         (long long)t);
-                same_value(&pf, what, "LSE", lp, Ld[ld], Lc[ld]);
+                same_three(&pf, t, "LSE", lp, Lp[lp], Ld[ld], Lc[ld], skip_prefill);
                 for (int64_t j = 0; j < Tp; j++) {
                     size_t ip = lp * (size_t)Tp + (size_t)j;
                     double pc = Pc[ld * (size_t)Tp + (size_t)j];
-                    if (j <= t) {
-                        double pd = Pd[ld * (size_t)(t + 1) + (size_t)j];
-                        snprintf(what, sizeof what, "oracle: prefill row %lld against the decode step",
-                                 (long long)t);
-                        if (!skip_prefill)
-                            same_value(&pf, what, "P", ip, Pp[ip], pd);
-                        snprintf(what, sizeof what, "oracle: decode step %lld against the cache (kv_lens)",
-                                 (long long)t);
-                        same_value(&pf, what, "P", ip, pd, pc);
-                    } else if (p->empty_rows != SMATTN_EMPTY_NAN || !isnan(pc)) {
-                        snprintf(what, sizeof what, "oracle: cache step %lld, P beyond kv_lens",
-                                 (long long)t);
-                        same_value(&pf, what, "P", ip, 0.0, pc);
-                    }
+                    if (j <= t)
+                        same_three(&pf, t, "P", ip, Pp[ip], Pd[ld * (size_t)(t + 1) + (size_t)j], pc,
+                                   skip_prefill);
+                    else if (p->empty_rows != SMATTN_EMPTY_NAN || !isnan(pc))
+                        same_value(&pf, t, 2, "P", ip, 0.0, pc);
                 }
                 for (int64_t c = 0; c < p->Dv; c++) {
                     size_t op = (size_t)(((b * Tp + t) * p->Hq + h) * p->Dv + c);
                     size_t od = (size_t)((b * p->Hq + h) * p->Dv + c);
-                    snprintf(what, sizeof what, "oracle: prefill row %lld against the decode step",
-                             (long long)t);
-                    if (!skip_prefill)
-                        same_value(&pf, what, "O", op, Op[op], Od[od]);
-                    snprintf(what, sizeof what, "oracle: decode step %lld against the cache (kv_lens)",
-                             (long long)t);
-                    same_value(&pf, what, "O", op, Od[od], Oc[od]);
+                    same_three(&pf, t, "O", op, Op[op], Od[od], Oc[od], skip_prefill);
                 }
             }
         kernel_check(&dec, &rd, &bd, isa, "decode step");

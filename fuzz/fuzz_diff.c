@@ -29,27 +29,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* K and V with NaN and infinities in every slot j >= kv_lens[b]: no query sees them. */
-static void *garbage_copy(const fuzz_problem *fp, const smattn_tensor *t, size_t n, int64_t dim,
-                          int which)
-{
-    size_t es = smattn_dtype_size(t->dtype);
-    void *c = malloc(n * es);
-    if (!c)
-        abort();
-    memcpy(c, t->data, n * es);
-    const smattn_problem *p = &fp->p;
-    for (int64_t b = 0; b < p->B; b++)
-        for (int64_t j = p->kv_lens[b]; j < p->T; j++)
-            for (int64_t g = 0; g < p->Hkv; g++)
-                for (int64_t d = 0; d < dim; d++) {
-                    int64_t e = b * t->stride[0] + j * t->stride[1] + g * t->stride[2] + d * t->stride[3];
-                    int code = (int)((d + j + which) % 3);
-                    smattn_store(c, t->dtype, e, code == 0 ? (double)NAN : code == 1 ? HUGE_VAL : -HUGE_VAL);
-                }
-    return c;
-}
-
 /* Every check of one ISA. */
 static void check_isa(const fuzz_problem *fp, const fuzz_outputs *ref, const fuzz_outputs *bnd,
                       const char *isa)
@@ -73,8 +52,8 @@ static void check_isa(const fuzz_problem *fp, const fuzz_outputs *ref, const fuz
     fuzz_outputs_free(&again);
     if (p->op == SMATTN_OP_ATTENTION && p->kv_lens) {
         smattn_inputs dirty = fp->in;
-        void *k2 = garbage_copy(fp, &fp->in.k, fp->nk, p->D, 0);
-        void *v2 = garbage_copy(fp, &fp->in.v, fp->nv, p->Dv, 1);
+        void *k2 = fuzz_garbage_beyond_kv_lens(fp, &fp->in.k, fp->nk, p->D, 0);
+        void *v2 = fuzz_garbage_beyond_kv_lens(fp, &fp->in.v, fp->nv, p->Dv, 1);
         dirty.k.data = k2;
         dirty.v.data = v2;
         snprintf(what, sizeof what, "garbage beyond kv_lens (isa %s, threads %d)", isa,
@@ -106,13 +85,9 @@ static void check_problem(const fuzz_problem *fp)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     for (int pass = full_mode ? 0 : 1; pass < 2; pass++) {
-        fuzz_provider dp;
-        fuzz_provider_init(&dp, data, size);
         fuzz_problem fp;
-        if (fuzz_problem_decode(&fp, &dp)) {
-            fuzz_problem_free(&fp);
+        if (fuzz_problem_decode_bytes(&fp, data, size))
             return 0;
-        }
         if (pass == 1 && (fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P) ||
                           fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp))))
             return 0;

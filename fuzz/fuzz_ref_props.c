@@ -407,13 +407,9 @@ static void check_permutation(const fuzz_problem *fp, const fuzz_outputs *r)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_provider dp;
-    fuzz_provider_init(&dp, data, size);
     fuzz_problem fp;
-    if (fuzz_problem_decode(&fp, &dp)) {
-        fuzz_problem_free(&fp);
+    if (fuzz_problem_decode_bytes(&fp, data, size))
         return 0;
-    }
     if (fuzz_problem_shrink(&fp, FUZZ_REF_PROPS_MAX_P))
         return 0;
     fuzz_outputs r, r2;

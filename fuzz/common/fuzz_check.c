@@ -122,3 +122,23 @@ void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz
             }
         }
 }
+
+void *fuzz_garbage_beyond_kv_lens(const fuzz_problem *fp, const smattn_tensor *t, size_t n,
+                                  int64_t dim, int which)
+{
+    size_t es = smattn_dtype_size(t->dtype);
+    void *c = malloc(n * es);
+    if (!c)
+        abort();
+    memcpy(c, t->data, n * es);
+    const smattn_problem *p = &fp->p;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = p->kv_lens[b]; j < p->T; j++)
+            for (int64_t g = 0; g < p->Hkv; g++)
+                for (int64_t d = 0; d < dim; d++) {
+                    int64_t e = b * t->stride[0] + j * t->stride[1] + g * t->stride[2] + d * t->stride[3];
+                    int code = (int)((d + j + which) % 3);
+                    smattn_store(c, t->dtype, e, code == 0 ? (double)NAN : code == 1 ? HUGE_VAL : -HUGE_VAL);
+                }
+    return c;
+}

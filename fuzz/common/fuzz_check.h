@@ -54,6 +54,11 @@ int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outpu
 void fuzz_check_bound(const char *target, const fuzz_problem *fp, const fuzz_outputs *kernel,
                       const fuzz_outputs *ref, const fuzz_outputs *bnd, const char *what);
 
+/* A copy of K or V (t, n elements, head dim `dim`) with NaN and infinities in every slot
+ * j >= kv_lens[b], which no query sees (SPEC 3.6); `which` varies the pattern. */
+void *fuzz_garbage_beyond_kv_lens(const fuzz_problem *fp, const smattn_tensor *t, size_t n,
+                                  int64_t dim, int which);
+
 /* The same bits in every element of two outputs of one dtype. */
 void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,
                           const fuzz_outputs *b, const char *what);

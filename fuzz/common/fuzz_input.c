@@ -335,6 +335,17 @@ int fuzz_problem_decode(fuzz_problem *fp, fuzz_provider *dp)
     return 0;
 }
 
+int fuzz_problem_decode_bytes(fuzz_problem *fp, const uint8_t *data, size_t size)
+{
+    fuzz_provider dp;
+    fuzz_provider_init(&dp, data, size);
+    if (fuzz_problem_decode(fp, &dp)) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    return 0;
+}
+
 /* The leading block n[4] of a contiguous 4-D tensor of dims o[4], as a new contiguous
  * buffer (NULL if out of memory). */
 static void *sub_block(const void *src, size_t es, const int64_t o[4], const int64_t n[4])

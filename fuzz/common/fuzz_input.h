@@ -90,6 +90,9 @@ typedef struct fuzz_problem {
  * The provider is left where decoding stopped, so that a target may read more from it. */
 int fuzz_problem_decode(fuzz_problem *fp, fuzz_provider *dp);
 void fuzz_problem_free(fuzz_problem *fp);
+/* A provider over data[0, size) and fuzz_problem_decode; on failure the problem is freed and
+ * nonzero returned. */
+int fuzz_problem_decode_bytes(fuzz_problem *fp, const uint8_t *data, size_t size);
 /* Cut a decoded problem to at most about max_p elements of P (B*Hq*S*T): B to 1, then the
  * KV heads to 1 (Hq to the GQA ratio), then Hq, then S and T keeping the shape class;
  * kv_lens and q_lens are clamped, and the tensors' leading blocks copied to contiguous
