@@ -98,11 +98,17 @@ typedef struct opt_prefetch {
 
 static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t j1)
 {
+    /* K and V rows together, two lines of each per trip (the loop's own instructions
+     * were a third of it); may hint a line past a row's end: a hint never faults */
+    const size_t n = pf->kbytes > pf->vbytes ? pf->kbytes : pf->vbytes;
     for (int64_t j = j0; j < j1 && j < pf->n; j++) {
-        for (size_t off = 0; off < pf->kbytes; off += 64)
-            __builtin_prefetch(pf->k + (size_t)j * pf->ks + off, 0, 3);
-        for (size_t off = 0; off < pf->vbytes; off += 64)
-            __builtin_prefetch(pf->v + (size_t)j * pf->vs + off, 0, 3);
+        const char *k = pf->k + (size_t)j * pf->ks, *v = pf->v + (size_t)j * pf->vs;
+        for (size_t off = 0; off < n; off += 128) {
+            __builtin_prefetch(k + off, 0, 3);
+            __builtin_prefetch(k + off + 64, 0, 3);
+            __builtin_prefetch(v + off, 0, 3);
+            __builtin_prefetch(v + off + 64, 0, 3);
+        }
     }
 }
 
@@ -229,9 +235,14 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
                 const smattn_tensor *qt_ = &in->q;
                 KN(load_row)(ws->q + x * Dp, qt_, smattn__off4(qt_->stride, b, i, h, 0),
                              qt_->stride[3], D, Dp);
-                for (int64_t d = 0; d < D; d++)
-                    if (!isfinite(ws->q[x * Dp + d]))
-                        ws->slow[x] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
+                /* q - q is 0, or NaN for an infinite or NaN element (the padding is 0) */
+                vf z = vf_zero();
+                for (int64_t d = 0; d < Dp; d += VLEN) {
+                    vf e = vf_load(ws->q + x * Dp + d);
+                    z = vf_add(z, vf_sub(e, e));
+                }
+                if (vf_hsum(z) != 0.0f)
+                    ws->slow[x] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
             }
         }
         if (hi <= lo)
@@ -475,9 +486,27 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
     smattn__opt_finish_softmax_row(job, b, h, i, m, l, s, vis);
 }
 
+static int KN(write_o)(float *o, const float *acc, float l, int64_t n)
+{
+    vf vl = vf_set1(l), z = vf_zero();
+    int64_t c = 0;
+    int bad = 0;
+    for (; c + VLEN <= n; c += VLEN) {
+        vf x = vf_add(vf_div(vf_load(acc + c), vl), vf_zero()); /* -0 + 0 = +0 */
+        vf_store(o + c, x);
+        z = vf_add(z, vf_sub(x, x)); /* 0, or NaN once an element is not finite */
+    }
+    for (; c < n; c++) {
+        o[c] = acc[c] / l + 0.0f;
+        bad |= !isfinite(o[c]);
+    }
+    return bad || vf_hsum(z) != 0.0f;
+}
+
 const opt_isa KN(smattn__isa) = {
     .name = ISA_NAME,
     .attention_item = KN(attention_item),
     .softmax_row = KN(softmax_row),
     .expf = KN(expf1),
+    .write_o = KN(write_o),
 };

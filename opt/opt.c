@@ -124,10 +124,14 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
     int bad = !isfinite(l);
     float *o = (float *)out->o.data + o_off(out, b, i, h, 0);
     const int64_t os = out->o.stride[3];
-    for (int64_t c = 0; c < p->Dv; c++) {
-        float x = acc[c] / l + 0.0f;
-        bad |= !isfinite(x);
-        o[c * os] = x;
+    if (os == 1) {
+        bad |= job->isa->write_o(o, acc, l, p->Dv);
+    } else {
+        for (int64_t c = 0; c < p->Dv; c++) {
+            float x = acc[c] / l + 0.0f;
+            bad |= !isfinite(x);
+            o[c * os] = x;
+        }
     }
     if (bad) {
         smattn__opt_slow_row(job, b, h, i);

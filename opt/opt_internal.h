@@ -82,6 +82,9 @@ typedef struct opt_isa {
     void (*attention_item)(const opt_job *job, int64_t item, opt_ws *ws);
     void (*softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i, opt_ws *ws);
     float (*expf)(float x); /* the kernel's exp, for the exhaustive accuracy check */
+    /* o[c] = acc[c] / l + 0 for c < n (correctly rounded, as the scalar division); returns
+     * nonzero if some o[c] is not finite */
+    int (*write_o)(float *o, const float *acc, float l, int64_t n);
 } opt_isa;
 
 extern const opt_isa smattn__isa_scalar;

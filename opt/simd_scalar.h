@@ -17,6 +17,7 @@ static inline vf vf_fmadd(vf a, vf b, vf c) { return fmaf(a, b, c); }
 static inline vf vf_mul(vf a, vf b) { return a * b; }
 static inline vf vf_add(vf a, vf b) { return a + b; }
 static inline vf vf_sub(vf a, vf b) { return a - b; }
+static inline vf vf_div(vf a, vf b) { return a / b; }
 /* max that ignores no NaN: (a > b || a != a) ? a : b, and b's NaN passes through too */
 static inline vf vf_max(vf a, vf b) { return (a > b || a != a) ? a : b; }
 static inline float vf_hsum(vf a) { return a; }
