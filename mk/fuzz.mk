@@ -12,7 +12,8 @@ $(BUILD)/fuzz/replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(FUZZ_COM
 	$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
 check-fuzz-replay: $(patsubst %,$(BUILD)/fuzz/replay/%,$(FUZZ_TARGETS)) check-fuzz-decode
 	@for t in $(FUZZ_TARGETS); do \
-	  SMATTN_FUZZ_FULL=1 $(BUILD)/fuzz/replay/$$t fuzz/corpus/$$t fuzz/regressions/$$t || exit 1; done
+	  SMATTN_FUZZ_FULL=1 $(BUILD)/fuzz/replay/$$t fuzz/corpus/$$t || exit 1; \
+	  SMATTN_FUZZ_FULL=2 $(BUILD)/fuzz/replay/$$t fuzz/regressions/$$t || exit 1; done
 
 # tools/fuzz_decode.c: `build/fuzz/fuzz_decode [--target T] [--case DIR] FILE` prints what
 # an input decodes to and writes it as a case directory; the replay smoke-tests it on one
@@ -67,14 +68,16 @@ fuzz: $(if $(FAST),fuzz-build-fast,fuzz-build)
 	  fuzz/regressions/$(T)
 
 # make fuzz-merge T=<target>: fuzz/corpus/<target> and build-fuzz/corpus/<target> (what
-# campaigns found) minimised by coverage (libFuzzer -merge=1) into fuzz/corpus/<target>.
+# campaigns found) minimised by edge coverage (libFuzzer -merge=1, without the value profile
+# that fuzzing uses, which would keep several times more inputs) into fuzz/corpus/<target>.
 # Seeds that add no coverage are dropped (`make fuzz-seeds` writes them again).
 fuzz-merge: fuzz-build
 	@rm -rf build-fuzz/merge/$(T) && mkdir -p build-fuzz/merge/$(T) build-fuzz/corpus/$(T)
-	build-fuzz/fuzz/bin/$(T) -merge=1 $(FUZZ_OPTS) build-fuzz/merge/$(T) fuzz/corpus/$(T) \
+	build-fuzz/fuzz/bin/$(T) -merge=1 $(FUZZ_OPTS) -use_value_profile=0 build-fuzz/merge/$(T) \
+	  fuzz/corpus/$(T) \
 	  build-fuzz/corpus/$(T)
 	@rm -f fuzz/corpus/$(T)/* && cp build-fuzz/merge/$(T)/* fuzz/corpus/$(T)/ && \
-	  echo "fuzz-merge: $$(ls fuzz/corpus/$(T) | wc -l) inputs, $$(du -sh fuzz/corpus/$(T) | cut -f1) in fuzz/corpus/$(T)"
+	  echo "fuzz-merge: $$(ls fuzz/corpus/$(T) | wc -l) inputs, $$(cat fuzz/corpus/$(T)/* | wc -c) bytes in fuzz/corpus/$(T)"
 
 # make fuzz-min T=<target> CRASH=<file>: the smallest input that still crashes, in
 # <file>.min (libFuzzer -minimize_crash=1), then its report through the gcc replay.
@@ -104,7 +107,7 @@ fuzz-cov: deps
 	  $(patsubst %,$(COV_BUILD)/fuzz/replay/%,$(FUZZ_TARGETS))
 	@rm -rf $(COV_BUILD)/prof && mkdir -p $(COV_BUILD)/prof
 	@for t in $(FUZZ_TARGETS); do \
-	  LLVM_PROFILE_FILE=$(CURDIR)/$(COV_BUILD)/prof/$$t-%4m.profraw SMATTN_FUZZ_FULL=1 \
+	  LLVM_PROFILE_FILE=$(CURDIR)/$(COV_BUILD)/prof/$$t-%4m.profraw SMATTN_FUZZ_FULL=2 \
 	    $(COV_BUILD)/fuzz/replay/$$t fuzz/corpus/$$t fuzz/regressions/$$t \
 	    $$(test -d build-fuzz/corpus/$$t && echo build-fuzz/corpus/$$t) | tail -1; done
 	llvm-profdata merge -sparse -o $(COV_BUILD)/fuzz.profdata $(COV_BUILD)/prof/*.profraw
