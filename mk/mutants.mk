@@ -37,6 +37,8 @@ mutants-table: $(CLI) plugins
 # other targets by mk/fuzz.mk's pattern rules (clang, ASan+UBSan, in build-fuzz/).
 #   make fuzz-plugin && SMATTN_KERNEL=build/mutants/gqa_interleaved.so \
 #     build-fuzz/fuzz/bin/fuzz_plugin -max_total_time=60 fuzz/corpus/fuzz_diff
+# make check builds its replay driver (mk/fuzz.mk's pattern rule), so that it keeps compiling.
+tests: $(BUILD)/fuzz/replay/fuzz_plugin
 fuzz-plugin: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" \
 	  build-fuzz/fuzz/bin/fuzz_plugin
