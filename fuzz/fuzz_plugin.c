@@ -111,27 +111,6 @@ static void kv_to_f32(void **buf, smattn_tensor *t, size_t n)
     t->dtype = SMATTN_F32;
 }
 
-/* K and V with NaN and infinities in every slot j >= kv_lens[b]: no query sees them. */
-static void *garbage_copy(const fuzz_problem *fp, const smattn_tensor *t, size_t n, int64_t dim,
-                          int which)
-{
-    size_t es = smattn_dtype_size(t->dtype);
-    void *c = malloc((n ? n : 1) * es);
-    if (!c)
-        abort();
-    memcpy(c, t->data, n * es);
-    const smattn_problem *p = &fp->p;
-    for (int64_t b = 0; b < p->B; b++)
-        for (int64_t j = p->kv_lens[b]; j < p->T; j++)
-            for (int64_t g = 0; g < p->Hkv; g++)
-                for (int64_t d = 0; d < dim; d++) {
-                    int64_t e = b * t->stride[0] + j * t->stride[1] + g * t->stride[2] + d * t->stride[3];
-                    int code = (int)((d + j + which) % 3);
-                    smattn_store(c, t->dtype, e, code == 0 ? (double)NAN : code == 1 ? HUGE_VAL : -HUGE_VAL);
-                }
-    return c;
-}
-
 /* The check: line of a report names the kernel too. */
 static const char *what_for(const char *check)
 {
@@ -228,8 +207,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     run_and_judge(&fp, &fp.in, &ref, &bnd, "bound");
     if (p->op == SMATTN_OP_ATTENTION && p->kv_lens) {
         smattn_inputs dirty = fp.in;
-        void *k2 = garbage_copy(&fp, &fp.in.k, fp.nk, p->D, 0);
-        void *v2 = garbage_copy(&fp, &fp.in.v, fp.nv, p->Dv, 1);
+        void *k2 = fuzz_garbage_beyond_kv_lens(&fp, &fp.in.k, fp.nk, p->D, 0);
+        void *v2 = fuzz_garbage_beyond_kv_lens(&fp, &fp.in.v, fp.nv, p->Dv, 1);
         dirty.k.data = k2;
         dirty.v.data = v2;
         run_and_judge(&fp, &dirty, &ref, &bnd, "bound, NaN/inf garbage beyond kv_lens");
