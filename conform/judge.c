@@ -248,6 +248,17 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
         if (st == SMATTN_OK)
             st = smattn_bound(p, in, pm, got, &bnd);
     }
+    if (st == SMATTN_ERR_OPTION) { /* the model the kernel claims for this problem */
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "the kernel's precision model is out of range for this problem (u_score %g, "
+                 "u_acc %g, exp_ulps %g, u_p %g, blocks %lld, acc_len %lld, tiny %g; SPEC 6.1)",
+                 pm->u_score, pm->u_acc, pm->exp_ulps, pm->u_p, (long long)pm->blocks,
+                 (long long)pm->acc_len, pm->tiny);
+        free_f64(&ref);
+        free_f64(&bnd);
+        return;
+    }
     if (st != SMATTN_OK) {
         r->status = CONFORM_SKIP;
         snprintf(r->reason, sizeof r->reason, "the oracle or the bound failed: %s (%s)",

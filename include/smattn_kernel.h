@@ -24,7 +24,10 @@
  *
  * The checker runs each case in a child process with a time limit and guard pages around
  * the outputs: a crash, a hang, or a write outside the outputs fails that case and the run
- * goes on. A plugin must not rely on state kept between calls.
+ * goes on. The outputs are prefilled with a signalling-NaN pattern: every element of every
+ * output asked for must be written (an element left as it was fails the case). Invisible
+ * slots of the inputs (padded cache slots, masked keys) hold NaN and infinities on purpose
+ * (SPEC 3.6). A plugin must not rely on state kept between calls.
  *
  * Versioning: the layout below is ABI version 1. Fields are only ever appended; a host
  * reads `struct_size` to know which fields a plugin filled.
