@@ -12,6 +12,8 @@
 #include "conform/conform.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+/* parse_opts: --help was given and answered; the command exits 0. */
+enum { EXIT_HELP = -1 };
 
 typedef struct opts {
     const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
@@ -27,6 +29,19 @@ static int usage_error(const char *cmd, const char *msg)
 {
     fprintf(stderr, "smattn %s: %s (try 'smattn help')\n", cmd, msg);
     return EXIT_USAGE;
+}
+
+static const char *usage_of(const char *cmd)
+{
+    if (!strcmp(cmd, "conform"))
+        return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full] [--seed N]\n"
+               "         [--time S] [--case-timeout S] [--only PREFIX,...] [--json F] [--junit F]\n"
+               "         [--html F] [--baseline F] [--vectors DIR]\n";
+    if (!strcmp(cmd, "gen"))
+        return "usage: smattn gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16]\n"
+               "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero] OUT\n";
+    return "usage: smattn check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--json F]\n"
+           "         [--junit F] [--html F] [--baseline F]\n";
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -87,6 +102,9 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
             } else {
                 *slots[k] = val;
             }
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("%s(details: 'smattn help', conform/README.md)\n", usage_of(cmd));
+            return EXIT_HELP;
         } else if (a[0] == '-' && a[1] != '\0') {
             snprintf(msg, sizeof msg, "unknown option '%.40s'", a);
             return usage_error(cmd, msg);
@@ -168,7 +186,7 @@ int smattn_cli_conform(int argc, char **argv)
                         "vectors only",
                         0, argc, argv, &o);
     if (rc)
-        return rc;
+        return rc == EXIT_HELP ? EXIT_OK : rc;
     char err[1200];
     conform_kernel k;
     if (conform_kernel_open(o.kernel, &k, err, sizeof err)) {
@@ -248,7 +266,7 @@ int smattn_cli_gen(int argc, char **argv)
     memset(&o, 0, sizeof o);
     int rc = parse_opts("gen", "suite seed dtype empty empty-lse vectors", 1, argc, argv, &o);
     if (rc)
-        return rc;
+        return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
         return usage_error("gen", "missing OUT (usage: smattn gen [--suite quick|full] OUT)");
     smattn_dtype t = SMATTN_F32;
@@ -288,7 +306,7 @@ int smattn_cli_check(int argc, char **argv)
     memset(&o, 0, sizeof o);
     int rc = parse_opts("check", "precision json junit baseline html", 1, argc, argv, &o);
     if (rc)
-        return rc;
+        return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
         return usage_error("check", "missing CASE_OR_DIR (usage: smattn check CASE_OR_DIR "
                                     "[--precision f32|f16|bf16|f64])");

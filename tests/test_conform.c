@@ -207,6 +207,10 @@ START_TEST(loader_errors)
     o = cli("check", NULL);
     ck_assert_int_eq(o.code, 2);
     outcome_free(&o);
+    o = cli("conform", "--help", NULL);
+    ck_assert_int_eq(o.code, 0);
+    ck_assert_ptr_nonnull(strstr(o.out, "usage: smattn conform"));
+    outcome_free(&o);
 }
 END_TEST
 
