@@ -271,7 +271,7 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
  * softmax, P.V. Keys at or past kmax are not read. */
 static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
-                          int64_t i0, int64_t kt, int64_t nk, int64_t kmax)
+                          int64_t i0, int64_t kt, int64_t nk, int64_t pkt, int64_t pg, int64_t pn)
 {
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
@@ -290,15 +290,16 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     unsigned char *const VIS = ws->vis + base * OPT_BK;
     float *const Q = ws->q + base * Dp, *const QP = ws->qp + base * Dp;
     float *const ACC = ws->acc + base * Dvp;
-    /* the next tile's K and V rows are requested while this tile's scores are computed:
-     * decode is bound by memory latency, and the loads must overlap the arithmetic */
-    const int64_t PFD = OPT_BK; /* prefetch distance: the next tile */
+    /* the rows the next unit will read (pn rows from key pkt of KV head pg) are requested
+     * while this one's scores are computed: decode is bound by memory latency, and the
+     * loads must overlap the arithmetic; one unit ahead, not one tile of all the item's
+     * heads, so that what arrives is not evicted before its use */
     opt_prefetch pf = {NULL, NULL, 0, 0, krow, vrow, 0};
-    if (kt + PFD < kmax && kt_->stride[3] == 1 && vt_->stride[3] == 1) {
+    if (pn > 0 && kt_->stride[3] == 1 && vt_->stride[3] == 1) {
         size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
-        pf.n = kmax - kt - PFD < OPT_BK ? kmax - kt - PFD : OPT_BK;
-        pf.k = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, kt + PFD, g, 0) * ek;
-        pf.v = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, kt + PFD, g, 0) * ev;
+        pf.n = pn;
+        pf.k = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, pkt, pg, 0) * ek;
+        pf.v = (const char *)vt_->data + (size_t)smattn__off4(vt_->stride, b, pkt, pg, 0) * ev;
         pf.ks = (size_t)kt_->stride[1] * ek;
         pf.vs = (size_t)vt_->stride[1] * ev;
     }
@@ -404,8 +405,14 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
      * item: a GQA problem and its MHA expansion give the same bits. */
     for (int64_t kt = kmax > kmin ? kmin / OPT_BK * OPT_BK : kmin; kt < kmax; kt += OPT_BK) {
         int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
-        for (int64_t u = 0; u < hg; u++)
-            KN(unit_tile)(job, ws, u * Rp, b, g0 + u, i0, kt, nk, kmax);
+        for (int64_t u = 0; u < hg; u++) {
+            int64_t pkt = kt, pg = g0 + u + 1, pn = nk; /* the next unit's rows */
+            if (u + 1 == hg) {
+                pkt = kt + OPT_BK, pg = g0;
+                pn = kmax - pkt < OPT_BK ? kmax - pkt : OPT_BK;
+            }
+            KN(unit_tile)(job, ws, u * Rp, b, g0 + u, i0, kt, nk, pkt, pg, pn);
+        }
     }
 
     /* results: split-K partials, or the finished rows */
