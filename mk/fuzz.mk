@@ -68,12 +68,14 @@ fuzz: $(if $(FAST),fuzz-build-fast,fuzz-build)
 	  fuzz/regressions/$(T)
 
 # make fuzz-merge T=<target>: fuzz/corpus/<target> and build-fuzz/corpus/<target> (what
-# campaigns found) minimised by edge coverage (libFuzzer -merge=1, without the value profile
-# that fuzzing uses, which would keep several times more inputs) into fuzz/corpus/<target>.
-# Seeds that add no coverage are dropped (`make fuzz-seeds` writes them again).
+# campaigns found) minimised by edge coverage (libFuzzer -merge=1 without the value profile
+# and the hit counts that fuzzing uses: those kept 1,129 and 940 of 1,576 fuzz_diff inputs,
+# edges alone kept 207, which make check replays in seconds) into fuzz/corpus/<target>.
+# Seeds that add no coverage are dropped (`make fuzz-seeds` writes them back, as committed).
 fuzz-merge: fuzz-build
 	@rm -rf build-fuzz/merge/$(T) && mkdir -p build-fuzz/merge/$(T) build-fuzz/corpus/$(T)
-	build-fuzz/fuzz/bin/$(T) -merge=1 $(FUZZ_OPTS) -use_value_profile=0 build-fuzz/merge/$(T) \
+	build-fuzz/fuzz/bin/$(T) -merge=1 $(FUZZ_OPTS) -use_value_profile=0 -use_counters=0 \
+	  build-fuzz/merge/$(T) \
 	  fuzz/corpus/$(T) \
 	  build-fuzz/corpus/$(T)
 	@rm -f fuzz/corpus/$(T)/* && cp build-fuzz/merge/$(T)/* fuzz/corpus/$(T)/ && \
