@@ -143,7 +143,7 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
         return SMATTN_ERR_SOFTCAP;
     if (p->window_left < -1 || p->window_right < -1)
         return SMATTN_ERR_WINDOW;
-    for (int64_t b = 0; b < p->B; b++) {
+    for (int64_t b = 0; (p->kv_lens || p->q_lens) && b < p->B; b++) {
         if (p->kv_lens && (p->kv_lens[b] < 0 || p->kv_lens[b] > p->T))
             return SMATTN_ERR_LENGTHS;
         if (p->q_lens && (p->q_lens[b] < 0 || p->q_lens[b] > p->S))

@@ -268,10 +268,15 @@ static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_
         while (k < nk && strcmp(key, case_keys[k].name) != 0)
             k++;
         if (k == nk) {
+            char shown[65]; /* the key as printable ASCII: the error stays one line */
+            size_t n = 0;
+            for (const char *c = key; *c && n < sizeof shown - 1; c++, n++)
+                shown[n] = *c >= 0x20 && *c < 0x7f ? *c : '?';
+            shown[n] = 0;
             smattn_io_err(err, errlen,
-                          "unknown key \"%.64s\" (known: scale, causal, window, kv_lens, q_lens, "
+                          "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
                           "softcap, sinks, empty_rows, empty_lse, bf16)",
-                          key);
+                          shown);
             return -1;
         }
         if (case_keys[k].fn(val, cj, err, errlen))

@@ -364,7 +364,9 @@ static int decide(exact_state *st, mpfr_srcptr lo, mpfr_srcptr hi, smattn_dtype 
         *bits = a;
         return 1;
     }
-    if (!sf || ord_of(b, t) - ord_of(a, t) != 1)
+    /* adjacent: ord(b) == ord(a) + 1, written so that far-apart ends cannot overflow */
+    int64_t oa = ord_of(a, t), ob = ord_of(b, t);
+    if (!sf || oa == INT64_MAX || ob != oa + 1)
         return 0;
     boundary(st, a, b, t);
     int sg = sf(st, ctx, prec);
