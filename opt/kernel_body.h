@@ -187,8 +187,13 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         int64_t j = kt + jj;
         int ok = j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
         float x = fmaf(s[jj], sh, s[jj] * sl);
-        if (ok && cap > 0)
+        if (ok && cap > 0) {
+            /* softcap maps +-inf to +-cap: an infinite score (a non-finite k, or q.k beyond
+             * FLT_MAX) cannot be told apart after it, so the binary64 path takes the row */
+            if (isinf(x))
+                neg_inf = 1;
             x = cap * tanhf(x / cap);
+        }
         if (ok && in->bias.data) {
             float bj = ((const float *)in->bias.data)[smattn__off4(in->bias.stride, b, h, i, j)];
             ok = bj != -HUGE_VALF;
@@ -229,8 +234,7 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
         int64_t lo = 0, hi = 0;
         if (i < p->S) {
             smattn__key_range(p, b, i, &lo, &hi);
-            lo = lo > k0 ? lo : k0;
-            hi = hi < k1 ? hi : k1;
+            smattn__clip_keys(k0, k1, &lo, &hi); /* proved: row keys in the chunk, [0,0) if none */
             if (hi > lo) {
                 const smattn_tensor *qt_ = &in->q;
                 KN(load_row)(ws->q + x * Dp, qt_, smattn__off4(qt_->stride, b, i, h, 0),
@@ -245,16 +249,11 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
                     ws->slow[x] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
             }
         }
-        if (hi <= lo)
-            lo = hi = 0;
         ws->lo[x] = lo;
         ws->hi[x] = hi;
-        if (hi > lo) {
-            *kmin = lo < *kmin ? lo : *kmin;
-            *kmax = hi > *kmax ? hi : *kmax;
-        } else {
+        smattn__hull_add(lo, hi, kmin, kmax); /* proved: [*kmin, *kmax) holds every row's keys */
+        if (hi <= lo)
             memset(ws->q + x * Dp, 0, (size_t)Dp * sizeof(float));
-        }
     }
     for (int64_t r = R; r < Rp; r++)
         memset(ws->q + (base + r) * Dp, 0, (size_t)Dp * sizeof(float));
@@ -324,7 +323,8 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         unsigned char *vis = VIS + r * OPT_BK;
         float *s = S_ + r * OPT_BK;
         ws->full[x] = 0;
-        if (ws->hi[x] <= kt || ws->lo[x] >= kt + nk || ws->slow[x]) {
+        /* proved: a skipped row has no visible key in the tile */
+        if (smattn__tile_skips(ws->lo[x], ws->hi[x], kt, nk) || ws->slow[x]) {
             memset(vis, 0, (size_t)nk);
             continue;
         }
@@ -394,17 +394,17 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     int64_t b, g0, qt, c;
     opt_unit_coords(job, item * hg, &b, &g0, &qt, &c);
     int64_t i0 = qt * nq;
-    int64_t k0 = c * OPT_CHUNK, k1 = job->nchunks > 1 ? k0 + OPT_CHUNK : p->T;
-    if (k1 > p->T)
-        k1 = p->T;
+    int64_t k0, k1;
+    smattn__chunk_keys(p->T, job->nchunks, OPT_CHUNK, c, &k0, &k1);
     int64_t kmin = INT64_MAX, kmax = 0;
     for (int64_t u = 0; u < hg; u++)
         KN(unit_setup)(job, ws, u * Rp, b, g0 + u, i0, k0, k1, &kmin, &kmax);
     /* Tiles sit on a fixed grid of OPT_BK keys (chunk starts are multiples of it), so a
      * row sees the same tiles, rescalings and summation order whichever rows share its
-     * item: a GQA problem and its MHA expansion give the same bits. */
-    for (int64_t kt = kmax > kmin ? kmin / OPT_BK * OPT_BK : kmin; kt < kmax; kt += OPT_BK) {
-        int64_t nk = kmax - kt < OPT_BK ? kmax - kt : OPT_BK;
+     * item: a GQA problem and its MHA expansion give the same bits. The walk is
+     * smattn__tile_walk_hits's, proved to meet each key of [kmin, kmax) once. */
+    for (int64_t kt = smattn__tile_first(kmin, kmax, OPT_BK); kt < kmax; kt += OPT_BK) {
+        int64_t nk = smattn__tile_keys(kt, kmax, OPT_BK);
         for (int64_t u = 0; u < hg; u++) {
             int64_t pkt = kt, pg = g0 + u + 1, pn = nk; /* the next unit's rows */
             if (u + 1 == hg) {
@@ -451,7 +451,7 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
     float m = -HUGE_VALF;
     const smattn_tensor *xt = &in->x;
     for (int64_t j0 = 0; j0 < T; j0 += OPT_BK) {
-        int64_t nk = T - j0 < OPT_BK ? T - j0 : OPT_BK;
+        int64_t nk = smattn__tile_keys(j0, T, OPT_BK);
         for (int64_t jj = 0; jj < nk; jj++) {
             float x = ((const float *)xt->data)[smattn__off4(xt->stride, b, h, i, j0 + jj)];
             s[j0 + jj] = x;
