@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "smattn.h"
+#include "tests/support/testkit.h"
 
 static const char *const isas[] = {"scalar", "avx2", "avx512"};
 static const int64_t dims[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 96, 128, 256};
@@ -23,11 +24,11 @@ static int scale_factor(void)
 
 /* ---- random problems ------------------------------------------------------------------- */
 
-typedef struct rng {
+typedef struct xorshift { /* xorshift64: test_opt's problems are a function of it */
     uint64_t s;
-} rng;
+} xorshift;
 
-static uint64_t next(rng *r)
+static uint64_t next(xorshift *r)
 {
     r->s ^= r->s << 13;
     r->s ^= r->s >> 7;
@@ -35,12 +36,12 @@ static uint64_t next(rng *r)
     return r->s;
 }
 
-static double unif(rng *r)
+static double unif(xorshift *r)
 {
     return (double)(next(r) >> 11) * 0x1p-53;
 }
 
-static int64_t pick(rng *r, int64_t n)
+static int64_t pick(xorshift *r, int64_t n)
 {
     return (int64_t)(next(r) % (uint64_t)n);
 }
@@ -60,7 +61,7 @@ typedef struct tcase {
  * 3 small S, 4 S > T. Everything else is drawn from the seed. */
 static void gen(tcase *c, uint64_t seed, int extreme)
 {
-    rng r = {seed * 0x9E3779B97F4A7C15u + 1};
+    xorshift r = {seed * 0x9E3779B97F4A7C15u + 1};
     memset(c, 0, sizeof *c);
     c->seed = seed;
     smattn_problem *p = &c->p;
@@ -173,35 +174,6 @@ static void describe(const tcase *c)
 
 /* ---- outputs --------------------------------------------------------------------------- */
 
-typedef struct outs {
-    void *o, *l, *p;
-    smattn_outputs out;
-    size_t no, nl, np;
-} outs;
-
-static void outs_make(outs *x, const smattn_problem *p, smattn_dtype t)
-{
-    x->no = (size_t)(p->B * p->S * p->Hq * p->Dv);
-    x->nl = (size_t)(p->B * p->Hq * p->S);
-    x->np = x->nl * (size_t)p->T;
-    size_t es = smattn_dtype_size(t);
-    x->o = calloc(x->no, es);
-    x->l = calloc(x->nl, es);
-    x->p = calloc(x->np, es);
-    memset(&x->out, 0, sizeof x->out);
-    x->out.o = (smattn_out_tensor){p->op == SMATTN_OP_ATTENTION ? x->o : NULL, t, {0}};
-    x->out.lse = (smattn_out_tensor){x->l, t, {0}};
-    x->out.p = (smattn_out_tensor){x->p, t, {0}};
-    smattn_contiguous_strides(p, 'o', x->out.o.stride);
-    smattn_contiguous_strides(p, 'l', x->out.lse.stride);
-    smattn_contiguous_strides(p, 'p', x->out.p.stride);
-}
-
-static void outs_free(outs *x)
-{
-    free(x->o), free(x->l), free(x->p);
-}
-
 /* Compare the kernel's f32 outputs with the oracle's f64 ones under the bound; update the
  * statistics. Returns the number of violations (printed). */
 typedef struct stats {
@@ -220,7 +192,7 @@ static void keep(stats *s, double r)
     s->ratios[s->n++] = r;
 }
 
-static int judge(const tcase *c, const outs *ref, const outs *bnd, const outs *got,
+static int judge(const tcase *c, const outbuf *ref, const outbuf *bnd, const outbuf *got,
                  const char *isa, stats *st)
 {
     int bad = 0;
@@ -253,16 +225,16 @@ static int judge(const tcase *c, const outs *ref, const outs *bnd, const outs *g
     return bad;
 }
 
-static int run_opt(const tcase *c, const char *isa, int threads, outs *o)
+static int run_opt(const tcase *c, const char *isa, int threads, outbuf *o)
 {
-    outs_make(o, &c->p, SMATTN_F32);
+    outbuf_make(o, &c->p, SMATTN_F32);
     smattn_opt_config cfg = {threads, isa};
     smattn_status st = c->p.op == SMATTN_OP_ATTENTION ? smattn_attention(&c->p, &c->in, &o->out, &cfg)
                                                       : smattn_softmax(&c->p, &c->in, &o->out, &cfg);
     return (int)st;
 }
 
-static int same_bits(const outs *a, const outs *b)
+static int same_bits(const outbuf *a, const outbuf *b)
 {
     return memcmp(a->o, b->o, a->no * 4) == 0 && memcmp(a->l, b->l, a->nl * 4) == 0 &&
            memcmp(a->p, b->p, a->np * 4) == 0;
@@ -271,57 +243,57 @@ static int same_bits(const outs *a, const outs *b)
 /* The whole check of one problem: oracle, bound, every ISA, threads 1/2/3 and a repeat. */
 static int check_case(tcase *c, stats *st)
 {
-    outs ref, bnd;
-    outs_make(&ref, &c->p, SMATTN_F64);
-    outs_make(&bnd, &c->p, SMATTN_F64);
+    outbuf ref, bnd;
+    outbuf_make(&ref, &c->p, SMATTN_F64);
+    outbuf_make(&bnd, &c->p, SMATTN_F64);
     int fails = 0;
     smattn_status s = smattn_ref(&c->p, &c->in, &ref.out, NULL, NULL);
     if (s == SMATTN_ERR_PRECISION && c->p.softcap > 0) { /* allowed by SPEC 5.5 */
-        outs_free(&ref), outs_free(&bnd);
+        outbuf_free(&ref), outbuf_free(&bnd);
         return 0;
     }
     if (s) {
         fprintf(stderr, "oracle failed: %s\n", smattn_status_name(s));
         describe(c);
-        outs_free(&ref), outs_free(&bnd);
+        outbuf_free(&ref), outbuf_free(&bnd);
         return 1;
     }
     smattn_precision pm = smattn_opt_precision(&c->p);
-    outs fmt;
-    outs_make(&fmt, &c->p, SMATTN_F32);
+    outbuf fmt;
+    outbuf_make(&fmt, &c->p, SMATTN_F32);
     s = smattn_bound(&c->p, &c->in, &pm, &fmt.out, &bnd.out);
-    outs_free(&fmt);
+    outbuf_free(&fmt);
     if (s) {
         fprintf(stderr, "bound failed: %s\n", smattn_status_name(s));
         describe(c);
-        outs_free(&ref), outs_free(&bnd);
+        outbuf_free(&ref), outbuf_free(&bnd);
         return 1;
     }
     for (int k = 0; k < 3; k++) {
         if (!smattn_opt_isa_available(isas[k]))
             continue;
-        outs first;
+        outbuf first;
         if (run_opt(c, isas[k], 1, &first)) {
             fprintf(stderr, "opt (%s) failed\n", isas[k]);
             describe(c);
             fails++;
-            outs_free(&first);
+            outbuf_free(&first);
             continue;
         }
         fails += judge(c, &ref, &bnd, &first, isas[k], st) != 0;
         for (int t = 2; t <= 4; t++) { /* threads 2, 3, and a repeat at 3 */
-            outs again;
+            outbuf again;
             int th = t == 4 ? 3 : t;
             if (run_opt(c, isas[k], th, &again) || !same_bits(&first, &again)) {
                 fprintf(stderr, "opt (%s): threads %d differ from threads 1\n", isas[k], th);
                 describe(c);
                 fails++;
             }
-            outs_free(&again);
+            outbuf_free(&again);
         }
-        outs_free(&first);
+        outbuf_free(&first);
     }
-    outs_free(&ref), outs_free(&bnd);
+    outbuf_free(&ref), outbuf_free(&bnd);
     return fails;
 }
 
@@ -389,7 +361,7 @@ START_TEST(opt_every_head_dim)
     memset(&st, 0, sizeof st);
     for (int a = 0; a < 14; a++) { /* every SIMD tail for D, and for Dv in reverse */
         tcase c;
-        rng r = {99 + (uint64_t)a};
+        xorshift r = {99 + (uint64_t)a};
         memset(&c, 0, sizeof c);
         c.seed = 7000 + (uint64_t)a;
         c.p = smattn_problem_default();
@@ -431,7 +403,7 @@ START_TEST(opt_decode_kv_heads)
     memset(&st, 0, sizeof st);
     for (int a = 0; a < 6; a++) {
         tcase c;
-        rng r = {777 + (uint64_t)a};
+        xorshift r = {777 + (uint64_t)a};
         memset(&c, 0, sizeof c);
         c.seed = 7100 + (uint64_t)a;
         c.p = smattn_problem_default();
@@ -485,7 +457,7 @@ START_TEST(opt_masked_garbage_isolated)
         for (int k = 0; k < 3; k++) {
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
-            outs clean, dirty;
+            outbuf clean, dirty;
             int s1 = run_opt(&c, isas[k], 2, &clean);
             size_t ek = smattn_dtype_size(c.in.k.dtype);
             void *k2 = malloc(c.nk * ek), *v2 = malloc(c.nv * ek);
@@ -511,7 +483,7 @@ START_TEST(opt_masked_garbage_isolated)
                 fails++;
             }
             free(k2), free(v2);
-            outs_free(&clean), outs_free(&dirty);
+            outbuf_free(&clean), outbuf_free(&dirty);
         }
         gen_free(&c);
     }
@@ -525,7 +497,7 @@ START_TEST(opt_softmax_within_bound)
     memset(&st, 0, sizeof st);
     int fails = 0;
     for (int n = 0; n < 30; n++) {
-        rng r = {777 + (uint64_t)n};
+        xorshift r = {777 + (uint64_t)n};
         tcase c;
         memset(&c, 0, sizeof c);
         c.seed = 777 + (uint64_t)n;
@@ -553,11 +525,11 @@ START_TEST(opt_rejects)
 {
     tcase c;
     gen(&c, 4242, 0);
-    outs o;
-    outs_make(&o, &c.p, SMATTN_F64); /* f64 outputs: valid, not supported by the kernel */
+    outbuf o;
+    outbuf_make(&o, &c.p, SMATTN_F64); /* f64 outputs: valid, not supported by the kernel */
     ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, NULL), SMATTN_ERR_UNSUPPORTED);
-    outs_free(&o);
-    outs_make(&o, &c.p, SMATTN_F32);
+    outbuf_free(&o);
+    outbuf_make(&o, &c.p, SMATTN_F32);
     smattn_opt_config bad = {0, "no-such-isa"};
     ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, &bad), SMATTN_ERR_UNSUPPORTED);
     smattn_problem p = c.p;
@@ -565,7 +537,7 @@ START_TEST(opt_rejects)
     ck_assert_int_eq(smattn_attention(&p, &c.in, &o.out, NULL), smattn_validate(&p, &c.in, &o.out));
     ck_assert_int_eq(smattn_softmax(&c.p, &c.in, &o.out, NULL), SMATTN_ERR_OPTION);
     ck_assert(strlen(smattn_opt_isa()) > 0);
-    outs_free(&o);
+    outbuf_free(&o);
     gen_free(&c);
 }
 END_TEST
@@ -574,7 +546,7 @@ END_TEST
  * inline) all get the single-call bits. */
 typedef struct concurrent {
     const tcase *c;
-    outs o;
+    outbuf o;
     int st;
 } concurrent;
 
@@ -589,7 +561,7 @@ START_TEST(opt_concurrent_callers)
 {
     tcase c;
     gen(&c, 31337, 0);
-    outs alone;
+    outbuf alone;
     ck_assert_int_eq(run_opt(&c, NULL, 2, &alone), 0);
     concurrent x[4];
     pthread_t t[4];
@@ -601,9 +573,9 @@ START_TEST(opt_concurrent_callers)
         pthread_join(t[k], NULL);
         ck_assert_int_eq(x[k].st, 0);
         ck_assert_msg(same_bits(&alone, &x[k].o), "concurrent call %d differs", k);
-        outs_free(&x[k].o);
+        outbuf_free(&x[k].o);
     }
-    outs_free(&alone);
+    outbuf_free(&alone);
     gen_free(&c);
 }
 END_TEST
