@@ -152,35 +152,6 @@ static void run_and_judge(const fuzz_problem *fp, const smattn_inputs *in, const
     fuzz_outputs_free(&o);
 }
 
-/* The oracle (F64) and the SPEC 6 bound of the kernel's own precision model. Returns 1 when
- * the oracle gave up on a softcap problem (SPEC 5.5: nothing allocated), else 0. */
-static int oracle_and_bound(const fuzz_problem *fp, fuzz_outputs *ref, fuzz_outputs *bnd)
-{
-    const smattn_problem *p = &fp->p;
-    fuzz_outputs fmt;
-    if (fuzz_outputs_alloc(ref, p, SMATTN_F64) || fuzz_outputs_alloc(bnd, p, SMATTN_F64) ||
-        fuzz_outputs_alloc(&fmt, p, SMATTN_F32))
-        abort();
-    smattn_ref_config rc = {1, 0, 0, 0};
-    smattn_status s = smattn_ref(p, &fp->in, &ref->out, &rc, NULL);
-    if (s == SMATTN_OK) {
-        smattn_precision pm = kernel.precision ? kernel.precision(p) : kernel.info->precision;
-        s = smattn_bound(p, &fp->in, &pm, &fmt.out, &bnd->out);
-        if (s) {
-            fuzz_mismatch_head("fuzz_plugin", fp, "bound status");
-            fprintf(stderr, "smattn_bound: %s on a valid problem\n", smattn_status_name(s));
-            abort();
-        }
-    }
-    fuzz_outputs_free(&fmt);
-    if (s == SMATTN_ERR_PRECISION && p->softcap > 0) {
-        fuzz_outputs_free(ref), fuzz_outputs_free(bnd);
-        return 1;
-    }
-    fuzz_require_ok("fuzz_plugin", fp, s, "oracle status");
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!kernel.info)
@@ -200,7 +171,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kv_to_f32(&fp.v, &fp.in.v, fp.nv);
     }
     fuzz_outputs ref, bnd;
-    if (oracle_and_bound(&fp, &ref, &bnd)) {
+    smattn_precision pm = kernel.precision ? kernel.precision(&fp.p) : kernel.info->precision;
+    if (fuzz_oracle_and_bound_pm("fuzz_plugin", &fp, &pm, &ref, &bnd)) {
         fuzz_problem_free(&fp);
         return 0;
     }

@@ -57,6 +57,13 @@ void fuzz_require_ok(const char *target, const fuzz_problem *fp, smattn_status s
 int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outputs *ref,
                           fuzz_outputs *bnd)
 {
+    smattn_precision pm = smattn_opt_precision(&fp->p);
+    return fuzz_oracle_and_bound_pm(target, fp, &pm, ref, bnd);
+}
+
+int fuzz_oracle_and_bound_pm(const char *target, const fuzz_problem *fp,
+                             const smattn_precision *pm, fuzz_outputs *ref, fuzz_outputs *bnd)
+{
     const smattn_problem *p = &fp->p;
     fuzz_outputs fmt;
     if (fuzz_outputs_alloc(ref, p, SMATTN_F64) || fuzz_outputs_alloc(bnd, p, SMATTN_F64) ||
@@ -73,8 +80,7 @@ int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outpu
         fprintf(stderr, "smattn_ref: %s on a valid problem\n", smattn_status_name(s));
         abort();
     }
-    smattn_precision pm = smattn_opt_precision(p);
-    s = smattn_bound(p, &fp->in, &pm, &fmt.out, &bnd->out);
+    s = smattn_bound(p, &fp->in, pm, &fmt.out, &bnd->out);
     fuzz_outputs_free(&fmt);
     if (s) {
         fuzz_mismatch_head(target, fp, "bound status");

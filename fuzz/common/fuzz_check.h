@@ -48,6 +48,9 @@ void fuzz_require_ok(const char *target, const fuzz_problem *fp, smattn_status s
  * else 0; any other failure is a MISMATCH. */
 int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outputs *ref,
                           fuzz_outputs *bnd);
+/* The same for another kernel's precision model (fuzz_plugin). */
+int fuzz_oracle_and_bound_pm(const char *target, const fuzz_problem *fp,
+                             const smattn_precision *pm, fuzz_outputs *ref, fuzz_outputs *bnd);
 
 /* Every element of `kernel` within `bnd` of `ref` (smattn_error_ratio <= 1); elements with
  * a finite exact value and bound +inf are out of contract (SPEC 6.8) and not judged. */
