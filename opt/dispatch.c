@@ -38,15 +38,21 @@ static int has_avx512(void)
 #endif
 }
 
+/* what the CPU has, read once (CPUID traps to the hypervisor in a virtual machine: tens of
+ * microseconds, once per call when a caller names its ISA) */
+static int cpu_avx2, cpu_avx512;
+
 static void choose(void)
 {
     const char *e = getenv("SMATTN_ISA");
-    chosen = has_avx512() ? &smattn__isa_avx512 : has_avx2() ? &smattn__isa_avx2 : &smattn__isa_scalar;
+    cpu_avx2 = has_avx2();
+    cpu_avx512 = has_avx512();
+    chosen = cpu_avx512 ? &smattn__isa_avx512 : cpu_avx2 ? &smattn__isa_avx2 : &smattn__isa_scalar;
     if (e && strcmp(e, "scalar") == 0)
         chosen = &smattn__isa_scalar;
-    else if (e && strcmp(e, "avx2") == 0 && has_avx2())
+    else if (e && strcmp(e, "avx2") == 0 && cpu_avx2)
         chosen = &smattn__isa_avx2;
-    else if (e && strcmp(e, "avx512") == 0 && has_avx512())
+    else if (e && strcmp(e, "avx512") == 0 && cpu_avx512)
         chosen = &smattn__isa_avx512;
 }
 
@@ -65,11 +71,12 @@ int smattn_opt_isa_available(const char *name)
 {
     if (!name)
         return 0;
+    pthread_once(&once, choose);
     if (strcmp(name, "scalar") == 0)
         return 1;
     if (strcmp(name, "avx2") == 0)
-        return has_avx2();
+        return cpu_avx2;
     if (strcmp(name, "avx512") == 0)
-        return has_avx512();
+        return cpu_avx512;
     return 0;
 }

@@ -129,6 +129,86 @@ static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t
 #define TILE_SUFFIX bf16
 #include "opt/kernel_tile.h"
 
+/* ---- scores of many rows: keys in the lanes ----------------------------------------------
+ * With 32 vector registers and S >= 16 (job->qkt), the tile is transposed once per unit (KT[d][j]) and
+ * S[r][j] = sum_d q_r[d] KT[d][j] accumulates along d in one fma chain per (row, key), the
+ * keys in the lanes: no horizontal sums, and the transposition is shared by every row of
+ * the unit. Each (row, key) gets the same serial sum whichever block computes it (SPEC 6.1
+ * A2 allows any order). The choice reads S and the ISA only, so a GQA problem and its MHA
+ * expansion (and every thread count) take the same path. */
+#if VLEN == 16 /* 32 registers: 6 rows x 4 vectors = 24 accumulators (with 16 registers, the
+                 * blocks small enough to fit were slower than the 8-row hsum kernel) */
+#define QKT_ROW(r)                                                                             \
+    do {                                                                                       \
+        if (RB > (r)) {                                                                        \
+            vf qq = vf_set1(q[(r) * ldq + d]);                                                 \
+            a##r##0 = vf_fmadd(qq, k0, a##r##0), a##r##1 = vf_fmadd(qq, k1, a##r##1);          \
+            a##r##2 = vf_fmadd(qq, k2, a##r##2), a##r##3 = vf_fmadd(qq, k3, a##r##3);          \
+        }                                                                                      \
+    } while (0)
+#define QKT_STORE(r)                                                                           \
+    do {                                                                                       \
+        if (RB > (r)) {                                                                        \
+            vf_store(s + (r) * OPT_BK, a##r##0), vf_store(s + (r) * OPT_BK + VLEN, a##r##1);   \
+            vf_store(s + (r) * OPT_BK + 2 * VLEN, a##r##2);                                    \
+            vf_store(s + (r) * OPT_BK + 3 * VLEN, a##r##3);                                    \
+        }                                                                                      \
+    } while (0)
+/* s[r][0 .. 4 VLEN) = q_r . KT[.][0 .. 4 VLEN) for RB rows (q at stride ldq, s at OPT_BK) */
+#define QKT_DEFINE(N)                                                                          \
+    static void KN(qkt_##N)(const float *q, int64_t ldq, const float *kt, int64_t D, float *s)  \
+    {                                                                                          \
+        const int RB = N;                                                                      \
+        vf a00 = vf_zero(), a01 = vf_zero(), a02 = vf_zero(), a03 = vf_zero();                 \
+        vf a10 = vf_zero(), a11 = vf_zero(), a12 = vf_zero(), a13 = vf_zero();                 \
+        vf a20 = vf_zero(), a21 = vf_zero(), a22 = vf_zero(), a23 = vf_zero();                 \
+        vf a30 = vf_zero(), a31 = vf_zero(), a32 = vf_zero(), a33 = vf_zero();                 \
+        vf a40 = vf_zero(), a41 = vf_zero(), a42 = vf_zero(), a43 = vf_zero();                 \
+        vf a50 = vf_zero(), a51 = vf_zero(), a52 = vf_zero(), a53 = vf_zero();                 \
+        for (int64_t d = 0; d < D; d++) {                                                      \
+            const float *k = kt + d * OPT_BK;                                                  \
+            vf k0 = vf_load(k), k1 = vf_load(k + VLEN);                                        \
+            vf k2 = vf_load(k + 2 * VLEN), k3 = vf_load(k + 3 * VLEN);                         \
+            QKT_ROW(0);                                                                        \
+            QKT_ROW(1);                                                                        \
+            QKT_ROW(2);                                                                        \
+            QKT_ROW(3);                                                                        \
+            QKT_ROW(4);                                                                        \
+            QKT_ROW(5);                                                                        \
+        }                                                                                      \
+        QKT_STORE(0);                                                                          \
+        QKT_STORE(1);                                                                          \
+        QKT_STORE(2);                                                                          \
+        QKT_STORE(3);                                                                          \
+        QKT_STORE(4);                                                                          \
+        QKT_STORE(5);                                                                          \
+    }
+QKT_DEFINE(2)
+QKT_DEFINE(4)
+QKT_DEFINE(6)
+#undef QKT_DEFINE
+#undef QKT_STORE
+#undef QKT_ROW
+
+/* S[r][j] for rows [0, Rp) (a multiple of 4; q rows at stride Dp) and the whole tile
+ * (KT[d][j], OPT_BK keys; the keys past the tile's end get 0) */
+static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
+                         float *S)
+{
+    for (int64_t j0 = 0; j0 < OPT_BK; j0 += 4 * VLEN) {
+        int64_t r0 = 0;
+        for (; r0 + 6 <= Rp; r0 += 6)
+            KN(qkt_6)(Q + r0 * Dp, Dp, KT + j0, D, S + r0 * OPT_BK + j0);
+        if (r0 + 4 <= Rp) {
+            KN(qkt_4)(Q + r0 * Dp, Dp, KT + j0, D, S + r0 * OPT_BK + j0);
+            r0 += 4;
+        }
+        for (; r0 < Rp; r0 += 2)
+            KN(qkt_2)(Q + r0 * Dp, Dp, KT + j0, D, S + r0 * OPT_BK + j0);
+    }
+}
+#endif
+
 /* ---- scores of one tile -------------------------------------------------------------------- */
 
 /* Scale (split in two floats so that scale*dot rounds once), softcap, bias, visibility;
@@ -305,6 +385,23 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     /* scores for every row of the unit against the tile: K in place (converted in
      * registers) when its rows are unit-stride whole vectors, else converted to f32 */
     const int64_t koff = smattn__off4(kt_->stride, b, kt, g, 0), ldk = kt_->stride[1];
+#if VLEN == 16
+    if (job->qkt) { /* many rows: the tile transposed once, keys in the lanes */
+        if (k_direct && kt_->dtype == SMATTN_F32) {
+            KTN(transpose_tile, f32)((const float *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+        } else if (k_direct && kt_->dtype == SMATTN_F16) {
+            KTN(transpose_tile, f16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+        } else if (k_direct) {
+            KTN(transpose_tile, bf16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+        } else {
+            for (int64_t jj = 0; jj < nk; jj++)
+                KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
+                             kt_->stride[3], D, Dp);
+            KTN(transpose_tile, f32)(ws->kt, Dp, nk, Dp, ws->ktt, &pf);
+        }
+        KN(qkt_tile)(Q, Rp, D, Dp, ws->ktt, S_);
+    } else
+#endif
     if (k_direct && kt_->dtype == SMATTN_F32) {
         KTN(qk_tile, f32)(Q, QP, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
     } else if (k_direct && kt_->dtype == SMATTN_F16) {

@@ -188,6 +188,26 @@ static void TN(qk_tile)(const float *Q, const float *QP, int64_t Rp, int64_t Dp,
     }
 }
 
+#if VLEN == 16
+/* KT[d][j] = k_j[d] for d < Dp, j < OPT_BK: the tile transposed for the many-row QK kernel
+ * (KN(qkt_tile)), keys past nk as zeros. Exact: moves and exact conversions. The next
+ * unit's rows named by pf are requested along the way. */
+static void TN(transpose_tile)(const TILE_T *K, int64_t ldk, int64_t nk, int64_t Dp, float *KT,
+                               const opt_prefetch *pf)
+{
+    for (int64_t j0 = 0; j0 < OPT_BK; j0 += VLEN) {
+        opt_prefetch_rows(pf, j0, j0 + VLEN);
+        for (int64_t d0 = 0; d0 < Dp; d0 += VLEN) {
+            vf r[VLEN];
+#pragma GCC unroll 16
+            for (int jj = 0; jj < VLEN; jj++)
+                r[jj] = j0 + jj < nk ? TILE_LOAD(K + (j0 + jj) * ldk + d0) : vf_zero();
+            vf_transpose_store(r, KT + d0 * OPT_BK + j0, OPT_BK);
+        }
+    }
+}
+#endif
+
 /* acc[r][c..] += sum_j p[r][j] v[j][c..] over visible (r, j), for rb <= 4 rows and a
  * column block of cb <= 2 vectors. Row r's sequence of fma is the same whether or not
  * its neighbours see key j, and whether or not the tile is full. */

@@ -195,7 +195,7 @@ static int env_threads(void)
 
 static void ws_free(opt_ws *w)
 {
-    free(w->q), free(w->qp), free(w->kt), free(w->v), free(w->s), free(w->vis), free(w->acc);
+    free(w->q), free(w->qp), free(w->kt), free(w->ktt), free(w->v), free(w->s), free(w->vis), free(w->acc);
     free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
 }
 
@@ -209,6 +209,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->q = malloc(R * Dp * sizeof(float));
     w->qp = malloc(R * Dp * sizeof(float));
     w->kt = malloc((size_t)OPT_BK * Dp * sizeof(float));
+    w->ktt = malloc((size_t)OPT_BK * Dp * sizeof(float));
     w->v = malloc((size_t)OPT_BK * Dvp * sizeof(float));
     w->s = malloc(srow * sizeof(float));
     w->vis = malloc(srow);
@@ -219,7 +220,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->hi = malloc(R * sizeof(int64_t));
     w->slow = malloc(R);
     w->full = malloc(R);
-    if (!w->q || !w->qp || !w->kt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
+    if (!w->q || !w->qp || !w->kt || !w->ktt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
         !w->hi || !w->slow || !w->full) {
         ws_free(w);
         return -1;
@@ -313,6 +314,9 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     job.R = job.G * job.nq;
     job.Dvp = att ? (p->Dv + 15) / 16 * 16 : 16;
     job.qtiles = (p->S + job.nq - 1) / job.nq;
+    /* many query rows per KV head: transpose each key tile once (kernel_body.h); a rule on
+     * S alone, so a GQA problem and its MHA expansion get the same arithmetic */
+    job.qkt = att && p->S >= 16;
     /* split the keys only when rows are too few to share out: a shape rule, so the same
      * problem always gets the same chunks, whatever the thread count */
     job.nchunks = 1;

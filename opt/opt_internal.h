@@ -22,7 +22,8 @@ int smattn__pool_run(int nthreads, int64_t nitems, opt_pool_fn fn, void *ctx);
 typedef struct opt_ws {
     float *q;     /* [R][D] query rows of the item */
     float *qp;    /* the same, blocks of 8 rows packed [D / VLEN][8][VLEN] (QK micro-kernel) */
-    float *kt;    /* [D][OPT_BK] the key tile, transposed, zero padded */
+    float *kt;    /* [OPT_BK][Dp] the key tile as f32, when K is not usable in place */
+    float *ktt;   /* [Dp][OPT_BK] the key tile transposed (job->qkt) */
     float *v;     /* [OPT_BK][Dvp] the value tile as f32, when V is not usable in place */
     float *s;     /* [R][OPT_BK] scores, then weights */
     unsigned char *vis; /* [R][OPT_BK] 1 = visible */
@@ -48,6 +49,7 @@ typedef struct opt_job {
     int64_t qtiles;     /* ceil(S / nq) */
     int64_t nchunks;    /* split-K chunks (1: no split) */
     int64_t hg;         /* units (KV heads) per work item: a divisor of Hkv */
+    int qkt;            /* scores with the keys in the lanes (kernel_body.h, S >= 16) */
     int64_t items;
     opt_ws *ws;         /* [threads] */
     float *part;        /* split-K partials [units][R][Dvp + 2] */

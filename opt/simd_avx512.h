@@ -71,4 +71,30 @@ static inline vf vf_load_bf16(const uint16_t *p)
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
+/* Transpose a 16 x 16 block: r[i] holds row i; column c (a vector over the rows) is
+ * stored at dst + c * ldd. Moves only: exact. */
+static inline void vf_transpose_store(const vf r[16], float *dst, int64_t ldd)
+{
+    vf t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* lane L: r_i[4L], r_i+1[4L], ..[4L+1] */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* the same for 4L+2, 4L+3 */
+    }
+    for (int i = 0; i < 16; i += 4) { /* u[i + c]: column 4L + c of rows i .. i+3 in lane L */
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        vf v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);  /* lanes 0, 2 of rows 0-3, 4-7 */
+        vf v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);  /* lanes 1, 3 */
+        vf v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        vf v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        _mm512_storeu_ps(dst + c * ldd, _mm512_shuffle_f32x4(v0, v2, 0x88));       /* col c */
+        _mm512_storeu_ps(dst + (c + 8) * ldd, _mm512_shuffle_f32x4(v0, v2, 0xDD)); /* c + 8 */
+        _mm512_storeu_ps(dst + (c + 4) * ldd, _mm512_shuffle_f32x4(v1, v3, 0x88)); /* c + 4 */
+        _mm512_storeu_ps(dst + (c + 12) * ldd, _mm512_shuffle_f32x4(v1, v3, 0xDD));
+    }
+}
 #endif

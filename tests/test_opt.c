@@ -365,11 +365,13 @@ START_TEST(opt_every_head_dim)
         memset(&c, 0, sizeof c);
         c.seed = 7000 + (uint64_t)a;
         c.p = smattn_problem_default();
-        c.p.B = 1, c.p.S = 5, c.p.T = 70, c.p.Hq = 4, c.p.Hkv = 2;
+        /* S = 20 on odd a: the kernel's transposed-tile scores (S >= 16, kernel_body.h) */
+        const int64_t S = a % 2 ? 20 : 5;
+        c.p.B = 1, c.p.S = S, c.p.T = 70, c.p.Hq = 4, c.p.Hkv = 2;
         c.p.D = dims[a], c.p.Dv = dims[13 - a];
         c.p.scale = smattn_default_scale(c.p.D);
         c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-        size_t nq = (size_t)(5 * 4 * c.p.D);
+        size_t nq = (size_t)(S * 4 * c.p.D);
         c.nk = (size_t)(70 * 2 * c.p.D), c.nv = (size_t)(70 * 2 * c.p.Dv);
         c.q = malloc(nq * 4), c.k = malloc(c.nk * 4), c.v = malloc(c.nv * 4);
         for (size_t i = 0; i < nq; i++)
