@@ -277,6 +277,66 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
         }
 }
 
+#if VLEN == 16
+/* pv_block for 4 rows and 4 column vectors (16 accumulators of the 32 registers: half the
+ * loads per fma of the 4 x 2 block); the same fma sequence per (row, column) */
+static inline void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                   const unsigned char *vis, const TILE_T *v, int64_t ldv,
+                                   int64_t nk, int full)
+{
+#define PV4_ROW_LOAD(r)                                                                        \
+    vf a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);          \
+    vf a##r##2 = vf_load(acc + (r) * lda + 2 * VLEN), a##r##3 = vf_load(acc + (r) * lda + 3 * VLEN)
+#define PV4_ROW_FMA(r, j)                                                                      \
+    do {                                                                                       \
+        vf pp = vf_set1(p[(r) * ldp + (j)]);                                                   \
+        a##r##0 = vf_fmadd(pp, v0, a##r##0), a##r##1 = vf_fmadd(pp, v1, a##r##1);              \
+        a##r##2 = vf_fmadd(pp, v2, a##r##2), a##r##3 = vf_fmadd(pp, v3, a##r##3);              \
+    } while (0)
+#define PV4_ROW_STORE(r)                                                                       \
+    vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1);             \
+    vf_store(acc + (r) * lda + 2 * VLEN, a##r##2), vf_store(acc + (r) * lda + 3 * VLEN, a##r##3)
+    PV4_ROW_LOAD(0);
+    PV4_ROW_LOAD(1);
+    PV4_ROW_LOAD(2);
+    PV4_ROW_LOAD(3);
+    if (full) {
+        for (int64_t j = 0; j < nk; j++) {
+            const TILE_T *vj = v + j * ldv;
+            vf v0 = TILE_LOAD(vj), v1 = TILE_LOAD(vj + VLEN);
+            vf v2 = TILE_LOAD(vj + 2 * VLEN), v3 = TILE_LOAD(vj + 3 * VLEN);
+            PV4_ROW_FMA(0, j);
+            PV4_ROW_FMA(1, j);
+            PV4_ROW_FMA(2, j);
+            PV4_ROW_FMA(3, j);
+        }
+    } else {
+        for (int64_t j = 0; j < nk; j++) {
+            if (!(vis[j] | vis[ldp + j] | vis[2 * ldp + j] | vis[3 * ldp + j]))
+                continue;
+            const TILE_T *vj = v + j * ldv;
+            vf v0 = TILE_LOAD(vj), v1 = TILE_LOAD(vj + VLEN);
+            vf v2 = TILE_LOAD(vj + 2 * VLEN), v3 = TILE_LOAD(vj + 3 * VLEN);
+            if (vis[j])
+                PV4_ROW_FMA(0, j);
+            if (vis[ldp + j])
+                PV4_ROW_FMA(1, j);
+            if (vis[2 * ldp + j])
+                PV4_ROW_FMA(2, j);
+            if (vis[3 * ldp + j])
+                PV4_ROW_FMA(3, j);
+        }
+    }
+    PV4_ROW_STORE(0);
+    PV4_ROW_STORE(1);
+    PV4_ROW_STORE(2);
+    PV4_ROW_STORE(3);
+#undef PV4_ROW_LOAD
+#undef PV4_ROW_FMA
+#undef PV4_ROW_STORE
+}
+#endif
+
 /* ACC[r] += P[r] V over the tile for rows [0, Rp) (ACC at stride Dvp, P and VIS at stride
  * OPT_BK, full[r]: the row sees every key of the tile), columns [0, Dvk). */
 static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, const unsigned char *VIS,
@@ -286,7 +346,13 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, const unsigned 
     for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
         const unsigned char *f = full + r0;
         int all = f[0] && f[1] && f[2] && f[3];
-        for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
+        int64_t c0 = 0;
+#if VLEN == 16
+        for (; c0 + 4 * VLEN <= Dvk; c0 += 4 * VLEN)
+            TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK,
+                            V + c0, ldv, nk, all);
+#endif
+        for (; c0 < Dvk; c0 += 2 * VLEN) {
             int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
             TN(pv_block)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK, 4,
                          V + c0, ldv, nk, cb, all);
