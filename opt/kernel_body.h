@@ -212,7 +212,8 @@ static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, cons
 /* ---- scores of one tile -------------------------------------------------------------------- */
 
 /* Scale (split in two floats so that scale*dot rounds once), softcap, bias, visibility;
- * masked entries become -inf. Returns the tile max over visible entries (NaN-aware). */
+ * masked entries become -inf. Returns the tile max over visible entries (NaN-aware). When
+ * *all_visible is set, vis[] is left unwritten. */
 static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t lo,
                                int64_t hi, int64_t kt, int64_t nk, float *s, unsigned char *vis,
                                int *all_visible)
@@ -255,9 +256,11 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         for (; jj < nk; jj++)
             if (s[jj] > tmax || s[jj] != s[jj])
                 tmax = s[jj];
-        memset(vis, 0, (size_t)nk);
-        memset(vis + a, 1, (size_t)(e - a));
         *all_visible = a == 0 && e == nk;
+        if (!*all_visible) { /* all visible: the flags are not written (the caller knows) */
+            memset(vis, 0, (size_t)nk);
+            memset(vis + a, 1, (size_t)(e - a));
+        }
         if (neg_inf)
             return (float)NAN; /* the row goes to the binary64 path */
         return e > a ? tmax : -HUGE_VALF;
@@ -403,16 +406,16 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     } else
 #endif
     if (k_direct && kt_->dtype == SMATTN_F32) {
-        KTN(qk_tile, f32)(Q, QP, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
+        KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
     } else if (k_direct && kt_->dtype == SMATTN_F16) {
-        KTN(qk_tile, f16)(Q, QP, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
+        KTN(qk_tile, f16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
     } else if (k_direct) {
-        KTN(qk_tile, bf16)(Q, QP, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
+        KTN(qk_tile, bf16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
                          kt_->stride[3], D, Dp);
-        KTN(qk_tile, f32)(Q, QP, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
+        KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
     }
     /* online softmax per row */
     for (int64_t r = 0; r < R; r++) {
@@ -464,22 +467,21 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     /* the P.V update, V in place (converted in registers) or converted to f32 */
     for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
         memset(S_ + r * OPT_BK, 0, (size_t)nk * sizeof(float));
-        memset(VIS + r * OPT_BK, 1, (size_t)nk);
         ws->full[base + r] = 1;
     }
     const int64_t voff = smattn__off4(vt_->stride, b, kt, g, 0), ldv = vt_->stride[1];
     const unsigned char *F = ws->full + base;
     if (v_direct && vt_->dtype == SMATTN_F32) {
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk);
     } else if (v_direct && vt_->dtype == SMATTN_F16) {
-        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
+        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
     } else if (v_direct) {
-        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
+        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
                          vt_->stride[3], Dv, Dvp);
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, Rp, ws->v, Dvp, nk, Dvk);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk);
     }
 }
 
@@ -555,6 +557,8 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
         }
         int all;
         float t = KN(finish_scores)(job, b, h, i, lo, hi, j0, nk, s + j0, vis + j0, &all);
+        if (all)
+            memset(vis + j0, 1, (size_t)nk);
         for (int64_t jj = 0; jj < nk; jj++) /* x = -inf masks the key (SPEC 3.5) */
             if (vis[j0 + jj] && ((const float *)xt->data)[smattn__off4(xt->stride, b, h, i, j0 + jj)] == -HUGE_VALF) {
                 vis[j0 + jj] = 0;

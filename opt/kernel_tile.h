@@ -115,7 +115,7 @@ static inline void TN(qk_8x1)(const float *qp, const TILE_T *k, int64_t Dp, floa
 #if VLEN == 16
 /* s[r][0..1] = q_r . k_0, q_r . k_1 for 8 rows (16 accumulators of the 32 registers) */
 static inline void TN(qk_8x2)(const float *qp, const TILE_T *k, int64_t ldk, int64_t Dp, float *s,
-                              int64_t lds)
+                              int64_t lds, const int nr)
 {
     vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
     vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
@@ -133,15 +133,18 @@ static inline void TN(qk_8x2)(const float *qp, const TILE_T *k, int64_t ldk, int
         vf q4 = vf_load(q + 4 * VLEN), q5 = vf_load(q + 5 * VLEN);
         a4 = vf_fmadd(q4, k0, a4), b4 = vf_fmadd(q4, k1, b4);
         a5 = vf_fmadd(q5, k0, a5), b5 = vf_fmadd(q5, k1, b5);
-        vf q6 = vf_load(q + 6 * VLEN), q7 = vf_load(q + 7 * VLEN);
+        vf q6 = vf_load(q + 6 * VLEN);
         a6 = vf_fmadd(q6, k0, a6), b6 = vf_fmadd(q6, k1, b6);
-        a7 = vf_fmadd(q7, k0, a7), b7 = vf_fmadd(q7, k1, b7);
+        if (nr == 8) { /* nr = 7: a GQA group of 7 heads, the 8th row is padding */
+            vf q7 = vf_load(q + 7 * VLEN);
+            a7 = vf_fmadd(q7, k0, a7), b7 = vf_fmadd(q7, k1, b7);
+        }
     }
     const vf a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, bb[8] = {b0, b1, b2, b3, b4, b5, b6, b7};
     float t[8], u[8];
     vf_hsum8(a, t);
     vf_hsum8(bb, u);
-    for (int r = 0; r < 8; r++)
+    for (int r = 0; r < nr; r++)
         s[r * lds] = t[r], s[r * lds + 1] = u[r];
 }
 #endif
@@ -151,9 +154,10 @@ static inline void TN(qk_8x2)(const float *qp, const TILE_T *k, int64_t ldk, int
  * a tile (rows of K at stride ldk) into S (stride OPT_BK). The next tile's K and V rows
  * named by pf are requested a few at a time during the first row block, so that the
  * loads overlap the arithmetic instead of arriving in a burst. */
-static void TN(qk_tile)(const float *Q, const float *QP, int64_t Rp, int64_t Dp, const TILE_T *K,
-                        int64_t ldk, int64_t nk, float *S, const opt_prefetch *pf)
+static void TN(qk_tile)(const float *Q, const float *QP, int64_t R, int64_t Rp, int64_t Dp,
+                        const TILE_T *K, int64_t ldk, int64_t nk, float *S, const opt_prefetch *pf)
 {
+    (void)R;
     int64_t r0 = 0;
     (void)QP; /* the scalar instance has no 8-row blocks */
 #if VLEN > 1
@@ -163,8 +167,12 @@ static void TN(qk_tile)(const float *Q, const float *QP, int64_t Rp, int64_t Dp,
             if (r0 == 0)
                 opt_prefetch_rows(pf, j0, j0 + kb8);
 #if VLEN == 16
+            if (nk - j0 >= 2 && R - r0 == 7) { /* rows past R are not read: skip the 8th */
+                TN(qk_8x2)(QP + r0 * Dp, K + j0 * ldk, ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK, 7);
+                continue;
+            }
             if (nk - j0 >= 2) {
-                TN(qk_8x2)(QP + r0 * Dp, K + j0 * ldk, ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK);
+                TN(qk_8x2)(QP + r0 * Dp, K + j0 * ldk, ldk, Dp, S + r0 * OPT_BK + j0, OPT_BK, 8);
                 continue;
             }
 #endif
@@ -271,7 +279,7 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
         for (int cc = 0; cc < cb; cc++) {
             vf a = vf_load(acc + rr * lda + cc * VLEN);
             for (int64_t j = 0; j < nk; j++)
-                if (vis[rr * ldp + j])
+                if (full || vis[rr * ldp + j]) /* full: the flags are not written */
                     a = vf_fmadd(vf_set1(p[rr * ldp + j]), TILE_LOAD(v + j * ldv + cc * VLEN), a);
             vf_store(acc + rr * lda + cc * VLEN, a);
         }
@@ -282,7 +290,7 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
  * loads per fma of the 4 x 2 block); the same fma sequence per (row, column) */
 static inline void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int64_t ldp,
                                    const unsigned char *vis, const TILE_T *v, int64_t ldv,
-                                   int64_t nk, int full)
+                                   int64_t nk, int full, const int nr)
 {
 #define PV4_ROW_LOAD(r)                                                                        \
     vf a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);          \
@@ -308,7 +316,8 @@ static inline void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int6
             PV4_ROW_FMA(0, j);
             PV4_ROW_FMA(1, j);
             PV4_ROW_FMA(2, j);
-            PV4_ROW_FMA(3, j);
+            if (nr == 4) /* nr = 3: the 4th row is padding, never read */
+                PV4_ROW_FMA(3, j);
         }
     } else {
         for (int64_t j = 0; j < nk; j++) {
@@ -323,7 +332,7 @@ static inline void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int6
                 PV4_ROW_FMA(1, j);
             if (vis[2 * ldp + j])
                 PV4_ROW_FMA(2, j);
-            if (vis[3 * ldp + j])
+            if (nr == 4 && vis[3 * ldp + j])
                 PV4_ROW_FMA(3, j);
         }
     }
@@ -338,19 +347,29 @@ static inline void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int6
 #endif
 
 /* ACC[r] += P[r] V over the tile for rows [0, Rp) (ACC at stride Dvp, P and VIS at stride
- * OPT_BK, full[r]: the row sees every key of the tile), columns [0, Dvk). */
-static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, const unsigned char *VIS,
-                        const unsigned char *full, int64_t Rp, const TILE_T *V, int64_t ldv,
-                        int64_t nk, int64_t Dvk)
+ * OPT_BK, full[r]: the row sees every key of the tile, and its VIS row is not written),
+ * columns [0, Dvk). Rows at or past R are padding: their accumulators are never read. */
+static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *VIS,
+                        const unsigned char *full, int64_t R, int64_t Rp, const TILE_T *V,
+                        int64_t ldv, int64_t nk, int64_t Dvk)
 {
+    (void)R;
     for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
         const unsigned char *f = full + r0;
         int all = f[0] && f[1] && f[2] && f[3];
+        if (!all) /* a row that sees the whole tile has not written its flags */
+            for (int rr = 0; rr < 4; rr++)
+                if (f[rr])
+                    memset(VIS + (r0 + rr) * OPT_BK, 1, (size_t)nk);
         int64_t c0 = 0;
 #if VLEN == 16
         for (; c0 + 4 * VLEN <= Dvk; c0 += 4 * VLEN)
-            TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK,
-                            V + c0, ldv, nk, all);
+            if (R - r0 == 3)
+                TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
+                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 3);
+            else
+                TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
+                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 4);
 #endif
         for (; c0 < Dvk; c0 += 2 * VLEN) {
             int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
