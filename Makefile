@@ -38,7 +38,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench \
+.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read \
         check-exp format
 all: deps cli
 
@@ -128,6 +128,14 @@ $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
 	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench: deps $(BUILD)/bench_opt
 	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON)
+
+# A floor for the decode step: its K and V read with no arithmetic, in the kernel's order
+# and in address order, beside the STREAM triad of the same run (bench/bench_read.c).
+$(BUILD)/bench_read: $(call obj,bench/bench_read.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                     bench/peak_fma_avx512.c) $(LIB)
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-read: deps $(BUILD)/bench_read
+	$(BUILD)/bench_read --threads $(THREADS)
 
 # The kernel's exp against the correctly rounded one over every binary32 in [-104, 0].
 $(BUILD)/check_exp: $(call obj,bench/check_exp.c) $(LIB)

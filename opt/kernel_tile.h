@@ -114,7 +114,7 @@ static inline void TN(qk_8x1)(const float *qp, const TILE_T *k, int64_t Dp, floa
 
 #if VLEN == 16
 /* s[r][0..1] = q_r . k_0, q_r . k_1 for 8 rows (16 accumulators of the 32 registers) */
-static inline void TN(qk_8x2)(const float *qp, const TILE_T *k, int64_t ldk, int64_t Dp, float *s,
+static inline OPT_INLINE void TN(qk_8x2)(const float *qp, const TILE_T *k, int64_t ldk, int64_t Dp, float *s,
                               int64_t lds, const int nr)
 {
     vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
@@ -288,7 +288,7 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
 #if VLEN == 16
 /* pv_block for 4 rows and 4 column vectors (16 accumulators of the 32 registers: half the
  * loads per fma of the 4 x 2 block); the same fma sequence per (row, column) */
-static inline void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int64_t ldp,
+static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int64_t ldp,
                                    const unsigned char *vis, const TILE_T *v, int64_t ldv,
                                    int64_t nk, int full, const int nr)
 {

@@ -6,6 +6,14 @@
 
 #include "core/internal.h"
 
+/* Inlined at each call, so that a constant argument (a row count) is folded into a copy of
+ * the loop rather than tested in it. */
+#if defined(__GNUC__)
+#define OPT_INLINE __attribute__((always_inline))
+#else
+#define OPT_INLINE
+#endif
+
 /* Key tile: a multiple of every VLEN (1, 8, 16) and of the 2-vector micro-tile. */
 #define OPT_BK 64
 /* Keys per split-K chunk for decode-like shapes (SPEC-free: a performance choice that
