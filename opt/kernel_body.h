@@ -190,6 +190,7 @@ QKT_DEFINE(6)
 #undef QKT_STORE
 #undef QKT_ROW
 
+_Static_assert(OPT_BK % (4 * VLEN) == 0, "qkt_tile covers a tile in blocks of 4 vectors");
 /* S[r][j] for rows [0, Rp) (a multiple of 4; q rows at stride Dp) and the whole tile
  * (KT[d][j], OPT_BK keys; the keys past the tile's end get 0) */
 static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
@@ -338,8 +339,11 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
         if (hi <= lo)
             memset(ws->q + x * Dp, 0, (size_t)Dp * sizeof(float));
     }
-    for (int64_t r = R; r < Rp; r++)
+    for (int64_t r = R; r < Rp; r++) { /* padding rows: zero q and accumulators (their
+                                        * results are never read; no stale bit patterns) */
         memset(ws->q + (base + r) * Dp, 0, (size_t)Dp * sizeof(float));
+        memset(ws->acc + (base + r) * Dvp, 0, (size_t)Dvp * sizeof(float));
+    }
     /* blocks of 8 rows packed for the QK micro-kernel: [d / VLEN][8 rows][VLEN] */
     for (int64_t r0 = 0; VLEN > 1 && r0 + 8 <= Rp; r0 += 8) {
         const float *q = ws->q + (base + r0) * Dp;

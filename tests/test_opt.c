@@ -2,6 +2,9 @@
  * CPU has; bitwise determinism over thread counts; extremes; masked-slot isolation. */
 #include <check.h>
 #include <float.h>
+#if defined(__GLIBC__) || defined(__linux__)
+#include <malloc.h> /* mallopt(M_PERTURB) */
+#endif
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -354,6 +357,99 @@ START_TEST(opt_extremes)
 }
 END_TEST
 
+/* ---- the kernel's paths, one problem each --------------------------------------------------
+ * A problem built field by field: K/V of [B, T, Hkv, D] with element stride ks (1, or 2 for
+ * the kernel's converting path), values from the seed; bad = 1/2 puts +inf/NaN in one
+ * visible K element. */
+static void gen_shape(tcase *c, uint64_t seed, int64_t S, int64_t T, int64_t Hq, int64_t Hkv,
+                      int64_t D, smattn_dtype kvt, smattn_causal causal, int64_t wl, int64_t ks,
+                      int bad)
+{
+    xorshift r = {seed * 0x9E3779B97F4A7C15u + 1};
+    memset(c, 0, sizeof *c);
+    c->seed = seed;
+    smattn_problem *p = &c->p;
+    *p = smattn_problem_default();
+    p->B = 1, p->S = S, p->T = T, p->Hq = Hq, p->Hkv = Hkv, p->D = D, p->Dv = D;
+    p->scale = smattn_default_scale(D);
+    p->causal = causal;
+    p->window_left = wl;
+    size_t nq = (size_t)(S * Hq * D);
+    c->nk = c->nv = (size_t)(T * Hkv * D * ks);
+    c->q = malloc(nq * sizeof(float));
+    c->k = calloc(c->nk, 4);
+    c->v = calloc(c->nv, 4);
+    for (size_t i = 0; i < nq; i++)
+        c->q[i] = (float)(2 * (2 * unif(&r) - 1));
+    for (size_t i = 0; i < c->nk; i += (size_t)ks) {
+        smattn_store(c->k, kvt, (int64_t)i, 2 * (2 * unif(&r) - 1));
+        smattn_store(c->v, kvt, (int64_t)i, 2 * unif(&r) - 1);
+    }
+    c->in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    smattn_contiguous_strides(p, 'q', c->in.q.stride);
+    const int64_t st[4] = {T * Hkv * D * ks, Hkv * D * ks, D * ks, ks};
+    c->in.k = (smattn_tensor){c->k, kvt, {st[0], st[1], st[2], st[3]}};
+    c->in.v = (smattn_tensor){c->v, kvt, {st[0], st[1], st[2], st[3]}};
+    if (bad) /* key 5 of KV head 0, element 3: visible to every row past the first few */
+        smattn_store(c->k, kvt, 5 * st[1] + 3 * ks, bad == 1 ? HUGE_VAL : (double)NAN);
+}
+
+/* Paths a random sweep reaches rarely (found by a review with an instrumented build):
+ * 8-row P.V units whose diagonal tile has rows that see all of it and rows that do not (the
+ * flags of the former are not written by the scores); transposed-tile scores (S >= 16) with
+ * split keys; K/V with element stride 2 (converted rows), in every storage type; +inf and
+ * NaN in a visible K element on the transposed-tile path (the binary64 path). Workspace
+ * memory comes zero-filled (glibc's M_PERTURB), so a flag that is read without being written
+ * hides a key instead of happening to be 1. */
+START_TEST(opt_kernel_paths)
+{
+#if defined(M_PERTURB)
+    mallopt(M_PERTURB, 0xff); /* malloc'd bytes filled with 0xff ^ 0xff = 0 */
+#endif
+    int fails = 0, n = 0;
+    stats st;
+    memset(&st, 0, sizeof st);
+    uint64_t seed = 9100;
+    for (int64_t S = 5; S <= 8; S++) /* MHA, S rows per unit: 8-row units, causal or window */
+        for (int w = 0; w < 2; w++) {
+            tcase c;
+            gen_shape(&c, seed++, S, 150, 2, 2, 64, SMATTN_F32, SMATTN_CAUSAL_LOWER_RIGHT,
+                      w ? 36 : -1, 1, 0);
+            fails += check_case(&c, &st) != 0, n++;
+            gen_free(&c);
+        }
+    for (int t = 0; t < 3; t++) { /* S = 16, G = 7, split keys: transposed scores per chunk */
+        tcase c;
+        gen_shape(&c, seed++, 16, 1100 + 37 * t, 14, 2, t == 2 ? 33 : 64,
+                  (smattn_dtype)(SMATTN_F32 + t), SMATTN_CAUSAL_LOWER_RIGHT, t == 1 ? 300 : -1,
+                  1, 0);
+        fails += check_case(&c, &st) != 0, n++;
+        gen_free(&c);
+    }
+    for (int t = 0; t < 3; t++) /* element stride 2: decode and transposed-tile prefill */
+        for (int64_t S = 1; S <= 20; S += 19) {
+            tcase c;
+            gen_shape(&c, seed++, S, 100, 7, 1, t == 1 ? 33 : 64, (smattn_dtype)(SMATTN_F32 + t),
+                      SMATTN_CAUSAL_LOWER_RIGHT, -1, 2, 0);
+            fails += check_case(&c, &st) != 0, n++;
+            gen_free(&c);
+        }
+    for (int bad = 1; bad <= 2; bad++) /* +inf / NaN in a visible K element, S >= 16 */
+        for (int64_t D = 33; D <= 64; D += 31) {
+            tcase c;
+            gen_shape(&c, seed++, 20, 70, 4, 2, D, SMATTN_F32, SMATTN_CAUSAL_LOWER_RIGHT, -1, 1,
+                      bad);
+            fails += check_case(&c, &st) != 0, n++;
+            gen_free(&c);
+        }
+#if defined(M_PERTURB)
+    mallopt(M_PERTURB, 0);
+#endif
+    report("kernel paths", &st);
+    ck_assert_msg(fails == 0, "%d of %d kernel-path problems failed", fails, n);
+}
+END_TEST
+
 START_TEST(opt_every_head_dim)
 {
     int fails = 0;
@@ -591,6 +687,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_within_bound_random);
     tcase_add_test(tc, opt_extremes);
     tcase_add_test(tc, opt_every_head_dim);
+    tcase_add_test(tc, opt_kernel_paths);
     tcase_add_test(tc, opt_decode_kv_heads);
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_softmax_within_bound);
