@@ -346,75 +346,6 @@ static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const flo
 }
 #endif
 
-#if VLEN == 16
-/* pv_block for 8 rows (nr = 7: the 8th is padding) and 2 column vectors: each V vector is
- * loaded (and converted) once for the 8 rows, as a decode unit of one GQA group needs */
-static inline OPT_INLINE void TN(pv_block8x2)(float *acc, int64_t lda, const float *p, int64_t ldp,
-                                              const unsigned char *vis, const TILE_T *v,
-                                              int64_t ldv, int64_t nk, int full, const int nr)
-{
-#define PV8_ROW_LOAD(r) vf a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN)
-#define PV8_ROW_FMA(r, j)                                                                      \
-    do {                                                                                       \
-        vf pp = vf_set1(p[(r) * ldp + (j)]);                                                   \
-        a##r##0 = vf_fmadd(pp, v0, a##r##0), a##r##1 = vf_fmadd(pp, v1, a##r##1);              \
-    } while (0)
-#define PV8_ROW_STORE(r) vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1)
-    PV8_ROW_LOAD(0);
-    PV8_ROW_LOAD(1);
-    PV8_ROW_LOAD(2);
-    PV8_ROW_LOAD(3);
-    PV8_ROW_LOAD(4);
-    PV8_ROW_LOAD(5);
-    PV8_ROW_LOAD(6);
-    PV8_ROW_LOAD(7);
-    if (full) {
-        for (int64_t j = 0; j < nk; j++) {
-            vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);
-            PV8_ROW_FMA(0, j);
-            PV8_ROW_FMA(1, j);
-            PV8_ROW_FMA(2, j);
-            PV8_ROW_FMA(3, j);
-            PV8_ROW_FMA(4, j);
-            PV8_ROW_FMA(5, j);
-            PV8_ROW_FMA(6, j);
-            if (nr == 8)
-                PV8_ROW_FMA(7, j);
-        }
-    } else {
-        for (int64_t j = 0; j < nk; j++) {
-            vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);
-#define PV8_IF(r)                                                                              \
-    do {                                                                                       \
-        if (vis[(r) * ldp + j])                                                                \
-            PV8_ROW_FMA(r, j);                                                                 \
-    } while (0)
-            PV8_IF(0);
-            PV8_IF(1);
-            PV8_IF(2);
-            PV8_IF(3);
-            PV8_IF(4);
-            PV8_IF(5);
-            PV8_IF(6);
-            if (nr == 8)
-                PV8_IF(7);
-#undef PV8_IF
-        }
-    }
-    PV8_ROW_STORE(0);
-    PV8_ROW_STORE(1);
-    PV8_ROW_STORE(2);
-    PV8_ROW_STORE(3);
-    PV8_ROW_STORE(4);
-    PV8_ROW_STORE(5);
-    PV8_ROW_STORE(6);
-    PV8_ROW_STORE(7);
-#undef PV8_ROW_LOAD
-#undef PV8_ROW_FMA
-#undef PV8_ROW_STORE
-}
-#endif
-
 /* ACC[r] += P[r] V over the tile for rows [0, Rp) (ACC at stride Dvp, P and VIS at stride
  * OPT_BK, full[r]: the row sees every key of the tile, and its VIS row is not written),
  * columns [0, Dvk). Rows at or past R are padding: their accumulators are never read. */
@@ -423,27 +354,6 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
                         int64_t ldv, int64_t nk, int64_t Dvk)
 {
     (void)R;
-#if VLEN == 16
-    if (Rp == 8) { /* one GQA group of up to 8 heads (decode): V converted once per key */
-        int all = 1;
-        for (int rr = 0; rr < 8; rr++)
-            all &= full[rr] != 0;
-        if (!all)
-            for (int rr = 0; rr < 8; rr++)
-                if (full[rr]) /* a row that sees the whole tile has not written its flags */
-                    memset(VIS + rr * OPT_BK, 1, (size_t)nk);
-        int64_t c0 = 0;
-        for (; c0 + 2 * VLEN <= Dvk; c0 += 2 * VLEN)
-            if (R == 7)
-                TN(pv_block8x2)(ACC + c0, Dvp, P, OPT_BK, VIS, V + c0, ldv, nk, all, 7);
-            else
-                TN(pv_block8x2)(ACC + c0, Dvp, P, OPT_BK, VIS, V + c0, ldv, nk, all, 8);
-        for (int64_t r0 = 0; c0 < Dvk && r0 < Rp; r0 += 4) /* a last single column vector */
-            TN(pv_block)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK, 4,
-                         V + c0, ldv, nk, 1, all);
-        return;
-    }
-#endif
     for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
         const unsigned char *f = full + r0;
         int all = f[0] && f[1] && f[2] && f[3];
