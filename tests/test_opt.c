@@ -395,8 +395,8 @@ static void gen_shape(tcase *c, uint64_t seed, int64_t S, int64_t T, int64_t Hq,
 }
 
 /* Paths a random sweep reaches rarely (found by a review with an instrumented build):
- * 8-row P.V units whose diagonal tile has rows that see all of it and rows that do not (the
- * flags of the former are not written by the scores); transposed-tile scores (S >= 16) with
+ * units of 5-8 rows whose diagonal tile has rows that see all of it and rows that do not
+ * (the flags of the former are written only when P.V needs them); transposed-tile scores (S >= 16) with
  * split keys; K/V with element stride 2 (converted rows), in every storage type; +inf and
  * NaN in a visible K element on the transposed-tile path (the binary64 path). Workspace
  * memory comes zero-filled (glibc's M_PERTURB), so a flag that is read without being written
@@ -410,7 +410,7 @@ START_TEST(opt_kernel_paths)
     stats st;
     memset(&st, 0, sizeof st);
     uint64_t seed = 9100;
-    for (int64_t S = 5; S <= 8; S++) /* MHA, S rows per unit: 8-row units, causal or window */
+    for (int64_t S = 5; S <= 8; S++) /* MHA, S rows per unit, causal or window */
         for (int w = 0; w < 2; w++) {
             tcase c;
             gen_shape(&c, seed++, S, 150, 2, 2, 64, SMATTN_F32, SMATTN_CAUSAL_LOWER_RIGHT,
