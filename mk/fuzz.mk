@@ -105,7 +105,7 @@ fuzz-speed: $(BUILD)/fuzz/replay/$(T)
 COV_BUILD := build-fuzz-cov
 fuzz-cov: deps
 	@$(MAKE) --no-print-directory BUILD=$(COV_BUILD) CC=clang OPT=-O1 \
-	  SAN="-fprofile-instr-generate -fcoverage-mapping" \
+	  SAN="-fprofile-instr-generate -fcoverage-mapping -fprofile-update=atomic" \
 	  $(patsubst %,$(COV_BUILD)/fuzz/replay/%,$(FUZZ_TARGETS))
 	@rm -rf $(COV_BUILD)/prof && mkdir -p $(COV_BUILD)/prof
 	@for t in $(FUZZ_TARGETS); do \
