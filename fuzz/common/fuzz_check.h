@@ -20,8 +20,7 @@
  * so they have their own target (fuzz/README.md, "Speed"); fuzz_diff runs them unstretched. */
 static inline int64_t fuzz_diff_long_T(const fuzz_problem *fp)
 {
-    if (fp->p.op != SMATTN_OP_ATTENTION || fp->shape_class != FUZZ_DECODE ||
-        fp->p.B * fp->p.Hq > 2)
+    if (fp->p.op != SMATTN_OP_ATTENTION || fp->shape_class != FUZZ_DECODE || fp->p.B * fp->p.Hq > 2)
         return 0;
     return 1025 + (int64_t)(fp->seed >> 26);
 }

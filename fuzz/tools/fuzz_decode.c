@@ -1,6 +1,7 @@
 /* fuzz_decode.c: what a fuzz input means. Prints the problem an input file decodes to (as
  * the given target sees it: fuzz_diff, fuzz_diff_long, fuzz_decode_prefill and
- * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys), and with --case DIR writes it as a case directory (SPEC 7.1) that
+ * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys), and
+ * with --case DIR writes it as a case directory (SPEC 7.1) that
  * `smattn ref DIR OUT --weights` and `smattn opt DIR OUT --weights` reproduce. The case is
  * checked on the way out: it is loaded back and the oracle must give the same bits on the
  * loaded case as on the decoded problem.

@@ -92,7 +92,7 @@ static void gen_problems(const char *dir, int mode)
             for (int k = 0; k < nf; k++)
                 seen[k][f[k] & 127]++;
             size_t len = n;
-            if (mode == GEN_API) { /* fuzz_api reads a count and 8 bytes per operation from the tail */
+            if (mode == GEN_API) { /* a count and 8 bytes per operation, from the tail */
                 int nops = kept % 4 == 0 ? 0 : 1 + (int)(rnd() % 6);
                 for (int i = 0; i < nops * 8; i++)
                     buf[len++] = (uint8_t)rnd();
