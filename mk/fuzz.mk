@@ -5,7 +5,7 @@
 # ---- fuzzing (issue 5; fuzz/README.md) ---------------------------------------------------
 # make check replays every target's corpus and regressions through a plain main built with
 # the same flags as the tests (so check-san replays them under ASan+UBSan too).
-FUZZ_TARGETS := fuzz_diff fuzz_ref_props fuzz_decode_prefill fuzz_api fuzz_case_files
+FUZZ_TARGETS := fuzz_diff fuzz_diff_long fuzz_ref_props fuzz_decode_prefill fuzz_api fuzz_case_files
 FUZZ_COMMON  := $(BUILD)/fuzz/common/fuzz_input.o $(BUILD)/fuzz/common/fuzz_check.o
 $(BUILD)/fuzz/replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)
@@ -105,7 +105,7 @@ fuzz-speed: $(BUILD)/fuzz/replay/$(T)
 COV_BUILD := build-fuzz-cov
 fuzz-cov: deps
 	@$(MAKE) --no-print-directory BUILD=$(COV_BUILD) CC=clang OPT=-O1 \
-	  SAN="-fprofile-instr-generate -fcoverage-mapping" \
+	  SAN="-fprofile-instr-generate -fcoverage-mapping -fprofile-update=atomic" \
 	  $(patsubst %,$(COV_BUILD)/fuzz/replay/%,$(FUZZ_TARGETS))
 	@rm -rf $(COV_BUILD)/prof && mkdir -p $(COV_BUILD)/prof
 	@for t in $(FUZZ_TARGETS); do \

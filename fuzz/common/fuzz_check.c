@@ -148,3 +148,56 @@ void *fuzz_garbage_beyond_kv_lens(const fuzz_problem *fp, const smattn_tensor *t
                 }
     return c;
 }
+
+/* Every check of one ISA (fuzz_diff_check). */
+static void diff_check_isa(const char *target, const fuzz_problem *fp, const fuzz_outputs *ref,
+                           const fuzz_outputs *bnd, const char *isa)
+{
+    const smattn_problem *p = &fp->p;
+    char what[128];
+    fuzz_outputs first, again;
+    snprintf(what, sizeof what, "kernel status (isa %s)", isa);
+    fuzz_require_ok(target, fp, fuzz_run_opt(p, &fp->in, isa, 1, &first), what);
+    snprintf(what, sizeof what, "bound (isa %s)", isa);
+    fuzz_check_bound(target, fp, &first, ref, bnd, what);
+    if (fp->threads > 1) {
+        snprintf(what, sizeof what, "threads 1 vs %d (isa %s)", fp->threads, isa);
+        fuzz_require_ok(target, fp, fuzz_run_opt(p, &fp->in, isa, fp->threads, &again), what);
+        fuzz_check_same_bits(target, fp, &first, &again, what);
+        fuzz_outputs_free(&again);
+    }
+    snprintf(what, sizeof what, "repeated call (isa %s)", isa);
+    fuzz_require_ok(target, fp, fuzz_run_opt(p, &fp->in, isa, 1, &again), what);
+    fuzz_check_same_bits(target, fp, &first, &again, what);
+    fuzz_outputs_free(&again);
+    if (p->op == SMATTN_OP_ATTENTION && p->kv_lens) {
+        smattn_inputs dirty = fp->in;
+        void *k2 = fuzz_garbage_beyond_kv_lens(fp, &fp->in.k, fp->nk, p->D, 0);
+        void *v2 = fuzz_garbage_beyond_kv_lens(fp, &fp->in.v, fp->nv, p->Dv, 1);
+        dirty.k.data = k2;
+        dirty.v.data = v2;
+        snprintf(what, sizeof what, "garbage beyond kv_lens (isa %s, threads %d)", isa,
+                 fp->threads);
+        fuzz_require_ok(target, fp, fuzz_run_opt(p, &dirty, isa, fp->threads, &again), what);
+        fuzz_check_same_bits(target, fp, &first, &again, what);
+        fuzz_outputs_free(&again);
+        free(k2), free(v2);
+    }
+    fuzz_outputs_free(&first);
+}
+
+void fuzz_diff_check(const char *target, const fuzz_problem *fp, int all_isas)
+{
+    fuzz_outputs ref, bnd;
+    if (fuzz_oracle_and_bound(target, fp, &ref, &bnd))
+        return;
+    if (all_isas) {
+        const char *isas[3];
+        int n = fuzz_isa_list(isas);
+        for (int a = 0; a < n; a++)
+            diff_check_isa(target, fp, &ref, &bnd, isas[a]);
+    } else {
+        diff_check_isa(target, fp, &ref, &bnd, fuzz_pick_isa(fp->seed));
+    }
+    fuzz_outputs_free(&ref), fuzz_outputs_free(&bnd);
+}

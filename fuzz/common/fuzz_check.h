@@ -12,14 +12,15 @@
 #ifndef FUZZ_DIFF_MAX_P
 #define FUZZ_DIFF_MAX_P 192
 #endif
-/* fuzz_diff's long decode rows: the kernel splits the keys of few rows (B*Hq*S <= 256) when
- * T > 1024, beyond the decoder's T <= 64. One decode input in 8 (by its seed) with B*Hq <= 2
- * after the cut gets its keys repeated (fuzz_problem_stretch_keys) to 1025 + (0..63), so
- * that the split and its merge are fuzzed too. The T to stretch to, or 0. */
+/* fuzz_diff_long's rows: the kernel splits the keys of few rows (B*Hq*S <= 256) when
+ * T > 1024, beyond the decoder's T <= 64. Every attention decode input with B*Hq <= 2 after
+ * the cut to FUZZ_DIFF_MAX_P gets its keys repeated (fuzz_problem_stretch_keys) to
+ * 1025 + (0..63) by its seed, so that the split and its merge are fuzzed. The T to stretch
+ * to, or 0 (fuzz_diff_long does not take the input). Such a row costs the oracle 5-50 ms,
+ * so they have their own target (fuzz/README.md, "Speed"); fuzz_diff runs them unstretched. */
 static inline int64_t fuzz_diff_long_T(const fuzz_problem *fp)
 {
-    if (fp->p.op != SMATTN_OP_ATTENTION || fp->shape_class != FUZZ_DECODE ||
-        fp->p.B * fp->p.Hq > 2 || (fp->seed >> 20) % 8 != 0)
+    if (fp->p.op != SMATTN_OP_ATTENTION || fp->shape_class != FUZZ_DECODE || fp->p.B * fp->p.Hq > 2)
         return 0;
     return 1025 + (int64_t)(fp->seed >> 26);
 }
@@ -61,6 +62,12 @@ void fuzz_check_bound(const char *target, const fuzz_problem *fp, const fuzz_out
  * j >= kv_lens[b], which no query sees (SPEC 3.6); `which` varies the pattern. */
 void *fuzz_garbage_beyond_kv_lens(const fuzz_problem *fp, const smattn_tensor *t, size_t n,
                                   int64_t dim, int which);
+
+/* fuzz_diff's and fuzz_diff_long's checks of one problem: the oracle and the bound, then on
+ * every ISA (all_isas) or on the one fuzz_pick_isa(seed) names: the kernel within the bound,
+ * and bit for bit: the decoded thread count against one thread, a repeated call, NaN/inf
+ * garbage beyond kv_lens. */
+void fuzz_diff_check(const char *target, const fuzz_problem *fp, int all_isas);
 
 /* The same bits in every element of two outputs of one dtype. */
 void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,

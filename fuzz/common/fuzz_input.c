@@ -115,6 +115,15 @@ static double draw(prng *r, int mode, double equal)
 static void fill(prng *r, int mode, void *buf, smattn_dtype t, size_t n)
 {
     double equal = 2 * prng_unif(r) - 1;
+    if (t == SMATTN_F32) {
+        /* the conversion rounds to nearest even like smattn_store (C11 F.5: correctly
+         * rounded), which costs a generic rounding per element: 8% of fuzz_diff's time.
+         * draw() gives finite values only, so no NaN payload to canonicalise. */
+        float *f = buf;
+        for (size_t i = 0; i < n; i++)
+            f[i] = (float)draw(r, mode, equal);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         smattn_store(buf, t, (int64_t)i, draw(r, mode, equal));
 }

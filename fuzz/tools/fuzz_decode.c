@@ -1,6 +1,7 @@
 /* fuzz_decode.c: what a fuzz input means. Prints the problem an input file decodes to (as
- * the given target sees it: fuzz_diff, fuzz_decode_prefill and fuzz_ref_props cut it with
- * fuzz_problem_shrink), and with --case DIR writes it as a case directory (SPEC 7.1) that
+ * the given target sees it: fuzz_diff, fuzz_diff_long, fuzz_decode_prefill and
+ * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys), and
+ * with --case DIR writes it as a case directory (SPEC 7.1) that
  * `smattn ref DIR OUT --weights` and `smattn opt DIR OUT --weights` reproduce. The case is
  * checked on the way out: it is loaded back and the oracle must give the same bits on the
  * loaded case as on the decoded problem.
@@ -177,12 +178,13 @@ int main(int argc, char **argv)
             file = NULL, i = argc;
     }
     if (!file) {
-        fprintf(stderr, "usage: fuzz_decode [--target fuzz_diff|fuzz_ref_props|"
+        fprintf(stderr, "usage: fuzz_decode [--target fuzz_diff|fuzz_diff_long|fuzz_ref_props|"
                         "fuzz_decode_prefill|fuzz_api] [--case DIR] FILE\n");
         return 2;
     }
     int64_t max_p = 0;
-    if (target && !strcmp(target, "fuzz_diff"))
+    int long_rows = target && !strcmp(target, "fuzz_diff_long");
+    if (target && (!strcmp(target, "fuzz_diff") || long_rows))
         max_p = FUZZ_DIFF_MAX_P;
     else if (target && !strcmp(target, "fuzz_ref_props"))
         max_p = FUZZ_REF_PROPS_MAX_P;
@@ -202,7 +204,7 @@ int main(int argc, char **argv)
     fuzz_provider_init(&dp, data, n);
     fuzz_problem fp;
     if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p)) ||
-        (target && !strcmp(target, "fuzz_diff") &&
+        (long_rows && fuzz_diff_long_T(&fp) &&
          fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp)))) {
         fprintf(stderr, "fuzz_decode: out of memory\n");
         return 1;

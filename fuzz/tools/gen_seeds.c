@@ -1,15 +1,19 @@
 /* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
- *   gen_seeds fuzz_diff|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|fuzz_case_files DIR
+ *   gen_seeds fuzz_diff|fuzz_diff_long|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|
+ *             fuzz_case_files DIR
  * fuzz_diff, fuzz_ref_props, fuzz_decode_prefill (one decoder, one seed set): a deterministic random search over byte strings, keeping an input whenever it
  * decodes to a problem with a feature value (shape class, op, D, Dv, K/V dtype, causal,
  * GQA ratio, bias, mask, sinks, softcap, lengths, window, threads, value mode, empty-row
- * convention) seen fewer than twice; so every shape class is covered. fuzz_api: those
+ * convention) seen fewer than twice; so every shape class is covered. fuzz_diff_long: the
+ * same search over the inputs it takes (decode rows it stretches, fuzz_diff_long_T), judged
+ * on the problem after its cut, 40 of them (each costs 5-50 ms). fuzz_api: those
  * inputs, some with corruption operations appended at the tail. fuzz_case_files: valid
  * .npy files of every type and rank, and case.json texts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/common/fuzz_check.h"
 #include "fuzz/common/fuzz_input.h"
 #include "io/npy.h"
 
@@ -58,11 +62,13 @@ static int features(const fuzz_problem *fp, int f[NFEAT])
     return k;
 }
 
-static void gen_problems(const char *dir, int api)
+enum { GEN_PLAIN, GEN_API, GEN_LONG };
+
+static void gen_problems(const char *dir, int mode)
 {
-    int kept = 0;
+    int kept = 0, max_kept = mode == GEN_LONG ? 40 : 120;
     uint8_t buf[256];
-    for (int tries = 0; tries < 200000 && kept < 120; tries++) {
+    for (int tries = 0; tries < 200000 && kept < max_kept; tries++) {
         size_t n = 8 + rnd() % 56;
         for (size_t i = 0; i < n; i++)
             buf[i] = (uint8_t)rnd();
@@ -71,6 +77,14 @@ static void gen_problems(const char *dir, int api)
         fuzz_problem fp;
         if (fuzz_problem_decode(&fp, &dp))
             exit(1);
+        if (mode == GEN_LONG) {
+            if (fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P))
+                exit(1);
+            if (!fuzz_diff_long_T(&fp)) {
+                fuzz_problem_free(&fp);
+                continue;
+            }
+        }
         int f[NFEAT], nf = features(&fp, f), fresh = 0;
         for (int k = 0; k < nf; k++)
             fresh |= seen[k][f[k] & 127] < 2;
@@ -78,7 +92,7 @@ static void gen_problems(const char *dir, int api)
             for (int k = 0; k < nf; k++)
                 seen[k][f[k] & 127]++;
             size_t len = n;
-            if (api) { /* fuzz_api reads a count and 8 bytes per operation from the tail */
+            if (mode == GEN_API) { /* a count and 8 bytes per operation, from the tail */
                 int nops = kept % 4 == 0 ? 0 : 1 + (int)(rnd() % 6);
                 for (int i = 0; i < nops * 8; i++)
                     buf[len++] = (uint8_t)rnd();
@@ -154,15 +168,17 @@ static void gen_case_files(const char *dir)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|"
-                        "fuzz_case_files DIR\n");
+        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_diff_long|fuzz_ref_props|"
+                        "fuzz_decode_prefill|fuzz_api|fuzz_case_files DIR\n");
         return 2;
     }
     if (!strcmp(argv[1], "fuzz_diff") || !strcmp(argv[1], "fuzz_ref_props") ||
         !strcmp(argv[1], "fuzz_decode_prefill"))
-        gen_problems(argv[2], 0);
+        gen_problems(argv[2], GEN_PLAIN);
+    else if (!strcmp(argv[1], "fuzz_diff_long"))
+        gen_problems(argv[2], GEN_LONG);
     else if (!strcmp(argv[1], "fuzz_api"))
-        gen_problems(argv[2], 1);
+        gen_problems(argv[2], GEN_API);
     else if (!strcmp(argv[1], "fuzz_case_files"))
         gen_case_files(argv[2]);
     else {
