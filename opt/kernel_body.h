@@ -357,7 +357,8 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
  * softmax, P.V. Keys at or past kmax are not read. */
 static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
-                          int64_t i0, int64_t kt, int64_t nk, int64_t pkt, int64_t pg, int64_t pn)
+                          int64_t i0, int64_t kt, int64_t nk, int64_t pkt, int64_t pg, int64_t pn,
+                          int scored)
 {
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
@@ -389,37 +390,39 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         pf.ks = (size_t)kt_->stride[1] * ek;
         pf.vs = (size_t)vt_->stride[1] * ev;
     }
-    /* scores for every row of the unit against the tile: K in place (converted in
-     * registers) when its rows are unit-stride whole vectors, else converted to f32 */
-    const int64_t koff = smattn__off4(kt_->stride, b, kt, g, 0), ldk = kt_->stride[1];
+    if (!scored) { /* else the item computed them, keys outer (attention_item) */
+        /* scores for every row of the unit against the tile: K in place (converted in
+         * registers) when its rows are unit-stride whole vectors, else converted to f32 */
+        const int64_t koff = smattn__off4(kt_->stride, b, kt, g, 0), ldk = kt_->stride[1];
 #if VLEN == 16
-    if (job->qkt) { /* many rows: the tile transposed once, keys in the lanes */
+        if (job->qkt) { /* many rows: the tile transposed once, keys in the lanes */
+            if (k_direct && kt_->dtype == SMATTN_F32) {
+                KTN(transpose_tile, f32)((const float *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            } else if (k_direct && kt_->dtype == SMATTN_F16) {
+                KTN(transpose_tile, f16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            } else if (k_direct) {
+                KTN(transpose_tile, bf16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            } else {
+                for (int64_t jj = 0; jj < nk; jj++)
+                    KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
+                                 kt_->stride[3], D, Dp);
+                KTN(transpose_tile, f32)(ws->kt, Dp, nk, Dp, ws->ktt, &pf);
+            }
+            KN(qkt_tile)(Q, Rp, D, Dp, ws->ktt, S_);
+        } else
+#endif
         if (k_direct && kt_->dtype == SMATTN_F32) {
-            KTN(transpose_tile, f32)((const float *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
         } else if (k_direct && kt_->dtype == SMATTN_F16) {
-            KTN(transpose_tile, f16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            KTN(qk_tile, f16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
         } else if (k_direct) {
-            KTN(transpose_tile, bf16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            KTN(qk_tile, bf16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
         } else {
             for (int64_t jj = 0; jj < nk; jj++)
                 KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
                              kt_->stride[3], D, Dp);
-            KTN(transpose_tile, f32)(ws->kt, Dp, nk, Dp, ws->ktt, &pf);
+            KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
         }
-        KN(qkt_tile)(Q, Rp, D, Dp, ws->ktt, S_);
-    } else
-#endif
-    if (k_direct && kt_->dtype == SMATTN_F32) {
-        KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
-    } else if (k_direct && kt_->dtype == SMATTN_F16) {
-        KTN(qk_tile, f16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
-    } else if (k_direct) {
-        KTN(qk_tile, bf16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
-    } else {
-        for (int64_t jj = 0; jj < nk; jj++)
-            KN(load_row)(ws->kt + jj * Dp, kt_, smattn__off4(kt_->stride, b, kt + jj, g, 0),
-                         kt_->stride[3], D, Dp);
-        KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
     }
     /* online softmax per row */
     for (int64_t r = 0; r < R; r++) {
@@ -506,15 +509,45 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
      * row sees the same tiles, rescalings and summation order whichever rows share its
      * item: a GQA problem and its MHA expansion give the same bits. The walk is
      * smattn__tile_walk_hits's, proved to meet each key of [kmin, kmax) once. */
+    /* An item of several KV heads with one 8-row block each (decode) computes the scores
+     * keys outer, heads inner, so that K is read in address order (each key's rows of all
+     * the item's heads): `make bench-read`-style reads of K that way took 8.6 ms instead of
+     * 10.4 at T = 32768 (NOTES.md). Each dot product has the same tree as in qk_tile. */
+#if VLEN > 1
+    const smattn_tensor *kt_ = &job->in->k;
+    const int keys_outer = hg > 1 && !job->qkt && Rp == 8 && kt_->stride[3] == 1 &&
+                           p->D % VLEN == 0;
+#else
+    const int keys_outer = 0;
+#endif
     for (int64_t kt = smattn__tile_first(kmin, kmax, OPT_BK); kt < kmax; kt += OPT_BK) {
         int64_t nk = smattn__tile_keys(kt, kmax, OPT_BK);
+#if VLEN > 1
+        if (keys_outer) {
+            const int64_t D = p->D;
+            const size_t es = smattn_dtype_size(kt_->dtype);
+            for (int64_t jj = 0; jj < nk; jj++)
+                for (int64_t u = 0; u < hg; u++) {
+                    const char *k = (const char *)kt_->data +
+                                    (size_t)smattn__off4(kt_->stride, b, kt + jj, g0 + u, 0) * es;
+                    const float *qp = ws->qp + u * Rp * D;
+                    float *sc = ws->s + u * Rp * OPT_BK + jj;
+                    if (kt_->dtype == SMATTN_F32)
+                        KTN(qk_8x1, f32)(qp, (const float *)(const void *)k, D, sc, OPT_BK);
+                    else if (kt_->dtype == SMATTN_F16)
+                        KTN(qk_8x1, f16)(qp, (const uint16_t *)(const void *)k, D, sc, OPT_BK);
+                    else
+                        KTN(qk_8x1, bf16)(qp, (const uint16_t *)(const void *)k, D, sc, OPT_BK);
+                }
+        }
+#endif
         for (int64_t u = 0; u < hg; u++) {
             int64_t pkt = kt, pg = g0 + u + 1, pn = nk; /* the next unit's rows */
             if (u + 1 == hg) {
                 pkt = kt + OPT_BK, pg = g0;
                 pn = kmax - pkt < OPT_BK ? kmax - pkt : OPT_BK;
             }
-            KN(unit_tile)(job, ws, u * Rp, b, g0 + u, i0, kt, nk, pkt, pg, pn);
+            KN(unit_tile)(job, ws, u * Rp, b, g0 + u, i0, kt, nk, pkt, pg, pn, keys_outer);
         }
     }
 
