@@ -12,8 +12,6 @@
  * SMATTN_FUZZ_FULL=1 (make check's replay of the corpus) checks every input on every ISA;
  * SMATTN_FUZZ_FULL=2 (its replay of the regressions, some found before the cut) also checks
  * the problem as decoded, uncut. fuzz/README.md has the measurements. */
-#include <stdlib.h>
-
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_diff"
@@ -23,8 +21,7 @@ static int full_mode;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    const char *e = getenv("SMATTN_FUZZ_FULL");
-    full_mode = e ? atoi(e) : 0;
+    full_mode = fuzz_full_mode();
     return 0;
 }
 

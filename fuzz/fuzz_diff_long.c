@@ -6,8 +6,6 @@
  * they return at once (fuzz_diff checks them). A row costs the oracle 5-50 ms, which is why
  * these rows left fuzz_diff (fuzz/README.md, "Speed"). One ISA per input, chosen by the
  * decoded seed; SMATTN_FUZZ_FULL=1 or 2 (make check's replay) runs every ISA. */
-#include <stdlib.h>
-
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_diff_long"
@@ -17,8 +15,7 @@ static int full_mode;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    const char *e = getenv("SMATTN_FUZZ_FULL");
-    full_mode = e ? atoi(e) : 0;
+    full_mode = fuzz_full_mode();
     return 0;
 }
 

@@ -14,6 +14,12 @@ void fuzz_mismatch_head(const char *target, const fuzz_problem *fp, const char *
     fuzz_problem_print(stderr, fp);
 }
 
+int fuzz_full_mode(void)
+{
+    const char *e = getenv("SMATTN_FUZZ_FULL");
+    return e ? atoi(e) : 0;
+}
+
 int fuzz_isa_list(const char *isas[3])
 {
     static const char *const all[] = {"scalar", "avx2", "avx512"};

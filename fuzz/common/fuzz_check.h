@@ -31,6 +31,10 @@ static inline int64_t fuzz_diff_long_T(const fuzz_problem *fp)
  * decoded problem. */
 void fuzz_mismatch_head(const char *target, const fuzz_problem *fp, const char *what);
 
+/* SMATTN_FUZZ_FULL as an integer (0 when unset): the replay's 1 (every ISA) or 2 (also
+ * uncut), read once by a comparing target's LLVMFuzzerInitialize. */
+int fuzz_full_mode(void);
+
 /* The ISAs this CPU runs, in the order scalar, avx2, avx512; returns how many (>= 1). */
 int fuzz_isa_list(const char *isas[3]);
 /* One of them, chosen by a value drawn from the input (e.g. the decoded seed). */
