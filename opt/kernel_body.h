@@ -382,7 +382,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * loads must overlap the arithmetic; one unit ahead, not one tile of all the item's
      * heads, so that what arrives is not evicted before its use */
     opt_prefetch pf = {NULL, NULL, 0, 0, krow, vrow, 0};
-    if (pn > 0 && kt_->stride[3] == 1 && vt_->stride[3] == 1) {
+    if (pn > 0 && !scored && kt_->stride[3] == 1 && vt_->stride[3] == 1) { /* used by QK */
         size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
         pf.n = pn;
         pf.k = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, pkt, pg, 0) * ek;

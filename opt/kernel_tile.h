@@ -151,9 +151,10 @@ static inline OPT_INLINE void TN(qk_8x2)(const float *qp, const TILE_T *k, int64
 
 /* Scores of rows [0, Rp) (q rows at stride Dp, Rp a multiple of 4; QP: the same packed by
  * blocks of 8 rows) against the nk keys of
- * a tile (rows of K at stride ldk) into S (stride OPT_BK). The next tile's K and V rows
- * named by pf are requested a few at a time during the first row block, so that the
- * loads overlap the arithmetic instead of arriving in a burst. */
+ * a tile (rows of K at stride ldk) into S (stride OPT_BK); rows at or past R are padding
+ * (with AVX-512 a 7-row group skips the 8th). The K and V rows named by pf (the next
+ * unit's) are requested a few at a time during the first row block, so that the loads
+ * overlap the arithmetic instead of arriving in a burst. */
 static void TN(qk_tile)(const float *Q, const float *QP, int64_t R, int64_t Rp, int64_t Dp,
                         const TILE_T *K, int64_t ldk, int64_t nk, float *S, const opt_prefetch *pf)
 {

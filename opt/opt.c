@@ -209,7 +209,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->q = malloc(R * Dp * sizeof(float));
     w->qp = malloc(R * Dp * sizeof(float));
     w->kt = malloc((size_t)OPT_BK * Dp * sizeof(float));
-    w->ktt = malloc((size_t)OPT_BK * Dp * sizeof(float));
+    w->ktt = job->qkt ? malloc((size_t)OPT_BK * Dp * sizeof(float)) : NULL;
     w->v = malloc((size_t)OPT_BK * Dvp * sizeof(float));
     w->s = malloc(srow * sizeof(float));
     w->vis = malloc(srow);
@@ -220,7 +220,7 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->hi = malloc(R * sizeof(int64_t));
     w->slow = malloc(R);
     w->full = malloc(R);
-    if (!w->q || !w->qp || !w->kt || !w->ktt || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
+    if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
         !w->hi || !w->slow || !w->full) {
         ws_free(w);
         return -1;
