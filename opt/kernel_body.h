@@ -112,6 +112,26 @@ static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t
     }
 }
 
+/* A cursor over rows to prefetch one line at a time, spread over a loop's trips. */
+typedef struct opt_pfcur {
+    const char *row;
+    size_t col, rowbytes, stride;
+    int64_t rows;
+} opt_pfcur;
+
+static inline void opt_pf_line(opt_pfcur *c)
+{
+    if (c->rows <= 0)
+        return;
+    __builtin_prefetch(c->row + c->col, 0, 2);
+    c->col += 64;
+    if (c->col >= c->rowbytes) {
+        c->col = 0;
+        c->row += c->stride;
+        c->rows--;
+    }
+}
+
 /* KTN(qk_tile, f16): the instance of a micro-kernel for one storage type of K/V */
 #define KTN_CAT2(a, b) a##_##b
 #define KTN_CAT(a, b) KTN_CAT2(a, b)
@@ -390,6 +410,16 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         pf.ks = (size_t)kt_->stride[1] * ek;
         pf.vs = (size_t)vt_->stride[1] * ev;
     }
+    /* keys outer (decode): the next tile's K rows of this head (pn rows from key pkt of
+     * KV head pg), requested during this unit's P.V, a line or two per key, so that
+     * memory keeps working while the arithmetic runs from L2 (`make bench`, NOTES.md) */
+    opt_prefetch pvpf = {NULL, NULL, 0, 0, krow, 0, 0};
+    if (pn > 0 && scored && kt_->stride[3] == 1) {
+        size_t ek = smattn_dtype_size(kt_->dtype);
+        pvpf.n = pn;
+        pvpf.k = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, pkt, pg, 0) * ek;
+        pvpf.ks = (size_t)kt_->stride[1] * ek;
+    }
     if (!scored) { /* else the item computed them, keys outer (attention_item) */
         /* scores for every row of the unit against the tile: K in place (converted in
          * registers) when its rows are unit-stride whole vectors, else converted to f32 */
@@ -479,16 +509,16 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     const int64_t voff = smattn__off4(vt_->stride, b, kt, g, 0), ldv = vt_->stride[1];
     const unsigned char *F = ws->full + base;
     if (v_direct && vt_->dtype == SMATTN_F32) {
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk, &pvpf);
     } else if (v_direct && vt_->dtype == SMATTN_F16) {
-        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
+        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf);
     } else if (v_direct) {
-        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk);
+        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
                          vt_->stride[3], Dv, Dvp);
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk, &pvpf);
     }
 }
 
@@ -526,7 +556,18 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         if (keys_outer) {
             const int64_t D = p->D;
             const size_t es = smattn_dtype_size(kt_->dtype);
-            for (int64_t jj = 0; jj < nk; jj++)
+            const smattn_tensor *vt_ = &job->in->v;
+            const size_t ev = smattn_dtype_size(vt_->dtype);
+            const size_t vbytes = (size_t)p->Dv * ev;
+            for (int64_t jj = 0; jj < nk; jj++) {
+                /* this key's V rows, for the P.V that follows: requested here, in address
+                 * order with K, they are in L2 when the per-head P.V reads them */
+                for (int64_t u = 0; u < hg && vt_->stride[3] == 1; u++) {
+                    const char *vp = (const char *)vt_->data +
+                                     (size_t)smattn__off4(vt_->stride, b, kt + jj, g0 + u, 0) * ev;
+                    for (size_t o = 0; o < vbytes; o += 64)
+                        __builtin_prefetch(vp + o, 0, 2);
+                }
                 for (int64_t u = 0; u < hg; u++) {
                     const char *k = (const char *)kt_->data +
                                     (size_t)smattn__off4(kt_->stride, b, kt + jj, g0 + u, 0) * es;
@@ -539,11 +580,15 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                     else
                         KTN(qk_8x1, bf16)(qp, (const uint16_t *)(const void *)k, D, sc, OPT_BK);
                 }
+            }
         }
 #endif
         for (int64_t u = 0; u < hg; u++) {
             int64_t pkt = kt, pg = g0 + u + 1, pn = nk; /* the next unit's rows */
-            if (u + 1 == hg) {
+            if (keys_outer) { /* the next tile's rows of the same head, for the P.V */
+                pkt = kt + OPT_BK, pg = g0 + u;
+                pn = kmax - pkt < OPT_BK ? kmax - pkt : OPT_BK;
+            } else if (u + 1 == hg) {
                 pkt = kt + OPT_BK, pg = g0;
                 pn = kmax - pkt < OPT_BK ? kmax - pkt : OPT_BK;
             }

@@ -222,7 +222,7 @@ static void TN(transpose_tile)(const TILE_T *K, int64_t ldk, int64_t nk, int64_t
  * its neighbours see key j, and whether or not the tile is full. */
 static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t ldp,
                                 const unsigned char *vis, int rb, const TILE_T *v, int64_t ldv,
-                                int64_t nk, int cb, int full)
+                                int64_t nk, int cb, int full, opt_pfcur *pfc)
 {
     if (rb == 4 && cb == 2) {
         vf a00 = vf_load(acc), a01 = vf_load(acc + VLEN);
@@ -243,6 +243,8 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
     } while (0)
             int64_t j = 0;
             for (; j + 2 <= nk; j += 2) {
+                if (pfc) /* one line per key */
+                    opt_pf_line(pfc), opt_pf_line(pfc);
                 PV_FULL_KEY(j);
                 PV_FULL_KEY(j + 1);
             }
@@ -251,6 +253,8 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
 #undef PV_FULL_KEY
         } else {
             for (int64_t j = 0; j < nk; j++) {
+                if (pfc)
+                    opt_pf_line(pfc);
                 vf v0 = TILE_LOAD(v + j * ldv), v1 = TILE_LOAD(v + j * ldv + VLEN);
                 if (vis[j]) {
                     a00 = vf_fmadd(vf_set1(p[j]), v0, a00);
@@ -291,7 +295,7 @@ static inline void TN(pv_block)(float *acc, int64_t lda, const float *p, int64_t
  * loads per fma of the 4 x 2 block); the same fma sequence per (row, column) */
 static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const float *p, int64_t ldp,
                                    const unsigned char *vis, const TILE_T *v, int64_t ldv,
-                                   int64_t nk, int full, const int nr)
+                                   int64_t nk, int full, const int nr, opt_pfcur *pfc)
 {
 #define PV4_ROW_LOAD(r)                                                                        \
     vf a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);          \
@@ -314,6 +318,8 @@ static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const flo
             const TILE_T *vj = v + j * ldv;
             vf v0 = TILE_LOAD(vj), v1 = TILE_LOAD(vj + VLEN);
             vf v2 = TILE_LOAD(vj + 2 * VLEN), v3 = TILE_LOAD(vj + 3 * VLEN);
+            if (pfc) /* two lines per key */
+                opt_pf_line(pfc), opt_pf_line(pfc);
             PV4_ROW_FMA(0, j);
             PV4_ROW_FMA(1, j);
             PV4_ROW_FMA(2, j);
@@ -322,6 +328,8 @@ static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const flo
         }
     } else {
         for (int64_t j = 0; j < nk; j++) {
+            if (pfc)
+                opt_pf_line(pfc), opt_pf_line(pfc);
             if (!(vis[j] | vis[ldp + j] | vis[2 * ldp + j] | vis[3 * ldp + j]))
                 continue;
             const TILE_T *vj = v + j * ldv;
@@ -349,13 +357,22 @@ static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const flo
 
 /* ACC[r] += P[r] V over the tile for rows [0, Rp) (ACC at stride Dvp, P and VIS at stride
  * OPT_BK, full[r]: the row sees every key of the tile, and its VIS row is not written),
- * columns [0, Dvk). Rows at or past R are padding: their accumulators are never read. */
+ * columns [0, Dvk). Rows at or past R are padding: their accumulators are never read.
+ * The K rows named by pf (n = 0: none) are requested along the way, a line or two per
+ * key, each row block taking its share. */
 static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *VIS,
                         const unsigned char *full, int64_t R, int64_t Rp, const TILE_T *V,
-                        int64_t ldv, int64_t nk, int64_t Dvk)
+                        int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf)
 {
     (void)R;
     for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+        /* this row block's share of the rows to prefetch, a line or two per key */
+        opt_pfcur cur = {NULL, 0, 0, 0, 0}, *pc = NULL;
+        if (pf->n > 0) {
+            const int64_t ra = r0 * pf->n / Rp, rz = (r0 + 4) * pf->n / Rp;
+            cur = (opt_pfcur){pf->k + (size_t)ra * pf->ks, 0, pf->kbytes, pf->ks, rz - ra};
+            pc = &cur;
+        }
         const unsigned char *f = full + r0;
         int all = f[0] && f[1] && f[2] && f[3];
         if (!all) /* a row that sees the whole tile has not written its flags */
@@ -364,18 +381,19 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
                     memset(VIS + (r0 + rr) * OPT_BK, 1, (size_t)nk);
         int64_t c0 = 0;
 #if VLEN == 16
-        for (; c0 + 4 * VLEN <= Dvk; c0 += 4 * VLEN)
+        for (; c0 + 4 * VLEN <= Dvk; c0 += 4 * VLEN) {
             if (R - r0 == 3)
                 TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
-                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 3);
+                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 3, pc);
             else
                 TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
-                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 4);
+                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 4, pc);
+        }
 #endif
         for (; c0 < Dvk; c0 += 2 * VLEN) {
             int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
             TN(pv_block)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK, 4,
-                         V + c0, ldv, nk, cb, all);
+                         V + c0, ldv, nk, cb, all, pc);
         }
     }
 }

@@ -35,12 +35,16 @@ static inline float vf_hsum(vf a)
 /* out[k] = horizontal sum of a[k], k < 8: fold 512 to 256 bits, then a tree of hadds */
 static inline void vf_hsum8(const vf a[8], float *out)
 {
-    __m256 h[8];
-    for (int k = 0; k < 8; k++)
-        h[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
-    __m256 t0 = _mm256_hadd_ps(h[0], h[1]), t1 = _mm256_hadd_ps(h[2], h[3]);
-    __m256 t2 = _mm256_hadd_ps(h[4], h[5]), t3 = _mm256_hadd_ps(h[6], h[7]);
+    /* written out: as a loop over h[], gcc 12 kept the vectors in memory (a store and a
+     * reload of each of the 8 per call, in the decode score loop) */
+#define HSUM8_FOLD(k)                                                                              \
+    _mm256_add_ps(_mm512_castps512_ps256(a[k]),                                                \
+                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)))
+    const __m256 h0 = HSUM8_FOLD(0), h1 = HSUM8_FOLD(1), h2 = HSUM8_FOLD(2), h3 = HSUM8_FOLD(3);
+    const __m256 h4 = HSUM8_FOLD(4), h5 = HSUM8_FOLD(5), h6 = HSUM8_FOLD(6), h7 = HSUM8_FOLD(7);
+#undef HSUM8_FOLD
+    __m256 t0 = _mm256_hadd_ps(h0, h1), t1 = _mm256_hadd_ps(h2, h3);
+    __m256 t2 = _mm256_hadd_ps(h4, h5), t3 = _mm256_hadd_ps(h6, h7);
     __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1)));
     _mm_storeu_ps(out + 4, _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1)));
