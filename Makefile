@@ -74,6 +74,9 @@ $(BUILD)/tests/suites.h: $(TEST_SRC) | deps
 $(BUILD)/tests/runner.o: tests/runner.c $(BUILD)/tests/suites.h | deps-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(JSONC_CFLAGS) -I$(BUILD)/tests -MMD -MP -c $< -o $@
+# the test sources include check.h: with make -j on a fresh machine they must not be
+# compiled before deps-check has installed it
+$(call obj,$(TEST_SRC) $(TSUP_SRC)): | deps-check
 $(TESTBIN): $(BUILD)/tests/runner.o $(call obj,$(TEST_SRC) $(TSUP_SRC)) $(IOLIB) $(LIB) | deps-check
 	$(CC) $(CFLAGS_BASE) -o $@ $^ $(CHECK_LIBS) $(JSONC_LIBS) $(LIBS)
 

@@ -252,6 +252,22 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         if (e < a)
             e = a;
         vf vh = vf_set1(sh), vl = vf_set1(sl), vmax = vf_set1(-HUGE_VALF);
+        if (a == 0 && e == nk && nk % VLEN == 0) {
+            /* the whole tile visible (most tiles): the passes below in one, the same
+             * operations in the same order */
+            vf vneg = vf_set1(-HUGE_VALF);
+            for (int64_t jj = 0; jj < nk; jj += VLEN) {
+                vf x = vf_load(s + jj);
+                vf y = vf_fmadd(x, vh, vf_mul(x, vl));
+                vf_store(s + jj, y);
+                vneg = vf_max(vneg, vf_sub(vf_zero(), y));
+                vmax = vf_max(y, vmax);
+            }
+            *all_visible = 1;
+            if (vf_hmax(vneg) == HUGE_VALF)
+                return (float)NAN; /* a visible -inf: the binary64 path */
+            return vf_hmax(vmax);
+        }
         int64_t jj = 0;
         for (; jj + VLEN <= nk; jj += VLEN) {
             vf x = vf_load(s + jj);
@@ -364,8 +380,10 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
         memset(ws->q + (base + r) * Dp, 0, (size_t)Dp * sizeof(float));
         memset(ws->acc + (base + r) * Dvp, 0, (size_t)Dvp * sizeof(float));
     }
-    /* blocks of 8 rows packed for the QK micro-kernel: [d / VLEN][8 rows][VLEN] */
-    for (int64_t r0 = 0; VLEN > 1 && r0 + 8 <= Rp; r0 += 8) {
+    /* blocks of 8 rows packed for the QK micro-kernel: [d / VLEN][8 rows][VLEN] (not
+     * used when the scores take the keys in the lanes: job->qkt with 16 lanes only) */
+    const int packed = VLEN > 1 && !(VLEN == 16 && job->qkt);
+    for (int64_t r0 = 0; packed && r0 + 8 <= Rp; r0 += 8) {
         const float *q = ws->q + (base + r0) * Dp;
         float *qp = ws->qp + (base + r0) * Dp;
         for (int64_t d = 0; d < Dp; d += VLEN)
@@ -478,7 +496,8 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             continue;
         }
         float mold = ws->m[x], mnew = mold > tmax ? mold : tmax;
-        float corr = mold == -HUGE_VALF ? 0.0f : KN(expf1)(mold - mnew);
+        /* e^0 is exactly 1 (vexp), and a corr of 1 leaves l and acc as they are */
+        float corr = mold == -HUGE_VALF ? 0.0f : mold == mnew ? 1.0f : KN(expf1)(mold - mnew);
         vf vsum = vf_zero();
         vf vm = vf_set1(mnew);
         /* whole vectors only, the lanes past the tile set to -inf (weight 0): the sum's
