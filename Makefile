@@ -11,13 +11,14 @@ endif
 BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
+DEFS    ?=
 # -ffp-contract=off everywhere: the oracle's double-double arithmetic and the bound's
 # evaluation depend on every operation being rounded once (SPEC 5.2).
 WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2 -Wdouble-promotion -Wcast-qual \
            -Wpointer-arith -Wundef
 CFLAGS_BASE := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math \
-           -D_POSIX_C_SOURCE=200809L -Iinclude -I. -pthread $(SAN)
+           -D_POSIX_C_SOURCE=200809L -Iinclude -I. -pthread $(SAN) $(DEFS)
 JSONC_CFLAGS = $(shell pkg-config --cflags json-c 2>/dev/null)
 JSONC_LIBS   = $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt)
@@ -38,7 +39,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read \
+.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases \
         check-exp format
 all: deps cli
 
@@ -132,6 +133,12 @@ $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
 bench: deps $(BUILD)/bench_opt
 	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON)
 
+# Where the kernel's time goes: the library and bench_opt rebuilt in build-phases/ with
+# -DSMATTN_PHASES (each thread times the phases of its work items), the same shapes.
+bench-phases: deps
+	@$(MAKE) --no-print-directory BUILD=build-phases DEFS=-DSMATTN_PHASES build-phases/bench_opt
+	build-phases/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA))
+
 # A floor for the decode step: its K and V read with no arithmetic, in the kernel's order
 # and in address order, beside the STREAM triad of the same run (bench/bench_read.c).
 $(BUILD)/bench_read: $(call obj,bench/bench_read.c bench/bench_machine.c bench/peak_fma_avx2.c \
@@ -150,7 +157,7 @@ format:
 	clang-format -i $(LIB_SRC) $(IO_SRC) $(CLI_SRC) $(TEST_SRC) include/*.h
 
 clean:
-	rm -rf build build-san build-tsan build-fuzz
+	rm -rf build build-san build-tsan build-fuzz build-phases
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -38,6 +38,9 @@
 
 #include "bench/bench_machine.h"
 #include "smattn.h"
+#ifdef SMATTN_PHASES
+#include "opt/opt_internal.h"
+#endif
 
 #define HQ 28
 #define HKV 4
@@ -591,6 +594,78 @@ static int write_json(const char *path, const machine *m, const result *res, int
     return fclose(f) ? -1 : 0;
 }
 
+/* ---- where the time goes (`make bench-phases`) -------------------------------------------- */
+
+#ifdef SMATTN_PHASES
+#define PHASE_RUNS 5
+/* Each shape: one warm-up, then PHASE_RUNS runs with the caches flushed; the library (built
+ * with -DSMATTN_PHASES) sums each phase's wall time over its threads. */
+static int report_phases(const smattn_opt_config *cfg)
+{
+    const char *isa = cfg->isa ? cfg->isa : smattn_opt_isa();
+    const char *fma = !strcmp(isa, "avx512") ? "avx512" : "avx2";
+    double peak1 = bench_fma_available(fma) ? bench_fma_peak(fma, 1, 5, 0.15) : 0;
+    if (bench_stream_triad(cfg->threads, TRIAD_N, 1) <= 0) /* the arrays the flush reads */
+        return 3;
+    printf("smattn bench-phases: kernel ISA %s, %d threads; FMA peak of one core (%s loop) "
+           "%.1f GFLOP/s\n\n",
+           isa, cfg->threads, fma, peak1);
+    printf("%-20s %-4s %8s | %7s %7s %7s %7s %7s %7s %7s | %14s %14s\n", "shape", "K/V", "wall ms",
+           "setup", "scores", "softmax", "p.v", "finish", "merge", "idle", "scores GF/s", "p.v GF/s");
+    for (int sh = 0; sh < NSHAPES; sh++)
+        for (int d = 0; d < 2; d++) {
+            bcase c;
+            if (make_case(&c, shapes[sh].S, shapes[sh].T, d ? SMATTN_F16 : SMATTN_F32, 0)) {
+                free_case(&c);
+                return 3;
+            }
+            double t, wall[PHASE_RUNS], sum[OPT_NPH] = {0}, one[OPT_NPH], wsum = 0;
+            if (time_kernel(&c, cfg, &t) != SMATTN_OK) {
+                free_case(&c);
+                return 3;
+            }
+            smattn__phases_take(one); /* the warm-up's, discarded */
+            for (int r = 0; r < PHASE_RUNS; r++) {
+                if (time_kernel(&c, cfg, &wall[r]) != SMATTN_OK) {
+                    free_case(&c);
+                    return 3;
+                }
+                smattn__phases_take(one);
+                for (int k = 0; k < OPT_NPH; k++)
+                    sum[k] += one[k] / PHASE_RUNS;
+                wsum += wall[r] / PHASE_RUNS;
+            }
+            double busy = 0, flops = row_flops(&c.p, 0, 1) / 2; /* each of q.k and p.v */
+            for (int k = 0; k < OPT_NPH; k++)
+                busy += sum[k];
+            int nt = cfg->threads;
+            printf("%-20s %-4s %8.3f |", shapes[sh].name, smattn_dtype_name(c.kv),
+                   1e3 * median(wall, PHASE_RUNS));
+            for (int k = 0; k < OPT_NPH; k++)
+                printf(" %7.3f", 1e3 * sum[k]);
+            printf(" %7.3f |", 1e3 * (nt * wsum - busy));
+            for (int k = OPT_PH_SCORES; k <= OPT_PH_PV; k += OPT_PH_PV - OPT_PH_SCORES) {
+                double g = flops / sum[k] * 1e-9;
+                printf(" %6.1f (%3.0f%%)", g, peak1 > 0 ? 100 * g / peak1 : 0.0);
+            }
+            printf("\n");
+            fflush(stdout);
+            free_case(&c);
+        }
+    printf("\nms: mean per call of each phase's wall time summed over the threads (setup: rows "
+           "loaded; scores: q.k,\nwith the key tile's transposition or conversion; softmax: "
+           "scaling, masking, the online max, exp\nand rescaling; p.v; finish: O and LSE written "
+           "or split-K partials; merge: the split-K merge);\nidle: threads x mean wall - "
+           "their sum (waiting, waking, imbalance, the marks' own cost);\nGF/s: the visible "
+           "work of q.k or p.v (2D per visible query, key and query head) over that phase's\n"
+           "thread-seconds, against one core's FMA peak. Caches flushed before each of %d runs "
+           "after a warm-up.\n",
+           PHASE_RUNS);
+    bench_machine_free();
+    return 0;
+}
+#endif
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 static int usage(void)
@@ -635,6 +710,9 @@ int main(int argc, char **argv)
     }
     if (child)
         return rss_child(cS, cT, ckv, &cfg);
+#ifdef SMATTN_PHASES
+    return report_phases(&cfg);
+#endif
 
     double t_start = bench_now();
     machine m;

@@ -438,6 +438,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         pvpf.k = (const char *)kt_->data + (size_t)smattn__off4(kt_->stride, b, pkt, pg, 0) * ek;
         pvpf.ks = (size_t)kt_->stride[1] * ek;
     }
+    OPT_PH_BEGIN(t_scores);
     if (!scored) { /* else the item computed them, keys outer (attention_item) */
         /* scores for every row of the unit against the tile: K in place (converted in
          * registers) when its rows are unit-stride whole vectors, else converted to f32 */
@@ -472,6 +473,8 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, ws->kt, Dp, nk, S_, &pf);
         }
     }
+    OPT_PH_END(OPT_PH_SCORES, t_scores);
+    OPT_PH_BEGIN(t_softmax);
     /* online softmax per row */
     for (int64_t r = 0; r < R; r++) {
         const int64_t x = base + r;
@@ -520,6 +523,8 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                 vf_store(a + cc, vf_mul(vf_load(a + cc), vc));
         }
     }
+    OPT_PH_END(OPT_PH_SOFTMAX, t_softmax);
+    OPT_PH_BEGIN(t_pv);
     /* the P.V update, V in place (converted in registers) or converted to f32 */
     for (int64_t r = R; r < Rp; r++) { /* padding rows take part with weight 0 */
         memset(S_ + r * OPT_BK, 0, (size_t)nk * sizeof(float));
@@ -539,6 +544,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                          vt_->stride[3], Dv, Dvp);
         KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk, &pvpf);
     }
+    OPT_PH_END(OPT_PH_PV, t_pv);
 }
 
 static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
@@ -552,8 +558,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     int64_t k0, k1;
     smattn__chunk_keys(p->T, job->nchunks, OPT_CHUNK, c, &k0, &k1);
     int64_t kmin = INT64_MAX, kmax = 0;
+    OPT_PH_BEGIN(t_setup);
     for (int64_t u = 0; u < hg; u++)
         KN(unit_setup)(job, ws, u * Rp, b, g0 + u, i0, k0, k1, &kmin, &kmax);
+    OPT_PH_END(OPT_PH_SETUP, t_setup);
     /* Tiles sit on a fixed grid of OPT_BK keys (chunk starts are multiples of it), so a
      * row sees the same tiles, rescalings and summation order whichever rows share its
      * item: a GQA problem and its MHA expansion give the same bits. The walk is
@@ -573,6 +581,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         int64_t nk = smattn__tile_keys(kt, kmax, OPT_BK);
 #if VLEN > 1
         if (keys_outer) {
+            OPT_PH_BEGIN(t_scores);
             const int64_t D = p->D;
             const size_t es = smattn_dtype_size(kt_->dtype);
             const smattn_tensor *vt_ = &job->in->v;
@@ -600,6 +609,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                         KTN(qk_8x1, bf16)(qp, (const uint16_t *)(const void *)k, D, sc, OPT_BK);
                 }
             }
+            OPT_PH_END(OPT_PH_SCORES, t_scores);
         }
 #endif
         for (int64_t u = 0; u < hg; u++) {
@@ -615,6 +625,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         }
     }
 
+    OPT_PH_BEGIN(t_finish);
     /* results: split-K partials, or the finished rows */
     for (int64_t u = 0; u < hg; u++) {
         const int64_t base = u * Rp, g = g0 + u;
@@ -636,6 +647,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                                    ws->acc + (base + r) * Dvp, ws->slow[base + r]);
         }
     }
+    OPT_PH_END(OPT_PH_FINISH, t_finish);
 }
 
 /* ---- the softmax operation: one row ------------------------------------------------------- */
@@ -712,10 +724,21 @@ static int KN(write_o)(float *o, const float *acc, float l, int64_t n)
     return bad || vf_hsum(z) != 0.0f;
 }
 
+static void KN(axpy)(float *acc, const float *x, float w, int64_t n)
+{
+    vf vw = vf_set1(w);
+    int64_t k = 0;
+    for (; k + VLEN <= n; k += VLEN)
+        vf_store(acc + k, vf_fmadd(vf_load(x + k), vw, vf_load(acc + k)));
+    for (; k < n; k++)
+        acc[k] = fmaf(x[k], w, acc[k]);
+}
+
 const opt_isa KN(smattn__isa) = {
     .name = ISA_NAME,
     .attention_item = KN(attention_item),
     .softmax_row = KN(softmax_row),
     .expf = KN(expf1),
     .write_o = KN(write_o),
+    .axpy = KN(axpy),
 };

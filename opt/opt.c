@@ -228,10 +228,40 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     return 0;
 }
 
+#ifdef SMATTN_PHASES
+#include <stdatomic.h>
+#include <time.h>
+static _Thread_local int64_t phase_mine[OPT_NPH];
+static atomic_llong phase_total[OPT_NPH];
+int64_t smattn__phase_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+void smattn__phase_add(int phase, int64_t ns) { phase_mine[phase] += ns; }
+void smattn__phase_flush(void)
+{
+    for (int k = 0; k < OPT_NPH; k++) {
+        atomic_fetch_add(&phase_total[k], (long long)phase_mine[k]);
+        phase_mine[k] = 0;
+    }
+}
+void smattn__phases_take(double sec[OPT_NPH])
+{
+    for (int k = 0; k < OPT_NPH; k++)
+        sec[k] = 1e-9 * (double)atomic_exchange(&phase_total[k], 0);
+}
+#define OPT_PH_FLUSH() smattn__phase_flush()
+#else
+#define OPT_PH_FLUSH() ((void)0)
+#endif
+
 static void run_attention_item(void *ctx, int64_t item, int worker)
 {
     const opt_job *job = ctx;
     job->isa->attention_item(job, item, &job->ws[worker]);
+    OPT_PH_FLUSH();
 }
 
 static void run_softmax_item(void *ctx, int64_t item, int worker)
@@ -275,8 +305,7 @@ static void merge_chunks(opt_job *job)
                     continue;
                 float w = opt_exp(job, pr[0] - M);
                 L = fmaf(pr[1], w, L);
-                for (int64_t k = 0; k < p->Dv; k++)
-                    acc[k] = fmaf(pr[2 + k], w, acc[k]);
+                job->isa->axpy(acc, pr + 2, w, p->Dv);
             }
             smattn__opt_finish_row(job, b, h, i, M, L, acc, slow);
         }
@@ -357,8 +386,12 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     }
     if (!st) {
         smattn__pool_run(nt, job.items, att ? run_attention_item : run_softmax_item, &job);
-        if (job.nchunks > 1)
+        if (job.nchunks > 1) {
+            OPT_PH_BEGIN(t_merge);
             merge_chunks(&job);
+            OPT_PH_END(OPT_PH_MERGE, t_merge);
+            OPT_PH_FLUSH();
+        }
     }
     for (int k = 0; k < nt; k++)
         ws_free(&job.ws[k]);

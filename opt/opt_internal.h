@@ -86,6 +86,24 @@ static inline int64_t opt_unit_index(const opt_job *job, int64_t b, int64_t g, i
     return ((b * job->qtiles + qt) * job->nchunks + c) * job->p->Hkv + g;
 }
 
+/* Where the kernel's time goes, for `make bench-phases` only: built with -DSMATTN_PHASES,
+ * each thread adds the wall time of each phase of its work items (clock_gettime, about
+ * 20 ns per mark, a few marks per unit and tile); otherwise the marks are empty. */
+enum { OPT_PH_SETUP, OPT_PH_SCORES, OPT_PH_SOFTMAX, OPT_PH_PV, OPT_PH_FINISH, OPT_PH_MERGE,
+       OPT_NPH };
+#ifdef SMATTN_PHASES
+int64_t smattn__phase_now(void);
+void smattn__phase_add(int phase, int64_t ns);
+void smattn__phase_flush(void); /* this thread's sums into the totals */
+/* The totals in seconds since the last take, then zeroed. */
+void smattn__phases_take(double sec[OPT_NPH]);
+#define OPT_PH_BEGIN(v) const int64_t v = smattn__phase_now()
+#define OPT_PH_END(ph, v) smattn__phase_add(ph, smattn__phase_now() - (v))
+#else
+#define OPT_PH_BEGIN(v) ((void)0)
+#define OPT_PH_END(ph, v) ((void)0)
+#endif
+
 /* One ISA's entry points (kernel_<isa>.c). */
 typedef struct opt_isa {
     const char *name;
@@ -95,6 +113,9 @@ typedef struct opt_isa {
     /* o[c] = acc[c] / l + 0 for c < n (correctly rounded, as the scalar division); returns
      * nonzero if some o[c] is not finite */
     int (*write_o)(float *o, const float *acc, float l, int64_t n);
+    /* acc[k] = fma(x[k], w, acc[k]) for k < n: the split-K merge (in opt.c, built without
+     * ISA flags, fmaf is a call into libm: 0.7 ms of a 32768-key decode step) */
+    void (*axpy)(float *acc, const float *x, float w, int64_t n);
 } opt_isa;
 
 extern const opt_isa smattn__isa_scalar;
