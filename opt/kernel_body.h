@@ -162,23 +162,34 @@ static inline void opt_pf_line(opt_pfcur *c)
     do {                                                                                       \
         if (RB > (r)) {                                                                        \
             vf qq = vf_set1(q[(r) * ldq + d]);                                                 \
-            a##r##0 = vf_fmadd(qq, k0, a##r##0), a##r##1 = vf_fmadd(qq, k1, a##r##1);          \
-            a##r##2 = vf_fmadd(qq, k2, a##r##2), a##r##3 = vf_fmadd(qq, k3, a##r##3);          \
+            a##r##0 = vf_fmadd(qq, k0, a##r##0);                                               \
+            if (KV > 1)                                                                        \
+                a##r##1 = vf_fmadd(qq, k1, a##r##1);                                           \
+            if (KV > 2)                                                                        \
+                a##r##2 = vf_fmadd(qq, k2, a##r##2);                                           \
+            if (KV > 3)                                                                        \
+                a##r##3 = vf_fmadd(qq, k3, a##r##3);                                           \
         }                                                                                      \
     } while (0)
 #define QKT_STORE(r)                                                                           \
     do {                                                                                       \
         if (RB > (r)) {                                                                        \
-            vf_store(s + (r) * OPT_BK, a##r##0), vf_store(s + (r) * OPT_BK + VLEN, a##r##1);   \
-            vf_store(s + (r) * OPT_BK + 2 * VLEN, a##r##2);                                    \
-            vf_store(s + (r) * OPT_BK + 3 * VLEN, a##r##3);                                    \
+            vf_store(s + (r) * OPT_BK, a##r##0);                                               \
+            if (KV > 1)                                                                        \
+                vf_store(s + (r) * OPT_BK + VLEN, a##r##1);                                    \
+            if (KV > 2)                                                                        \
+                vf_store(s + (r) * OPT_BK + 2 * VLEN, a##r##2);                                \
+            if (KV > 3)                                                                        \
+                vf_store(s + (r) * OPT_BK + 3 * VLEN, a##r##3);                                \
         }                                                                                      \
     } while (0)
-/* s[r][0 .. 4 VLEN) = q_r . KT[.][0 .. 4 VLEN) for RB rows (q at stride ldq, s at OPT_BK) */
-#define QKT_DEFINE(N)                                                                          \
-    static void KN(qkt_##N)(const float *q, int64_t ldq, const float *kt, int64_t D, float *s)  \
+/* s[r][0 .. KV VLEN) = q_r . KT[.][0 .. KV VLEN) for RB rows (q at stride ldq, s at OPT_BK):
+ * a tile that ends early (the causal diagonal) takes fewer key vectors */
+#define QKT_DEFINE(N, K)                                                                       \
+    static void KN(qkt_##N##_##K)(const float *q, int64_t ldq, const float *kt, int64_t D,     \
+                                  float *s)                                                    \
     {                                                                                          \
-        const int RB = N;                                                                      \
+        const int RB = N, KV = K;                                                              \
         vf a00 = vf_zero(), a01 = vf_zero(), a02 = vf_zero(), a03 = vf_zero();                 \
         vf a10 = vf_zero(), a11 = vf_zero(), a12 = vf_zero(), a13 = vf_zero();                 \
         vf a20 = vf_zero(), a21 = vf_zero(), a22 = vf_zero(), a23 = vf_zero();                 \
@@ -187,8 +198,10 @@ static inline void opt_pf_line(opt_pfcur *c)
         vf a50 = vf_zero(), a51 = vf_zero(), a52 = vf_zero(), a53 = vf_zero();                 \
         for (int64_t d = 0; d < D; d++) {                                                      \
             const float *k = kt + d * OPT_BK;                                                  \
-            vf k0 = vf_load(k), k1 = vf_load(k + VLEN);                                        \
-            vf k2 = vf_load(k + 2 * VLEN), k3 = vf_load(k + 3 * VLEN);                         \
+            vf k0 = vf_load(k);                                                                \
+            vf k1 = KV > 1 ? vf_load(k + VLEN) : vf_zero();                                    \
+            vf k2 = KV > 2 ? vf_load(k + 2 * VLEN) : vf_zero();                                \
+            vf k3 = KV > 3 ? vf_load(k + 3 * VLEN) : vf_zero();                                \
             QKT_ROW(0);                                                                        \
             QKT_ROW(1);                                                                        \
             QKT_ROW(2);                                                                        \
@@ -203,31 +216,57 @@ static inline void opt_pf_line(opt_pfcur *c)
         QKT_STORE(4);                                                                          \
         QKT_STORE(5);                                                                          \
     }
-QKT_DEFINE(2)
-QKT_DEFINE(4)
-QKT_DEFINE(6)
+QKT_DEFINE(2, 1)
+QKT_DEFINE(4, 1)
+QKT_DEFINE(6, 1)
+QKT_DEFINE(2, 2)
+QKT_DEFINE(4, 2)
+QKT_DEFINE(6, 2)
+QKT_DEFINE(2, 3)
+QKT_DEFINE(4, 3)
+QKT_DEFINE(6, 3)
+QKT_DEFINE(2, 4)
+QKT_DEFINE(4, 4)
+QKT_DEFINE(6, 4)
 #undef QKT_DEFINE
 #undef QKT_STORE
 #undef QKT_ROW
 
-_Static_assert(OPT_BK % (4 * VLEN) == 0, "qkt_tile covers a tile in blocks of 4 vectors");
-/* S[r][j] for rows [0, Rp) (a multiple of 4; q rows at stride Dp) and the whole tile
- * (KT[d][j], OPT_BK keys; the keys past the tile's end get 0) */
+_Static_assert(OPT_BK == 4 * VLEN, "qkt_tile covers a tile with at most 4 key vectors");
+/* the row blocks of qkt_tile with K key vectors */
+#define QKT_ROWS(K)                                                                            \
+    do {                                                                                       \
+        int64_t r0 = 0;                                                                        \
+        for (; r0 + 6 <= Rp; r0 += 6)                                                          \
+            KN(qkt_6_##K)(Q + r0 * Dp, Dp, KT, D, S + r0 * OPT_BK);                            \
+        if (r0 + 4 <= Rp) {                                                                    \
+            KN(qkt_4_##K)(Q + r0 * Dp, Dp, KT, D, S + r0 * OPT_BK);                            \
+            r0 += 4;                                                                           \
+        }                                                                                      \
+        for (; r0 < Rp; r0 += 2)                                                               \
+            KN(qkt_2_##K)(Q + r0 * Dp, Dp, KT, D, S + r0 * OPT_BK);                            \
+    } while (0)
+/* S[r][j] for rows [0, Rp) (a multiple of 4; q rows at stride Dp) and the keys j < nk,
+ * rounded up to whole vectors (KT[d][j]; the keys past nk are zeros); S past those is not
+ * written */
 static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
-                         float *S)
+                         float *S, int64_t nk)
 {
-    for (int64_t j0 = 0; j0 < OPT_BK; j0 += 4 * VLEN) {
-        int64_t r0 = 0;
-        for (; r0 + 6 <= Rp; r0 += 6)
-            KN(qkt_6)(Q + r0 * Dp, Dp, KT + j0, D, S + r0 * OPT_BK + j0);
-        if (r0 + 4 <= Rp) {
-            KN(qkt_4)(Q + r0 * Dp, Dp, KT + j0, D, S + r0 * OPT_BK + j0);
-            r0 += 4;
-        }
-        for (; r0 < Rp; r0 += 2)
-            KN(qkt_2)(Q + r0 * Dp, Dp, KT + j0, D, S + r0 * OPT_BK + j0);
+    switch ((nk + VLEN - 1) / VLEN) {
+    case 1:
+        QKT_ROWS(1);
+        break;
+    case 2:
+        QKT_ROWS(2);
+        break;
+    case 3:
+        QKT_ROWS(3);
+        break;
+    default:
+        QKT_ROWS(4);
     }
 }
+#undef QKT_ROWS
 #endif
 
 /* ---- scores of one tile -------------------------------------------------------------------- */
@@ -457,7 +496,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                                  kt_->stride[3], D, Dp);
                 KTN(transpose_tile, f32)(ws->kt, Dp, nk, Dp, ws->ktt, &pf);
             }
-            KN(qkt_tile)(Q, Rp, D, Dp, ws->ktt, S_);
+            KN(qkt_tile)(Q, Rp, D, Dp, ws->ktt, S_, nk);
         } else
 #endif
         if (k_direct && kt_->dtype == SMATTN_F32) {

@@ -198,13 +198,15 @@ static void TN(qk_tile)(const float *Q, const float *QP, int64_t R, int64_t Rp, 
 }
 
 #if VLEN == 16
-/* KT[d][j] = k_j[d] for d < Dp, j < OPT_BK: the tile transposed for the many-row QK kernel
- * (KN(qkt_tile)), keys past nk as zeros. Exact: moves and exact conversions. The next
- * unit's rows named by pf are requested along the way. */
+/* KT[d][j] = k_j[d] for d < Dp and j < nk rounded up to a whole vector (the columns
+ * KN(qkt_tile) reads), keys past nk as zeros: the tile transposed for the many-row QK
+ * kernel. Exact: moves and exact conversions. The next unit's rows named by pf are
+ * requested along the way. */
 static void TN(transpose_tile)(const TILE_T *K, int64_t ldk, int64_t nk, int64_t Dp, float *KT,
                                const opt_prefetch *pf)
 {
-    for (int64_t j0 = 0; j0 < OPT_BK; j0 += VLEN) {
+    int64_t j0 = 0;
+    for (; j0 < nk; j0 += VLEN) {
         opt_prefetch_rows(pf, j0, j0 + VLEN);
         for (int64_t d0 = 0; d0 < Dp; d0 += VLEN) {
             vf r[VLEN];
@@ -214,6 +216,7 @@ static void TN(transpose_tile)(const TILE_T *K, int64_t ldk, int64_t nk, int64_t
             vf_transpose_store(r, KT + d0 * OPT_BK + j0, OPT_BK);
         }
     }
+    opt_prefetch_rows(pf, j0, OPT_BK); /* the rest of the next unit's rows */
 }
 #endif
 
