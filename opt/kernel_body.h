@@ -54,6 +54,36 @@ static inline vf KN(vexp)(vf x)
     return y;
 }
 
+/* vexp for x <= 0 or -inf only (the softmax's s - max and m_old - m_new), with the same
+ * result bits: there the upper clamps and the +inf select are no-ops, and 2^n needs no
+ * split, since n < -126 only where x < -87.3365 and the result is flushed to +0 anyway
+ * (the garbage 2^n of such lanes is discarded by the flush). `make check-exp` and
+ * test_opt compare the two over binary32 inputs in [-104, 0]. */
+static inline vf KN(vexp_le0)(vf x)
+{
+    vf xc = vf_select_lt(x, -100.0f, vf_set1(-100.0f), x);
+    vf n = vf_round(vf_mul(xc, vf_set1(0x1.715476p+0f)));
+    vf r = vf_fmadd(n, vf_set1(-0x1.62e4p-1f), xc);
+    r = vf_fmadd(n, vf_set1(-0x1.7f7d1cp-20f), r);
+    vf p = vf_set1(0x1.a01a02p-13f);
+    p = vf_fmadd(p, r, vf_set1(0x1.6c16c2p-10f));
+    p = vf_fmadd(p, r, vf_set1(0x1.111112p-7f));
+    p = vf_fmadd(p, r, vf_set1(0x1.555556p-5f));
+    p = vf_fmadd(p, r, vf_set1(0x1.555556p-3f));
+    p = vf_fmadd(p, r, vf_set1(0x1p-1f));
+    p = vf_fmadd(p, r, vf_set1(1.0f));
+    p = vf_fmadd(p, r, vf_set1(1.0f));
+    vf y = vf_mul(p, vf_pow2i(n));
+    return vf_select_lt(x, -87.33654f, vf_zero(), y); /* flush */
+}
+
+static float KN(expf_le0)(float x)
+{
+    float t[VLEN];
+    vf_store(t, KN(vexp_le0)(vf_set1(x)));
+    return t[0];
+}
+
 static float KN(expf1)(float x)
 {
     float t[VLEN];
@@ -514,12 +544,20 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     }
     OPT_PH_END(OPT_PH_SCORES, t_scores);
     OPT_PH_BEGIN(t_softmax);
-    /* online softmax per row */
+    /* online softmax, in three passes over the rows so that each pass's work per row is
+     * short and independent of the other rows' (one row's chain of max, exp and sums,
+     * latency-bound, left the vector units idle): (1) each row's tile max and new running
+     * max, (2) its weights and their sum, (3) the corrections e^(m_old - m_new) of VLEN
+     * rows at a time (e^-inf = 0 for a row's first tile, e^0 = 1 when the max does not
+     * move: the values a row-by-row evaluation gives), then l and acc */
+    float *const MT = ws->mt + base, *const DM = ws->dm + base, *const SM = ws->sm + base;
     for (int64_t r = 0; r < R; r++) {
         const int64_t x = base + r;
         unsigned char *vis = VIS + r * OPT_BK;
         float *s = S_ + r * OPT_BK;
         ws->full[x] = 0;
+        ws->act[x] = 0;
+        DM[r] = 0.0f;
         /* proved: a skipped row has no visible key in the tile */
         if (smattn__tile_skips(ws->lo[x], ws->hi[x], kt, nk) || ws->slow[x]) {
             memset(vis, 0, (size_t)nk);
@@ -538,23 +576,37 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             continue;
         }
         float mold = ws->m[x], mnew = mold > tmax ? mold : tmax;
-        /* e^0 is exactly 1 (vexp), and a corr of 1 leaves l and acc as they are */
-        float corr = mold == -HUGE_VALF ? 0.0f : mold == mnew ? 1.0f : KN(expf1)(mold - mnew);
+        ws->act[x] = 1;
+        MT[r] = mnew;
+        DM[r] = mold - mnew; /* -inf for the first tile, 0 when the max stays */
+    }
+    /* whole vectors only, the lanes past the tile set to -inf (weight 0): the sum's order
+     * then does not depend on the tile's length */
+    const int64_t nkv = (nk + VLEN - 1) / VLEN * VLEN;
+    for (int64_t r = 0; r < R; r++) {
+        if (!ws->act[base + r])
+            continue;
+        float *s = S_ + r * OPT_BK;
         vf vsum = vf_zero();
-        vf vm = vf_set1(mnew);
-        /* whole vectors only, the lanes past the tile set to -inf (weight 0): the sum's
-         * order then does not depend on the tile's length */
-        int64_t nkv = (nk + VLEN - 1) / VLEN * VLEN;
+        vf vm = vf_set1(MT[r]);
         for (int64_t jj = nk; jj < nkv; jj++)
             s[jj] = -HUGE_VALF;
         for (int64_t jj = 0; jj < nkv; jj += VLEN) {
-            vf e = KN(vexp)(vf_sub(vf_load(s + jj), vm));
+            vf e = KN(vexp_le0)(vf_sub(vf_load(s + jj), vm));
             vf_store(s + jj, e);
             vsum = vf_add(vsum, e);
         }
-        float sum = vf_hsum(vsum);
-        ws->l[x] = ws->l[x] * corr + sum;
-        ws->m[x] = mnew;
+        SM[r] = vf_hsum(vsum);
+    }
+    for (int64_t r0 = 0; r0 < R; r0 += VLEN) /* DM has VLEN - 1 rows of zero padding */
+        vf_store(DM + r0, KN(vexp_le0)(vf_load(DM + r0)));
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t x = base + r;
+        if (!ws->act[x])
+            continue;
+        const float corr = DM[r];
+        ws->l[x] = ws->l[x] * corr + SM[r];
+        ws->m[x] = MT[r];
         if (corr != 1.0f) {
             float *a = ACC + r * Dvp;
             vf vc = vf_set1(corr);
@@ -778,6 +830,7 @@ const opt_isa KN(smattn__isa) = {
     .attention_item = KN(attention_item),
     .softmax_row = KN(softmax_row),
     .expf = KN(expf1),
+    .expf_le0 = KN(expf_le0),
     .write_o = KN(write_o),
     .axpy = KN(axpy),
 };

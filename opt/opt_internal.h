@@ -40,6 +40,9 @@ typedef struct opt_ws {
     int64_t *lo, *hi; /* [R] each row's key range */
     unsigned char *slow; /* [R] the row needs the exact-enough path */
     unsigned char *full; /* [R] every key of the current tile is visible to the row */
+    unsigned char *act;  /* [R] the row has visible keys in the current tile */
+    float *mt, *sm;      /* [R] the current tile's new running max, its weights' sum */
+    float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
 } opt_ws;
 
 struct opt_isa;
@@ -110,6 +113,7 @@ typedef struct opt_isa {
     void (*attention_item)(const opt_job *job, int64_t item, opt_ws *ws);
     void (*softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i, opt_ws *ws);
     float (*expf)(float x); /* the kernel's exp, for the exhaustive accuracy check */
+    float (*expf_le0)(float x); /* its x <= 0 variant (the softmax's): the same bits there */
     /* o[c] = acc[c] / l + 0 for c < n (correctly rounded, as the scalar division); returns
      * nonzero if some o[c] is not finite */
     int (*write_o)(float *o, const float *acc, float l, int64_t n);

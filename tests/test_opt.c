@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opt/opt_internal.h"
 #include "smattn.h"
 #include "tests/support/testkit.h"
 
@@ -678,6 +679,51 @@ START_TEST(opt_concurrent_callers)
 }
 END_TEST
 
+/* The softmax's exp for x <= 0 (vexp_le0) gives the bits of the general one there: a
+ * sample of every binary32 in [-104, 0] (every 997th pattern, and the patterns around the
+ * flush threshold and the ends); `make check-exp` compares all of them. */
+START_TEST(opt_exp_le0_same_bits)
+{
+    const opt_isa *all[] = {&smattn__isa_scalar, &smattn__isa_avx2, &smattn__isa_avx512};
+    const float edge[] = {-0.0f, -FLT_TRUE_MIN, -FLT_MIN, -87.33654f, -87.3365f, -87.0f,
+                          -88.0f, -100.0f, -103.9f, -104.0f, -HUGE_VALF};
+    uint32_t last;
+    float f = -104.0f;
+    memcpy(&last, &f, sizeof last);
+    int checked = 0;
+    for (int k = 0; k < 3; k++) {
+        if (!smattn_opt_isa_available(all[k]->name))
+            continue;
+        long differ = 0, n = 0;
+        for (uint64_t u = 0x80000000u; u <= last; u += 997) {
+            uint32_t b = (uint32_t)u;
+            float x;
+            memcpy(&x, &b, sizeof x);
+            float a = all[k]->expf(x), c = all[k]->expf_le0(x);
+            differ += memcmp(&a, &c, sizeof a) != 0;
+            n++;
+        }
+        for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++)
+            for (int d = -3; d <= 3; d++) { /* the neighbouring patterns too */
+                float x = edge[e];
+                uint32_t b;
+                memcpy(&b, &x, sizeof b);
+                b = (uint32_t)((int64_t)b + d);
+                memcpy(&x, &b, sizeof x);
+                if (!(x <= 0.0f) || x < -HUGE_VALF)
+                    continue;
+                float a = all[k]->expf(x), c = all[k]->expf_le0(x);
+                differ += memcmp(&a, &c, sizeof a) != 0;
+                n++;
+            }
+        ck_assert_msg(differ == 0, "%s: exp_le0 differs from exp on %ld of %ld inputs",
+                      all[k]->name, differ, n);
+        checked++;
+    }
+    ck_assert_int_ge(checked, 1);
+}
+END_TEST
+
 Suite *opt_suite(void);
 Suite *opt_suite(void)
 {
@@ -693,6 +739,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_softmax_within_bound);
     tcase_add_test(tc, opt_rejects);
     tcase_add_test(tc, opt_concurrent_callers);
+    tcase_add_test(tc, opt_exp_le0_same_bits);
     suite_add_tcase(s, tc);
     return s;
 }
