@@ -180,14 +180,17 @@ static inline void opt_pf_line(opt_pfcur *c)
 #include "opt/kernel_tile.h"
 
 /* ---- scores of many rows: keys in the lanes ----------------------------------------------
- * With 32 vector registers and S >= 16 (job->qkt), the tile is transposed once per unit (KT[d][j]) and
+ * With vectors and S >= 16 (job->qkt), the tile is transposed once per unit (KT[d][j]) and
  * S[r][j] = sum_d q_r[d] KT[d][j] accumulates along d in one fma chain per (row, key), the
  * keys in the lanes: no horizontal sums, and the transposition is shared by every row of
  * the unit. Each (row, key) gets the same serial sum whichever block computes it (SPEC 6.1
  * A2 allows any order). The choice reads S and the ISA only, so a GQA problem and its MHA
  * expansion (and every thread count) take the same path. */
-#if VLEN == 16 /* 32 registers: 6 rows x 4 vectors = 24 accumulators (with 16 registers, the
-                 * blocks small enough to fit were slower than the 8-row hsum kernel) */
+#if VLEN >= 8 /* blocks of 6 rows x QKT_KB vectors: 24 of AVX-512's 32 registers, 12 of
+                * AVX2's 16 (+ 2 key vectors and a broadcast): 95-110 GFLOP/s on one core
+                * in L1 with AVX2 against 56-68 for the 8-row hsum kernel (an earlier 2 x 4
+                * block, 8 accumulators, was slower than it) */
+#define QKT_KB (VLEN == 16 ? 4 : 2) /* key vectors per block */
 #define QKT_ROW(r)                                                                             \
     do {                                                                                       \
         if (RB > (r)) {                                                                        \
@@ -252,29 +255,31 @@ QKT_DEFINE(6, 1)
 QKT_DEFINE(2, 2)
 QKT_DEFINE(4, 2)
 QKT_DEFINE(6, 2)
+#if VLEN == 16
 QKT_DEFINE(2, 3)
 QKT_DEFINE(4, 3)
 QKT_DEFINE(6, 3)
 QKT_DEFINE(2, 4)
 QKT_DEFINE(4, 4)
 QKT_DEFINE(6, 4)
+#endif
 #undef QKT_DEFINE
 #undef QKT_STORE
 #undef QKT_ROW
 
-_Static_assert(OPT_BK == 4 * VLEN, "qkt_tile covers a tile with at most 4 key vectors");
+_Static_assert(OPT_BK % (QKT_KB * VLEN) == 0, "qkt_tile covers a tile in whole blocks");
 /* the row blocks of qkt_tile with K key vectors */
 #define QKT_ROWS(K)                                                                            \
     do {                                                                                       \
         int64_t r0 = 0;                                                                        \
         for (; r0 + 6 <= Rp; r0 += 6)                                                          \
-            KN(qkt_6_##K)(Q + r0 * Dp, Dp, KT, D, S + r0 * OPT_BK);                            \
+            KN(qkt_6_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
         if (r0 + 4 <= Rp) {                                                                    \
-            KN(qkt_4_##K)(Q + r0 * Dp, Dp, KT, D, S + r0 * OPT_BK);                            \
+            KN(qkt_4_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
             r0 += 4;                                                                           \
         }                                                                                      \
         for (; r0 < Rp; r0 += 2)                                                               \
-            KN(qkt_2_##K)(Q + r0 * Dp, Dp, KT, D, S + r0 * OPT_BK);                            \
+            KN(qkt_2_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
     } while (0)
 /* S[r][j] for rows [0, Rp) (a multiple of 4; q rows at stride Dp) and the keys j < nk,
  * rounded up to whole vectors (KT[d][j]; the keys past nk are zeros); S past those is not
@@ -282,21 +287,32 @@ _Static_assert(OPT_BK == 4 * VLEN, "qkt_tile covers a tile with at most 4 key ve
 static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
                          float *S, int64_t nk)
 {
-    switch ((nk + VLEN - 1) / VLEN) {
-    case 1:
-        QKT_ROWS(1);
-        break;
-    case 2:
-        QKT_ROWS(2);
-        break;
-    case 3:
-        QKT_ROWS(3);
-        break;
-    default:
-        QKT_ROWS(4);
+    for (int64_t j0 = 0; j0 < nk; j0 += QKT_KB * VLEN) {
+        const float *kt = KT + j0;
+        float *s = S + j0;
+        int64_t nv = (nk - j0 + VLEN - 1) / VLEN;
+        switch (nv < QKT_KB ? nv : QKT_KB) {
+        case 1:
+            QKT_ROWS(1);
+            break;
+#if VLEN == 16
+        case 2:
+            QKT_ROWS(2);
+            break;
+        case 3:
+            QKT_ROWS(3);
+            break;
+        default:
+            QKT_ROWS(4);
+#else
+        default:
+            QKT_ROWS(2);
+#endif
+        }
     }
 }
 #undef QKT_ROWS
+#undef QKT_KB
 #endif
 
 /* ---- scores of one tile -------------------------------------------------------------------- */
@@ -450,8 +466,8 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
         memset(ws->acc + (base + r) * Dvp, 0, (size_t)Dvp * sizeof(float));
     }
     /* blocks of 8 rows packed for the QK micro-kernel: [d / VLEN][8 rows][VLEN] (not
-     * used when the scores take the keys in the lanes: job->qkt with 16 lanes only) */
-    const int packed = VLEN > 1 && !(VLEN == 16 && job->qkt);
+     * used when the scores take the keys in the lanes: job->qkt with vectors) */
+    const int packed = VLEN > 1 && !(VLEN >= 8 && job->qkt);
     for (int64_t r0 = 0; packed && r0 + 8 <= Rp; r0 += 8) {
         const float *q = ws->q + (base + r0) * Dp;
         float *qp = ws->qp + (base + r0) * Dp;
@@ -512,7 +528,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         /* scores for every row of the unit against the tile: K in place (converted in
          * registers) when its rows are unit-stride whole vectors, else converted to f32 */
         const int64_t koff = smattn__off4(kt_->stride, b, kt, g, 0), ldk = kt_->stride[1];
-#if VLEN == 16
+#if VLEN >= 8
         if (job->qkt) { /* many rows: the tile transposed once, keys in the lanes */
             if (k_direct && kt_->dtype == SMATTN_F32) {
                 KTN(transpose_tile, f32)((const float *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);

@@ -197,7 +197,7 @@ static void TN(qk_tile)(const float *Q, const float *QP, int64_t R, int64_t Rp, 
     }
 }
 
-#if VLEN == 16
+#if VLEN >= 8
 /* KT[d][j] = k_j[d] for d < Dp and j < nk rounded up to a whole vector (the columns
  * KN(qkt_tile) reads), keys past nk as zeros: the tile transposed for the many-row QK
  * kernel. Exact: moves and exact conversions. The next unit's rows named by pf are
