@@ -28,12 +28,9 @@
  * the normal range: SPEC 6's "tiny" is FLT_MIN for it), above 88.72 give +inf, NaN gives
  * NaN. Maximum error over every binary32 input, measured by `make check-exp` against a
  * correctly rounded reference: see OPT_EXP_ULPS in smattn.h. */
-static inline vf KN(vexp)(vf x)
+/* The shared core: n = round(xc log2 e) and e^r for r = xc - n ln2, for |xc| <= 100 */
+static inline vf KN(vexp_core)(vf xc, vf *n_out)
 {
-    /* work on x clamped to [-100, 100] so every integer below is small; the ends are
-     * fixed by the selects at the bottom, a NaN x stays NaN through r and p */
-    vf xc = vf_select_lt(x, -100.0f, vf_set1(-100.0f), x);
-    xc = vf_select_lt(vf_sub(vf_set1(100.0f), xc), 0.0f, vf_set1(100.0f), xc);
     vf n = vf_round(vf_mul(xc, vf_set1(0x1.715476p+0f)));
     vf r = vf_fmadd(n, vf_set1(-0x1.62e4p-1f), xc);   /* exact: ln2_hi has 16 bits */
     r = vf_fmadd(n, vf_set1(-0x1.7f7d1cp-20f), r);
@@ -45,6 +42,17 @@ static inline vf KN(vexp)(vf x)
     p = vf_fmadd(p, r, vf_set1(0x1p-1f));
     p = vf_fmadd(p, r, vf_set1(1.0f));
     p = vf_fmadd(p, r, vf_set1(1.0f));
+    *n_out = n;
+    return p;
+}
+
+static inline vf KN(vexp)(vf x)
+{
+    /* work on x clamped to [-100, 100] so every integer below is small; the ends are
+     * fixed by the selects at the bottom, a NaN x stays NaN through r and p */
+    vf xc = vf_select_lt(x, -100.0f, vf_set1(-100.0f), x);
+    xc = vf_select_lt(vf_sub(vf_set1(100.0f), xc), 0.0f, vf_set1(100.0f), xc);
+    vf n, p = KN(vexp_core)(xc, &n);
     /* 2^n as 2^nc * 2^(n - nc) with nc in the normal exponent range */
     vf nc = vf_select_lt(n, -126.0f, vf_set1(-126.0f), n);
     nc = vf_select_lt(nc, 127.0f, nc, vf_set1(127.0f));
@@ -61,20 +69,8 @@ static inline vf KN(vexp)(vf x)
  * test_opt compare the two over binary32 inputs in [-104, 0]. */
 static inline vf KN(vexp_le0)(vf x)
 {
-    vf xc = vf_select_lt(x, -100.0f, vf_set1(-100.0f), x);
-    vf n = vf_round(vf_mul(xc, vf_set1(0x1.715476p+0f)));
-    vf r = vf_fmadd(n, vf_set1(-0x1.62e4p-1f), xc);
-    r = vf_fmadd(n, vf_set1(-0x1.7f7d1cp-20f), r);
-    vf p = vf_set1(0x1.a01a02p-13f);
-    p = vf_fmadd(p, r, vf_set1(0x1.6c16c2p-10f));
-    p = vf_fmadd(p, r, vf_set1(0x1.111112p-7f));
-    p = vf_fmadd(p, r, vf_set1(0x1.555556p-5f));
-    p = vf_fmadd(p, r, vf_set1(0x1.555556p-3f));
-    p = vf_fmadd(p, r, vf_set1(0x1p-1f));
-    p = vf_fmadd(p, r, vf_set1(1.0f));
-    p = vf_fmadd(p, r, vf_set1(1.0f));
-    vf y = vf_mul(p, vf_pow2i(n));
-    return vf_select_lt(x, -87.33654f, vf_zero(), y); /* flush */
+    vf n, p = KN(vexp_core)(vf_select_lt(x, -100.0f, vf_set1(-100.0f), x), &n);
+    return vf_select_lt(x, -87.33654f, vf_zero(), vf_mul(p, vf_pow2i(n))); /* flush */
 }
 
 static float KN(expf_le0)(float x)
