@@ -39,7 +39,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases \
+.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles \
         check-exp format
 all: deps cli
 
@@ -138,6 +138,17 @@ bench: deps $(BUILD)/bench_opt
 bench-phases: deps
 	@$(MAKE) --no-print-directory BUILD=build-phases DEFS=-DSMATTN_PHASES build-phases/bench_opt
 	build-phases/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA))
+
+# The micro-kernels alone on a tile that stays in cache, one thread: their ceiling
+# (bench/tiles_body.h over each vector instance of the kernel body).
+TILES_SRC := bench/bench_tiles.c bench/tiles_avx2.c bench/tiles_avx512.c bench/bench_machine.c \
+             bench/peak_fma_avx2.c bench/peak_fma_avx512.c
+$(BUILD)/bench/tiles_avx2.o: ISAFLAGS := -mavx2 -mfma -mf16c
+$(BUILD)/bench/tiles_avx512.o: ISAFLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
+$(BUILD)/bench_tiles: $(call obj,$(TILES_SRC)) $(LIB)
+	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-tiles: deps $(BUILD)/bench_tiles
+	$(BUILD)/bench_tiles
 
 # A floor for the decode step: its K and V read with no arithmetic, in the kernel's order
 # and in address order, beside the STREAM triad of the same run (bench/bench_read.c).

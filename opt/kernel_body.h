@@ -183,8 +183,9 @@ static inline void opt_pf_line(opt_pfcur *c)
  * A2 allows any order). The choice reads S and the ISA only, so a GQA problem and its MHA
  * expansion (and every thread count) take the same path. */
 #if VLEN >= 8 /* blocks of 6 rows x QKT_KB vectors: 24 of AVX-512's 32 registers, 12 of
-                * AVX2's 16 (+ 2 key vectors and a broadcast): 95-110 GFLOP/s on one core
-                * in L1 with AVX2 against 56-68 for the 8-row hsum kernel (an earlier 2 x 4
+                * AVX2's 16 (+ 2 key vectors and a broadcast): `make bench-tiles` gives
+                * 84-93 GFLOP/s on one AVX2 core against 59-74 for the 8-row hsum kernel
+                * (an earlier 2 x 4
                 * block, 8 accumulators, was slower than it) */
 #define QKT_KB (VLEN == 16 ? 4 : 2) /* key vectors per block */
 #define QKT_ROW(r)                                                                             \

@@ -1,0 +1,35 @@
+/* bench_tiles.c: `make bench-tiles`: the kernel's micro-kernels alone, one thread, on a
+ * tile that stays in cache, beside one core's measured FMA peak: what the scores and the
+ * P.V could reach if memory and the surrounding work cost nothing (`make bench-phases`
+ * gives what they reach inside the kernel). */
+#include <stdio.h>
+
+#include "bench/bench_machine.h"
+#include "bench/bench_tiles.h"
+#include "smattn.h"
+
+int main(void)
+{
+    printf("bench-tiles: micro-kernels on one 64-row x 64-key tile, D = Dv = 128, f32, one "
+           "thread, best of 5 rounds of 2000 calls\n\n");
+    printf("%-7s %10s %14s %14s %14s %16s\n", "ISA", "FMA peak", "qk (hsum)", "qkt (lanes)",
+           "p.v (full)", "transposition");
+    static const char *const isas[] = {"avx2", "avx512"};
+    for (int k = 0; k < 2; k++) {
+        if (!smattn_opt_isa_available(isas[k]) || !bench_fma_available(isas[k]))
+            continue;
+        bench_tiles_result r;
+        if (k == 0)
+            bench_tiles_avx2(&r);
+        else
+            bench_tiles_avx512(&r);
+        double peak = bench_fma_peak(isas[k], 1, 5, 0.15);
+        printf("%-7s %10.1f %7.1f (%3.0f%%) %7.1f (%3.0f%%) %7.1f (%3.0f%%) %10.0f ns\n", isas[k],
+               peak, r.qk, 100 * r.qk / peak, r.qkt, 100 * r.qkt / peak, r.pv, 100 * r.pv / peak,
+               r.transpose_ns);
+    }
+    printf("\nGFLOP/s: 2 * 64 * 64 * 128 flops per call; in parentheses, of one core's FMA peak "
+           "(the same ISA's loop).\ntransposition: one 64-key tile of K into the lanes layout "
+           "(qkt's input).\n");
+    return 0;
+}
