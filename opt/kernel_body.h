@@ -569,7 +569,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         unsigned char *vis = VIS + r * OPT_BK;
         float *s = S_ + r * OPT_BK;
         ws->full[x] = 0;
-        ws->act[x] = 0;
+        MT[r] = -HUGE_VALF; /* no weights from this tile (a visible row's max is finite) */
         DM[r] = 0.0f;
         /* proved: a skipped row has no visible key in the tile */
         if (smattn__tile_skips(ws->lo[x], ws->hi[x], kt, nk) || ws->slow[x]) {
@@ -589,7 +589,6 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             continue;
         }
         float mold = ws->m[x], mnew = mold > tmax ? mold : tmax;
-        ws->act[x] = 1;
         MT[r] = mnew;
         DM[r] = mold - mnew; /* -inf for the first tile, 0 when the max stays */
     }
@@ -597,7 +596,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * then does not depend on the tile's length */
     const int64_t nkv = (nk + VLEN - 1) / VLEN * VLEN;
     for (int64_t r = 0; r < R; r++) {
-        if (!ws->act[base + r])
+        if (MT[r] == -HUGE_VALF)
             continue;
         float *s = S_ + r * OPT_BK;
         vf vsum = vf_zero();
@@ -615,7 +614,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         vf_store(DM + r0, KN(vexp_le0)(vf_load(DM + r0)));
     for (int64_t r = 0; r < R; r++) {
         const int64_t x = base + r;
-        if (!ws->act[x])
+        if (MT[r] == -HUGE_VALF)
             continue;
         const float corr = DM[r];
         ws->l[x] = ws->l[x] * corr + SM[r];

@@ -197,7 +197,7 @@ static void ws_free(opt_ws *w)
 {
     free(w->q), free(w->qp), free(w->kt), free(w->ktt), free(w->v), free(w->s), free(w->vis), free(w->acc);
     free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
-    free(w->act), free(w->mt), free(w->sm), free(w->dm);
+    free(w->mt), free(w->sm), free(w->dm);
 }
 
 static int ws_alloc(opt_ws *w, const opt_job *job)
@@ -221,12 +221,11 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->hi = malloc(R * sizeof(int64_t));
     w->slow = malloc(R);
     w->full = malloc(R);
-    w->act = malloc(R);
     w->mt = malloc(R * sizeof(float));
     w->sm = malloc(R * sizeof(float));
     w->dm = calloc(R + 16, sizeof(float)); /* the padding read by whole vectors stays 0 */
     if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
-        !w->hi || !w->slow || !w->full || !w->act || !w->mt || !w->sm || !w->dm) {
+        !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm) {
         ws_free(w);
         return -1;
     }

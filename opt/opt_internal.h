@@ -40,8 +40,8 @@ typedef struct opt_ws {
     int64_t *lo, *hi; /* [R] each row's key range */
     unsigned char *slow; /* [R] the row needs the exact-enough path */
     unsigned char *full; /* [R] every key of the current tile is visible to the row */
-    unsigned char *act;  /* [R] the row has visible keys in the current tile */
-    float *mt, *sm;      /* [R] the current tile's new running max, its weights' sum */
+    float *mt, *sm;      /* [R] the current tile's new running max (-inf: no weights from
+                          * this tile), its weights' sum */
     float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
 } opt_ws;
 
