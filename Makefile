@@ -2,6 +2,8 @@
 # each first makes sure the Debian packages it needs are present (mk/deps.sh).
 .SUFFIXES:
 .DELETE_ON_ERROR:
+# keep intermediate objects: make check must end on its summary, not on an rm
+.SECONDARY:
 SHELL := /bin/bash
 
 CC      ?= gcc

@@ -4,7 +4,12 @@
 # Debian-like system the missing ones are installed with apt-get; elsewhere the
 # script names them and fails, so that nothing half-built follows.
 set -eu
-missing=""
+# `make -j` may start this twice at once (deps and deps-check): one apt-get at a time.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"${TMPDIR:-/tmp}/smattn-deps.lock"
+  flock 9
+fi
+missing=""""
 for p in "$@"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing="$missing $p"

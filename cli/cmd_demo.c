@@ -1,7 +1,6 @@
-/* smattn.c: the command-line tool: run the oracle or the optimised kernel on a case
- * directory, replay the golden vectors as a readable demo, print the version. Exit codes:
- * 0 success, 1 a golden vector did not match (demo), 2 bad usage or bad input (including
- * a dtype the kernel does not take), 3 the oracle or the kernel failed. */
+/* cmd_demo.c: `smattn demo`: the seeds' worked examples beside their exact values, every
+ * golden vector replayed bit for bit in four dtypes, and the fast kernel checked against
+ * the oracle on Qwen2.5-7B-shaped problems. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -10,276 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
-#include "cli/conform.h"
-#include "io/case.h"
+#include "cli/cli.h"
 #include "io/vector.h"
 #include "smattn.h"
-
-enum { EXIT_OK = 0, EXIT_MISMATCH = 1, EXIT_INPUT = 2, EXIT_ORACLE = 3 };
-
-/* Which implementation a case runs through. */
-typedef enum engine { ENGINE_REF, ENGINE_OPT } engine;
-
-static const char usage_text[] =
-    "usage: smattn COMMAND [ARGS]\n"
-    "\n"
-    "commands:\n"
-    "  ref CASE OUT [--dtype f64|f32|f16|bf16] [--weights] [--threads N]\n"
-    "      Load the case directory CASE (q.npy k.npy v.npy, or x.npy for a softmax;\n"
-    "      optional bias.npy mask.npy sinks.npy case.json), run the exact oracle and\n"
-    "      write OUT/o.npy and OUT/lse.npy (softmax: OUT/p.npy and OUT/lse.npy), plus\n"
-    "      OUT/p.npy with --weights. Outputs are correctly rounded in --dtype (default\n"
-    "      f64; bf16 is written as '<u2' bit patterns). --threads 0 uses every core.\n"
-    "  opt CASE OUT [--threads N] [--isa scalar|avx2|avx512] [--weights]\n"
-    "      The same case and outputs as ref, computed by the optimised kernel\n"
-    "      (smattn_attention, or smattn_softmax for x.npy) and written as f32. The\n"
-    "      kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16; any\n"
-    "      other dtype exits with 2. --isa forces an ISA the CPU has (default: the\n"
-    "      active one, which SMATTN_ISA may set). --threads 0 uses every core.\n"
-    "  demo [DIR] [--vectors-only]\n"
-    "      Show the seeds' worked examples beside their exact values, replay every\n"
-    "      golden vector DIR/*.json (default spec/vectors) through the oracle in all\n"
-    "      four dtypes bit for bit, then check the fast kernel against the oracle on\n"
-    "      three Qwen2.5-7B-shaped problems under the SPEC 6 bound (skipped with\n"
-    "      --vectors-only).\n"
-    "  conform [--kernel K.so|builtin] [--suite quick|full] [--seed N] [--time SECONDS]\n"
-    "          [--case-timeout SECONDS] [--only PREFIX,...] [--json F] [--junit F]\n"
-    "          [--baseline F] [--html F] [--vectors DIR]\n"
-    "      Judge an attention kernel (a plugin, include/smattn_kernel.h; default: the\n"
-    "      built-in one) on a battery of cases against the exact oracle and the SPEC 6\n"
-    "      bound: a table by category and a verdict. Exit 0 conforming, 1 not (or a\n"
-    "      --baseline regression), 2 bad usage or a kernel that cannot be loaded.\n"
-    "  gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16] [--empty zero|nan|mean]\n"
-    "      [--empty-lse neg_inf|pos_inf|zero] OUT\n"
-    "      Write the battery as case directories under OUT, with OUT/manifest.json.\n"
-    "  check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--json F] [--junit F]\n"
-    "          [--baseline F] [--html F]\n"
-    "      Judge the o.npy (and lse.npy, p.npy if present) saved in each case directory\n"
-    "      by the same rules as conform. Exit codes as for conform.\n"
-    "  version    print the version\n"
-    "  help       print this text\n"
-    "\n"
-    "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
-    "3 the oracle or the kernel failed (precision limit, out of memory).\n";
-
-/* One line on stderr, then the exit code to return. */
-static int fail(int code, const char *msg)
-{
-    fprintf(stderr, "smattn: %s\n", msg);
-    return code;
-}
-
-/* Statuses that mean the input was bad map to 2; the oracle's own failures to 3. */
-static int exit_code_of(smattn_status st)
-{
-    switch (st) {
-    case SMATTN_ERR_NOMEM:
-    case SMATTN_ERR_PRECISION:
-    case SMATTN_ERR_THREADS:
-    case SMATTN_ERR_UNSUPPORTED:
-    case SMATTN_ERR_INTERNAL: return EXIT_ORACLE;
-    default: return EXIT_INPUT;
-    }
-}
-
-int smattn_cli_parse_dtype(const char *s, smattn_dtype *t)
-{
-    static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
-    for (int k = 0; k < 4; k++)
-        if (strcmp(s, names[k]) == 0) {
-            *t = (smattn_dtype)k;
-            return 0;
-        }
-    return -1;
-}
-
-/* ---- smattn ref and smattn opt --------------------------------------------------------- */
-
-typedef struct run_args {
-    const char *cmd; /* "ref" or "opt", the prefix of every message */
-    const char *case_dir, *out_dir;
-    smattn_dtype dtype; /* ref only; opt writes f32 */
-    int weights;
-    int threads;
-    const char *isa; /* opt only; NULL: the active ISA */
-} run_args;
-
-/* The value of an option given as "--opt VALUE" or "--opt=VALUE"; NULL if absent. */
-const char *smattn_cli_option_value(int argc, char **argv, int *i, const char *name,
-                                    int *bad)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return NULL;
-    if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *bad = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char *msg, size_t len)
-{
-    memset(ra, 0, sizeof *ra);
-    ra->cmd = eng == ENGINE_REF ? "ref" : "opt";
-    ra->dtype = eng == ENGINE_REF ? SMATTN_F64 : SMATTN_F32;
-    const char *cmd = ra->cmd;
-    int npos = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *val;
-        int bad = 0;
-        if (strcmp(a, "--weights") == 0)
-            ra->weights = 1;
-        else if (eng == ENGINE_REF &&
-                 (val = smattn_cli_option_value(argc, argv, &i, "--dtype", &bad))) {
-            if (smattn_cli_parse_dtype(val, &ra->dtype)) {
-                snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
-                return -1;
-            }
-        } else if (eng == ENGINE_OPT &&
-                   (val = smattn_cli_option_value(argc, argv, &i, "--isa", &bad))) {
-            if (strcmp(val, "scalar") && strcmp(val, "avx2") && strcmp(val, "avx512")) {
-                snprintf(msg, len, "opt: --isa '%.40s': want scalar, avx2 or avx512", val);
-                return -1;
-            }
-            if (!smattn_opt_isa_available(val)) {
-                snprintf(msg, len, "opt: --isa '%s': this CPU cannot run it", val);
-                return -1;
-            }
-            ra->isa = val;
-        } else if ((val = smattn_cli_option_value(argc, argv, &i, "--threads", &bad))) {
-            char *end;
-            errno = 0;
-            long t = strtol(val, &end, 10);
-            if (end == val || *end || errno || t < 0 || t > 4096) {
-                snprintf(msg, len, "%s: --threads '%.40s': want an integer in [0, 4096]", cmd, val);
-                return -1;
-            }
-            ra->threads = (int)t;
-        } else if (bad) {
-            snprintf(msg, len, "%s: %s needs a value", cmd, a);
-            return -1;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn help')", cmd, a);
-            return -1;
-        } else if (npos < 2) {
-            *(npos++ ? &ra->out_dir : &ra->case_dir) = a;
-        } else {
-            snprintf(msg, len, "%s: unexpected argument '%.40s' (want CASE OUT)", cmd, a);
-            return -1;
-        }
-    }
-    if (npos < 2) {
-        snprintf(msg, len, "%s: missing %s (usage: smattn %s CASE OUT [options])", cmd,
-                 npos ? "OUT" : "CASE and OUT", cmd);
-        return -1;
-    }
-    return 0;
-}
-
-/* OUT must be a directory or not exist yet: checked before any work is done. */
-static int check_out_dir(const char *out, char *msg, size_t len)
-{
-    struct stat st;
-    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        snprintf(msg, len, "%s: exists and is not a directory", out);
-        return -1;
-    }
-    return 0;
-}
-
-/* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
- * in msg; 0 if it takes them all. */
-static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
-{
-    const smattn_inputs *in = &c->in;
-    struct {
-        const char *file;
-        const smattn_tensor *t;
-        int kv; /* f16 and bf16 allowed too */
-    } need[] = {{"q.npy", &in->q, 0},
-                {"k.npy", &in->k, 1},
-                {"v.npy", &in->v, 1},
-                {"x.npy", &in->x, 0},
-                {"bias.npy", &in->bias, 0}};
-    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
-        const smattn_tensor *t = need[k].t;
-        if (!t->data || t->dtype == SMATTN_F32 ||
-            (need[k].kv && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)))
-            continue;
-        snprintf(msg, len, "opt: %s is %s; the kernel takes %s", need[k].file,
-                 smattn_dtype_name(t->dtype),
-                 need[k].kv ? "k and v in f32, f16 or bf16" : "q, x and bias in f32 only");
-        return -1;
-    }
-    return 0;
-}
-
-/* Run the oracle or the kernel on a loaded case; one line in msg and an exit code on
- * failure. The kernel's failures exit with 3, except "unsupported" (an input it does not
- * take: bad input for this command). */
-static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
-                      const smattn_outputs *out, char *msg, size_t len)
-{
-    smattn_status st;
-    if (eng == ENGINE_REF) {
-        smattn_ref_config cfg = {0};
-        cfg.threads = ra->threads;
-        st = smattn_ref(&c->prob, &c->in, out, &cfg, NULL);
-    } else {
-        smattn_opt_config cfg = {ra->threads, ra->isa};
-        st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
-                                             : smattn_attention(&c->prob, &c->in, out, &cfg);
-    }
-    if (st == SMATTN_OK)
-        return EXIT_OK;
-    snprintf(msg, len, "%s: %s (%s)", eng == ENGINE_REF ? "oracle" : "opt: kernel",
-             smattn_status_str(st), smattn_status_name(st));
-    if (eng == ENGINE_OPT && st == SMATTN_ERR_UNSUPPORTED)
-        return EXIT_INPUT;
-    return exit_code_of(st);
-}
-
-/* smattn ref / smattn opt: load CASE, run, write OUT; nothing is written on failure. */
-static int cmd_run(engine eng, int argc, char **argv)
-{
-    char msg[1024];
-    run_args ra;
-    if (parse_run_args(eng, argc, argv, &ra, msg, sizeof msg) ||
-        check_out_dir(ra.out_dir, msg, sizeof msg))
-        return fail(EXIT_INPUT, msg);
-    smattn_case c;
-    if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))
-        return fail(EXIT_INPUT, msg);
-    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) {
-        smattn_case_free(&c);
-        return fail(EXIT_INPUT, msg);
-    }
-    unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
-    if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
-        which |= SMATTN_CASE_OUT_P;
-    smattn_outputs out;
-    smattn_status st = smattn_case_outputs_alloc(&c, ra.dtype, which, &out, msg, sizeof msg);
-    int rc = EXIT_OK;
-    if (st != SMATTN_OK)
-        rc = fail(exit_code_of(st), msg);
-    else if ((rc = run_engine(eng, &ra, &c, &out, msg, sizeof msg)) != EXIT_OK)
-        fail(rc, msg);
-    else if (smattn_case_write_outputs(&c, &out, ra.out_dir, msg, sizeof msg))
-        rc = fail(EXIT_INPUT, msg);
-    smattn_case_outputs_free(&out);
-    smattn_case_free(&c);
-    return rc;
-}
-
-/* ---- smattn demo ----------------------------------------------------------------------- */
 
 /* Most elements printed per output of one vector; all are compared. */
 #define DEMO_PRINT_MAX 12
@@ -454,7 +187,7 @@ static int verdict(const smattn_vector *v, const demo_run *r)
         if (r->st[t] != SMATTN_OK) {
             printf("  verdict: FAIL, the oracle failed in %s: %s\n",
                    smattn_dtype_name((smattn_dtype)t), smattn_status_str(r->st[t]));
-            return exit_code_of(r->st[t]);
+            return cli_exit_code_of(r->st[t]);
         }
         for (int k = 0; k < 3; k++) {
             const double *want = v->expected[t][k];
@@ -518,22 +251,22 @@ static int demo_one(const char *path, int full)
 static int is_seed_example(const char *path);
 static int demo_kernel(void);
 
-static int cmd_demo(int argc, char **argv)
+int cmd_demo(int argc, char **argv)
 {
     char msg[1024];
     int kernel = 1;
     if (argc > 0 && strcmp(argv[argc - 1], "--vectors-only") == 0)
         kernel = 0, argc--;
     if (argc > 1)
-        return fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
+        return cli_fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
     const char *dir = argc ? argv[0] : "spec/vectors";
     name_list l;
     if (list_vectors(dir, &l, msg, sizeof msg))
-        return fail(EXIT_INPUT, msg);
+        return cli_fail(EXIT_INPUT, msg);
     if (l.n == 0) {
         free_names(&l);
         snprintf(msg, sizeof msg, "demo: no *.json vectors in %s", dir);
-        return fail(EXIT_INPUT, msg);
+        return cli_fail(EXIT_INPUT, msg);
     }
     printf("smattn %d.%d.%d demo\n\n"
            "1. The seeds' worked examples through the exact oracle: each output as the\n"
@@ -576,13 +309,6 @@ static int is_seed_example(const char *path)
         if (strncmp(base, seeds[k], strlen(seeds[k])) == 0)
             return 1;
     return 0;
-}
-
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* One Qwen2.5-7B-shaped problem through the fast kernel and the oracle, judged by the
@@ -633,13 +359,13 @@ static int demo_kernel_case(const char *what, int64_t S, int64_t T, smattn_causa
     ro_.o.data = ro, ro_.o.dtype = SMATTN_F64, ro_.lse.data = rl, ro_.lse.dtype = SMATTN_F64;
     bo_.o.data = bo, bo_.o.dtype = SMATTN_F64, bo_.lse.data = bl, bo_.lse.dtype = SMATTN_F64;
     smattn_status st = smattn_attention(&p, &in, &ko, NULL); /* warm-up: pool, pages */
-    double t0 = now_seconds();
+    double t0 = cli_now_seconds();
     if (st == SMATTN_OK)
         st = smattn_attention(&p, &in, &ko, NULL);
-    double t1 = now_seconds();
+    double t1 = cli_now_seconds();
     if (st == SMATTN_OK)
         st = smattn_ref(&p, &in, &ro_, NULL, NULL);
-    double t2 = now_seconds();
+    double t2 = cli_now_seconds();
     smattn_precision pm = smattn_opt_precision(&p);
     if (st == SMATTN_OK)
         st = smattn_bound(&p, &in, &pm, &ko, &bo_);
@@ -680,37 +406,4 @@ static int demo_kernel(void)
     worst = c > worst ? c : worst;
     printf("\n%s\n", worst == EXIT_OK ? "demo: everything passed" : "demo: FAILED (see above)");
     return worst;
-}
-
-/* ---- main ------------------------------------------------------------------------------ */
-
-int main(int argc, char **argv)
-{
-    if (argc < 2)
-        return fail(EXIT_INPUT, "missing command (try 'smattn help')");
-    const char *cmd = argv[1];
-    if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
-        fputs(usage_text, stdout);
-        return EXIT_OK;
-    }
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("smattn %d.%d.%d (spec %s)\n", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
-               SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
-        return EXIT_OK;
-    }
-    if (!strcmp(cmd, "ref"))
-        return cmd_run(ENGINE_REF, argc - 2, argv + 2);
-    if (!strcmp(cmd, "opt"))
-        return cmd_run(ENGINE_OPT, argc - 2, argv + 2);
-    if (!strcmp(cmd, "demo"))
-        return cmd_demo(argc - 2, argv + 2);
-    if (!strcmp(cmd, "conform"))
-        return smattn_cli_conform(argc - 2, argv + 2);
-    if (!strcmp(cmd, "gen"))
-        return smattn_cli_gen(argc - 2, argv + 2);
-    if (!strcmp(cmd, "check"))
-        return smattn_cli_check(argc - 2, argv + 2);
-    char msg[128];
-    snprintf(msg, sizeof msg, "unknown command '%.40s' (try 'smattn help')", cmd);
-    return fail(EXIT_INPUT, msg);
 }

@@ -1,4 +1,4 @@
-/* conform.c: `smattn conform`, `smattn gen` and `smattn check`: option parsing, the
+/* cmd_conform.c: `smattn conform`, `smattn gen` and `smattn check`: option parsing, the
  * progress bar and the reports around the checker in conform/ (conform/README.md). */
 #include <errno.h>
 #include <math.h>
@@ -8,10 +8,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/conform.h"
+#include "cli/cli.h"
 #include "conform/conform.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+enum { EXIT_FAIL = EXIT_MISMATCH, EXIT_USAGE = EXIT_INPUT };
 /* parse_opts: --help was given and answered; the command exits 0. */
 enum { EXIT_HELP = -1 };
 
@@ -72,7 +72,7 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
         int missing = 0;
         size_t k;
         for (k = 0; k < sizeof names / sizeof names[0]; k++)
-            if ((val = smattn_cli_option_value(argc, argv, &i, names[k], &missing)) || missing)
+            if ((val = cli_option_value(argc, argv, &i, names[k], &missing)) || missing)
                 break;
         if (missing) {
             snprintf(msg, sizeof msg, "%s needs a value", a);
@@ -138,13 +138,6 @@ static int selected(const char *only, const char *name)
     return 0;
 }
 
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void progress(size_t done, size_t total, const char *name)
 {
     int width = 30, fill = total ? (int)((double)width * (double)done / (double)total) : width;
@@ -177,7 +170,7 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
     return rc;
 }
 
-int smattn_cli_conform(int argc, char **argv)
+int cmd_conform(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
@@ -208,14 +201,14 @@ int smattn_cli_conform(int argc, char **argv)
     }
     double timeout = o.case_timeout > 0 ? o.case_timeout : CONFORM_CASE_TIMEOUT;
     int bar = isatty(2);
-    double t0 = now_seconds();
+    double t0 = cli_now_seconds();
     size_t nr = 0;
     for (size_t n = 0; n < b.n; n++) {
         if (!selected(o.only, b.cases[n].name))
             continue;
         if (bar)
             progress(n, b.n, b.cases[n].name);
-        double left = o.time_budget > 0 ? o.time_budget - (now_seconds() - t0) : HUGE_VAL;
+        double left = o.time_budget > 0 ? o.time_budget - (cli_now_seconds() - t0) : HUGE_VAL;
         conform_result *r = &res[nr++];
         if (left <= 0) {
             memset(r, 0, sizeof *r);
@@ -252,7 +245,7 @@ int smattn_cli_conform(int argc, char **argv)
     rep.seed = o.seed;
     rep.results = res;
     rep.n = nr;
-    printf("smattn conform: %zu cases in %.2f s\n", nr, now_seconds() - t0);
+    printf("smattn conform: %zu cases in %.2f s\n", nr, cli_now_seconds() - t0);
     rc = finish_report("conform", &rep, &o);
     free(res);
     conform_battery_free(&b);
@@ -260,7 +253,7 @@ int smattn_cli_conform(int argc, char **argv)
     return rc;
 }
 
-int smattn_cli_gen(int argc, char **argv)
+int cmd_gen(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
@@ -270,7 +263,7 @@ int smattn_cli_gen(int argc, char **argv)
     if (o.npos != 1)
         return usage_error("gen", "missing OUT (usage: smattn gen [--suite quick|full] OUT)");
     smattn_dtype t = SMATTN_F32;
-    if (o.dtype && (smattn_cli_parse_dtype(o.dtype, &t) || t == SMATTN_F64))
+    if (o.dtype && (cli_parse_dtype(o.dtype, &t) || t == SMATTN_F64))
         return usage_error("gen", "--dtype: want f32, f16 or bf16");
     static const char *const em[3] = {"zero", "nan", "mean"};
     static const char *const el[3] = {"neg_inf", "pos_inf", "zero"};
@@ -300,7 +293,7 @@ int smattn_cli_gen(int argc, char **argv)
     return EXIT_OK;
 }
 
-int smattn_cli_check(int argc, char **argv)
+int cmd_check(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
@@ -311,7 +304,7 @@ int smattn_cli_check(int argc, char **argv)
         return usage_error("check", "missing CASE_OR_DIR (usage: smattn check CASE_OR_DIR "
                                     "[--precision f32|f16|bf16|f64])");
     smattn_dtype t = SMATTN_F32;
-    if (o.precision && smattn_cli_parse_dtype(o.precision, &t))
+    if (o.precision && cli_parse_dtype(o.precision, &t))
         return usage_error("check", "--precision: want f64, f32, f16 or bf16");
     smattn_precision pm = smattn_precision_of(t);
     char err[1200];

@@ -1,0 +1,34 @@
+/* cli.h: what the smattn tool's files share: exit codes, option parsing (cli/options.c)
+ * and the subcommands' entry points. Each command takes the arguments after its name and
+ * returns the exit code. */
+#ifndef SMATTN_CLI_H
+#define SMATTN_CLI_H
+
+#include <stddef.h>
+
+#include "smattn.h"
+
+/* 0 success; 1 a golden vector, a kernel or a baseline check failed; 2 bad usage or bad
+ * input (including a kernel that cannot be loaded); 3 the oracle or the kernel failed. */
+enum { EXIT_OK = 0, EXIT_MISMATCH = 1, EXIT_INPUT = 2, EXIT_ORACLE = 3 };
+
+/* One line "smattn: MSG" on stderr, then code. */
+int cli_fail(int code, const char *msg);
+/* Statuses that mean the input was bad map to 2; the library's own failures to 3. */
+int cli_exit_code_of(smattn_status st);
+/* The value of argv[*i] given as "--name VALUE" (advancing *i) or "--name=VALUE"; NULL if
+ * argv[*i] is another option, with *missing set when the value is absent. */
+const char *cli_option_value(int argc, char **argv, int *i, const char *name, int *missing);
+/* "f64", "f32", "f16", "bf16" -> *t; 0, or -1 for anything else. */
+int cli_parse_dtype(const char *s, smattn_dtype *t);
+/* Monotonic wall time in seconds. */
+double cli_now_seconds(void);
+
+int cmd_ref(int argc, char **argv);     /* cli/cmd_run.c */
+int cmd_opt(int argc, char **argv);     /* cli/cmd_run.c */
+int cmd_demo(int argc, char **argv);    /* cli/cmd_demo.c */
+int cmd_conform(int argc, char **argv); /* cli/cmd_conform.c */
+int cmd_gen(int argc, char **argv);     /* cli/cmd_conform.c */
+int cmd_check(int argc, char **argv);   /* cli/cmd_conform.c */
+
+#endif

@@ -1,0 +1,187 @@
+/* cmd_run.c: `smattn ref` and `smattn opt`: load a case directory, run the exact oracle or
+ * the optimised kernel, write the outputs. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "io/case.h"
+#include "smattn.h"
+
+/* Which implementation a case runs through. */
+typedef enum engine { ENGINE_REF, ENGINE_OPT } engine;
+
+typedef struct run_args {
+    const char *cmd; /* "ref" or "opt", the prefix of every message */
+    const char *case_dir, *out_dir;
+    smattn_dtype dtype; /* ref only; opt writes f32 */
+    int weights;
+    int threads;
+    const char *isa; /* opt only; NULL: the active ISA */
+} run_args;
+
+static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char *msg, size_t len)
+{
+    memset(ra, 0, sizeof *ra);
+    ra->cmd = eng == ENGINE_REF ? "ref" : "opt";
+    ra->dtype = eng == ENGINE_REF ? SMATTN_F64 : SMATTN_F32;
+    const char *cmd = ra->cmd;
+    int npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *val;
+        int bad = 0;
+        if (strcmp(a, "--weights") == 0)
+            ra->weights = 1;
+        else if (eng == ENGINE_REF &&
+                 (val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
+            if (cli_parse_dtype(val, &ra->dtype)) {
+                snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
+                return -1;
+            }
+        } else if (eng == ENGINE_OPT &&
+                   (val = cli_option_value(argc, argv, &i, "--isa", &bad))) {
+            if (strcmp(val, "scalar") && strcmp(val, "avx2") && strcmp(val, "avx512")) {
+                snprintf(msg, len, "opt: --isa '%.40s': want scalar, avx2 or avx512", val);
+                return -1;
+            }
+            if (!smattn_opt_isa_available(val)) {
+                snprintf(msg, len, "opt: --isa '%s': this CPU cannot run it", val);
+                return -1;
+            }
+            ra->isa = val;
+        } else if ((val = cli_option_value(argc, argv, &i, "--threads", &bad))) {
+            char *end;
+            errno = 0;
+            long t = strtol(val, &end, 10);
+            if (end == val || *end || errno || t < 0 || t > 4096) {
+                snprintf(msg, len, "%s: --threads '%.40s': want an integer in [0, 4096]", cmd, val);
+                return -1;
+            }
+            ra->threads = (int)t;
+        } else if (bad) {
+            snprintf(msg, len, "%s: %s needs a value", cmd, a);
+            return -1;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn help')", cmd, a);
+            return -1;
+        } else if (npos < 2) {
+            *(npos++ ? &ra->out_dir : &ra->case_dir) = a;
+        } else {
+            snprintf(msg, len, "%s: unexpected argument '%.40s' (want CASE OUT)", cmd, a);
+            return -1;
+        }
+    }
+    if (npos < 2) {
+        snprintf(msg, len, "%s: missing %s (usage: smattn %s CASE OUT [options])", cmd,
+                 npos ? "OUT" : "CASE and OUT", cmd);
+        return -1;
+    }
+    return 0;
+}
+
+/* OUT must be a directory or not exist yet: checked before any work is done. */
+static int check_out_dir(const char *out, char *msg, size_t len)
+{
+    struct stat st;
+    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        snprintf(msg, len, "%s: exists and is not a directory", out);
+        return -1;
+    }
+    return 0;
+}
+
+/* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
+ * in msg; 0 if it takes them all. */
+static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
+{
+    const smattn_inputs *in = &c->in;
+    struct {
+        const char *file;
+        const smattn_tensor *t;
+        int kv; /* f16 and bf16 allowed too */
+    } need[] = {{"q.npy", &in->q, 0},
+                {"k.npy", &in->k, 1},
+                {"v.npy", &in->v, 1},
+                {"x.npy", &in->x, 0},
+                {"bias.npy", &in->bias, 0}};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
+        const smattn_tensor *t = need[k].t;
+        if (!t->data || t->dtype == SMATTN_F32 ||
+            (need[k].kv && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)))
+            continue;
+        snprintf(msg, len, "opt: %s is %s; the kernel takes %s", need[k].file,
+                 smattn_dtype_name(t->dtype),
+                 need[k].kv ? "k and v in f32, f16 or bf16" : "q, x and bias in f32 only");
+        return -1;
+    }
+    return 0;
+}
+
+/* Run the oracle or the kernel on a loaded case; one line in msg and an exit code on
+ * failure. The kernel's failures exit with 3, except "unsupported" (an input it does not
+ * take: bad input for this command). */
+static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
+                      const smattn_outputs *out, char *msg, size_t len)
+{
+    smattn_status st;
+    if (eng == ENGINE_REF) {
+        smattn_ref_config cfg = {0};
+        cfg.threads = ra->threads;
+        st = smattn_ref(&c->prob, &c->in, out, &cfg, NULL);
+    } else {
+        smattn_opt_config cfg = {ra->threads, ra->isa};
+        st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
+                                             : smattn_attention(&c->prob, &c->in, out, &cfg);
+    }
+    if (st == SMATTN_OK)
+        return EXIT_OK;
+    snprintf(msg, len, "%s: %s (%s)", eng == ENGINE_REF ? "oracle" : "opt: kernel",
+             smattn_status_str(st), smattn_status_name(st));
+    if (eng == ENGINE_OPT && st == SMATTN_ERR_UNSUPPORTED)
+        return EXIT_INPUT;
+    return cli_exit_code_of(st);
+}
+
+/* smattn ref / smattn opt: load CASE, run, write OUT; nothing is written on failure. */
+static int cmd_run(engine eng, int argc, char **argv)
+{
+    char msg[1024];
+    run_args ra;
+    if (parse_run_args(eng, argc, argv, &ra, msg, sizeof msg) ||
+        check_out_dir(ra.out_dir, msg, sizeof msg))
+        return cli_fail(EXIT_INPUT, msg);
+    smattn_case c;
+    if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))
+        return cli_fail(EXIT_INPUT, msg);
+    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) {
+        smattn_case_free(&c);
+        return cli_fail(EXIT_INPUT, msg);
+    }
+    unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
+    if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
+        which |= SMATTN_CASE_OUT_P;
+    smattn_outputs out;
+    smattn_status st = smattn_case_outputs_alloc(&c, ra.dtype, which, &out, msg, sizeof msg);
+    int rc = EXIT_OK;
+    if (st != SMATTN_OK)
+        rc = cli_fail(cli_exit_code_of(st), msg);
+    else if ((rc = run_engine(eng, &ra, &c, &out, msg, sizeof msg)) != EXIT_OK)
+        cli_fail(rc, msg);
+    else if (smattn_case_write_outputs(&c, &out, ra.out_dir, msg, sizeof msg))
+        rc = cli_fail(EXIT_INPUT, msg);
+    smattn_case_outputs_free(&out);
+    smattn_case_free(&c);
+    return rc;
+}
+
+int cmd_ref(int argc, char **argv)
+{
+    return cmd_run(ENGINE_REF, argc, argv);
+}
+
+int cmd_opt(int argc, char **argv)
+{
+    return cmd_run(ENGINE_OPT, argc, argv);
+}

@@ -1,0 +1,82 @@
+/* main.c: the smattn command-line tool: the usage text and the dispatch to the
+ * subcommands (cli/cmd_*.c). Exit codes: 0 success, 1 a golden vector or a kernel check
+ * failed, 2 bad usage or bad input (including a dtype the kernel does not take), 3 the
+ * oracle or the kernel failed. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "smattn.h"
+
+static const char usage_text[] =
+    "usage: smattn COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  ref CASE OUT [--dtype f64|f32|f16|bf16] [--weights] [--threads N]\n"
+    "      Load the case directory CASE (q.npy k.npy v.npy, or x.npy for a softmax;\n"
+    "      optional bias.npy mask.npy sinks.npy case.json), run the exact oracle and\n"
+    "      write OUT/o.npy and OUT/lse.npy (softmax: OUT/p.npy and OUT/lse.npy), plus\n"
+    "      OUT/p.npy with --weights. Outputs are correctly rounded in --dtype (default\n"
+    "      f64; bf16 is written as '<u2' bit patterns). --threads 0 uses every core.\n"
+    "  opt CASE OUT [--threads N] [--isa scalar|avx2|avx512] [--weights]\n"
+    "      The same case and outputs as ref, computed by the optimised kernel\n"
+    "      (smattn_attention, or smattn_softmax for x.npy) and written as f32. The\n"
+    "      kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16; any\n"
+    "      other dtype exits with 2. --isa forces an ISA the CPU has (default: the\n"
+    "      active one, which SMATTN_ISA may set). --threads 0 uses every core.\n"
+    "  demo [DIR] [--vectors-only]\n"
+    "      Show the seeds' worked examples beside their exact values, replay every\n"
+    "      golden vector DIR/*.json (default spec/vectors) through the oracle in all\n"
+    "      four dtypes bit for bit, then check the fast kernel against the oracle on\n"
+    "      three Qwen2.5-7B-shaped problems under the SPEC 6 bound (skipped with\n"
+    "      --vectors-only).\n"
+    "  conform [--kernel K.so|builtin] [--suite quick|full] [--seed N] [--time SECONDS]\n"
+    "          [--case-timeout SECONDS] [--only PREFIX,...] [--json F] [--junit F]\n"
+    "          [--baseline F] [--html F] [--vectors DIR]\n"
+    "      Judge an attention kernel (a plugin, include/smattn_kernel.h; default: the\n"
+    "      built-in one) on a battery of cases against the exact oracle and the SPEC 6\n"
+    "      bound: a table by category and a verdict. Exit 0 conforming, 1 not (or a\n"
+    "      --baseline regression), 2 bad usage or a kernel that cannot be loaded.\n"
+    "  gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16] [--empty zero|nan|mean]\n"
+    "      [--empty-lse neg_inf|pos_inf|zero] OUT\n"
+    "      Write the battery as case directories under OUT, with OUT/manifest.json.\n"
+    "  check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--json F] [--junit F]\n"
+    "          [--baseline F] [--html F]\n"
+    "      Judge the o.npy (and lse.npy, p.npy if present) saved in each case directory\n"
+    "      by the same rules as conform. Exit codes as for conform.\n"
+    "  version    print the version\n"
+    "  help       print this text\n"
+    "\n"
+    "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
+    "3 the oracle or the kernel failed (precision limit, out of memory).\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return cli_fail(EXIT_INPUT, "missing command (try 'smattn help')");
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        fputs(usage_text, stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("smattn %d.%d.%d (spec %s)\n", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
+               SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "ref"))
+        return cmd_ref(argc - 2, argv + 2);
+    if (!strcmp(cmd, "opt"))
+        return cmd_opt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "demo"))
+        return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "conform"))
+        return cmd_conform(argc - 2, argv + 2);
+    if (!strcmp(cmd, "gen"))
+        return cmd_gen(argc - 2, argv + 2);
+    if (!strcmp(cmd, "check"))
+        return cmd_check(argc - 2, argv + 2);
+    char msg[128];
+    snprintf(msg, sizeof msg, "unknown command '%.40s' (try 'smattn help')", cmd);
+    return cli_fail(EXIT_INPUT, msg);
+}

@@ -1,0 +1,59 @@
+/* options.c: what every subcommand of the smattn tool parses and reports with. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+int cli_fail(int code, const char *msg)
+{
+    fprintf(stderr, "smattn: %s\n", msg);
+    return code;
+}
+
+int cli_exit_code_of(smattn_status st)
+{
+    switch (st) {
+    case SMATTN_ERR_NOMEM:
+    case SMATTN_ERR_PRECISION:
+    case SMATTN_ERR_THREADS:
+    case SMATTN_ERR_UNSUPPORTED:
+    case SMATTN_ERR_INTERNAL: return EXIT_ORACLE;
+    default: return EXIT_INPUT;
+    }
+}
+
+int cli_parse_dtype(const char *s, smattn_dtype *t)
+{
+    static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
+    for (int k = 0; k < 4; k++)
+        if (strcmp(s, names[k]) == 0) {
+            *t = (smattn_dtype)k;
+            return 0;
+        }
+    return -1;
+}
+
+const char *cli_option_value(int argc, char **argv, int *i, const char *name, int *missing)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (a[n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+double cli_now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
