@@ -9,7 +9,7 @@ if command -v flock >/dev/null 2>&1; then
   exec 9>"${TMPDIR:-/tmp}/smattn-deps.lock"
   flock 9
 fi
-missing=""""
+missing=""
 for p in "$@"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing="$missing $p"
