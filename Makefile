@@ -6,6 +6,23 @@
 .SECONDARY:
 SHELL := /bin/bash
 
+# Quiet by default: one short line per file built ("  CC    core/bound.o"); `make V=1`
+# prints the full commands instead.
+V ?= 0
+ifeq ($(V),1)
+Q :=
+say :=
+else
+Q := @
+say = @printf '  %-5s %s\n' '$(1)' '$(patsubst $(BUILD)/%,%,$(2))';
+endif
+
+# The version lives in VERSION only (CHANGELOG.md says what each holds). The soname carries
+# its major (the ABI), smattn.pc and the Python package read it, and include/smattn.h's
+# SMATTN_VERSION_* macros are checked against it at every build ($(BUILD)/version.ok).
+VERSION       := $(shell cat VERSION)
+VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
+
 CC      ?= gcc
 ifeq ($(origin CC),default)
 CC := gcc
@@ -27,7 +44,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsub
 LIBS    := -lmpfr -lgmp -lm -pthread
 
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
-DEPS_CHECK := $(DEPS_BUILD) check
+DEPS_CHECK := $(DEPS_BUILD) check man-db
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
@@ -52,21 +69,30 @@ deps-check:
 
 $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(ISAFLAGS) $(JSONC_CFLAGS) -MMD -MP -c $< -o $@
+	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) $(ISAFLAGS) $(JSONC_CFLAGS) -MMD -MP -c $< -o $@
 
 # ISA flags on the kernel files only; opt/dispatch.c picks one at run time.
 $(BUILD)/opt/kernel_avx2.o: ISAFLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/opt/kernel_avx512.o: ISAFLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 
-$(LIB): $(call obj,$(LIB_SRC))
-	@rm -f $@
-	ar rcs $@ $^
+# include/smattn.h must state the version of VERSION (an installed header cannot read the
+# file, and every consumer of include/, Frama-C and .clusterfuzzlite/build.sh among them,
+# reads the header as it is, so the macros stay literal and are checked here).
+$(BUILD)/version.ok: VERSION include/smattn.h
+	@mkdir -p $(dir $@)
+	@hv=$$(sed -n 's/^#define SMATTN_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' \
+	       include/smattn.h | paste -sd.); \
+	 if [ "$$hv" != "$(VERSION)" ]; then \
+	   echo "include/smattn.h says version '$$hv', VERSION says '$(VERSION)': make them agree" >&2; \
+	   exit 1; fi; touch $@
+
+$(LIB): $(call obj,$(LIB_SRC)) | $(BUILD)/version.ok
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 $(IOLIB): $(call obj,$(IO_SRC))
-	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(CLI): $(call obj,$(CLI_SRC)) $(IOLIB) $(LIB)
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
 
 # One runner for every tests/test_<unit>.c; the suite list is generated from the names.
 $(BUILD)/tests/suites.h: $(TEST_SRC) | deps
@@ -76,24 +102,26 @@ $(BUILD)/tests/suites.h: $(TEST_SRC) | deps
 	  (cmp -s $@.tmp $@ || mv $@.tmp $@); rm -f $@.tmp
 $(BUILD)/tests/runner.o: tests/runner.c $(BUILD)/tests/suites.h | deps-check
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(JSONC_CFLAGS) -I$(BUILD)/tests -MMD -MP -c $< -o $@
+	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) $(JSONC_CFLAGS) -I$(BUILD)/tests -MMD -MP -c $< -o $@
 # the test sources include check.h: with make -j on a fresh machine they must not be
 # compiled before deps-check has installed it
 $(call obj,$(TEST_SRC) $(TSUP_SRC)): | deps-check
 $(TESTBIN): $(BUILD)/tests/runner.o $(call obj,$(TEST_SRC) $(TSUP_SRC)) $(IOLIB) $(LIB) | deps-check
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(CHECK_LIBS) $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(CHECK_LIBS) $(JSONC_LIBS) $(LIBS)
 
 lib: $(LIB)
 cli: $(CLI)
 tests: $(TESTBIN) $(CLI)
 
-# The whole suite: unit, property and CLI tests, then the same suite under ASan+UBSan.
+# The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
+# property and CLI tests, then the same suite under ASan+UBSan (so it ends on a summary).
 check: deps-check
+	@$(MAKE) --no-print-directory check-install
 	@$(MAKE) --no-print-directory check-unit
 	@$(MAKE) --no-print-directory check-san
 
 check-unit: tests check-fuzz-replay
-	SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
+	$(call say,TEST,$(TESTBIN))SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
 
 check-san: deps-check
 	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 \
@@ -117,7 +145,7 @@ demo: deps cli
 
 # The oracle's speed (issue 2, point 6): small rows on one core, a full decode step on all.
 $(BUILD)/bench_ref: bench/bench_ref.c $(LIB)
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-ref: deps $(BUILD)/bench_ref
 	$(BUILD)/bench_ref 7
 
@@ -131,7 +159,7 @@ BENCH_SRC  := bench/bench_opt.c bench/bench_machine.c bench/peak_fma_avx2.c \
 $(BUILD)/bench/peak_fma_avx2.o: ISAFLAGS := -mavx2 -mfma
 $(BUILD)/bench/peak_fma_avx512.o: ISAFLAGS := -mavx512f -mavx2 -mfma
 $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench: deps $(BUILD)/bench_opt
 	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON)
 
@@ -148,7 +176,7 @@ TILES_SRC := bench/bench_tiles.c bench/tiles_avx2.c bench/tiles_avx512.c bench/b
 $(BUILD)/bench/tiles_avx2.o: ISAFLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/bench/tiles_avx512.o: ISAFLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 $(BUILD)/bench_tiles: $(call obj,$(TILES_SRC)) $(LIB)
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-tiles: deps $(BUILD)/bench_tiles
 	$(BUILD)/bench_tiles
 
@@ -156,13 +184,13 @@ bench-tiles: deps $(BUILD)/bench_tiles
 # and in address order, beside the STREAM triad of the same run (bench/bench_read.c).
 $(BUILD)/bench_read: $(call obj,bench/bench_read.c bench/bench_machine.c bench/peak_fma_avx2.c \
                      bench/peak_fma_avx512.c) $(LIB)
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-read: deps $(BUILD)/bench_read
 	$(BUILD)/bench_read --threads $(THREADS)
 
 # The kernel's exp against the correctly rounded one over every binary32 in [-104, 0].
 $(BUILD)/check_exp: $(call obj,bench/check_exp.c) $(LIB)
-	$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 check-exp: deps $(BUILD)/check_exp
 	$(BUILD)/check_exp --threads $(THREADS)
 
@@ -175,4 +203,4 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # Each area's rules live in mk/<area>.mk.
-include mk/fuzz.mk mk/conform.mk mk/mutants.mk mk/prove.mk
+include mk/fuzz.mk mk/conform.mk mk/mutants.mk mk/prove.mk mk/install.mk

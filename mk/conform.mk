@@ -11,8 +11,7 @@ PLUGIN_DIR  := $(BUILD)/plugins
 OPT_PLUGIN  := $(PLUGIN_DIR)/smattn_opt.so
 
 $(CONFORM_LIB): $(call obj,$(CONFORM_SRC))
-	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 # The CLI links the checker: the archive among its prerequisites, and the libraries it
 # needs after it on the link line (the Makefile's recipe puts $(LIBS) last).
@@ -22,14 +21,14 @@ $(CLI): LIBS += $(IOLIB) $(LIB) $(JSONC_LIBS) -lmpfr -lgmp -lm -ldl
 # Position-independent objects for the plugin; the kernel files keep their ISA flags.
 $(BUILD)/pic/%.o: %.c | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(ISAFLAGS) -fPIC -MMD -MP -c $< -o $@
+	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) $(ISAFLAGS) -fPIC -MMD -MP -c $< -o $@
 $(BUILD)/pic/opt/kernel_avx2.o: ISAFLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/pic/opt/kernel_avx512.o: ISAFLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 
 OPT_PLUGIN_OBJ := $(patsubst %.c,$(BUILD)/pic/%.o,conform/opt_plugin.c conform/builtin.c $(LIB_SRC))
 $(OPT_PLUGIN): $(OPT_PLUGIN_OBJ) conform/smattn_opt.map
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -shared -Wl,--version-script=conform/smattn_opt.map -o $@ \
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -shared -Wl,--version-script=conform/smattn_opt.map -o $@ \
 	  $(OPT_PLUGIN_OBJ) -lmpfr -lgmp -lm -pthread
 
 # Test fixtures: one source, one behaviour per build (tests/fixtures/plugin_fixture.c).
@@ -38,7 +37,7 @@ FIXTURE_MODES := good segv hang oob status abi nosym
 FIXTURES      := $(patsubst %,$(FIXTURE_DIR)/fixture_%.so,$(FIXTURE_MODES))
 $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -fPIC -shared -DFIXTURE_MODE_$* -o $@ $< -lm
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DFIXTURE_MODE_$* -o $@ $< -lm
 
 conform-plugins: $(OPT_PLUGIN) $(FIXTURES)
 tests: $(OPT_PLUGIN) $(FIXTURES)

@@ -8,7 +8,7 @@ PLUGIN_CFLAGS = $(CFLAGS_BASE) -fPIC -shared
 $(BUILD)/plugins/example_kernel.so: examples/example_kernel.c include/smattn_kernel.h \
                                     include/smattn.h | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(PLUGIN_CFLAGS) -o $@ $< -lm
+	$(call say,LD,$@)$(CC) $(PLUGIN_CFLAGS) -o $@ $< -lm
 
 # Mutants (tests/mutants/README.md): each tests/mutants/<name>.patch is a unified diff
 # against examples/example_kernel.c holding one bug; applied with fuzz 0, so that a patch
@@ -19,9 +19,9 @@ deps-mutants:
 	@mk/deps.sh patch
 $(BUILD)/mutants/%.c: examples/example_kernel.c tests/mutants/%.patch | deps-mutants
 	@mkdir -p $(dir $@)
-	@patch --quiet --fuzz=0 --reject-file=- -o $@ examples/example_kernel.c tests/mutants/$*.patch
+	$(call say,PATCH,$@)patch --quiet --fuzz=0 --reject-file=- -o $@ examples/example_kernel.c tests/mutants/$*.patch
 $(BUILD)/mutants/%.so: $(BUILD)/mutants/%.c include/smattn_kernel.h include/smattn.h | deps
-	$(CC) $(PLUGIN_CFLAGS) -o $@ $< -lm
+	$(call say,LD,$@)$(CC) $(PLUGIN_CFLAGS) -o $@ $< -lm
 .PRECIOUS: $(BUILD)/mutants/%.c
 
 plugins: $(BUILD)/plugins/example_kernel.so $(MUTANT_SOS)

@@ -10,7 +10,7 @@ ONEDNN_REPORT := $(BUILD)/onednn
 ifneq ($(ONEDNN_HEADER),)
 $(ONEDNN_SO): plugins/onednn/onednn_kernel.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(PLUGIN_CFLAGS) -o $@ $< -ldnnl -lm
+	$(call say,LD,$@)$(CC) $(PLUGIN_CFLAGS) -o $@ $< -ldnnl -lm
 onednn: $(ONEDNN_SO)
 conform-onednn: $(CLI) $(ONEDNN_SO)
 	@mkdir -p $(ONEDNN_REPORT)
@@ -21,7 +21,7 @@ conform-onednn: $(CLI) $(ONEDNN_SO)
 # The accuracy of oneDNN's softmax exp, through the adapter (plugins/onednn/probe_exp.c).
 $(BUILD)/onednn/probe_exp: plugins/onednn/probe_exp.c $(ONEDNN_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -o $@ $< $(abspath $(ONEDNN_SO)) -Wl,-rpath,$(abspath $(dir $(ONEDNN_SO))) -lm
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $< $(abspath $(ONEDNN_SO)) -Wl,-rpath,$(abspath $(dir $(ONEDNN_SO))) -lm
 onednn-probe-exp: $(BUILD)/onednn/probe_exp
 	$<
 else

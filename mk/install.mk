@@ -1,0 +1,119 @@
+# mk/install.mk: the shared library, smattn.pc, `make install` / `make uninstall` and the
+# install test (issue 16; README "Using smattn from C"). Included by the Makefile.
+#
+#   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]     make uninstall (same variables)
+#
+# Installed: bin/smattn; lib/libsmattn.so.$(VERSION), its soname link libsmattn.so.0 and the
+# link-time libsmattn.so, lib/libsmattn.a; include/smattn.h and include/smattn_kernel.h (as in
+# the tree, so `#include "smattn.h"` works with pkg-config's Cflags); lib/pkgconfig/smattn.pc;
+# share/smattn/vectors/ (the golden vectors the conformance battery starts with);
+# share/man/man1/smattn.1 and man3/smattn.3; share/doc/smattn/ (README, SPEC, CHANGELOG,
+# LICENSE, the example plugin).
+.PHONY: shlib install install-c install-python uninstall uninstall-c uninstall-python \
+        check-install
+
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+PKGDATADIR   ?= $(PREFIX)/share/smattn
+MANDIR       ?= $(PREFIX)/share/man
+DOCDIR       ?= $(PREFIX)/share/doc/smattn
+INSTALL      ?= install
+
+# ---- the shared library -----------------------------------------------------------------
+# Built from the position-independent objects in $(BUILD)/pic/ (mk/conform.mk's rule, which
+# the built-in plugin uses too); libsmattn.a, the CLI, tests and benches keep the non-PIC
+# objects. The soname carries the ABI major; the version script exports the public API only.
+SONAME      := libsmattn.so.$(VERSION_MAJOR)
+SHLIB       := $(BUILD)/libsmattn.so.$(VERSION)
+SHLIB_OBJ   := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIB_SRC))
+SHLIB_LIBS  := -lmpfr -lgmp -lm -pthread
+$(SHLIB): $(SHLIB_OBJ) mk/libsmattn.map | $(BUILD)/version.ok
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -shared -Wl,-soname,$(SONAME) \
+	  -Wl,--version-script=mk/libsmattn.map -Wl,--no-undefined -o $@ $(SHLIB_OBJ) $(SHLIB_LIBS)
+	@ln -sf $(notdir $@) $(BUILD)/$(SONAME) && ln -sf $(SONAME) $(BUILD)/libsmattn.so
+shlib: $(SHLIB)
+lib: $(SHLIB)
+all: $(SHLIB)
+
+# ---- where the installed tool finds its data ----------------------------------------------
+# The CLI and the checker are compiled with SMATTN_DATADIR, the installed share/smattn; the
+# objects are rebuilt when PREFIX (or PKGDATADIR) changes, through $(BUILD)/datadir.txt.
+$(BUILD)/datadir.txt: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(PKGDATADIR)' > $@.tmp && (cmp -s $@.tmp $@ || mv $@.tmp $@); rm -f $@.tmp
+.PHONY: FORCE
+FORCE:
+$(call obj,$(CLI_SRC) $(CONFORM_SRC)): $(BUILD)/datadir.txt
+$(call obj,$(CLI_SRC) $(CONFORM_SRC)): CFLAGS_BASE += -DSMATTN_DATADIR='"$(PKGDATADIR)"'
+
+# ---- smattn.pc ------------------------------------------------------------------------
+# Libs.private rather than Requires.private: mpfr.pc is not shipped everywhere MPFR is (it
+# is on Debian 12), and a missing Requires.private breaks every pkg-config query.
+pcpath = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+$(BUILD)/smattn.pc: VERSION $(BUILD)/datadir.txt mk/install.mk
+	$(call say,GEN,$@)printf '%s\n' \
+	  'prefix=$(PREFIX)' \
+	  'libdir=$(call pcpath,$(LIBDIR))' \
+	  'includedir=$(call pcpath,$(INCLUDEDIR))' \
+	  'datadir=$(call pcpath,$(PKGDATADIR))' \
+	  '' \
+	  'Name: smattn' \
+	  'Description: scaled masked softmax attention made checkable: exact oracle, fast kernel, error bound' \
+	  'Version: $(VERSION)' \
+	  'Cflags: -I$${includedir}' \
+	  'Libs: -L$${libdir} -lsmattn' \
+	  'Libs.private: $(SHLIB_LIBS)' > $@
+
+# ---- install / uninstall --------------------------------------------------------------
+# install-python and uninstall-python are double-colon rules: python/ adds its own recipe
+# (`install-python::` in its own .mk) without touching this file.
+MANPAGES := man/smattn.1 man/smattn.3
+VECTORS  := $(wildcard spec/vectors/*.json) spec/vectors/README.md
+DOCS     := README.md CHANGELOG.md LICENSE spec/SPEC.md examples/example_kernel.c
+
+install: install-c install-python
+uninstall: uninstall-c uninstall-python
+install-python::
+	@:
+uninstall-python::
+	@:
+
+install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
+	$(call say,INST,$(DESTDIR)$(PREFIX))set -e; \
+	$(INSTALL) -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(INCLUDEDIR)' \
+	  '$(DESTDIR)$(PKGCONFIGDIR)' '$(DESTDIR)$(PKGDATADIR)/vectors' \
+	  '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man3' '$(DESTDIR)$(DOCDIR)'; \
+	$(INSTALL) -m 755 $(CLI) '$(DESTDIR)$(BINDIR)/smattn'; \
+	$(INSTALL) -m 755 $(SHLIB) '$(DESTDIR)$(LIBDIR)/'; \
+	ln -sf $(notdir $(SHLIB)) '$(DESTDIR)$(LIBDIR)/$(SONAME)'; \
+	ln -sf $(SONAME) '$(DESTDIR)$(LIBDIR)/libsmattn.so'; \
+	$(INSTALL) -m 644 $(LIB) '$(DESTDIR)$(LIBDIR)/'; \
+	$(INSTALL) -m 644 include/smattn.h include/smattn_kernel.h '$(DESTDIR)$(INCLUDEDIR)/'; \
+	$(INSTALL) -m 644 $(BUILD)/smattn.pc '$(DESTDIR)$(PKGCONFIGDIR)/'; \
+	$(INSTALL) -m 644 $(VECTORS) '$(DESTDIR)$(PKGDATADIR)/vectors/'; \
+	for m in $(MANPAGES); do \
+	  sed -e 's|/usr/local/share/smattn|$(PKGDATADIR)|g' -e 's|/usr/local/share/doc/smattn|$(DOCDIR)|g' \
+	    $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \
+	  chmod 644 '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; done; \
+	$(INSTALL) -m 644 $(DOCS) '$(DESTDIR)$(DOCDIR)/'
+	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+	  ldconfig; fi
+
+uninstall-c:
+	$(call say,RM,$(DESTDIR)$(PREFIX))rm -f '$(DESTDIR)$(BINDIR)/smattn' \
+	  '$(DESTDIR)$(LIBDIR)/$(notdir $(SHLIB))' '$(DESTDIR)$(LIBDIR)/$(SONAME)' \
+	  '$(DESTDIR)$(LIBDIR)/libsmattn.so' '$(DESTDIR)$(LIBDIR)/libsmattn.a' \
+	  '$(DESTDIR)$(INCLUDEDIR)/smattn.h' '$(DESTDIR)$(INCLUDEDIR)/smattn_kernel.h' \
+	  '$(DESTDIR)$(PKGCONFIGDIR)/smattn.pc' \
+	  '$(DESTDIR)$(MANDIR)/man1/smattn.1' '$(DESTDIR)$(MANDIR)/man3/smattn.3' && \
+	rm -rf '$(DESTDIR)$(PKGDATADIR)' '$(DESTDIR)$(DOCDIR)'
+	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+	  ldconfig; fi
+
+# ---- the install test (make check runs it once, before the suites) --------------------------
+check-install: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc
+	$(call say,TEST,tests/install/test_install.sh)BUILD=$(BUILD) MAKE='$(MAKE)' \
+	  tests/install/test_install.sh
