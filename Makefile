@@ -44,7 +44,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsub
 LIBS    := -lmpfr -lgmp -lm -pthread
 
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
-DEPS_CHECK := $(DEPS_BUILD) check man-db
+DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
