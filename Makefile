@@ -7,11 +7,15 @@
 SHELL := /bin/bash
 
 # Quiet by default: one short line per file built ("  CC    core/bound.o"); `make V=1`
-# prints the full commands instead.
+# prints the full commands instead, `make -s` neither (the first word of MAKEFLAGS holds
+# the one-letter flags).
 V ?= 0
 ifeq ($(V),1)
 Q :=
 say :=
+else ifneq ($(findstring s,$(firstword -$(MAKEFLAGS))),)
+Q := @
+say := @
 else
 Q := @
 say = @printf '  %-5s %s\n' '$(1)' '$(patsubst $(BUILD)/%,%,$(2))';
