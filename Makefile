@@ -24,7 +24,7 @@ endif
 # The version lives in VERSION only (CHANGELOG.md says what each holds). The soname carries
 # its major (the ABI), smattn.pc and the Python package read it, and include/smattn.h's
 # SMATTN_VERSION_* macros are checked against it at every build ($(BUILD)/version.ok).
-VERSION       := $(shell cat VERSION)
+VERSION       := $(firstword $(shell sed 's/\#.*//' VERSION))
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 
 CC      ?= gcc

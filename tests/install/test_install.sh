@@ -12,7 +12,7 @@ cd "$ROOT"
 BUILD=${BUILD:-build}
 MAKE=${MAKE:-make}
 PREFIX=${PREFIX:-/usr/local}
-VERSION=$(cat VERSION)
+VERSION=$(sed 's/#.*//' VERSION | tr -d ' \n')   # as the Makefile reads it: comments allowed
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/smattn-install.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 D=$STAGE/root   # the DESTDIR
