@@ -27,7 +27,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsub
 LIBS    := -lmpfr -lgmp -lm -pthread
 
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
-DEPS_CHECK := $(DEPS_BUILD) check
+DEPS_CHECK := $(DEPS_BUILD) check python3-numpy python3-pytest
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
@@ -175,4 +175,4 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # Each area's rules live in mk/<area>.mk.
-include mk/fuzz.mk mk/conform.mk mk/mutants.mk mk/prove.mk
+include mk/fuzz.mk mk/conform.mk mk/mutants.mk mk/prove.mk mk/python.mk
