@@ -59,13 +59,18 @@ check-python: deps-check python
 PREFIX  ?= /usr/local
 DESTDIR ?=
 PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/dist-packages)
-PY_PKG_FILES := $(wildcard python/smattn/*.py)
+PY_PKG_FILES := $(filter-out python/smattn/_paths.py,$(wildcard python/smattn/*.py))
+# VERSION (issue 16) when it exists, else smattn.h's version macros.
+PY_VERSION = $(shell cat VERSION 2>/dev/null || awk '/define SMATTN_VERSION_(MAJOR|MINOR|PATCH)/ \
+               { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/smattn.h)
 install-python: python
 	install -d $(DESTDIR)$(PYTHON_SITEDIR)/smattn
 	install -m 644 $(PY_PKG_FILES) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
 	install -m 755 $(PY_SHIM) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
-	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\n' \
-	  '$(PREFIX)/lib/libsmattn.so.0' '$(PREFIX)/share/smattn/vectors' \
+	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
+	  '$(PREFIX)/lib/libsmattn.so.0' '$(PREFIX)/share/smattn/vectors' '$(PY_VERSION)' \
 	  > $(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py
+# The site directory and its python3.X parent go too when this left them empty.
 uninstall-python:
 	rm -rf $(DESTDIR)$(PYTHON_SITEDIR)/smattn
+	-@rmdir $(DESTDIR)$(PYTHON_SITEDIR) $(dir $(DESTDIR)$(PYTHON_SITEDIR)) 2>/dev/null || true
