@@ -96,6 +96,11 @@ def test_input_and_output_dtypes():
     kb = (k.view(np.uint32) >> 16).astype(np.uint16)
     kf = (kb.astype(np.uint32) << 16).view(np.float32)
     assert np.array_equal(smattn.reference(q, kb, v)[0], smattn.reference(q, kf, v)[0])
+    vb = (v.view(np.uint32) >> 16).astype(np.uint16)
+    o, lse = smattn.attention(q, kb, vb, causal=True)  # the kernel takes bfloat16 K/V
+    assert smattn.check(o, q, kb, vb, lse=lse, causal=True, precision="opt")
+    qf = np.asfortranarray(q)  # column-major: passed with its strides
+    assert np.array_equal(smattn.reference(qf, k, v)[0], o32)
     with pytest.raises(TypeError, match="not a float type"):
         smattn.reference(q.astype(np.int32), k, v)
     with pytest.raises(TypeError, match=r"dtype 'int8'"):
@@ -315,3 +320,12 @@ def test_install_python_finds_recorded_library(tmp_path):
     subprocess.run(["make", "-s", "--no-print-directory", "-C", ROOT, "BUILD=" + build,
                     "PREFIX=" + prefix, "uninstall-python"], check=True, env=env)
     assert not os.path.exists(os.path.join(site, "smattn"))
+
+
+def test_missing_library_is_a_clear_import_error(tmp_path):
+    env = dict(os.environ, SMATTN_LIBRARY=str(tmp_path / "nope.so"))
+    r = subprocess.run([sys.executable, "-c", "import smattn"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 1
+    assert "ImportError: smattn: cannot load libsmattn.so.0; tried: " + str(tmp_path) \
+        in r.stderr and "SMATTN_LIBRARY=" in r.stderr
