@@ -48,7 +48,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsub
 LIBS    := -lmpfr -lgmp -lm -pthread
 
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
-DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base
+DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
@@ -122,6 +122,7 @@ tests: $(TESTBIN) $(CLI)
 check: deps-check
 	@$(MAKE) --no-print-directory check-install
 	@$(MAKE) --no-print-directory check-unit
+	@$(MAKE) --no-print-directory check-python
 	@$(MAKE) --no-print-directory check-san
 
 check-unit: tests check-fuzz-replay
@@ -207,4 +208,4 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # Each area's rules live in mk/<area>.mk.
-include mk/fuzz.mk mk/conform.mk mk/mutants.mk mk/prove.mk mk/install.mk
+include mk/fuzz.mk mk/conform.mk mk/mutants.mk mk/prove.mk mk/install.mk mk/python.mk

@@ -122,6 +122,12 @@ typedef struct conform_result {
     int64_t elements;  /* elements compared */
     double seconds;    /* wall time of the kernel's child process */
     char reason[512];  /* why it failed or was skipped; "" on a plain pass */
+    /* The element the reason names (a failure) or the worst one (a pass): worst_out is 0
+     * (O), 1 (LSE), 2 (P) or -1 (nothing judged); worst_ix is (b, h, i, col) as in SPEC
+     * 2.1's names (col: O's column or P's key; 0 for LSE). Set by conform_judge only. */
+    int worst_out;
+    int64_t worst_ix[4];
+    double worst_got, worst_exact, worst_bound;
 } conform_result;
 
 /* ---- running and judging ------------------------------------------------------------- */

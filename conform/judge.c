@@ -237,6 +237,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
     r->max_ratio = r->max_ulp = 0;
     r->unbounded = r->elements = r->nonfinite = 0;
     r->reason[0] = '\0';
+    r->worst_out = -1;
     int att = p->op == SMATTN_OP_ATTENTION;
     int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0, p->B * p->Hq * p->S,
                     p->B * p->Hq * p->S * p->T};
@@ -319,10 +320,19 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             worst = masked;
         else if (!empty && nonfinite.t >= 0)
             worst = nonfinite;
+        locate(p, worst.t, worst.e, r->worst_ix, where, sizeof where);
+        r->worst_out = worst.t, r->worst_got = worst.c, r->worst_exact = worst.x;
+        r->worst_bound = worst.b;
         diagnose(p, in, got, pm, garbage, worst.t, worst.e, worst.c, worst.x, worst.b, worst.ratio,
                  n[0], r->reason, sizeof r->reason);
     } else {
         r->status = CONFORM_PASS;
+        if (worst.t >= 0) {
+            char where[96];
+            locate(p, worst.t, worst.e, r->worst_ix, where, sizeof where);
+            r->worst_out = worst.t, r->worst_got = worst.c, r->worst_exact = worst.x;
+            r->worst_bound = worst.b;
+        }
         if (r->unbounded)
             snprintf(r->reason, sizeof r->reason,
                      "%lld elements out of contract (finite exact value, bound +inf: SPEC 6.8), "

@@ -1,0 +1,62 @@
+# mk/python.mk: the Python package (python/, issue 16), included by the Makefile.
+#  - $(PY_SHIM): python/_smattn_shim.c, the package's private judge and battery (conform/
+#    judge.c, battery.c, io/ and the oracle linked in statically, only smattn_py_* exported);
+#  - check-python: the pytest suite (python/tests/) against the build tree;
+#  - install-python / uninstall-python: the package under PYTHON_SITEDIR, with the paths of
+#    the installed libraries recorded in smattn/_paths.py.
+# The package itself loads $(BUILD)/libsmattn.so.0 (the public API, smattn.h) with ctypes.
+.PHONY: python check-python install-python uninstall-python
+
+# Debian's interpreter (python3-numpy, python3-pytest), not whichever python3 is first on PATH.
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+
+# The package loads $(SHLIB), mk/install.mk's libsmattn.so.$(VERSION) (soname libsmattn.so.0).
+
+# The shim: its own copy of the oracle and bound (core/ ref/) beside conform's judge and
+# battery and io/ (the golden vectors), so that libsmattn.so.0 need export nothing private.
+PY_SHIM     := $(BUILD)/python/_smattn_conform.so
+PY_SHIM_SRC := conform/judge.c conform/battery.c $(IO_SRC) $(LIB_SRC)
+PY_SHIM_OBJ := $(patsubst %.c,$(BUILD)/pic/%.o,python/_smattn_shim.c $(PY_SHIM_SRC))
+# io/util.h includes <json.h>: the pic rule's per-target flag slot carries json-c's -I.
+$(patsubst %.c,$(BUILD)/pic/%.o,$(IO_SRC) conform/battery.c python/_smattn_shim.c): \
+  ISAFLAGS := $(JSONC_CFLAGS)
+$(BUILD)/python/libshim.a: $(filter-out $(BUILD)/pic/python/%,$(PY_SHIM_OBJ))
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/python/shim.map: | deps
+	@mkdir -p $(dir $@)
+	@printf '{ global: smattn_py_*; local: *; };\n' > $@
+$(PY_SHIM): $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(BUILD)/python/shim.map
+	$(CC) $(CFLAGS_BASE) -shared -Wl,--version-script=$(BUILD)/python/shim.map -o $@ \
+	  $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(JSONC_LIBS) \
+	  -lmpfr -lgmp -lm -pthread
+
+python: $(SHLIB) $(PY_SHIM)
+all: python
+
+# pytest against the build tree (SMATTN_LIBRARY and SMATTN_SHIM name this BUILD's files, so
+# build-san works too); -p no:cacheprovider keeps python/ free of .pytest_cache.
+check-python: deps-check python
+	SMATTN_LIBRARY=$(abspath $(SHLIB)) SMATTN_SHIM=$(abspath $(PY_SHIM)) \
+	  SMATTN_ROOT=$(CURDIR) PYTHONPATH=$(CURDIR)/python PYTHONDONTWRITEBYTECODE=1 \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# Debian's layout: /usr/lib/python3/dist-packages for the system prefix, else
+# PREFIX/lib/python3.X/dist-packages (on sys.path for /usr/local).
+PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/dist-packages)
+PY_PKG_FILES := $(filter-out python/smattn/_paths.py,$(wildcard python/smattn/*.py))
+# VERSION (issue 16) when it exists, else smattn.h's version macros.
+PY_VERSION = $(shell cat VERSION 2>/dev/null || awk '/define SMATTN_VERSION_(MAJOR|MINOR|PATCH)/ \
+               { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/smattn.h)
+install-python:: python
+	install -d $(DESTDIR)$(PYTHON_SITEDIR)/smattn
+	install -m 644 $(PY_PKG_FILES) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
+	install -m 755 $(PY_SHIM) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
+	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
+	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(PY_VERSION)' \
+	  > $(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py
+# The site directory and its python3.X parent go too when this left them empty.
+uninstall-python::
+	rm -rf $(DESTDIR)$(PYTHON_SITEDIR)/smattn
+	-@rmdir $(DESTDIR)$(PYTHON_SITEDIR) $(dir $(DESTDIR)$(PYTHON_SITEDIR)) 2>/dev/null || true

@@ -1,0 +1,135 @@
+/* _smattn_shim.c: the Python package's private C side (_smattn_conform.so): the checker's
+ * judge (conform/judge.c) and battery (conform/battery.c) behind a few flat functions that
+ * ctypes can call. Not a public API: the public library (libsmattn.so.0) exports smattn.h
+ * only, and the checker is internal, so the package ships its own copy of it. Every struct
+ * here is mirrored in python/smattn/_lib.py, which checks the sizes smattn_py_abi reports
+ * before any other call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conform/conform.h"
+
+#define SMATTN_PY_ABI 1
+
+/* conform_result's figures and the element its reason names (conform.h). */
+typedef struct smattn_py_result {
+    int status; /* conform_status: 0 pass, 1 fail, 2 skip (the oracle or bound failed) */
+    int worst_out;
+    double max_ratio, max_ulp;
+    int64_t unbounded, nonfinite, elements;
+    int64_t worst_ix[4];
+    double worst_got, worst_exact, worst_bound;
+    char reason[512];
+} smattn_py_result;
+
+/* One battery case as the package reads it: the binary64 inputs (mask: bool) in the
+ * layout in's strides give, count[t] elements allocated per tensor. Pointers are owned by
+ * the battery. */
+typedef struct smattn_py_case {
+    const char *name, *category;
+    smattn_problem prob;
+    smattn_inputs in;
+    int64_t count[7]; /* q, k, v, x, bias, mask, sinks */
+    int kv_dtype;     /* the K/V dtype the case is about (F32, or F16 / BF16) */
+    int garbage;      /* invisible slots hold NaN or infinity on purpose */
+    int strided;      /* rows padded (pitch > D), padding holds NaN */
+    uint32_t caps;
+} smattn_py_case;
+
+int smattn_py_abi(int64_t sizes[8]);
+void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                     const smattn_precision *pm, int garbage, smattn_py_result *out);
+void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors, char *err,
+                            size_t errlen);
+int64_t smattn_py_battery_size(const void *b);
+int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out);
+void smattn_py_battery_free(void *b);
+
+/* The layout version and the sizes of the structs Python mirrors, for _lib.py's check. */
+int smattn_py_abi(int64_t sizes[8])
+{
+    sizes[0] = (int64_t)sizeof(smattn_problem);
+    sizes[1] = (int64_t)sizeof(smattn_inputs);
+    sizes[2] = (int64_t)sizeof(smattn_outputs);
+    sizes[3] = (int64_t)sizeof(smattn_precision);
+    sizes[4] = (int64_t)sizeof(smattn_py_result);
+    sizes[5] = (int64_t)sizeof(smattn_py_case);
+    sizes[6] = (int64_t)sizeof(smattn_tensor);
+    sizes[7] = (int64_t)sizeof(smattn_out_tensor);
+    return SMATTN_PY_ABI;
+}
+
+/* conform_judge on outputs `got` (contiguous, SPEC 2.1 layouts). The caller has validated
+ * the problem. */
+void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                     const smattn_precision *pm, int garbage, smattn_py_result *out)
+{
+    conform_result *r = calloc(1, sizeof *r);
+    memset(out, 0, sizeof *out);
+    if (!r) {
+        out->status = CONFORM_SKIP;
+        out->worst_out = -1;
+        snprintf(out->reason, sizeof out->reason, "out of memory");
+        return;
+    }
+    conform_judge(p, in, got, pm, garbage, r);
+    out->status = (int)r->status;
+    out->worst_out = r->worst_out;
+    out->max_ratio = r->max_ratio, out->max_ulp = r->max_ulp;
+    out->unbounded = r->unbounded, out->nonfinite = r->nonfinite, out->elements = r->elements;
+    memcpy(out->worst_ix, r->worst_ix, sizeof out->worst_ix);
+    out->worst_got = r->worst_got, out->worst_exact = r->worst_exact;
+    out->worst_bound = r->worst_bound;
+    snprintf(out->reason, sizeof out->reason, "%s", r->reason);
+    free(r);
+}
+
+/* The battery "quick" or "full" for a seed; vectors: the golden vectors' directory, or
+ * NULL (battery.c's search). NULL with one line in err on failure. */
+void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors, char *err,
+                            size_t errlen)
+{
+    conform_battery *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory building the battery");
+        return NULL;
+    }
+    if (conform_battery_build(b, suite, seed, vectors, err, errlen)) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+int64_t smattn_py_battery_size(const void *b)
+{
+    return (int64_t)((const conform_battery *)b)->n;
+}
+
+/* Case k of b into *out: 0, or -1 when k is out of range. */
+int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out)
+{
+    const conform_battery *bt = b;
+    if (k < 0 || (size_t)k >= bt->n)
+        return -1;
+    const conform_case *c = &bt->cases[k];
+    memset(out, 0, sizeof *out);
+    out->name = c->name;
+    out->category = c->category;
+    out->prob = c->prob;
+    out->in = c->in64;
+    memcpy(out->count, c->count, sizeof out->count);
+    out->kv_dtype = (int)c->kv_dtype;
+    out->garbage = c->garbage;
+    out->strided = c->strided;
+    out->caps = c->caps;
+    return 0;
+}
+
+void smattn_py_battery_free(void *b)
+{
+    if (!b)
+        return;
+    conform_battery_free(b);
+    free(b);
+}

@@ -1,0 +1,48 @@
+"""setup.py: bundles the C side into the wheel: libsmattn.so.0 (the public library), the
+private checker _smattn_conform.so and the golden vectors, from the build directory `make`
+filled (SMATTN_BUILD, default ../build). Everything else is in pyproject.toml."""
+import os
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("SMATTN_BUILD", os.path.join(ROOT, "build"))
+FILES = [(os.path.join(BUILD, "libsmattn.so.0"), "libsmattn.so.0"),
+         (os.path.join(BUILD, "python", "_smattn_conform.so"), "_smattn_conform.so")]
+
+
+def version():
+    try:
+        with open(os.path.join(ROOT, "VERSION")) as f:
+            return f.read().strip()
+    except OSError:
+        return "0.1.0"
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        missing = [src for src, _ in FILES if not os.path.exists(src)]
+        if missing:
+            raise SystemExit("smattn: %s missing: run `make` in %s first (or set SMATTN_BUILD)"
+                             % (", ".join(missing), ROOT))
+        dst = os.path.join(self.build_lib, "smattn")
+        for src, name in FILES:
+            shutil.copy2(src, os.path.join(dst, name))
+        vectors = os.path.join(ROOT, "spec", "vectors")
+        if os.path.isdir(vectors):
+            shutil.copytree(vectors, os.path.join(dst, "vectors"), dirs_exist_ok=True)
+
+
+class BinaryDistribution(Distribution):
+    """The wheel carries shared objects: tag it for this platform."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(version=version(), cmdclass={"build_py": BuildPy}, distclass=BinaryDistribution)

@@ -1,0 +1,163 @@
+"""_cases.py: the conformance battery (conform/battery.c, the cases `smattn conform` runs)
+as NumPy arrays and keyword arguments, so that a kernel in any framework can run it in its
+own process and be judged case by case with check()."""
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from . import _lib
+from ._api import check
+
+_CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
+              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv")
+_KV_DTYPE = {1: "float32", 2: "float16", 3: "bfloat16"}
+
+
+@dataclass
+class Case:
+    """One battery case. Call your kernel as kernel(case.q, case.k, case.v, **case.kwargs)
+    (or read case.kwargs and map them to your kernel's own arguments), then judge its O
+    (and LSE, P) with case.check(o, lse=...).
+
+    name, category: as `smattn conform` prints them. q, k, v: in `layout` (BSHD by default);
+    a "strides" case's rows are padded (pitch > D) and the padding holds NaN. kwargs: scale,
+    causal ("lower_right", "upper_left" or None), window, kv_lens, q_lens, bias, mask,
+    sinks, softcap, empty_rows: only those the case uses. features: the capability names
+    of smattn_kernel.h the case needs (skip cases your kernel does not claim). kv_dtype:
+    the K/V dtype the case is about ("float16" cases give float16 k and v; "bfloat16"
+    cases give float32 arrays holding bfloat16 values exactly). garbage: invisible slots
+    (masked, padded, never-seen keys) hold NaN or infinity on purpose (SPEC 3.6)."""
+    name: str
+    category: str
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    kwargs: Dict[str, Any]
+    features: List[str]
+    kv_dtype: str
+    garbage: bool
+    layout: str = "bshd"
+    seed: int = 0
+    _extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def check(self, o, lse=None, p=None, precision="float32", **overrides):
+        """check(o, self.q, self.k, self.v, layout=self.layout, **self.kwargs)."""
+        kw = dict(self.kwargs, **overrides)
+        return check(o, self.q, self.k, self.v, lse=lse, p=p, precision=precision,
+                     layout=self.layout, **kw)
+
+    def __repr__(self):
+        return "Case(%s, q%s k%s v%s, %s)" % (self.name, tuple(self.q.shape),
+                                               tuple(self.k.shape), tuple(self.v.shape),
+                                               ", ".join(self.features) or "plain")
+
+
+def _array(t, count, shape, dtype):
+    """The battery's binary64 (or bool) buffer, copied: (flat buffer, shape, element
+    strides), so that a strided case keeps its padded pitch; None if the tensor is absent."""
+    if count == 0 or not t.data:
+        return None
+    ctype = ctypes.c_uint8 if dtype == np.bool_ else ctypes.c_double
+    buf = np.ctypeslib.as_array(ctypes.cast(t.data, ctypes.POINTER(ctype)), shape=(count,))
+    buf = buf.astype(dtype, copy=True)
+    return buf, shape, [int(s) for s in list(t.stride)[:len(shape)]]
+
+
+def _round_bf16(a):
+    """binary64 values to the nearest bfloat16 (ties to even), as float32 (NaN kept NaN)."""
+    bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    r = np.where(np.isnan(a), (bits & 0xFFFF0000) | 0x00400000, r)
+    return r.astype(np.uint32).view(np.float32)
+
+
+def _cast(t, dtype):
+    """A view, with the battery's strides, of its flat buffer rounded to dtype."""
+    if t is None:
+        return None
+    buf, shape, st = t
+    if dtype == np.bool_:
+        out = buf
+    elif dtype == "bfloat16":
+        out = _round_bf16(buf)
+    else:
+        with np.errstate(over="ignore"):  # the extreme cases overflow float16 on purpose
+            out = buf.astype(dtype)
+    return np.lib.stride_tricks.as_strided(out, shape=shape,
+                                           strides=[s * out.itemsize for s in st])
+
+
+def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None,
+          categories=None):
+    """Yield the battery's attention cases (conform/battery.c: the golden vectors of SPEC 8,
+    edge cases by category, random prefill / chunked / decode sweeps) as Case objects.
+
+    suite: "quick" (what `make demo` runs) or "full"; seed: the sweeps' seed (as `smattn
+    conform --seed`). dtype: the dtype of q, bias and sinks, and of k and v except in the
+    dtype cases ("float32" default, "float64" for the battery's exact binary64 values, or
+    "float16"). layout: "bshd" or "bhsd" (views, no copy). vectors: the golden vectors'
+    directory (default: found in the source tree or the installed share/smattn/vectors).
+    categories: only cases of these categories (e.g. ["causal", "gqa"]). The battery's
+    softmax-op cases are left out (the package has no softmax entry point)."""
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError("layout %r: want 'bshd' or 'bhsd'" % (layout,))
+    if dtype not in ("float64", "float32", "float16"):
+        raise TypeError("dtype %r: want 'float64', 'float32' or 'float16'" % (dtype,))
+    shim = _lib.shim()
+    vdir = vectors if vectors is not None else _lib.vectors_dir()
+    err = ctypes.create_string_buffer(512)
+    bat = shim.smattn_py_battery_new(str(suite).encode(), int(seed) & (2**64 - 1),
+                                     vdir.encode() if vdir else None, err, 512)
+    if not bat:
+        raise ValueError(err.value.decode(errors="replace"))
+    try:
+        n = shim.smattn_py_battery_size(bat)
+        for idx in range(n):
+            c = _lib.PyCase()
+            if shim.smattn_py_battery_case(bat, idx, ctypes.byref(c)):
+                break
+            if c.prob.op != 0:
+                continue
+            cat = c.category.decode()
+            if categories is not None and cat not in categories:
+                continue
+            yield _make_case(c, dtype, layout, seed)
+    finally:
+        shim.smattn_py_battery_free(bat)
+
+
+def _make_case(c, dtype, layout, seed):
+    p = c.prob
+    B, S, T, Hq, Hkv, D, Dv = p.B, p.S, p.T, p.Hq, p.Hkv, p.D, p.Dv
+    cnt = list(c.count)
+    q = _array(c.in_.q, cnt[0], (B, S, Hq, D), np.float64)
+    k = _array(c.in_.k, cnt[1], (B, T, Hkv, D), np.float64)
+    v = _array(c.in_.v, cnt[2], (B, T, Hkv, Dv), np.float64)
+    bias = _array(c.in_.bias, cnt[4], (B, Hq, S, T), np.float64)
+    mask = _array(c.in_.mask, cnt[5], (B, Hq, S, T), np.bool_)
+    sinks = _array(c.in_.sinks, cnt[6], (Hq,), np.float64)
+    kvd = _KV_DTYPE.get(c.kv_dtype, "float32")
+    kv_cast = dtype if kvd == "float32" else kvd
+    q, bias, sinks = (_cast(x, dtype) for x in (q, bias, sinks))
+    k, v = _cast(k, kv_cast), _cast(v, kv_cast)
+    mask = _cast(mask, np.bool_)
+    if layout == "bhsd":
+        q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
+    kw = {"scale": p.scale}
+    if p.causal:
+        kw["causal"] = "lower_right" if p.causal == 1 else "upper_left"
+    if p.window_left != -1 or p.window_right != -1:
+        kw["window"] = (int(p.window_left), int(p.window_right))
+    for name, ptr in (("kv_lens", p.kv_lens), ("q_lens", p.q_lens)):
+        if ptr:
+            kw[name] = np.array([ptr[b] for b in range(B)], dtype=np.int64)
+    for name, a in (("bias", bias), ("mask", mask), ("sinks", sinks)):
+        if a is not None:
+            kw[name] = a
+    if p.softcap > 0:
+        kw["softcap"] = p.softcap
+    feats = [n for bit, n in enumerate(_CAP_NAMES) if c.caps & (1 << bit)]
+    return Case(c.name.decode(), c.category.decode(), q, k, v, kw, feats, kvd,
+                bool(c.garbage), layout, seed)

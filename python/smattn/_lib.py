@@ -1,0 +1,214 @@
+"""_lib.py: finds and loads libsmattn.so.0 (the public C API, include/smattn.h) and the
+package's private shim _smattn_conform.so, and mirrors their structs with ctypes.
+
+Where the libraries are looked for, first match wins:
+
+libsmattn.so.0
+  1. the file named by the environment variable SMATTN_LIBRARY;
+  2. next to this file (a wheel built by ``pip install ./python`` bundles it);
+  3. the path recorded by ``make install-python`` (smattn/_paths.py);
+  4. the source tree: ``<repo>/build/libsmattn.so.0`` (after ``make``);
+  5. the system loader (``libsmattn.so.0`` on the default search path, ldconfig).
+_smattn_conform.so (the checker: judge and battery)
+  1. SMATTN_SHIM; 2. next to this file; 3. ``<dir of SMATTN_LIBRARY>/python/``;
+  4. ``<repo>/build/python/`` .
+"""
+import ctypes
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))  # python/smattn -> the source tree
+
+try:
+    from . import _paths  # written by make install-python
+except ImportError:  # the source tree, or a pip install
+    _paths = None
+
+c_i64 = ctypes.c_int64
+c_dbl = ctypes.c_double
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("stride", c_i64 * 4)]
+
+
+class OutTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("stride", c_i64 * 4)]
+
+
+class Problem(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_int), ("B", c_i64), ("S", c_i64), ("T", c_i64), ("Hq", c_i64),
+                ("Hkv", c_i64), ("D", c_i64), ("Dv", c_i64), ("scale", c_dbl),
+                ("softcap", c_dbl), ("causal", ctypes.c_int), ("window_left", c_i64),
+                ("window_right", c_i64), ("kv_lens", ctypes.POINTER(c_i64)),
+                ("q_lens", ctypes.POINTER(c_i64)), ("empty_rows", ctypes.c_int),
+                ("empty_lse", ctypes.c_int)]
+
+
+class Inputs(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("x", Tensor), ("bias", Tensor),
+                ("mask", Tensor), ("sinks", Tensor)]
+
+
+class Outputs(ctypes.Structure):
+    _fields_ = [("o", OutTensor), ("lse", OutTensor), ("p", OutTensor)]
+
+
+class Precision(ctypes.Structure):
+    """The kernel model of SPEC 6.1 (smattn_precision in smattn.h)."""
+    _fields_ = [("u_score", c_dbl), ("u_acc", c_dbl), ("exp_ulps", c_dbl), ("u_p", c_dbl),
+                ("blocks", c_i64), ("acc_len", c_i64), ("tiny", c_dbl)]
+
+    def __repr__(self):
+        return "Precision(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f, _ in self._fields_)
+
+
+class RefConfig(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_int), ("max_prec", ctypes.c_long),
+                ("no_fast_phase", ctypes.c_int), ("fixed_prec", ctypes.c_long)]
+
+
+class OptConfig(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_int), ("isa", ctypes.c_char_p)]
+
+
+class PyResult(ctypes.Structure):  # smattn_py_result, python/_smattn_shim.c
+    _fields_ = [("status", ctypes.c_int), ("worst_out", ctypes.c_int), ("max_ratio", c_dbl),
+                ("max_ulp", c_dbl), ("unbounded", c_i64), ("nonfinite", c_i64),
+                ("elements", c_i64), ("worst_ix", c_i64 * 4), ("worst_got", c_dbl),
+                ("worst_exact", c_dbl), ("worst_bound", c_dbl), ("reason", ctypes.c_char * 512)]
+
+
+class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
+    _fields_ = [("name", ctypes.c_char_p), ("category", ctypes.c_char_p), ("prob", Problem),
+                ("in_", Inputs), ("count", c_i64 * 7), ("kv_dtype", ctypes.c_int),
+                ("garbage", ctypes.c_int), ("strided", ctypes.c_int), ("caps", ctypes.c_uint32)]
+
+
+_SHIM_ABI = 1
+_P = ctypes.POINTER
+
+
+def _candidates_lib():
+    env = os.environ.get("SMATTN_LIBRARY")
+    if env:
+        return [env]  # named explicitly: nothing else is tried
+    c = [os.path.join(_HERE, "libsmattn.so.0")]
+    if _paths is not None:
+        c.append(_paths.LIBRARY)
+    c.append(os.path.join(_REPO, "build", "libsmattn.so.0"))
+    return [p for p in c if os.path.exists(p)] + ["libsmattn.so.0"]
+
+
+def _load_lib():
+    tried = []
+    for path in _candidates_lib():
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError("smattn: cannot load libsmattn.so.0; tried: %s. Build it with `make` in "
+                      "the source tree, install it with `make install`, or name it with "
+                      "SMATTN_LIBRARY=/path/to/libsmattn.so.0" % "; ".join(tried))
+
+
+lib, LIBRARY_PATH = _load_lib()
+
+
+def _proto(name, res, *args):
+    f = getattr(lib, name)
+    f.restype = res
+    f.argtypes = list(args)
+    return f
+
+
+status_str = _proto("smattn_status_str", ctypes.c_char_p, ctypes.c_int)
+status_name = _proto("smattn_status_name", ctypes.c_char_p, ctypes.c_int)
+default_scale = _proto("smattn_default_scale", c_dbl, c_i64)
+problem_default = _proto("smattn_problem_default", Problem)
+validate = _proto("smattn_validate", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs))
+ref = _proto("smattn_ref", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs), _P(RefConfig),
+             ctypes.c_void_p)
+attention = _proto("smattn_attention", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs),
+                   _P(OptConfig))
+precision_of = _proto("smattn_precision_of", Precision, ctypes.c_int)
+opt_precision = _proto("smattn_opt_precision", Precision, _P(Problem))
+opt_isa = _proto("smattn_opt_isa", ctypes.c_char_p)
+contiguous_strides = _proto("smattn_contiguous_strides", None, _P(Problem), ctypes.c_char,
+                            _P(c_i64 * 4))
+
+_shim = None
+SHIM_PATH = None
+
+
+def _candidates_shim():
+    env = os.environ.get("SMATTN_SHIM")
+    if env:
+        return [env]
+    c = [os.path.join(_HERE, "_smattn_conform.so")]
+    if os.environ.get("SMATTN_LIBRARY"):
+        c.append(os.path.join(os.path.dirname(os.environ["SMATTN_LIBRARY"]), "python",
+                              "_smattn_conform.so"))
+    c.append(os.path.join(_REPO, "build", "python", "_smattn_conform.so"))
+    return c
+
+
+def shim():
+    """The private checker library, loaded on first use (check, assert_close, cases)."""
+    global _shim, SHIM_PATH
+    if _shim is not None:
+        return _shim
+    tried = []
+    for path in _candidates_shim():
+        if not os.path.exists(path):
+            tried.append(path + " (absent)")
+            continue
+        try:
+            s = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        s.smattn_py_abi.restype = ctypes.c_int
+        s.smattn_py_abi.argtypes = [_P(c_i64 * 8)]
+        sizes = (c_i64 * 8)()
+        abi = s.smattn_py_abi(ctypes.byref(sizes))
+        want = [ctypes.sizeof(t) for t in (Problem, Inputs, Outputs, Precision, PyResult,
+                                           PyCase, Tensor, OutTensor)]
+        if abi != _SHIM_ABI or list(sizes) != want:
+            raise ImportError("smattn: %s does not match this package (ABI %d, struct sizes %s; "
+                              "want %d, %s): rebuild it with `make`"
+                              % (path, abi, list(sizes), _SHIM_ABI, want))
+        s.smattn_py_judge.restype = None
+        s.smattn_py_judge.argtypes = [_P(Problem), _P(Inputs), _P(Outputs), _P(Precision),
+                                      ctypes.c_int, _P(PyResult)]
+        s.smattn_py_battery_new.restype = ctypes.c_void_p
+        s.smattn_py_battery_new.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+                                            ctypes.c_char_p, ctypes.c_size_t]
+        s.smattn_py_battery_size.restype = c_i64
+        s.smattn_py_battery_size.argtypes = [ctypes.c_void_p]
+        s.smattn_py_battery_case.restype = ctypes.c_int
+        s.smattn_py_battery_case.argtypes = [ctypes.c_void_p, c_i64, _P(PyCase)]
+        s.smattn_py_battery_free.restype = None
+        s.smattn_py_battery_free.argtypes = [ctypes.c_void_p]
+        _shim, SHIM_PATH = s, path
+        return s
+    raise ImportError("smattn: cannot load the checker _smattn_conform.so; tried: %s. Build it "
+                      "with `make` in the source tree, or name it with SMATTN_SHIM=/path"
+                      % "; ".join(tried))
+
+
+def vectors_dir():
+    """The golden vectors' directory for the battery, or None (then the battery has none)."""
+    c = []
+    if os.environ.get("SMATTN_VECTORS"):
+        return os.environ["SMATTN_VECTORS"]
+    if os.environ.get("SMATTN_ROOT"):
+        c.append(os.path.join(os.environ["SMATTN_ROOT"], "spec", "vectors"))
+    c.append(os.path.join(_REPO, "spec", "vectors"))
+    c.append(os.path.join(_HERE, "vectors"))
+    if _paths is not None:
+        c.append(_paths.VECTORS)
+    for p in c:
+        if os.path.isdir(p):
+            return p
+    return None

@@ -1,0 +1,78 @@
+"""kernels.py: plain NumPy attention kernels for the package's tests: one that follows
+SPEC 2-4 (BSHD, binary64 arithmetic, outputs rounded to float32) and copies of it with one
+known bug each, as a kernel author's test would meet them."""
+import numpy as np
+
+BUGS = ("causal_upper_left", "causal_off_by_one", "empty_nan", "no_scale", "gqa_interleaved",
+        "v_unmasked")
+
+
+def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None,
+                    q_lens=None, bias=None, mask=None, sinks=None, softcap=0,
+                    empty_rows="zero", bug=None):
+    """O [B,S,Hq,Dv] and LSE [B,Hq,S] as float32; `bug` (one of BUGS) plants one bug."""
+    assert empty_rows == "zero"
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    B, S, Hq, D = q.shape
+    T, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
+    G = Hq // Hkv
+    # query head h reads KV head h // G (SPEC 2.2); interleaving is the planted bug
+    heads = np.arange(Hq) % Hkv if bug == "gqa_interleaved" else np.arange(Hq) // G
+    kk, vv = k[:, :, heads, :], v[:, :, heads, :]
+    if scale is None:
+        scale = 1 / np.sqrt(D)
+    if bug == "no_scale":
+        scale = 1.0
+    with np.errstate(all="ignore"):  # invisible slots may hold NaN or infinity
+        s = np.einsum("bshd,bthd->bhst", q, kk) * scale
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        i = np.arange(S)[:, None]
+        j = np.arange(T)[None, :]
+        vis = np.zeros((B, 1, S, T), dtype=bool)
+        for b in range(B):
+            Tb = T if kv_lens is None else int(kv_lens[b])
+            Sb = S if q_lens is None else int(q_lens[b])
+            d = i + Tb - Sb  # the lower-right diagonal (SPEC 3.1)
+            if causal == "upper_left" or bug == "causal_upper_left":
+                d = i + 0 * Tb
+            if bug == "causal_off_by_one":
+                d = d + 1
+            m = (j < Tb) & (i < Sb)
+            if causal:
+                m &= j <= d
+            if window is not None:
+                wl, wr = window
+                if wl >= 0:
+                    m &= j >= d - wl
+                if wr >= 0:
+                    m &= j <= d + wr
+            vis[b, 0] = m
+        vis = np.broadcast_to(vis, (B, Hq, S, T))
+        if mask is not None:
+            vis = vis & np.asarray(mask, dtype=bool)
+        if bias is not None:
+            bias = np.asarray(bias, dtype=np.float64)
+            vis = vis & (bias != -np.inf)
+            s = s + bias
+        s = np.where(vis, s, -np.inf)
+        mx = s.max(axis=-1)
+        snk = None
+        if sinks is not None:
+            snk = np.asarray(sinks, dtype=np.float64)[None, :, None]
+            mx = np.maximum(mx, snk)
+        mxs = np.where(mx == -np.inf, 0.0, mx)  # an empty row; NaN and +inf propagate
+        e = np.where(vis, np.exp(s - mxs[..., None]), 0.0)
+        den = e.sum(axis=-1)
+        if snk is not None:
+            den = den + np.exp(snk - mxs)
+        if bug == "empty_nan":
+            p = e / den[..., None]
+        else:
+            p = np.where(den[..., None] != 0, e / np.where(den != 0, den, 1)[..., None], 0.0)
+        if bug != "v_unmasked":  # a key no row sees may hold NaN: 0 * NaN is NaN
+            seen = vis.any(axis=2).transpose(0, 2, 1)[..., None]  # [B,T,Hq,1]
+            vv = np.where(seen, vv, 0.0)
+        o = np.einsum("bhst,bthd->bshd", p, vv)
+        lse = np.log(den) + mxs
+        return o.astype(np.float32), lse.astype(np.float32)  # may overflow: +-inf
