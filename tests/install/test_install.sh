@@ -93,6 +93,27 @@ for m in man1/smattn.1 man3/smattn.3; do
 done
 [ "$(man -M "$P/share/man" -w smattn)" = "$P/share/man/man1/smattn.1" ] || fail "man -M ... smattn"
 
+# 5b. The installed Python package, from an empty directory: it imports, runs the oracle and
+# the kernel, and checks an attention output (the recorded library path is the real PREFIX,
+# so SMATTN_LIBRARY points into the DESTDIR as LD_LIBRARY_PATH does for the C program).
+PYTHON=${PYTHON:-$(test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)}
+site=$(cd "$P" && find . -path '*-packages/smattn/__init__.py' | head -1)
+[ -n "$site" ] || fail "make install put no Python package smattn under $PREFIX"
+site=$(cd "$P/$(dirname "$(dirname "$site")")" && pwd -P)
+pyout=$(cd "$W" && env -u SMATTN_ROOT -u SMATTN_SHIM PYTHONPATH="$site" PYTHONDONTWRITEBYTECODE=1         SMATTN_LIBRARY="$P/lib/libsmattn.so.0" "$PYTHON" -c '
+import numpy as np, smattn
+rng = np.random.default_rng(0)
+q = rng.standard_normal((1, 16, 28, 64), dtype=np.float32)
+k = rng.standard_normal((1, 16, 4, 64), dtype=np.float32)
+v = rng.standard_normal((1, 16, 4, 64), dtype=np.float32)
+o, lse = smattn.attention(q, k, v, causal=True)
+r = smattn.check(o, q, k, v, lse=lse, causal=True)
+assert r.passed, r.reason
+assert smattn.__file__.startswith("'"$site"'"), smattn.__file__
+print("python", smattn.__version__, "max error/bound %.4f" % r.max_ratio)
+' 2>&1) || { echo "$pyout" >&2; fail "the installed Python package"; }
+echo "test_install: installed Python package: $pyout"
+
 # 6. Uninstall: no file or link left (directories such as bin/ may stay, as with any prefix).
 $MAKE --no-print-directory -s uninstall DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null
 left=$(find "$D" ! -type d)
