@@ -21,6 +21,7 @@ typedef struct opts {
     uint64_t seed;
     double time_budget; /* 0: none */
     double case_timeout;
+    double describe_timeout;
     const char *pos[2];
     int npos;
 } opts;
@@ -35,8 +36,8 @@ static const char *usage_of(const char *cmd)
 {
     if (!strcmp(cmd, "conform"))
         return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full] [--seed N]\n"
-               "         [--time S] [--case-timeout S] [--only PREFIX,...] [--json F] [--junit F]\n"
-               "         [--html F] [--baseline F] [--vectors DIR]\n";
+               "         [--time S] [--case-timeout S] [--describe-timeout S] [--only PREFIX,...]\n"
+               "         [--json F] [--junit F] [--html F] [--baseline F] [--vectors DIR]\n";
     if (!strcmp(cmd, "gen"))
         return "usage: smattn gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16]\n"
                "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero] OUT\n";
@@ -62,10 +63,12 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     static const char *const names[] = {
         "--kernel",    "--suite",   "--json",      "--junit",        "--baseline",
         "--html",      "--vectors", "--precision", "--dtype",        "--empty",
-        "--empty-lse", "--seed",    "--time",      "--case-timeout", "--only"};
+        "--empty-lse", "--seed",    "--time",      "--case-timeout", "--only",
+        "--describe-timeout"};
     const char **slots[] = {&o->kernel,    &o->suite,   &o->json,      &o->junit, &o->baseline,
                             &o->html,      &o->vectors, &o->precision, &o->dtype, &o->empty,
-                            &o->empty_lse, NULL,        NULL,          NULL,      &o->only};
+                            &o->empty_lse, NULL,        NULL,          NULL,      &o->only,
+                            NULL};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -92,8 +95,11 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                     return usage_error(cmd, msg);
                 }
                 o->seed = s;
-            } else if (!strcmp(names[k], "--time") || !strcmp(names[k], "--case-timeout")) {
-                double *dst = names[k][2] == 't' ? &o->time_budget : &o->case_timeout;
+            } else if (!strcmp(names[k], "--time") || !strcmp(names[k], "--case-timeout") ||
+                       !strcmp(names[k], "--describe-timeout")) {
+                double *dst = names[k][2] == 't'   ? &o->time_budget
+                              : names[k][2] == 'c' ? &o->case_timeout
+                                                   : &o->describe_timeout;
                 if (parse_seconds(val, dst)) {
                     snprintf(msg, sizeof msg, "%s '%.40s': want a number of seconds > 0", names[k],
                              val);
@@ -175,14 +181,17 @@ int cmd_conform(int argc, char **argv)
     opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_opts("conform",
-                        "kernel suite seed time case-timeout json junit baseline html "
-                        "vectors only",
+                        "kernel suite seed time case-timeout describe-timeout json junit "
+                        "baseline html vectors only",
                         0, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     char err[1200];
+    conform_isolate_init();
     conform_kernel k;
-    if (conform_kernel_open(o.kernel, &k, err, sizeof err)) {
+    if (conform_kernel_open(o.kernel,
+                            o.describe_timeout > 0 ? o.describe_timeout : CONFORM_DESCRIBE_TIMEOUT,
+                            &k, err, sizeof err)) {
         fprintf(stderr, "smattn conform: %s\n", err);
         return EXIT_USAGE;
     }
@@ -200,6 +209,7 @@ int cmd_conform(int argc, char **argv)
         return EXIT_USAGE;
     }
     double timeout = o.case_timeout > 0 ? o.case_timeout : CONFORM_CASE_TIMEOUT;
+    int capture = conform_capture_open(); /* the plugin's stdout and stderr, per case */
     int bar = isatty(2);
     double t0 = cli_now_seconds();
     size_t nr = 0;
@@ -220,7 +230,7 @@ int cmd_conform(int argc, char **argv)
                      o.time_budget);
             continue;
         }
-        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, r);
+        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, capture, r);
         if (left < timeout && r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4)) {
             /* cut short by the budget, not by its own limit: not a verdict on the kernel */
             r->status = CONFORM_SKIP;
@@ -230,6 +240,8 @@ int cmd_conform(int argc, char **argv)
     }
     if (bar)
         progress(b.n, b.n, "");
+    if (capture >= 0)
+        close(capture);
     if (nr == 0 && o.only) {
         free(res);
         conform_battery_free(&b);

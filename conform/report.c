@@ -68,6 +68,19 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
 
 #define MAX_CATEGORIES 64
 
+/* What the kernel printed during a failed case, indented and marked as its output. */
+static void print_output(FILE *f, const char *out)
+{
+    if (!out[0])
+        return;
+    fprintf(f, "       the kernel's output:\n");
+    for (const char *s = out; *s;) {
+        size_t n = strcspn(s, "\n");
+        fprintf(f, "       | %.*s\n", (int)n, s);
+        s += n + (s[n] == '\n');
+    }
+}
+
 void conform_report_print(const conform_report *rep, FILE *f)
 {
     category cat[MAX_CATEGORIES];
@@ -84,8 +97,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
     if (t.failed) {
         fprintf(f, "failures:\n");
         for (size_t k = 0; k < rep->n; k++)
-            if (rep->results[k].status == CONFORM_FAIL)
+            if (rep->results[k].status == CONFORM_FAIL) {
                 fprintf(f, "  FAIL %s: %s\n", rep->results[k].name, rep->results[k].reason);
+                print_output(f, rep->results[k].output);
+            }
         fprintf(f, "\n");
     }
     if (rep->baseline_path) {
@@ -203,6 +218,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "unbounded", json_object_new_int64(r->unbounded));
         json_object_object_add(o, "nonfinite", json_object_new_int64(r->nonfinite));
         json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
+        json_object_object_add(o, "output", json_object_new_string(r->output));
         json_object_array_add(arr, o);
     }
     json_object_object_add(root, "cases", arr);
