@@ -127,8 +127,8 @@ typedef struct conform_battery {
 } conform_battery;
 
 /* Build the suite "quick" or "full" for a seed; golden vectors come from vectors_dir
- * (NULL: found next to the executable or in the working directory; none found is not an
- * error for a directory that was not named). 0, or -1 with one line in err. */
+ * ("": none; NULL: found next to the executable or in the working directory, none found
+ * being no error here: the CLI locates them and makes that one). 0, or -1 with err. */
 int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
                           const char *vectors_dir, char *err, size_t errlen);
 void conform_battery_free(conform_battery *b);
@@ -194,6 +194,19 @@ typedef struct conform_report {
     uint64_t seed;
     const conform_result *results;
     size_t n;
+    /* What the kernel was judged under: its declared precision model (per_problem: it
+     * exports smattn_plugin_precision, and each case's model is in its result) and the
+     * conventions it claims (empty rows, empty LSE, the features; "" for files). */
+    smattn_precision precision;
+    int per_problem;
+    char conventions[512];
+    /* golden vectors: where from ("" none) and how many cases of them ran */
+    const char *vectors_dir;
+    size_t vectors;
+    /* --require-precision (filled by conform_require_precision): failures, one per line */
+    const char *required;
+    size_t precision_failures;
+    char *precision_text; /* owned, may be NULL */
     /* baseline gate (filled by conform_baseline_compare) */
     const char *baseline_path;
     size_t regressions;
@@ -214,22 +227,43 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen);
 /* fclose f, written to path: 0, or -1 with "path: cannot write" if any write failed. */
 int conform_file_close(FILE *f, const char *path, char *err, size_t errlen);
-/* Compare with a stored JSON report; fills rep->regressions and rep->regression_text.
+/* Compare with a stored JSON report; fills rep->regressions and rep->regression_text. A
+ * case regresses when it passed in the baseline and now fails, is skipped, declined, not
+ * run or missing, or its ratio grew past the limit; the declared precision model (and a
+ * case's own model) regresses in every field looser than the baseline's.
  * 0, or -1 with one line in err when the file cannot be read or is not such a report. */
 int conform_baseline_compare(conform_report *rep, const char *path, char *err, size_t errlen);
+/* Read a baseline before the run: 0, or -1 with "baseline F: no such file" or the like. */
+int conform_baseline_check(const char *path, char *err, size_t errlen);
+/* The fields in which model a is looser than b ("u_acc 0.000977 > 5.96e-08, ..."), with
+ * only the roundoff fields (u_score, u_acc, u_p, tiny) when roundoff_only; "" if none. */
+void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
+                              int roundoff_only, char *out, size_t cap);
+/* --require-precision: the declared model and every case's model against that of format
+ * t (smattn_precision_of): fills rep->required, precision_failures and precision_text. */
+void conform_require_precision(conform_report *rep, smattn_dtype t);
+/* "empty rows zero, empty LSE neg_inf; claims causal_lower_right, ..." into out. */
+void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t cap);
 
 /* ---- case directories (gen / check) -------------------------------------------------- */
 
 /* Write every case of b that a file can express under OUT/<name>/ (inputs in dtype t, the
  * conventions given) and OUT/manifest.json. Returns the number written, or -1 with err. */
+/* A non-empty OUT is refused unless force, and then each case directory written is
+ * removed first, so that no file of an earlier run (an old o.npy, a skip marker) stays. */
 long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,
                        smattn_empty empty, smattn_empty_lse empty_lse, const char *suite,
-                       uint64_t seed, char *err, size_t errlen);
+                       uint64_t seed, int force, char *err, size_t errlen);
 /* Judge CASE_OR_DIR: one case directory, or a directory of them (manifest.json or every
  * subdirectory holding q.npy or x.npy). Results are malloc'd into *res (count *n).
  * 0, or -1 with err for an unusable path (a case whose o.npy is missing or malformed is a
  * failed result, not an error). */
-int conform_check_path(const char *path, const smattn_precision *pm, conform_result **res,
-                       size_t *n, char *err, size_t errlen);
+/* A case directory holding a file `skip` (its first line the reason), or whose name starts
+ * with one of the comma-separated prefixes of `skip`, is a skipped result. progress (may
+ * be NULL) is called before each case and once at the end with done == total. */
+typedef void (*conform_progress_fn)(size_t done, size_t total, const char *name);
+int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
+                       conform_progress_fn progress, conform_result **res, size_t *n, char *err,
+                       size_t errlen);
 
 #endif
