@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/npy.h"
 #include "tests/support/fs.h"
 
 extern char **environ;
@@ -332,6 +333,306 @@ START_TEST(output_captured_per_case)
 }
 END_TEST
 
+
+/* ---- 4. a baseline that tracks what was checked ---------------------------------------- */
+
+static const char *const ONLY = "shapes/,causal/"; /* 14 small cases */
+
+START_TEST(baseline_coverage)
+{
+    outcome o = cli("conform", "--only", ONLY, "--json", tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 0, "builtin: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    /* Half the cases not in the run: each is named, the gate fails. */
+    o = cli("conform", "--only", "shapes/", "--baseline", tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "cases missing: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(
+        strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the baseline, missing now"));
+    outcome_free(&o);
+    /* Cut by --time: not run is not a pass. */
+    o = cli("conform", "--only", ONLY, "--time", "0.000001", "--baseline", tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "not run: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "passed in the baseline, is skipped now: not run"));
+    outcome_free(&o);
+    /* A kernel that stopped claiming causal masks: its skips are regressions. */
+    o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--baseline",
+            tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "skipped: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the "
+                                        "baseline, is skipped now: uses causal_lower_right, "
+                                        "not claimed"));
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: CONFORMING")); /* the verdict alone passes */
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(baseline_precision)
+{
+    outcome o = cli("conform", "--kernel", fixture("good"), "--only", "shapes/", "--json",
+                    tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 0, "good: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    /* The same kernel declaring u_score = u_acc = 2^-10 passes more, and regresses. */
+    o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--baseline",
+            tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "looser model: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION precision model: looser than the baseline's "
+                                        "in u_score 0.000977 > 5.96e-08, u_acc 0.000977 > "
+                                        "5.96e-08"));
+    outcome_free(&o);
+    /* A case's own model (smattn_plugin_precision) tighter in the baseline: that case. */
+    o = cli("conform", "--only", "shapes/", "--json", tmp("b2.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    json_object *r = load_json(tmp("b2.json")), *c = find_case(r, "shapes/s3_t7_d3"), *pm;
+    ck_assert_ptr_nonnull(c);
+    ck_assert(json_object_object_get_ex(c, "precision", &pm));
+    json_object_object_add(pm, "u_acc", json_object_new_double(0x1p-40));
+    ck_assert_int_eq(json_object_to_file(tmp("b3.json"), r), 0);
+    json_object_put(r);
+    o = cli("conform", "--only", "shapes/", "--baseline", tmp("b3.json"), NULL);
+    ck_assert_msg(o.code == 1, "a case's model: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.out, "REGRESSION shapes/s3_t7_d3: precision model looser than the "
+                                "baseline's in u_acc"),
+                  "%s", o.out);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(require_precision)
+{
+    outcome o = cli("conform", "--only", "shapes/", "--require-precision", "f32", NULL);
+    ck_assert_msg(o.code == 0, "builtin under f32: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "--require-precision f32: the model is within it"));
+    outcome_free(&o);
+    static const struct {
+        const char *fmt;
+        int code;
+    } want[3] = {{"f32", 1}, {"f16", 1}, {"bf16", 0}}; /* 2^-10 against 2^-24, 2^-11, 2^-8 */
+    for (int k = 0; k < 3; k++) {
+        o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/",
+                "--require-precision", want[k].fmt, NULL);
+        ck_assert_msg(o.code == want[k].code, "%s: exit %d: %s", want[k].fmt, o.code, o.out);
+        if (want[k].code)
+            ck_assert_ptr_nonnull(
+                strstr(o.out, "PRECISION the declared model is looser than f"));
+        outcome_free(&o);
+    }
+    o = cli("conform", "--require-precision", "f64", NULL);
+    ck_assert_int_eq(o.code, 2);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(reports_state_the_model)
+{
+    outcome o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--json",
+                    tmp("r.json"), "--junit", tmp("r.xml"), "--html", tmp("r.html"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "precision model: u_score 5.96e-08, u_acc 5.96e-08"));
+    ck_assert_ptr_nonnull(strstr(o.out, "conventions: empty rows zero, empty LSE neg_inf; claims "
+                                        "lse, p"));
+    /* Nothing of causal ran: "-", not a perfect 0. */
+    ck_assert_msg(strstr(o.out, "  causal            6      0      0      6               -"
+                                "            -"),
+                  "%s", o.out);
+    json_object *r = load_json(tmp("r.json")), *v, *cats, *cat;
+    ck_assert(json_object_object_get_ex(r, "precision", &v));
+    ck_assert(json_object_object_get_ex(v, "u_score", &v));
+    ck_assert(json_object_get_double(v) == 0x1p-24);
+    ck_assert_ptr_nonnull(strstr(field(r, "conventions"), "empty rows zero"));
+    ck_assert(json_object_object_get_ex(r, "categories", &cats));
+    ck_assert(json_object_object_get_ex(cats, "causal", &cat));
+    ck_assert(json_object_object_get_ex(cat, "max_ratio", &v) && v == NULL);
+    json_object_put(r);
+    char *xml = slurp(tmp("r.xml"));
+    ck_assert_ptr_nonnull(strstr(xml, "<property name=\"precision\" value=\"u_score 5.96e-08"));
+    ck_assert_ptr_nonnull(strstr(xml, "<property name=\"conventions\" value=\"empty rows zero"));
+    free(xml);
+    char *html = slurp(tmp("r.html"));
+    ck_assert_ptr_nonnull(strstr(html, "precision model: u_score 5.96e-08"));
+    ck_assert_ptr_nonnull(strstr(html, "conventions: empty rows zero"));
+    ck_assert_ptr_nonnull(strstr(html, "<td>6</td><td>-</td><td>-</td>"));
+    free(html);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(paths_checked_before_the_run)
+{
+    outcome o = cli("conform", "--baseline", tmp("no_such.json"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d", o.code);
+    ck_assert_ptr_nonnull(strstr(o.err, "no_such.json: no such file"));
+    ck_assert_str_eq(o.out, ""); /* nothing ran */
+    outcome_free(&o);
+    o = cli("conform", "--json", tmp("no_dir/r.json"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d", o.code);
+    ck_assert_ptr_nonnull(strstr(o.err, "--json"));
+    ck_assert_ptr_nonnull(strstr(o.err, "cannot write"));
+    ck_assert_str_eq(o.out, "");
+    outcome_free(&o);
+    o = cli("check", tmp("."), "--baseline", tmp("no_such.json"), NULL);
+    ck_assert_int_eq(o.code, 2);
+    ck_assert_ptr_nonnull(strstr(o.err, "no such file"));
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(html_failures_first_and_marked)
+{
+    outcome o = cli("conform", "--kernel", built("mutants/causal_off_by_one.so"), "--only",
+                    "golden/causal,golden/s", "--html", tmp("r.html"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    char *html = slurp(tmp("r.html"));
+    const char *cases = strstr(html, "<h2>Cases</h2>");
+    ck_assert_ptr_nonnull(cases);
+    const char *fail = strstr(cases, "class=\"fail\""), *pass = strstr(cases, "class=\"pass\"");
+    ck_assert_msg(fail && pass && fail < pass, "failures are not listed first");
+    ck_assert_ptr_nonnull(strstr(html, "class=\"capped\""));   /* a finite ratio above the plot */
+    ck_assert_ptr_nonnull(strstr(html, "class=\"infinite\"")); /* and an infinite one */
+    free(html);
+    outcome_free(&o);
+}
+END_TEST
+
+/* ---- 5. the golden vectors and the file route ------------------------------------------ */
+
+START_TEST(vectors_found_or_an_error)
+{
+    /* The CLI moved out of the source tree, SMATTN_ROOT unset: exit 2 unless --no-vectors. */
+    const char *root = getenv("SMATTN_ROOT");
+    ck_assert_msg(root != NULL, "SMATTN_ROOT is not set");
+    char vectors[600];
+    snprintf(vectors, sizeof vectors, "%s/spec/vectors", root);
+    ck_assert_int_eq(mkdir(tmp("bin"), 0700), 0);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", getenv("SMATTN_CLI"), tmp("bin/smattn"));
+    ck_assert_int_eq(system(cmd), 0);
+    char real_cli[600];
+    snprintf(real_cli, sizeof real_cli, "%s", getenv("SMATTN_CLI"));
+    setenv("SMATTN_CLI", tmp("bin/smattn"), 1);
+    unsetenv("SMATTN_ROOT");
+    outcome o = cli("conform", "--only", "golden/", NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.err, "golden vectors (spec/vectors) are not found"));
+    outcome_free(&o);
+    o = cli("conform", "--only", "golden/,causal/", "--no-vectors", NULL);
+    ck_assert_msg(o.code == 0, "--no-vectors: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "golden vectors: 0 ran (none: --no-vectors)"));
+    outcome_free(&o);
+    o = cli("conform", "--only", "golden/", "--vectors", vectors, NULL);
+    ck_assert_msg(o.code == 0, "--vectors: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "golden vectors: 45 ran from"));
+    outcome_free(&o);
+    /* An installed tree: bin/smattn finds share/smattn/vectors. */
+    ck_assert_int_eq(mkdir(tmp("share"), 0700), 0);
+    ck_assert_int_eq(mkdir(tmp("share/smattn"), 0700), 0);
+    ck_assert_int_eq(symlink(vectors, tmp("share/smattn/vectors")), 0);
+    o = cli("conform", "--only", "golden/", "--json", tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 0, "installed: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "golden vectors: 45 ran from"));
+    json_object *r = load_json(tmp("r.json")), *v, *n;
+    ck_assert(json_object_object_get_ex(r, "vectors", &v));
+    ck_assert(json_object_object_get_ex(v, "ran", &n));
+    ck_assert_int_eq(json_object_get_int64(n), 45);
+    json_object_put(r);
+    outcome_free(&o);
+    setenv("SMATTN_CLI", real_cli, 1);
+    setenv("SMATTN_ROOT", root, 1);
+}
+END_TEST
+
+/* tmp/sub holding two case directories of a gen run, answered by the oracle. */
+static void two_cases(void)
+{
+    outcome o = cli("gen", "--no-vectors", tmp("g"), NULL);
+    ck_assert_msg(o.code == 0, "gen: exit %d: %s", o.code, o.err);
+    outcome_free(&o);
+    ck_assert_int_eq(mkdir(tmp("sub"), 0700), 0);
+    const char *names[2] = {"causal-lower_right_s16_t16", "shapes-s1_t1_d1"};
+    for (int k = 0; k < 2; k++) {
+        char from[600], to[600];
+        snprintf(from, sizeof from, "%s/g/%s", dir, names[k]);
+        snprintf(to, sizeof to, "%s/sub/%s", dir, names[k]);
+        ck_assert_int_eq(rename(from, to), 0);
+        o = cli("ref", to, to, "--dtype", "f32", NULL);
+        ck_assert_msg(o.code == 0, "ref: exit %d: %s", o.code, o.err);
+        outcome_free(&o);
+    }
+}
+
+START_TEST(check_skip_marker_and_shapes)
+{
+    two_cases();
+    outcome o = cli("check", tmp("sub"), NULL);
+    ck_assert_msg(o.code == 0, "answered: exit %d: %s", o.code, o.out);
+    ck_assert_msg(!strncmp(o.out, "smattn check: judging the outputs saved in ", 43), "%s", o.out);
+    outcome_free(&o);
+    /* A skip file (its line the reason), no o.npy: skipped, not failed. */
+    ck_assert_int_eq(unlink(tmp("sub/shapes-s1_t1_d1/o.npy")), 0);
+    FILE *f = fopen(tmp("sub/shapes-s1_t1_d1/skip"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("head dim 1 is not supported\n", f);
+    fclose(f);
+    o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    ck_assert_msg(o.code == 0, "skip marker: exit %d: %s", o.code, o.out);
+    json_object *r = load_json(tmp("c.json"));
+    json_object *c = find_case(r, "shapes-s1_t1_d1");
+    ck_assert_str_eq(field(c, "status"), "skip");
+    ck_assert_ptr_nonnull(strstr(field(c, "reason"), "head dim 1 is not supported"));
+    json_object_put(r);
+    outcome_free(&o);
+    /* --skip PREFIXES. */
+    o = cli("check", tmp("sub"), "--skip", "causal-", "--json", tmp("c.json"), NULL);
+    ck_assert_int_eq(o.code, 1); /* nothing ran */
+    r = load_json(tmp("c.json"));
+    ck_assert_str_eq(field(find_case(r, "causal-lower_right_s16_t16"), "reason"),
+                     "skipped by --skip");
+    json_object_put(r);
+    outcome_free(&o);
+    /* A wrong shape names the one it got and the one it wants. */
+    int64_t shape[3] = {1, 2, 3};
+    float zeros[6] = {0};
+    char err[200];
+    ck_assert_int_eq(smattn_npy_write(tmp("sub/causal-lower_right_s16_t16/o.npy"),
+                                      SMATTN_NPY_F32, 3, shape, zeros, err, sizeof err),
+                     0);
+    o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    r = load_json(tmp("c.json"));
+    const char *why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
+    ck_assert_msg(strstr(why, "o.npy: got shape [1,2,3] (f32), want [B,S,Hq,Dv] = ["), "%s", why);
+    json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(gen_refuses_a_used_directory)
+{
+    outcome o = cli("gen", "--no-vectors", tmp("g"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    o = cli("gen", "--no-vectors", tmp("g"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d", o.code);
+    ck_assert_ptr_nonnull(strstr(o.err, "is not empty"));
+    ck_assert_ptr_nonnull(strstr(o.err, "--force"));
+    outcome_free(&o);
+    /* Stale files of an earlier run are cleared by --force. */
+    FILE *f = fopen(tmp("g/shapes-s1_t1_d1/skip"), "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    f = fopen(tmp("g/shapes-s1_t1_d1/o.npy"), "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    o = cli("gen", "--no-vectors", "--force", tmp("g"), NULL);
+    ck_assert_msg(o.code == 0, "--force: exit %d: %s", o.code, o.err);
+    ck_assert_int_ne(access(tmp("g/shapes-s1_t1_d1/skip"), F_OK), 0);
+    ck_assert_int_ne(access(tmp("g/shapes-s1_t1_d1/o.npy"), F_OK), 0);
+    ck_assert_int_eq(access(tmp("g/shapes-s1_t1_d1/q.npy"), F_OK), 0);
+    outcome_free(&o);
+}
+END_TEST
+
 Suite *gate_suite(void);
 Suite *gate_suite(void)
 {
@@ -348,6 +649,23 @@ Suite *gate_suite(void)
     tcase_add_test(tc, precision_blocks);
     tcase_add_test(tc, grandchildren_and_kill_zero);
     tcase_add_test(tc, output_captured_per_case);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("baseline");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, baseline_coverage);
+    tcase_add_test(tc, baseline_precision);
+    tcase_add_test(tc, require_precision);
+    tcase_add_test(tc, reports_state_the_model);
+    tcase_add_test(tc, paths_checked_before_the_run);
+    tcase_add_test(tc, html_failures_first_and_marked);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("files");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, vectors_found_or_an_error);
+    tcase_add_test(tc, check_skip_marker_and_shapes);
+    tcase_add_test(tc, gen_refuses_a_used_directory);
     suite_add_tcase(s, tc);
     return s;
 }
