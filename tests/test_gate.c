@@ -6,6 +6,7 @@
  * or their absence is an error, and the file route's skip marker, shapes and gen --force.
  * The test_conform.c helpers are repeated here in small (cli, slurp, report access). */
 #define _DEFAULT_SOURCE 1 /* kill, setenv */
+#define _XOPEN_SOURCE 700 /* posix_openpt */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -545,7 +547,7 @@ END_TEST
 /* tmp/sub holding two case directories of a gen run, answered by the oracle. */
 static void two_cases(void)
 {
-    outcome o = cli("gen", "--no-vectors", tmp("g"), NULL);
+    outcome o = cli("gen", tmp("g"), NULL);
     ck_assert_msg(o.code == 0, "gen: exit %d: %s", o.code, o.err);
     outcome_free(&o);
     ck_assert_int_eq(mkdir(tmp("sub"), 0700), 0);
@@ -603,6 +605,55 @@ START_TEST(check_skip_marker_and_shapes)
     const char *why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
     ck_assert_msg(strstr(why, "o.npy: got shape [1,2,3] (f32), want [B,S,Hq,Dv] = ["), "%s", why);
     json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
+/* `smattn check DIR` with stderr on a pseudo-terminal: what it wrote there. */
+static char *check_on_a_terminal(const char *path)
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(m, 0);
+    ck_assert_int_eq(grantpt(m), 0);
+    ck_assert_int_eq(unlockpt(m), 0);
+    const char *slave = ptsname(m);
+    ck_assert_ptr_nonnull(slave);
+    const char *argv[] = {getenv("SMATTN_CLI"), "check", path, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, slave, O_RDWR | O_NOCTTY, 0);
+    pid_t pid;
+    ck_assert_int_eq(
+        posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    size_t cap = 1 << 16, n = 0;
+    char *text = calloc(1, cap + 1);
+    for (;;) { /* until the last holder of the terminal's other end has gone (EIO) */
+        struct pollfd pf = {m, POLLIN, 0};
+        if (poll(&pf, 1, 20000) <= 0)
+            break;
+        ssize_t r = read(m, text + n, cap - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    close(m);
+    return text;
+}
+
+START_TEST(check_progress_bar_on_a_terminal)
+{
+    two_cases();
+    char *term = check_on_a_terminal(tmp("sub"));
+    ck_assert_msg(strstr(term, "] 1/2 causal-lower_right_s16_t16") ||
+                      strstr(term, "] 1/2 shapes-s1_t1_d1"),
+                  "no progress bar on the terminal: '%s'", term);
+    free(term);
+    outcome o = cli("check", tmp("sub"), NULL); /* stderr a file: no bar */
+    ck_assert_ptr_null(strstr(o.err, "1/2"));
     outcome_free(&o);
 }
 END_TEST
@@ -665,6 +716,7 @@ Suite *gate_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, vectors_found_or_an_error);
     tcase_add_test(tc, check_skip_marker_and_shapes);
+    tcase_add_test(tc, check_progress_bar_on_a_terminal);
     tcase_add_test(tc, gen_refuses_a_used_directory);
     suite_add_tcase(s, tc);
     return s;
