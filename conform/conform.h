@@ -236,7 +236,8 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
 /* Read a baseline before the run: 0, or -1 with "baseline F: no such file" or the like. */
 int conform_baseline_check(const char *path, char *err, size_t errlen);
 /* The fields in which model a is looser than b ("u_acc 0.000977 > 5.96e-08, ..."), with
- * only the roundoff fields (u_score, u_acc, u_p, tiny) when roundoff_only; "" if none. */
+ * only the unit roundoffs (u_score, u_acc, u_p) when roundoff_only; "" if none. An acc_len
+ * of 0 (every term in one serial sum) is the loosest. */
 void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
                               int roundoff_only, char *out, size_t cap);
 /* --require-precision: the declared model and every case's model against that of format

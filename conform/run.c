@@ -361,8 +361,9 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     if (!rep->returned) {
         if (stage != IN_KERNEL)
             snprintf(r->reason, sizeof r->reason,
-                     "crash: the process exited with status %d in %s", 
-                     WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, where_in[stage]);
+                     "crash: %s exited with status %d (a sanitizer report or an exit() "
+                     "there?)",
+                     where_in[stage], WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
         else
             snprintf(r->reason, sizeof r->reason,
                      "crash: the kernel's process exited with status %d without returning "
