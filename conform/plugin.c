@@ -293,11 +293,14 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
         return -1;
     }
     sigset_t old;
-    pid_t pid = conform_child_fork(-1, &old);
+    int capture = conform_capture_open(); /* what a constructor or describe prints */
+    pid_t pid = conform_child_fork(capture, &old);
     if (pid < 0) {
         snprintf(err, errlen, "%s: fork: %s", who, strerror(errno));
         close(pfd[0]);
         close(pfd[1]);
+        if (capture >= 0)
+            close(capture);
         return -1;
     }
     if (pid == 0) {
@@ -307,6 +310,11 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
     close(pfd[1]);
     int ws;
     int hung = conform_child_finish(pid, timeout, &old, &ws);
+    char printed[200];
+    conform_capture_read(capture, printed, sizeof printed);
+    if (capture >= 0)
+        close(capture);
+    printed[strcspn(printed, "\n")] = '\0'; /* its first line: the error stays one line */
     int fl = fcntl(pfd[0], F_GETFL);
     if (fl >= 0)
         (void)fcntl(pfd[0], F_SETFL, fl | O_NONBLOCK);
@@ -345,6 +353,9 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
     else
         snprintf(err, errlen, "%s: its process exited with status %d %s", who,
                  WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, doing[si]);
+    size_t el = strlen(err);
+    if (printed[0] && el + 20 < errlen)
+        snprintf(err + el, errlen - el, "; it printed: %s", printed);
     return -1;
 }
 
