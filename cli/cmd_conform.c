@@ -71,15 +71,28 @@ static int parse_seconds(const char *s, double *out)
 static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc, char **argv,
                       opts *o)
 {
-    static const char *const names[] = {
-        "--kernel",    "--suite",   "--json",      "--junit",        "--baseline",
-        "--html",      "--vectors", "--precision", "--dtype",        "--empty",
-        "--empty-lse", "--seed",    "--time",      "--case-timeout", "--only",
-        "--describe-timeout", "--require-precision", "--skip"};
-    const char **slots[] = {&o->kernel,    &o->suite,   &o->json,      &o->junit, &o->baseline,
-                            &o->html,      &o->vectors, &o->precision, &o->dtype, &o->empty,
-                            &o->empty_lse, NULL,        NULL,          NULL,      &o->only,
-                            NULL, &o->require_precision, &o->skip};
+    static const char *const names[] = {"--kernel",
+                                        "--suite",
+                                        "--json",
+                                        "--junit",
+                                        "--baseline",
+                                        "--html",
+                                        "--vectors",
+                                        "--precision",
+                                        "--dtype",
+                                        "--empty",
+                                        "--empty-lse",
+                                        "--seed",
+                                        "--time",
+                                        "--case-timeout",
+                                        "--only",
+                                        "--describe-timeout",
+                                        "--require-precision",
+                                        "--skip"};
+    const char **slots[] = {
+        &o->kernel,  &o->suite,     &o->json,  &o->junit, &o->baseline,          &o->html,
+        &o->vectors, &o->precision, &o->dtype, &o->empty, &o->empty_lse,         NULL,
+        NULL,        NULL,          &o->only,  NULL,      &o->require_precision, &o->skip};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -286,8 +299,7 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
     }
     conform_report_print(rep, stdout);
     fflush(stdout);
-    int rc = conform_report_conforming(rep) && rep->regressions == 0 &&
-                     rep->precision_failures == 0
+    int rc = conform_report_conforming(rep) && rep->regressions == 0 && rep->precision_failures == 0
                  ? EXIT_OK
                  : EXIT_FAIL;
     if ((o->json && conform_report_json(rep, o->json, err, sizeof err)) ||
@@ -314,8 +326,7 @@ int cmd_conform(int argc, char **argv)
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     smattn_dtype req;
-    if (o.require_precision &&
-        (cli_parse_dtype(o.require_precision, &req) || req == SMATTN_F64))
+    if (o.require_precision && (cli_parse_dtype(o.require_precision, &req) || req == SMATTN_F64))
         return usage_error("conform", "--require-precision: want f32, f16 or bf16");
     char vdir[1100];
     if ((rc = check_paths("conform", &o)) || (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
@@ -336,7 +347,8 @@ int cmd_conform(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (vdir[0] && golden_count(&b) == 0) {
-        fprintf(stderr, "smattn conform: no golden vector (*.json) in %s (--no-vectors runs without)\n",
+        fprintf(stderr,
+                "smattn conform: no golden vector (*.json) in %s (--no-vectors runs without)\n",
                 vdir);
         conform_battery_free(&b);
         return EXIT_USAGE;
@@ -415,8 +427,8 @@ int cmd_gen(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("gen", "suite seed dtype empty empty-lse vectors no-vectors force", 1,
-                        argc, argv, &o);
+    int rc = parse_opts("gen", "suite seed dtype empty empty-lse vectors no-vectors force", 1, argc,
+                        argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
@@ -493,8 +505,9 @@ int cmd_check(int argc, char **argv)
     rep.results = res;
     rep.n = n;
     rep.precision = pm;
-    snprintf(rep.conventions, sizeof rep.conventions, "as written in each case.json (smattn gen "
-                                                      "--empty, --empty-lse)");
+    snprintf(rep.conventions, sizeof rep.conventions,
+             "as written in each case.json (smattn gen "
+             "--empty, --empty-lse)");
     rc = finish_report("check", &rep, &o);
     free(res);
     return rc;

@@ -313,12 +313,12 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     }
     if (!ok) {
         static const char *const dtn[] = {"f64", "f32", "f16", "bf16", "u2"};
-        const char *tn = a->type == SMATTN_NPY_F64   ? dtn[0]
-                         : a->type == SMATTN_NPY_F32 ? dtn[1]
-                         : a->type == SMATTN_NPY_F16 ? dtn[2]
+        const char *tn = a->type == SMATTN_NPY_F64    ? dtn[0]
+                         : a->type == SMATTN_NPY_F32  ? dtn[1]
+                         : a->type == SMATTN_NPY_F16  ? dtn[2]
                          : a->type == SMATTN_NPY_BF16 ? dtn[3]
-                         : a->type == SMATTN_NPY_U16 ? dtn[4]
-                                                     : "not a float type";
+                         : a->type == SMATTN_NPY_U16  ? dtn[4]
+                                                      : "not a float type";
         snprintf(err, errlen, "%s: got shape [", file);
         for (int r = 0; r < a->rank; r++)
             snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
@@ -375,8 +375,7 @@ static int skip_marker(const char *dir, char *out, size_t cap)
         fclose(f);
     }
     line[strcspn(line, "\r\n")] = '\0';
-    snprintf(out, cap, "skipped by the kernel (skip file): %s",
-             line[0] ? line : "no reason given");
+    snprintf(out, cap, "skipped by the kernel (skip file): %s", line[0] ? line : "no reason given");
     return 1;
 }
 

@@ -94,7 +94,6 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
     return 0;
 }
 
-
 /* ---- the describe child ------------------------------------------------------------------ */
 
 /* What the describe child sends back: the info by value (its pointers cleared), its
@@ -208,11 +207,10 @@ static void describe_child(const char *path, int fd)
                 snprintf(m.err, sizeof m.err, "smattn_plugin_describe returned NULL");
             } else if (probe_copy(&m.info, ip, head)) {
                 snprintf(m.err, sizeof m.err,
-                         "smattn_plugin_describe returned %p, which is not a readable info", 
+                         "smattn_plugin_describe returned %p, which is not a readable info",
                          (const void *)ip);
             } else {
-                size_t n = m.info.struct_size < sizeof m.info ? m.info.struct_size
-                                                               : sizeof m.info;
+                size_t n = m.info.struct_size < sizeof m.info ? m.info.struct_size : sizeof m.info;
                 if (n > head && probe_copy(&m.info, ip, n))
                     snprintf(m.err, sizeof m.err,
                              "the info at %p is not readable over its struct_size %u",
@@ -224,9 +222,8 @@ static void describe_child(const char *path, int fd)
                     for (int t = 0; t < 2 && !m.err[0]; t++) {
                         int rc = strs[t] ? probe_string(strs[t], outs[t], 64) : 0;
                         if (rc == -1)
-                            snprintf(m.err, sizeof m.err,
-                                     "info->%s (%p) is not a readable string", which[t],
-                                     (const void *)strs[t]);
+                            snprintf(m.err, sizeof m.err, "info->%s (%p) is not a readable string",
+                                     which[t], (const void *)strs[t]);
                         else if (rc == -2)
                             snprintf(m.err, sizeof m.err,
                                      "info->%s is not a NUL-terminated string of at most 63 "
@@ -332,7 +329,8 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
     if (at < n && n - at - 1 == sizeof(desc_msg) && !hung) {
         desc_msg m;
         memcpy(&m, buf + at + 1, sizeof m);
-        m.err[sizeof m.err - 1] = m.name[sizeof m.name - 1] = m.version[sizeof m.version - 1] = '\0';
+        m.err[sizeof m.err - 1] = m.name[sizeof m.name - 1] = m.version[sizeof m.version - 1] =
+            '\0';
         if (m.err[0]) {
             snprintf(err, errlen, "%s: %s", who, m.err);
             return -1;
@@ -345,8 +343,7 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
         return take_info(k, &k->info, who, err, errlen);
     }
     if (hung)
-        snprintf(err, errlen, "%s: no answer within %g s %s (killed)", who, timeout,
-                 doing[si]);
+        snprintf(err, errlen, "%s: no answer within %g s %s (killed)", who, timeout, doing[si]);
     else if (WIFSIGNALED(ws))
         snprintf(err, errlen, "%s: its process died with signal %d (%s) %s", who, WTERMSIG(ws),
                  strsignal(WTERMSIG(ws)), doing[si]);

@@ -52,7 +52,7 @@ static const char *figure(const category *c, double x, char *buf, size_t cap)
 
 /* ---- the precision model and the conventions ------------------------------------------- */
 
-static const char *const pm_fields[7] = {"u_score", "u_acc", "exp_ulps", "u_p",
+static const char *const pm_fields[7] = {"u_score", "u_acc",   "exp_ulps", "u_p",
                                          "blocks",  "acc_len", "tiny"};
 
 static void pm_values(const smattn_precision *m, double v[7])
@@ -65,10 +65,11 @@ static void pm_values(const smattn_precision *m, double v[7])
 
 static void pm_str(const smattn_precision *m, char *out, size_t cap)
 {
-    snprintf(out, cap, "u_score %.3g, u_acc %.3g, exp_ulps %.3g, u_p %.3g, blocks %lld, "
-                       "acc_len %lld, tiny %.3g",
-             m->u_score, m->u_acc, m->exp_ulps, m->u_p, (long long)m->blocks,
-             (long long)m->acc_len, m->tiny);
+    snprintf(out, cap,
+             "u_score %.3g, u_acc %.3g, exp_ulps %.3g, u_p %.3g, blocks %lld, "
+             "acc_len %lld, tiny %.3g",
+             m->u_score, m->u_acc, m->exp_ulps, m->u_p, (long long)m->blocks, (long long)m->acc_len,
+             m->tiny);
 }
 
 void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
@@ -184,7 +185,8 @@ void conform_report_print(const conform_report *rep, FILE *f)
             rep->kernel_path, rep->suite, (unsigned long long)rep->seed);
     char pm[300];
     pm_str(&rep->precision, pm, sizeof pm);
-    fprintf(f, "precision model%s: %s\n", rep->per_problem ? " (declared; per problem by smattn_plugin_precision)" : "", pm);
+    fprintf(f, "precision model%s: %s\n",
+            rep->per_problem ? " (declared; per problem by smattn_plugin_precision)" : "", pm);
     if (rep->conventions[0])
         fprintf(f, "conventions: %s\n", rep->conventions);
     if (rep->vectors_dir)
@@ -317,7 +319,8 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
     json_object_object_add(root, "suite", json_object_new_string(rep->suite));
     json_object_object_add(root, "seed", json_object_new_int64((int64_t)rep->seed));
     json_object_object_add(root, "precision", pm_json(&rep->precision));
-    json_object_object_add(root, "precision_per_problem", json_object_new_boolean(rep->per_problem));
+    json_object_object_add(root, "precision_per_problem",
+                           json_object_new_boolean(rep->per_problem));
     json_object_object_add(root, "conventions", json_object_new_string(rep->conventions));
     if (rep->vectors_dir) {
         json_object *v = json_object_new_object();
@@ -573,7 +576,7 @@ static void svg_plot(FILE *f, const conform_report *rep, const category *cat, si
                     "</%s>\n",
                     (long long)sh[0], (long long)sh[1], (long long)sh[2], (long long)sh[3],
                     (long long)sh[4], (long long)sh[5], (long long)sh[6], r->max_ratio,
-                    !capped                   ? ""
+                    !capped                  ? ""
                     : isfinite(r->max_ratio) ? " (capped: above the plot)"
                                              : " (infinite)",
                     capped ? "polygon" : "circle");
@@ -659,8 +662,8 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
                     "<td>%s</td><td>%s</td><td class=\"l\">",
                     status_names[r->status], status_names[r->status], (long long)r->shape[0],
                     (long long)r->shape[1], (long long)r->shape[2], (long long)r->shape[3],
-                    (long long)r->shape[4], (long long)r->shape[5], (long long)r->shape[6],
-                    ratio, ulp);
+                    (long long)r->shape[4], (long long)r->shape[5], (long long)r->shape[6], ratio,
+                    ulp);
             put_escaped(f, r->reason);
             if (r->output[0]) {
                 fprintf(f, "<pre>");
@@ -762,8 +765,8 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
                      "  REGRESSION %s: passed in the baseline, missing now (not in this run)",
                      name);
         } else if (r->status != CONFORM_PASS) {
-            snprintf(line, sizeof line, "  REGRESSION %s: passed in the baseline, %s now: %s",
-                     name, status_words[r->status], r->reason);
+            snprintf(line, sizeof line, "  REGRESSION %s: passed in the baseline, %s now: %s", name,
+                     status_words[r->status], r->reason);
         } else if (has_ratio) {
             double limit = fmax(CONFORM_BASELINE_FACTOR * r0, r0 + CONFORM_BASELINE_SLACK);
             if (r->max_ratio > limit)
@@ -777,8 +780,8 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
             conform_precision_looser(&r->pm, &pc, 0, why, sizeof why);
             if (why[0])
                 snprintf(line, sizeof line,
-                         "  REGRESSION %s: precision model looser than the baseline's in %s",
-                         name, why);
+                         "  REGRESSION %s: precision model looser than the baseline's in %s", name,
+                         why);
         }
         if (line[0]) {
             rep->regressions++;

@@ -354,8 +354,8 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     }
     if (rep->stage == IN_LOAD && rep->err[0]) {
         rep->err[sizeof rep->err - 1] = '\0';
-        snprintf(r->reason, sizeof r->reason, "crash: the plugin could not be loaded in the case's process: %s",
-                 rep->err);
+        snprintf(r->reason, sizeof r->reason,
+                 "crash: the plugin could not be loaded in the case's process: %s", rep->err);
         goto done;
     }
     if (!rep->returned) {

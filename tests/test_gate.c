@@ -206,8 +206,7 @@ static void expect_no_survivors(void)
     }
     free(text);
     ck_assert_msg(seen > 0, "the fixture recorded no process (SMATTN_FIXTURE_PIDS)");
-    ck_assert_msg(alive == 0, "%d process(es) of the plugin outlived the run:%s", alive,
-                  survivors);
+    ck_assert_msg(alive == 0, "%d process(es) of the plugin outlived the run:%s", alive, survivors);
 }
 
 static void record_pids(void)
@@ -278,8 +277,7 @@ static void expect_case_failure(const char *mode, const char *needle)
     record_pids();
     outcome o = cli("conform", "--kernel", fixture(mode), "--case-timeout", "0.3", "--json",
                     tmp("r.json"), NULL);
-    ck_assert_msg(o.code == 1, "%s: exit %d; stdout %.400s stderr %s", mode, o.code, o.out,
-                  o.err);
+    ck_assert_msg(o.code == 1, "%s: exit %d; stdout %.400s stderr %s", mode, o.code, o.out, o.err);
     ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING"));
     json_object *r = load_json(tmp("r.json"));
     json_object *c = find_case(r, "shapes/s3_t7_d3");
@@ -339,7 +337,6 @@ START_TEST(output_captured_per_case)
 }
 END_TEST
 
-
 /* ---- 4. a baseline that tracks what was checked ---------------------------------------- */
 
 static const char *const ONLY = "shapes/,causal/"; /* 14 small cases */
@@ -352,8 +349,8 @@ START_TEST(baseline_coverage)
     /* Half the cases not in the run: each is named, the gate fails. */
     o = cli("conform", "--only", "shapes/", "--baseline", tmp("base.json"), NULL);
     ck_assert_msg(o.code == 1, "cases missing: exit %d: %s", o.code, o.out);
-    ck_assert_ptr_nonnull(
-        strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the baseline, missing now"));
+    ck_assert_ptr_nonnull(strstr(
+        o.out, "REGRESSION causal/lower_right_s16_t16: passed in the baseline, missing now"));
     outcome_free(&o);
     /* Cut by --time: not run is not a pass. */
     o = cli("conform", "--only", ONLY, "--time", "0.000001", "--baseline", tmp("base.json"), NULL);
@@ -361,8 +358,8 @@ START_TEST(baseline_coverage)
     ck_assert_ptr_nonnull(strstr(o.out, "passed in the baseline, is skipped now: not run"));
     outcome_free(&o);
     /* A kernel that stopped claiming causal masks: its skips are regressions. */
-    o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--baseline",
-            tmp("base.json"), NULL);
+    o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--baseline", tmp("base.json"),
+            NULL);
     ck_assert_msg(o.code == 1, "skipped: exit %d: %s", o.code, o.out);
     ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the "
                                         "baseline, is skipped now: uses causal_lower_right, "
@@ -416,12 +413,11 @@ START_TEST(require_precision)
         int code;
     } want[3] = {{"f32", 1}, {"f16", 1}, {"bf16", 0}}; /* 2^-10 against 2^-24, 2^-11, 2^-8 */
     for (int k = 0; k < 3; k++) {
-        o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/",
-                "--require-precision", want[k].fmt, NULL);
+        o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--require-precision",
+                want[k].fmt, NULL);
         ck_assert_msg(o.code == want[k].code, "%s: exit %d: %s", want[k].fmt, o.code, o.out);
         if (want[k].code)
-            ck_assert_ptr_nonnull(
-                strstr(o.out, "PRECISION the declared model is looser than f"));
+            ck_assert_ptr_nonnull(strstr(o.out, "PRECISION the declared model is looser than f"));
         outcome_free(&o);
     }
     o = cli("conform", "--require-precision", "f64", NULL);
@@ -432,8 +428,8 @@ END_TEST
 
 START_TEST(reports_state_the_model)
 {
-    outcome o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--json",
-                    tmp("r.json"), "--junit", tmp("r.xml"), "--html", tmp("r.html"), NULL);
+    outcome o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--json", tmp("r.json"),
+                    "--junit", tmp("r.xml"), "--html", tmp("r.html"), NULL);
     ck_assert_msg(o.code == 0, "exit %d: %s", o.code, o.out);
     ck_assert_ptr_nonnull(strstr(o.out, "precision model: u_score 5.96e-08, u_acc 5.96e-08"));
     ck_assert_ptr_nonnull(strstr(o.out, "conventions: empty rows zero, empty LSE neg_inf; claims "
@@ -600,8 +596,8 @@ START_TEST(check_skip_marker_and_shapes)
     int64_t shape[3] = {1, 2, 3};
     float zeros[6] = {0};
     char err[200];
-    ck_assert_int_eq(smattn_npy_write(tmp("sub/causal-lower_right_s16_t16/o.npy"),
-                                      SMATTN_NPY_F32, 3, shape, zeros, err, sizeof err),
+    ck_assert_int_eq(smattn_npy_write(tmp("sub/causal-lower_right_s16_t16/o.npy"), SMATTN_NPY_F32,
+                                      3, shape, zeros, err, sizeof err),
                      0);
     o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
     ck_assert_int_eq(o.code, 1);
@@ -628,8 +624,8 @@ static char *check_on_a_terminal(const char *path)
     posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_addopen(&fa, 2, slave, O_RDWR | O_NOCTTY, 0);
     pid_t pid;
-    ck_assert_int_eq(
-        posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ), 0);
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ),
+                     0);
     posix_spawn_file_actions_destroy(&fa);
     size_t cap = 1 << 16, n = 0;
     char *text = calloc(1, cap + 1);
