@@ -1,15 +1,23 @@
 /* cmd_conform.c: `smattn conform`, `smattn gen` and `smattn check`: option parsing, the
  * progress bar and the reports around the checker in conform/ (conform/README.md). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "conform/conform.h"
+
+/* The installed data directory (make install puts the golden vectors in
+ * $(SMATTN_DATADIR)/vectors); mk/conform.mk sets it from PREFIX. */
+#ifndef SMATTN_DATADIR
+#define SMATTN_DATADIR "/usr/local/share/smattn"
+#endif
 
 enum { EXIT_FAIL = EXIT_MISMATCH, EXIT_USAGE = EXIT_INPUT };
 /* parse_opts: --help was given and answered; the command exits 0. */
@@ -17,10 +25,12 @@ enum { EXIT_HELP = -1 };
 
 typedef struct opts {
     const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
-    const char *precision, *dtype, *empty, *empty_lse;
+    const char *precision, *dtype, *empty, *empty_lse, *require_precision, *skip;
+    int no_vectors, force; /* flags */
     uint64_t seed;
     double time_budget; /* 0: none */
     double case_timeout;
+    double describe_timeout;
     const char *pos[2];
     int npos;
 } opts;
@@ -35,13 +45,15 @@ static const char *usage_of(const char *cmd)
 {
     if (!strcmp(cmd, "conform"))
         return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full] [--seed N]\n"
-               "         [--time S] [--case-timeout S] [--only PREFIX,...] [--json F] [--junit F]\n"
-               "         [--html F] [--baseline F] [--vectors DIR]\n";
+               "         [--time S] [--case-timeout S] [--describe-timeout S] [--only PREFIX,...]\n"
+               "         [--json F] [--junit F] [--html F] [--baseline F]\n"
+               "         [--require-precision f32|f16|bf16] [--vectors DIR | --no-vectors]\n";
     if (!strcmp(cmd, "gen"))
         return "usage: smattn gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16]\n"
-               "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero] OUT\n";
-    return "usage: smattn check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--json F]\n"
-           "         [--junit F] [--html F] [--baseline F]\n";
+               "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero]\n"
+               "         [--vectors DIR | --no-vectors] [--force] OUT\n";
+    return "usage: smattn check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...]\n"
+           "         [--json F] [--junit F] [--html F] [--baseline F]\n";
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -59,13 +71,28 @@ static int parse_seconds(const char *s, double *out)
 static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc, char **argv,
                       opts *o)
 {
-    static const char *const names[] = {
-        "--kernel",    "--suite",   "--json",      "--junit",        "--baseline",
-        "--html",      "--vectors", "--precision", "--dtype",        "--empty",
-        "--empty-lse", "--seed",    "--time",      "--case-timeout", "--only"};
-    const char **slots[] = {&o->kernel,    &o->suite,   &o->json,      &o->junit, &o->baseline,
-                            &o->html,      &o->vectors, &o->precision, &o->dtype, &o->empty,
-                            &o->empty_lse, NULL,        NULL,          NULL,      &o->only};
+    static const char *const names[] = {"--kernel",
+                                        "--suite",
+                                        "--json",
+                                        "--junit",
+                                        "--baseline",
+                                        "--html",
+                                        "--vectors",
+                                        "--precision",
+                                        "--dtype",
+                                        "--empty",
+                                        "--empty-lse",
+                                        "--seed",
+                                        "--time",
+                                        "--case-timeout",
+                                        "--only",
+                                        "--describe-timeout",
+                                        "--require-precision",
+                                        "--skip"};
+    const char **slots[] = {
+        &o->kernel,  &o->suite,     &o->json,  &o->junit, &o->baseline,          &o->html,
+        &o->vectors, &o->precision, &o->dtype, &o->empty, &o->empty_lse,         NULL,
+        NULL,        NULL,          &o->only,  NULL,      &o->require_precision, &o->skip};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -92,8 +119,11 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                     return usage_error(cmd, msg);
                 }
                 o->seed = s;
-            } else if (!strcmp(names[k], "--time") || !strcmp(names[k], "--case-timeout")) {
-                double *dst = names[k][2] == 't' ? &o->time_budget : &o->case_timeout;
+            } else if (!strcmp(names[k], "--time") || !strcmp(names[k], "--case-timeout") ||
+                       !strcmp(names[k], "--describe-timeout")) {
+                double *dst = names[k][2] == 't'   ? &o->time_budget
+                              : names[k][2] == 'c' ? &o->case_timeout
+                                                   : &o->describe_timeout;
                 if (parse_seconds(val, dst)) {
                     snprintf(msg, sizeof msg, "%s '%.40s': want a number of seconds > 0", names[k],
                              val);
@@ -102,6 +132,12 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
             } else {
                 *slots[k] = val;
             }
+        } else if (!strcmp(a, "--no-vectors") || !strcmp(a, "--force")) {
+            if (!strstr(allowed, a + 2)) {
+                snprintf(msg, sizeof msg, "option %s does not apply here", a);
+                return usage_error(cmd, msg);
+            }
+            *(a[2] == 'n' ? &o->no_vectors : &o->force) = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("%s(details: 'smattn help', conform/README.md)\n", usage_of(cmd));
             return EXIT_HELP;
@@ -122,6 +158,106 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     if (!o->suite)
         o->suite = "quick";
     return EXIT_OK;
+}
+
+/* A report path that can be written, checked before the run (a file that did not exist is
+ * removed again); the baseline readable and a report of ours. 0, or the exit code. */
+static int check_paths(const char *cmd, const opts *o)
+{
+    const char *paths[3] = {o->json, o->junit, o->html};
+    static const char *const names[3] = {"--json", "--junit", "--html"};
+    for (int k = 0; k < 3; k++) {
+        if (!paths[k])
+            continue;
+        int existed = access(paths[k], F_OK) == 0;
+        int fd = open(paths[k], O_WRONLY | (existed ? 0 : O_CREAT | O_EXCL), 0644);
+        if (fd < 0) {
+            fprintf(stderr, "smattn %s: %s %s: cannot write: %s\n", cmd, names[k], paths[k],
+                    strerror(errno));
+            return EXIT_USAGE;
+        }
+        close(fd);
+        if (!existed)
+            unlink(paths[k]);
+    }
+    char err[1200];
+    if (o->baseline && conform_baseline_check(o->baseline, err, sizeof err)) {
+        fprintf(stderr, "smattn %s: %s\n", cmd, err);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The golden vectors: next to the executable (build/smattn -> spec/vectors in the source
+ * tree; bin/smattn -> share/smattn/vectors in an installed tree), in SMATTN_DATADIR/vectors,
+ * or under $SMATTN_ROOT. 0 with the directory in out, or -1 with where it looked. */
+static int find_vectors(char *out, size_t cap, char *looked, size_t lcap)
+{
+    char cand[4][1100];
+    int n = 0;
+    char exe[1024];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(cand[n++], sizeof cand[0], "%s/../spec/vectors", exe);
+            snprintf(cand[n++], sizeof cand[0], "%s/../share/smattn/vectors", exe);
+        }
+    }
+    snprintf(cand[n++], sizeof cand[0], "%s/vectors", SMATTN_DATADIR);
+    const char *root = getenv("SMATTN_ROOT");
+    if (root)
+        snprintf(cand[n++], sizeof cand[0], "%s/spec/vectors", root);
+    looked[0] = '\0';
+    for (int k = 0; k < n; k++) {
+        if (is_dir(cand[k])) {
+            snprintf(out, cap, "%.1000s", cand[k]);
+            return 0;
+        }
+        size_t l = strlen(looked);
+        snprintf(looked + l, lcap - l, "%s%.250s", k ? ", " : "", cand[k]);
+    }
+    return -1;
+}
+
+/* The vectors directory for the battery ("" with --no-vectors); 0, or the exit code. */
+static int vectors_for(const char *cmd, const opts *o, char *out, size_t cap)
+{
+    if (o->no_vectors && o->vectors)
+        return usage_error(cmd, "--vectors and --no-vectors contradict each other");
+    if (o->no_vectors) {
+        out[0] = '\0';
+        return 0;
+    }
+    if (o->vectors) {
+        snprintf(out, cap, "%s", o->vectors);
+        return 0;
+    }
+    char looked[1200];
+    if (find_vectors(out, cap, looked, sizeof looked)) {
+        fprintf(stderr,
+                "smattn %s: the golden vectors (spec/vectors) are not found (looked in %s); "
+                "give --vectors DIR, or --no-vectors to run without them\n",
+                cmd, looked);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static size_t golden_count(const conform_battery *b)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < b->n; k++)
+        n += !strcmp(b->cases[k].category, "golden");
+    return n;
 }
 
 /* --only P1,P2,...: the case names starting with one of the prefixes. */
@@ -156,9 +292,16 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
         fprintf(stderr, "smattn %s: %s\n", cmd, err);
         return EXIT_USAGE;
     }
+    if (o->require_precision) {
+        smattn_dtype t;
+        (void)cli_parse_dtype(o->require_precision, &t); /* checked before the run */
+        conform_require_precision(rep, t);
+    }
     conform_report_print(rep, stdout);
     fflush(stdout);
-    int rc = conform_report_conforming(rep) && rep->regressions == 0 ? EXIT_OK : EXIT_FAIL;
+    int rc = conform_report_conforming(rep) && rep->regressions == 0 && rep->precision_failures == 0
+                 ? EXIT_OK
+                 : EXIT_FAIL;
     if ((o->json && conform_report_json(rep, o->json, err, sizeof err)) ||
         (o->junit && conform_report_junit(rep, o->junit, err, sizeof err)) ||
         (o->html && conform_report_html(rep, o->html, err, sizeof err))) {
@@ -167,6 +310,8 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
     }
     free(rep->regression_text);
     rep->regression_text = NULL;
+    free(rep->precision_text);
+    rep->precision_text = NULL;
     return rc;
 }
 
@@ -175,21 +320,37 @@ int cmd_conform(int argc, char **argv)
     opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_opts("conform",
-                        "kernel suite seed time case-timeout json junit baseline html "
-                        "vectors only",
+                        "kernel suite seed time case-timeout describe-timeout json junit "
+                        "baseline html vectors no-vectors only require-precision",
                         0, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
+    smattn_dtype req;
+    if (o.require_precision && (cli_parse_dtype(o.require_precision, &req) || req == SMATTN_F64))
+        return usage_error("conform", "--require-precision: want f32, f16 or bf16");
+    char vdir[1100];
+    if ((rc = check_paths("conform", &o)) || (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
+        return rc;
     char err[1200];
+    conform_isolate_init();
     conform_kernel k;
-    if (conform_kernel_open(o.kernel, &k, err, sizeof err)) {
+    if (conform_kernel_open(o.kernel,
+                            o.describe_timeout > 0 ? o.describe_timeout : CONFORM_DESCRIBE_TIMEOUT,
+                            &k, err, sizeof err)) {
         fprintf(stderr, "smattn conform: %s\n", err);
         return EXIT_USAGE;
     }
     conform_battery b;
-    if (conform_battery_build(&b, o.suite, o.seed, o.vectors, err, sizeof err)) {
+    if (conform_battery_build(&b, o.suite, o.seed, vdir, err, sizeof err)) {
         fprintf(stderr, "smattn conform: %s\n", err);
         conform_kernel_close(&k);
+        return EXIT_USAGE;
+    }
+    if (vdir[0] && golden_count(&b) == 0) {
+        fprintf(stderr,
+                "smattn conform: no golden vector (*.json) in %s (--no-vectors runs without)\n",
+                vdir);
+        conform_battery_free(&b);
         return EXIT_USAGE;
     }
     conform_result *res = calloc(b.n ? b.n : 1, sizeof *res);
@@ -200,6 +361,7 @@ int cmd_conform(int argc, char **argv)
         return EXIT_USAGE;
     }
     double timeout = o.case_timeout > 0 ? o.case_timeout : CONFORM_CASE_TIMEOUT;
+    int capture = conform_capture_open(); /* the plugin's stdout and stderr, per case */
     int bar = isatty(2);
     double t0 = cli_now_seconds();
     size_t nr = 0;
@@ -220,7 +382,7 @@ int cmd_conform(int argc, char **argv)
                      o.time_budget);
             continue;
         }
-        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, r);
+        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, capture, r);
         if (left < timeout && r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4)) {
             /* cut short by the budget, not by its own limit: not a verdict on the kernel */
             r->status = CONFORM_SKIP;
@@ -230,6 +392,8 @@ int cmd_conform(int argc, char **argv)
     }
     if (bar)
         progress(b.n, b.n, "");
+    if (capture >= 0)
+        close(capture);
     if (nr == 0 && o.only) {
         free(res);
         conform_battery_free(&b);
@@ -245,6 +409,12 @@ int cmd_conform(int argc, char **argv)
     rep.seed = o.seed;
     rep.results = res;
     rep.n = nr;
+    rep.precision = k.info.precision;
+    rep.per_problem = k.has_precision;
+    conform_conventions_str(&k.info, rep.conventions, sizeof rep.conventions);
+    rep.vectors_dir = vdir;
+    for (size_t j = 0; j < nr; j++)
+        rep.vectors += !strcmp(res[j].category, "golden") && res[j].status != CONFORM_SKIP;
     printf("smattn conform: %zu cases in %.2f s\n", nr, cli_now_seconds() - t0);
     rc = finish_report("conform", &rep, &o);
     free(res);
@@ -257,7 +427,8 @@ int cmd_gen(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("gen", "suite seed dtype empty empty-lse vectors", 1, argc, argv, &o);
+    int rc = parse_opts("gen", "suite seed dtype empty empty-lse vectors no-vectors force", 1, argc,
+                        argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
@@ -276,14 +447,16 @@ int cmd_gen(int argc, char **argv)
         return usage_error("gen", "--empty: want zero, nan or mean");
     if (l == 3)
         return usage_error("gen", "--empty-lse: want neg_inf, pos_inf or zero");
-    char err[1200];
+    char err[1200], vdir[1100];
+    if ((rc = vectors_for("gen", &o, vdir, sizeof vdir)))
+        return rc;
     conform_battery b;
-    if (conform_battery_build(&b, o.suite, o.seed, o.vectors, err, sizeof err)) {
+    if (conform_battery_build(&b, o.suite, o.seed, vdir, err, sizeof err)) {
         fprintf(stderr, "smattn gen: %s\n", err);
         return EXIT_USAGE;
     }
     long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, o.suite,
-                               o.seed, err, sizeof err);
+                               o.seed, o.force, err, sizeof err);
     conform_battery_free(&b);
     if (n < 0) {
         fprintf(stderr, "smattn gen: %s\n", err);
@@ -297,7 +470,7 @@ int cmd_check(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("check", "precision json junit baseline html", 1, argc, argv, &o);
+    int rc = parse_opts("check", "precision json junit baseline html skip", 1, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
@@ -307,10 +480,17 @@ int cmd_check(int argc, char **argv)
     if (o.precision && cli_parse_dtype(o.precision, &t))
         return usage_error("check", "--precision: want f64, f32, f16 or bf16");
     smattn_precision pm = smattn_precision_of(t);
+    if ((rc = check_paths("check", &o)))
+        return rc;
     char err[1200];
     conform_result *res = NULL;
     size_t n = 0;
-    if (conform_check_path(o.pos[0], &pm, &res, &n, err, sizeof err)) {
+    printf("smattn check: judging the outputs saved in %s under the %s model (SPEC 6.1; "
+           "--precision)\n",
+           o.pos[0], o.precision ? o.precision : "f32");
+    fflush(stdout);
+    if (conform_check_path(o.pos[0], &pm, o.skip, isatty(2) ? progress : NULL, &res, &n, err,
+                           sizeof err)) {
         fprintf(stderr, "smattn check: %s\n", err);
         return EXIT_USAGE;
     }
@@ -324,6 +504,10 @@ int cmd_check(int argc, char **argv)
     rep.suite = "files";
     rep.results = res;
     rep.n = n;
+    rep.precision = pm;
+    snprintf(rep.conventions, sizeof rep.conventions,
+             "as written in each case.json (smattn gen "
+             "--empty, --empty-lse)");
     rc = finish_report("check", &rep, &o);
     free(res);
     return rc;

@@ -5,6 +5,8 @@
  *              built-in optimised kernel through the same table)
  *   builtin.c  the built-in kernel as a plugin ("smattn-opt")
  *   battery.c  the cases: golden vectors, edge cases by category, random sweeps
+ *   isolate.c  the child processes plugin code runs in: process groups, time limits,
+ *              output capture, no process left behind
  *   run.c      one case in a forked child: time limit, guard pages, canaries
  *   judge.c    the oracle, the SPEC 6 bound, and a sentence naming what was violated
  *   report.c   the summary table, JSON, JUnit XML, HTML and the baseline gate
@@ -18,12 +20,22 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <signal.h>
+#include <sys/types.h>
 
 #include "smattn.h"
 #include "smattn_kernel.h"
 
 /* Per-case time limit (seconds) when --time does not set a shorter one. */
 #define CONFORM_CASE_TIMEOUT 10.0
+/* Time limit (seconds) of loading a plugin and calling its describe, in a child. */
+#define CONFORM_DESCRIBE_TIMEOUT 10.0
+/* A plugin's stdout and stderr during a case: a capture file of at most this many bytes
+ * (writes beyond fail), of which the first CONFORM_OUTPUT_LINES lines (at most
+ * CONFORM_OUTPUT_SHOWN bytes read) go into the result. */
+#define CONFORM_OUTPUT_LIMIT (1 << 20)
+#define CONFORM_OUTPUT_SHOWN 4096
+#define CONFORM_OUTPUT_LINES 8
 
 /* The baseline gate (--baseline): a case regresses when it passed before and fails now,
  * or when its max error/bound ratio r grew beyond max(CONFORM_BASELINE_FACTOR * r0,
@@ -34,22 +46,54 @@
 
 /* ---- kernels ------------------------------------------------------------------------- */
 
+/* What the checker knows of a kernel. Of a plugin file, no code runs in the checker's
+ * process: dlopen and describe run in a child, whose answer comes back by value over a
+ * pipe (strings copied and checked there, no pointer of the plugin kept); every case
+ * loads the plugin again in its own child. */
 typedef struct conform_kernel {
     char name[64], version[64];
     char path[1024];         /* the .so given, or "builtin" */
+    char load_path[1100];    /* what the case children dlopen ("./x.so" for a bare name) */
     smattn_plugin_info info; /* the plugin's info (name/version point into the above) */
-    smattn_plugin_run_fn attention;
-    smattn_plugin_run_fn softmax;         /* NULL: not exported */
-    smattn_plugin_precision_fn precision; /* NULL: info.precision */
-    void *handle;                         /* dlopen handle; NULL for the built-in kernel */
+    int builtin;             /* the built-in kernel: its own code, called directly */
+    int has_softmax;         /* smattn_plugin_softmax is exported */
+    int has_precision;       /* smattn_plugin_precision is exported (else info.precision) */
 } conform_kernel;
 
-/* Load "builtin" (or NULL) or a .so path. 0, or -1 with one line in err: cannot open,
- * missing symbol, ABI version mismatch, an info that is not usable. */
-int conform_kernel_open(const char *spec, conform_kernel *k, char *err, size_t errlen);
+/* Load "builtin" (or NULL) or a .so path, describing it in a child that has `timeout`
+ * seconds. 0, or -1 with one line in err ("kernel K cannot be loaded: ..."): cannot open,
+ * missing symbol, ABI version mismatch, an info that is not usable or not readable, a
+ * crash or hang while loading or describing. */
+int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, char *err,
+                        size_t errlen);
 void conform_kernel_close(conform_kernel *k);
-/* The precision model the kernel is judged by for a problem. */
-smattn_precision conform_kernel_precision(const conform_kernel *k, const smattn_problem *p);
+/* The entry points, in a child only: a plugin is dlopened there (its constructors run in
+ * that child). 0, or -1 with the reason in err. */
+typedef struct conform_entry {
+    smattn_plugin_run_fn attention, softmax;
+    smattn_plugin_precision_fn precision; /* NULL: info.precision */
+} conform_entry;
+int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, size_t errlen);
+/* 0 if a precision model is in range (SPEC 6.1), else -1 with one line in err. */
+int conform_precision_check(const smattn_precision *pm, const char *who, char *err, size_t errlen);
+
+/* ---- isolation (isolate.c) ------------------------------------------------------------ */
+
+/* Once, before any case: make this process the reaper of orphans of plugin code (Linux). */
+void conform_isolate_init(void);
+/* fork() for plugin code. Parent: SIGCHLD blocked (the old mask in *old), the child put in
+ * its own process group. Child: its own process group, stdin /dev/null, stdout and stderr
+ * to out_fd (/dev/null if < 0), files capped at CONFORM_OUTPUT_LIMIT bytes. */
+pid_t conform_child_fork(int out_fd, sigset_t *old);
+/* Wait up to timeout seconds for the child pid, then kill its process group and every
+ * other process left as a child of this one (the checker has no other children), reap them
+ * all and restore the signal mask. 1 if the time ran out, else 0; *ws the wait status. */
+int conform_child_finish(pid_t pid, double timeout, const sigset_t *old, int *ws);
+/* A capture file for a child's output (-1 if none could be made); empty it; its first
+ * lines as text into out. */
+int conform_capture_open(void);
+void conform_capture_reset(int fd);
+void conform_capture_read(int fd, char *out, size_t cap);
 
 /* The built-in optimised kernel as plugin entry points (builtin.c). */
 const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi);
@@ -83,8 +127,8 @@ typedef struct conform_battery {
 } conform_battery;
 
 /* Build the suite "quick" or "full" for a seed; golden vectors come from vectors_dir
- * (NULL: found next to the executable or in the working directory; none found is not an
- * error for a directory that was not named). 0, or -1 with one line in err. */
+ * ("": none; NULL: found next to the executable or in the working directory, none found
+ * being no error here: the CLI locates them and makes that one). 0, or -1 with err. */
 int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
                           const char *vectors_dir, char *err, size_t errlen);
 void conform_battery_free(conform_battery *b);
@@ -128,14 +172,19 @@ typedef struct conform_result {
     int worst_out;
     int64_t worst_ix[4];
     double worst_got, worst_exact, worst_bound;
+    char output[1024]; /* the first lines the kernel wrote to stdout/stderr in the case */
+    int has_pm;        /* pm is the precision model the case was judged under */
+    smattn_precision pm;
 } conform_result;
 
 /* ---- running and judging ------------------------------------------------------------- */
 
-/* Run case c through kernel k in a child process (time limit `timeout` seconds) and judge
- * it; fills *r. Never fails: every problem becomes a failed or skipped result. */
+/* Run case c through kernel k in a child process (time limit `timeout` seconds; the
+ * plugin loaded, its precision model computed and the kernel called there, its output
+ * captured into capture_fd if >= 0) and judge it; fills *r. Never fails: every problem
+ * becomes a failed or skipped result. */
 void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
-                      conform_result *r);
+                      int capture_fd, conform_result *r);
 
 /* Judge outputs `got` (O required for attention; LSE and P optional; any float dtype,
  * contiguous) of problem p against the oracle under precision model pm. `garbage` says
@@ -151,6 +200,19 @@ typedef struct conform_report {
     uint64_t seed;
     const conform_result *results;
     size_t n;
+    /* What the kernel was judged under: its declared precision model (per_problem: it
+     * exports smattn_plugin_precision, and each case's model is in its result) and the
+     * conventions it claims (empty rows, empty LSE, the features; "" for files). */
+    smattn_precision precision;
+    int per_problem;
+    char conventions[512];
+    /* golden vectors: where from ("" none) and how many cases of them ran */
+    const char *vectors_dir;
+    size_t vectors;
+    /* --require-precision (filled by conform_require_precision): failures, one per line */
+    const char *required;
+    size_t precision_failures;
+    char *precision_text; /* owned, may be NULL */
     /* baseline gate (filled by conform_baseline_compare) */
     const char *baseline_path;
     size_t regressions;
@@ -171,22 +233,44 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen);
 /* fclose f, written to path: 0, or -1 with "path: cannot write" if any write failed. */
 int conform_file_close(FILE *f, const char *path, char *err, size_t errlen);
-/* Compare with a stored JSON report; fills rep->regressions and rep->regression_text.
+/* Compare with a stored JSON report; fills rep->regressions and rep->regression_text. A
+ * case regresses when it passed in the baseline and now fails, is skipped, declined, not
+ * run or missing, or its ratio grew past the limit; the declared precision model (and a
+ * case's own model) regresses in every field looser than the baseline's.
  * 0, or -1 with one line in err when the file cannot be read or is not such a report. */
 int conform_baseline_compare(conform_report *rep, const char *path, char *err, size_t errlen);
+/* Read a baseline before the run: 0, or -1 with "baseline F: no such file" or the like. */
+int conform_baseline_check(const char *path, char *err, size_t errlen);
+/* The fields in which model a is looser than b ("u_acc 0.000977 > 5.96e-08, ..."), with
+ * only the unit roundoffs (u_score, u_acc, u_p) when roundoff_only; "" if none. An acc_len
+ * of 0 (every term in one serial sum) is the loosest. */
+void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
+                              int roundoff_only, char *out, size_t cap);
+/* --require-precision: the declared model and every case's model against that of format
+ * t (smattn_precision_of): fills rep->required, precision_failures and precision_text. */
+void conform_require_precision(conform_report *rep, smattn_dtype t);
+/* "empty rows zero, empty LSE neg_inf; claims causal_lower_right, ..." into out. */
+void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t cap);
 
 /* ---- case directories (gen / check) -------------------------------------------------- */
 
 /* Write every case of b that a file can express under OUT/<name>/ (inputs in dtype t, the
  * conventions given) and OUT/manifest.json. Returns the number written, or -1 with err. */
+/* A non-empty OUT is refused unless force, and then each case directory written is
+ * removed first, so that no file of an earlier run (an old o.npy, a skip marker) stays. */
 long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,
                        smattn_empty empty, smattn_empty_lse empty_lse, const char *suite,
-                       uint64_t seed, char *err, size_t errlen);
+                       uint64_t seed, int force, char *err, size_t errlen);
 /* Judge CASE_OR_DIR: one case directory, or a directory of them (manifest.json or every
  * subdirectory holding q.npy or x.npy). Results are malloc'd into *res (count *n).
  * 0, or -1 with err for an unusable path (a case whose o.npy is missing or malformed is a
  * failed result, not an error). */
-int conform_check_path(const char *path, const smattn_precision *pm, conform_result **res,
-                       size_t *n, char *err, size_t errlen);
+/* A case directory holding a file `skip` (its first line the reason), or whose name starts
+ * with one of the comma-separated prefixes of `skip`, is a skipped result. progress (may
+ * be NULL) is called before each case and once at the end with done == total. */
+typedef void (*conform_progress_fn)(size_t done, size_t total, const char *name);
+int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
+                       conform_progress_fn progress, conform_result **res, size_t *n, char *err,
+                       size_t errlen);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <json.h>
 
@@ -140,10 +141,55 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
     return rc ? -1 : 0;
 }
 
+/* Remove path and everything below it (symbolic links removed, never followed). */
+static int remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st))
+        return errno == ENOENT ? 0 : -1;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d)
+            return -1;
+        struct dirent *de;
+        char sub[1400];
+        int rc = 0;
+        while ((de = readdir(d)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+                (join(sub, sizeof sub, path, de->d_name) || remove_tree(sub)))
+                rc = -1;
+        closedir(d);
+        return rc || rmdir(path) ? -1 : 0;
+    }
+    return unlink(path);
+}
+
+/* 1 if dir holds anything, 0 if it is empty or absent. */
+static int non_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    int any = 0;
+    while (!any && (de = readdir(d)))
+        any = strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return any;
+}
+
 long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,
                        smattn_empty empty, smattn_empty_lse empty_lse, const char *suite,
-                       uint64_t seed, char *err, size_t errlen)
+                       uint64_t seed, int force, char *err, size_t errlen)
 {
+    /* A stale o.npy, skip marker or extra input of an earlier run would change a case. */
+    if (!force && non_empty(out)) {
+        snprintf(err, errlen,
+                 "%s is not empty: files of an earlier run could change the cases; give "
+                 "--force to replace the case directories, or an empty directory",
+                 out);
+        return -1;
+    }
     if (make_dir(out, err, errlen))
         return -1;
     json_object *man = json_object_new_object();
@@ -161,6 +207,12 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
         char name[128], dir[1300];
         case_dir_name(c, name, sizeof name);
         (void)join(dir, sizeof dir, out, name);
+        if (remove_tree(dir)) {
+            snprintf(err, errlen, "%s: cannot clear the old case directory: %s", dir,
+                     strerror(errno));
+            json_object_put(man);
+            return -1;
+        }
         if (write_case(c, dir, t, empty, empty_lse, err, errlen)) {
             json_object_put(man);
             return -1;
@@ -260,7 +312,24 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     default: ok = 0, dt = SMATTN_F32; break;
     }
     if (!ok) {
-        snprintf(err, errlen, "%s: want a float array of shape [", file);
+        static const char *const dtn[] = {"f64", "f32", "f16", "bf16", "u2"};
+        const char *tn = a->type == SMATTN_NPY_F64    ? dtn[0]
+                         : a->type == SMATTN_NPY_F32  ? dtn[1]
+                         : a->type == SMATTN_NPY_F16  ? dtn[2]
+                         : a->type == SMATTN_NPY_BF16 ? dtn[3]
+                         : a->type == SMATTN_NPY_U16  ? dtn[4]
+                                                      : "not a float type";
+        snprintf(err, errlen, "%s: got shape [", file);
+        for (int r = 0; r < a->rank; r++)
+            snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
+                     (long long)a->shape[r]);
+        snprintf(err + strlen(err), errlen - strlen(err), "] (%s), want [", tn);
+        static const char *const dn[3][4] = {
+            {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
+        const char *const *names = dn[t] + (c->rank == 3);
+        for (int r = 0; r < rank; r++)
+            snprintf(err + strlen(err), errlen - strlen(err), "%s%s", r ? "," : "", names[r]);
+        snprintf(err + strlen(err), errlen - strlen(err), "] = [");
         for (int r = 0; r < rank; r++)
             snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
                      (long long)w[r]);
@@ -279,8 +348,39 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     return 0;
 }
 
+/* --skip P1,P2: name starts with one of the prefixes. */
+static int skipped_by(const char *prefixes, const char *name)
+{
+    for (const char *s = prefixes; s && *s;) {
+        size_t n = strcspn(s, ",");
+        if (n && strncmp(name, s, n) == 0)
+            return 1;
+        s += n + (s[n] == ',');
+    }
+    return 0;
+}
+
+/* A `skip` file in the case directory: the kernel does not support the case; its first
+ * line is the reason. 1 (reason in out) if present. */
+static int skip_marker(const char *dir, char *out, size_t cap)
+{
+    if (!has_file(dir, "skip"))
+        return 0;
+    char path[1400], line[300] = "";
+    (void)join(path, sizeof path, dir, "skip");
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(line, sizeof line, f))
+            line[0] = '\0';
+        fclose(f);
+    }
+    line[strcspn(line, "\r\n")] = '\0';
+    snprintf(out, cap, "skipped by the kernel (skip file): %s", line[0] ? line : "no reason given");
+    return 1;
+}
+
 static void check_one(const char *dir, const char *name, const char *category,
-                      const smattn_precision *pm, conform_result *r)
+                      const smattn_precision *pm, const char *skip, conform_result *r)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -288,6 +388,12 @@ static void check_one(const char *dir, const char *name, const char *category,
     r->status = CONFORM_FAIL;
     smattn_case c;
     char err[400];
+    if (skip_marker(dir, r->reason, sizeof r->reason)) {
+        r->status = CONFORM_SKIP;
+    } else if (skipped_by(skip, name)) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "skipped by --skip");
+    }
     if (smattn_case_load(dir, &c, err, sizeof err)) {
         snprintf(r->reason, sizeof r->reason, "cannot load the case: %s", err);
         return;
@@ -296,6 +402,10 @@ static void check_one(const char *dir, const char *name, const char *category,
     int64_t s[7] = {p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv};
     memcpy(r->shape, s, sizeof s);
     r->caps = conform_problem_caps(p, &c.in);
+    if (r->status == CONFORM_SKIP) {
+        smattn_case_free(&c);
+        return;
+    }
     static const char *const files[3] = {"o.npy", "lse.npy", "p.npy"};
     smattn_npy arr[3];
     memset(arr, 0, sizeof arr);
@@ -421,8 +531,9 @@ static int list_cases(const char *root, entry **e, size_t *n, char *err, size_t 
     return 0;
 }
 
-int conform_check_path(const char *path, const smattn_precision *pm, conform_result **res,
-                       size_t *n, char *err, size_t errlen)
+int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
+                       conform_progress_fn progress, conform_result **res, size_t *n, char *err,
+                       size_t errlen)
 {
     *res = NULL;
     *n = 0;
@@ -445,8 +556,13 @@ int conform_check_path(const char *path, const smattn_precision *pm, conform_res
         snprintf(err, errlen, "out of memory");
         rc = -1;
     }
-    for (size_t k = 0; !rc && k < ne; k++)
-        check_one(e[k].dir, e[k].name, e[k].category, pm, &(*res)[k]);
+    for (size_t k = 0; !rc && k < ne; k++) {
+        if (progress)
+            progress(k, ne, e[k].name);
+        check_one(e[k].dir, e[k].name, e[k].category, pm, skip, &(*res)[k]);
+    }
+    if (!rc && progress)
+        progress(ne, ne, "");
     if (!rc)
         *n = ne;
     for (size_t k = 0; k < ne; k++)

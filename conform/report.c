@@ -2,6 +2,7 @@
  * verdict line, a JSON report (every case with its figures), JUnit XML (one testcase per
  * case), a self-contained HTML page with an SVG plot of error/bound, and the baseline
  * gate that compares a run with a stored JSON report. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +38,103 @@ int conform_report_conforming(const conform_report *rep)
 typedef struct category {
     const char *name;
     size_t cases, passed, failed, skipped;
-    double max_ratio, max_ulp;
+    double max_ratio, max_ulp; /* over the cases that ran (passed + failed) */
 } category;
+
+/* A category's figure, or "-" when none of its cases ran (0 would claim a perfect score). */
+static const char *figure(const category *c, double x, char *buf, size_t cap)
+{
+    if (c->passed + c->failed == 0)
+        return "-";
+    snprintf(buf, cap, "%.4g", x);
+    return buf;
+}
+
+/* ---- the precision model and the conventions ------------------------------------------- */
+
+static const char *const pm_fields[7] = {"u_score", "u_acc",   "exp_ulps", "u_p",
+                                         "blocks",  "acc_len", "tiny"};
+
+static void pm_values(const smattn_precision *m, double v[7])
+{
+    v[0] = m->u_score, v[1] = m->u_acc, v[2] = m->exp_ulps, v[3] = m->u_p;
+    v[4] = (double)m->blocks;
+    v[5] = m->acc_len == 0 ? HUGE_VAL : (double)m->acc_len; /* 0: every term, the loosest */
+    v[6] = m->tiny;
+}
+
+static void pm_str(const smattn_precision *m, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "u_score %.3g, u_acc %.3g, exp_ulps %.3g, u_p %.3g, blocks %lld, "
+             "acc_len %lld, tiny %.3g",
+             m->u_score, m->u_acc, m->exp_ulps, m->u_p, (long long)m->blocks, (long long)m->acc_len,
+             m->tiny);
+}
+
+void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
+                              int roundoff_only, char *out, size_t cap)
+{
+    double va[7], vb[7];
+    pm_values(a, va);
+    pm_values(b, vb);
+    out[0] = '\0';
+    for (int f = 0; f < 7; f++) {
+        if (roundoff_only && f != 0 && f != 1 && f != 3)
+            continue;
+        if (!(va[f] > vb[f]))
+            continue;
+        size_t n = strlen(out);
+        if (f == 5)
+            snprintf(out + n, cap - n, "%sacc_len %lld looser than %lld", n ? ", " : "",
+                     (long long)a->acc_len, (long long)b->acc_len);
+        else
+            snprintf(out + n, cap - n, "%s%s %.3g > %.3g", n ? ", " : "", pm_fields[f], va[f],
+                     vb[f]);
+    }
+}
+
+void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t cap)
+{
+    static const char *const em[3] = {"zero", "nan", "mean"};
+    static const char *const el[3] = {"neg_inf", "pos_inf", "zero"};
+    char caps[400];
+    conform_caps_str(info->caps, caps, sizeof caps);
+    snprintf(out, cap, "empty rows %s, empty LSE %s; claims %s",
+             em[(unsigned)info->empty_rows < 3 ? info->empty_rows : 0],
+             el[(unsigned)info->empty_lse < 3 ? info->empty_lse : 0], caps[0] ? caps : "nothing");
+}
+
+static void append(char **text, size_t *len, const char *line);
+
+void conform_require_precision(conform_report *rep, smattn_dtype t)
+{
+    static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
+    rep->required = names[t];
+    rep->precision_failures = 0;
+    smattn_precision want = smattn_precision_of(t);
+    size_t len = 0;
+    char why[400], line[700];
+    conform_precision_looser(&rep->precision, &want, 1, why, sizeof why);
+    if (why[0]) {
+        snprintf(line, sizeof line, "  PRECISION the declared model is looser than %s's: %s",
+                 names[t], why);
+        rep->precision_failures++;
+        append(&rep->precision_text, &len, line);
+    }
+    for (size_t k = 0; k < rep->n; k++) {
+        const conform_result *r = &rep->results[k];
+        if (!r->has_pm)
+            continue;
+        conform_precision_looser(&r->pm, &want, 1, why, sizeof why);
+        if (!why[0])
+            continue;
+        snprintf(line, sizeof line, "  PRECISION %s: its model is looser than %s's: %s", r->name,
+                 names[t], why);
+        rep->precision_failures++;
+        append(&rep->precision_text, &len, line);
+    }
+}
 
 static size_t categories(const conform_report *rep, category *cat, size_t cap)
 {
@@ -68,31 +164,68 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
 
 #define MAX_CATEGORIES 64
 
+/* What the kernel printed during a failed case, indented and marked as its output. */
+static void print_output(FILE *f, const char *out)
+{
+    if (!out[0])
+        return;
+    fprintf(f, "       the kernel's output:\n");
+    for (const char *s = out; *s;) {
+        size_t n = strcspn(s, "\n");
+        fprintf(f, "       | %.*s\n", (int)n, s);
+        s += n + (s[n] == '\n');
+    }
+}
+
 void conform_report_print(const conform_report *rep, FILE *f)
 {
     category cat[MAX_CATEGORIES];
     size_t nc = categories(rep, cat, MAX_CATEGORIES);
-    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n\n", rep->kernel_name, rep->kernel_version,
+    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n", rep->kernel_name, rep->kernel_version,
             rep->kernel_path, rep->suite, (unsigned long long)rep->seed);
+    char pm[300];
+    pm_str(&rep->precision, pm, sizeof pm);
+    fprintf(f, "precision model%s: %s\n",
+            rep->per_problem ? " (declared; per problem by smattn_plugin_precision)" : "", pm);
+    if (rep->conventions[0])
+        fprintf(f, "conventions: %s\n", rep->conventions);
+    if (rep->vectors_dir)
+        fprintf(f, "golden vectors: %zu ran%s%s\n", rep->vectors,
+                rep->vectors_dir[0] ? " from " : " (none: --no-vectors)", rep->vectors_dir);
+    fprintf(f, "\n");
     fprintf(f, "  %-12s %6s %6s %6s %6s  %14s %12s\n", "category", "cases", "pass", "fail", "skip",
             "max err/bound", "max ulp");
-    for (size_t c = 0; c < nc; c++)
-        fprintf(f, "  %-12s %6zu %6zu %6zu %6zu  %14.4g %12.4g\n", cat[c].name, cat[c].cases,
-                cat[c].passed, cat[c].failed, cat[c].skipped, cat[c].max_ratio, cat[c].max_ulp);
+    for (size_t c = 0; c < nc; c++) {
+        char b1[32], b2[32];
+        fprintf(f, "  %-12s %6zu %6zu %6zu %6zu  %14s %12s\n", cat[c].name, cat[c].cases,
+                cat[c].passed, cat[c].failed, cat[c].skipped,
+                figure(&cat[c], cat[c].max_ratio, b1, sizeof b1),
+                figure(&cat[c], cat[c].max_ulp, b2, sizeof b2));
+    }
     conform_totals t = conform_report_totals(rep);
     fprintf(f, "  %-12s %6zu %6zu %6zu %6zu\n\n", "total", t.cases, t.passed, t.failed, t.skipped);
     if (t.failed) {
         fprintf(f, "failures:\n");
         for (size_t k = 0; k < rep->n; k++)
-            if (rep->results[k].status == CONFORM_FAIL)
+            if (rep->results[k].status == CONFORM_FAIL) {
                 fprintf(f, "  FAIL %s: %s\n", rep->results[k].name, rep->results[k].reason);
+                print_output(f, rep->results[k].output);
+            }
         fprintf(f, "\n");
+    }
+    if (rep->required) {
+        if (rep->precision_failures)
+            fprintf(f, "--require-precision %s: %zu failures\n%s\n", rep->required,
+                    rep->precision_failures, rep->precision_text ? rep->precision_text : "");
+        else
+            fprintf(f, "--require-precision %s: the model is within it\n", rep->required);
     }
     if (rep->baseline_path) {
         if (rep->regressions)
             fprintf(f,
-                    "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f) or a "
-                    "pass turned into a failure)\n%s\n",
+                    "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f), a "
+                    "pass turned into a failure, a skip or a missing case, or a looser "
+                    "precision model)\n%s\n",
                     rep->baseline_path, rep->regressions, CONFORM_BASELINE_FACTOR,
                     CONFORM_BASELINE_SLACK, rep->regression_text ? rep->regression_text : "");
         else
@@ -122,6 +255,36 @@ void conform_report_print(const conform_report *rep, FILE *f)
 static json_object *num(double x)
 {
     return isfinite(x) ? json_object_new_double(x) : NULL;
+}
+
+static json_object *pm_json(const smattn_precision *m)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "u_score", json_object_new_double(m->u_score));
+    json_object_object_add(o, "u_acc", json_object_new_double(m->u_acc));
+    json_object_object_add(o, "exp_ulps", json_object_new_double(m->exp_ulps));
+    json_object_object_add(o, "u_p", json_object_new_double(m->u_p));
+    json_object_object_add(o, "blocks", json_object_new_int64(m->blocks));
+    json_object_object_add(o, "acc_len", json_object_new_int64(m->acc_len));
+    json_object_object_add(o, "tiny", json_object_new_double(m->tiny));
+    return o;
+}
+
+/* A model stored by pm_json; 0, or -1 if o is not one. */
+static int pm_from_json(json_object *o, smattn_precision *m)
+{
+    json_object *v[7];
+    for (int f = 0; f < 7; f++)
+        if (!o || !json_object_object_get_ex(o, pm_fields[f], &v[f]))
+            return -1;
+    m->u_score = json_object_get_double(v[0]);
+    m->u_acc = json_object_get_double(v[1]);
+    m->exp_ulps = json_object_get_double(v[2]);
+    m->u_p = json_object_get_double(v[3]);
+    m->blocks = json_object_get_int64(v[4]);
+    m->acc_len = json_object_get_int64(v[5]);
+    m->tiny = json_object_get_double(v[6]);
+    return 0;
 }
 
 int conform_file_close(FILE *f, const char *path, char *err, size_t errlen)
@@ -155,6 +318,16 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
     json_object_object_add(root, "kernel", k);
     json_object_object_add(root, "suite", json_object_new_string(rep->suite));
     json_object_object_add(root, "seed", json_object_new_int64((int64_t)rep->seed));
+    json_object_object_add(root, "precision", pm_json(&rep->precision));
+    json_object_object_add(root, "precision_per_problem",
+                           json_object_new_boolean(rep->per_problem));
+    json_object_object_add(root, "conventions", json_object_new_string(rep->conventions));
+    if (rep->vectors_dir) {
+        json_object *v = json_object_new_object();
+        json_object_object_add(v, "dir", json_object_new_string(rep->vectors_dir));
+        json_object_object_add(v, "ran", json_object_new_int64((int64_t)rep->vectors));
+        json_object_object_add(root, "vectors", v);
+    }
     json_object_object_add(
         root, "verdict",
         json_object_new_string(conform_report_conforming(rep) ? "conforming" : "not conforming"));
@@ -174,8 +347,9 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "passed", json_object_new_int64((int64_t)cat[c].passed));
         json_object_object_add(o, "failed", json_object_new_int64((int64_t)cat[c].failed));
         json_object_object_add(o, "skipped", json_object_new_int64((int64_t)cat[c].skipped));
-        json_object_object_add(o, "max_ratio", num(cat[c].max_ratio));
-        json_object_object_add(o, "max_ulp", num(cat[c].max_ulp));
+        int ran = cat[c].passed + cat[c].failed > 0; /* null: none of its cases ran */
+        json_object_object_add(o, "max_ratio", ran ? num(cat[c].max_ratio) : NULL);
+        json_object_object_add(o, "max_ulp", ran ? num(cat[c].max_ulp) : NULL);
         json_object_object_add(cats, cat[c].name, o);
     }
     json_object_object_add(root, "categories", cats);
@@ -203,6 +377,9 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "unbounded", json_object_new_int64(r->unbounded));
         json_object_object_add(o, "nonfinite", json_object_new_int64(r->nonfinite));
         json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
+        json_object_object_add(o, "output", json_object_new_string(r->output));
+        if (r->has_pm)
+            json_object_object_add(o, "precision", pm_json(&r->pm));
         json_object_array_add(arr, o);
     }
     json_object_object_add(root, "cases", arr);
@@ -210,7 +387,18 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object *b = json_object_new_object();
         json_object_object_add(b, "file", json_object_new_string(rep->baseline_path));
         json_object_object_add(b, "regressions", json_object_new_int64((int64_t)rep->regressions));
+        json_object_object_add(
+            b, "text", json_object_new_string(rep->regression_text ? rep->regression_text : ""));
         json_object_object_add(root, "baseline", b);
+    }
+    if (rep->required) {
+        json_object *b = json_object_new_object();
+        json_object_object_add(b, "format", json_object_new_string(rep->required));
+        json_object_object_add(b, "failures",
+                               json_object_new_int64((int64_t)rep->precision_failures));
+        json_object_object_add(
+            b, "text", json_object_new_string(rep->precision_text ? rep->precision_text : ""));
+        json_object_object_add(root, "require_precision", b);
     }
     const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -266,7 +454,17 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
             "value=\"",
             (unsigned long long)rep->seed);
     put_escaped(f, rep->kernel_path);
-    fprintf(f, "\"/>\n    </properties>\n");
+    char pm[300];
+    pm_str(&rep->precision, pm, sizeof pm);
+    fprintf(f, "\"/>\n      <property name=\"precision\" value=\"");
+    put_escaped(f, pm);
+    fprintf(f, "%s\"/>\n      <property name=\"conventions\" value=\"",
+            rep->per_problem ? " (declared; per problem by smattn_plugin_precision)" : "");
+    put_escaped(f, rep->conventions);
+    fprintf(f, "\"/>\n");
+    if (rep->vectors_dir)
+        fprintf(f, "      <property name=\"golden_vectors\" value=\"%zu\"/>\n", rep->vectors);
+    fprintf(f, "    </properties>\n");
     for (size_t k = 0; k < rep->n; k++) {
         const conform_result *r = &rep->results[k];
         fprintf(f, "    <testcase classname=\"conform.");
@@ -357,16 +555,31 @@ static void svg_plot(FILE *f, const conform_report *rep, const category *cat, si
             if (r->status == CONFORM_SKIP)
                 continue;
             double lr = r->max_ratio > 0 ? log10(r->max_ratio) : ymin;
-            lr = lr < ymin ? ymin : lr > ymax ? ymax : lr;
+            /* A ratio above the plot is drawn at its top as a triangle: capped (finite) or
+             * infinite, said in its title, never shown as if it were 1e2. */
+            int capped = !(lr <= ymax);
+            lr = lr < ymin ? ymin : capped ? ymax : lr;
             double y = Tp + ph * (ymax - lr) / (ymax - ymin);
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>", x, y,
-                    r->status == CONFORM_FAIL ? "#b00" : "#070");
+            const char *fill = r->status == CONFORM_FAIL ? "#b00" : "#070";
+            if (capped)
+                fprintf(f,
+                        "<polygon class=\"%s\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+                        "fill=\"%s\"><title>",
+                        isfinite(r->max_ratio) ? "capped" : "infinite", x, y - 5, x - 4, y + 3,
+                        x + 4, y + 3, fill);
+            else
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>", x, y,
+                        fill);
             put_escaped(f, r->name);
             fprintf(f,
-                    " [B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld Dv=%lld] ratio %.3g</title>"
-                    "</circle>\n",
+                    " [B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld Dv=%lld] ratio %.3g%s</title>"
+                    "</%s>\n",
                     (long long)sh[0], (long long)sh[1], (long long)sh[2], (long long)sh[3],
-                    (long long)sh[4], (long long)sh[5], (long long)sh[6], r->max_ratio);
+                    (long long)sh[4], (long long)sh[5], (long long)sh[6], r->max_ratio,
+                    !capped                  ? ""
+                    : isfinite(r->max_ratio) ? " (capped: above the plot)"
+                                             : " (infinite)",
+                    capped ? "polygon" : "circle");
         }
     }
     fprintf(f, "</svg>\n");
@@ -394,38 +607,71 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
     fprintf(f, "</h1>\n<p>suite %s, seed %llu: <b class=\"%s\">%s</b></p>\n", rep->suite,
             (unsigned long long)rep->seed, ok ? "pass" : "fail",
             ok ? "CONFORMING" : "NOT CONFORMING");
+    char pm[300];
+    pm_str(&rep->precision, pm, sizeof pm);
+    fprintf(f, "<p>precision model%s: ",
+            rep->per_problem ? " (declared; per problem by smattn_plugin_precision)" : "");
+    put_escaped(f, pm);
+    fprintf(f, "<br>conventions: ");
+    put_escaped(f, rep->conventions[0] ? rep->conventions : "as in each case.json");
+    if (rep->vectors_dir)
+        fprintf(f, "<br>golden vectors: %zu ran", rep->vectors);
+    fprintf(f, "</p>\n");
     svg_plot(f, rep, cat, nc, 0);
     svg_plot(f, rep, cat, nc, 1);
     fprintf(f, "<p>Each dot is a case: its max error/bound ratio (log scale; at or below the "
                "red line conforms), by category, then against the problem's size "
-               "(B Hq S T max(D, Dv), log scale). Hover for the case and its shape.</p>\n");
+               "(B Hq S T max(D, Dv), log scale). A triangle at the top is a ratio above the "
+               "plot (capped) or infinite. Hover for the case and its shape.</p>\n");
     fprintf(f, "<table><tr><th>category</th><th>cases</th><th>pass</th><th>fail</th>"
                "<th>skip</th><th>max err/bound</th><th>max ulp</th></tr>\n");
     for (size_t c = 0; c < nc; c++) {
+        char b1[32], b2[32];
         fprintf(f, "<tr><td class=\"l\">");
         put_escaped(f, cat[c].name);
         fprintf(f,
-                "</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%.4g</td><td>%.4g</td></"
+                "</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%zu</td><td>%s</td><td>%s</td></"
                 "tr>\n",
-                cat[c].cases, cat[c].passed, cat[c].failed, cat[c].skipped, cat[c].max_ratio,
-                cat[c].max_ulp);
+                cat[c].cases, cat[c].passed, cat[c].failed, cat[c].skipped,
+                figure(&cat[c], cat[c].max_ratio, b1, sizeof b1),
+                figure(&cat[c], cat[c].max_ulp, b2, sizeof b2));
     }
-    fprintf(f, "</table>\n<h2>Cases</h2>\n<table><tr><th>case</th><th>status</th><th>shape "
-               "B,S,T,Hq,Hkv,D,Dv</th><th>err/bound</th><th>ulp</th><th>reason</th></tr>\n");
-    for (size_t k = 0; k < rep->n; k++) {
-        const conform_result *r = &rep->results[k];
-        fprintf(f, "<tr><td class=\"l\">");
-        put_escaped(f, r->name);
-        fprintf(f,
-                "</td><td class=\"%s\">%s</td><td>%lld,%lld,%lld,%lld,%lld,%lld,%lld</td>"
-                "<td>%.4g</td><td>%.4g</td><td class=\"l\">",
-                status_names[r->status], status_names[r->status], (long long)r->shape[0],
-                (long long)r->shape[1], (long long)r->shape[2], (long long)r->shape[3],
-                (long long)r->shape[4], (long long)r->shape[5], (long long)r->shape[6],
-                r->max_ratio, r->max_ulp);
-        put_escaped(f, r->reason);
-        fprintf(f, "</td></tr>\n");
-    }
+    fprintf(f, "</table>\n<h2>Cases</h2>\n<p>Failures first.</p>\n<table><tr><th>case</th>"
+               "<th>status</th><th>shape B,S,T,Hq,Hkv,D,Dv</th><th>err/bound</th><th>ulp</th>"
+               "<th>reason</th></tr>\n");
+    static const conform_status order[3] = {CONFORM_FAIL, CONFORM_PASS, CONFORM_SKIP};
+    for (int pass = 0; pass < 3; pass++)
+        for (size_t k = 0; k < rep->n; k++) {
+            const conform_result *r = &rep->results[k];
+            if (r->status != order[pass])
+                continue;
+            fprintf(f, "<tr><td class=\"l\">");
+            put_escaped(f, r->name);
+            char ratio[48], ulp[48];
+            if (r->status == CONFORM_SKIP)
+                snprintf(ratio, sizeof ratio, "-"), snprintf(ulp, sizeof ulp, "-");
+            else {
+                if (isinf(r->max_ratio))
+                    snprintf(ratio, sizeof ratio, "<span class=\"infinite\">inf</span>");
+                else
+                    snprintf(ratio, sizeof ratio, "%.4g", r->max_ratio);
+                snprintf(ulp, sizeof ulp, "%.4g", r->max_ulp);
+            }
+            fprintf(f,
+                    "</td><td class=\"%s\">%s</td><td>%lld,%lld,%lld,%lld,%lld,%lld,%lld</td>"
+                    "<td>%s</td><td>%s</td><td class=\"l\">",
+                    status_names[r->status], status_names[r->status], (long long)r->shape[0],
+                    (long long)r->shape[1], (long long)r->shape[2], (long long)r->shape[3],
+                    (long long)r->shape[4], (long long)r->shape[5], (long long)r->shape[6], ratio,
+                    ulp);
+            put_escaped(f, r->reason);
+            if (r->output[0]) {
+                fprintf(f, "<pre>");
+                put_escaped(f, r->output);
+                fprintf(f, "</pre>");
+            }
+            fprintf(f, "</td></tr>\n");
+        }
     fprintf(f, "</table>\n</body></html>\n");
     return conform_file_close(f, path, err, errlen);
 }
@@ -445,53 +691,101 @@ static void append(char **text, size_t *len, const char *line)
     *len += n + 1;
 }
 
+static const char *const status_words[3] = {"passes", "fails", "is skipped"};
+
+int conform_baseline_check(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "baseline %s: %s", path,
+                 errno == ENOENT ? "no such file" : strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    json_object *root = json_object_from_file(path), *cases;
+    int ok = root && json_object_object_get_ex(root, "cases", &cases) &&
+             json_object_is_type(cases, json_type_array);
+    if (root)
+        json_object_put(root);
+    if (!ok) {
+        snprintf(err, errlen,
+                 "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
+        return -1;
+    }
+    return 0;
+}
+
 int conform_baseline_compare(conform_report *rep, const char *path, char *err, size_t errlen)
 {
     rep->baseline_path = path;
     rep->regressions = 0;
-    json_object *root = json_object_from_file(path);
-    json_object *cases;
-    if (!root || !json_object_object_get_ex(root, "cases", &cases) ||
-        !json_object_is_type(cases, json_type_array)) {
-        snprintf(err, errlen,
-                 "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
+    if (conform_baseline_check(path, err, errlen))
+        return -1;
+    json_object *root = json_object_from_file(path), *cases, *bp;
+    if (!root || !json_object_object_get_ex(root, "cases", &cases)) {
+        snprintf(err, errlen, "baseline %s: cannot be read", path);
         if (root)
             json_object_put(root);
         return -1;
     }
     size_t len = 0;
+    char line[1000], why[400];
+    /* The declared model, field by field. */
+    smattn_precision p0;
+    if (json_object_object_get_ex(root, "precision", &bp) && !pm_from_json(bp, &p0)) {
+        conform_precision_looser(&rep->precision, &p0, 0, why, sizeof why);
+        if (why[0]) {
+            snprintf(line, sizeof line,
+                     "  REGRESSION precision model: looser than the baseline's in %s", why);
+            rep->regressions++;
+            append(&rep->regression_text, &len, line);
+        }
+    }
     size_t nb = json_object_array_length(cases);
-    for (size_t k = 0; k < rep->n; k++) {
-        const conform_result *r = &rep->results[k];
-        for (size_t b = 0; b < nb; b++) {
-            json_object *c = json_object_array_get_idx(cases, b), *v;
-            if (!json_object_object_get_ex(c, "name", &v) ||
-                strcmp(json_object_get_string(v), r->name))
-                continue;
-            const char *was =
-                json_object_object_get_ex(c, "status", &v) ? json_object_get_string(v) : "";
-            int has_ratio =
-                json_object_object_get_ex(c, "max_ratio", &v) &&
-                (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int));
-            double r0 = has_ratio ? json_object_get_double(v) : HUGE_VAL;
-            char line[800];
-            line[0] = '\0';
-            if (!strcmp(was, "pass") && r->status == CONFORM_FAIL)
+    for (size_t b = 0; b < nb; b++) {
+        json_object *c = json_object_array_get_idx(cases, b), *v;
+        if (!json_object_object_get_ex(c, "name", &v))
+            continue;
+        const char *name = json_object_get_string(v);
+        const char *was =
+            json_object_object_get_ex(c, "status", &v) ? json_object_get_string(v) : "";
+        const conform_result *r = NULL;
+        for (size_t k = 0; k < rep->n && !r; k++)
+            if (!strcmp(rep->results[k].name, name))
+                r = &rep->results[k];
+        int has_ratio =
+            json_object_object_get_ex(c, "max_ratio", &v) &&
+            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int));
+        double r0 = has_ratio ? json_object_get_double(v) : HUGE_VAL;
+        line[0] = '\0';
+        if (strcmp(was, "pass")) {
+            /* only what passed before is held to it */
+        } else if (!r) {
+            snprintf(line, sizeof line,
+                     "  REGRESSION %s: passed in the baseline, missing now (not in this run)",
+                     name);
+        } else if (r->status != CONFORM_PASS) {
+            snprintf(line, sizeof line, "  REGRESSION %s: passed in the baseline, %s now: %s", name,
+                     status_words[r->status], r->reason);
+        } else if (has_ratio) {
+            double limit = fmax(CONFORM_BASELINE_FACTOR * r0, r0 + CONFORM_BASELINE_SLACK);
+            if (r->max_ratio > limit)
                 snprintf(line, sizeof line,
-                         "  REGRESSION %s: passed in the baseline, fails now: %s", r->name,
-                         r->reason);
-            else if (r->status == CONFORM_PASS && !strcmp(was, "pass") && has_ratio) {
-                double limit = fmax(CONFORM_BASELINE_FACTOR * r0, r0 + CONFORM_BASELINE_SLACK);
-                if (r->max_ratio > limit)
-                    snprintf(line, sizeof line,
-                             "  REGRESSION %s: error/bound ratio %.4g, baseline %.4g (limit %.4g)",
-                             r->name, r->max_ratio, r0, limit);
-            }
-            if (line[0]) {
-                rep->regressions++;
-                append(&rep->regression_text, &len, line);
-            }
-            break;
+                         "  REGRESSION %s: error/bound ratio %.4g, baseline %.4g (limit %.4g)",
+                         name, r->max_ratio, r0, limit);
+        }
+        smattn_precision pc;
+        if (!line[0] && r && r->has_pm && json_object_object_get_ex(c, "precision", &v) &&
+            !pm_from_json(v, &pc)) {
+            conform_precision_looser(&r->pm, &pc, 0, why, sizeof why);
+            if (why[0])
+                snprintf(line, sizeof line,
+                         "  REGRESSION %s: precision model looser than the baseline's in %s", name,
+                         why);
+        }
+        if (line[0]) {
+            rep->regressions++;
+            append(&rep->regression_text, &len, line);
         }
     }
     json_object_put(root);

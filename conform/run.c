@@ -32,12 +32,18 @@ typedef struct guarded {
     size_t bytes;
 } guarded;
 
+/* Where the child was: loading the plugin, in its precision hook, in the kernel. */
+enum { IN_LOAD = 1, IN_PRECISION = 2, IN_KERNEL = 3 };
+
 /* What the child leaves for the parent (a shared page). */
 typedef struct child_report {
+    volatile int stage;     /* IN_LOAD, IN_PRECISION, IN_KERNEL */
     volatile int returned;  /* the entry point returned */
     volatile int status;    /* its return value */
     volatile int fault_sig; /* SIGSEGV / SIGBUS caught, with its address */
     void *volatile fault_addr;
+    smattn_precision pm; /* the model for this problem (the hook's, or info.precision) */
+    char err[256];       /* loading failed: why */
 } child_report;
 
 static child_report *g_report; /* the child's view, for its signal handler */
@@ -192,7 +198,7 @@ static void fill_shape(conform_result *r, const smattn_problem *p)
 static const char *unclaimed(const conform_kernel *k, const conform_case *c, char *buf, size_t cap)
 {
     const smattn_plugin_info *info = &k->info;
-    if (c->prob.op == SMATTN_OP_SOFTMAX && !k->softmax)
+    if (c->prob.op == SMATTN_OP_SOFTMAX && !k->has_softmax)
         return "the softmax op (smattn_plugin_softmax not exported)";
     uint32_t missing = c->caps & ~info->caps;
     if (missing) {
@@ -215,7 +221,7 @@ static const char *unclaimed(const conform_kernel *k, const conform_case *c, cha
 }
 
 void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
-                      conform_result *r)
+                      int capture_fd, conform_result *r)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", c->name);
@@ -275,22 +281,16 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         goto done;
     }
     memset(rep, 0, sizeof *rep);
-    fflush(NULL);
-    /* SIGCHLD blocked, so the parent can sleep in sigtimedwait until the child ends. */
-    sigset_t chld, old;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, &old);
+    conform_capture_reset(capture_fd);
+    sigset_t old;
     double t0 = now_seconds();
-    pid_t pid = fork();
+    pid_t pid = conform_child_fork(capture_fd, &old);
     if (pid < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
         r->status = CONFORM_SKIP;
         snprintf(r->reason, sizeof r->reason, "fork failed: %s", strerror(errno));
         goto done;
     }
     if (pid == 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
         g_report = rep;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -299,44 +299,39 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         sigaction(SIGSEGV, &sa, NULL);
         sigaction(SIGBUS, &sa, NULL);
         alarm((unsigned)ceil(timeout) + 2); /* a backstop; the parent kills on time */
-        smattn_plugin_run_fn fn = att ? k->attention : k->softmax;
-        rep->status = fn(p, &m.in, &out);
+        rep->stage = IN_LOAD;
+        conform_entry e;
+        if (conform_kernel_bind(k, &e, rep->err, sizeof rep->err))
+            _exit(0);
+        rep->stage = IN_PRECISION;
+        rep->pm = e.precision ? e.precision(p) : k->info.precision;
+        rep->stage = IN_KERNEL;
+        smattn_plugin_run_fn fn = att ? e.attention : e.softmax;
+        rep->status = fn ? fn(p, &m.in, &out) : SMATTN_ERR_UNSUPPORTED;
         rep->returned = 1;
-        _exit(0);
+        _exit(0); /* no destructors, no atexit handlers of the plugin */
     }
-    int ws = 0, hung = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &ws, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0 && errno != EINTR) {
-            ws = 0;
-            break;
-        }
-        double left = timeout - (now_seconds() - t0);
-        if (left <= 0) {
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-                ;
-            hung = 1;
-            break;
-        }
-        left = left < 0.1 ? left : 0.1;
-        struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
-        sigtimedwait(&chld, NULL, &ts);
-    }
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    int ws = 0;
+    int hung = conform_child_finish(pid, timeout, &old, &ws);
     r->seconds = now_seconds() - t0;
+    conform_capture_read(capture_fd, r->output, sizeof r->output);
     r->status = CONFORM_FAIL;
+    static const char *const where_in[4] = {"", "loading the plugin (its constructors)",
+                                            "smattn_plugin_precision", "the kernel"};
+    int stage = rep->stage >= IN_LOAD && rep->stage <= IN_KERNEL ? rep->stage : IN_LOAD;
     if (hung) {
-        snprintf(r->reason, sizeof r->reason,
-                 "hang: the kernel did not return within %.3g s (killed)", timeout);
+        if (stage == IN_KERNEL)
+            snprintf(r->reason, sizeof r->reason,
+                     "hang: the kernel did not return within %.3g s (killed)", timeout);
+        else
+            snprintf(r->reason, sizeof r->reason, "hang: %s did not finish within %.3g s (killed)",
+                     where_in[stage], timeout);
         goto done;
     }
     if (WIFSIGNALED(ws)) {
         int sig = WTERMSIG(ws);
         char where[160] = "";
-        for (int t = 0; t < 3 && rep->fault_sig; t++)
+        for (int t = 0; t < 3 && rep->fault_sig && stage == IN_KERNEL; t++)
             if (describe_addr(&g[t], names[t], rep->fault_addr, where + 2, sizeof where - 2)) {
                 memcpy(where, ": ", 2);
                 break;
@@ -349,16 +344,31 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
                      "wrote outside its outputs: crashed with signal %d (%s) at an address "
                      "in a guard page%s",
                      sig, strsignal(sig), where);
+        else if (stage != IN_KERNEL)
+            snprintf(r->reason, sizeof r->reason, "crash: %s died with signal %d (%s)",
+                     where_in[stage], sig, strsignal(sig));
         else
             snprintf(r->reason, sizeof r->reason, "crash: the kernel died with signal %d (%s)%s",
                      sig, strsignal(sig), rep->fault_sig ? " (a bad address)" : "");
         goto done;
     }
-    if (!rep->returned) {
+    if (rep->stage == IN_LOAD && rep->err[0]) {
+        rep->err[sizeof rep->err - 1] = '\0';
         snprintf(r->reason, sizeof r->reason,
-                 "crash: the kernel's process exited with status %d without returning "
-                 "(a sanitizer report or an exit() in the kernel?)",
-                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+                 "crash: the plugin could not be loaded in the case's process: %s", rep->err);
+        goto done;
+    }
+    if (!rep->returned) {
+        if (stage != IN_KERNEL)
+            snprintf(r->reason, sizeof r->reason,
+                     "crash: %s exited with status %d (a sanitizer report or an exit() "
+                     "there?)",
+                     where_in[stage], WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+        else
+            snprintf(r->reason, sizeof r->reason,
+                     "crash: the kernel's process exited with status %d without returning "
+                     "(a sanitizer report or an exit() in the kernel?)",
+                     WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
         goto done;
     }
     for (int t = 0; t < 3; t++)
@@ -382,9 +392,16 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
                          names[t], (long long)e);
                 goto done;
             }
-    smattn_precision pm = conform_kernel_precision(k, p);
+    smattn_precision pm = rep->pm;
+    r->pm = pm;
+    r->has_pm = 1;
+    char perr[400];
+    if (conform_precision_check(&pm, "smattn_plugin_precision", perr, sizeof perr)) {
+        snprintf(r->reason, sizeof r->reason, "%s", perr);
+        goto done;
+    }
     double secs = r->seconds;
-    conform_judge(p, &m.in, &out, &pm, c->garbage || c->strided, r);
+    conform_judge(p, &m.in, &out, &pm, c->garbage || c->strided, r); /* keeps r->output */
     r->seconds = secs;
 done:
     for (int t = 0; t < 3; t++)

@@ -15,6 +15,7 @@ $(CONFORM_LIB): $(call obj,$(CONFORM_SRC))
 
 # The CLI links the checker: the archive among its prerequisites, and the libraries it
 # needs after it on the link line (the Makefile's recipe puts $(LIBS) last).
+
 $(CLI): $(CONFORM_LIB)
 $(CLI): LIBS += $(IOLIB) $(LIB) $(JSONC_LIBS) -lmpfr -lgmp -lm -ldl
 
@@ -33,7 +34,8 @@ $(OPT_PLUGIN): $(OPT_PLUGIN_OBJ) conform/smattn_opt.map
 
 # Test fixtures: one source, one behaviour per build (tests/fixtures/plugin_fixture.c).
 FIXTURE_DIR   := $(BUILD)/tests/fixtures
-FIXTURE_MODES := good segv hang oob status abi nosym
+FIXTURE_MODES := good segv hang oob status abi nosym badinfo badname ctor_abort dtor_segv \
+                 describe_hang prec_segv prec_hang forker chatty loose
 FIXTURES      := $(patsubst %,$(FIXTURE_DIR)/fixture_%.so,$(FIXTURE_MODES))
 $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)

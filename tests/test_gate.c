@@ -1,0 +1,723 @@
+/* test_gate.c: `smattn conform` and `check` as a gate no kernel slips through (issue 14):
+ * no plugin code runs in the checker's process (each misbehaving fixture of
+ * tests/fixtures/plugin_fixture.c gets its exit status and message, and none of its
+ * processes outlives the run), the plugin's output is captured per case, the baseline
+ * tracks what was checked and under which precision model, the golden vectors are found
+ * or their absence is an error, and the file route's skip marker, shapes and gen --force.
+ * The test_conform.c helpers are repeated here in small (cli, slurp, report access). */
+#define _DEFAULT_SOURCE 1 /* kill, setenv */
+#define _XOPEN_SOURCE 700 /* posix_openpt */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <json.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/npy.h"
+#include "tests/support/fs.h"
+
+extern char **environ;
+
+static char dir[64];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/smattn_gate_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    test_rm_tree(dir);
+}
+
+static const char *tmp(const char *name)
+{
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* A file next to the CLI: build/<rel>. */
+static const char *built(const char *rel)
+{
+    static char buf[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    const char *cli = getenv("SMATTN_CLI");
+    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
+    const char *slash = strrchr(cli, '/');
+    int n = slash ? (int)(slash - cli) : 1;
+    snprintf(buf[k], sizeof buf[k], "%.*s/%s", n, slash ? cli : ".", rel);
+    ck_assert_msg(access(buf[k], R_OK) == 0, "%s is missing (make tests builds it)", buf[k]);
+    return buf[k];
+}
+
+static const char *fixture(const char *mode)
+{
+    static char rel[4][96];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(rel[k], sizeof rel[k], "tests/fixtures/fixture_%s.so", mode);
+    return built(rel[k]);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+typedef struct outcome {
+    int code; /* exit status; -1 if killed by a signal */
+    double seconds;
+    char *out, *err;
+} outcome;
+
+static void outcome_free(outcome *o)
+{
+    free(o->out);
+    free(o->err);
+}
+
+/* SMATTN_CLI with the arguments of the NULL-terminated array. */
+static outcome cli_v(const char *const *args)
+{
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = getenv("SMATTN_CLI");
+    for (; args[n - 1] && n < 39; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, tmp("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ck_assert_msg(rc == 0, "cannot run %s", argv[0]);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    outcome o = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1,
+                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+                 slurp(tmp("stdout.txt")), slurp(tmp("stderr.txt"))};
+    return o;
+}
+
+static outcome cli(const char *a0, ...)
+{
+    const char *args[40];
+    int n = 0;
+    va_list ap;
+    va_start(ap, a0);
+    for (const char *a = a0; a && n < 39; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    return cli_v(args);
+}
+
+static json_object *load_json(const char *path)
+{
+    json_object *root = json_object_from_file(path);
+    ck_assert_msg(root != NULL, "%s is not JSON", path);
+    return root;
+}
+
+static json_object *find_case(json_object *root, const char *name)
+{
+    json_object *cases, *v;
+    ck_assert(json_object_object_get_ex(root, "cases", &cases));
+    for (size_t i = 0; i < json_object_array_length(cases); i++) {
+        json_object *c = json_object_array_get_idx(cases, i);
+        if (json_object_object_get_ex(c, "name", &v) && !strcmp(json_object_get_string(v), name))
+            return c;
+    }
+    return NULL;
+}
+
+static const char *field(json_object *c, const char *key)
+{
+    json_object *v;
+    ck_assert_msg(c && json_object_object_get_ex(c, key, &v), "no \"%s\"", key);
+    return json_object_get_string(v);
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *s = hay; (s = strstr(s, needle)); s += strlen(needle))
+        n++;
+    return n;
+}
+
+/* ---- 1. no plugin code in the checker's process ---------------------------------------- */
+
+/* Every process that loaded the fixture (and every grandchild it made) recorded its pid in
+ * tmp/pids.txt: none may be alive (a zombie is dead). Kills any survivor, then fails. */
+static void expect_no_survivors(void)
+{
+    char *text = slurp(tmp("pids.txt"));
+    int seen = 0, alive = 0;
+    char survivors[200] = "";
+    for (char *s = text; *s;) {
+        char *end;
+        long pid = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        s = end + (*end == '\n');
+        seen++;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        char *st = slurp(path);
+        const char *rp = strrchr(st, ')');
+        if (rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X') {
+            alive++;
+            snprintf(survivors + strlen(survivors), sizeof survivors - strlen(survivors), " %ld",
+                     pid);
+            kill((pid_t)pid, SIGKILL);
+        }
+        free(st);
+    }
+    free(text);
+    ck_assert_msg(seen > 0, "the fixture recorded no process (SMATTN_FIXTURE_PIDS)");
+    ck_assert_msg(alive == 0, "%d process(es) of the plugin outlived the run:%s", alive, survivors);
+}
+
+static void record_pids(void)
+{
+    unlink(tmp("pids.txt"));
+    setenv("SMATTN_FIXTURE_PIDS", tmp("pids.txt"), 1);
+}
+
+/* A plugin that cannot be loaded: exit 2 at once, one line naming it, no report. */
+static void expect_unloadable(const char *mode, const char *needle)
+{
+    record_pids();
+    /* --describe-timeout for the fixture that blocks only (the others fail at once). */
+    int hang = !strcmp(mode, "describe_hang");
+    outcome o = cli("conform", "--kernel", fixture(mode), "--json", tmp("r.json"),
+                    hang ? "--describe-timeout" : NULL, "0.3", NULL);
+    ck_assert_msg(o.code == 2, "%s: exit %d; stdout %.300s stderr %s", mode, o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, "cannot be loaded: "), "%s: stderr '%s'", mode, o.err);
+    ck_assert_msg(strstr(o.err, needle), "%s: stderr '%s' lacks '%s'", mode, o.err, needle);
+    ck_assert_msg(strchr(o.err, '\n') == o.err + strlen(o.err) - 1, "not one line: %s", o.err);
+    ck_assert_msg(access(tmp("r.json"), F_OK) != 0, "a report was written");
+    ck_assert_msg(o.seconds < 10, "%s: took %.1f s", mode, o.seconds);
+    expect_no_survivors();
+    outcome_free(&o);
+}
+
+START_TEST(describe_returns_bad_pointer)
+{
+    expect_unloadable("badinfo", "smattn_plugin_describe returned 0x10, which is not a readable");
+}
+END_TEST
+
+START_TEST(describe_name_bad_pointer)
+{
+    expect_unloadable("badname", "info->name (0x10) is not a readable string");
+}
+END_TEST
+
+START_TEST(constructor_aborts)
+{
+    expect_unloadable("ctor_abort", "died with signal 6 (Aborted) loading it (dlopen runs its "
+                                    "constructors); it printed: fixture: no licence found");
+}
+END_TEST
+
+START_TEST(describe_blocks)
+{
+    expect_unloadable("describe_hang", "no answer within 0.3 s in smattn_plugin_describe");
+}
+END_TEST
+
+START_TEST(destructor_crashes)
+{
+    record_pids();
+    outcome o = cli("conform", "--kernel", fixture("dtor_segv"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d; stderr %s", o.code, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: CONFORMING"));
+    ck_assert_str_eq(o.err, "");
+    expect_no_survivors();
+    outcome_free(&o);
+}
+END_TEST
+
+/* A fixture that misbehaves on D == 3: that case (shapes/s3_t7_d3) fails with the reason,
+ * the run goes on and ends with a report. */
+static void expect_case_failure(const char *mode, const char *needle)
+{
+    record_pids();
+    outcome o = cli("conform", "--kernel", fixture(mode), "--case-timeout", "0.3", "--json",
+                    tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 1, "%s: exit %d; stdout %.400s stderr %s", mode, o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING"));
+    json_object *r = load_json(tmp("r.json"));
+    json_object *c = find_case(r, "shapes/s3_t7_d3");
+    ck_assert_str_eq(field(c, "status"), "fail");
+    ck_assert_msg(strstr(field(c, "reason"), needle), "%s: reason '%s' lacks '%s'", mode,
+                  field(c, "reason"), needle);
+    json_object *s, *v;
+    ck_assert(json_object_object_get_ex(r, "summary", &s));
+    ck_assert(json_object_object_get_ex(s, "failed", &v));
+    ck_assert_int_eq(json_object_get_int64(v), 1);
+    ck_assert(json_object_object_get_ex(s, "passed", &v));
+    ck_assert_int_ge(json_object_get_int64(v), 8);
+    json_object_put(r);
+    expect_no_survivors();
+    outcome_free(&o);
+}
+
+START_TEST(precision_crashes)
+{
+    /* "died with signal 11", or under ASan (its own SIGSEGV handler) "exited with status 1" */
+    expect_case_failure("prec_segv", "crash: smattn_plugin_precision ");
+}
+END_TEST
+
+START_TEST(precision_blocks)
+{
+    expect_case_failure("prec_hang", "hang: smattn_plugin_precision did not finish within 0.3 s");
+}
+END_TEST
+
+START_TEST(grandchildren_and_kill_zero)
+{
+    /* kill(0, SIGTERM) reaches the case's process group only; the grandchildren that ignore
+     * it (one in its own session) are killed at the end of the case. */
+    expect_case_failure("forker", "crash: the kernel died with signal 15");
+}
+END_TEST
+
+START_TEST(output_captured_per_case)
+{
+    record_pids();
+    outcome o = cli("conform", "--kernel", fixture("chatty"), "--json", tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 1, "exit %d; stderr %s", o.code, o.err);
+    /* Not mixed into the table: only under the failed case, marked as its output. */
+    ck_assert_int_eq(count(o.out, "fixture says hello"), 1);
+    ck_assert_ptr_nonnull(strstr(o.out, "| fixture says hello on stdout"));
+    ck_assert_ptr_nonnull(strstr(o.out, "| fixture complains on stderr"));
+    ck_assert_ptr_null(strstr(o.err, "fixture"));
+    json_object *r = load_json(tmp("r.json"));
+    const char *out = field(find_case(r, "shapes/s3_t7_d3"), "output");
+    ck_assert_msg(strstr(out, "fixture says hello on stdout") &&
+                      strstr(out, "fixture complains on stderr"),
+                  "output '%s'", out);
+    json_object_put(r);
+    expect_no_survivors();
+    outcome_free(&o);
+}
+END_TEST
+
+/* ---- 4. a baseline that tracks what was checked ---------------------------------------- */
+
+static const char *const ONLY = "shapes/,causal/"; /* 14 small cases */
+
+START_TEST(baseline_coverage)
+{
+    outcome o = cli("conform", "--only", ONLY, "--json", tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 0, "builtin: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    /* Half the cases not in the run: each is named, the gate fails. */
+    o = cli("conform", "--only", "shapes/", "--baseline", tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "cases missing: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(
+        o.out, "REGRESSION causal/lower_right_s16_t16: passed in the baseline, missing now"));
+    outcome_free(&o);
+    /* Cut by --time: not run is not a pass. */
+    o = cli("conform", "--only", ONLY, "--time", "0.000001", "--baseline", tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "not run: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "passed in the baseline, is skipped now: not run"));
+    outcome_free(&o);
+    /* A kernel that stopped claiming causal masks: its skips are regressions. */
+    o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--baseline", tmp("base.json"),
+            NULL);
+    ck_assert_msg(o.code == 1, "skipped: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the "
+                                        "baseline, is skipped now: uses causal_lower_right, "
+                                        "not claimed"));
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: CONFORMING")); /* the verdict alone passes */
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(baseline_precision)
+{
+    outcome o = cli("conform", "--kernel", fixture("good"), "--only", "shapes/", "--json",
+                    tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 0, "good: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    /* The same kernel declaring u_score = u_acc = 2^-10 passes more, and regresses. */
+    o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--baseline",
+            tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 1, "looser model: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION precision model: looser than the baseline's "
+                                        "in u_score 0.000977 > 5.96e-08, u_acc 0.000977 > "
+                                        "5.96e-08"));
+    outcome_free(&o);
+    /* A case's own model (smattn_plugin_precision) tighter in the baseline: that case. */
+    o = cli("conform", "--only", "shapes/", "--json", tmp("b2.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    json_object *r = load_json(tmp("b2.json")), *c = find_case(r, "shapes/s3_t7_d3"), *pm;
+    ck_assert_ptr_nonnull(c);
+    ck_assert(json_object_object_get_ex(c, "precision", &pm));
+    json_object_object_add(pm, "u_acc", json_object_new_double(0x1p-40));
+    ck_assert_int_eq(json_object_to_file(tmp("b3.json"), r), 0);
+    json_object_put(r);
+    o = cli("conform", "--only", "shapes/", "--baseline", tmp("b3.json"), NULL);
+    ck_assert_msg(o.code == 1, "a case's model: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.out, "REGRESSION shapes/s3_t7_d3: precision model looser than the "
+                                "baseline's in u_acc"),
+                  "%s", o.out);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(require_precision)
+{
+    outcome o = cli("conform", "--only", "shapes/", "--require-precision", "f32", NULL);
+    ck_assert_msg(o.code == 0, "builtin under f32: exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "--require-precision f32: the model is within it"));
+    outcome_free(&o);
+    static const struct {
+        const char *fmt;
+        int code;
+    } want[3] = {{"f32", 1}, {"f16", 1}, {"bf16", 0}}; /* 2^-10 against 2^-24, 2^-11, 2^-8 */
+    for (int k = 0; k < 3; k++) {
+        o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--require-precision",
+                want[k].fmt, NULL);
+        ck_assert_msg(o.code == want[k].code, "%s: exit %d: %s", want[k].fmt, o.code, o.out);
+        if (want[k].code)
+            ck_assert_ptr_nonnull(strstr(o.out, "PRECISION the declared model is looser than f"));
+        outcome_free(&o);
+    }
+    o = cli("conform", "--require-precision", "f64", NULL);
+    ck_assert_int_eq(o.code, 2);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(reports_state_the_model)
+{
+    outcome o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--json", tmp("r.json"),
+                    "--junit", tmp("r.xml"), "--html", tmp("r.html"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "precision model: u_score 5.96e-08, u_acc 5.96e-08"));
+    ck_assert_ptr_nonnull(strstr(o.out, "conventions: empty rows zero, empty LSE neg_inf; claims "
+                                        "lse, p"));
+    /* Nothing of causal ran: "-", not a perfect 0. */
+    ck_assert_msg(strstr(o.out, "  causal            6      0      0      6               -"
+                                "            -"),
+                  "%s", o.out);
+    json_object *r = load_json(tmp("r.json")), *v, *cats, *cat;
+    ck_assert(json_object_object_get_ex(r, "precision", &v));
+    ck_assert(json_object_object_get_ex(v, "u_score", &v));
+    ck_assert(json_object_get_double(v) == 0x1p-24);
+    ck_assert_ptr_nonnull(strstr(field(r, "conventions"), "empty rows zero"));
+    ck_assert(json_object_object_get_ex(r, "categories", &cats));
+    ck_assert(json_object_object_get_ex(cats, "causal", &cat));
+    ck_assert(json_object_object_get_ex(cat, "max_ratio", &v) && v == NULL);
+    json_object_put(r);
+    char *xml = slurp(tmp("r.xml"));
+    ck_assert_ptr_nonnull(strstr(xml, "<property name=\"precision\" value=\"u_score 5.96e-08"));
+    ck_assert_ptr_nonnull(strstr(xml, "<property name=\"conventions\" value=\"empty rows zero"));
+    free(xml);
+    char *html = slurp(tmp("r.html"));
+    ck_assert_ptr_nonnull(strstr(html, "precision model: u_score 5.96e-08"));
+    ck_assert_ptr_nonnull(strstr(html, "conventions: empty rows zero"));
+    ck_assert_ptr_nonnull(strstr(html, "<td>6</td><td>-</td><td>-</td>"));
+    free(html);
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(paths_checked_before_the_run)
+{
+    outcome o = cli("conform", "--baseline", tmp("no_such.json"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d", o.code);
+    ck_assert_ptr_nonnull(strstr(o.err, "no_such.json: no such file"));
+    ck_assert_str_eq(o.out, ""); /* nothing ran */
+    outcome_free(&o);
+    o = cli("conform", "--json", tmp("no_dir/r.json"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d", o.code);
+    ck_assert_ptr_nonnull(strstr(o.err, "--json"));
+    ck_assert_ptr_nonnull(strstr(o.err, "cannot write"));
+    ck_assert_str_eq(o.out, "");
+    outcome_free(&o);
+    o = cli("check", tmp("."), "--baseline", tmp("no_such.json"), NULL);
+    ck_assert_int_eq(o.code, 2);
+    ck_assert_ptr_nonnull(strstr(o.err, "no such file"));
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(html_failures_first_and_marked)
+{
+    outcome o = cli("conform", "--kernel", built("mutants/causal_off_by_one.so"), "--only",
+                    "golden/causal,golden/s", "--html", tmp("r.html"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    char *html = slurp(tmp("r.html"));
+    const char *cases = strstr(html, "<h2>Cases</h2>");
+    ck_assert_ptr_nonnull(cases);
+    const char *fail = strstr(cases, "class=\"fail\""), *pass = strstr(cases, "class=\"pass\"");
+    ck_assert_msg(fail && pass && fail < pass, "failures are not listed first");
+    ck_assert_ptr_nonnull(strstr(html, "class=\"capped\""));   /* a finite ratio above the plot */
+    ck_assert_ptr_nonnull(strstr(html, "class=\"infinite\"")); /* and an infinite one */
+    free(html);
+    outcome_free(&o);
+}
+END_TEST
+
+/* ---- 5. the golden vectors and the file route ------------------------------------------ */
+
+START_TEST(vectors_found_or_an_error)
+{
+    /* The CLI moved out of the source tree, SMATTN_ROOT unset: exit 2 unless --no-vectors. */
+    const char *root = getenv("SMATTN_ROOT");
+    ck_assert_msg(root != NULL, "SMATTN_ROOT is not set");
+    char vectors[600];
+    snprintf(vectors, sizeof vectors, "%s/spec/vectors", root);
+    ck_assert_int_eq(mkdir(tmp("bin"), 0700), 0);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", getenv("SMATTN_CLI"), tmp("bin/smattn"));
+    ck_assert_int_eq(system(cmd), 0);
+    char real_cli[600];
+    snprintf(real_cli, sizeof real_cli, "%s", getenv("SMATTN_CLI"));
+    setenv("SMATTN_CLI", tmp("bin/smattn"), 1);
+    unsetenv("SMATTN_ROOT");
+    outcome o = cli("conform", "--only", "golden/", NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s", o.code, o.out);
+    ck_assert_ptr_nonnull(strstr(o.err, "golden vectors (spec/vectors) are not found"));
+    outcome_free(&o);
+    o = cli("conform", "--only", "golden/,causal/", "--no-vectors", NULL);
+    ck_assert_msg(o.code == 0, "--no-vectors: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "golden vectors: 0 ran (none: --no-vectors)"));
+    outcome_free(&o);
+    o = cli("conform", "--only", "golden/", "--vectors", vectors, NULL);
+    ck_assert_msg(o.code == 0, "--vectors: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "golden vectors: 45 ran from"));
+    outcome_free(&o);
+    /* An installed tree: bin/smattn finds share/smattn/vectors. */
+    ck_assert_int_eq(mkdir(tmp("share"), 0700), 0);
+    ck_assert_int_eq(mkdir(tmp("share/smattn"), 0700), 0);
+    ck_assert_int_eq(symlink(vectors, tmp("share/smattn/vectors")), 0);
+    o = cli("conform", "--only", "golden/", "--json", tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 0, "installed: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_ptr_nonnull(strstr(o.out, "golden vectors: 45 ran from"));
+    json_object *r = load_json(tmp("r.json")), *v, *n;
+    ck_assert(json_object_object_get_ex(r, "vectors", &v));
+    ck_assert(json_object_object_get_ex(v, "ran", &n));
+    ck_assert_int_eq(json_object_get_int64(n), 45);
+    json_object_put(r);
+    outcome_free(&o);
+    setenv("SMATTN_CLI", real_cli, 1);
+    setenv("SMATTN_ROOT", root, 1);
+}
+END_TEST
+
+/* tmp/sub holding two case directories of a gen run, answered by the oracle. */
+static void two_cases(void)
+{
+    outcome o = cli("gen", tmp("g"), NULL);
+    ck_assert_msg(o.code == 0, "gen: exit %d: %s", o.code, o.err);
+    outcome_free(&o);
+    ck_assert_int_eq(mkdir(tmp("sub"), 0700), 0);
+    const char *names[2] = {"causal-lower_right_s16_t16", "shapes-s1_t1_d1"};
+    for (int k = 0; k < 2; k++) {
+        char from[600], to[600];
+        snprintf(from, sizeof from, "%s/g/%s", dir, names[k]);
+        snprintf(to, sizeof to, "%s/sub/%s", dir, names[k]);
+        ck_assert_int_eq(rename(from, to), 0);
+        o = cli("ref", to, to, "--dtype", "f32", NULL);
+        ck_assert_msg(o.code == 0, "ref: exit %d: %s", o.code, o.err);
+        outcome_free(&o);
+    }
+}
+
+START_TEST(check_skip_marker_and_shapes)
+{
+    two_cases();
+    outcome o = cli("check", tmp("sub"), NULL);
+    ck_assert_msg(o.code == 0, "answered: exit %d: %s", o.code, o.out);
+    ck_assert_msg(!strncmp(o.out, "smattn check: judging the outputs saved in ", 43), "%s", o.out);
+    outcome_free(&o);
+    /* A skip file (its line the reason), no o.npy: skipped, not failed. */
+    ck_assert_int_eq(unlink(tmp("sub/shapes-s1_t1_d1/o.npy")), 0);
+    FILE *f = fopen(tmp("sub/shapes-s1_t1_d1/skip"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("head dim 1 is not supported\n", f);
+    fclose(f);
+    o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    ck_assert_msg(o.code == 0, "skip marker: exit %d: %s", o.code, o.out);
+    json_object *r = load_json(tmp("c.json"));
+    json_object *c = find_case(r, "shapes-s1_t1_d1");
+    ck_assert_str_eq(field(c, "status"), "skip");
+    ck_assert_ptr_nonnull(strstr(field(c, "reason"), "head dim 1 is not supported"));
+    json_object_put(r);
+    outcome_free(&o);
+    /* --skip PREFIXES. */
+    o = cli("check", tmp("sub"), "--skip", "causal-", "--json", tmp("c.json"), NULL);
+    ck_assert_int_eq(o.code, 1); /* nothing ran */
+    r = load_json(tmp("c.json"));
+    ck_assert_str_eq(field(find_case(r, "causal-lower_right_s16_t16"), "reason"),
+                     "skipped by --skip");
+    json_object_put(r);
+    outcome_free(&o);
+    /* A wrong shape names the one it got and the one it wants. */
+    int64_t shape[3] = {1, 2, 3};
+    float zeros[6] = {0};
+    char err[200];
+    ck_assert_int_eq(smattn_npy_write(tmp("sub/causal-lower_right_s16_t16/o.npy"), SMATTN_NPY_F32,
+                                      3, shape, zeros, err, sizeof err),
+                     0);
+    o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    r = load_json(tmp("c.json"));
+    const char *why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
+    ck_assert_msg(strstr(why, "o.npy: got shape [1,2,3] (f32), want [B,S,Hq,Dv] = ["), "%s", why);
+    json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
+/* `smattn check DIR` with stderr on a pseudo-terminal: what it wrote there. */
+static char *check_on_a_terminal(const char *path)
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(m, 0);
+    ck_assert_int_eq(grantpt(m), 0);
+    ck_assert_int_eq(unlockpt(m), 0);
+    const char *slave = ptsname(m);
+    ck_assert_ptr_nonnull(slave);
+    const char *argv[] = {getenv("SMATTN_CLI"), "check", path, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, slave, O_RDWR | O_NOCTTY, 0);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ),
+                     0);
+    posix_spawn_file_actions_destroy(&fa);
+    size_t cap = 1 << 16, n = 0;
+    char *text = calloc(1, cap + 1);
+    for (;;) { /* until the last holder of the terminal's other end has gone (EIO) */
+        struct pollfd pf = {m, POLLIN, 0};
+        if (poll(&pf, 1, 20000) <= 0)
+            break;
+        ssize_t r = read(m, text + n, cap - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    close(m);
+    return text;
+}
+
+START_TEST(check_progress_bar_on_a_terminal)
+{
+    two_cases();
+    char *term = check_on_a_terminal(tmp("sub"));
+    ck_assert_msg(strstr(term, "] 1/2 causal-lower_right_s16_t16") ||
+                      strstr(term, "] 1/2 shapes-s1_t1_d1"),
+                  "no progress bar on the terminal: '%s'", term);
+    free(term);
+    outcome o = cli("check", tmp("sub"), NULL); /* stderr a file: no bar */
+    ck_assert_ptr_null(strstr(o.err, "1/2"));
+    outcome_free(&o);
+}
+END_TEST
+
+START_TEST(gen_refuses_a_used_directory)
+{
+    outcome o = cli("gen", "--no-vectors", tmp("g"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    o = cli("gen", "--no-vectors", tmp("g"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d", o.code);
+    ck_assert_ptr_nonnull(strstr(o.err, "is not empty"));
+    ck_assert_ptr_nonnull(strstr(o.err, "--force"));
+    outcome_free(&o);
+    /* Stale files of an earlier run are cleared by --force. */
+    FILE *f = fopen(tmp("g/shapes-s1_t1_d1/skip"), "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    f = fopen(tmp("g/shapes-s1_t1_d1/o.npy"), "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    o = cli("gen", "--no-vectors", "--force", tmp("g"), NULL);
+    ck_assert_msg(o.code == 0, "--force: exit %d: %s", o.code, o.err);
+    ck_assert_int_ne(access(tmp("g/shapes-s1_t1_d1/skip"), F_OK), 0);
+    ck_assert_int_ne(access(tmp("g/shapes-s1_t1_d1/o.npy"), F_OK), 0);
+    ck_assert_int_eq(access(tmp("g/shapes-s1_t1_d1/q.npy"), F_OK), 0);
+    outcome_free(&o);
+}
+END_TEST
+
+Suite *gate_suite(void);
+Suite *gate_suite(void)
+{
+    Suite *s = suite_create("gate");
+    TCase *tc = tcase_create("isolation");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, describe_returns_bad_pointer);
+    tcase_add_test(tc, describe_name_bad_pointer);
+    tcase_add_test(tc, constructor_aborts);
+    tcase_add_test(tc, describe_blocks);
+    tcase_add_test(tc, destructor_crashes);
+    tcase_add_test(tc, precision_crashes);
+    tcase_add_test(tc, precision_blocks);
+    tcase_add_test(tc, grandchildren_and_kill_zero);
+    tcase_add_test(tc, output_captured_per_case);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("baseline");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, baseline_coverage);
+    tcase_add_test(tc, baseline_precision);
+    tcase_add_test(tc, require_precision);
+    tcase_add_test(tc, reports_state_the_model);
+    tcase_add_test(tc, paths_checked_before_the_run);
+    tcase_add_test(tc, html_failures_first_and_marked);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("files");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, vectors_found_or_an_error);
+    tcase_add_test(tc, check_skip_marker_and_shapes);
+    tcase_add_test(tc, check_progress_bar_on_a_terminal);
+    tcase_add_test(tc, gen_refuses_a_used_directory);
+    suite_add_tcase(s, tc);
+    return s;
+}
