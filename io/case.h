@@ -7,6 +7,9 @@
  * [B,Hq,S,T] (right-aligned, each dim 1 or full); sinks.npy is [Hq]. Fortran-ordered
  * arrays are used in place through their strides. Every error is one line that names the
  * file and the problem.
+ *
+ * io/case_json.c parses case.json, io/case.c loads and checks the arrays, io/case_out.c
+ * allocates and writes the outputs.
  */
 #ifndef SMATTN_IO_CASE_H
 #define SMATTN_IO_CASE_H

@@ -30,6 +30,15 @@ void smattn_io_err_prefix(char *err, size_t errlen, const char *name)
     snprintf(err, errlen, "%s: %s", name, tmp);
 }
 
+char *smattn_io_join_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
 char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
     /* O_NONBLOCK: opening a FIFO must not hang; it is then refused as not regular. */

@@ -13,6 +13,9 @@ void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
 /* Turn err into "name: err" in place. */
 void smattn_io_err_prefix(char *err, size_t errlen, const char *name);
 
+/* "dir/name" in a malloc'd string (NULL when out of memory). */
+char *smattn_io_join_path(const char *dir, const char *name);
+
 /* Read a whole text file of at most max bytes into a malloc'd buffer (length in *len, plus
  * a NUL after it). NULL with one line in err on failure. */
 char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen);
