@@ -95,12 +95,14 @@ json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_
         smattn_io_err(err, errlen, "malformed JSON: contains a NUL byte");
         return NULL;
     }
+    if (smattn_io_json_check(text, len, err, errlen))
+        return NULL;
     json_tokener *tok = json_tokener_new();
     if (!tok) {
         smattn_io_err(err, errlen, "out of memory");
         return NULL;
     }
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     json_object *obj = json_tokener_parse_ex(tok, len ? text : "", (int)len);
     enum json_tokener_error e = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);

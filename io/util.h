@@ -20,8 +20,14 @@ char *smattn_io_join_path(const char *dir, const char *name);
  * a NUL after it). NULL with one line in err on failure. */
 char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen);
 
-/* Parse text[0, len) strictly as one JSON value followed only by whitespace (a NUL byte
- * inside is an error). Returns a new json-c reference, or NULL with one line in err. */
+/* Check text[0, len) against RFC 8259 where json-c is lax (io/json_strict.c): one object at
+ * the top level, double-quoted strings only, no duplicate key in any object, integers
+ * within int64. 0, or nonzero with one line in err. */
+int smattn_io_json_check(const char *text, size_t len, char *err, size_t errlen);
+
+/* Parse text[0, len) strictly (RFC 8259, smattn_io_json_check, then json-c in strict mode
+ * with UTF-8 validation) as one JSON object followed only by whitespace (a NUL byte inside
+ * is an error). Returns a new json-c reference, or NULL with one line in err. */
 json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_t errlen);
 
 #endif
