@@ -51,8 +51,9 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     return rc;
 }
 
-/* Load dir/name into *a; an absent optional file leaves a->data NULL. */
-static int load_array(const char *dir, const char *name, int required, smattn_npy *a, char *err,
+/* The header of dir/name into *a (no data: see read_data); an absent optional file leaves
+ * *a zeroed (present() is 0). */
+static int load_header(const char *dir, const char *name, int required, smattn_npy *a, char *err,
                       size_t errlen)
 {
     memset(a, 0, sizeof *a);
@@ -69,11 +70,50 @@ static int load_array(const char *dir, const char *name, int required, smattn_np
         smattn_io_err(err, errlen, "out of memory");
         return -1;
     }
-    int rc = smattn_npy_read(p, a, err, errlen);
+    int rc = smattn_npy_read_header(p, a, err, errlen);
     free(p);
     if (rc)
         smattn_io_err_prefix(err, errlen, name);
     return rc;
+}
+
+/* An input file was given (its header is loaded; its data may not be yet). */
+static int present(const smattn_npy *a)
+{
+    return a->itemsize != 0;
+}
+
+/* The data of every present array, read only once every header has been checked. */
+static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    static const char *const names[7] = {"q.npy",    "k.npy",    "v.npy",    "x.npy",
+                                         "bias.npy", "mask.npy", "sinks.npy"};
+    smattn_npy *arr[7] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->mask, &c->sinks};
+    for (int n = 0; n < 7; n++) {
+        if (!present(arr[n]))
+            continue;
+        char *p = smattn_io_join_path(dir, names[n]);
+        if (!p) {
+            smattn_io_err(err, errlen, "out of memory");
+            return -1;
+        }
+        int rc = smattn_npy_read_data(p, arr[n], err, errlen);
+        free(p);
+        if (rc) {
+            smattn_io_err_prefix(err, errlen, names[n]);
+            return -1;
+        }
+    }
+    /* Every check has passed: no present array is empty, so each has data now. */
+    c->in.q.data = c->q.data;
+    c->in.k.data = c->k.data;
+    c->in.v.data = c->v.data;
+    c->in.x.data = c->x.data;
+    c->in.bias.data = c->bias.data;
+    c->in.mask.data = c->mask.data;
+    if (present(&c->sinks))
+        c->in.sinks.data = c->sinks.data;
+    return 0;
 }
 
 /* ---- checks ---------------------------------------------------------------------------- */
@@ -218,7 +258,6 @@ static int check_attention(smattn_case *c, char *err, size_t errlen)
         if (float_dtype(arr[n], names[n], keys[n], (c->json.bf16 & bits[n]) != 0, &ten[n]->dtype,
                         err, errlen))
             return -1;
-        ten[n]->data = arr[n]->data;
         strides_34(arr[n], ten[n]->stride);
     }
     return 0;
@@ -242,7 +281,6 @@ static int check_softmax(smattn_case *c, char *err, size_t errlen)
     if (float_dtype(x, "x.npy", "x", (c->json.bf16 & SMATTN_CASE_X) != 0, &c->in.x.dtype, err,
                     errlen))
         return -1;
-    c->in.x.data = x->data;
     strides_34(x, c->in.x.stride);
     return 0;
 }
@@ -256,6 +294,11 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
     const int64_t full[4] = {p->B, p->Hq, p->S, p->T};
     const int off = 4 - a->rank;
     memset(t->stride, 0, sizeof t->stride);
+    if (a->rank < 1) { /* SPEC 7.1: rank 1-4; a scalar is not a broadcastable array here */
+        smattn_io_err(err, errlen, "%s: shape [] has rank 0; want rank 1-4, broadcastable to "
+                      "[B,Hq,S,T]", file);
+        return -1;
+    }
     for (int r = 0; r < a->rank; r++) {
         int64_t n = a->shape[r];
         if (n != 1 && n != full[off + r]) {
@@ -270,19 +313,18 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
         }
         t->stride[off + r] = n == 1 ? 0 : a->stride[r];
     }
-    t->data = a->data;
     return 0;
 }
 
 static int check_bias_mask(smattn_case *c, char *err, size_t errlen)
 {
-    if (c->bias.data) {
+    if (present(&c->bias)) {
         if (float_dtype(&c->bias, "bias.npy", "bias", (c->json.bf16 & SMATTN_CASE_BIAS) != 0,
                         &c->in.bias.dtype, err, errlen) ||
             check_broadcast(c, &c->bias, "bias.npy", &c->in.bias, err, errlen))
             return -1;
     }
-    if (c->mask.data) {
+    if (present(&c->mask)) {
         if (c->mask.type != SMATTN_NPY_BOOL && c->mask.type != SMATTN_NPY_U8) {
             smattn_io_err(err, errlen,
                           "mask.npy: dtype '%s' is not a mask type (want '|b1' or "
@@ -300,7 +342,7 @@ static int check_bias_mask(smattn_case *c, char *err, size_t errlen)
 static int check_sinks(smattn_case *c, char *err, size_t errlen)
 {
     const int64_t Hq = c->prob.Hq;
-    if (c->sinks.data && c->json.sinks) {
+    if (present(&c->sinks) && c->json.sinks) {
         smattn_io_err(err, errlen, "sinks.npy: sinks are also given in case.json (give one)");
         return -1;
     }
@@ -312,7 +354,7 @@ static int check_sinks(smattn_case *c, char *err, size_t errlen)
         }
         c->in.sinks = (smattn_tensor){c->json.sinks, SMATTN_F64, {1, 0, 0, 0}};
     }
-    if (c->sinks.data) {
+    if (present(&c->sinks)) {
         if (c->sinks.rank != 1 || c->sinks.shape[0] != Hq) {
             char s[128];
             shape_str(&c->sinks, s, sizeof s);
@@ -322,7 +364,6 @@ static int check_sinks(smattn_case *c, char *err, size_t errlen)
         if (float_dtype(&c->sinks, "sinks.npy", "sinks", (c->json.bf16 & SMATTN_CASE_SINKS) != 0,
                         &c->in.sinks.dtype, err, errlen))
             return -1;
-        c->in.sinks.data = c->sinks.data;
         c->in.sinks.stride[0] = c->sinks.stride[0];
     }
     return 0;
@@ -354,7 +395,7 @@ static int check_bf16_names(const smattn_case *c, char *err, size_t errlen)
     static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
     const smattn_npy *arr[6] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->sinks};
     for (int n = 0; n < 6; n++)
-        if ((c->json.bf16 >> n & 1) && !arr[n]->data) {
+        if ((c->json.bf16 >> n & 1) && !present(arr[n])) {
             smattn_io_err(err, errlen, "case.json: \"bf16\" names %s, but there is no %s.npy",
                           bf16_names[n], bf16_names[n]);
             return -1;
@@ -421,23 +462,26 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
     smattn_op op;
     if (load_json(dir, &c->json, err, errlen) || case_op(dir, &op, err, errlen))
         return -1;
+    /* Every header and case.json first, cross-checked; no data byte before that. */
     c->prob = smattn_problem_default();
     if (op == SMATTN_OP_ATTENTION) {
-        if (load_array(dir, "q.npy", 1, &c->q, err, errlen) ||
-            load_array(dir, "k.npy", 1, &c->k, err, errlen) ||
-            load_array(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
+        if (load_header(dir, "q.npy", 1, &c->q, err, errlen) ||
+            load_header(dir, "k.npy", 1, &c->k, err, errlen) ||
+            load_header(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
             return -1;
-    } else if (load_array(dir, "x.npy", 1, &c->x, err, errlen) || check_softmax(c, err, errlen))
+    } else if (load_header(dir, "x.npy", 1, &c->x, err, errlen) ||
+               check_softmax(c, err, errlen))
         return -1;
-    if (load_array(dir, "bias.npy", 0, &c->bias, err, errlen) ||
-        load_array(dir, "mask.npy", 0, &c->mask, err, errlen) ||
-        load_array(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
+    if (load_header(dir, "bias.npy", 0, &c->bias, err, errlen) ||
+        load_header(dir, "mask.npy", 0, &c->mask, err, errlen) ||
+        load_header(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
         check_bf16_names(c, err, errlen) || check_bias_mask(c, err, errlen) ||
         check_sinks(c, err, errlen))
         return -1;
     const smattn_problem *p = &c->prob;
     if (check_lens(c->json.kv_lens, c->json.n_kv_lens, "kv_lens", p->B, p->T, "T", err, errlen) ||
-        check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen))
+        check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen) ||
+        read_data(dir, c, err, errlen))
         return -1;
     apply_json(c);
     return 0;

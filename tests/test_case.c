@@ -281,7 +281,17 @@ START_TEST(bad_shapes_rejected)
     put(d, "q.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 4, 2});
     put(d, "bias.npy", SMATTN_NPY_F32, 2, (int64_t[]){3, 3});
     load_fails(d, "bias.npy: shape [3,3] does not broadcast to [B,Hq,S,T] = [1,4,2,3]");
+    /* SPEC 7.1: bias and mask have rank 1-4; a rank-0 array is not taken as a scalar. */
+    put(d, "bias.npy", SMATTN_NPY_F32, 0, NULL);
+    load_fails(d, "bias.npy: shape [] has rank 0; want rank 1-4");
     put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 4, 1, 3});
+    put(d, "mask.npy", SMATTN_NPY_BOOL, 0, NULL);
+    load_fails(d, "mask.npy: shape [] has rank 0; want rank 1-4");
+    char mp[512];
+    snprintf(mp, sizeof mp, "%s/mask.npy", d);
+    unlink(mp);
+    put(d, "sinks.npy", SMATTN_NPY_F32, 0, NULL);
+    load_fails(d, "sinks.npy: shape [], want [Hq] = [4]");
     put(d, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){3});
     load_fails(d, "sinks.npy: shape [3], want [Hq] = [4]");
     put(d, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){4});

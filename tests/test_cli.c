@@ -1,6 +1,7 @@
 /* test_cli.c: the smattn tool as a user runs it (SMATTN_CLI): bad input gives exit 2, one
  * stderr line and no output; good runs write .npy files the reader accepts; opt agrees
  * with ref on every ISA the CPU has; demo replays golden vectors bit for bit. */
+#define _DEFAULT_SOURCE /* wait4: the child's peak memory */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -8,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +69,7 @@ static char *read_all(const char *path)
 typedef struct run_result {
     int status; /* exit code, or -1 if killed by a signal */
     char *out, *err;
+    long maxrss_kib; /* the child's peak resident memory */
 } run_result;
 
 /* Run SMATTN_CLI with args (NULL-terminated), capturing stdout and stderr. */
@@ -89,8 +93,10 @@ static run_result run(const char *const *args)
         _exit(127);
     }
     int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    struct rusage ru;
+    ck_assert_int_eq(wait4(pid, &ws, 0, &ru), pid);
     run_result r;
+    r.maxrss_kib = ru.ru_maxrss;
     r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
     r.out = read_all(op);
     r.err = read_all(ep);
@@ -221,6 +227,57 @@ START_TEST(bad_cases_give_one_line_and_no_output)
     expect_bad((const char *[]){"ref", c, path_in(tmp, "afile"), NULL}, "not a directory", NULL);
     free(c);
     free(out);
+}
+END_TEST
+
+/* A .npy file whose header claims `bytes` of data that are a hole (sparse): costs nothing
+ * on disk, but reading it would fill that much memory. */
+static void put_sparse(const char *dir, const char *name, const char *descr, const char *shape,
+                       long long bytes)
+{
+    char dict[128], hdr[192];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     descr, shape);
+    int total = (10 + n + 1 + 63) / 64 * 64; /* magic, version, length, dict, '\n' */
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (char)((total - 10) & 0xff), hdr[9] = (char)((total - 10) >> 8);
+    memset(hdr + 10, ' ', (size_t)(total - 10));
+    memcpy(hdr + 10, dict, (size_t)n);
+    hdr[total - 1] = '\n';
+    int fd = open(path_in(dir, name), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, hdr, (size_t)total), total);
+    ck_assert_int_eq(ftruncate(fd, (off_t)(total + bytes)), 0);
+    close(fd);
+}
+
+/* Issue 15: every header and case.json are checked against each other before any data is
+ * read. A 2 GiB v.npy (a hole) whose KV head count differs from k.npy's, and a 2 GiB
+ * mask.npy that does not broadcast, are reported by a child that never grew past 256 MiB
+ * (reading them first fills 2 GiB). */
+START_TEST(headers_checked_before_data)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *out = strdup(path_in(tmp, "out"));
+    put_sparse(c, "v.npy", "<f4", "(4, 2, 67108864)", 4LL * 2 * 67108864 * 4);
+    run_result r = run((const char *[]){"ref", c, out, NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "v.npy: shape [4,2,67108864] does not match k.npy's KV head count"),
+                  "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    double v[4] = {10, 20, 100, 0};
+    put(c, "v.npy", SMATTN_NPY_F64, 3, (int64_t[]){4, 1, 1}, v);
+    put_sparse(c, "mask.npy", "|b1", "(2147483648,)", 2147483648LL);
+    r = run((const char *[]){"ref", c, out, NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "mask.npy: shape [2147483648] does not broadcast"), "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    struct stat st;
+    ck_assert(stat(out, &st) != 0);
+    free(c), free(out);
 }
 END_TEST
 
@@ -520,6 +577,7 @@ Suite *cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, usage_errors);
     tcase_add_test(tc, bad_cases_give_one_line_and_no_output);
+    tcase_add_test(tc, headers_checked_before_data);
     tcase_add_test(tc, good_runs_write_npy);
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
