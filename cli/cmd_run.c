@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "io/case.h"
@@ -81,17 +80,6 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
     return 0;
 }
 
-/* OUT must be a directory or not exist yet: checked before any work is done. */
-static int check_out_dir(const char *out, char *msg, size_t len)
-{
-    struct stat st;
-    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        snprintf(msg, len, "%s: exists and is not a directory", out);
-        return -1;
-    }
-    return 0;
-}
-
 /* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
  * in msg; 0 if it takes them all. */
 static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
@@ -149,8 +137,9 @@ static int cmd_run(engine eng, int argc, char **argv)
 {
     char msg[1024];
     run_args ra;
+    /* OUT first: a path that cannot take the outputs is found before any work. */
     if (parse_run_args(eng, argc, argv, &ra, msg, sizeof msg) ||
-        check_out_dir(ra.out_dir, msg, sizeof msg))
+        smattn_case_out_check(ra.out_dir, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
     smattn_case c;
     if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))

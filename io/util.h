@@ -13,6 +13,13 @@ void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
 /* Turn err into "name: err" in place. */
 void smattn_io_err_prefix(char *err, size_t errlen, const char *name);
 
+/* A path as messages show it: itself when it holds only letters, digits and /._-+,:@%=~;
+ * otherwise in single quotes with control characters, non-ASCII bytes, quotes and
+ * backslashes escaped (\n, \xHH, \', \\), so every message stays one printable line. Long
+ * paths are cut with "...". Returns path or buf. */
+#define SMATTN_IO_PATH_MAX 512
+const char *smattn_io_path(const char *path, char buf[SMATTN_IO_PATH_MAX]);
+
 /* "dir/name" in a malloc'd string (NULL when out of memory). */
 char *smattn_io_join_path(const char *dir, const char *name);
 

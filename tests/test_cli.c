@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,10 @@ typedef struct run_result {
     long maxrss_kib; /* the child's peak resident memory */
 } run_result;
 
+/* A file size limit for the next runs' child (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond
+ * it fails with EFBIG), 0 for none: a full disk on demand. */
+static long run_fsize_limit;
+
 /* Run SMATTN_CLI with args (NULL-terminated), capturing stdout and stderr. */
 static run_result run(const char *const *args)
 {
@@ -89,6 +94,12 @@ static run_result run(const char *const *args)
         int e = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
             _exit(127);
+        if (run_fsize_limit) {
+            struct rlimit rl = {(rlim_t)run_fsize_limit, (rlim_t)run_fsize_limit};
+            signal(SIGXFSZ, SIG_IGN);
+            if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+                _exit(127);
+        }
         execv(argv[0], (char *const *)(uintptr_t)argv);
         _exit(127);
     }
@@ -292,6 +303,126 @@ static void check_npy(const char *path, smattn_npy_type t, int rank, const int64
         ck_assert_int_eq(a.shape[r], shape[r]);
     smattn_npy_free(&a);
 }
+
+/* Every entry of dir (names sorted, each file's bytes hashed) as one string, to compare
+ * a directory before and after a run. */
+static char *dir_state(const char *dir)
+{
+    struct dirent **ents;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    ck_assert_int_ge(n, 0);
+    size_t cap = 64 + (size_t)n * 300;
+    char *s = calloc(1, cap);
+    for (int k = 0; k < n; k++) {
+        const char *name = ents[k]->d_name;
+        unsigned long long h = 1469598103934665603ull;
+        struct stat st;
+        ck_assert_int_eq(lstat(path_in(dir, name), &st), 0);
+        if (S_ISREG(st.st_mode)) {
+            FILE *f = fopen(path_in(dir, name), "rb");
+            int ch;
+            while (f && (ch = fgetc(f)) != EOF)
+                h = (h ^ (unsigned)ch) * 1099511628211ull;
+            if (f)
+                fclose(f);
+        }
+        snprintf(s + strlen(s), cap - strlen(s), "%s:%c:%llx\n", name,
+                 S_ISDIR(st.st_mode) ? 'd' : 'f', h);
+        free(ents[k]);
+    }
+    free(ents);
+    return s;
+}
+
+/* A run that fails leaves OUT exactly as it was (here: state), one line on stderr. */
+static void expect_bad_keeps(const char *const *args, const char *needle, const char *out,
+                             const char *state)
+{
+    expect_bad(args, needle, NULL);
+    char *now = dir_state(out);
+    ck_assert_msg(strcmp(now, state) == 0, "OUT changed:\nbefore\n%safter\n%s", state, now);
+    free(now);
+}
+
+/* Issue 15: OUT's outputs are a set written whole or not at all. A target that is a
+ * directory (lse.npy), a full disk while p.npy is written: exit 2, OUT as it was (the old
+ * o.npy not replaced, no temporaries). A run without --weights removes the p.npy of an
+ * earlier run, a softmax removes o.npy; other files in OUT stay. */
+START_TEST(outputs_committed_as_a_set)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *out = strdup(path_in(tmp, "out"));
+    run_result r = run((const char *[]){"ref", c, out, "--weights", NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    put_text(out, "notes.txt", "mine");
+    ck_assert_int_eq(unlink(path_in(out, "lse.npy")), 0);
+    ck_assert_int_eq(mkdir(path_in(out, "lse.npy"), 0700), 0);
+    char *state = dir_state(out);
+    expect_bad_keeps((const char *[]){"ref", c, out, "--dtype", "f32", NULL},
+                     "/lse.npy: is a directory", out, state);
+    free(state);
+    ck_assert_int_eq(rmdir(path_in(out, "lse.npy")), 0);
+    /* no --weights: the earlier p.npy goes */
+    r = run((const char *[]){"ref", c, out, "--dtype", "f32", NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    struct stat st;
+    ck_assert_msg(stat(path_in(out, "p.npy"), &st) != 0, "stale p.npy kept");
+    check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){1, 1, 1});
+    check_npy(path_in(out, "lse.npy"), SMATTN_NPY_F32, 2, (int64_t[]){1, 1});
+    /* a softmax into the same OUT: o.npy goes, p.npy and lse.npy come */
+    char *s = strdup(path_in(tmp, "sm"));
+    ck_assert_int_eq(mkdir(s, 0700), 0);
+    double x[3] = {2, 1, -1};
+    put(s, "x.npy", SMATTN_NPY_F64, 3, (int64_t[]){1, 1, 3}, x);
+    r = run((const char *[]){"ref", s, out, NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    ck_assert_msg(stat(path_in(out, "o.npy"), &st) != 0, "stale o.npy kept");
+    check_npy(path_in(out, "p.npy"), SMATTN_NPY_F64, 3, (int64_t[]){1, 1, 3});
+    ck_assert_int_eq(stat(path_in(out, "notes.txt"), &st), 0);
+    /* a full disk while the 600-key p.npy is written (o and lse fit): nothing changes */
+    char *big = strdup(path_in(tmp, "big"));
+    ck_assert_int_eq(mkdir(big, 0700), 0);
+    static double kv[600];
+    put(big, "q.npy", SMATTN_NPY_F64, 3, (int64_t[]){1, 1, 1}, kv);
+    put(big, "k.npy", SMATTN_NPY_F64, 3, (int64_t[]){600, 1, 1}, kv);
+    put(big, "v.npy", SMATTN_NPY_F64, 3, (int64_t[]){600, 1, 1}, kv);
+    r = run((const char *[]){"ref", big, out, NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    state = dir_state(out);
+    run_fsize_limit = 4096;
+    expect_bad_keeps((const char *[]){"ref", big, out, "--weights", NULL}, "p.npy: write error",
+                     out, state);
+    run_fsize_limit = 0;
+    free(state);
+    free(big), free(s), free(c), free(out);
+}
+END_TEST
+
+/* Issue 15: OUT is checked before any work: before the case is even read (the case here
+ * is bad too, and OUT is what is reported), a missing parent, a path through a file, a
+ * directory that takes no files (/proc/self, even for root), a file. Nothing is created. */
+START_TEST(out_checked_before_work)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    put_text(c, "case.json", "{\"scale\": }");
+    put_text(tmp, "afile", "x");
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "nope/out"), NULL},
+               "nope/out: cannot be created: its parent", path_in(tmp, "nope"));
+    expect_bad((const char *[]){"opt", c, path_in(tmp, "afile/out"), NULL},
+               "afile/out: Not a directory", NULL);
+    expect_bad((const char *[]){"ref", c, "/proc/self", NULL}, "/proc/self: cannot write into it",
+               NULL);
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "afile"), NULL},
+               "afile: exists and is not a directory", NULL);
+    free(c);
+}
+END_TEST
 
 START_TEST(good_runs_write_npy)
 {
@@ -579,6 +710,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, bad_cases_give_one_line_and_no_output);
     tcase_add_test(tc, headers_checked_before_data);
     tcase_add_test(tc, good_runs_write_npy);
+    tcase_add_test(tc, outputs_committed_as_a_set);
+    tcase_add_test(tc, out_checked_before_work);
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
     tcase_add_test(tc, version_and_help);
