@@ -12,7 +12,10 @@
  * input (including a kernel that cannot be loaded); 3 the oracle or the kernel failed. */
 enum { EXIT_OK = 0, EXIT_MISMATCH = 1, EXIT_INPUT = 2, EXIT_ORACLE = 3 };
 
-/* One line "smattn: MSG" on stderr, then code. */
+/* One line "smattn CMD: MSG" (or "smattn: MSG" when cmd is NULL) on stderr, with control
+ * characters in MSG escaped (\n, \t, \xHH). */
+void cli_error(const char *cmd, const char *msg);
+/* One line "smattn: MSG" on stderr (as cli_error), then code. */
 int cli_fail(int code, const char *msg);
 /* Statuses that mean the input was bad map to 2; the library's own failures to 3. */
 int cli_exit_code_of(smattn_status st);

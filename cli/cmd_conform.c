@@ -27,7 +27,9 @@ typedef struct opts {
 
 static int usage_error(const char *cmd, const char *msg)
 {
-    fprintf(stderr, "smattn %s: %s (try 'smattn help')\n", cmd, msg);
+    char line[768];
+    snprintf(line, sizeof line, "%s (try 'smattn help')", msg);
+    cli_error(cmd, line);
     return EXIT_USAGE;
 }
 
@@ -153,7 +155,7 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
 {
     char err[512];
     if (o->baseline && conform_baseline_compare(rep, o->baseline, err, sizeof err)) {
-        fprintf(stderr, "smattn %s: %s\n", cmd, err);
+        cli_error(cmd, err);
         return EXIT_USAGE;
     }
     conform_report_print(rep, stdout);
@@ -162,7 +164,7 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
     if ((o->json && conform_report_json(rep, o->json, err, sizeof err)) ||
         (o->junit && conform_report_junit(rep, o->junit, err, sizeof err)) ||
         (o->html && conform_report_html(rep, o->html, err, sizeof err))) {
-        fprintf(stderr, "smattn %s: %s\n", cmd, err);
+        cli_error(cmd, err);
         rc = EXIT_USAGE;
     }
     free(rep->regression_text);
@@ -183,12 +185,12 @@ int cmd_conform(int argc, char **argv)
     char err[1200];
     conform_kernel k;
     if (conform_kernel_open(o.kernel, &k, err, sizeof err)) {
-        fprintf(stderr, "smattn conform: %s\n", err);
+        cli_error("conform", err);
         return EXIT_USAGE;
     }
     conform_battery b;
     if (conform_battery_build(&b, o.suite, o.seed, o.vectors, err, sizeof err)) {
-        fprintf(stderr, "smattn conform: %s\n", err);
+        cli_error("conform", err);
         conform_kernel_close(&k);
         return EXIT_USAGE;
     }
@@ -279,14 +281,14 @@ int cmd_gen(int argc, char **argv)
     char err[1200];
     conform_battery b;
     if (conform_battery_build(&b, o.suite, o.seed, o.vectors, err, sizeof err)) {
-        fprintf(stderr, "smattn gen: %s\n", err);
+        cli_error("gen", err);
         return EXIT_USAGE;
     }
     long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, o.suite,
                                o.seed, err, sizeof err);
     conform_battery_free(&b);
     if (n < 0) {
-        fprintf(stderr, "smattn gen: %s\n", err);
+        cli_error("gen", err);
         return EXIT_USAGE;
     }
     printf("smattn gen: %ld cases in %s (manifest.json lists them)\n", n, o.pos[0]);
@@ -311,7 +313,7 @@ int cmd_check(int argc, char **argv)
     conform_result *res = NULL;
     size_t n = 0;
     if (conform_check_path(o.pos[0], &pm, &res, &n, err, sizeof err)) {
-        fprintf(stderr, "smattn check: %s\n", err);
+        cli_error("check", err);
         return EXIT_USAGE;
     }
     conform_report rep;

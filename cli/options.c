@@ -5,9 +5,27 @@
 
 #include "cli/cli.h"
 
+void cli_error(const char *cmd, const char *msg)
+{
+    /* Control bytes escaped: a path holding a newline must not split the line (the io/
+     * messages quote paths already; this also covers the conform library's). */
+    fprintf(stderr, "smattn%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p == '\n')
+            fputs("\\n", stderr);
+        else if (*p == '\t')
+            fputs("\\t", stderr);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
+}
+
 int cli_fail(int code, const char *msg)
 {
-    fprintf(stderr, "smattn: %s\n", msg);
+    cli_error(NULL, msg);
     return code;
 }
 

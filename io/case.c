@@ -23,8 +23,11 @@ static int file_exists(const char *dir, const char *name, char *err, size_t errl
     }
     struct stat st;
     int rc = stat(p, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
-    if (rc < 0)
-        smattn_io_err(err, errlen, "%s: %s", name, strerror(errno));
+    if (rc < 0) { /* EACCES and the like: the directory cannot be searched */
+        char q[SMATTN_IO_PATH_MAX];
+        smattn_io_err(err, errlen, "%s: cannot read the case directory (%s: %s)",
+                      smattn_io_path(dir, q), name, strerror(errno));
+    }
     free(p);
     return rc;
 }
@@ -433,7 +436,9 @@ static int case_op(const char *dir, smattn_op *op, char *err, size_t errlen)
         return -1;
     }
     if (!hq && !hx) {
-        smattn_io_err(err, errlen, "%s: no q.npy (attention) or x.npy (softmax)", dir);
+        char q[SMATTN_IO_PATH_MAX];
+        smattn_io_err(err, errlen, "%s: no q.npy (attention) or x.npy (softmax)",
+                      smattn_io_path(dir, q));
         return -1;
     }
     *op = hq ? SMATTN_OP_ATTENTION : SMATTN_OP_SOFTMAX;
@@ -454,9 +459,17 @@ static int case_op(const char *dir, smattn_op *op, char *err, size_t errlen)
 static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        smattn_io_err(err, errlen, "%s: %s", dir,
-                      stat(dir, &st) != 0 ? "no such case directory" : "not a directory");
+    char q[SMATTN_IO_PATH_MAX];
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            smattn_io_err(err, errlen, "%s: no such case directory", smattn_io_path(dir, q));
+        else
+            smattn_io_err(err, errlen, "%s: cannot read the case directory: %s",
+                          smattn_io_path(dir, q), strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        smattn_io_err(err, errlen, "%s: not a directory", smattn_io_path(dir, q));
         return -1;
     }
     smattn_op op;

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,6 +77,9 @@ typedef struct run_result {
 /* A file size limit for the next runs' child (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond
  * it fails with EFBIG), 0 for none: a full disk on demand. */
 static long run_fsize_limit;
+/* Run the next children as user and group 65534 (nobody) when the tests run as root, so
+ * that permissions apply to them. */
+static int run_as_nobody;
 
 /* Run SMATTN_CLI with args (NULL-terminated), capturing stdout and stderr. */
 static run_result run(const char *const *args)
@@ -93,6 +97,9 @@ static run_result run(const char *const *args)
         int o = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int e = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(127);
+        if (run_as_nobody && getuid() == 0 &&
+            (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
             _exit(127);
         if (run_fsize_limit) {
             struct rlimit rl = {(rlim_t)run_fsize_limit, (rlim_t)run_fsize_limit};
@@ -424,6 +431,57 @@ START_TEST(out_checked_before_work)
 }
 END_TEST
 
+/* Issue 15: a path holding a newline (or another control character) gives one line,
+ * the path quoted with the newline escaped: CASE, OUT, check's and demo's paths. */
+START_TEST(paths_with_newlines_one_line)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *nl = strdup(path_in(tmp, "no\ncase"));
+    expect_bad((const char *[]){"ref", nl, path_in(tmp, "out"), NULL}, "no\\ncase'", NULL);
+    expect_bad((const char *[]){"opt", c, path_in(nl, "out"), NULL}, "no\\ncase", NULL);
+    expect_bad((const char *[]){"check", nl, NULL}, "no\\ncase", NULL);
+    expect_bad((const char *[]){"demo", nl, NULL}, "no\\ncase'", NULL);
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1\n2", NULL},
+               "--threads '1\\n2'", NULL);
+    /* a case directory whose name holds a tab and a newline: its errors quote it too */
+    char *odd = strdup(path_in(tmp, "c\t\nd"));
+    ck_assert_int_eq(rename(c, odd), 0);
+    put_text(odd, "case.json", "{\"scale\": 1, \"x\": 1}");
+    expect_bad((const char *[]){"ref", odd, path_in(tmp, "out"), NULL}, "unknown key", NULL);
+    unlink(path_in(odd, "q.npy"));
+    put_text(odd, "case.json", "{}");
+    expect_bad((const char *[]){"ref", odd, path_in(tmp, "out"), NULL}, "c\\t\\nd': no q.npy",
+               NULL);
+    free(odd), free(nl), free(c);
+}
+END_TEST
+
+/* Issue 15: a case directory that cannot be read is named as such (not "case.json:
+ * Permission denied"). Root ignores permissions, so then the child runs as nobody. */
+START_TEST(unreadable_case_dir_named)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *pub = strdup(path_in(tmp, "pub"));
+    ck_assert_int_eq(mkdir(pub, 0777), 0);
+    ck_assert_int_eq(chmod(pub, 0777), 0);
+    ck_assert_int_eq(chmod(tmp, 0755), 0);
+    ck_assert_int_eq(chmod(c, 0), 0);
+    run_as_nobody = 1;
+    expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
+               "/c: cannot read the case directory (case.json: Permission denied)",
+               path_in(pub, "out"));
+    run_as_nobody = 0;
+    ck_assert_int_eq(chmod(c, 0700), 0);
+    /* a path through a file: not "no such case directory" */
+    put_text(tmp, "afile", "x");
+    expect_bad((const char *[]){"ref", path_in(tmp, "afile/c"), path_in(pub, "out"), NULL},
+               "afile/c: cannot read the case directory: Not a directory", path_in(pub, "out"));
+    free(pub), free(c);
+}
+END_TEST
+
 START_TEST(good_runs_write_npy)
 {
     NEED_CLI();
@@ -712,6 +770,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, good_runs_write_npy);
     tcase_add_test(tc, outputs_committed_as_a_set);
     tcase_add_test(tc, out_checked_before_work);
+    tcase_add_test(tc, paths_with_newlines_one_line);
+    tcase_add_test(tc, unreadable_case_dir_named);
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
     tcase_add_test(tc, version_and_help);
