@@ -21,6 +21,37 @@ typedef struct run_args {
     const char *isa; /* opt only; NULL: the active ISA */
 } run_args;
 
+static const char ref_help[] =
+    "usage: smattn ref CASE OUT [--dtype f64|f32|f16|bf16] [--weights] [--threads N]\n"
+    "  Run the exact oracle on the case directory CASE (q.npy k.npy v.npy, or x.npy for a\n"
+    "  softmax; optional bias.npy mask.npy sinks.npy case.json; SPEC 7) and write\n"
+    "  OUT/o.npy and OUT/lse.npy (softmax: p.npy and lse.npy), correctly rounded, as a set:\n"
+    "  all or none; an o/lse/p.npy of an earlier run that this run does not write is\n"
+    "  removed. OUT is created if missing.\n"
+    "options:\n"
+    "  --dtype T     output dtype: f64 (default), f32, f16, bf16 (written as '<u2' bits)\n"
+    "  --weights     also write OUT/p.npy, the attention weights\n"
+    "  --threads N   threads, 0..4096; 0 (default) uses every online core\n"
+    "  -h, --help    print this text\n"
+    "A progress bar shows on stderr when it is a terminal and the work is long.\n"
+    "exit status: 0 success, 2 bad usage or input (one line on stderr, OUT unchanged),\n"
+    "3 the oracle failed.\n";
+
+static const char opt_help[] =
+    "usage: smattn opt CASE OUT [--threads N] [--isa scalar|avx2|avx512] [--weights]\n"
+    "  The case and outputs of 'smattn ref', computed by the optimised kernel\n"
+    "  (smattn_attention, or smattn_softmax for x.npy) and written as f32, as a set. The\n"
+    "  kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16.\n"
+    "options:\n"
+    "  --isa I       force an ISA the CPU has: scalar, avx2, avx512 (default: the active\n"
+    "                one; the environment variable SMATTN_ISA may set it)\n"
+    "  --weights     also write OUT/p.npy\n"
+    "  --threads N   threads, 0..4096; 0 (default) uses every online core\n"
+    "  -h, --help    print this text\n"
+    "exit status: 0 success, 2 bad usage or input (one line on stderr, OUT unchanged),\n"
+    "3 the kernel failed.\n";
+
+/* 0 parsed, -1 bad (msg), 1 help printed. */
 static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char *msg, size_t len)
 {
     memset(ra, 0, sizeof *ra);
@@ -31,6 +62,10 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val;
         int bad = 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(eng == ENGINE_REF ? ref_help : opt_help, stdout);
+            return 1;
+        }
         if (strcmp(a, "--weights") == 0)
             ra->weights = 1;
         else if (eng == ENGINE_REF &&
@@ -63,7 +98,7 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
             snprintf(msg, len, "%s: %s needs a value", cmd, a);
             return -1;
         } else if (a[0] == '-' && a[1] != '\0') {
-            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn help')", cmd, a);
+            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn %s --help')", cmd, a, cmd);
             return -1;
         } else if (npos < 2) {
             *(npos++ ? &ra->out_dir : &ra->case_dir) = a;
@@ -137,9 +172,11 @@ static int cmd_run(engine eng, int argc, char **argv)
 {
     char msg[1024];
     run_args ra;
+    int pr = parse_run_args(eng, argc, argv, &ra, msg, sizeof msg);
+    if (pr > 0)
+        return EXIT_OK;
     /* OUT first: a path that cannot take the outputs is found before any work. */
-    if (parse_run_args(eng, argc, argv, &ra, msg, sizeof msg) ||
-        smattn_case_out_check(ra.out_dir, msg, sizeof msg))
+    if (pr < 0 || smattn_case_out_check(ra.out_dir, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
     smattn_case c;
     if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))

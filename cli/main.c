@@ -45,7 +45,8 @@ static const char usage_text[] =
     "      Judge the o.npy (and lse.npy, p.npy if present) saved in each case directory\n"
     "      by the same rules as conform. Exit codes as for conform.\n"
     "  version    print the version\n"
-    "  help       print this text\n"
+    "  help [COMMAND]\n"
+    "      print this text, or COMMAND's options ('smattn COMMAND --help' does too)\n"
     "\n"
     "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
     "3 the oracle or the kernel failed (precision limit, out of memory).\n";
@@ -56,10 +57,27 @@ int main(int argc, char **argv)
         return cli_fail(EXIT_INPUT, "missing command (try 'smattn help')");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        /* "smattn help ref" is "smattn ref --help"; "help --help" is this text */
+        if (argc > 2 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h") &&
+            strcmp(argv[2], "help") && strcmp(argv[2], "--version")) {
+            char *sub[3] = {argv[0], argv[2], "--help"};
+            return main(3, sub);
+        }
         fputs(usage_text, stdout);
         return EXIT_OK;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+            fputs("usage: smattn version\n  Print the library's version and the SPEC version it\n"
+                  "  implements.\noptions:\n  -h, --help    print this text\n",
+                  stdout);
+            return EXIT_OK;
+        }
+        if (argc > 2) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "version: unexpected argument '%.40s'", argv[2]);
+            return cli_fail(EXIT_INPUT, msg);
+        }
         printf("smattn %d.%d.%d (spec %s)\n", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
                SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
         return EXIT_OK;

@@ -672,6 +672,40 @@ START_TEST(version_and_help)
 }
 END_TEST
 
+/* Issue 15: every command takes --help (and -h): exit 0, its usage and options on stdout,
+ * nothing on stderr; demo does not read "--help" as its DIR. */
+START_TEST(every_command_takes_help)
+{
+    NEED_CLI();
+    static const char *const cmds[] = {"ref", "opt", "demo", "conform", "gen", "check", "version"};
+    static const char *const opts[] = {"--threads", "--isa", "--vectors-only", "--kernel",
+                                       "--suite", "--precision", "--help"};
+    for (int k = 0; k < 7; k++)
+        for (int h = 0; h < 2; h++) {
+            run_result r = run((const char *[]){cmds[k], h ? "-h" : "--help", NULL});
+            char want[64];
+            snprintf(want, sizeof want, "usage: smattn %s", cmds[k]);
+            ck_assert_msg(r.status == 0, "%s --help: exit %d: %s", cmds[k], r.status, r.err);
+            ck_assert_msg(strstr(r.out, want) && strstr(r.out, opts[k]), "%s --help: '%s'",
+                          cmds[k], r.out);
+            ck_assert_str_eq(r.err, "");
+            free_result(&r);
+        }
+    run_result r = run((const char *[]){"help", "--help", NULL});
+    ck_assert(r.status == 0 && strstr(r.out, "usage: smattn COMMAND"));
+    free_result(&r);
+    r = run((const char *[]){"help", "opt", NULL});
+    ck_assert(r.status == 0 && strstr(r.out, "usage: smattn opt") && strstr(r.out, "--isa"));
+    free_result(&r);
+    /* options after the positional arguments too */
+    r = run((const char *[]){"ref", "a", "b", "--help", NULL});
+    ck_assert(r.status == 0 && strstr(r.out, "usage: smattn ref"));
+    free_result(&r);
+    expect_bad((const char *[]){"demo", "--bogus", NULL}, "demo: unknown option '--bogus'", NULL);
+    expect_bad((const char *[]){"version", "x", NULL}, "version: unexpected argument 'x'", NULL);
+}
+END_TEST
+
 /* A one-element softmax: P = 1 and LSE = 0 exactly in every dtype. */
 static void put_vector(const char *dir, const char *name, const char *p_f16)
 {
@@ -775,6 +809,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
     tcase_add_test(tc, version_and_help);
+    tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
     tcase_add_test(tc, demo_golden_vectors);
     suite_add_tcase(s, tc);
