@@ -24,6 +24,10 @@ int cli_exit_code_of(smattn_status st);
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, int *missing);
 /* "f64", "f32", "f16", "bf16" -> *t; 0, or -1 for anything else. */
 int cli_parse_dtype(const char *s, smattn_dtype *t);
+/* SMATTN_ISA names no ISA, or one this CPU cannot run: say so in one line on stderr (the
+ * kernel then runs its default ISA, which the line names). Called once by the commands
+ * that run the kernel (opt, demo, conform). */
+void cli_check_isa_env(void);
 /* Monotonic wall time in seconds. */
 double cli_now_seconds(void);
 

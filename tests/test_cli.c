@@ -633,6 +633,30 @@ START_TEST(opt_matches_ref)
 }
 END_TEST
 
+/* Issue 15: SMATTN_ISA naming no ISA is said once on stderr (one line), and the run goes
+ * on with the default; a valid one says nothing. */
+START_TEST(bogus_isa_env_said_once)
+{
+    NEED_CLI();
+    char *c = strdup(make_f32_cases());
+    char *out = strdup(path_in(tmp, "out"));
+    setenv("SMATTN_ISA", "bogus", 1);
+    run_result r = run((const char *[]){"opt", c, out, NULL});
+    unsetenv("SMATTN_ISA");
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(count_lines(r.err) == 1 && strstr(r.err, "SMATTN_ISA='bogus' is not an ISA"),
+                  "stderr '%s'", r.err);
+    free_result(&r);
+    check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){5, 4, 6});
+    setenv("SMATTN_ISA", "scalar", 1);
+    r = run((const char *[]){"opt", c, out, NULL});
+    unsetenv("SMATTN_ISA");
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    free(c), free(out);
+}
+END_TEST
+
 START_TEST(opt_bad_input)
 {
     NEED_CLI();
@@ -808,6 +832,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, unreadable_case_dir_named);
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
+    tcase_add_test(tc, bogus_isa_env_said_once);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
