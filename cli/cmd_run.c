@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "io/case.h"
@@ -142,6 +143,37 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
     return 0;
 }
 
+/* The oracle's progress bar: on stderr when it is a terminal, once the work has lasted
+ * half a second (short runs show nothing), at most ten times a second, erased at the end.
+ * smattn_ref_progress calls it from this thread only. */
+typedef struct progress_bar {
+    double t0, last;
+    int shown;
+} progress_bar;
+
+static void show_progress(int64_t done, int64_t total, void *arg)
+{
+    progress_bar *b = arg;
+    double now = cli_now_seconds();
+    if (done >= total) {
+        if (b->shown)
+            fprintf(stderr, "\r%*s\r", 72, "");
+        fflush(stderr);
+        return;
+    }
+    if (now - b->t0 < 0.5 || (b->shown && now - b->last < 0.1))
+        return;
+    const int width = 30;
+    int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : 0;
+    fprintf(stderr, "\rsmattn ref: [%.*s%*s] %3d%% %lld/%lld rows %.1f s", fill,
+            "##############################", width - fill, "",
+            total > 0 ? (int)(100.0 * (double)done / (double)total) : 0, (long long)done,
+            (long long)total, now - b->t0);
+    fflush(stderr);
+    b->shown = 1;
+    b->last = now;
+}
+
 /* Run the oracle or the kernel on a loaded case; one line in msg and an exit code on
  * failure. The kernel's failures exit with 3, except "unsupported" (an input it does not
  * take: bad input for this command). */
@@ -152,7 +184,9 @@ static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
     if (eng == ENGINE_REF) {
         smattn_ref_config cfg = {0};
         cfg.threads = ra->threads;
-        st = smattn_ref(&c->prob, &c->in, out, &cfg, NULL);
+        progress_bar bar = {cli_now_seconds(), 0, 0};
+        st = smattn_ref_progress(&c->prob, &c->in, out, &cfg, NULL,
+                                 isatty(STDERR_FILENO) ? show_progress : NULL, &bar);
     } else {
         smattn_opt_config cfg = {ra->threads, ra->isa};
         st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)

@@ -2,6 +2,7 @@
  * stderr line and no output; good runs write .npy files the reader accepts; opt agrees
  * with ref on every ISA the CPU has; demo replays golden vectors bit for bit. */
 #define _DEFAULT_SOURCE /* wait4: the child's peak memory */
+#define _XOPEN_SOURCE 700 /* posix_openpt: a terminal for the progress bar */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/support/fs.h"
@@ -129,6 +131,13 @@ static void free_result(run_result *r)
 {
     free(r->out);
     free(r->err);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int count_lines(const char *s)
@@ -657,6 +666,74 @@ START_TEST(bogus_isa_env_said_once)
 }
 END_TEST
 
+/* Run SMATTN_CLI with args and its stderr on a pseudo-terminal (stdout to /dev/null): the
+ * exit code, and what the terminal received in *term (malloc'd). */
+static int run_on_terminal(const char *const *args, char **term)
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(m, 0);
+    ck_assert(grantpt(m) == 0 && unlockpt(m) == 0);
+    char *slave = strdup(ptsname(m));
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = cli();
+    while (*args && n < 15)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int s = open(slave, O_RDWR | O_NOCTTY), nul = open("/dev/null", O_WRONLY);
+        if (s < 0 || nul < 0 || dup2(nul, 1) < 0 || dup2(s, 2) < 0)
+            _exit(127);
+        close(m);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    free(slave);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = calloc(1, cap + 1);
+    ssize_t r;
+    while ((r = read(m, buf + len, cap - len)) > 0) /* EIO once the child is gone */
+        len += (size_t)r;
+    close(m);
+    buf[len] = '\0';
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    *term = buf;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* Issue 15: long oracle work shows a progress bar when stderr is a terminal (here a
+ * decode of 32 rows against 16,000 keys on one thread, about 1.2 s: the bar shows from
+ * 0.5 s, after each 4 rows), erased at the end; nothing when stderr is not a terminal. */
+START_TEST(ref_progress_on_a_terminal)
+{
+    NEED_CLI();
+    char *c = strdup(path_in(tmp, "long"));
+    ck_assert_int_eq(mkdir(c, 0700), 0);
+    unsigned seed = 11;
+    put_rand(c, "q.npy", SMATTN_F32, 3, (int64_t[]){1, 32, 8}, &seed);
+    put_rand(c, "k.npy", SMATTN_F32, 3, (int64_t[]){16000, 1, 8}, &seed);
+    put_rand(c, "v.npy", SMATTN_F32, 3, (int64_t[]){16000, 1, 8}, &seed);
+    char *term;
+    double t0 = now_seconds();
+    int st = run_on_terminal(
+        (const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL}, &term);
+    double secs = now_seconds() - t0;
+    ck_assert_msg(st == 0, "exit %d: %s", st, term);
+    ck_assert_msg(secs < 0.8 || (strstr(term, "smattn ref: [") && strstr(term, "rows")),
+                  "%.2f s and no progress bar: '%s'", secs, term);
+    ck_assert_msg(strlen(term) == 0 || term[strlen(term) - 1] == '\r', "bar not erased: '%s'",
+                  term);
+    free(term);
+    run_result r = run((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL});
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "exit %d, stderr '%s'", r.status, r.err);
+    free_result(&r);
+    free(c);
+}
+END_TEST
+
 START_TEST(opt_bad_input)
 {
     NEED_CLI();
@@ -833,6 +910,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
     tcase_add_test(tc, bogus_isa_env_said_once);
+    tcase_add_test(tc, ref_progress_on_a_terminal);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
