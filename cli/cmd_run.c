@@ -117,22 +117,23 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
 }
 
 /* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
- * in msg; 0 if it takes them all. */
+ * in msg; 0 if it takes them all. Needs the headers only (smattn_case_open). */
 static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
 {
     const smattn_inputs *in = &c->in;
     struct {
         const char *file;
         const smattn_tensor *t;
-        int kv; /* f16 and bf16 allowed too */
-    } need[] = {{"q.npy", &in->q, 0},
-                {"k.npy", &in->k, 1},
-                {"v.npy", &in->v, 1},
-                {"x.npy", &in->x, 0},
-                {"bias.npy", &in->bias, 0}};
+        const smattn_npy *npy;  /* present when its header was read (itemsize != 0) */
+        int kv;                 /* f16 and bf16 allowed too */
+    } need[] = {{"q.npy", &in->q, &c->q, 0},
+                {"k.npy", &in->k, &c->k, 1},
+                {"v.npy", &in->v, &c->v, 1},
+                {"x.npy", &in->x, &c->x, 0},
+                {"bias.npy", &in->bias, &c->bias, 0}};
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         const smattn_tensor *t = need[k].t;
-        if (!t->data || t->dtype == SMATTN_F32 ||
+        if (!need[k].npy->itemsize || t->dtype == SMATTN_F32 ||
             (need[k].kv && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)))
             continue;
         snprintf(msg, len, "opt: %s is %s; the kernel takes %s", need[k].file,
@@ -213,12 +214,14 @@ static int cmd_run(engine eng, int argc, char **argv)
     if (pr < 0 || smattn_case_out_check(ra.out_dir, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
     smattn_case c;
-    if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))
+    if (smattn_case_open(ra.case_dir, &c, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
-    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) {
+    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) { /* before the data */
         smattn_case_free(&c);
         return cli_fail(EXIT_INPUT, msg);
     }
+    if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
+        return cli_fail(EXIT_INPUT, msg);
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;

@@ -493,14 +493,13 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
         return -1;
     const smattn_problem *p = &c->prob;
     if (check_lens(c->json.kv_lens, c->json.n_kv_lens, "kv_lens", p->B, p->T, "T", err, errlen) ||
-        check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen) ||
-        read_data(dir, c, err, errlen))
+        check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen))
         return -1;
     apply_json(c);
     return 0;
 }
 
-int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
+int smattn_case_open(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     smattn_case_json_init(&c->json);
@@ -508,6 +507,19 @@ int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
         return 0;
     smattn_case_free(c);
     return -1;
+}
+
+int smattn_case_read(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    if (read_data(dir, c, err, errlen) == 0)
+        return 0;
+    smattn_case_free(c);
+    return -1;
+}
+
+int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    return smattn_case_open(dir, c, err, errlen) || smattn_case_read(dir, c, err, errlen) ? -1 : 0;
 }
 
 void smattn_case_free(smattn_case *c)

@@ -68,6 +68,12 @@ typedef struct smattn_case {
  * "k.npy: shape [4,4,16] does not match q.npy's head dim 128". On failure *c holds nothing
  * to free. smattn_validate is run as part of smattn_case_outputs_alloc (it needs outputs). */
 int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen);
+/* smattn_case_load in two steps, so that a caller can refuse a case on its shapes and
+ * dtypes before any data is read: smattn_case_open reads case.json and every header and
+ * checks them (prob and the tensors' dtypes and strides are set, their data pointers NULL);
+ * smattn_case_read then reads the data. Each frees *c on failure. */
+int smattn_case_open(const char *dir, smattn_case *c, char *err, size_t errlen);
+int smattn_case_read(const char *dir, smattn_case *c, char *err, size_t errlen);
 void smattn_case_free(smattn_case *c);
 
 /* Which outputs to allocate. */

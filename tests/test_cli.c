@@ -279,9 +279,9 @@ static void put_sparse(const char *dir, const char *name, const char *descr, con
 }
 
 /* Issue 15: every header and case.json are checked against each other before any data is
- * read. A 2 GiB v.npy (a hole) whose KV head count differs from k.npy's, and a 2 GiB
- * mask.npy that does not broadcast, are reported by a child that never grew past 256 MiB
- * (reading them first fills 2 GiB). */
+ * read. A 2 GiB v.npy (a hole) whose KV head count differs from k.npy's, a 2 GiB mask.npy
+ * that does not broadcast, and (opt) a 1 GiB f64 q.npy beside a 2 GiB k.npy are reported
+ * by a child that never grew past 256 MiB (reading them first fills GiBs). */
 START_TEST(headers_checked_before_data)
 {
     NEED_CLI();
@@ -300,6 +300,15 @@ START_TEST(headers_checked_before_data)
     r = run((const char *[]){"ref", c, out, NULL});
     ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.err, "mask.npy: shape [2147483648] does not broadcast"), "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    /* opt refuses f64 inputs from the headers too: the 2 GiB k.npy is not read */
+    unlink(path_in(c, "mask.npy"));
+    put_sparse(c, "k.npy", "<f4", "(4, 1, 134217728)", 4LL * 134217728 * 4);
+    put_sparse(c, "q.npy", "<f8", "(1, 1, 134217728)", 134217728LL * 8);
+    r = run((const char *[]){"opt", c, out, NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "opt: q.npy is f64"), "%s", r.err);
     ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
     free_result(&r);
     struct stat st;
