@@ -229,8 +229,7 @@ static int demo_one(const char *path, int full)
         return EXIT_INPUT;
     }
     if (full) {
-        printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec,
-               v.spec[0] ? ")" : "");
+        printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec, v.spec[0] ? ")" : "");
         if (v.description[0])
             printf("  %s\n", v.description);
         print_problem(&v);
@@ -289,7 +288,8 @@ int cmd_demo(int argc, char **argv)
             dir = a, npos++;
     }
     if (npos > 1)
-        return cli_fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
+        return cli_fail(EXIT_INPUT,
+                        "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
     name_list l;
     if (list_vectors(dir, &l, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);

@@ -69,14 +69,12 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
         }
         if (strcmp(a, "--weights") == 0)
             ra->weights = 1;
-        else if (eng == ENGINE_REF &&
-                 (val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
+        else if (eng == ENGINE_REF && (val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
             if (cli_parse_dtype(val, &ra->dtype)) {
                 snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
                 return -1;
             }
-        } else if (eng == ENGINE_OPT &&
-                   (val = cli_option_value(argc, argv, &i, "--isa", &bad))) {
+        } else if (eng == ENGINE_OPT && (val = cli_option_value(argc, argv, &i, "--isa", &bad))) {
             if (strcmp(val, "scalar") && strcmp(val, "avx2") && strcmp(val, "avx512")) {
                 snprintf(msg, len, "opt: --isa '%.40s': want scalar, avx2 or avx512", val);
                 return -1;
@@ -124,8 +122,8 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
     struct {
         const char *file;
         const smattn_tensor *t;
-        const smattn_npy *npy;  /* present when its header was read (itemsize != 0) */
-        int kv;                 /* f16 and bf16 allowed too */
+        const smattn_npy *npy; /* present when its header was read (itemsize != 0) */
+        int kv;                /* f16 and bf16 allowed too */
     } need[] = {{"q.npy", &in->q, &c->q, 0},
                 {"k.npy", &in->k, &c->k, 1},
                 {"v.npy", &in->v, &c->v, 1},

@@ -57,7 +57,7 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
 /* The header of dir/name into *a (no data: see read_data); an absent optional file leaves
  * *a zeroed (present() is 0). */
 static int load_header(const char *dir, const char *name, int required, smattn_npy *a, char *err,
-                      size_t errlen)
+                       size_t errlen)
 {
     memset(a, 0, sizeof *a);
     int ex = file_exists(dir, name, err, errlen);
@@ -298,8 +298,10 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
     const int off = 4 - a->rank;
     memset(t->stride, 0, sizeof t->stride);
     if (a->rank < 1) { /* SPEC 7.1: rank 1-4; a scalar is not a broadcastable array here */
-        smattn_io_err(err, errlen, "%s: shape [] has rank 0; want rank 1-4, broadcastable to "
-                      "[B,Hq,S,T]", file);
+        smattn_io_err(err, errlen,
+                      "%s: shape [] has rank 0; want rank 1-4, broadcastable to "
+                      "[B,Hq,S,T]",
+                      file);
         return -1;
     }
     for (int r = 0; r < a->rank; r++) {
@@ -482,8 +484,7 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
             load_header(dir, "k.npy", 1, &c->k, err, errlen) ||
             load_header(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
             return -1;
-    } else if (load_header(dir, "x.npy", 1, &c->x, err, errlen) ||
-               check_softmax(c, err, errlen))
+    } else if (load_header(dir, "x.npy", 1, &c->x, err, errlen) || check_softmax(c, err, errlen))
         return -1;
     if (load_header(dir, "bias.npy", 0, &c->bias, err, errlen) ||
         load_header(dir, "mask.npy", 0, &c->mask, err, errlen) ||

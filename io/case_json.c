@@ -8,7 +8,6 @@
 #include "io/case.h"
 #include "io/util.h"
 
-
 void smattn_case_json_init(smattn_case_json *cj)
 {
     memset(cj, 0, sizeof *cj);

@@ -12,7 +12,6 @@
 #include "io/case.h"
 #include "io/util.h"
 
-
 /* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B. */
 static int out_shape(const smattn_case *c, int which, int64_t shape[4])
 {
@@ -181,8 +180,7 @@ static int make_outdir(const char *outdir, int *created, char *err, size_t errle
     if (stat(outdir, &st) == 0) {
         if (S_ISDIR(st.st_mode))
             return 0;
-        smattn_io_err(err, errlen, "%s: exists and is not a directory",
-                      smattn_io_path(outdir, q));
+        smattn_io_err(err, errlen, "%s: exists and is not a directory", smattn_io_path(outdir, q));
         return -1;
     }
     if (mkdir(outdir, 0777) != 0) {

@@ -160,7 +160,7 @@ typedef struct ref_job {
     const smattn_ref_config *cfg;
     int64_t rows;
     atomic_llong next;
-    atomic_llong done;      /* rows finished, for cfg->progress */
+    atomic_llong done;      /* rows finished, for progress */
     pthread_t caller;       /* the thread of smattn_ref: the only one that calls progress */
     smattn_progress_fn progress;
     void *progress_arg;

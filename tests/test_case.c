@@ -23,7 +23,6 @@ static char *make_tmpdir(void)
     return d;
 }
 
-
 /* An array of n elements with the given values (converted to the type), written as npy. */
 static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
                 const int64_t *shape)

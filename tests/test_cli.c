@@ -1,7 +1,7 @@
 /* test_cli.c: the smattn tool as a user runs it (SMATTN_CLI): bad input gives exit 2, one
  * stderr line and no output; good runs write .npy files the reader accepts; opt agrees
  * with ref on every ISA the CPU has; demo replays golden vectors bit for bit. */
-#define _DEFAULT_SOURCE /* wait4: the child's peak memory */
+#define _DEFAULT_SOURCE   /* wait4: the child's peak memory */
 #define _XOPEN_SOURCE 700 /* posix_openpt: a terminal for the progress bar */
 #include <check.h>
 #include <dirent.h>
@@ -31,7 +31,6 @@
 /* ---- fixtures -------------------------------------------------------------------------- */
 
 static char tmp[64];
-
 
 static void setup(void)
 {
@@ -788,16 +787,16 @@ START_TEST(every_command_takes_help)
 {
     NEED_CLI();
     static const char *const cmds[] = {"ref", "opt", "demo", "conform", "gen", "check", "version"};
-    static const char *const opts[] = {"--threads", "--isa", "--vectors-only", "--kernel",
-                                       "--suite", "--precision", "--help"};
+    static const char *const opts[] = {"--threads", "--isa",       "--vectors-only", "--kernel",
+                                       "--suite",   "--precision", "--help"};
     for (int k = 0; k < 7; k++)
         for (int h = 0; h < 2; h++) {
             run_result r = run((const char *[]){cmds[k], h ? "-h" : "--help", NULL});
             char want[64];
             snprintf(want, sizeof want, "usage: smattn %s", cmds[k]);
             ck_assert_msg(r.status == 0, "%s --help: exit %d: %s", cmds[k], r.status, r.err);
-            ck_assert_msg(strstr(r.out, want) && strstr(r.out, opts[k]), "%s --help: '%s'",
-                          cmds[k], r.out);
+            ck_assert_msg(strstr(r.out, want) && strstr(r.out, opts[k]), "%s --help: '%s'", cmds[k],
+                          r.out);
             ck_assert_str_eq(r.err, "");
             free_result(&r);
         }
