@@ -12,7 +12,10 @@
  * input (including a kernel that cannot be loaded); 3 the oracle or the kernel failed. */
 enum { EXIT_OK = 0, EXIT_MISMATCH = 1, EXIT_INPUT = 2, EXIT_ORACLE = 3 };
 
-/* One line "smattn: MSG" on stderr, then code. */
+/* One line "smattn CMD: MSG" (or "smattn: MSG" when cmd is NULL) on stderr, with control
+ * characters in MSG escaped (\n, \t, \xHH). */
+void cli_error(const char *cmd, const char *msg);
+/* One line "smattn: MSG" on stderr (as cli_error), then code. */
 int cli_fail(int code, const char *msg);
 /* Statuses that mean the input was bad map to 2; the library's own failures to 3. */
 int cli_exit_code_of(smattn_status st);
@@ -21,6 +24,10 @@ int cli_exit_code_of(smattn_status st);
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, int *missing);
 /* "f64", "f32", "f16", "bf16" -> *t; 0, or -1 for anything else. */
 int cli_parse_dtype(const char *s, smattn_dtype *t);
+/* SMATTN_ISA names no ISA, or one this CPU cannot run: say so in one line on stderr (the
+ * kernel then runs its default ISA, which the line names). Called once by the commands
+ * that run the kernel (opt, demo, conform). */
+void cli_check_isa_env(void);
 /* Monotonic wall time in seconds. */
 double cli_now_seconds(void);
 

@@ -37,7 +37,9 @@ typedef struct opts {
 
 static int usage_error(const char *cmd, const char *msg)
 {
-    fprintf(stderr, "smattn %s: %s (try 'smattn help')\n", cmd, msg);
+    char line[768];
+    snprintf(line, sizeof line, "%s (try 'smattn help')", msg);
+    cli_error(cmd, line);
     return EXIT_USAGE;
 }
 
@@ -172,8 +174,9 @@ static int check_paths(const char *cmd, const opts *o)
         int existed = access(paths[k], F_OK) == 0;
         int fd = open(paths[k], O_WRONLY | (existed ? 0 : O_CREAT | O_EXCL), 0644);
         if (fd < 0) {
-            fprintf(stderr, "smattn %s: %s %s: cannot write: %s\n", cmd, names[k], paths[k],
-                    strerror(errno));
+            char m[1400];
+            snprintf(m, sizeof m, "%s %s: cannot write: %s", names[k], paths[k], strerror(errno));
+            cli_error(cmd, m);
             return EXIT_USAGE;
         }
         close(fd);
@@ -182,7 +185,7 @@ static int check_paths(const char *cmd, const opts *o)
     }
     char err[1200];
     if (o->baseline && conform_baseline_check(o->baseline, err, sizeof err)) {
-        fprintf(stderr, "smattn %s: %s\n", cmd, err);
+        cli_error(cmd, err);
         return EXIT_USAGE;
     }
     return 0;
@@ -243,10 +246,12 @@ static int vectors_for(const char *cmd, const opts *o, char *out, size_t cap)
     }
     char looked[1200];
     if (find_vectors(out, cap, looked, sizeof looked)) {
-        fprintf(stderr,
-                "smattn %s: the golden vectors (spec/vectors) are not found (looked in %s); "
-                "give --vectors DIR, or --no-vectors to run without them\n",
-                cmd, looked);
+        char m[1400];
+        snprintf(m, sizeof m,
+                 "the golden vectors (spec/vectors) are not found (looked in %s); "
+                 "give --vectors DIR, or --no-vectors to run without them",
+                 looked);
+        cli_error(cmd, m);
         return EXIT_USAGE;
     }
     return 0;
@@ -289,7 +294,7 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
 {
     char err[512];
     if (o->baseline && conform_baseline_compare(rep, o->baseline, err, sizeof err)) {
-        fprintf(stderr, "smattn %s: %s\n", cmd, err);
+        cli_error(cmd, err);
         return EXIT_USAGE;
     }
     if (o->require_precision) {
@@ -305,7 +310,7 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
     if ((o->json && conform_report_json(rep, o->json, err, sizeof err)) ||
         (o->junit && conform_report_junit(rep, o->junit, err, sizeof err)) ||
         (o->html && conform_report_html(rep, o->html, err, sizeof err))) {
-        fprintf(stderr, "smattn %s: %s\n", cmd, err);
+        cli_error(cmd, err);
         rc = EXIT_USAGE;
     }
     free(rep->regression_text);
@@ -337,25 +342,25 @@ int cmd_conform(int argc, char **argv)
     if (conform_kernel_open(o.kernel,
                             o.describe_timeout > 0 ? o.describe_timeout : CONFORM_DESCRIBE_TIMEOUT,
                             &k, err, sizeof err)) {
-        fprintf(stderr, "smattn conform: %s\n", err);
+        cli_error("conform", err);
         return EXIT_USAGE;
     }
     conform_battery b;
     if (conform_battery_build(&b, o.suite, o.seed, vdir, err, sizeof err)) {
-        fprintf(stderr, "smattn conform: %s\n", err);
+        cli_error("conform", err);
         conform_kernel_close(&k);
         return EXIT_USAGE;
     }
     if (vdir[0] && golden_count(&b) == 0) {
-        fprintf(stderr,
-                "smattn conform: no golden vector (*.json) in %s (--no-vectors runs without)\n",
-                vdir);
+        char m[1300];
+        snprintf(m, sizeof m, "no golden vector (*.json) in %s (--no-vectors runs without)", vdir);
+        cli_error("conform", m);
         conform_battery_free(&b);
         return EXIT_USAGE;
     }
     conform_result *res = calloc(b.n ? b.n : 1, sizeof *res);
     if (!res) {
-        fprintf(stderr, "smattn conform: out of memory\n");
+        cli_error("conform", "out of memory");
         conform_battery_free(&b);
         conform_kernel_close(&k);
         return EXIT_USAGE;
@@ -452,14 +457,14 @@ int cmd_gen(int argc, char **argv)
         return rc;
     conform_battery b;
     if (conform_battery_build(&b, o.suite, o.seed, vdir, err, sizeof err)) {
-        fprintf(stderr, "smattn gen: %s\n", err);
+        cli_error("gen", err);
         return EXIT_USAGE;
     }
     long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, o.suite,
                                o.seed, o.force, err, sizeof err);
     conform_battery_free(&b);
     if (n < 0) {
-        fprintf(stderr, "smattn gen: %s\n", err);
+        cli_error("gen", err);
         return EXIT_USAGE;
     }
     printf("smattn gen: %ld cases in %s (manifest.json lists them)\n", n, o.pos[0]);
@@ -491,7 +496,7 @@ int cmd_check(int argc, char **argv)
     fflush(stdout);
     if (conform_check_path(o.pos[0], &pm, o.skip, isatty(2) ? progress : NULL, &res, &n, err,
                            sizeof err)) {
-        fprintf(stderr, "smattn check: %s\n", err);
+        cli_error("check", err);
         return EXIT_USAGE;
     }
     conform_report rep;

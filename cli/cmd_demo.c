@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "io/util.h"
 #include "io/vector.h"
 #include "smattn.h"
 
@@ -40,7 +41,8 @@ static int list_vectors(const char *dir, name_list *l, char *msg, size_t len)
     memset(l, 0, sizeof *l);
     DIR *d = opendir(dir);
     if (!d) {
-        snprintf(msg, len, "demo: %s: %s", dir, strerror(errno));
+        char q[SMATTN_IO_PATH_MAX];
+        snprintf(msg, len, "demo: %s: %s", smattn_io_path(dir, q), strerror(errno));
         return -1;
     }
     struct dirent *e;
@@ -222,12 +224,12 @@ static int demo_one(const char *path, int full)
     char msg[1024];
     smattn_vector v;
     if (smattn_vector_load(path, &v, msg, sizeof msg)) {
-        printf("== %s\n  verdict: FAIL, cannot load: %s\n\n", path, msg);
+        char q[SMATTN_IO_PATH_MAX];
+        printf("== %s\n  verdict: FAIL, cannot load: %s\n\n", smattn_io_path(path, q), msg);
         return EXIT_INPUT;
     }
     if (full) {
-        printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec,
-               v.spec[0] ? ")" : "");
+        printf("== %s%s%s%s\n", v.name, v.spec[0] ? "  (SPEC " : "", v.spec, v.spec[0] ? ")" : "");
         if (v.description[0])
             printf("  %s\n", v.description);
         print_problem(&v);
@@ -251,21 +253,49 @@ static int demo_one(const char *path, int full)
 static int is_seed_example(const char *path);
 static int demo_kernel(void);
 
+static const char demo_help[] =
+    "usage: smattn demo [DIR] [--vectors-only]\n"
+    "  Show the seeds' worked examples beside their exact values, replay every golden\n"
+    "  vector DIR/*.json (default spec/vectors) through the oracle in all four dtypes bit\n"
+    "  for bit, then check the fast kernel against the oracle on three Qwen2.5-7B-shaped\n"
+    "  problems under the SPEC 6 bound.\n"
+    "options:\n"
+    "  --vectors-only   skip the kernel check\n"
+    "  -h, --help       print this text\n"
+    "exit status: 0 all passed, 1 a vector or the kernel check failed, 2 bad usage or a\n"
+    "vector that cannot be loaded.\n";
+
 int cmd_demo(int argc, char **argv)
 {
-    char msg[1024];
-    int kernel = 1;
-    if (argc > 0 && strcmp(argv[argc - 1], "--vectors-only") == 0)
-        kernel = 0, argc--;
-    if (argc > 1)
-        return cli_fail(EXIT_INPUT, "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
-    const char *dir = argc ? argv[0] : "spec/vectors";
+    char msg[1024], q[SMATTN_IO_PATH_MAX];
+    int kernel = 1, npos = 0;
+    const char *dir = "spec/vectors";
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(demo_help, stdout);
+            return EXIT_OK;
+        }
+        if (!strcmp(a, "--vectors-only"))
+            kernel = 0;
+        else if (!strcmp(a, "--")) { /* what follows is DIR, even "--help" */
+            for (i++; i < argc; i++)
+                dir = argv[i], npos++;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            snprintf(msg, sizeof msg, "demo: unknown option '%.40s' (try 'smattn demo --help')", a);
+            return cli_fail(EXIT_INPUT, msg);
+        } else
+            dir = a, npos++;
+    }
+    if (npos > 1)
+        return cli_fail(EXIT_INPUT,
+                        "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
     name_list l;
     if (list_vectors(dir, &l, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
     if (l.n == 0) {
         free_names(&l);
-        snprintf(msg, sizeof msg, "demo: no *.json vectors in %s", dir);
+        snprintf(msg, sizeof msg, "demo: no *.json vectors in %s", smattn_io_path(dir, q));
         return cli_fail(EXIT_INPUT, msg);
     }
     printf("smattn %d.%d.%d demo\n\n"
@@ -281,7 +311,8 @@ int cmd_demo(int argc, char **argv)
             worst = rc > worst ? rc : worst;
         }
     printf("2. Every golden vector in %s (%zu), replayed in f64, f32, f16 and bf16 and\n"
-           "   compared bit for bit with its independently computed values:\n\n", dir, l.n);
+           "   compared bit for bit with its independently computed values:\n\n",
+           smattn_io_path(dir, q), l.n);
     for (size_t k = 0; k < l.n; k++) {
         int rc = demo_one(l.names[k], 0);
         failed += rc != EXIT_OK;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "io/case.h"
@@ -22,6 +22,37 @@ typedef struct run_args {
     const char *isa; /* opt only; NULL: the active ISA */
 } run_args;
 
+static const char ref_help[] =
+    "usage: smattn ref CASE OUT [--dtype f64|f32|f16|bf16] [--weights] [--threads N]\n"
+    "  Run the exact oracle on the case directory CASE (q.npy k.npy v.npy, or x.npy for a\n"
+    "  softmax; optional bias.npy mask.npy sinks.npy case.json; SPEC 7) and write\n"
+    "  OUT/o.npy and OUT/lse.npy (softmax: p.npy and lse.npy), correctly rounded, as a set:\n"
+    "  all or none; an o/lse/p.npy of an earlier run that this run does not write is\n"
+    "  removed. OUT is created if missing.\n"
+    "options:\n"
+    "  --dtype T     output dtype: f64 (default), f32, f16, bf16 (written as '<u2' bits)\n"
+    "  --weights     also write OUT/p.npy, the attention weights\n"
+    "  --threads N   threads, 0..4096; 0 (default) uses every online core\n"
+    "  -h, --help    print this text\n"
+    "A progress bar shows on stderr when it is a terminal and the work is long.\n"
+    "exit status: 0 success, 2 bad usage or input (one line on stderr, OUT unchanged),\n"
+    "3 the oracle failed.\n";
+
+static const char opt_help[] =
+    "usage: smattn opt CASE OUT [--threads N] [--isa scalar|avx2|avx512] [--weights]\n"
+    "  The case and outputs of 'smattn ref', computed by the optimised kernel\n"
+    "  (smattn_attention, or smattn_softmax for x.npy) and written as f32, as a set. The\n"
+    "  kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16.\n"
+    "options:\n"
+    "  --isa I       force an ISA the CPU has: scalar, avx2, avx512 (default: the active\n"
+    "                one; the environment variable SMATTN_ISA may set it)\n"
+    "  --weights     also write OUT/p.npy\n"
+    "  --threads N   threads, 0..4096; 0 (default) uses every online core\n"
+    "  -h, --help    print this text\n"
+    "exit status: 0 success, 2 bad usage or input (one line on stderr, OUT unchanged),\n"
+    "3 the kernel failed.\n";
+
+/* 0 parsed, -1 bad (msg), 1 help printed. */
 static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char *msg, size_t len)
 {
     memset(ra, 0, sizeof *ra);
@@ -32,16 +63,18 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val;
         int bad = 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(eng == ENGINE_REF ? ref_help : opt_help, stdout);
+            return 1;
+        }
         if (strcmp(a, "--weights") == 0)
             ra->weights = 1;
-        else if (eng == ENGINE_REF &&
-                 (val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
+        else if (eng == ENGINE_REF && (val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
             if (cli_parse_dtype(val, &ra->dtype)) {
                 snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
                 return -1;
             }
-        } else if (eng == ENGINE_OPT &&
-                   (val = cli_option_value(argc, argv, &i, "--isa", &bad))) {
+        } else if (eng == ENGINE_OPT && (val = cli_option_value(argc, argv, &i, "--isa", &bad))) {
             if (strcmp(val, "scalar") && strcmp(val, "avx2") && strcmp(val, "avx512")) {
                 snprintf(msg, len, "opt: --isa '%.40s': want scalar, avx2 or avx512", val);
                 return -1;
@@ -64,7 +97,7 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
             snprintf(msg, len, "%s: %s needs a value", cmd, a);
             return -1;
         } else if (a[0] == '-' && a[1] != '\0') {
-            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn help')", cmd, a);
+            snprintf(msg, len, "%s: unknown option '%.40s' (try 'smattn %s --help')", cmd, a, cmd);
             return -1;
         } else if (npos < 2) {
             *(npos++ ? &ra->out_dir : &ra->case_dir) = a;
@@ -81,34 +114,24 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
     return 0;
 }
 
-/* OUT must be a directory or not exist yet: checked before any work is done. */
-static int check_out_dir(const char *out, char *msg, size_t len)
-{
-    struct stat st;
-    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        snprintf(msg, len, "%s: exists and is not a directory", out);
-        return -1;
-    }
-    return 0;
-}
-
 /* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
- * in msg; 0 if it takes them all. */
+ * in msg; 0 if it takes them all. Needs the headers only (smattn_case_open). */
 static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
 {
     const smattn_inputs *in = &c->in;
     struct {
         const char *file;
         const smattn_tensor *t;
-        int kv; /* f16 and bf16 allowed too */
-    } need[] = {{"q.npy", &in->q, 0},
-                {"k.npy", &in->k, 1},
-                {"v.npy", &in->v, 1},
-                {"x.npy", &in->x, 0},
-                {"bias.npy", &in->bias, 0}};
+        const smattn_npy *npy; /* present when its header was read (itemsize != 0) */
+        int kv;                /* f16 and bf16 allowed too */
+    } need[] = {{"q.npy", &in->q, &c->q, 0},
+                {"k.npy", &in->k, &c->k, 1},
+                {"v.npy", &in->v, &c->v, 1},
+                {"x.npy", &in->x, &c->x, 0},
+                {"bias.npy", &in->bias, &c->bias, 0}};
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         const smattn_tensor *t = need[k].t;
-        if (!t->data || t->dtype == SMATTN_F32 ||
+        if (!need[k].npy->itemsize || t->dtype == SMATTN_F32 ||
             (need[k].kv && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)))
             continue;
         snprintf(msg, len, "opt: %s is %s; the kernel takes %s", need[k].file,
@@ -117,6 +140,37 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
         return -1;
     }
     return 0;
+}
+
+/* The oracle's progress bar: on stderr when it is a terminal, once the work has lasted
+ * half a second (short runs show nothing), at most ten times a second, erased at the end.
+ * smattn_ref_progress calls it from this thread only. */
+typedef struct progress_bar {
+    double t0, last;
+    int shown;
+} progress_bar;
+
+static void show_progress(int64_t done, int64_t total, void *arg)
+{
+    progress_bar *b = arg;
+    double now = cli_now_seconds();
+    if (done >= total) {
+        if (b->shown)
+            fprintf(stderr, "\r%*s\r", 72, "");
+        fflush(stderr);
+        return;
+    }
+    if (now - b->t0 < 0.5 || (b->shown && now - b->last < 0.1))
+        return;
+    const int width = 30;
+    int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : 0;
+    fprintf(stderr, "\rsmattn ref: [%.*s%*s] %3d%% %lld/%lld rows %.1f s", fill,
+            "##############################", width - fill, "",
+            total > 0 ? (int)(100.0 * (double)done / (double)total) : 0, (long long)done,
+            (long long)total, now - b->t0);
+    fflush(stderr);
+    b->shown = 1;
+    b->last = now;
 }
 
 /* Run the oracle or the kernel on a loaded case; one line in msg and an exit code on
@@ -129,7 +183,9 @@ static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
     if (eng == ENGINE_REF) {
         smattn_ref_config cfg = {0};
         cfg.threads = ra->threads;
-        st = smattn_ref(&c->prob, &c->in, out, &cfg, NULL);
+        progress_bar bar = {cli_now_seconds(), 0, 0};
+        st = smattn_ref_progress(&c->prob, &c->in, out, &cfg, NULL,
+                                 isatty(STDERR_FILENO) ? show_progress : NULL, &bar);
     } else {
         smattn_opt_config cfg = {ra->threads, ra->isa};
         st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
@@ -149,16 +205,21 @@ static int cmd_run(engine eng, int argc, char **argv)
 {
     char msg[1024];
     run_args ra;
-    if (parse_run_args(eng, argc, argv, &ra, msg, sizeof msg) ||
-        check_out_dir(ra.out_dir, msg, sizeof msg))
+    int pr = parse_run_args(eng, argc, argv, &ra, msg, sizeof msg);
+    if (pr > 0)
+        return EXIT_OK;
+    /* OUT first: a path that cannot take the outputs is found before any work. */
+    if (pr < 0 || smattn_case_out_check(ra.out_dir, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
     smattn_case c;
-    if (smattn_case_load(ra.case_dir, &c, msg, sizeof msg))
+    if (smattn_case_open(ra.case_dir, &c, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
-    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) {
+    if (eng == ENGINE_OPT && opt_check_dtypes(&c, msg, sizeof msg)) { /* before the data */
         smattn_case_free(&c);
         return cli_fail(EXIT_INPUT, msg);
     }
+    if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
+        return cli_fail(EXIT_INPUT, msg);
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;

@@ -58,7 +58,8 @@ static const char usage_text[] =
     "      first line the reason), or named with a --skip prefix, is counted as skipped.\n"
     "      Exit codes as for conform.\n"
     "  version    print the version\n"
-    "  help       print this text\n"
+    "  help [COMMAND]\n"
+    "      print this text, or COMMAND's options ('smattn COMMAND --help' does too)\n"
     "\n"
     "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
     "3 the oracle or the kernel failed (precision limit, out of memory).\n";
@@ -69,14 +70,33 @@ int main(int argc, char **argv)
         return cli_fail(EXIT_INPUT, "missing command (try 'smattn help')");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        /* "smattn help ref" is "smattn ref --help"; "help --help" is this text */
+        if (argc > 2 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h") &&
+            strcmp(argv[2], "help") && strcmp(argv[2], "--version")) {
+            char *sub[3] = {argv[0], argv[2], "--help"};
+            return main(3, sub);
+        }
         fputs(usage_text, stdout);
         return EXIT_OK;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+            fputs("usage: smattn version\n  Print the library's version and the SPEC version it\n"
+                  "  implements.\noptions:\n  -h, --help    print this text\n",
+                  stdout);
+            return EXIT_OK;
+        }
+        if (argc > 2) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "version: unexpected argument '%.40s'", argv[2]);
+            return cli_fail(EXIT_INPUT, msg);
+        }
         printf("smattn %d.%d.%d (spec %s)\n", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
                SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
         return EXIT_OK;
     }
+    if (!strcmp(cmd, "opt") || !strcmp(cmd, "demo") || !strcmp(cmd, "conform"))
+        cli_check_isa_env();
     if (!strcmp(cmd, "ref"))
         return cmd_ref(argc - 2, argv + 2);
     if (!strcmp(cmd, "opt"))

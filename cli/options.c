@@ -1,13 +1,32 @@
 /* options.c: what every subcommand of the smattn tool parses and reports with. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
 
+void cli_error(const char *cmd, const char *msg)
+{
+    /* Control bytes escaped: a path holding a newline must not split the line (the io/
+     * messages quote paths already; this also covers the conform library's). */
+    fprintf(stderr, "smattn%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p == '\n')
+            fputs("\\n", stderr);
+        else if (*p == '\t')
+            fputs("\\t", stderr);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
+}
+
 int cli_fail(int code, const char *msg)
 {
-    fprintf(stderr, "smattn: %s\n", msg);
+    cli_error(NULL, msg);
     return code;
 }
 
@@ -56,4 +75,22 @@ double cli_now_seconds(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void cli_check_isa_env(void)
+{
+    const char *e = getenv("SMATTN_ISA");
+    if (!e)
+        return;
+    char msg[160];
+    if (strcmp(e, "scalar") && strcmp(e, "avx2") && strcmp(e, "avx512"))
+        snprintf(msg, sizeof msg,
+                 "SMATTN_ISA='%.40s' is not an ISA (want scalar, avx2 or avx512); using %s", e,
+                 smattn_opt_isa());
+    else if (!smattn_opt_isa_available(e))
+        snprintf(msg, sizeof msg, "SMATTN_ISA=%s: this CPU cannot run it; using %s", e,
+                 smattn_opt_isa());
+    else
+        return;
+    cli_error(NULL, msg);
 }

@@ -198,6 +198,19 @@ SMATTN_NODISCARD smattn_status smattn_ref(const smattn_problem *prob, const smat
                                           const smattn_ref_config *cfg,
                                           smattn_ref_stats *stats);
 
+/* smattn_ref with a progress report, for a display (the library itself never prints):
+ * progress (may be NULL) is called with the rows finished so far and the rows in all, only
+ * from the calling thread (so it needs no locking), after each few rows that thread
+ * finishes and once at the end with done == total (not after a validation failure). It
+ * must not call back into the library. Results are those of smattn_ref. */
+typedef void (*smattn_progress_fn)(int64_t done, int64_t total, void *arg);
+SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
+                                                   const smattn_inputs *in,
+                                                   const smattn_outputs *out,
+                                                   const smattn_ref_config *cfg,
+                                                   smattn_ref_stats *stats,
+                                                   smattn_progress_fn progress, void *arg);
+
 
 /* ---------------------------------------------------------------------------------------
  * The error bound (SPEC 6) and the error metrics shared by tests, fuzzers and the checker.

@@ -1,4 +1,4 @@
-/* case.c: case directories: case.json, the input arrays, their checks, and the outputs. */
+/* case.c: case directories: the input arrays, their checks against each other and case.json. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -11,319 +11,23 @@
 #include "io/case.h"
 #include "io/util.h"
 
-/* ---- case.json ------------------------------------------------------------------------- */
-
-void smattn_case_json_init(smattn_case_json *cj)
-{
-    memset(cj, 0, sizeof *cj);
-    cj->causal = SMATTN_CAUSAL_NONE;
-    cj->window[0] = cj->window[1] = -1;
-    cj->empty_rows = SMATTN_EMPTY_ZERO;
-    cj->empty_lse = SMATTN_LSE_NEG_INF;
-}
-
-void smattn_case_json_free(smattn_case_json *cj)
-{
-    if (!cj)
-        return;
-    free(cj->kv_lens);
-    free(cj->q_lens);
-    free(cj->sinks);
-    cj->kv_lens = cj->q_lens = NULL;
-    cj->sinks = NULL;
-}
-
-/* An integer that json-c did not saturate (it clamps out-of-range integers silently). */
-static int json_exact_int(json_object *v, int64_t *out)
-{
-    if (!json_object_is_type(v, json_type_int))
-        return -1;
-    int64_t i = json_object_get_int64(v);
-    if (i == INT64_MAX || i == INT64_MIN)
-        return -1;
-    *out = i;
-    return 0;
-}
-
-/* A JSON number as the nearest binary64 (json-c parses decimals with strtod, which rounds
- * correctly; integers are exact in int64 and converted with one rounding). The strings
- * "inf", "-inf" and "nan" are accepted where allow_special is set. */
-static int json_number(json_object *v, int allow_special, double *out)
-{
-    if (json_object_is_type(v, json_type_double)) {
-        *out = json_object_get_double(v);
-        return 0;
-    }
-    int64_t i;
-    if (json_exact_int(v, &i) == 0) {
-        *out = (double)i;
-        return 0;
-    }
-    if (allow_special && json_object_is_type(v, json_type_string)) {
-        const char *s = json_object_get_string(v);
-        if (strcmp(s, "inf") == 0)
-            *out = HUGE_VAL;
-        else if (strcmp(s, "-inf") == 0)
-            *out = -HUGE_VAL;
-        else if (strcmp(s, "nan") == 0)
-            *out = (double)NAN;
-        else
-            return -1;
-        return 0;
-    }
-    return -1;
-}
-
-/* A string value among names[0..n); its index in *idx. */
-static int json_choice(json_object *v, const char *key, const char *const *names, int n, int *idx,
-                       char *err, size_t errlen)
-{
-    if (json_object_is_type(v, json_type_string)) {
-        const char *s = json_object_get_string(v);
-        for (int k = 0; k < n; k++)
-            if (strcmp(s, names[k]) == 0) {
-                *idx = k;
-                return 0;
-            }
-    }
-    char list[128] = "";
-    for (int k = 0; k < n; k++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
-                 k == 0       ? ""
-                 : k == n - 1 ? " or "
-                              : ", ",
-                 names[k]);
-    smattn_io_err(err, errlen, "\"%s\" must be %s", key, list);
-    return -1;
-}
-
-static int json_int_array(json_object *v, const char *key, int64_t **out, size_t *n, char *err,
-                          size_t errlen)
-{
-    if (json_object_is_type(v, json_type_null))
-        return 0;
-    if (!json_object_is_type(v, json_type_array)) {
-        smattn_io_err(err, errlen, "\"%s\" must be an array of integers", key);
-        return -1;
-    }
-    size_t len = json_object_array_length(v);
-    int64_t *a = malloc((len ? len : 1) * sizeof *a);
-    if (!a) {
-        smattn_io_err(err, errlen, "out of memory");
-        return -1;
-    }
-    for (size_t k = 0; k < len; k++)
-        if (json_exact_int(json_object_array_get_idx(v, k), &a[k])) {
-            smattn_io_err(err, errlen, "\"%s\"[%zu] is not an integer (in int64 range)", key, k);
-            free(a);
-            return -1;
-        }
-    *out = a;
-    *n = len;
-    return 0;
-}
-
-static int key_scale(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    if (json_number(v, 0, &cj->scale) || !isfinite(cj->scale)) {
-        smattn_io_err(err, errlen, "\"scale\" must be a finite number, got %s",
-                      json_object_to_json_string(v));
-        return -1;
-    }
-    cj->has_scale = 1;
-    return 0;
-}
-
-static int key_softcap(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    if (json_number(v, 0, &cj->softcap) || !isfinite(cj->softcap) || cj->softcap < 0) {
-        smattn_io_err(err, errlen, "\"softcap\" must be a finite number >= 0, got %s",
-                      json_object_to_json_string(v));
-        return -1;
-    }
-    return 0;
-}
-
-static int key_causal(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    static const char *const names[] = {"none", "lower_right", "upper_left"};
-    int k;
-    if (json_choice(v, "causal", names, 3, &k, err, errlen))
-        return -1;
-    cj->causal = (smattn_causal)k;
-    return 0;
-}
-
-static int key_empty_rows(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    static const char *const names[] = {"zero", "nan", "mean"};
-    int k;
-    if (json_choice(v, "empty_rows", names, 3, &k, err, errlen))
-        return -1;
-    cj->empty_rows = (smattn_empty)k;
-    return 0;
-}
-
-static int key_empty_lse(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    static const char *const names[] = {"neg_inf", "pos_inf", "zero"};
-    int k;
-    if (json_choice(v, "empty_lse", names, 3, &k, err, errlen))
-        return -1;
-    cj->empty_lse = (smattn_empty_lse)k;
-    return 0;
-}
-
-static int key_window(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    int64_t w[2];
-    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) != 2 ||
-        json_exact_int(json_object_array_get_idx(v, 0), &w[0]) ||
-        json_exact_int(json_object_array_get_idx(v, 1), &w[1]) || w[0] < -1 || w[1] < -1) {
-        smattn_io_err(err, errlen,
-                      "\"window\" must be [left, right], integers >= -1 (-1: unbounded)");
-        return -1;
-    }
-    cj->window[0] = w[0];
-    cj->window[1] = w[1];
-    return 0;
-}
-
-static int key_kv_lens(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    return json_int_array(v, "kv_lens", &cj->kv_lens, &cj->n_kv_lens, err, errlen);
-}
-
-static int key_q_lens(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    return json_int_array(v, "q_lens", &cj->q_lens, &cj->n_q_lens, err, errlen);
-}
-
-static int key_sinks(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    if (!json_object_is_type(v, json_type_array)) {
-        smattn_io_err(err, errlen, "\"sinks\" must be an array of numbers (one per query head)");
-        return -1;
-    }
-    size_t len = json_object_array_length(v);
-    double *a = malloc((len ? len : 1) * sizeof *a);
-    if (!a) {
-        smattn_io_err(err, errlen, "out of memory");
-        return -1;
-    }
-    for (size_t k = 0; k < len; k++)
-        if (json_number(json_object_array_get_idx(v, k), 1, &a[k])) {
-            smattn_io_err(err, errlen,
-                          "\"sinks\"[%zu] is not a number (or \"inf\", \"-inf\", \"nan\")", k);
-            free(a);
-            return -1;
-        }
-    cj->sinks = a;
-    cj->n_sinks = len;
-    return 0;
-}
-
-static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
-
-static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
-{
-    if (!json_object_is_type(v, json_type_array)) {
-        smattn_io_err(err, errlen,
-                      "\"bf16\" must be an array of names among q, k, v, x, bias, sinks");
-        return -1;
-    }
-    size_t len = json_object_array_length(v);
-    for (size_t k = 0; k < len; k++) {
-        int idx;
-        if (json_choice(json_object_array_get_idx(v, k), "bf16", bf16_names, 6, &idx, err,
-                        errlen)) {
-            smattn_io_err(err, errlen, "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks", k);
-            return -1;
-        }
-        cj->bf16 |= 1u << idx;
-    }
-    return 0;
-}
-
-typedef int (*key_fn)(json_object *, smattn_case_json *, char *, size_t);
-static const struct {
-    const char *name;
-    key_fn fn;
-} case_keys[] = {
-    {"scale", key_scale},     {"causal", key_causal},         {"window", key_window},
-    {"kv_lens", key_kv_lens}, {"q_lens", key_q_lens},         {"softcap", key_softcap},
-    {"sinks", key_sinks},     {"empty_rows", key_empty_rows}, {"empty_lse", key_empty_lse},
-    {"bf16", key_bf16},
-};
-
-static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)
-{
-    if (!json_object_is_type(obj, json_type_object)) {
-        smattn_io_err(err, errlen, "the top level must be a JSON object");
-        return -1;
-    }
-    json_object_object_foreach(obj, key, val)
-    {
-        size_t k = 0, nk = sizeof case_keys / sizeof case_keys[0];
-        while (k < nk && strcmp(key, case_keys[k].name) != 0)
-            k++;
-        if (k == nk) {
-            char shown[65]; /* the key as printable ASCII: the error stays one line */
-            size_t n = 0;
-            for (const char *c = key; *c && n < sizeof shown - 1; c++, n++)
-                shown[n] = *c >= 0x20 && *c < 0x7f ? *c : '?';
-            shown[n] = 0;
-            smattn_io_err(err, errlen,
-                          "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
-                          "softcap, sinks, empty_rows, empty_lse, bf16)",
-                          shown);
-            return -1;
-        }
-        if (case_keys[k].fn(val, cj, err, errlen))
-            return -1;
-    }
-    return 0;
-}
-
-int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, char *err,
-                           size_t errlen)
-{
-    smattn_case_json_init(cj);
-    json_object *obj = smattn_io_parse_json(text, len, err, errlen);
-    if (!obj)
-        return -1;
-    int rc = parse_object(obj, cj, err, errlen);
-    json_object_put(obj);
-    if (rc) {
-        smattn_case_json_free(cj);
-        smattn_case_json_init(cj);
-    }
-    return rc;
-}
-
 /* ---- files ----------------------------------------------------------------------------- */
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
 /* 1 if dir/name exists (as anything), 0 if not; -1 (with err) on another stat error. */
 static int file_exists(const char *dir, const char *name, char *err, size_t errlen)
 {
-    char *p = join_path(dir, name);
+    char *p = smattn_io_join_path(dir, name);
     if (!p) {
         smattn_io_err(err, errlen, "out of memory");
         return -1;
     }
     struct stat st;
     int rc = stat(p, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
-    if (rc < 0)
-        smattn_io_err(err, errlen, "%s: %s", name, strerror(errno));
+    if (rc < 0) { /* EACCES and the like: the directory cannot be searched */
+        char q[SMATTN_IO_PATH_MAX];
+        smattn_io_err(err, errlen, "%s: cannot read the case directory (%s: %s)",
+                      smattn_io_path(dir, q), name, strerror(errno));
+    }
     free(p);
     return rc;
 }
@@ -337,7 +41,7 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     int ex = file_exists(dir, "case.json", err, errlen);
     if (ex <= 0)
         return ex;
-    char *p = join_path(dir, "case.json");
+    char *p = smattn_io_join_path(dir, "case.json");
     size_t len = 0;
     char *text = p ? smattn_io_read_text(p, CASE_JSON_MAX, &len, err, errlen) : NULL;
     if (!p)
@@ -350,9 +54,10 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     return rc;
 }
 
-/* Load dir/name into *a; an absent optional file leaves a->data NULL. */
-static int load_array(const char *dir, const char *name, int required, smattn_npy *a, char *err,
-                      size_t errlen)
+/* The header of dir/name into *a (no data: see read_data); an absent optional file leaves
+ * *a zeroed (present() is 0). */
+static int load_header(const char *dir, const char *name, int required, smattn_npy *a, char *err,
+                       size_t errlen)
 {
     memset(a, 0, sizeof *a);
     int ex = file_exists(dir, name, err, errlen);
@@ -363,16 +68,55 @@ static int load_array(const char *dir, const char *name, int required, smattn_np
             smattn_io_err(err, errlen, "%s: missing (required for this case)", name);
         return required ? -1 : 0;
     }
-    char *p = join_path(dir, name);
+    char *p = smattn_io_join_path(dir, name);
     if (!p) {
         smattn_io_err(err, errlen, "out of memory");
         return -1;
     }
-    int rc = smattn_npy_read(p, a, err, errlen);
+    int rc = smattn_npy_read_header(p, a, err, errlen);
     free(p);
     if (rc)
         smattn_io_err_prefix(err, errlen, name);
     return rc;
+}
+
+/* An input file was given (its header is loaded; its data may not be yet). */
+static int present(const smattn_npy *a)
+{
+    return a->itemsize != 0;
+}
+
+/* The data of every present array, read only once every header has been checked. */
+static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    static const char *const names[7] = {"q.npy",    "k.npy",    "v.npy",    "x.npy",
+                                         "bias.npy", "mask.npy", "sinks.npy"};
+    smattn_npy *arr[7] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->mask, &c->sinks};
+    for (int n = 0; n < 7; n++) {
+        if (!present(arr[n]))
+            continue;
+        char *p = smattn_io_join_path(dir, names[n]);
+        if (!p) {
+            smattn_io_err(err, errlen, "out of memory");
+            return -1;
+        }
+        int rc = smattn_npy_read_data(p, arr[n], err, errlen);
+        free(p);
+        if (rc) {
+            smattn_io_err_prefix(err, errlen, names[n]);
+            return -1;
+        }
+    }
+    /* Every check has passed: no present array is empty, so each has data now. */
+    c->in.q.data = c->q.data;
+    c->in.k.data = c->k.data;
+    c->in.v.data = c->v.data;
+    c->in.x.data = c->x.data;
+    c->in.bias.data = c->bias.data;
+    c->in.mask.data = c->mask.data;
+    if (present(&c->sinks))
+        c->in.sinks.data = c->sinks.data;
+    return 0;
 }
 
 /* ---- checks ---------------------------------------------------------------------------- */
@@ -517,7 +261,6 @@ static int check_attention(smattn_case *c, char *err, size_t errlen)
         if (float_dtype(arr[n], names[n], keys[n], (c->json.bf16 & bits[n]) != 0, &ten[n]->dtype,
                         err, errlen))
             return -1;
-        ten[n]->data = arr[n]->data;
         strides_34(arr[n], ten[n]->stride);
     }
     return 0;
@@ -541,7 +284,6 @@ static int check_softmax(smattn_case *c, char *err, size_t errlen)
     if (float_dtype(x, "x.npy", "x", (c->json.bf16 & SMATTN_CASE_X) != 0, &c->in.x.dtype, err,
                     errlen))
         return -1;
-    c->in.x.data = x->data;
     strides_34(x, c->in.x.stride);
     return 0;
 }
@@ -555,6 +297,13 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
     const int64_t full[4] = {p->B, p->Hq, p->S, p->T};
     const int off = 4 - a->rank;
     memset(t->stride, 0, sizeof t->stride);
+    if (a->rank < 1) { /* SPEC 7.1: rank 1-4; a scalar is not a broadcastable array here */
+        smattn_io_err(err, errlen,
+                      "%s: shape [] has rank 0; want rank 1-4, broadcastable to "
+                      "[B,Hq,S,T]",
+                      file);
+        return -1;
+    }
     for (int r = 0; r < a->rank; r++) {
         int64_t n = a->shape[r];
         if (n != 1 && n != full[off + r]) {
@@ -569,19 +318,18 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
         }
         t->stride[off + r] = n == 1 ? 0 : a->stride[r];
     }
-    t->data = a->data;
     return 0;
 }
 
 static int check_bias_mask(smattn_case *c, char *err, size_t errlen)
 {
-    if (c->bias.data) {
+    if (present(&c->bias)) {
         if (float_dtype(&c->bias, "bias.npy", "bias", (c->json.bf16 & SMATTN_CASE_BIAS) != 0,
                         &c->in.bias.dtype, err, errlen) ||
             check_broadcast(c, &c->bias, "bias.npy", &c->in.bias, err, errlen))
             return -1;
     }
-    if (c->mask.data) {
+    if (present(&c->mask)) {
         if (c->mask.type != SMATTN_NPY_BOOL && c->mask.type != SMATTN_NPY_U8) {
             smattn_io_err(err, errlen,
                           "mask.npy: dtype '%s' is not a mask type (want '|b1' or "
@@ -599,7 +347,7 @@ static int check_bias_mask(smattn_case *c, char *err, size_t errlen)
 static int check_sinks(smattn_case *c, char *err, size_t errlen)
 {
     const int64_t Hq = c->prob.Hq;
-    if (c->sinks.data && c->json.sinks) {
+    if (present(&c->sinks) && c->json.sinks) {
         smattn_io_err(err, errlen, "sinks.npy: sinks are also given in case.json (give one)");
         return -1;
     }
@@ -611,7 +359,7 @@ static int check_sinks(smattn_case *c, char *err, size_t errlen)
         }
         c->in.sinks = (smattn_tensor){c->json.sinks, SMATTN_F64, {1, 0, 0, 0}};
     }
-    if (c->sinks.data) {
+    if (present(&c->sinks)) {
         if (c->sinks.rank != 1 || c->sinks.shape[0] != Hq) {
             char s[128];
             shape_str(&c->sinks, s, sizeof s);
@@ -621,7 +369,6 @@ static int check_sinks(smattn_case *c, char *err, size_t errlen)
         if (float_dtype(&c->sinks, "sinks.npy", "sinks", (c->json.bf16 & SMATTN_CASE_SINKS) != 0,
                         &c->in.sinks.dtype, err, errlen))
             return -1;
-        c->in.sinks.data = c->sinks.data;
         c->in.sinks.stride[0] = c->sinks.stride[0];
     }
     return 0;
@@ -650,9 +397,10 @@ static int check_lens(const int64_t *lens, size_t n, const char *key, int64_t B,
 /* Every name in "bf16" must be an input this case has (as a .npy file). */
 static int check_bf16_names(const smattn_case *c, char *err, size_t errlen)
 {
+    static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
     const smattn_npy *arr[6] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->sinks};
     for (int n = 0; n < 6; n++)
-        if ((c->json.bf16 >> n & 1) && !arr[n]->data) {
+        if ((c->json.bf16 >> n & 1) && !present(arr[n])) {
             smattn_io_err(err, errlen, "case.json: \"bf16\" names %s, but there is no %s.npy",
                           bf16_names[n], bf16_names[n]);
             return -1;
@@ -690,7 +438,9 @@ static int case_op(const char *dir, smattn_op *op, char *err, size_t errlen)
         return -1;
     }
     if (!hq && !hx) {
-        smattn_io_err(err, errlen, "%s: no q.npy (attention) or x.npy (softmax)", dir);
+        char q[SMATTN_IO_PATH_MAX];
+        smattn_io_err(err, errlen, "%s: no q.npy (attention) or x.npy (softmax)",
+                      smattn_io_path(dir, q));
         return -1;
     }
     *op = hq ? SMATTN_OP_ATTENTION : SMATTN_OP_SOFTMAX;
@@ -711,25 +461,34 @@ static int case_op(const char *dir, smattn_op *op, char *err, size_t errlen)
 static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        smattn_io_err(err, errlen, "%s: %s", dir,
-                      stat(dir, &st) != 0 ? "no such case directory" : "not a directory");
+    char q[SMATTN_IO_PATH_MAX];
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            smattn_io_err(err, errlen, "%s: no such case directory", smattn_io_path(dir, q));
+        else
+            smattn_io_err(err, errlen, "%s: cannot read the case directory: %s",
+                          smattn_io_path(dir, q), strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        smattn_io_err(err, errlen, "%s: not a directory", smattn_io_path(dir, q));
         return -1;
     }
     smattn_op op;
     if (load_json(dir, &c->json, err, errlen) || case_op(dir, &op, err, errlen))
         return -1;
+    /* Every header and case.json first, cross-checked; no data byte before that. */
     c->prob = smattn_problem_default();
     if (op == SMATTN_OP_ATTENTION) {
-        if (load_array(dir, "q.npy", 1, &c->q, err, errlen) ||
-            load_array(dir, "k.npy", 1, &c->k, err, errlen) ||
-            load_array(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
+        if (load_header(dir, "q.npy", 1, &c->q, err, errlen) ||
+            load_header(dir, "k.npy", 1, &c->k, err, errlen) ||
+            load_header(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
             return -1;
-    } else if (load_array(dir, "x.npy", 1, &c->x, err, errlen) || check_softmax(c, err, errlen))
+    } else if (load_header(dir, "x.npy", 1, &c->x, err, errlen) || check_softmax(c, err, errlen))
         return -1;
-    if (load_array(dir, "bias.npy", 0, &c->bias, err, errlen) ||
-        load_array(dir, "mask.npy", 0, &c->mask, err, errlen) ||
-        load_array(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
+    if (load_header(dir, "bias.npy", 0, &c->bias, err, errlen) ||
+        load_header(dir, "mask.npy", 0, &c->mask, err, errlen) ||
+        load_header(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
         check_bf16_names(c, err, errlen) || check_bias_mask(c, err, errlen) ||
         check_sinks(c, err, errlen))
         return -1;
@@ -741,7 +500,7 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
     return 0;
 }
 
-int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
+int smattn_case_open(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     smattn_case_json_init(&c->json);
@@ -749,6 +508,19 @@ int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
         return 0;
     smattn_case_free(c);
     return -1;
+}
+
+int smattn_case_read(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    if (read_data(dir, c, err, errlen) == 0)
+        return 0;
+    smattn_case_free(c);
+    return -1;
+}
+
+int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen)
+{
+    return smattn_case_open(dir, c, err, errlen) || smattn_case_read(dir, c, err, errlen) ? -1 : 0;
 }
 
 void smattn_case_free(smattn_case *c)
@@ -760,173 +532,4 @@ void smattn_case_free(smattn_case *c)
         smattn_npy_free(arr[n]);
     smattn_case_json_free(&c->json);
     memset(c, 0, sizeof *c);
-}
-
-/* ---- outputs --------------------------------------------------------------------------- */
-
-/* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B. */
-static int out_shape(const smattn_case *c, int which, int64_t shape[4])
-{
-    const smattn_problem *p = &c->prob;
-    int64_t full[3][4] = {
-        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
-    int rank = which == 1 ? 3 : 4;
-    int drop = c->rank == 3;
-    for (int r = drop; r < rank; r++)
-        shape[r - drop] = full[which][r];
-    return rank - drop;
-}
-
-/* Element count of a shape, or -1 if it does not fit in int64 or size_t bytes. */
-static int64_t shape_count(const int64_t *shape, int rank, size_t es)
-{
-    int64_t n = 1;
-    for (int r = 0; r < rank; r++) {
-        if (shape[r] != 0 && n > INT64_MAX / shape[r])
-            return -1;
-        n *= shape[r];
-    }
-    return (uint64_t)n > SIZE_MAX / es ? -1 : n;
-}
-
-smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
-                                        smattn_outputs *out, char *err, size_t errlen)
-{
-    static const char *const names[3] = {"o", "lse", "p"};
-    static const char roles[3] = {'o', 'l', 'p'};
-    memset(out, 0, sizeof *out);
-    smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
-    size_t es = smattn_dtype_size(t);
-    if (es == 0 || t == SMATTN_BOOL) {
-        smattn_io_err(err, errlen, "output dtype %d is not a float type", (int)t);
-        return SMATTN_ERR_DTYPE;
-    }
-    for (int k = 0; k < 3; k++) {
-        if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
-            continue;
-        int64_t shape[4];
-        int rank = out_shape(c, k, shape);
-        int64_t n = shape_count(shape, rank, es);
-        if (n < 0) {
-            smattn_io_err(err, errlen, "%s.npy: the output has too many elements to allocate",
-                          names[k]);
-            smattn_case_outputs_free(out);
-            return SMATTN_ERR_OVERFLOW;
-        }
-        ot[k]->data = calloc((size_t)n ? (size_t)n : 1, es);
-        if (!ot[k]->data) {
-            smattn_io_err(err, errlen, "%s.npy: out of memory for %lld elements of %s", names[k],
-                          (long long)n, smattn_dtype_name(t));
-            smattn_case_outputs_free(out);
-            return SMATTN_ERR_NOMEM;
-        }
-        ot[k]->dtype = t;
-        smattn_contiguous_strides(&c->prob, roles[k], ot[k]->stride);
-    }
-    smattn_status st = smattn_validate(&c->prob, &c->in, out);
-    if (st != SMATTN_OK) {
-        smattn_io_err(err, errlen, "case: %s (%s)", smattn_status_str(st), smattn_status_name(st));
-        smattn_case_outputs_free(out);
-    }
-    return st;
-}
-
-void smattn_case_outputs_free(smattn_outputs *out)
-{
-    if (!out)
-        return;
-    free(out->o.data);
-    free(out->lse.data);
-    free(out->p.data);
-    memset(out, 0, sizeof *out);
-}
-
-/* Make OUT if missing; *created says whether this call made it. */
-static int make_outdir(const char *outdir, int *created, char *err, size_t errlen)
-{
-    struct stat st;
-    *created = 0;
-    if (stat(outdir, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return 0;
-        smattn_io_err(err, errlen, "%s: exists and is not a directory", outdir);
-        return -1;
-    }
-    if (mkdir(outdir, 0777) != 0) {
-        smattn_io_err(err, errlen, "%s: cannot create directory: %s", outdir, strerror(errno));
-        return -1;
-    }
-    *created = 1;
-    return 0;
-}
-
-/* Write one output to a fresh temporary file in OUT; its path goes to *tmp. */
-static int write_temp(const char *outdir, const char *name, const smattn_out_tensor *t, int rank,
-                      const int64_t *shape, char **tmp, char *err, size_t errlen)
-{
-    size_t n = strlen(outdir) + strlen(name) + 16;
-    char *path = malloc(n);
-    if (!path) {
-        smattn_io_err(err, errlen, "out of memory");
-        return -1;
-    }
-    snprintf(path, n, "%s/.%s.XXXXXX", outdir, name);
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        smattn_io_err(err, errlen, "%s: cannot create a temporary file: %s", outdir,
-                      strerror(errno));
-        free(path);
-        return -1;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
-    close(fd);
-    *tmp = path;
-    if (smattn_npy_write(path, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
-        smattn_io_err_prefix(err, errlen, name);
-        return -1;
-    }
-    return 0;
-}
-
-int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
-                              char *err, size_t errlen)
-{
-    static const char *const names[3] = {"o.npy", "lse.npy", "p.npy"};
-    const smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
-    char *tmp[3] = {NULL, NULL, NULL};
-    int created, rc = -1;
-    if (make_outdir(outdir, &created, err, errlen))
-        return -1;
-    int k;
-    for (k = 0; k < 3; k++) {
-        if (!ot[k]->data || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
-            continue;
-        int64_t shape[4];
-        int rank = out_shape(c, k, shape);
-        if (write_temp(outdir, names[k], ot[k], rank, shape, &tmp[k], err, errlen))
-            break;
-    }
-    if (k == 3) {
-        rc = 0;
-        for (k = 0; k < 3 && rc == 0; k++) {
-            char *final = tmp[k] ? join_path(outdir, names[k]) : NULL;
-            if (tmp[k] && (!final || rename(tmp[k], final) != 0)) {
-                smattn_io_err(err, errlen, "%s: cannot rename into %s: %s", names[k], outdir,
-                              final ? strerror(errno) : "out of memory");
-                rc = -1;
-            } else if (tmp[k]) {
-                free(tmp[k]);
-                tmp[k] = NULL;
-            }
-            free(final);
-        }
-    }
-    for (k = 0; k < 3; k++) {
-        if (tmp[k])
-            remove(tmp[k]);
-        free(tmp[k]);
-    }
-    if (rc && created)
-        rmdir(outdir);
-    return rc;
 }

@@ -7,6 +7,9 @@
  * [B,Hq,S,T] (right-aligned, each dim 1 or full); sinks.npy is [Hq]. Fortran-ordered
  * arrays are used in place through their strides. Every error is one line that names the
  * file and the problem.
+ *
+ * io/case_json.c parses case.json, io/case.c loads and checks the arrays, io/case_out.c
+ * allocates and writes the outputs.
  */
 #ifndef SMATTN_IO_CASE_H
 #define SMATTN_IO_CASE_H
@@ -65,6 +68,12 @@ typedef struct smattn_case {
  * "k.npy: shape [4,4,16] does not match q.npy's head dim 128". On failure *c holds nothing
  * to free. smattn_validate is run as part of smattn_case_outputs_alloc (it needs outputs). */
 int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen);
+/* smattn_case_load in two steps, so that a caller can refuse a case on its shapes and
+ * dtypes before any data is read: smattn_case_open reads case.json and every header and
+ * checks them (prob and the tensors' dtypes and strides are set, their data pointers NULL);
+ * smattn_case_read then reads the data. Each frees *c on failure. */
+int smattn_case_open(const char *dir, smattn_case *c, char *err, size_t errlen);
+int smattn_case_read(const char *dir, smattn_case *c, char *err, size_t errlen);
 void smattn_case_free(smattn_case *c);
 
 /* Which outputs to allocate. */
@@ -78,11 +87,20 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
                                         smattn_outputs *out, char *err, size_t errlen);
 void smattn_case_outputs_free(smattn_outputs *out);
 
+/* Check OUT before any work: it is a directory that takes new files, or it does not exist
+ * and can be created (its parent exists; made and removed at once), and none of OUT/o.npy,
+ * lse.npy, p.npy is a directory. Nothing in OUT changes. 0, or nonzero with one line. */
+int smattn_case_out_check(const char *outdir, char *err, size_t errlen);
+
 /* Write the outputs present in out (data != NULL; contiguous, as allocated above) to
  * OUT/o.npy, OUT/lse.npy, OUT/p.npy in the case's rank convention (3-D: o [S,Hq,Dv],
- * lse [Hq,S], p [Hq,S,T]). OUT is created if missing. Each file is first written under a
- * temporary name in OUT; all are renamed only when all were written, and on failure the
- * temporaries (and OUT, if created here) are removed. Returns 0 or nonzero with err. */
+ * lse [Hq,S], p [Hq,S,T]), as a set: OUT is checked (smattn_case_out_check) and created if
+ * missing; each file is written under a temporary name in OUT and flushed (fsync); only
+ * when all are written are they renamed into place, and then those of the three names
+ * this run does not produce (a p.npy without --weights, an o.npy of a softmax) are removed
+ * as stale outputs of an earlier run. On failure the temporaries (and OUT, if created
+ * here) are removed and OUT is as it was. Other files in OUT are never touched. Returns 0
+ * or nonzero with err. */
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen);
 

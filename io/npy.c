@@ -584,7 +584,9 @@ static int read_header_of(int fd, size_t fsize, smattn_npy *a, char *err, size_t
     return rc;
 }
 
-int smattn_npy_read(const char *path, smattn_npy *a, char *err, size_t errlen)
+/* Open path read-only as a regular file, with its header parsed into *a (data NULL) and
+ * the data size checked against the file size. Returns the descriptor, or -1 with err. */
+static int open_with_header(const char *path, smattn_npy *a, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
     /* O_NONBLOCK: opening a FIFO must not hang; it is then refused as not regular. */
@@ -599,21 +601,42 @@ int smattn_npy_read(const char *path, smattn_npy *a, char *err, size_t errlen)
         set_err(err, errlen, "cannot stat: %s", strerror(errno));
     else if (!S_ISREG(st.st_mode))
         set_err(err, errlen, "not a regular file");
-    else if (read_header_of(fd, (size_t)st.st_size, a, err, errlen) == 0) {
-        size_t fsize = (size_t)st.st_size;
-        size_t bytes = (size_t)a->count * a->itemsize;
-        if (check_data_size(a, fsize - a->data_offset, err, errlen) == 0 &&
-            alloc_data(a, err, errlen) == 0) {
-            ssize_t r = -1;
-            if (lseek(fd, (off_t)a->data_offset, SEEK_SET) >= 0)
-                r = read_full(fd, a->data, bytes);
-            if (r == (ssize_t)bytes) {
-                if (npy_needs_swap(a))
-                    swap_elements(a->data, (size_t)a->count, a->itemsize);
-                rc = 0;
-            } else
-                set_err(err, errlen, "read error: %s", r < 0 ? strerror(errno) : "file shrank");
-        }
+    else if (read_header_of(fd, (size_t)st.st_size, a, err, errlen) == 0)
+        rc = check_data_size(a, (size_t)st.st_size - a->data_offset, err, errlen);
+    if (rc) {
+        close(fd);
+        memset(a, 0, sizeof *a);
+        return -1;
+    }
+    return fd;
+}
+
+int smattn_npy_read_header(const char *path, smattn_npy *a, char *err, size_t errlen)
+{
+    int fd = open_with_header(path, a, err, errlen);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+int smattn_npy_read(const char *path, smattn_npy *a, char *err, size_t errlen)
+{
+    int fd = open_with_header(path, a, err, errlen);
+    if (fd < 0)
+        return -1;
+    int rc = -1;
+    size_t bytes = (size_t)a->count * a->itemsize;
+    if (alloc_data(a, err, errlen) == 0) {
+        ssize_t r = -1;
+        if (lseek(fd, (off_t)a->data_offset, SEEK_SET) >= 0)
+            r = read_full(fd, a->data, bytes);
+        if (r == (ssize_t)bytes) {
+            if (npy_needs_swap(a))
+                swap_elements(a->data, (size_t)a->count, a->itemsize);
+            rc = 0;
+        } else
+            set_err(err, errlen, "read error: %s", r < 0 ? strerror(errno) : "file shrank");
     }
     close(fd);
     if (rc) {
@@ -621,6 +644,21 @@ int smattn_npy_read(const char *path, smattn_npy *a, char *err, size_t errlen)
         memset(a, 0, sizeof *a);
     }
     return rc;
+}
+
+int smattn_npy_read_data(const char *path, smattn_npy *a, char *err, size_t errlen)
+{
+    smattn_npy b;
+    if (smattn_npy_read(path, &b, err, errlen))
+        return -1;
+    if (b.type != a->type || b.rank != a->rank || b.fortran_order != a->fortran_order ||
+        memcmp(b.shape, a->shape, sizeof b.shape) != 0 || b.version != a->version) {
+        smattn_npy_free(&b);
+        set_err(err, errlen, "the file changed while it was being read");
+        return -1;
+    }
+    *a = b;
+    return 0;
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */

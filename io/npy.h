@@ -61,6 +61,14 @@ int smattn_npy_parse(const void *buf, size_t len, smattn_npy *a, char *err, size
  * first, so a huge or lying header costs nothing. */
 int smattn_npy_read(const char *path, smattn_npy *a, char *err, size_t errlen);
 
+/* The header of a .npy file only: every field of *a but data (NULL), the data size checked
+ * against the file's size; no data byte is read. Same errors as smattn_npy_read. */
+int smattn_npy_read_header(const char *path, smattn_npy *a, char *err, size_t errlen);
+
+/* Read the data of a file whose header smattn_npy_read_header put in *a: the file is read
+ * again whole and must still have the same header (else an error: it changed). */
+int smattn_npy_read_data(const char *path, smattn_npy *a, char *err, size_t errlen);
+
 /* Free the data of an array (safe on a zeroed or already freed one). */
 void smattn_npy_free(smattn_npy *a);
 

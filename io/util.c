@@ -30,6 +30,50 @@ void smattn_io_err_prefix(char *err, size_t errlen, const char *name)
     snprintf(err, errlen, "%s: %s", name, tmp);
 }
 
+const char *smattn_io_path(const char *path, char buf[SMATTN_IO_PATH_MAX])
+{
+    int plain = path[0] != '\0';
+    for (const char *p = path; *p && plain; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                strchr("/._-+,:@%=~", *p) != NULL;
+    if (plain && strlen(path) < SMATTN_IO_PATH_MAX)
+        return path;
+    /* 'quoted', with \n, \t, \xHH for control and non-ASCII bytes, \' and \\ */
+    size_t n = 0, cap = SMATTN_IO_PATH_MAX;
+    buf[n++] = '\'';
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        char e[5];
+        if (*p == '\n' || *p == '\t' || *p == '\r')
+            snprintf(e, sizeof e, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
+        else if (*p == '\'' || *p == '\\')
+            snprintf(e, sizeof e, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            snprintf(e, sizeof e, "\\x%02x", *p);
+        else
+            e[0] = (char)*p, e[1] = '\0';
+        size_t m = strlen(e);
+        if (n + m + 5 > cap) { /* room for "...'" and the NUL */
+            memcpy(buf + n, "...", 3);
+            n += 3;
+            break;
+        }
+        memcpy(buf + n, e, m);
+        n += m;
+    }
+    buf[n++] = '\'';
+    buf[n] = '\0';
+    return buf;
+}
+
+char *smattn_io_join_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
 char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
     /* O_NONBLOCK: opening a FIFO must not hang; it is then refused as not regular. */
@@ -86,12 +130,14 @@ json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_
         smattn_io_err(err, errlen, "malformed JSON: contains a NUL byte");
         return NULL;
     }
+    if (smattn_io_json_check(text, len, err, errlen))
+        return NULL;
     json_tokener *tok = json_tokener_new();
     if (!tok) {
         smattn_io_err(err, errlen, "out of memory");
         return NULL;
     }
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     json_object *obj = json_tokener_parse_ex(tok, len ? text : "", (int)len);
     enum json_tokener_error e = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);

@@ -13,12 +13,28 @@ void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
 /* Turn err into "name: err" in place. */
 void smattn_io_err_prefix(char *err, size_t errlen, const char *name);
 
+/* A path as messages show it: itself when it holds only letters, digits and /._-+,:@%=~;
+ * otherwise in single quotes with control characters, non-ASCII bytes, quotes and
+ * backslashes escaped (\n, \xHH, \', \\), so every message stays one printable line. Long
+ * paths are cut with "...". Returns path or buf. */
+#define SMATTN_IO_PATH_MAX 512
+const char *smattn_io_path(const char *path, char buf[SMATTN_IO_PATH_MAX]);
+
+/* "dir/name" in a malloc'd string (NULL when out of memory). */
+char *smattn_io_join_path(const char *dir, const char *name);
+
 /* Read a whole text file of at most max bytes into a malloc'd buffer (length in *len, plus
  * a NUL after it). NULL with one line in err on failure. */
 char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen);
 
-/* Parse text[0, len) strictly as one JSON value followed only by whitespace (a NUL byte
- * inside is an error). Returns a new json-c reference, or NULL with one line in err. */
+/* Check text[0, len) against RFC 8259 where json-c is lax (io/json_strict.c): one object at
+ * the top level, double-quoted strings only, no duplicate key in any object, integers
+ * within int64. 0, or nonzero with one line in err. */
+int smattn_io_json_check(const char *text, size_t len, char *err, size_t errlen);
+
+/* Parse text[0, len) strictly (RFC 8259, smattn_io_json_check, then json-c in strict mode
+ * with UTF-8 validation) as one JSON object followed only by whitespace (a NUL byte inside
+ * is an error). Returns a new json-c reference, or NULL with one line in err. */
 json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_t errlen);
 
 #endif

@@ -560,7 +560,8 @@ int smattn_vector_load(const char *path, smattn_vector *v, char *err, size_t err
     json_object_put(root);
     if (rc) {
         smattn_vector_free(v);
-        smattn_io_err_prefix(err, errlen, stem[0] ? stem : path);
+        char q[SMATTN_IO_PATH_MAX];
+        smattn_io_err_prefix(err, errlen, smattn_io_path(stem[0] ? stem : path, q));
     }
     return rc;
 }

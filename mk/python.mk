@@ -22,13 +22,12 @@ $(patsubst %.c,$(BUILD)/pic/%.o,$(IO_SRC) conform/battery.c python/_smattn_shim.
   ISAFLAGS := $(JSONC_CFLAGS)
 $(BUILD)/python/libshim.a: $(filter-out $(BUILD)/pic/python/%,$(PY_SHIM_OBJ))
 	@mkdir -p $(dir $@)
-	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 $(BUILD)/python/shim.map: | deps
 	@mkdir -p $(dir $@)
 	@printf '{ global: smattn_py_*; local: *; };\n' > $@
 $(PY_SHIM): $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(BUILD)/python/shim.map
-	$(CC) $(CFLAGS_BASE) -shared -Wl,--version-script=$(BUILD)/python/shim.map -o $@ \
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -shared -Wl,--version-script=$(BUILD)/python/shim.map -o $@ \
 	  $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(JSONC_LIBS) \
 	  -lmpfr -lgmp -lm -pthread
 

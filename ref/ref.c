@@ -160,6 +160,10 @@ typedef struct ref_job {
     const smattn_ref_config *cfg;
     int64_t rows;
     atomic_llong next;
+    atomic_llong done;      /* rows finished, for progress */
+    pthread_t caller;       /* the thread of smattn_ref: the only one that calls progress */
+    smattn_progress_fn progress;
+    void *progress_arg;
     pthread_mutex_t lock;
     int64_t fail_row;       /* lowest failing row, or -1 */
     smattn_status fail;
@@ -394,6 +398,9 @@ static void *worker(void *arg)
                 if (st)
                     record_failure(job, row, st);
             }
+            long long d = atomic_fetch_add(&job->done, (long long)(end - start)) + (end - start);
+            if (job->progress && pthread_equal(pthread_self(), job->caller))
+                job->progress(d, job->rows, job->progress_arg);
         }
         row_free(&r);
     }
@@ -416,6 +423,14 @@ smattn_status smattn_ref(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *out, const smattn_ref_config *cfg,
                          smattn_ref_stats *stats)
 {
+    return smattn_ref_progress(p, in, out, cfg, stats, NULL, NULL);
+}
+
+smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *in,
+                                  const smattn_outputs *out, const smattn_ref_config *cfg,
+                                  smattn_ref_stats *stats, smattn_progress_fn progress,
+                                  void *progress_arg)
+{
     smattn_status st = smattn_validate(p, in, out);
     if (st)
         return st;
@@ -433,6 +448,10 @@ smattn_status smattn_ref(const smattn_problem *p, const smattn_inputs *in,
     job.cfg = cfg;
     job.rows = p->B * p->Hq * p->S; /* fits: validation bounded every offset */
     atomic_init(&job.next, 0);
+    atomic_init(&job.done, 0);
+    job.caller = pthread_self();
+    job.progress = progress;
+    job.progress_arg = progress_arg;
     job.fail_row = -1;
     if (pthread_mutex_init(&job.lock, NULL))
         return SMATTN_ERR_THREADS;
@@ -458,6 +477,8 @@ smattn_status smattn_ref(const smattn_problem *p, const smattn_inputs *in,
         pthread_join(tid[t], NULL);
     free(tid);
     pthread_mutex_destroy(&job.lock);
+    if (progress)
+        progress(job.rows, job.rows, progress_arg);
     if (stats)
         *stats = job.stats;
     return job.fail_row >= 0 ? job.fail : SMATTN_OK;

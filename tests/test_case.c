@@ -12,6 +12,7 @@
 
 #include "tests/support/fs.h"
 #include "io/case.h"
+#include "io/util.h"
 
 /* ---- fixtures -------------------------------------------------------------------------- */
 
@@ -21,7 +22,6 @@ static char *make_tmpdir(void)
     ck_assert_ptr_nonnull(mkdtemp(d));
     return d;
 }
-
 
 /* An array of n elements with the given values (converted to the type), written as npy. */
 static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
@@ -280,7 +280,17 @@ START_TEST(bad_shapes_rejected)
     put(d, "q.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 4, 2});
     put(d, "bias.npy", SMATTN_NPY_F32, 2, (int64_t[]){3, 3});
     load_fails(d, "bias.npy: shape [3,3] does not broadcast to [B,Hq,S,T] = [1,4,2,3]");
+    /* SPEC 7.1: bias and mask have rank 1-4; a rank-0 array is not taken as a scalar. */
+    put(d, "bias.npy", SMATTN_NPY_F32, 0, NULL);
+    load_fails(d, "bias.npy: shape [] has rank 0; want rank 1-4");
     put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 4, 1, 3});
+    put(d, "mask.npy", SMATTN_NPY_BOOL, 0, NULL);
+    load_fails(d, "mask.npy: shape [] has rank 0; want rank 1-4");
+    char mp[512];
+    snprintf(mp, sizeof mp, "%s/mask.npy", d);
+    unlink(mp);
+    put(d, "sinks.npy", SMATTN_NPY_F32, 0, NULL);
+    load_fails(d, "sinks.npy: shape [], want [Hq] = [4]");
     put(d, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){3});
     load_fails(d, "sinks.npy: shape [3], want [Hq] = [4]");
     put(d, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){4});
@@ -316,7 +326,7 @@ START_TEST(bad_json_rejected)
         {"{\"scael\": 1}", "case.json: unknown key \"scael\""},
         {"{\"scale\": \"0.5\"}", "\"scale\" must be a finite number"},
         {"{\"scale\": 1e400}", "\"scale\" must be a finite number"},
-        {"{\"scale\": 99999999999999999999999}", "\"scale\" must be a finite number"},
+        {"{\"scale\": 99999999999999999999999}", "case.json: integer at byte 10 is out of range"},
         {"{\"causal\": \"lower-right\"}", "\"causal\" must be"},
         {"{\"window\": [1]}", "\"window\" must be"},
         {"{\"window\": [-2, 0]}", "\"window\" must be"},
@@ -357,6 +367,55 @@ START_TEST(json_from_memory)
     ck_assert(smattn_case_json_parse("{\"scale\": 0.1}", 14, &cj, err, sizeof err) == 0);
     ck_assert(cj.scale == 0x1.999999999999ap-4);
     smattn_case_json_free(&cj);
+}
+END_TEST
+
+/* RFC 8259 where json-c 0.16 is lax (issue 15): integers exact over all of int64, anything
+ * beyond it out of range (not saturated), single quotes, duplicate keys (also spelled with
+ * escapes, also nested), a top level that is not an object, leading zeros. */
+static void json_bad(const char *text, const char *needle)
+{
+    smattn_case_json cj;
+    char err[256] = "";
+    ck_assert_msg(smattn_case_json_parse(text, strlen(text), &cj, err, sizeof err) != 0,
+                  "accepted: %s", text);
+    ck_assert_msg(strstr(err, needle) != NULL, "%s: message '%s' lacks '%s'", text, err, needle);
+    ck_assert_msg(!strchr(err, '\n'), "%s: two lines", text);
+}
+
+START_TEST(json_strict_rfc8259)
+{
+    smattn_case_json cj;
+    char err[256];
+    const char *t = "{\"scale\": 9223372036854775807,"
+                    " \"kv_lens\": [9223372036854775807, -9223372036854775808, 0]}";
+    ck_assert_msg(smattn_case_json_parse(t, strlen(t), &cj, err, sizeof err) == 0, "%s", err);
+    ck_assert(cj.scale == 0x1p63);
+    ck_assert(cj.n_kv_lens == 3 && cj.kv_lens[0] == INT64_MAX && cj.kv_lens[1] == INT64_MIN);
+    smattn_case_json_free(&cj);
+    json_bad("{\"scale\": 123456789012345678901234567890}", "out of range");
+    json_bad("{\"scale\": 9223372036854775808}", "out of range");
+    json_bad("{\"kv_lens\": [-9223372036854775809]}", "out of range");
+    json_bad("{\"kv_lens\": [18446744073709551615]}", "out of range");
+    json_bad("{'scale': 1}", "single quotes");
+    json_bad("{\"causal\": 'none'}", "single quotes");
+    json_bad("{\"scale\": 1, \"scale\": 2}", "duplicate key \"scale\"");
+    json_bad("{\"scale\": 1, \"\\u0073cale\": 1}", "duplicate key \"scale\"");
+    json_bad("true", "the top level must be a JSON object");
+    json_bad("null", "the top level must be a JSON object");
+    json_bad(" [1] ", "the top level must be a JSON object");
+    json_bad("12", "the top level must be a JSON object");
+    json_bad("{\"scale\": 01}", "leading zero");
+    json_bad("{\"scale\": 1.}", "malformed number");
+    json_bad("{\"scale\": .5}", "malformed");
+    json_bad("{\"scale\": 1,}", "expected a key");
+    json_bad("{\"causal\": \"no\tne\"}", "control character");
+    /* the check alone: a duplicate in a nested object, a surrogate pair as a key */
+    const char *nested = "{\"a\": [{\"b\": 1, \"c\": {\"d\": 1, \"d\": 2}}]}";
+    ck_assert(smattn_io_json_check(nested, strlen(nested), err, sizeof err) != 0);
+    ck_assert_msg(strstr(err, "duplicate key \"d\""), "%s", err);
+    const char *pair = "{\"\\ud83d\\ude00\": 1, \"x\": {\"\\ud83d\\ude00\": 1}}";
+    ck_assert_msg(smattn_io_json_check(pair, strlen(pair), err, sizeof err) == 0, "%s", err);
 }
 END_TEST
 
@@ -456,6 +515,7 @@ Suite *case_suite(void)
     tcase_add_test(tc, bad_shapes_rejected);
     tcase_add_test(tc, bad_json_rejected);
     tcase_add_test(tc, json_from_memory);
+    tcase_add_test(tc, json_strict_rfc8259);
     tcase_add_test(tc, json_mutations_never_crash);
     tcase_add_test(tc, outputs_written_in_case_rank);
     suite_add_tcase(s, tc);

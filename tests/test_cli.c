@@ -1,15 +1,22 @@
 /* test_cli.c: the smattn tool as a user runs it (SMATTN_CLI): bad input gives exit 2, one
  * stderr line and no output; good runs write .npy files the reader accepts; opt agrees
  * with ref on every ISA the CPU has; demo replays golden vectors bit for bit. */
+#define _DEFAULT_SOURCE   /* wait4: the child's peak memory */
+#define _XOPEN_SOURCE 700 /* posix_openpt: a terminal for the progress bar */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/support/fs.h"
@@ -24,7 +31,6 @@
 /* ---- fixtures -------------------------------------------------------------------------- */
 
 static char tmp[64];
-
 
 static void setup(void)
 {
@@ -66,7 +72,15 @@ static char *read_all(const char *path)
 typedef struct run_result {
     int status; /* exit code, or -1 if killed by a signal */
     char *out, *err;
+    long maxrss_kib; /* the child's peak resident memory */
 } run_result;
+
+/* A file size limit for the next runs' child (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond
+ * it fails with EFBIG), 0 for none: a full disk on demand. */
+static long run_fsize_limit;
+/* Run the next children as user and group 65534 (nobody) when the tests run as root, so
+ * that permissions apply to them. */
+static int run_as_nobody;
 
 /* Run SMATTN_CLI with args (NULL-terminated), capturing stdout and stderr. */
 static run_result run(const char *const *args)
@@ -85,12 +99,23 @@ static run_result run(const char *const *args)
         int e = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
             _exit(127);
+        if (run_as_nobody && getuid() == 0 &&
+            (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(127);
+        if (run_fsize_limit) {
+            struct rlimit rl = {(rlim_t)run_fsize_limit, (rlim_t)run_fsize_limit};
+            signal(SIGXFSZ, SIG_IGN);
+            if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+                _exit(127);
+        }
         execv(argv[0], (char *const *)(uintptr_t)argv);
         _exit(127);
     }
     int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    struct rusage ru;
+    ck_assert_int_eq(wait4(pid, &ws, 0, &ru), pid);
     run_result r;
+    r.maxrss_kib = ru.ru_maxrss;
     r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
     r.out = read_all(op);
     r.err = read_all(ep);
@@ -105,6 +130,13 @@ static void free_result(run_result *r)
 {
     free(r->out);
     free(r->err);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int count_lines(const char *s)
@@ -224,6 +256,66 @@ START_TEST(bad_cases_give_one_line_and_no_output)
 }
 END_TEST
 
+/* A .npy file whose header claims `bytes` of data that are a hole (sparse): costs nothing
+ * on disk, but reading it would fill that much memory. */
+static void put_sparse(const char *dir, const char *name, const char *descr, const char *shape,
+                       long long bytes)
+{
+    char dict[128], hdr[192];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     descr, shape);
+    int total = (10 + n + 1 + 63) / 64 * 64; /* magic, version, length, dict, '\n' */
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (char)((total - 10) & 0xff), hdr[9] = (char)((total - 10) >> 8);
+    memset(hdr + 10, ' ', (size_t)(total - 10));
+    memcpy(hdr + 10, dict, (size_t)n);
+    hdr[total - 1] = '\n';
+    int fd = open(path_in(dir, name), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, hdr, (size_t)total), total);
+    ck_assert_int_eq(ftruncate(fd, (off_t)(total + bytes)), 0);
+    close(fd);
+}
+
+/* Issue 15: every header and case.json are checked against each other before any data is
+ * read. A 2 GiB v.npy (a hole) whose KV head count differs from k.npy's, a 2 GiB mask.npy
+ * that does not broadcast, and (opt) a 1 GiB f64 q.npy beside a 2 GiB k.npy are reported
+ * by a child that never grew past 256 MiB (reading them first fills GiBs). */
+START_TEST(headers_checked_before_data)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *out = strdup(path_in(tmp, "out"));
+    put_sparse(c, "v.npy", "<f4", "(4, 2, 67108864)", 4LL * 2 * 67108864 * 4);
+    run_result r = run((const char *[]){"ref", c, out, NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "v.npy: shape [4,2,67108864] does not match k.npy's KV head count"),
+                  "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    double v[4] = {10, 20, 100, 0};
+    put(c, "v.npy", SMATTN_NPY_F64, 3, (int64_t[]){4, 1, 1}, v);
+    put_sparse(c, "mask.npy", "|b1", "(2147483648,)", 2147483648LL);
+    r = run((const char *[]){"ref", c, out, NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "mask.npy: shape [2147483648] does not broadcast"), "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    /* opt refuses f64 inputs from the headers too: the 2 GiB k.npy is not read */
+    unlink(path_in(c, "mask.npy"));
+    put_sparse(c, "k.npy", "<f4", "(4, 1, 134217728)", 4LL * 134217728 * 4);
+    put_sparse(c, "q.npy", "<f8", "(1, 1, 134217728)", 134217728LL * 8);
+    r = run((const char *[]){"opt", c, out, NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "opt: q.npy is f64"), "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    struct stat st;
+    ck_assert(stat(out, &st) != 0);
+    free(c), free(out);
+}
+END_TEST
+
 static void check_npy(const char *path, smattn_npy_type t, int rank, const int64_t *shape)
 {
     smattn_npy a;
@@ -235,6 +327,177 @@ static void check_npy(const char *path, smattn_npy_type t, int rank, const int64
         ck_assert_int_eq(a.shape[r], shape[r]);
     smattn_npy_free(&a);
 }
+
+/* Every entry of dir (names sorted, each file's bytes hashed) as one string, to compare
+ * a directory before and after a run. */
+static char *dir_state(const char *dir)
+{
+    struct dirent **ents;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    ck_assert_int_ge(n, 0);
+    size_t cap = 64 + (size_t)n * 300;
+    char *s = calloc(1, cap);
+    for (int k = 0; k < n; k++) {
+        const char *name = ents[k]->d_name;
+        unsigned long long h = 1469598103934665603ull;
+        struct stat st;
+        ck_assert_int_eq(lstat(path_in(dir, name), &st), 0);
+        if (S_ISREG(st.st_mode)) {
+            FILE *f = fopen(path_in(dir, name), "rb");
+            int ch;
+            while (f && (ch = fgetc(f)) != EOF)
+                h = (h ^ (unsigned)ch) * 1099511628211ull;
+            if (f)
+                fclose(f);
+        }
+        snprintf(s + strlen(s), cap - strlen(s), "%s:%c:%llx\n", name,
+                 S_ISDIR(st.st_mode) ? 'd' : 'f', h);
+        free(ents[k]);
+    }
+    free(ents);
+    return s;
+}
+
+/* A run that fails leaves OUT exactly as it was (here: state), one line on stderr. */
+static void expect_bad_keeps(const char *const *args, const char *needle, const char *out,
+                             const char *state)
+{
+    expect_bad(args, needle, NULL);
+    char *now = dir_state(out);
+    ck_assert_msg(strcmp(now, state) == 0, "OUT changed:\nbefore\n%safter\n%s", state, now);
+    free(now);
+}
+
+/* Issue 15: OUT's outputs are a set written whole or not at all. A target that is a
+ * directory (lse.npy), a full disk while p.npy is written: exit 2, OUT as it was (the old
+ * o.npy not replaced, no temporaries). A run without --weights removes the p.npy of an
+ * earlier run, a softmax removes o.npy; other files in OUT stay. */
+START_TEST(outputs_committed_as_a_set)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *out = strdup(path_in(tmp, "out"));
+    run_result r = run((const char *[]){"ref", c, out, "--weights", NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    put_text(out, "notes.txt", "mine");
+    ck_assert_int_eq(unlink(path_in(out, "lse.npy")), 0);
+    ck_assert_int_eq(mkdir(path_in(out, "lse.npy"), 0700), 0);
+    char *state = dir_state(out);
+    expect_bad_keeps((const char *[]){"ref", c, out, "--dtype", "f32", NULL},
+                     "/lse.npy: is a directory", out, state);
+    free(state);
+    ck_assert_int_eq(rmdir(path_in(out, "lse.npy")), 0);
+    /* no --weights: the earlier p.npy goes */
+    r = run((const char *[]){"ref", c, out, "--dtype", "f32", NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    struct stat st;
+    ck_assert_msg(stat(path_in(out, "p.npy"), &st) != 0, "stale p.npy kept");
+    check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){1, 1, 1});
+    check_npy(path_in(out, "lse.npy"), SMATTN_NPY_F32, 2, (int64_t[]){1, 1});
+    /* a softmax into the same OUT: o.npy goes, p.npy and lse.npy come */
+    char *s = strdup(path_in(tmp, "sm"));
+    ck_assert_int_eq(mkdir(s, 0700), 0);
+    double x[3] = {2, 1, -1};
+    put(s, "x.npy", SMATTN_NPY_F64, 3, (int64_t[]){1, 1, 3}, x);
+    r = run((const char *[]){"ref", s, out, NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    ck_assert_msg(stat(path_in(out, "o.npy"), &st) != 0, "stale o.npy kept");
+    check_npy(path_in(out, "p.npy"), SMATTN_NPY_F64, 3, (int64_t[]){1, 1, 3});
+    ck_assert_int_eq(stat(path_in(out, "notes.txt"), &st), 0);
+    /* a full disk while the 600-key p.npy is written (o and lse fit): nothing changes */
+    char *big = strdup(path_in(tmp, "big"));
+    ck_assert_int_eq(mkdir(big, 0700), 0);
+    static double kv[600];
+    put(big, "q.npy", SMATTN_NPY_F64, 3, (int64_t[]){1, 1, 1}, kv);
+    put(big, "k.npy", SMATTN_NPY_F64, 3, (int64_t[]){600, 1, 1}, kv);
+    put(big, "v.npy", SMATTN_NPY_F64, 3, (int64_t[]){600, 1, 1}, kv);
+    r = run((const char *[]){"ref", big, out, NULL});
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    free_result(&r);
+    state = dir_state(out);
+    run_fsize_limit = 4096;
+    expect_bad_keeps((const char *[]){"ref", big, out, "--weights", NULL}, "p.npy: write error",
+                     out, state);
+    run_fsize_limit = 0;
+    free(state);
+    free(big), free(s), free(c), free(out);
+}
+END_TEST
+
+/* Issue 15: OUT is checked before any work: before the case is even read (the case here
+ * is bad too, and OUT is what is reported), a missing parent, a path through a file, a
+ * directory that takes no files (/proc/self, even for root), a file. Nothing is created. */
+START_TEST(out_checked_before_work)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    put_text(c, "case.json", "{\"scale\": }");
+    put_text(tmp, "afile", "x");
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "nope/out"), NULL},
+               "nope/out: cannot be created: its parent", path_in(tmp, "nope"));
+    expect_bad((const char *[]){"opt", c, path_in(tmp, "afile/out"), NULL},
+               "afile/out: Not a directory", NULL);
+    expect_bad((const char *[]){"ref", c, "/proc/self", NULL}, "/proc/self: cannot write into it",
+               NULL);
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "afile"), NULL},
+               "afile: exists and is not a directory", NULL);
+    free(c);
+}
+END_TEST
+
+/* Issue 15: a path holding a newline (or another control character) gives one line,
+ * the path quoted with the newline escaped: CASE, OUT, check's and demo's paths. */
+START_TEST(paths_with_newlines_one_line)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *nl = strdup(path_in(tmp, "no\ncase"));
+    expect_bad((const char *[]){"ref", nl, path_in(tmp, "out"), NULL}, "no\\ncase'", NULL);
+    expect_bad((const char *[]){"opt", c, path_in(nl, "out"), NULL}, "no\\ncase", NULL);
+    expect_bad((const char *[]){"check", nl, NULL}, "no\\ncase", NULL);
+    expect_bad((const char *[]){"demo", nl, NULL}, "no\\ncase'", NULL);
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1\n2", NULL},
+               "--threads '1\\n2'", NULL);
+    /* a case directory whose name holds a tab and a newline: its errors quote it too */
+    char *odd = strdup(path_in(tmp, "c\t\nd"));
+    ck_assert_int_eq(rename(c, odd), 0);
+    put_text(odd, "case.json", "{\"scale\": 1, \"x\": 1}");
+    expect_bad((const char *[]){"ref", odd, path_in(tmp, "out"), NULL}, "unknown key", NULL);
+    unlink(path_in(odd, "q.npy"));
+    put_text(odd, "case.json", "{}");
+    expect_bad((const char *[]){"ref", odd, path_in(tmp, "out"), NULL}, "c\\t\\nd': no q.npy",
+               NULL);
+    free(odd), free(nl), free(c);
+}
+END_TEST
+
+/* Issue 15: a case directory that cannot be read is named as such (not "case.json:
+ * Permission denied"). Root ignores permissions, so then the child runs as nobody. */
+START_TEST(unreadable_case_dir_named)
+{
+    NEED_CLI();
+    char *c = strdup(make_case("c"));
+    char *pub = strdup(path_in(tmp, "pub"));
+    ck_assert_int_eq(mkdir(pub, 0777), 0);
+    ck_assert_int_eq(chmod(pub, 0777), 0);
+    ck_assert_int_eq(chmod(tmp, 0755), 0);
+    ck_assert_int_eq(chmod(c, 0), 0);
+    run_as_nobody = 1;
+    expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
+               "/c: cannot read the case directory (case.json: Permission denied)",
+               path_in(pub, "out"));
+    run_as_nobody = 0;
+    ck_assert_int_eq(chmod(c, 0700), 0);
+    /* a path through a file: not "no such case directory" */
+    put_text(tmp, "afile", "x");
+    expect_bad((const char *[]){"ref", path_in(tmp, "afile/c"), path_in(pub, "out"), NULL},
+               "afile/c: cannot read the case directory: Not a directory", path_in(pub, "out"));
+    free(pub), free(c);
+}
+END_TEST
 
 START_TEST(good_runs_write_npy)
 {
@@ -387,6 +650,98 @@ START_TEST(opt_matches_ref)
 }
 END_TEST
 
+/* Issue 15: SMATTN_ISA naming no ISA is said once on stderr (one line), and the run goes
+ * on with the default; a valid one says nothing. */
+START_TEST(bogus_isa_env_said_once)
+{
+    NEED_CLI();
+    char *c = strdup(make_f32_cases());
+    char *out = strdup(path_in(tmp, "out"));
+    setenv("SMATTN_ISA", "bogus", 1);
+    run_result r = run((const char *[]){"opt", c, out, NULL});
+    unsetenv("SMATTN_ISA");
+    ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(count_lines(r.err) == 1 && strstr(r.err, "SMATTN_ISA='bogus' is not an ISA"),
+                  "stderr '%s'", r.err);
+    free_result(&r);
+    check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){5, 4, 6});
+    setenv("SMATTN_ISA", "scalar", 1);
+    r = run((const char *[]){"opt", c, out, NULL});
+    unsetenv("SMATTN_ISA");
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    free(c), free(out);
+}
+END_TEST
+
+/* Run SMATTN_CLI with args and its stderr on a pseudo-terminal (stdout to /dev/null): the
+ * exit code, and what the terminal received in *term (malloc'd). */
+static int run_on_terminal(const char *const *args, char **term)
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(m, 0);
+    ck_assert(grantpt(m) == 0 && unlockpt(m) == 0);
+    char *slave = strdup(ptsname(m));
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = cli();
+    while (*args && n < 15)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int s = open(slave, O_RDWR | O_NOCTTY), nul = open("/dev/null", O_WRONLY);
+        if (s < 0 || nul < 0 || dup2(nul, 1) < 0 || dup2(s, 2) < 0)
+            _exit(127);
+        close(m);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    free(slave);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = calloc(1, cap + 1);
+    ssize_t r;
+    while ((r = read(m, buf + len, cap - len)) > 0) /* EIO once the child is gone */
+        len += (size_t)r;
+    close(m);
+    buf[len] = '\0';
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    *term = buf;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* Issue 15: long oracle work shows a progress bar when stderr is a terminal (here a
+ * decode of 32 rows against 16,000 keys on one thread, about 1.2 s: the bar shows from
+ * 0.5 s, after each 4 rows), erased at the end; nothing when stderr is not a terminal. */
+START_TEST(ref_progress_on_a_terminal)
+{
+    NEED_CLI();
+    char *c = strdup(path_in(tmp, "long"));
+    ck_assert_int_eq(mkdir(c, 0700), 0);
+    unsigned seed = 11;
+    put_rand(c, "q.npy", SMATTN_F32, 3, (int64_t[]){1, 32, 8}, &seed);
+    put_rand(c, "k.npy", SMATTN_F32, 3, (int64_t[]){16000, 1, 8}, &seed);
+    put_rand(c, "v.npy", SMATTN_F32, 3, (int64_t[]){16000, 1, 8}, &seed);
+    char *term;
+    double t0 = now_seconds();
+    int st = run_on_terminal(
+        (const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL}, &term);
+    double secs = now_seconds() - t0;
+    ck_assert_msg(st == 0, "exit %d: %s", st, term);
+    ck_assert_msg(secs < 0.8 || (strstr(term, "smattn ref: [") && strstr(term, "rows")),
+                  "%.2f s and no progress bar: '%s'", secs, term);
+    ck_assert_msg(strlen(term) == 0 || term[strlen(term) - 1] == '\r', "bar not erased: '%s'",
+                  term);
+    free(term);
+    run_result r = run((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL});
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "exit %d, stderr '%s'", r.status, r.err);
+    free_result(&r);
+    free(c);
+}
+END_TEST
+
 START_TEST(opt_bad_input)
 {
     NEED_CLI();
@@ -423,6 +778,40 @@ START_TEST(version_and_help)
         ck_assert_str_eq(r.err, "");
         free_result(&r);
     }
+}
+END_TEST
+
+/* Issue 15: every command takes --help (and -h): exit 0, its usage and options on stdout,
+ * nothing on stderr; demo does not read "--help" as its DIR. */
+START_TEST(every_command_takes_help)
+{
+    NEED_CLI();
+    static const char *const cmds[] = {"ref", "opt", "demo", "conform", "gen", "check", "version"};
+    static const char *const opts[] = {"--threads", "--isa",       "--vectors-only", "--kernel",
+                                       "--suite",   "--precision", "--help"};
+    for (int k = 0; k < 7; k++)
+        for (int h = 0; h < 2; h++) {
+            run_result r = run((const char *[]){cmds[k], h ? "-h" : "--help", NULL});
+            char want[64];
+            snprintf(want, sizeof want, "usage: smattn %s", cmds[k]);
+            ck_assert_msg(r.status == 0, "%s --help: exit %d: %s", cmds[k], r.status, r.err);
+            ck_assert_msg(strstr(r.out, want) && strstr(r.out, opts[k]), "%s --help: '%s'", cmds[k],
+                          r.out);
+            ck_assert_str_eq(r.err, "");
+            free_result(&r);
+        }
+    run_result r = run((const char *[]){"help", "--help", NULL});
+    ck_assert(r.status == 0 && strstr(r.out, "usage: smattn COMMAND"));
+    free_result(&r);
+    r = run((const char *[]){"help", "opt", NULL});
+    ck_assert(r.status == 0 && strstr(r.out, "usage: smattn opt") && strstr(r.out, "--isa"));
+    free_result(&r);
+    /* options after the positional arguments too */
+    r = run((const char *[]){"ref", "a", "b", "--help", NULL});
+    ck_assert(r.status == 0 && strstr(r.out, "usage: smattn ref"));
+    free_result(&r);
+    expect_bad((const char *[]){"demo", "--bogus", NULL}, "demo: unknown option '--bogus'", NULL);
+    expect_bad((const char *[]){"version", "x", NULL}, "version: unexpected argument 'x'", NULL);
 }
 END_TEST
 
@@ -520,10 +909,18 @@ Suite *cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, usage_errors);
     tcase_add_test(tc, bad_cases_give_one_line_and_no_output);
+    tcase_add_test(tc, headers_checked_before_data);
     tcase_add_test(tc, good_runs_write_npy);
+    tcase_add_test(tc, outputs_committed_as_a_set);
+    tcase_add_test(tc, out_checked_before_work);
+    tcase_add_test(tc, paths_with_newlines_one_line);
+    tcase_add_test(tc, unreadable_case_dir_named);
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
+    tcase_add_test(tc, bogus_isa_env_said_once);
+    tcase_add_test(tc, ref_progress_on_a_terminal);
     tcase_add_test(tc, version_and_help);
+    tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
     tcase_add_test(tc, demo_golden_vectors);
     suite_add_tcase(s, tc);

@@ -343,6 +343,61 @@ START_TEST(files_read_and_write)
 }
 END_TEST
 
+/* The header alone (issue 15: cost before work): a file whose header claims 64 GiB that
+ * are a hole gives its shape with no data read; a truncated one is refused from its size;
+ * the data read later must come from the same header. */
+START_TEST(header_first_then_data)
+{
+    char dir[] = "/tmp/smattn_npy_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], err[256];
+    snprintf(path, sizeof path, "%s/big.npy", dir);
+    const int64_t one[1] = {1};
+    float f = 1;
+    ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 1, one, &f, err, sizeof err) == 0);
+    /* rewrite the header's shape (1,) as (17179869184,): 2^34 floats, then grow the hole */
+    FILE *fp = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    char hdr[128];
+    ck_assert_int_eq(fread(hdr, 1, 10, fp), 10);
+    size_t hl = 10 + (unsigned char)hdr[8] + 256u * (unsigned char)hdr[9];
+    ck_assert(hl <= sizeof hdr);
+    ck_assert_int_eq(fread(hdr + 10, 1, hl - 10, fp), hl - 10);
+    char *sp = strstr(hdr + 10, "(1,)");
+    ck_assert_ptr_nonnull(sp);
+    memcpy(sp, "(17179869184,), }", 17);
+    for (char *q = sp + 17; q < hdr + hl - 1; q++)
+        *q = ' ';
+    rewind(fp);
+    ck_assert_int_eq(fwrite(hdr, 1, hl, fp), hl);
+    fclose(fp);
+    ck_assert(truncate(path, (off_t)hl + ((off_t)1 << 36)) == 0);
+    smattn_npy a;
+    ck_assert_msg(smattn_npy_read_header(path, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert(a.data == NULL && a.rank == 1 && a.shape[0] == (int64_t)1 << 34);
+    ck_assert(truncate(path, (off_t)hl + ((off_t)1 << 35)) == 0);
+    ck_assert(smattn_npy_read_header(path, &a, err, sizeof err) != 0);
+    ck_assert_msg(strstr(err, "truncated") != NULL, "%s", err);
+    /* the file replaced between header and data */
+    snprintf(path, sizeof path, "%s/a.npy", dir);
+    const int64_t two[1] = {2};
+    float g[2] = {1, 2};
+    ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 1, two, g, err, sizeof err) == 0);
+    ck_assert(smattn_npy_read_header(path, &a, err, sizeof err) == 0);
+    ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 1, one, g, err, sizeof err) == 0);
+    ck_assert(smattn_npy_read_data(path, &a, err, sizeof err) != 0);
+    ck_assert_msg(strstr(err, "changed") != NULL, "%s", err);
+    ck_assert(smattn_npy_read_header(path, &a, err, sizeof err) == 0);
+    ck_assert_msg(smattn_npy_read_data(path, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert(a.data && ((float *)a.data)[0] == 1);
+    smattn_npy_free(&a);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/big.npy", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 Suite *npy_suite(void);
 Suite *npy_suite(void)
 {
@@ -358,6 +413,7 @@ Suite *npy_suite(void)
     tcase_add_test(tc, bad_preambles_rejected);
     tcase_add_test(tc, mutations_never_crash);
     tcase_add_test(tc, files_read_and_write);
+    tcase_add_test(tc, header_first_then_data);
     suite_add_tcase(s, tc);
     return s;
 }

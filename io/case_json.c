@@ -1,0 +1,294 @@
+/* case_json.c: case.json parsed into smattn_case_json (SPEC 7.1): keys, types, ranges. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/case.h"
+#include "io/util.h"
+
+void smattn_case_json_init(smattn_case_json *cj)
+{
+    memset(cj, 0, sizeof *cj);
+    cj->causal = SMATTN_CAUSAL_NONE;
+    cj->window[0] = cj->window[1] = -1;
+    cj->empty_rows = SMATTN_EMPTY_ZERO;
+    cj->empty_lse = SMATTN_LSE_NEG_INF;
+}
+
+void smattn_case_json_free(smattn_case_json *cj)
+{
+    if (!cj)
+        return;
+    free(cj->kv_lens);
+    free(cj->q_lens);
+    free(cj->sinks);
+    cj->kv_lens = cj->q_lens = NULL;
+    cj->sinks = NULL;
+}
+
+/* An integer. Exact: smattn_io_json_check refused every integer beyond int64, so json-c
+ * did not saturate this one. */
+static int json_exact_int(json_object *v, int64_t *out)
+{
+    if (!json_object_is_type(v, json_type_int))
+        return -1;
+    *out = json_object_get_int64(v);
+    return 0;
+}
+/* A JSON number as the nearest binary64 (json-c parses decimals with strtod, which rounds
+ * correctly; integers are exact in int64 and converted with one rounding). The strings
+ * "inf", "-inf" and "nan" are accepted where allow_special is set. */
+static int json_number(json_object *v, int allow_special, double *out)
+{
+    if (json_object_is_type(v, json_type_double)) {
+        *out = json_object_get_double(v);
+        return 0;
+    }
+    int64_t i;
+    if (json_exact_int(v, &i) == 0) {
+        *out = (double)i;
+        return 0;
+    }
+    if (allow_special && json_object_is_type(v, json_type_string)) {
+        const char *s = json_object_get_string(v);
+        if (strcmp(s, "inf") == 0)
+            *out = HUGE_VAL;
+        else if (strcmp(s, "-inf") == 0)
+            *out = -HUGE_VAL;
+        else if (strcmp(s, "nan") == 0)
+            *out = (double)NAN;
+        else
+            return -1;
+        return 0;
+    }
+    return -1;
+}
+
+/* A string value among names[0..n); its index in *idx. */
+static int json_choice(json_object *v, const char *key, const char *const *names, int n, int *idx,
+                       char *err, size_t errlen)
+{
+    if (json_object_is_type(v, json_type_string)) {
+        const char *s = json_object_get_string(v);
+        for (int k = 0; k < n; k++)
+            if (strcmp(s, names[k]) == 0) {
+                *idx = k;
+                return 0;
+            }
+    }
+    char list[128] = "";
+    for (int k = 0; k < n; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
+                 k == 0       ? ""
+                 : k == n - 1 ? " or "
+                              : ", ",
+                 names[k]);
+    smattn_io_err(err, errlen, "\"%s\" must be %s", key, list);
+    return -1;
+}
+
+static int json_int_array(json_object *v, const char *key, int64_t **out, size_t *n, char *err,
+                          size_t errlen)
+{
+    if (json_object_is_type(v, json_type_null))
+        return 0;
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen, "\"%s\" must be an array of integers", key);
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    int64_t *a = malloc((len ? len : 1) * sizeof *a);
+    if (!a) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < len; k++)
+        if (json_exact_int(json_object_array_get_idx(v, k), &a[k])) {
+            smattn_io_err(err, errlen, "\"%s\"[%zu] is not an integer", key, k);
+            free(a);
+            return -1;
+        }
+    *out = a;
+    *n = len;
+    return 0;
+}
+
+static int key_scale(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (json_number(v, 0, &cj->scale) || !isfinite(cj->scale)) {
+        smattn_io_err(err, errlen, "\"scale\" must be a finite number, got %s",
+                      json_object_to_json_string(v));
+        return -1;
+    }
+    cj->has_scale = 1;
+    return 0;
+}
+
+static int key_softcap(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (json_number(v, 0, &cj->softcap) || !isfinite(cj->softcap) || cj->softcap < 0) {
+        smattn_io_err(err, errlen, "\"softcap\" must be a finite number >= 0, got %s",
+                      json_object_to_json_string(v));
+        return -1;
+    }
+    return 0;
+}
+
+static int key_causal(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"none", "lower_right", "upper_left"};
+    int k;
+    if (json_choice(v, "causal", names, 3, &k, err, errlen))
+        return -1;
+    cj->causal = (smattn_causal)k;
+    return 0;
+}
+
+static int key_empty_rows(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"zero", "nan", "mean"};
+    int k;
+    if (json_choice(v, "empty_rows", names, 3, &k, err, errlen))
+        return -1;
+    cj->empty_rows = (smattn_empty)k;
+    return 0;
+}
+
+static int key_empty_lse(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"neg_inf", "pos_inf", "zero"};
+    int k;
+    if (json_choice(v, "empty_lse", names, 3, &k, err, errlen))
+        return -1;
+    cj->empty_lse = (smattn_empty_lse)k;
+    return 0;
+}
+
+static int key_window(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    int64_t w[2];
+    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) != 2 ||
+        json_exact_int(json_object_array_get_idx(v, 0), &w[0]) ||
+        json_exact_int(json_object_array_get_idx(v, 1), &w[1]) || w[0] < -1 || w[1] < -1) {
+        smattn_io_err(err, errlen,
+                      "\"window\" must be [left, right], integers >= -1 (-1: unbounded)");
+        return -1;
+    }
+    cj->window[0] = w[0];
+    cj->window[1] = w[1];
+    return 0;
+}
+
+static int key_kv_lens(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return json_int_array(v, "kv_lens", &cj->kv_lens, &cj->n_kv_lens, err, errlen);
+}
+
+static int key_q_lens(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return json_int_array(v, "q_lens", &cj->q_lens, &cj->n_q_lens, err, errlen);
+}
+
+static int key_sinks(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen, "\"sinks\" must be an array of numbers (one per query head)");
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    double *a = malloc((len ? len : 1) * sizeof *a);
+    if (!a) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < len; k++)
+        if (json_number(json_object_array_get_idx(v, k), 1, &a[k])) {
+            smattn_io_err(err, errlen,
+                          "\"sinks\"[%zu] is not a number (or \"inf\", \"-inf\", \"nan\")", k);
+            free(a);
+            return -1;
+        }
+    cj->sinks = a;
+    cj->n_sinks = len;
+    return 0;
+}
+
+static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
+
+static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen,
+                      "\"bf16\" must be an array of names among q, k, v, x, bias, sinks");
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    for (size_t k = 0; k < len; k++) {
+        int idx;
+        if (json_choice(json_object_array_get_idx(v, k), "bf16", bf16_names, 6, &idx, err,
+                        errlen)) {
+            smattn_io_err(err, errlen, "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks", k);
+            return -1;
+        }
+        cj->bf16 |= 1u << idx;
+    }
+    return 0;
+}
+
+typedef int (*key_fn)(json_object *, smattn_case_json *, char *, size_t);
+static const struct {
+    const char *name;
+    key_fn fn;
+} case_keys[] = {
+    {"scale", key_scale},     {"causal", key_causal},         {"window", key_window},
+    {"kv_lens", key_kv_lens}, {"q_lens", key_q_lens},         {"softcap", key_softcap},
+    {"sinks", key_sinks},     {"empty_rows", key_empty_rows}, {"empty_lse", key_empty_lse},
+    {"bf16", key_bf16},
+};
+
+static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(obj, json_type_object)) {
+        smattn_io_err(err, errlen, "the top level must be a JSON object");
+        return -1;
+    }
+    json_object_object_foreach(obj, key, val)
+    {
+        size_t k = 0, nk = sizeof case_keys / sizeof case_keys[0];
+        while (k < nk && strcmp(key, case_keys[k].name) != 0)
+            k++;
+        if (k == nk) {
+            char shown[65]; /* the key as printable ASCII: the error stays one line */
+            size_t n = 0;
+            for (const char *c = key; *c && n < sizeof shown - 1; c++, n++)
+                shown[n] = *c >= 0x20 && *c < 0x7f ? *c : '?';
+            shown[n] = 0;
+            smattn_io_err(err, errlen,
+                          "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
+                          "softcap, sinks, empty_rows, empty_lse, bf16)",
+                          shown);
+            return -1;
+        }
+        if (case_keys[k].fn(val, cj, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, char *err,
+                           size_t errlen)
+{
+    smattn_case_json_init(cj);
+    json_object *obj = smattn_io_parse_json(text, len, err, errlen);
+    if (!obj)
+        return -1;
+    int rc = parse_object(obj, cj, err, errlen);
+    json_object_put(obj);
+    if (rc) {
+        smattn_case_json_free(cj);
+        smattn_case_json_init(cj);
+    }
+    return rc;
+}
