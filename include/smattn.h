@@ -264,8 +264,9 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */
 typedef struct smattn_opt_config {
-    int threads;     /* 0: SMATTN_NUM_THREADS, else all online cores */
-    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" */
+    int threads;     /* >= 0; 0: SMATTN_NUM_THREADS, else all online cores */
+    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" (any other
+                        name: SMATTN_ERR_OPTION; one this CPU lacks: SMATTN_ERR_UNSUPPORTED) */
 } smattn_opt_config;
 
 /* Max error of the kernel's binary32 exp in ulps, measured over every binary32 input by
@@ -288,6 +289,11 @@ SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
 smattn_precision smattn_opt_precision(const smattn_problem *prob);
 /* The ISA in use ("avx512", "avx2" or "scalar"); SMATTN_ISA forces one the CPU has. */
 const char *smattn_opt_isa(void);
+/* What became of the environment variable SMATTN_ISA (read once, with smattn_opt_isa):
+ * 0 unset or empty, 1 honoured, -1 not an ISA name (ignored), -2 an ISA this CPU lacks
+ * (ignored). An ignored value leaves smattn_opt_isa() at the best ISA the CPU has. The
+ * library never prints: a tool that wants to say so calls this. */
+int smattn_opt_isa_env(void);
 /* Nonzero if the named ISA can run on this CPU. */
 int smattn_opt_isa_available(const char *name);
 

@@ -11,7 +11,7 @@ static const opt_isa *isa_by_name(const char *name)
 {
     if (!name)
         return smattn__opt_isa();
-    if (!smattn_opt_isa_available(name))
+    if (!smattn__isa_known(name) || !smattn_opt_isa_available(name))
         return NULL;
     if (strcmp(name, "scalar") == 0)
         return &smattn__isa_scalar;
@@ -316,13 +316,14 @@ static void merge_chunks(opt_job *job)
     }
 }
 
+/* The descriptor has passed smattn_validate (the entry points below, once). */
 static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *out, const smattn_opt_config *cfg)
 {
-    smattn_status st = smattn_validate(p, in, out);
+    if (cfg && ((cfg->isa && !smattn__isa_known(cfg->isa)) || cfg->threads < 0))
+        return SMATTN_ERR_OPTION;
+    smattn_status st = supported(p, in, out);
     if (st)
-        return st;
-    if ((st = supported(p, in, out)))
         return st;
     opt_job job;
     memset(&job, 0, sizeof job);
@@ -331,9 +332,7 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     job.out = out;
     job.isa = isa_by_name(cfg ? cfg->isa : NULL);
     if (!job.isa)
-        return SMATTN_ERR_UNSUPPORTED;
-    if (cfg && cfg->threads < 0)
-        return SMATTN_ERR_OPTION;
+        return SMATTN_ERR_UNSUPPORTED; /* a known ISA this CPU lacks */
     int nt = cfg && cfg->threads > 0 ? cfg->threads : env_threads();
     if (nt <= 0)
         nt = smattn__ncpu();

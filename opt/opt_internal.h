@@ -128,6 +128,10 @@ extern const opt_isa smattn__isa_avx512;
 
 /* The ISA in use (chosen once; SMATTN_ISA=scalar|avx2|avx512 forces one the CPU has). */
 const opt_isa *smattn__opt_isa(void);
+/* nonzero for "scalar", "avx2", "avx512" (known, whether or not the CPU has it) */
+int smattn__isa_known(const char *name);
+/* the ISA an SMATTN_ISA value selects; *state as smattn_opt_isa_env() (after first use) */
+const opt_isa *smattn__isa_from_env(const char *e, int *state);
 
 /* The exact-enough path for one row (opt/slow.c): binary64 arithmetic, every rule of
  * SPEC 3-4; used for rows whose float32 evaluation met a non-finite value. */
