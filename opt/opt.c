@@ -334,7 +334,9 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     if (!job.isa)
         return SMATTN_ERR_UNSUPPORTED; /* a known ISA this CPU lacks */
     int nt = cfg && cfg->threads > 0 ? cfg->threads : env_threads();
-    if (nt <= 0)
+    /* never more threads than cores can run them (each holds a workspace): the results
+     * do not depend on the count, so the cap changes no bit */
+    if (nt <= 0 || nt > smattn__ncpu())
         nt = smattn__ncpu();
     job.scale_hi = (float)p->scale;
     job.scale_lo = (float)(p->scale - (double)job.scale_hi);

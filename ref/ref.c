@@ -436,7 +436,9 @@ smattn_status smattn_ref(const smattn_problem *p, const smattn_inputs *in,
     job.fail_row = -1;
     if (pthread_mutex_init(&job.lock, NULL))
         return SMATTN_ERR_THREADS;
-    int nt = cfg->threads > 0 ? cfg->threads : smattn__ncpu();
+    /* at most the online cores: each thread holds buffers sized by T, and rows do not
+     * depend on the thread that evaluates them */
+    int nt = cfg->threads > 0 && cfg->threads < smattn__ncpu() ? cfg->threads : smattn__ncpu();
     if (!mpfr_buildopt_tls_p())
         nt = 1; /* MPFR's state is global: one thread only */
     if ((int64_t)nt > (job.rows + 3) / 4)
