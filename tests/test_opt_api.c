@@ -5,9 +5,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "opt/opt_internal.h"
@@ -145,6 +147,201 @@ START_TEST(isa_env_reported)
 }
 END_TEST
 
+/* ---- threads capped at the online cores (issue 15 item 6) ------------------------------- */
+
+static void nap(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static long ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
+}
+
+/* The most threads seen in the process while the watched call runs. */
+typedef struct watch {
+    atomic_int stop, most;
+} watch;
+
+static void *watcher(void *arg)
+{
+    watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        int n = threads_now();
+        if (n > atomic_load(&w->most))
+            atomic_store(&w->most, n);
+        nap(200);
+    }
+    return NULL;
+}
+
+START_TEST(threads_capped_kernel)
+{
+    if (threads_now() < 0)
+        return; /* no /proc */
+    prob x;
+    prob_make(&x, 2, 2, 8, 64, 40, SMATTN_F32, 0); /* 2 x 4 KV heads x 64 rows: many items */
+    size_t no = x.no;
+    float *ref1 = malloc(no * 4);
+    ck_assert_int_eq(run(&x, NULL, 1, NULL, NULL), SMATTN_OK);
+    memcpy(ref1, x.o, no * 4);
+    int before = threads_now();
+    ck_assert_int_eq(run(&x, NULL, 4096, NULL, NULL), SMATTN_OK);
+    int after = threads_now();
+    /* the pool's workers stay: at most ncpu - 1 of them beside this thread (and a few the
+     * earlier tests of this process may have started, also capped) */
+    ck_assert_msg(after <= before + ncpu() - 1 && after <= 1 + ncpu() + 1,
+                  "threads %d before, %d after a call asking 4096 (%ld cores)", before, after, ncpu());
+    ck_assert_int_eq(memcmp(ref1, x.o, no * 4), 0);
+    setenv("SMATTN_NUM_THREADS", "1000", 1);
+    ck_assert_int_eq(run(&x, NULL, 0, NULL, NULL), SMATTN_OK);
+    unsetenv("SMATTN_NUM_THREADS");
+    ck_assert_int_le(threads_now(), 1 + ncpu() + 1);
+    ck_assert_int_eq(memcmp(ref1, x.o, no * 4), 0);
+    free(ref1);
+    prob_free(&x);
+}
+END_TEST
+
+START_TEST(threads_capped_ref)
+{
+    if (threads_now() < 0)
+        return;
+    prob x;
+    prob_make(&x, 3, 1, 8, 64, 12, SMATTN_F32, 0); /* 512 rows: 128 threads of 4 rows uncapped */
+    x.p.softcap = 0;
+    smattn_outputs out;
+    memset(&out, 0, sizeof out);
+    out.o = (smattn_out_tensor){x.o, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&x.p, 'o', out.o.stride);
+    float *one = malloc(x.no * 4);
+    smattn_ref_config c1 = {1, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref(&x.p, &x.in, &out, &c1, NULL), SMATTN_OK);
+    memcpy(one, x.o, x.no * 4);
+    memset(x.o, 0, x.no * 4);
+    watch w;
+    atomic_init(&w.stop, 0);
+    atomic_init(&w.most, 0);
+    int base = threads_now();
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, watcher, &w), 0);
+    smattn_ref_config c = {4096, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref(&x.p, &x.in, &out, &c, NULL), SMATTN_OK);
+    atomic_store(&w.stop, 1);
+    pthread_join(t, NULL);
+    /* this thread, the watcher, and at most ncpu - 1 workers */
+    ck_assert_msg(atomic_load(&w.most) <= base + 1 + ncpu() - 1,
+                  "%d threads seen during smattn_ref(threads 4096) (%d before, %ld cores)",
+                  atomic_load(&w.most), base, ncpu());
+    ck_assert_int_eq(memcmp(one, x.o, x.no * 4), 0);
+    free(one);
+    prob_free(&x);
+}
+END_TEST
+
+/* ---- the pool in a forked child (issue 15 item 1) ----------------------------------------- */
+
+/* In a child: the kernel with 0 and 2 threads must give `want`'s bits; an alarm turns a
+ * deadlock into a failure. Returns the child's exit status (0: good). */
+static int child_calls(prob *x, const float *want)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        alarm(20);
+        int bad = 0;
+        for (int k = 0; k < 3; k++) {
+            memset(x->o, 0, x->no * 4);
+            bad |= run(x, NULL, k == 0 ? 0 : 2, NULL, NULL) != SMATTN_OK;
+            bad |= memcmp(x->o, want, x->no * 4) != 0;
+        }
+        _exit(bad ? 3 : 0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+START_TEST(fork_after_threaded_call)
+{
+    prob x;
+    prob_make(&x, 4, 2, 4, 48, 40, SMATTN_F16, 0);
+    float *want = malloc(x.no * 4);
+    ck_assert_int_eq(run(&x, NULL, 1, NULL, NULL), SMATTN_OK);
+    memcpy(want, x.o, x.no * 4);
+    ck_assert_int_eq(run(&x, NULL, 2, NULL, NULL), SMATTN_OK); /* starts the pool's workers */
+    ck_assert_int_eq(memcmp(want, x.o, x.no * 4), 0);
+    int st = child_calls(&x, want);
+    ck_assert_msg(st == 0, "child after fork: status %d (142: a deadlock killed by alarm)", st);
+    ck_assert_int_eq(run(&x, NULL, 2, NULL, NULL), SMATTN_OK); /* the parent's pool still works */
+    ck_assert_int_eq(memcmp(want, x.o, x.no * 4), 0);
+    free(want);
+    prob_free(&x);
+}
+END_TEST
+
+/* A fork while another thread is inside a threaded call (it may hold the pool's locks). */
+typedef struct busy {
+    prob x;
+    atomic_int stop, calls;
+} busy;
+
+static void *keep_calling(void *arg)
+{
+    busy *b = arg;
+    while (!atomic_load(&b->stop)) {
+        if (run(&b->x, NULL, 2, NULL, NULL) != SMATTN_OK)
+            break;
+        atomic_fetch_add(&b->calls, 1);
+    }
+    return NULL;
+}
+
+START_TEST(fork_during_threaded_call)
+{
+    busy *b = calloc(1, sizeof *b);
+    prob_make(&b->x, 5, 2, 4, 64, 200, SMATTN_F32, 0);
+    prob x;
+    prob_make(&x, 6, 1, 2, 8, 70, SMATTN_BF16, 0);
+    float *want = malloc(x.no * 4);
+    ck_assert_int_eq(run(&x, NULL, 1, NULL, NULL), SMATTN_OK);
+    memcpy(want, x.o, x.no * 4);
+    atomic_init(&b->stop, 0);
+    atomic_init(&b->calls, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, keep_calling, b), 0);
+    for (int k = 0; k < 6; k++) {
+        while (atomic_load(&b->calls) < k + 1)
+            nap(100);
+        nap(37 * k); /* land at different moments of a call */
+        int st = child_calls(&x, want);
+        ck_assert_msg(st == 0, "child %d forked during a call: status %d", k, st);
+    }
+    atomic_store(&b->stop, 1);
+    pthread_join(t, NULL);
+    free(want);
+    prob_free(&x);
+    prob_free(&b->x);
+    free(b);
+}
+END_TEST
+
 Suite *opt_api_suite(void);
 Suite *opt_api_suite(void)
 {
@@ -153,6 +350,10 @@ Suite *opt_api_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, isa_unknown_is_option_error);
     tcase_add_test(tc, isa_env_reported);
+    tcase_add_test(tc, threads_capped_kernel);
+    tcase_add_test(tc, threads_capped_ref);
+    tcase_add_test(tc, fork_after_threaded_call);
+    tcase_add_test(tc, fork_during_threaded_call);
     suite_add_tcase(s, tc);
     return s;
 }
