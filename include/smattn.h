@@ -176,11 +176,21 @@ int smattn_visible(const smattn_problem *prob, const smattn_inputs *in, int64_t 
  * nearest-even in its dtype. A row is either fully written or the call fails; on failure
  * the outputs hold unspecified values.
  * ------------------------------------------------------------------------------------- */
+/* Precision limits of smattn_ref_config, in bits. The upper one is far below MPFR_PREC_MAX
+ * on purpose: a row's MPFR phase holds O(T + Dv) numbers of up to max_prec bits per thread
+ * (2^20 bits = 128 KiB each), and GMP aborts when an allocation fails. */
+#define SMATTN_REF_PREC_MIN 64L
+#define SMATTN_REF_PREC_MAX (1L << 20)
+
+/* Every field is range-checked before any work: out of range is SMATTN_ERR_OPTION. */
 typedef struct smattn_ref_config {
-    int threads;          /* 0: all online cores; rows are split, results do not depend on it */
-    long max_prec;        /* Ziv loop limit in bits; 0: default (16384) */
+    int threads;          /* >= 0; 0: all online cores; more than the online cores are
+                             capped to them; rows are split, results do not depend on it */
+    long max_prec;        /* Ziv loop limit in bits: 0 (default, 16384) or in
+                             [SMATTN_REF_PREC_MIN, SMATTN_REF_PREC_MAX] */
     int no_fast_phase;    /* nonzero: skip the double-double phase (testing) */
-    long fixed_prec;      /* nonzero: start the MPFR phase at this precision (testing) */
+    long fixed_prec;      /* 0, or start the MPFR phase at this precision (testing), in
+                             [SMATTN_REF_PREC_MIN, SMATTN_REF_PREC_MAX] */
 } smattn_ref_config;
 
 typedef struct smattn_ref_stats {

@@ -423,7 +423,11 @@ smattn_status smattn_ref(const smattn_problem *p, const smattn_inputs *in,
     memset(&defcfg, 0, sizeof defcfg);
     if (!cfg)
         cfg = &defcfg;
-    if (cfg->threads < 0 || cfg->max_prec < 0 || cfg->fixed_prec < 0)
+    /* the precisions reach mpfr_set_prec and the Ziv loop's doubling: out of range would
+     * make MPFR/GMP abort (or the loop overflow) */
+    if (cfg->threads < 0 ||
+        (cfg->max_prec != 0 && (cfg->max_prec < SMATTN_REF_PREC_MIN || cfg->max_prec > SMATTN_REF_PREC_MAX)) ||
+        (cfg->fixed_prec != 0 && (cfg->fixed_prec < SMATTN_REF_PREC_MIN || cfg->fixed_prec > SMATTN_REF_PREC_MAX)))
         return SMATTN_ERR_OPTION;
     ref_job job;
     memset(&job, 0, sizeof job);
