@@ -156,8 +156,11 @@ smattn_problem smattn_problem_default(void);
 double smattn_default_scale(int64_t D);
 
 /* Contiguous (row-major) strides for a tensor role, so callers need not compute them.
- * role: 'q','k','v','x','o','l' (LSE),'p','b' (bias/mask, full shape), 's' (sinks). */
-void smattn_contiguous_strides(const smattn_problem *prob, char role, int64_t stride[4]);
+ * role: 'q','k','v','x','o','l' (LSE),'p','b' (bias/mask, full shape), 's' (sinks).
+ * Defined for any input: the strides are all 0 unless it returns SMATTN_OK; an unknown
+ * role is SMATTN_ERR_OPTION, a negative extent SMATTN_ERR_SHAPE, a stride that does not
+ * fit in int64 SMATTN_ERR_OVERFLOW, NULL SMATTN_ERR_NULL. */
+smattn_status smattn_contiguous_strides(const smattn_problem *prob, char role, int64_t stride[4]);
 
 /* Check the whole descriptor against SPEC 2 (shapes, heads, strides, overflow of every
  * element offset, dtypes, options). Returns SMATTN_OK or the first problem found. */
@@ -167,7 +170,8 @@ SMATTN_NODISCARD smattn_status smattn_validate(const smattn_problem *prob,
 
 /* Visibility (SPEC 3.1-3.3): nonzero iff key j is visible to query i of batch b, head h,
  * before bias and data-dependent masking (causal, window, kv_lens, q_lens, bool mask).
- * The descriptor must have passed smattn_validate. */
+ * The descriptor must have passed smattn_validate; indices outside [0,B) x [0,Hq) x [0,S)
+ * x [0,T) (or NULL) give 0. */
 int smattn_visible(const smattn_problem *prob, const smattn_inputs *in, int64_t b, int64_t h,
                    int64_t i, int64_t j);
 
@@ -311,6 +315,8 @@ int smattn_opt_isa_available(const char *name);
  * Element conversion (SPEC 2.6): load any dtype as binary64 (exact), and round a binary64
  * to a dtype with nearest-even (one rounding, IEEE subnormals and overflow).
  * ------------------------------------------------------------------------------------- */
+/* base + offset must address an element (any alignment: bytes are copied); an unknown
+ * dtype loads NaN and stores nothing. */
 double smattn_load(const void *base, smattn_dtype t, int64_t offset);
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x);
 

@@ -438,7 +438,9 @@ smattn_precision smattn_opt_precision(const smattn_problem *p)
 {
     smattn_precision m = smattn_precision_of(SMATTN_F32);
     m.exp_ulps = SMATTN_OPT_EXP_ULPS > 2.0 ? SMATTN_OPT_EXP_ULPS : 2.0;
-    int64_t T = p ? p->T : 1, tiles = (T + OPT_BK - 1) / OPT_BK;
+    int64_t T = p ? p->T : 1; /* any descriptor: T clamped to the valid range first */
+    T = T < 1 ? 1 : T > SMATTN_MAX_DIM ? SMATTN_MAX_DIM : T;
+    int64_t tiles = (T + OPT_BK - 1) / OPT_BK;
     int64_t chunks = (T + OPT_CHUNK - 1) / OPT_CHUNK;
     m.blocks = tiles + chunks + 1;
     m.acc_len = T + chunks + 2;
