@@ -24,7 +24,7 @@ static const opt_isa *isa_by_name(const char *name)
 
 static void put(const smattn_out_tensor *t, int64_t off, float x)
 {
-    ((float *)t->data)[off] = x + 0.0f; /* an exact zero is +0 (SPEC 4.3) */
+    opt_st_f32(t->data, off, x + 0.0f); /* an exact zero is +0 (SPEC 4.3); any address */
 }
 
 static int64_t o_off(const smattn_outputs *out, int64_t b, int64_t i, int64_t h, int64_t c)
@@ -69,7 +69,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
                 x = (float)p->softcap * tanhf(x / (float)p->softcap);
             int vis = 1;
             if (in->bias.data) {
-                float bj = ((const float *)in->bias.data)[smattn__off4(in->bias.stride, b, h, i, j)];
+                float bj = opt_ld_f32(in->bias.data, smattn__off4(in->bias.stride, b, h, i, j));
                 vis = bj != -HUGE_VALF;
                 x += bj;
             }
@@ -130,7 +130,7 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         for (int64_t c = 0; c < p->Dv; c++) {
             float x = acc[c] / l + 0.0f;
             bad |= !isfinite(x);
-            o[c * os] = x;
+            opt_st_f32(o, c * os, x);
         }
     }
     if (bad) {

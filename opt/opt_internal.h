@@ -3,8 +3,22 @@
 #define SMATTN_OPT_INTERNAL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "core/internal.h"
+
+/* Tensor elements at any address (smattn.h states no alignment): bytes are copied, which
+ * compilers turn into one plain load or store. Element offset off, in elements. */
+static inline float opt_ld_f32(const void *base, int64_t off)
+{
+    float x;
+    memcpy(&x, (const unsigned char *)base + off * (int64_t)sizeof(float), sizeof x);
+    return x;
+}
+static inline void opt_st_f32(void *base, int64_t off, float x)
+{
+    memcpy((unsigned char *)base + off * (int64_t)sizeof(float), &x, sizeof x);
+}
 
 /* Inlined at each call, so that a constant argument (a row count) is folded into a copy of
  * the loop rather than tested in it. */

@@ -43,16 +43,20 @@ void ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t s
                   int64_t n)
 {
     switch (t->dtype) {
+    /* bytes copied: a tensor may start at any address */
     case SMATTN_F32: {
-        const float *src = (const float *)t->data + offset;
-        for (int64_t d = 0; d < n; d++)
-            dst[d] = (double)src[d * stride];
+        const unsigned char *src = (const unsigned char *)t->data + offset * 4;
+        for (int64_t d = 0; d < n; d++) {
+            float x;
+            memcpy(&x, src + d * stride * 4, 4);
+            dst[d] = (double)x;
+        }
         return;
     }
     case SMATTN_F64: {
-        const double *src = (const double *)t->data + offset;
+        const unsigned char *src = (const unsigned char *)t->data + offset * 8;
         for (int64_t d = 0; d < n; d++)
-            dst[d] = src[d * stride];
+            memcpy(&dst[d], src + d * stride * 8, 8);
         return;
     }
     default:
