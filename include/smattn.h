@@ -7,7 +7,14 @@
  *
  * Thread safety: every function is reentrant and may be called from several threads at
  * once on distinct outputs. The library never aborts, prints, or touches errno; every
- * failure is a status code.
+ * failure is a status code. Every function is defined for every input: an overflow is
+ * reported (SMATTN_ERR_OVERFLOW), not computed.
+ *
+ * Alignment: a tensor's data may be at any address (elements are copied bytewise or read
+ * by unaligned vector loads); an odd address gives the aligned copy's bits (SPEC 7.3).
+ * Threads: never more than the online cores, whatever is requested; memory O(threads x T).
+ * fork(): the library works in a child, also after threaded calls in the parent or a fork
+ * during one in another thread (the kernel's pool is rebuilt in the child, SPEC 7.3).
  */
 #ifndef SMATTN_H
 #define SMATTN_H
@@ -278,7 +285,8 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */
 typedef struct smattn_opt_config {
-    int threads;     /* >= 0; 0: SMATTN_NUM_THREADS, else all online cores */
+    int threads;     /* >= 0; 0: SMATTN_NUM_THREADS, else all online cores; capped at the
+                        online cores (results do not depend on the count) */
     const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" (any other
                         name: SMATTN_ERR_OPTION; one this CPU lacks: SMATTN_ERR_UNSUPPORTED) */
 } smattn_opt_config;
