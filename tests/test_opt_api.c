@@ -264,6 +264,7 @@ static int child_calls(prob *x, const float *want)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        signal(SIGALRM, SIG_DFL); /* not Check's handler (it would kill the whole group) */
         alarm(20);
         int bad = 0;
         for (int k = 0; k < 3; k++) {
@@ -313,8 +314,23 @@ static void *keep_calling(void *arg)
     return NULL;
 }
 
+/* GCC 12's AddressSanitizer does not lock its allocator around fork(): a child forked while
+ * another thread is inside malloc hangs in the child's first malloc (seen: the child in
+ * SizeClassAllocator64::GetFromAllocator under ws_alloc, the parent's thread in malloc). A
+ * limit of the sanitizer's runtime, not of the library: this test runs in the plain build. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_FORK_UNSAFE 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN_FORK_UNSAFE 1
+#endif
+#endif
+
 START_TEST(fork_during_threaded_call)
 {
+#ifdef ASAN_FORK_UNSAFE
+    return;
+#endif
     busy *b = calloc(1, sizeof *b);
     prob_make(&b->x, 5, 2, 4, 64, 200, SMATTN_F32, 0);
     prob x;
