@@ -321,7 +321,7 @@ static int is_float(smattn_dtype t)
 
 static void put(const smattn_out_tensor *t, int64_t off, double x)
 {
-    ((double *)t->data)[off] = x;
+    memcpy((unsigned char *)t->data + off * 8, &x, 8); /* any address */
 }
 
 /* Row by row: the visible set (SPEC 3), the exact scores, P, O and LSE recomputed in long

@@ -191,5 +191,7 @@ void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bit
 
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x)
 {
+    if (smattn_dtype_size(t) == 0)
+        return; /* an unknown dtype: nothing to store (smattn__formats has no entry) */
     smattn__store_bits(base, t, offset, t == SMATTN_BOOL ? (x != 0) : smattn__round_bits(x, t));
 }

@@ -47,22 +47,44 @@ int64_t smattn__kv_len(const smattn_problem *p, int64_t b)
     return p->kv_lens ? p->kv_lens[b] : p->T;
 }
 
-void smattn_contiguous_strides(const smattn_problem *p, char role, int64_t s[4])
+/* a * b * c for extents >= 0, or -1 when the product does not fit in int64 */
+static int64_t prod3(int64_t a, int64_t b, int64_t c)
 {
-    int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv;
-    (void)B;
+    int64_t ab, abc;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc))
+        return -1;
+    return abc;
+}
+
+smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int64_t s[4])
+{
+    if (!s)
+        return SMATTN_ERR_NULL;
     s[0] = s[1] = s[2] = s[3] = 0;
+    if (!p)
+        return SMATTN_ERR_NULL;
+    int64_t n1, n2, n3; /* the extents of dims 1-3 whose products are the strides */
     switch (role) {
-    case 'q': s[3] = 1; s[2] = p->D; s[1] = Hq * p->D; s[0] = S * Hq * p->D; break;
-    case 'k': s[3] = 1; s[2] = p->D; s[1] = Hkv * p->D; s[0] = T * Hkv * p->D; break;
-    case 'v': s[3] = 1; s[2] = p->Dv; s[1] = Hkv * p->Dv; s[0] = T * Hkv * p->Dv; break;
-    case 'o': s[3] = 1; s[2] = p->Dv; s[1] = Hq * p->Dv; s[0] = S * Hq * p->Dv; break;
-    case 'l': s[2] = 1; s[1] = S; s[0] = Hq * S; break;
-    case 'x': case 'p': case 'b':
-        s[3] = 1; s[2] = T; s[1] = S * T; s[0] = Hq * S * T; break;
-    case 's': s[0] = 1; break;
-    default: break;
+    case 'q': n1 = p->S, n2 = p->Hq, n3 = p->D; break;
+    case 'k': n1 = p->T, n2 = p->Hkv, n3 = p->D; break;
+    case 'v': n1 = p->T, n2 = p->Hkv, n3 = p->Dv; break;
+    case 'o': n1 = p->S, n2 = p->Hq, n3 = p->Dv; break;
+    case 'l': n1 = p->Hq, n2 = p->S, n3 = 1; break;
+    case 'x': case 'p': case 'b': n1 = p->Hq, n2 = p->S, n3 = p->T; break;
+    case 's': s[0] = 1; return SMATTN_OK;
+    default: return SMATTN_ERR_OPTION;
     }
+    if (n1 < 0 || n2 < 0 || n3 < 0)
+        return SMATTN_ERR_SHAPE;
+    /* computed with overflow checks (issue 15: T = 2^63 - 1 overflowed here) */
+    int64_t s1 = prod3(n2, n3, 1), s0 = prod3(n1, n2, n3);
+    if (s1 < 0 || s0 < 0)
+        return SMATTN_ERR_OVERFLOW;
+    if (role == 'l')
+        s[0] = s0, s[1] = n2, s[2] = 1; /* LSE [B,Hq,S] */
+    else
+        s[0] = s0, s[1] = s1, s[2] = n3, s[3] = 1;
+    return SMATTN_OK;
 }
 
 /* ---- validation ---------------------------------------------------------------------- */
@@ -254,6 +276,10 @@ int smattn__mask_allows(const smattn_problem *p, const smattn_inputs *in, int64_
 int smattn_visible(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
                    int64_t i, int64_t j)
 {
+    /* indices outside the shape name no slot: not visible (and no offset is computed) */
+    if (!p || !in || b < 0 || b >= p->B || h < 0 || h >= p->Hq || i < 0 || i >= p->S || j < 0 ||
+        j >= p->T)
+        return 0;
     int64_t lo, hi;
     smattn__key_range(p, b, i, &lo, &hi);
     return j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);

@@ -7,7 +7,14 @@
  *
  * Thread safety: every function is reentrant and may be called from several threads at
  * once on distinct outputs. The library never aborts, prints, or touches errno; every
- * failure is a status code.
+ * failure is a status code. Every function is defined for every input: an overflow is
+ * reported (SMATTN_ERR_OVERFLOW), not computed.
+ *
+ * Alignment: a tensor's data may be at any address (elements are copied bytewise or read
+ * by unaligned vector loads); an odd address gives the aligned copy's bits (SPEC 7.3).
+ * Threads: never more than the online cores, whatever is requested; memory O(threads x T).
+ * fork(): the library works in a child, also after threaded calls in the parent or a fork
+ * during one in another thread (the kernel's pool is rebuilt in the child, SPEC 7.3).
  */
 #ifndef SMATTN_H
 #define SMATTN_H
@@ -156,8 +163,11 @@ smattn_problem smattn_problem_default(void);
 double smattn_default_scale(int64_t D);
 
 /* Contiguous (row-major) strides for a tensor role, so callers need not compute them.
- * role: 'q','k','v','x','o','l' (LSE),'p','b' (bias/mask, full shape), 's' (sinks). */
-void smattn_contiguous_strides(const smattn_problem *prob, char role, int64_t stride[4]);
+ * role: 'q','k','v','x','o','l' (LSE),'p','b' (bias/mask, full shape), 's' (sinks).
+ * Defined for any input: the strides are all 0 unless it returns SMATTN_OK; an unknown
+ * role is SMATTN_ERR_OPTION, a negative extent SMATTN_ERR_SHAPE, a stride that does not
+ * fit in int64 SMATTN_ERR_OVERFLOW, NULL SMATTN_ERR_NULL. */
+smattn_status smattn_contiguous_strides(const smattn_problem *prob, char role, int64_t stride[4]);
 
 /* Check the whole descriptor against SPEC 2 (shapes, heads, strides, overflow of every
  * element offset, dtypes, options). Returns SMATTN_OK or the first problem found. */
@@ -167,7 +177,8 @@ SMATTN_NODISCARD smattn_status smattn_validate(const smattn_problem *prob,
 
 /* Visibility (SPEC 3.1-3.3): nonzero iff key j is visible to query i of batch b, head h,
  * before bias and data-dependent masking (causal, window, kv_lens, q_lens, bool mask).
- * The descriptor must have passed smattn_validate. */
+ * The descriptor must have passed smattn_validate; indices outside [0,B) x [0,Hq) x [0,S)
+ * x [0,T) (or NULL) give 0. */
 int smattn_visible(const smattn_problem *prob, const smattn_inputs *in, int64_t b, int64_t h,
                    int64_t i, int64_t j);
 
@@ -176,11 +187,21 @@ int smattn_visible(const smattn_problem *prob, const smattn_inputs *in, int64_t 
  * nearest-even in its dtype. A row is either fully written or the call fails; on failure
  * the outputs hold unspecified values.
  * ------------------------------------------------------------------------------------- */
+/* Precision limits of smattn_ref_config, in bits. The upper one is far below MPFR_PREC_MAX
+ * on purpose: a row's MPFR phase holds O(T + Dv) numbers of up to max_prec bits per thread
+ * (2^20 bits = 128 KiB each), and GMP aborts when an allocation fails. */
+#define SMATTN_REF_PREC_MIN 64L
+#define SMATTN_REF_PREC_MAX (1L << 20)
+
+/* Every field is range-checked before any work: out of range is SMATTN_ERR_OPTION. */
 typedef struct smattn_ref_config {
-    int threads;          /* 0: all online cores; rows are split, results do not depend on it */
-    long max_prec;        /* Ziv loop limit in bits; 0: default (16384) */
+    int threads;          /* >= 0; 0: all online cores; more than the online cores are
+                             capped to them; rows are split, results do not depend on it */
+    long max_prec;        /* Ziv loop limit in bits: 0 (default, 16384) or in
+                             [SMATTN_REF_PREC_MIN, SMATTN_REF_PREC_MAX] */
     int no_fast_phase;    /* nonzero: skip the double-double phase (testing) */
-    long fixed_prec;      /* nonzero: start the MPFR phase at this precision (testing) */
+    long fixed_prec;      /* 0, or start the MPFR phase at this precision (testing), in
+                             [SMATTN_REF_PREC_MIN, SMATTN_REF_PREC_MAX] */
 } smattn_ref_config;
 
 typedef struct smattn_ref_stats {
@@ -277,8 +298,10 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */
 typedef struct smattn_opt_config {
-    int threads;     /* 0: SMATTN_NUM_THREADS, else all online cores */
-    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" */
+    int threads;     /* >= 0; 0: SMATTN_NUM_THREADS, else all online cores; capped at the
+                        online cores (results do not depend on the count) */
+    const char *isa; /* NULL: the active ISA; else "scalar", "avx2" or "avx512" (any other
+                        name: SMATTN_ERR_OPTION; one this CPU lacks: SMATTN_ERR_UNSUPPORTED) */
 } smattn_opt_config;
 
 /* Max error of the kernel's binary32 exp in ulps, measured over every binary32 input by
@@ -301,6 +324,11 @@ SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
 smattn_precision smattn_opt_precision(const smattn_problem *prob);
 /* The ISA in use ("avx512", "avx2" or "scalar"); SMATTN_ISA forces one the CPU has. */
 const char *smattn_opt_isa(void);
+/* What became of the environment variable SMATTN_ISA (read once, with smattn_opt_isa):
+ * 0 unset or empty, 1 honoured, -1 not an ISA name (ignored), -2 an ISA this CPU lacks
+ * (ignored). An ignored value leaves smattn_opt_isa() at the best ISA the CPU has. The
+ * library never prints: a tool that wants to say so calls this. */
+int smattn_opt_isa_env(void);
 /* Nonzero if the named ISA can run on this CPU. */
 int smattn_opt_isa_available(const char *name);
 
@@ -308,6 +336,8 @@ int smattn_opt_isa_available(const char *name);
  * Element conversion (SPEC 2.6): load any dtype as binary64 (exact), and round a binary64
  * to a dtype with nearest-even (one rounding, IEEE subnormals and overflow).
  * ------------------------------------------------------------------------------------- */
+/* base + offset must address an element (any alignment: bytes are copied); an unknown
+ * dtype loads NaN and stores nothing. */
 double smattn_load(const void *base, smattn_dtype t, int64_t offset);
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x);
 

@@ -41,19 +41,43 @@ static int has_avx512(void)
 /* what the CPU has, read once (CPUID traps to the hypervisor in a virtual machine: tens of
  * microseconds, once per call when a caller names its ISA) */
 static int cpu_avx2, cpu_avx512;
+static int env_state; /* smattn_opt_isa_env(): what became of SMATTN_ISA */
+
+/* a name the kernel knows (whether or not this CPU has it) */
+int smattn__isa_known(const char *name)
+{
+    return name && (strcmp(name, "scalar") == 0 || strcmp(name, "avx2") == 0 ||
+                    strcmp(name, "avx512") == 0);
+}
+
+/* The ISA for an SMATTN_ISA value e (NULL: unset) on this CPU; *state as in
+ * smattn_opt_isa_env(). The library never prints: an ignored value is only reported. */
+const opt_isa *smattn__isa_from_env(const char *e, int *state)
+{
+    const opt_isa *best = cpu_avx512 ? &smattn__isa_avx512 : cpu_avx2 ? &smattn__isa_avx2
+                                                                       : &smattn__isa_scalar;
+    if (!e || !*e)
+        return *state = 0, best;
+    if (!smattn__isa_known(e))
+        return *state = -1, best;
+    if (strcmp(e, "scalar") == 0)
+        return *state = 1, &smattn__isa_scalar;
+    if (strcmp(e, "avx2") == 0)
+        return *state = cpu_avx2 ? 1 : -2, cpu_avx2 ? &smattn__isa_avx2 : best;
+    return *state = cpu_avx512 ? 1 : -2, cpu_avx512 ? &smattn__isa_avx512 : best;
+}
 
 static void choose(void)
 {
-    const char *e = getenv("SMATTN_ISA");
     cpu_avx2 = has_avx2();
     cpu_avx512 = has_avx512();
-    chosen = cpu_avx512 ? &smattn__isa_avx512 : cpu_avx2 ? &smattn__isa_avx2 : &smattn__isa_scalar;
-    if (e && strcmp(e, "scalar") == 0)
-        chosen = &smattn__isa_scalar;
-    else if (e && strcmp(e, "avx2") == 0 && cpu_avx2)
-        chosen = &smattn__isa_avx2;
-    else if (e && strcmp(e, "avx512") == 0 && cpu_avx512)
-        chosen = &smattn__isa_avx512;
+    chosen = smattn__isa_from_env(getenv("SMATTN_ISA"), &env_state);
+}
+
+int smattn_opt_isa_env(void)
+{
+    pthread_once(&once, choose);
+    return env_state;
 }
 
 const opt_isa *smattn__opt_isa(void)

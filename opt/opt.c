@@ -11,7 +11,7 @@ static const opt_isa *isa_by_name(const char *name)
 {
     if (!name)
         return smattn__opt_isa();
-    if (!smattn_opt_isa_available(name))
+    if (!smattn__isa_known(name) || !smattn_opt_isa_available(name))
         return NULL;
     if (strcmp(name, "scalar") == 0)
         return &smattn__isa_scalar;
@@ -24,7 +24,7 @@ static const opt_isa *isa_by_name(const char *name)
 
 static void put(const smattn_out_tensor *t, int64_t off, float x)
 {
-    ((float *)t->data)[off] = x + 0.0f; /* an exact zero is +0 (SPEC 4.3) */
+    opt_st_f32(t->data, off, x + 0.0f); /* an exact zero is +0 (SPEC 4.3); any address */
 }
 
 static int64_t o_off(const smattn_outputs *out, int64_t b, int64_t i, int64_t h, int64_t c)
@@ -69,7 +69,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
                 x = (float)p->softcap * tanhf(x / (float)p->softcap);
             int vis = 1;
             if (in->bias.data) {
-                float bj = ((const float *)in->bias.data)[smattn__off4(in->bias.stride, b, h, i, j)];
+                float bj = opt_ld_f32(in->bias.data, smattn__off4(in->bias.stride, b, h, i, j));
                 vis = bj != -HUGE_VALF;
                 x += bj;
             }
@@ -130,7 +130,7 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         for (int64_t c = 0; c < p->Dv; c++) {
             float x = acc[c] / l + 0.0f;
             bad |= !isfinite(x);
-            o[c * os] = x;
+            opt_st_f32(o, c * os, x);
         }
     }
     if (bad) {
@@ -316,13 +316,14 @@ static void merge_chunks(opt_job *job)
     }
 }
 
+/* The descriptor has passed smattn_validate (the entry points below, once). */
 static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *out, const smattn_opt_config *cfg)
 {
-    smattn_status st = smattn_validate(p, in, out);
+    if (cfg && ((cfg->isa && !smattn__isa_known(cfg->isa)) || cfg->threads < 0))
+        return SMATTN_ERR_OPTION;
+    smattn_status st = supported(p, in, out);
     if (st)
-        return st;
-    if ((st = supported(p, in, out)))
         return st;
     opt_job job;
     memset(&job, 0, sizeof job);
@@ -331,11 +332,11 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     job.out = out;
     job.isa = isa_by_name(cfg ? cfg->isa : NULL);
     if (!job.isa)
-        return SMATTN_ERR_UNSUPPORTED;
-    if (cfg && cfg->threads < 0)
-        return SMATTN_ERR_OPTION;
+        return SMATTN_ERR_UNSUPPORTED; /* a known ISA this CPU lacks */
     int nt = cfg && cfg->threads > 0 ? cfg->threads : env_threads();
-    if (nt <= 0)
+    /* never more threads than cores can run them (each holds a workspace): the results
+     * do not depend on the count, so the cap changes no bit */
+    if (nt <= 0 || nt > smattn__ncpu())
         nt = smattn__ncpu();
     job.scale_hi = (float)p->scale;
     job.scale_lo = (float)(p->scale - (double)job.scale_hi);
@@ -437,7 +438,9 @@ smattn_precision smattn_opt_precision(const smattn_problem *p)
 {
     smattn_precision m = smattn_precision_of(SMATTN_F32);
     m.exp_ulps = SMATTN_OPT_EXP_ULPS > 2.0 ? SMATTN_OPT_EXP_ULPS : 2.0;
-    int64_t T = p ? p->T : 1, tiles = (T + OPT_BK - 1) / OPT_BK;
+    int64_t T = p ? p->T : 1; /* any descriptor: T clamped to the valid range first */
+    T = T < 1 ? 1 : T > SMATTN_MAX_DIM ? SMATTN_MAX_DIM : T;
+    int64_t tiles = (T + OPT_BK - 1) / OPT_BK;
     int64_t chunks = (T + OPT_CHUNK - 1) / OPT_CHUNK;
     m.blocks = tiles + chunks + 1;
     m.acc_len = T + chunks + 2;

@@ -3,8 +3,22 @@
 #define SMATTN_OPT_INTERNAL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "core/internal.h"
+
+/* Tensor elements at any address (smattn.h states no alignment): bytes are copied, which
+ * compilers turn into one plain load or store. Element offset off, in elements. */
+static inline float opt_ld_f32(const void *base, int64_t off)
+{
+    float x;
+    memcpy(&x, (const unsigned char *)base + off * (int64_t)sizeof(float), sizeof x);
+    return x;
+}
+static inline void opt_st_f32(void *base, int64_t off, float x)
+{
+    memcpy((unsigned char *)base + off * (int64_t)sizeof(float), &x, sizeof x);
+}
 
 /* Inlined at each call, so that a constant argument (a row count) is folded into a copy of
  * the loop rather than tested in it. */
@@ -128,6 +142,10 @@ extern const opt_isa smattn__isa_avx512;
 
 /* The ISA in use (chosen once; SMATTN_ISA=scalar|avx2|avx512 forces one the CPU has). */
 const opt_isa *smattn__opt_isa(void);
+/* nonzero for "scalar", "avx2", "avx512" (known, whether or not the CPU has it) */
+int smattn__isa_known(const char *name);
+/* the ISA an SMATTN_ISA value selects; *state as smattn_opt_isa_env() (after first use) */
+const opt_isa *smattn__isa_from_env(const char *e, int *state);
 
 /* The exact-enough path for one row (opt/slow.c): binary64 arithmetic, every rule of
  * SPEC 3-4; used for rows whose float32 evaluation met a non-finite value. */

@@ -1,6 +1,11 @@
 /* pool.c: a persistent pthread pool for the optimised kernel. One job runs at a time; a
  * caller that finds the pool busy runs its job on its own thread, which changes no result
- * bit because work items never depend on which thread runs them. */
+ * bit because work items never depend on which thread runs them.
+ *
+ * fork(): the child has none of the workers, and the locks may have been held by threads
+ * that the child does not have (a fork while another thread is inside a call). A
+ * pthread_atfork child handler, registered at the pool's first use, gives the child an
+ * empty pool with fresh locks; its first threaded call starts its own workers. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,6 +25,32 @@ static opt_pool_fn job_fn;
 static void *job_ctx;
 static int64_t job_items;
 static atomic_llong job_next;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_ok; /* the handler is registered: threads may be used */
+
+/* In the child of a fork: the forking thread alone, so plain stores are safe. The mutexes
+ * and condition variables are set to their initial state (the parent's holders are gone);
+ * a job interrupted in the parent belongs to the parent and is forgotten here. */
+static void pool_after_fork_child(void)
+{
+    pool_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    state_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    wake = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    done = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    nworkers = 0;
+    generation = 0;
+    job_workers = 0;
+    active = 0;
+    job_fn = NULL;
+    job_ctx = NULL;
+    job_items = 0;
+    atomic_store(&job_next, 0);
+}
+
+static void register_atfork(void)
+{
+    atfork_ok = pthread_atfork(NULL, NULL, pool_after_fork_child) == 0;
+}
 
 static void run_items(int worker)
 {
@@ -57,7 +88,10 @@ int smattn__pool_run(int nthreads, int64_t nitems, opt_pool_fn fn, void *ctx)
         nthreads = POOL_MAX;
     if (nthreads > nitems)
         nthreads = (int)(nitems > 0 ? nitems : 1);
-    if (nthreads <= 1 || pthread_mutex_trylock(&pool_lock) != 0) {
+    if (nthreads > 1)
+        pthread_once(&atfork_once, register_atfork);
+    /* without the fork handler no worker is started: a child could not use them */
+    if (nthreads <= 1 || !atfork_ok || pthread_mutex_trylock(&pool_lock) != 0) {
         for (int64_t it = 0; it < nitems; it++) /* inline: same items, same results */
             fn(ctx, it, 0);
         return 1;

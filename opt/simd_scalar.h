@@ -9,8 +9,9 @@
 #define ISA_SUFFIX(name) name##_scalar
 typedef float vf;
 
-static inline vf vf_load(const float *p) { return *p; }
-static inline void vf_store(float *p, vf x) { *p = x; }
+/* memcpy: defined at any address (a tensor may start anywhere; one movss either way) */
+static inline vf vf_load(const float *p) { vf x; memcpy(&x, (const void *)p, sizeof x); return x; }
+static inline void vf_store(float *p, vf x) { memcpy((void *)p, &x, sizeof x); }
 static inline vf vf_set1(float x) { return x; }
 static inline vf vf_zero(void) { return 0.0f; }
 static inline vf vf_fmadd(vf a, vf b, vf c) { return fmaf(a, b, c); }
@@ -44,7 +45,8 @@ static inline vf vf_select_lt(vf x, float t, vf if_lt, vf other) { return x < t 
 
 static inline vf vf_load_f16(const uint16_t *p)
 {
-    uint16_t h = *p;
+    uint16_t h;
+    memcpy(&h, (const void *)p, sizeof h);
     uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
     float v;
     if (e == 0x1f)
@@ -55,5 +57,10 @@ static inline vf vf_load_f16(const uint16_t *p)
         v = ldexpf((float)(m | 0x400), (int)e - 25);
     return sign ? -v : v;
 }
-static inline vf vf_load_bf16(const uint16_t *p) { return vf_from_bits((uint32_t)*p << 16); }
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    uint16_t h;
+    memcpy(&h, (const void *)p, sizeof h);
+    return vf_from_bits((uint32_t)h << 16);
+}
 #endif

@@ -10,7 +10,7 @@
 
 static void put(const smattn_out_tensor *t, int64_t off, double x)
 {
-    ((float *)t->data)[off] = (float)x + 0.0f;
+    opt_st_f32(t->data, off, (float)x + 0.0f); /* any address */
 }
 
 static void put_lse(const opt_job *job, int64_t b, int64_t h, int64_t i, double x)

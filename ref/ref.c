@@ -43,16 +43,20 @@ void ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t s
                   int64_t n)
 {
     switch (t->dtype) {
+    /* bytes copied: a tensor may start at any address */
     case SMATTN_F32: {
-        const float *src = (const float *)t->data + offset;
-        for (int64_t d = 0; d < n; d++)
-            dst[d] = (double)src[d * stride];
+        const unsigned char *src = (const unsigned char *)t->data + offset * 4;
+        for (int64_t d = 0; d < n; d++) {
+            float x;
+            memcpy(&x, src + d * stride * 4, 4);
+            dst[d] = (double)x;
+        }
         return;
     }
     case SMATTN_F64: {
-        const double *src = (const double *)t->data + offset;
+        const unsigned char *src = (const unsigned char *)t->data + offset * 8;
         for (int64_t d = 0; d < n; d++)
-            dst[d] = src[d * stride];
+            memcpy(&dst[d], src + d * stride * 8, 8);
         return;
     }
     default:
@@ -438,7 +442,11 @@ smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *
     memset(&defcfg, 0, sizeof defcfg);
     if (!cfg)
         cfg = &defcfg;
-    if (cfg->threads < 0 || cfg->max_prec < 0 || cfg->fixed_prec < 0)
+    /* the precisions reach mpfr_set_prec and the Ziv loop's doubling: out of range would
+     * make MPFR/GMP abort (or the loop overflow) */
+    if (cfg->threads < 0 ||
+        (cfg->max_prec != 0 && (cfg->max_prec < SMATTN_REF_PREC_MIN || cfg->max_prec > SMATTN_REF_PREC_MAX)) ||
+        (cfg->fixed_prec != 0 && (cfg->fixed_prec < SMATTN_REF_PREC_MIN || cfg->fixed_prec > SMATTN_REF_PREC_MAX)))
         return SMATTN_ERR_OPTION;
     ref_job job;
     memset(&job, 0, sizeof job);
@@ -455,7 +463,9 @@ smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *
     job.fail_row = -1;
     if (pthread_mutex_init(&job.lock, NULL))
         return SMATTN_ERR_THREADS;
-    int nt = cfg->threads > 0 ? cfg->threads : smattn__ncpu();
+    /* at most the online cores: each thread holds buffers sized by T, and rows do not
+     * depend on the thread that evaluates them */
+    int nt = cfg->threads > 0 && cfg->threads < smattn__ncpu() ? cfg->threads : smattn__ncpu();
     if (!mpfr_buildopt_tls_p())
         nt = 1; /* MPFR's state is global: one thread only */
     if ((int64_t)nt > (job.rows + 3) / 4)

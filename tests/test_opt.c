@@ -630,7 +630,7 @@ START_TEST(opt_rejects)
     outbuf_free(&o);
     outbuf_make(&o, &c.p, SMATTN_F32);
     smattn_opt_config bad = {0, "no-such-isa"};
-    ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, &bad), SMATTN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, &bad), SMATTN_ERR_OPTION);
     smattn_problem p = c.p;
     p.Hkv = 3 * p.Hq + 1;
     ck_assert_int_eq(smattn_attention(&p, &c.in, &o.out, NULL), smattn_validate(&p, &c.in, &o.out));

@@ -278,6 +278,70 @@ START_TEST(tiles_cover_once_and_skip_only_empty)
 }
 END_TEST
 
+/* Public helpers are defined for every input (issue 15): overflow is reported, not
+ * computed (the sanitizer build turns a signed overflow into a failure). */
+START_TEST(public_helpers_any_input)
+{
+    smattn_problem p = smattn_problem_default();
+    p.B = 2, p.S = 3, p.T = 5, p.Hq = 4, p.Hkv = 2, p.D = 6, p.Dv = 7;
+    int64_t s[4];
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', s), SMATTN_OK);
+    ck_assert(s[0] == 72 && s[1] == 24 && s[2] == 6 && s[3] == 1);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'l', s), SMATTN_OK);
+    ck_assert(s[0] == 12 && s[1] == 3 && s[2] == 1 && s[3] == 0);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'z', s), SMATTN_ERR_OPTION);
+    ck_assert(s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0);
+    ck_assert_int_eq(smattn_contiguous_strides(NULL, 'q', s), SMATTN_ERR_NULL);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', NULL), SMATTN_ERR_NULL);
+    static const int64_t huge[] = {INT64_MAX, INT64_MIN, (int64_t)1 << 62, (int64_t)1 << 32, -1, 0};
+    static const char roles[] = "qkvolxpbs";
+    for (size_t a = 0; a < sizeof huge / sizeof huge[0]; a++)
+        for (int f = 0; f < 7; f++)
+            for (int r = 0; roles[r]; r++) {
+                smattn_problem q = p;
+                int64_t *dims[] = {&q.B, &q.S, &q.T, &q.Hq, &q.Hkv, &q.D, &q.Dv};
+                *dims[f] = huge[a];
+                smattn_status st = smattn_contiguous_strides(&q, roles[r], s);
+                ck_assert(st == SMATTN_OK || st == SMATTN_ERR_OVERFLOW || st == SMATTN_ERR_SHAPE);
+                if (st != SMATTN_OK)
+                    ck_assert(s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0);
+            }
+    p.T = INT64_MAX; /* the fuzz_api finding: 9223372036854775807 * 6 */
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', s), SMATTN_ERR_OVERFLOW);
+    /* visibility outside the shape: 0, no offset computed */
+    p.T = 5;
+    unsigned char mask[2 * 4 * 3 * 5];
+    memset(mask, 1, sizeof mask);
+    smattn_inputs in;
+    memset(&in, 0, sizeof in);
+    in.mask = (smattn_tensor){mask, SMATTN_BOOL, {0}};
+    smattn_contiguous_strides(&p, 'b', in.mask.stride);
+    ck_assert_int_eq(smattn_visible(&p, &in, 1, 3, 2, 4), 1);
+    ck_assert_int_eq(smattn_visible(&p, &in, INT64_MAX, 0, 0, 0), 0);
+    ck_assert_int_eq(smattn_visible(&p, &in, 0, INT64_MIN, 0, 0), 0);
+    ck_assert_int_eq(smattn_visible(&p, &in, 0, 0, 3, 0), 0);
+    ck_assert_int_eq(smattn_visible(&p, &in, 0, 0, 0, -1), 0);
+    ck_assert_int_eq(smattn_visible(NULL, &in, 0, 0, 0, 0), 0);
+    /* an unknown dtype stores nothing and loads NaN */
+    unsigned char buf[16];
+    memset(buf, 0x5a, sizeof buf);
+    smattn_store(buf, (smattn_dtype)99, 0, 1.0);
+    smattn_store(buf, (smattn_dtype)-1, 0, 1.0);
+    for (size_t k = 0; k < sizeof buf; k++)
+        ck_assert_int_eq(buf[k], 0x5a);
+    ck_assert(isnan(smattn_load(buf, (smattn_dtype)99, 0)));
+    /* the kernel's model for any T */
+    p.T = INT64_MAX;
+    smattn_precision m = smattn_opt_precision(&p);
+    ck_assert(m.blocks >= 1 && m.acc_len >= 1);
+    p.T = INT64_MIN;
+    m = smattn_opt_precision(&p);
+    ck_assert(m.blocks >= 1);
+    ck_assert_str_eq(smattn_status_name((smattn_status)-5), "SMATTN_ERR_UNKNOWN");
+    ck_assert(smattn_default_scale(INT64_MIN) == 0 && smattn_default_scale(INT64_MAX) == 0);
+}
+END_TEST
+
 Suite *problem_suite(void);
 Suite *problem_suite(void)
 {
@@ -291,6 +355,7 @@ Suite *problem_suite(void)
     tcase_add_test(tc, head_group_is_contiguous);
     tcase_add_test(tc, max_offset_is_the_span);
     tcase_add_test(tc, tiles_cover_once_and_skip_only_empty);
+    tcase_add_test(tc, public_helpers_any_input);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,6 +2,7 @@
  * nothing (every output and input byte keeps its value). */
 #include <check.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -359,6 +360,46 @@ START_TEST(offsets_overflow)
 }
 END_TEST
 
+/* Every smattn_ref_config field out of range is SMATTN_ERR_OPTION before any work (issue
+ * 15: max_prec = LONG_MAX with fixed_prec = LONG_MAX / 2 made GMP abort). */
+START_TEST(bad_ref_config)
+{
+    static const smattn_ref_config bad[] = {
+        {.threads = -1},
+        {.threads = INT32_MIN},
+        {.max_prec = -1},
+        {.max_prec = LONG_MAX, .fixed_prec = LONG_MAX / 2},
+        {.max_prec = LONG_MAX},
+        {.fixed_prec = LONG_MAX / 2},
+        {.fixed_prec = LONG_MIN},
+        {.max_prec = SMATTN_REF_PREC_MAX + 1},
+        {.fixed_prec = SMATTN_REF_PREC_MAX + 1},
+        {.max_prec = SMATTN_REF_PREC_MIN - 1},
+        {.fixed_prec = 1},
+        {.fixed_prec = SMATTN_REF_PREC_MIN - 1, .max_prec = 4096},
+    };
+    fixture f;
+    fixture_attention(&f);
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        arena before = f.a;
+        smattn_status st = smattn_ref(f.pp, f.pi, f.po, &bad[k], NULL);
+        ck_assert_msg(st == SMATTN_ERR_OPTION, "config %zu: %s", k, smattn_status_name(st));
+        ck_assert_msg(memcmp(&before, &f.a, sizeof f.a) == 0, "config %zu wrote", k);
+    }
+    /* the ends of the ranges are accepted */
+    static const smattn_ref_config good[] = {
+        {.threads = 1, .max_prec = SMATTN_REF_PREC_MIN, .fixed_prec = SMATTN_REF_PREC_MIN},
+        {.threads = 1, .max_prec = SMATTN_REF_PREC_MAX, .fixed_prec = 4096, .no_fast_phase = 1},
+        {.threads = 1 << 30},
+    };
+    for (size_t k = 0; k < sizeof good / sizeof good[0]; k++) {
+        smattn_status st = smattn_ref(f.pp, f.pi, f.po, &good[k], NULL);
+        ck_assert_msg(st == SMATTN_OK || (k == 0 && st == SMATTN_ERR_PRECISION), "good config %zu: %s", k,
+                      smattn_status_name(st));
+    }
+}
+END_TEST
+
 START_TEST(outputs_alias)
 {
     fixture f;
@@ -415,6 +456,7 @@ Suite *ref_api_suite(void)
     tcase_add_test(tc, bad_strides);
     tcase_add_test(tc, offsets_overflow);
     tcase_add_test(tc, outputs_alias);
+    tcase_add_test(tc, bad_ref_config);
     suite_add_tcase(s, tc);
     return s;
 }
