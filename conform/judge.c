@@ -78,6 +78,74 @@ static int64_t row_keys(const smattn_problem *p, const smattn_inputs *in, int64_
     return n;
 }
 
+/* Does the Q row (b, i, h) hold a NaN or an infinity? */
+static int q_row_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                       int64_t i)
+{
+    for (int64_t d = 0; p->op == SMATTN_OP_ATTENTION && d < p->D; d++)
+        if (!isfinite(load4(&in->q, b, i, h, d)))
+            return 1;
+    return 0;
+}
+
+/* Does what row (b, h, i) would read at key j (K and V of its KV head, the bias, X) hold a
+ * NaN or an infinity? */
+static int slot_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                      int64_t i, int64_t j)
+{
+    if (in->bias.data && !isfinite(load4(&in->bias, b, h, i, j)))
+        return 1;
+    if (p->op == SMATTN_OP_SOFTMAX)
+        return !isfinite(load4(&in->x, b, h, i, j));
+    int64_t g = h / (p->Hq / p->Hkv);
+    for (int64_t d = 0; d < p->D; d++)
+        if (!isfinite(load4(&in->k, b, j, g, d)))
+            return 1;
+    for (int64_t d = 0; d < p->Dv; d++)
+        if (!isfinite(load4(&in->v, b, j, g, d)))
+            return 1;
+    return 0;
+}
+
+/* Do the inputs of row (b, h, i) hold a NaN or an infinity anywhere (its Q row, and K, V,
+ * bias or X at any key)? An empty row reads none of them, so a NaN in its output with
+ * dirty inputs is first of all a leak. */
+static int row_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                     int64_t i)
+{
+    if (q_row_dirty(p, in, b, h, i))
+        return 1;
+    for (int64_t j = 0; j < p->T; j++)
+        if (slot_dirty(p, in, b, h, i, j))
+            return 1;
+    return 0;
+}
+
+/* Would the oracle of problem q read a non-finite value at a slot that the claimed problem
+ * p hides (a key visible under q only, or the Q row of a row empty under p only)? Then a
+ * kernel that "follows q" may only be reading garbage that q's oracle reads too (NaN
+ * matches NaN): q is no explanation. */
+static int alt_reads_garbage(const smattn_problem *p, const smattn_problem *q,
+                             const smattn_inputs *in)
+{
+    char b1[160], b2[160];
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++) {
+                int64_t np = 0, nq = 0;
+                for (int64_t j = 0; j < p->T; j++) {
+                    int vp = hidden_by(p, in, b, h, i, j, b1, sizeof b1) == NULL;
+                    int vq = hidden_by(q, in, b, h, i, j, b2, sizeof b2) == NULL;
+                    np += vp, nq += vq;
+                    if (vq && !vp && slot_dirty(p, in, b, h, i, j))
+                        return 1;
+                }
+                if (np == 0 && nq > 0 && q_row_dirty(p, in, b, h, i))
+                    return 1;
+            }
+    return 0;
+}
+
 /* Element e of output t as (b, h, i, col) and its text. */
 static void locate(const smattn_problem *p, int t, int64_t e, int64_t ix[4], char *buf, size_t cap)
 {
@@ -174,6 +242,15 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     fmt_value(x, xs, sizeof xs);
     int sink;
     int64_t keys = row_keys(p, in, ix[0], ix[1], ix[2], &sink);
+    if (keys == 0 && !sink && garbage && isnan(c) && !isnan(x) &&
+        row_dirty(p, in, ix[0], ix[1], ix[2])) {
+        snprintf(out, cap,
+                 "NaN at %s where the spec has %s (an empty row: no visible key, no sink); "
+                 "invisible slots of this case hold NaN/inf: did a masked or padded position "
+                 "leak in?",
+                 where, xs);
+        return;
+    }
     if (keys == 0 && !sink) {
         const char *conv = t == 1 ? empty_lse_name(p->empty_lse) : empty_name(p->empty_rows);
         const char *want = t == 1 ? (p->empty_lse == SMATTN_LSE_ZERO      ? "0"
@@ -201,7 +278,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (ratio_under(&q, in, got, pm, nO) <= 1)
+        if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, nO) <= 1)
             n = (size_t)snprintf(
                 out, cap, "causal alignment: O follows %s, but %s is claimed; ",
                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
@@ -210,7 +287,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
-            if (ratio_under(&q, in, got, pm, nO) <= 1)
+            if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, nO) <= 1)
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");

@@ -1,0 +1,138 @@
+/* test_reasons.c: the one-sentence reason of `smattn conform` (conform/judge.c) is right:
+ * for every sentence the judge can give, a plugin with that bug gets it on the case aimed
+ * at the bug, and a plugin with a look-alike bug does not (tests/fixtures/reason_fixture.c,
+ * one .so per bug, mk/conform.mk). Each run is `--only` one case or two: about 0.1 s. */
+#include <check.h>
+#include <json.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* One expectation: the fixture `mode` run on the cases starting with `only`; case `name`
+ * has `status`, its reason contains `want` (if not NULL) and not `never` (if not NULL). */
+typedef struct expect {
+    const char *mode, *only, *name, *status, *want, *never;
+} expect;
+
+static const expect table[] = {
+    /* empty row: only when the row is empty and its inputs are clean */
+    {"empty_nan", "empty_rows/clean_mask", "empty_rows/clean_mask_rows_false", "fail",
+     "empty row (no visible key, no sink): O[b=0,i=1,h=0,c=0] expected +0", NULL},
+    {"empty_leak", "empty_rows/mask_rows_false", "empty_rows/mask_rows_false", "fail",
+     "leak in?", "expected +0 (zero convention)"},
+    {"empty_leak", "empty_rows/clean_mask", "empty_rows/clean_mask_rows_false", "pass", NULL,
+     NULL},
+    /* a masked key with weight; a visible key with none is not that */
+    {"zero_mask", "causal/lower_right_s16_t16", "causal/lower_right_s16_t16", "fail",
+     "masked key got weight: P[b=0,h=0,i=0,j=1]", NULL},
+    {"diag_hidden", "causal/lower_right_s16_t16", "causal/lower_right_s16_t16", "fail", NULL,
+     "masked key"},
+    /* the other alignment, only when it fits without reading garbage */
+    {"upper_left", "causal/lower_right_s5_t16", "causal/lower_right_s5_t16", "fail",
+     "causal alignment: O follows upper_left, but lower_right is claimed", NULL},
+    {"v_leak", "causal/upper_left_s5_t16", "causal/upper_left_s5_t16", "fail", "leak in?",
+     "causal alignment"},
+    /* off by one, not two */
+    {"plus1", "causal/lower_right_s16_t16", "causal/lower_right_s16_t16", "fail",
+     "causal alignment off by one", NULL},
+    {"plus2", "causal/lower_right_s16_t16", "causal/lower_right_s16_t16", "fail", NULL,
+     "off by one"},
+    /* a NaN where the spec has a number: a leak hint only with garbage in the case */
+    {"v_leak", "garbage/kv_cache", "garbage/kv_cache_slots", "fail",
+     "NaN at O[b=0,i=0,h=0,c=0] where the spec has a finite value", "empty row"},
+    {"nan_out", "shapes/s3_t7", "shapes/s3_t7_d3", "fail",
+     "NaN at O[b=0,i=0,h=0,c=0] where the spec has a finite value", "leak"},
+    /* infinity against a large error */
+    {"inf_out", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "infinity at O[b=0,i=0,h=0,c=0]",
+     "error/bound"},
+    {"big_out", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "error/bound ratio", "infinity"},
+    {"scale_err", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "error/bound ratio", NULL},
+    /* SPEC 4.2: a visible -inf score is not a masked key */
+    {"ninf_masked", "nonfinite/k_neg_inf", "nonfinite/k_neg_inf", "fail",
+     "where the spec has NaN (SPEC 4.2)", NULL},
+    {"v_inf_row_nan", "nonfinite/v_pos_inf", "nonfinite/v_pos_inf", "fail",
+     "where the spec has a finite value", "SPEC 4.2"},
+    /* the precision model */
+    {"bad_model", "shapes/s3_t7", "shapes/s3_t7_d3", "fail",
+     "precision model is out of range", NULL},
+    {"loose_model", "shapes/s3_t7", "shapes/s3_t7_d3", "pass", NULL, NULL},
+};
+#define NTABLE (int)(sizeof table / sizeof table[0])
+
+static char tmp[64];
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/smattn_reasons_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+
+static void teardown(void)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/r.json", tmp);
+    unlink(p);
+    rmdir(tmp);
+}
+
+static const char *str_of(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
+}
+
+START_TEST(reason_is_right)
+{
+    const expect *x = &table[_i];
+    const char *cli = getenv("SMATTN_CLI");
+    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
+    char dir[1024], so[1200], json[128];
+    snprintf(dir, sizeof dir, "%s", cli);
+    snprintf(so, sizeof so, "%s/tests/fixtures/reason_%s.so", dirname(dir), x->mode);
+    ck_assert_msg(access(so, R_OK) == 0, "%s is missing (make tests builds it)", so);
+    snprintf(json, sizeof json, "%s/r.json", tmp);
+    unlink(json);
+    const char *argv[] = {cli, "conform", "--kernel", so, "--only", x->only, "--json", json, NULL};
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(127);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    json_object *r = json_object_from_file(json), *cases, *c = NULL;
+    ck_assert_msg(r != NULL, "%s: no report", x->mode);
+    ck_assert(json_object_object_get_ex(r, "cases", &cases));
+    for (size_t k = 0; k < json_object_array_length(cases); k++)
+        if (!strcmp(str_of(json_object_array_get_idx(cases, k), "name"), x->name))
+            c = json_object_array_get_idx(cases, k);
+    ck_assert_msg(c != NULL, "%s: no case %s", x->mode, x->name);
+    const char *reason = str_of(c, "reason");
+    ck_assert_msg(!strcmp(str_of(c, "status"), x->status), "%s on %s: %s, not %s (%s)", x->mode,
+                  x->name, str_of(c, "status"), x->status, reason);
+    ck_assert_msg(!x->want || strstr(reason, x->want), "%s on %s: reason '%s' lacks '%s'",
+                  x->mode, x->name, reason, x->want);
+    ck_assert_msg(!x->never || !strstr(reason, x->never), "%s on %s: reason '%s' has '%s'",
+                  x->mode, x->name, reason, x->never);
+    json_object_put(r);
+}
+END_TEST
+
+Suite *reasons_suite(void);
+Suite *reasons_suite(void)
+{
+    Suite *s = suite_create("reasons");
+    TCase *tc = tcase_create("reasons");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_loop_test(tc, reason_is_right, 0, NTABLE);
+    suite_add_tcase(s, tc);
+    return s;
+}
