@@ -1042,6 +1042,36 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
     return 0;
 }
 
+int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
+                            char *why, size_t cap)
+{
+    static const char *const names[6] = {"Q", "K", "V", "X", "the bias", "the sinks"};
+    const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k,    &c->in64.v,
+                                   &c->in64.x, &c->in64.bias, &c->in64.sinks};
+    static const int idx[6] = {T_Q, T_K, T_V, T_X, T_BIAS, T_SINKS};
+    for (int t = 0; t < 6; t++) {
+        smattn_dtype dt = (t == 1 || t == 2) ? kvdt : qdt;
+        if (!src[t]->data || dt == SMATTN_F64)
+            continue;
+        const double *d = src[t]->data;
+        for (int64_t e = 0; e < c->count[idx[t]]; e++) {
+            if (!isfinite(d[e]) || d[e] == 0)
+                continue; /* garbage and zeros convert as they are */
+            unsigned char buf[8];
+            smattn_store(buf, dt, 0, d[e]);
+            double r = smattn_load(buf, dt, 0);
+            if (isfinite(r) && r != 0)
+                continue;
+            snprintf(why, cap, "%s holds %.3g, which %s in %s (the case would hold %s): the "
+                     "converted case would not be this case",
+                     names[t], d[e], r == 0 ? "flushes to zero" : "overflows",
+                     smattn_dtype_name(dt), r == 0 ? "0" : r > 0 ? "+inf" : "-inf");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void conform_inst_free(conform_inst *m)
 {
     for (int t = 0; t < 6; t++)

@@ -99,6 +99,13 @@ typedef struct conform_inst {
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
 void conform_inst_free(conform_inst *m);
+/* Does case c keep its meaning in the dtypes a kernel takes (qdt for Q, X, bias and sinks;
+ * kvdt for K and V)? 0 if every finite nonzero input stays finite and nonzero; else -1
+ * with the reason in why ("K holds -1e+06, which overflows in binary16 ..."): the case is
+ * skipped with it, never run as a silently different case (NaN/inf garbage and zeros
+ * convert as they are; rounding is allowed: the oracle reads the converted values). */
+int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
+                            char *why, size_t cap);
 /* The features of caps as ", "-separated names into buf; and one name per bit. */
 void conform_caps_str(uint32_t caps, char *buf, size_t cap);
 const char *conform_cap_name(unsigned bit);

@@ -232,6 +232,11 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     int qdt = pick_dtype(k->info.q_dtypes, SMATTN_F32);
     int kvdt = pick_dtype(k->info.kv_dtypes, c->kv_dtype);
     int odt = pick_dtype(k->info.out_dtypes, SMATTN_F32);
+    if (conform_case_dtype_fits(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, r->reason,
+                                sizeof r->reason)) {
+        r->status = CONFORM_SKIP;
+        return;
+    }
     conform_inst m;
     if (conform_case_materialise(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, k->info.empty_rows,
                                  k->info.empty_lse, &m)) {
