@@ -698,6 +698,116 @@ static void garbage(builder *bd)
     finish(bd, c);
 }
 
+/* Garbage at the sizes where kernels tile (issue 14): S and T in {64, 65, 128, 200, 256},
+ * D and Dv in {16, 64, 128}, for every kind of invisibility; NaN/inf fill every invisible
+ * slot (fill_garbage): K and V of keys no row sees, Q of empty and padding rows, and, in
+ * the cases with a bias, the bias at every hidden (row, key), so that a partly visible
+ * tile holds garbage right next to the keys it must read. Quick takes the first shape of
+ * each kind. */
+static void tiled(builder *bd, int full)
+{
+    static const int64_t sh[][4] = {/* S, T, D, Dv */
+                                    {64, 65, 16, 16},
+                                    {65, 64, 64, 16},
+                                    {128, 200, 128, 64},
+                                    {200, 128, 16, 128},
+                                    {256, 256, 64, 64}};
+    static const char *const kinds[] = {"causal_lr", "causal_ul", "kv_lens", "q_lens",
+                                        "window",    "mask"};
+    size_t nsh = full ? sizeof sh / sizeof sh[0] : 1;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t z = 0; z < nsh; z++) {
+            int64_t S = sh[z][0], T = sh[z][1], B = k == 2 || k == 3 ? 2 : 1;
+            char name[64];
+            snprintf(name, sizeof name, "%s_s%lld_t%lld_d%lld_dv%lld", kinds[k], (long long)S,
+                     (long long)T, (long long)sh[z][2], (long long)sh[z][3]);
+            conform_case *c = case_new(bd, "tiled", name, SMATTN_OP_ATTENTION, B, S, T, 2, 1,
+                                       sh[z][2], sh[z][3], 2.0, 0);
+            if (!c)
+                return;
+            smattn_problem *p = &c->prob;
+            if (k == 0)
+                p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
+            else if (k == 1)
+                p->causal = SMATTN_CAUSAL_UPPER_LEFT;
+            else if (k == 2) /* padding keys from the middle of a tile, and an empty batch */
+                case_lens(bd, c, 0, (int64_t[]){T - 1 - (T / 3), z % 2 ? 0 : 1});
+            else if (k == 3)
+                case_lens(bd, c, 1, (int64_t[]){S / 2 + 1, S - 1});
+            else if (k == 4) /* a window whose edges cut tiles, behind and ahead */
+                p->window_left = 40, p->window_right = 7;
+            else {
+                unsigned char *m = case_mask(bd, c);
+                for (int64_t e = 0; m && e < c->count[T_MASK]; e++)
+                    m[e] = (rng_next(&bd->r) % 4) != 0;
+                for (int64_t r = 0; m && r < p->B * p->Hq * S; r++) /* two keys no row sees */
+                    m[r * T + T / 2] = m[r * T + T - 1] = 0;
+            }
+            if (z % 2 == 1 || !full) /* half of them with a bias, garbage where hidden */
+                case_bias(bd, c, 1.0);
+            finish(bd, c);
+        }
+    /* One key masked for every row of a 64-row tile holds NaN in V, next to keys those
+     * rows see: a P.V that multiplies it by its zero weight gets NaN. */
+    conform_case *c = att(bd, "tiled", "masked_key_nan_v_64_rows", 1, 64, 128, 1, 1, 16);
+    unsigned char *m = c ? case_mask(bd, c) : NULL;
+    for (int64_t i = 0; m && i < 64; i++)
+        m[i * 128 + 70] = 0;
+    finish(bd, c);
+}
+
+/* Decode (S = 1) over long caches with garbage beyond kv_lens, and long rows past the
+ * split lengths of split-KV kernels (256, 512, 1024, 4096): B > 1 with different kv_lens
+ * per batch, windows, sinks, and bias and masks that differ per batch and per head. */
+static void long_rows(builder *bd, int full)
+{
+    static const int64_t dec[][4] = {/* T, kv_lens[0], kv_lens[1], D */
+                                     {520, 520, 257, 64},
+                                     {1024, 1000, 513, 128},
+                                     {4097, 4097, 1025, 64}};
+    size_t n = full ? 3 : 1;
+    for (size_t k = 0; k < n; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "decode_t%lld_kv%lld_%lld", (long long)dec[k][0],
+                 (long long)dec[k][1], (long long)dec[k][2]);
+        conform_case *c = att(bd, "long", name, 2, 1, dec[k][0], 4, 2, dec[k][3]);
+        if (c)
+            case_lens(bd, c, 0, (int64_t[]){dec[k][1], dec[k][2]});
+        finish(bd, c);
+    }
+    if (!full) {
+        conform_case *c = att(bd, "long", "decode_t600_window_sinks_bias", 2, 1, 600, 4, 2, 32);
+        if (c) {
+            case_lens(bd, c, 0, (int64_t[]){600, 290});
+            c->prob.window_left = 270;
+            case_sinks(bd, c, -1.0, 3.0);
+            case_bias(bd, c, 2.0);
+        }
+        finish(bd, c);
+        return;
+    }
+    conform_case *c = att(bd, "long", "decode_t4100_window_sinks_bias", 3, 1, 4100, 4, 2, 64);
+    if (c) { /* windows that start and end inside different 256/512/1024 chunks */
+        case_lens(bd, c, 0, (int64_t[]){4100, 1030, 513});
+        c->prob.window_left = 700;
+        case_sinks(bd, c, -1.0, 3.0);
+        case_bias(bd, c, 2.0);
+    }
+    finish(bd, c);
+    c = att(bd, "long", "decode_t1030_mask_per_batch_head", 2, 1, 1030, 4, 1, 64);
+    unsigned char *m = c ? case_mask(bd, c) : NULL;
+    for (int64_t e = 0; m && e < c->count[T_MASK]; e++)
+        m[e] = (rng_next(&bd->r) % 3) != 0;
+    finish(bd, c);
+    c = att(bd, "long", "chunked_s16_t1100_causal_bias", 2, 16, 1100, 2, 2, 32);
+    if (c) {
+        case_lens(bd, c, 0, (int64_t[]){1100, 530});
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        case_bias(bd, c, 1.0);
+    }
+    finish(bd, c);
+}
+
 static void extreme(builder *bd, int full)
 {
     /* |q.k| up to ~ D a^2 / sqrt(D): e^s overflows binary32 without the max shift. */
@@ -843,6 +953,19 @@ static void sinks(builder *bd)
     finish(bd, c);
 }
 
+/* A sink far above the keys (e^100 against scores near 0): a kernel that leaves the sink
+ * out of its running max computes e^{zeta - m} and overflows binary32, so such rows are out
+ * of contract (SPEC 6.8: counted, not judged) unless the kernel claims
+ * SMATTN_CAP_SINK_IN_MAX, which makes them judged. */
+static void sinks_large(builder *bd)
+{
+    conform_case *c = att(bd, "sinks", "large_sink_decode", 2, 1, 40, 2, 1, 16);
+    double *s = c ? case_sinks(bd, c, 95.0, 100.0) : NULL;
+    if (s)
+        case_lens(bd, c, 0, (int64_t[]){40, 17});
+    finish(bd, c);
+}
+
 static void softcap(builder *bd)
 {
     conform_case *c = case_new(bd, "softcap", "cap30_large_scores", SMATTN_OP_ATTENTION, 1, 4, 12,
@@ -973,6 +1096,8 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     empty_rows_clean(&bd);
     padding(&bd, full);
     garbage(&bd);
+    tiled(&bd, full);
+    long_rows(&bd, full);
     nonfinite(&bd);
     extreme(&bd, full);
     shapes(&bd, full);
@@ -981,6 +1106,7 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     gqa(&bd, full);
     bias_cases(&bd);
     sinks(&bd);
+    sinks_large(&bd);
     softcap(&bd);
     dtypes(&bd);
     strides(&bd);

@@ -125,6 +125,7 @@ typedef struct conform_result {
     double max_ratio;  /* max |c - e| / bound over the outputs (SPEC 6.10) */
     double max_ulp;    /* max ulp error over elements with a finite exact value */
     int64_t unbounded; /* elements with a finite exact value and bound +inf (6.8) */
+    int64_t unbounded_rows; /* rows (b, h, i) holding such elements: not judged */
     int64_t nonfinite; /* NaN or infinity where the spec has a finite value */
     int64_t elements;  /* elements compared */
     double seconds;    /* wall time of the kernel's child process */
@@ -143,6 +144,11 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
  * invisible slots hold NaN (named in messages). Fills status, figures and reason of r. */
 void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                    const smattn_precision *pm, int garbage, conform_result *r);
+/* The same with smattn__bound_flags flags (core/internal.h): SMATTN__BOUND_SINK_IN_MAX for
+ * a kernel claiming SMATTN_CAP_SINK_IN_MAX. */
+void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                         int garbage, conform_result *r);
 
 /* ---- reports ------------------------------------------------------------------------- */
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "conform/conform.h"
+#include "core/internal.h"
 
 static const char out_roles[3] = {'o', 'l', 'p'};
 
@@ -209,7 +210,8 @@ static void free_f64(smattn_outputs *o)
 
 /* The max error/bound ratio of got's O against problem q's oracle; +inf on any failure. */
 static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
-                          const smattn_outputs *got, const smattn_precision *pm, int64_t nO)
+                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                          int64_t nO)
 {
     smattn_outputs only = {got->o, {0}, {0}}, ref, bnd;
     int64_t n[3] = {nO, 0, 0};
@@ -217,7 +219,7 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
     smattn_ref_config cfg = {1, 0, 0, 0};
     if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
         smattn_ref(q, in, &ref, &cfg, NULL) == SMATTN_OK &&
-        smattn_bound(q, in, pm, &only, &bnd) == SMATTN_OK) {
+        smattn__bound_flags(q, in, pm, &only, &bnd, flags) == SMATTN_OK) {
         worst = 0;
         for (int64_t e = 0; e < nO; e++) {
             double r = smattn_error_ratio(smattn_load(got->o.data, got->o.dtype, e),
@@ -232,7 +234,7 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
 
 /* A sentence for the worst element: which convention or rule it breaks. */
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                     const smattn_precision *pm, int garbage, int t, int64_t e, double c, double x,
+                     const smattn_precision *pm, unsigned flags, int garbage, int t, int64_t e, double c, double x,
                      double bound, double ratio, int64_t nO, char *out, size_t cap)
 {
     int64_t ix[4];
@@ -278,7 +280,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, nO) <= 1)
+        if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, flags, nO) <= 1)
             n = (size_t)snprintf(
                 out, cap, "causal alignment: O follows %s, but %s is claimed; ",
                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
@@ -287,7 +289,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
-            if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, nO) <= 1)
+            if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, flags, nO) <= 1)
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
@@ -311,8 +313,25 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
 void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                    const smattn_precision *pm, int garbage, conform_result *r)
 {
+    conform_judge_flags(p, in, got, pm, 0, garbage, r);
+}
+
+/* Row (b, h, i) of element e of output t, as an index into [B, Hq, S]. */
+static int64_t row_of(const smattn_problem *p, int t, int64_t e)
+{
+    int64_t ix[4];
+    char buf[96];
+    locate(p, t, e, ix, buf, sizeof buf);
+    return (ix[0] * p->Hq + ix[1]) * p->S + ix[2];
+}
+
+void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                         int garbage, conform_result *r)
+{
     r->max_ratio = r->max_ulp = 0;
-    r->unbounded = r->elements = r->nonfinite = 0;
+    r->unbounded = r->unbounded_rows = r->elements = r->nonfinite = 0;
+    unsigned char *oc_rows = calloc((size_t)(p->B * p->Hq * p->S) + 1, 1);
     r->reason[0] = '\0';
     int att = p->op == SMATTN_OP_ATTENTION;
     int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0, p->B * p->Hq * p->S,
@@ -323,7 +342,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
     if (!alloc_f64(p, got, &ref, n) && !alloc_f64(p, got, &bnd, n)) {
         st = smattn_ref(p, in, &ref, &cfg, NULL);
         if (st == SMATTN_OK)
-            st = smattn_bound(p, in, pm, got, &bnd);
+            st = smattn__bound_flags(p, in, pm, got, &bnd, flags);
     }
     if (st == SMATTN_ERR_OPTION) { /* the model the kernel claims for this problem */
         r->status = CONFORM_FAIL;
@@ -334,6 +353,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
                  (long long)pm->acc_len, pm->tiny);
         free_f64(&ref);
         free_f64(&bnd);
+        free(oc_rows);
         return;
     }
     if (st != SMATTN_OK) {
@@ -342,6 +362,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
                  smattn_status_str(st), smattn_status_name(st));
         free_f64(&ref);
         free_f64(&bnd);
+        free(oc_rows);
         return;
     }
     const smattn_out_tensor *gt[3] = {&got->o, &got->lse, &got->p};
@@ -364,6 +385,11 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             r->elements++;
             if (isfinite(x) && b == HUGE_VAL) {
                 r->unbounded++;
+                if (oc_rows) {
+                    int64_t row = row_of(p, t, e);
+                    r->unbounded_rows += !oc_rows[row];
+                    oc_rows[row] = 1;
+                }
                 continue;
             }
             double ratio = smattn_error_ratio(c, x, b);
@@ -396,16 +422,22 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             worst = masked;
         else if (!empty && nonfinite.t >= 0)
             worst = nonfinite;
-        diagnose(p, in, got, pm, garbage, worst.t, worst.e, worst.c, worst.x, worst.b, worst.ratio,
+        diagnose(p, in, got, pm, flags, garbage, worst.t, worst.e, worst.c, worst.x, worst.b, worst.ratio,
                  n[0], r->reason, sizeof r->reason);
+        size_t len = strlen(r->reason);
+        if (r->unbounded_rows && len < sizeof r->reason)
+            snprintf(r->reason + len, sizeof r->reason - len,
+                     " (and %lld rows out of contract, SPEC 6.8, not judged)",
+                     (long long)r->unbounded_rows);
     } else {
         r->status = CONFORM_PASS;
         if (r->unbounded)
             snprintf(r->reason, sizeof r->reason,
-                     "%lld elements out of contract (finite exact value, bound +inf: SPEC 6.8), "
-                     "not judged",
-                     (long long)r->unbounded);
+                     "%lld rows out of contract (%lld elements with a finite exact value and "
+                     "bound +inf: SPEC 6.8), not judged",
+                     (long long)r->unbounded_rows, (long long)r->unbounded);
     }
     free_f64(&ref);
     free_f64(&bnd);
+    free(oc_rows);
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "conform/conform.h"
+#include "core/internal.h"
 
 /* Canary bytes on each side of an output's data (the gap before the data is exactly
  * this; the gap after runs to the end of the page, at least this). */
@@ -389,7 +390,9 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
             }
     smattn_precision pm = conform_kernel_precision(k, p);
     double secs = r->seconds;
-    conform_judge(p, &m.in, &out, &pm, c->garbage || c->strided, r);
+    conform_judge_flags(p, &m.in, &out, &pm,
+                        (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
+                        c->garbage || c->strided, r);
     r->seconds = secs;
 done:
     for (int t = 0; t < 3; t++)

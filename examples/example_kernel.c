@@ -270,7 +270,8 @@ static const smattn_plugin_info info = {
     .caps = SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
             SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
             SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
-            SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV,
+            SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
+            SMATTN_CAP_SINK_IN_MAX, /* m starts at the sink (attend_row) */
     .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
