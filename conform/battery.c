@@ -721,7 +721,8 @@ static void tiled(builder *bd, int full)
             char name[64];
             snprintf(name, sizeof name, "%s_s%lld_t%lld_d%lld_dv%lld", kinds[k], (long long)S,
                      (long long)T, (long long)sh[z][2], (long long)sh[z][3]);
-            conform_case *c = case_new(bd, "tiled", name, SMATTN_OP_ATTENTION, B, S, T, 2, 1,
+            int64_t H = z == 0 ? 2 : 1; /* GQA on the smallest shape; the oracle's time */
+            conform_case *c = case_new(bd, "tiled", name, SMATTN_OP_ATTENTION, B, S, T, H, 1,
                                        sh[z][2], sh[z][3], 2.0, 0);
             if (!c)
                 return;
@@ -842,6 +843,59 @@ static void extreme(builder *bd, int full)
         finish(bd, c);
         c = case_new(bd, "extreme", "large_scores_long", SMATTN_OP_ATTENTION, 1, 8, 300, 2, 2, 64,
                      64, 8.0, 0);
+        finish(bd, c);
+    }
+}
+
+/* Value regimes near the ends of exp's range and of the dtypes (the matrix in
+ * conform/README.md): weights that underflow into binary32 subnormals and below, scores at
+ * the edge of expf's overflow, K and V at the ends of binary16 and bfloat16. */
+static void regimes(builder *bd)
+{
+    /* q = e_0, k_j = -gap_j e_0 / scale: scores -gap_j, gaps 0 and 80..119 (e^-103.3 is
+     * binary32's smallest subnormal): the weights of a row span every underflow regime. */
+    conform_case *c = att(bd, "regimes", "exp_underflow_weights", 1, 2, 41, 1, 1, 8);
+    if (c) {
+        double *q = MUT(c->in64.q.data), *k = MUT(c->in64.k.data);
+        for (int64_t d = 0; d < 8; d++)
+            q[d] = q[8 + d] = d == 0;
+        for (int64_t j = 0; j < 41; j++)
+            k[j * 8] = j == 0 ? 0.0 : -(79.0 + (double)j) / c->prob.scale;
+    }
+    finish(bd, c);
+    /* scores in [84, 90]: e^s alone overflows binary32 above 88.72 */
+    c = att(bd, "regimes", "scores_at_expf_overflow", 1, 3, 24, 1, 1, 8);
+    if (c) {
+        double *q = MUT(c->in64.q.data), *k = MUT(c->in64.k.data);
+        for (int64_t e = 0; e < 24; e++)
+            q[e] = e % 8 == 0;
+        for (int64_t j = 0; j < 24; j++)
+            k[j * 8] = (84.0 + 6.0 * (double)j / 23) / c->prob.scale;
+    }
+    finish(bd, c);
+    /* binary16 ends: |K| up to 6e4 (with a scale that keeps scores moderate), V in its
+     * subnormals and near 65504; bfloat16: |K| to 1e30, V down to 1e-35 */
+    static const struct {
+        const char *name;
+        smattn_dtype t;
+        double kamp, vsmall, vbig, scale;
+    } ends[2] = {{"kv_f16_range_ends", SMATTN_F16, 6e4, 3e-7, 6e4, 1e-5},
+                 {"kv_bf16_range_ends", SMATTN_BF16, 1e30, 1e-35, 1e35, 1e-31}};
+    for (int t = 0; t < 2; t++) {
+        c = att(bd, "regimes", ends[t].name, 1, 3, 70, 2, 1, 16);
+        if (!c)
+            return;
+        double *k = MUT(c->in64.k.data), *v = MUT(c->in64.v.data), *q = MUT(c->in64.q.data);
+        for (int64_t e = 0; e < c->count[T_K]; e++)
+            k[e] *= ends[t].kamp / 2;
+        for (int64_t e = 0; e < c->count[T_V]; e++) /* tiny ones within [vsmall, 2 vsmall) */
+            v[e] = e % 2 ? copysign(ends[t].vsmall * (1 + fabs(v[e])), v[e])
+                         : v[e] * ends[t].vbig;
+        for (int64_t e = 0; e < c->count[T_Q]; e++)
+            q[e] *= 0.5;
+        c->prob.scale = ends[t].scale;
+        c->kv_dtype = ends[t].t;
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
         finish(bd, c);
     }
 }
@@ -1100,6 +1154,7 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     long_rows(&bd, full);
     nonfinite(&bd);
     extreme(&bd, full);
+    regimes(&bd);
     shapes(&bd, full);
     causal(&bd, full);
     window(&bd, full);
@@ -1111,9 +1166,10 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     dtypes(&bd);
     strides(&bd);
     softmax(&bd);
-    sweep(&bd, "prefill", full ? 40 : 3, full);
-    sweep(&bd, "chunked", full ? 40 : 3, full);
-    sweep(&bd, "decode", full ? 40 : 3, full);
+    /* 32 per sweep in full (40 before the tiled and long categories): the oracle's time */
+    sweep(&bd, "prefill", full ? 32 : 3, full);
+    sweep(&bd, "chunked", full ? 32 : 3, full);
+    sweep(&bd, "decode", full ? 32 : 3, full);
     if (bd.oom) {
         conform_battery_free(b);
         snprintf(err, errlen, "out of memory building the battery");

@@ -79,6 +79,11 @@ static const expect table[] = {
     {"big_leak", "long/decode_t600", "long/decode_t600_window_sinks_bias", "fail", "leak in?",
      NULL},
     {"big_leak", "garbage/kv_cache", "garbage/kv_cache_slots", "pass", NULL, NULL},
+    /* value regimes: subnormal weights flushed; the ends of binary16 kept within range */
+    {"ftz", "regimes/exp_underflow", "regimes/exp_underflow_weights", "fail",
+     "error/bound ratio", NULL},
+    {"good", "regimes/exp_underflow", "regimes/exp_underflow_weights", "pass", NULL, NULL},
+    {"kv_f16", "regimes/kv_f16", "regimes/kv_f16_range_ends", "pass", NULL, NULL},
     /* fuzzer finds (conform/regressions): scores that overflow from finite inputs */
     {"good", "regressions/attention", "regressions/attention_qk_overflow_inf_v", "pass", NULL,
      NULL},
