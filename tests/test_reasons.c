@@ -154,6 +154,41 @@ START_TEST(reason_is_right)
 }
 END_TEST
 
+/* The quick suite holds at least one case of every class issue 14 added (and the built-in
+ * kernel passes them): a kernel whose only bug sits on a tiled or split path must not pass
+ * quick. */
+START_TEST(quick_has_every_class)
+{
+    const char *cli = getenv("SMATTN_CLI");
+    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
+    char json[128];
+    snprintf(json, sizeof json, "%s/r.json", tmp);
+    const char *argv[] = {cli, "conform", "--suite", "quick", "--json", json, NULL};
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(127);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "built-in kernel: not conforming");
+    json_object *r = json_object_from_file(json), *cats, *cat, *v;
+    ck_assert_ptr_nonnull(r);
+    ck_assert(json_object_object_get_ex(r, "categories", &cats));
+    static const char *const need[] = {"regressions", "tiled", "long", "nonfinite", "regimes",
+                                       "empty_rows", "garbage", "dtype"};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
+        ck_assert_msg(json_object_object_get_ex(cats, need[k], &cat), "no category %s", need[k]);
+        ck_assert(json_object_object_get_ex(cat, "passed", &v));
+        ck_assert_msg(json_object_get_int64(v) >= 1, "category %s: nothing passed", need[k]);
+    }
+    json_object_put(r);
+}
+END_TEST
+
 Suite *reasons_suite(void);
 Suite *reasons_suite(void)
 {
@@ -162,6 +197,7 @@ Suite *reasons_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, reason_is_right, 0, NTABLE);
+    tcase_add_test(tc, quick_has_every_class);
     suite_add_tcase(s, tc);
     return s;
 }
