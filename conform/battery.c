@@ -649,6 +649,19 @@ static void nonfinite(builder *bd)
                 c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
             finish(bd, c);
         }
+    /* At a tile size: a -inf in K at key 100 poisons the rows that see it (i + 2 >= 100)
+     * and no other row of their tiles; a NaN in V at key 40 poisons column 3 from row 38. */
+    conform_case *c = att(bd, "nonfinite", "tile_s128_t130_k_neg_inf_v_nan", 1, 128, 130, 1, 1,
+                          16);
+    if (c) {
+        double *q = MUT(c->in64.q.data), *kk = MUT(c->in64.k.data), *v = MUT(c->in64.v.data);
+        for (int64_t i = 0; i < 128; i++)
+            q[i * 16 + 1] = fabs(q[i * 16 + 1]) + 0.5;
+        kk[100 * 16 + 1] = -HUGE_VAL;
+        v[40 * 16 + 3] = (double)NAN;
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    }
+    finish(bd, c);
 }
 
 static void padding(builder *bd, int full)
@@ -799,6 +812,19 @@ static void long_rows(builder *bd, int full)
     unsigned char *m = c ? case_mask(bd, c) : NULL;
     for (int64_t e = 0; m && e < c->count[T_MASK]; e++)
         m[e] = (rng_next(&bd->r) % 3) != 0;
+    finish(bd, c);
+    c = att(bd, "long", "chunked_s16_t1100_upper_left", 1, 16, 1100, 2, 1, 32);
+    if (c) /* upper-left: keys past 15 are seen by no row and hold garbage */
+        c->prob.causal = SMATTN_CAUSAL_UPPER_LEFT;
+    finish(bd, c);
+    c = att(bd, "long", "prefill_s128_t200_softcap_sinks_bias", 1, 128, 200, 2, 1, 64);
+    if (c) { /* softcap and sinks with garbage at a tile size */
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c->prob.window_left = 90;
+        c->prob.softcap = 30.0;
+        case_sinks(bd, c, -2.0, 4.0);
+        case_bias(bd, c, 3.0);
+    }
     finish(bd, c);
     c = att(bd, "long", "chunked_s16_t1100_causal_bias", 2, 16, 1100, 2, 2, 32);
     if (c) {

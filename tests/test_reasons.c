@@ -54,6 +54,9 @@ static const expect table[] = {
     /* SPEC 4.2: a visible -inf score is not a masked key */
     {"ninf_masked", "nonfinite/k_neg_inf", "nonfinite/k_neg_inf", "fail",
      "where the spec has NaN (SPEC 4.2)", NULL},
+    {"ninf_masked", "nonfinite/tile", "nonfinite/tile_s128_t130_k_neg_inf_v_nan", "fail",
+     "where the spec has NaN (SPEC 4.2)", NULL},
+    {"good", "nonfinite/tile", "nonfinite/tile_s128_t130_k_neg_inf_v_nan", "pass", NULL, NULL},
     {"v_inf_row_nan", "nonfinite/v_pos_inf", "nonfinite/v_pos_inf", "fail",
      "where the spec has a finite value", "SPEC 4.2"},
     /* the precision model */
