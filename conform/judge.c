@@ -208,16 +208,6 @@ static void free_f64(smattn_outputs *o)
     memset(o, 0, sizeof *o);
 }
 
-/* The oracle's threads: every core for a large problem (the oracle is most of a full run's
- * time; its results do not depend on the count), one for a small one (no thread start). */
-static smattn_ref_config oracle_config(const smattn_problem *p)
-{
-    double work = (double)p->B * (double)p->Hq * (double)p->S * (double)p->T *
-                  (double)(p->op == SMATTN_OP_ATTENTION ? p->D + p->Dv : 1);
-    smattn_ref_config cfg = {work > 1e6 ? 0 : 1, 0, 0, 0};
-    return cfg;
-}
-
 /* The max error/bound ratio of got's O against problem q's oracle; +inf on any failure. */
 static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
                           const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
@@ -226,7 +216,7 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
     smattn_outputs only = {got->o, {0}, {0}}, ref, bnd;
     int64_t n[3] = {nO, 0, 0};
     double worst = HUGE_VAL;
-    smattn_ref_config cfg = oracle_config(q);
+    smattn_ref_config cfg = {1, 0, 0, 0};
     if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
         smattn_ref(q, in, &ref, &cfg, NULL) == SMATTN_OK &&
         smattn__bound_flags(q, in, pm, &only, &bnd, flags) == SMATTN_OK) {
@@ -347,7 +337,7 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
     int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0, p->B * p->Hq * p->S,
                     p->B * p->Hq * p->S * p->T};
     smattn_outputs ref, bnd;
-    smattn_ref_config cfg = oracle_config(p);
+    smattn_ref_config cfg = {1, 0, 0, 0};
     smattn_status st = SMATTN_ERR_NOMEM;
     if (!alloc_f64(p, got, &ref, n) && !alloc_f64(p, got, &bnd, n)) {
         st = smattn_ref(p, in, &ref, &cfg, NULL);
