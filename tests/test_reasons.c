@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/fs.h"
+
 /* One expectation: the fixture `mode` run on the cases starting with `only`; case `name`
  * has `status`, its reason contains `want` (if not NULL) and not `never` (if not NULL). */
 typedef struct expect {
@@ -196,6 +198,45 @@ START_TEST(quick_has_every_class)
 }
 END_TEST
 
+/* gen --dtype f16 does not write a case the conversion would change: it lists it under
+ * "skipped" in manifest.json with the reason. */
+START_TEST(gen_lists_dtype_skips)
+{
+    const char *cli = getenv("SMATTN_CLI");
+    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
+    char out[128], man[160];
+    snprintf(out, sizeof out, "%s/gen", tmp);
+    snprintf(man, sizeof man, "%s/manifest.json", out);
+    const char *argv[] = {cli, "gen", "--suite", "quick", "--dtype", "f16", out, NULL};
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(127);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "gen failed");
+    json_object *r = json_object_from_file(man), *sk;
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(json_object_object_get_ex(r, "skipped", &sk), "manifest has no 'skipped'");
+    int found = 0;
+    for (size_t k = 0; k < json_object_array_length(sk); k++) {
+        json_object *e = json_object_array_get_idx(sk, k);
+        found |= !strcmp(str_of(e, "name"), "extreme/large_v") &&
+                 strstr(str_of(e, "reason"), "overflows in f16") != NULL;
+    }
+    ck_assert_msg(found, "extreme/large_v not listed as skipped for f16");
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/extreme-large_v", out);
+    ck_assert_msg(access(dir, F_OK) != 0, "%s was written", dir);
+    json_object_put(r);
+    test_rm_tree(out);
+}
+END_TEST
+
 Suite *reasons_suite(void);
 Suite *reasons_suite(void)
 {
@@ -205,6 +246,7 @@ Suite *reasons_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, reason_is_right, 0, NTABLE);
     tcase_add_test(tc, quick_has_every_class);
+    tcase_add_test(tc, gen_lists_dtype_skips);
     suite_add_tcase(s, tc);
     return s;
 }
