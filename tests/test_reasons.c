@@ -61,6 +61,12 @@ static const expect table[] = {
     {"good", "nonfinite/tile", "nonfinite/tile_s128_t130_k_neg_inf_v_nan", "pass", NULL, NULL},
     {"v_inf_row_nan", "nonfinite/v_pos_inf", "nonfinite/v_pos_inf", "fail",
      "where the spec has a finite value", "SPEC 4.2"},
+    /* the run itself: an element never written, a declined case, an error status */
+    {"unwritten", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "O element 0 was never written",
+     NULL},
+    {"nan_out", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", NULL, "never written"},
+    {"decline", "shapes/s3_t7", "shapes/s3_t7_d3", "skip", "declined it", NULL},
+    {"status", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "returned status 17", "declined"},
     /* the precision model */
     {"bad_model", "shapes/s3_t7", "shapes/s3_t7_d3", "fail",
      "precision model is out of range", NULL},
