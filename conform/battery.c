@@ -983,8 +983,8 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
     return 0;
 }
 
-int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
-                            char *why, size_t cap)
+int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt, char *why,
+                            size_t cap)
 {
     static const char *const names[6] = {"Q", "K", "V", "X", "the bias", "the sinks"};
     const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k,    &c->in64.v,
@@ -1003,10 +1003,14 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
             double r = smattn_load(buf, dt, 0);
             if (isfinite(r) && r != 0)
                 continue;
-            snprintf(why, cap, "%s holds %.3g, which %s in %s (the case would hold %s): the "
+            snprintf(why, cap,
+                     "%s holds %.3g, which %s in %s (the case would hold %s): the "
                      "converted case would not be this case",
                      names[t], d[e], r == 0 ? "flushes to zero" : "overflows",
-                     smattn_dtype_name(dt), r == 0 ? "0" : r > 0 ? "+inf" : "-inf");
+                     smattn_dtype_name(dt),
+                     r == 0  ? "0"
+                     : r > 0 ? "+inf"
+                             : "-inf");
             return -1;
         }
     }
@@ -1027,9 +1031,9 @@ uint64_t bat_rng_next(rng *r)
     return rng_next(r);
 }
 
-conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op,
-                           int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
-                           int64_t Dv, double amp, int64_t pad)
+conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op, int64_t B,
+                           int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
+                           double amp, int64_t pad)
 {
     return case_new(bd, cat, name, op, B, S, T, Hq, Hkv, D, Dv, amp, pad);
 }

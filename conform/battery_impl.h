@@ -30,9 +30,9 @@ typedef struct builder {
  * closing a case (garbage fill, features). All return NULL / do nothing once out of
  * memory (bd->oom). */
 uint64_t bat_rng_next(rng *r);
-conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op,
-                           int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
-                           int64_t Dv, double amp, int64_t pad);
+conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op, int64_t B,
+                           int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
+                           double amp, int64_t pad);
 conform_case *bat_att(builder *bd, const char *cat, const char *name, int64_t B, int64_t S,
                       int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 unsigned char *bat_case_mask(builder *bd, conform_case *c);

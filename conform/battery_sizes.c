@@ -27,7 +27,6 @@ void battery_empty_rows_clean(builder *bd)
     bat_finish(bd, c);
 }
 
-
 /* A sink far above the keys (e^100 against scores near 0): a kernel that leaves the sink
  * out of its running max computes e^{zeta - m} and overflows binary32, so such rows are out
  * of contract (SPEC 6.8: counted, not judged) unless the kernel claims
@@ -56,8 +55,7 @@ void battery_nonfinite(builder *bd)
             conform_case *c = bat_att(bd, "nonfinite", name, 1, 4, 9, 2, 1, 8);
             if (!c)
                 return;
-            double *q = MUT(c->in64.q.data), *kk = MUT(c->in64.k.data),
-                   *v = MUT(c->in64.v.data);
+            double *q = MUT(c->in64.q.data), *kk = MUT(c->in64.k.data), *v = MUT(c->in64.v.data);
             for (int64_t e = 1; e < c->count[T_Q]; e += 8)
                 q[e] = fabs(q[e]) + 0.5;
             if (t == 0)
@@ -66,14 +64,14 @@ void battery_nonfinite(builder *bd)
                 q[2 * 16 + 1 * 8 + 3] = val[k]; /* row 2, head 1, dim 3 */
             else
                 v[3 * 8 + 6] = val[k]; /* key 3, column 6 */
-            if (k == 2 && t == 0) /* causal: rows 0-2 do not see key 5 (diagonal i + 5) */
+            if (k == 2 && t == 0)      /* causal: rows 0-2 do not see key 5 (diagonal i + 5) */
                 c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
             bat_finish(bd, c);
         }
     /* At a tile size: a -inf in K at key 100 poisons the rows that see it (i + 2 >= 100)
      * and no other row of their tiles; a NaN in V at key 40 poisons column 3 from row 38. */
-    conform_case *c = bat_att(bd, "nonfinite", "tile_s128_t130_k_neg_inf_v_nan", 1, 128, 130, 1, 1,
-                          16);
+    conform_case *c =
+        bat_att(bd, "nonfinite", "tile_s128_t130_k_neg_inf_v_nan", 1, 128, 130, 1, 1, 16);
     if (c) {
         double *q = MUT(c->in64.q.data), *kk = MUT(c->in64.k.data), *v = MUT(c->in64.v.data);
         for (int64_t i = 0; i < 128; i++)
@@ -84,7 +82,6 @@ void battery_nonfinite(builder *bd)
     }
     bat_finish(bd, c);
 }
-
 
 /* Garbage at the sizes where kernels tile (issue 14): S and T in {64, 65, 128, 200, 256},
  * D and Dv in {16, 64, 128}, for every kind of invisibility; NaN/inf fill every invisible
@@ -100,8 +97,8 @@ void battery_tiled(builder *bd, int full)
                                     {128, 200, 128, 64},
                                     {200, 128, 16, 128},
                                     {256, 256, 64, 64}};
-    static const char *const kinds[] = {"causal_lr", "causal_ul", "kv_lens", "q_lens",
-                                        "window",    "mask"};
+    static const char *const kinds[] = {"causal_lr", "causal_ul", "kv_lens",
+                                        "q_lens",    "window",    "mask"};
     size_t nsh = full ? sizeof sh / sizeof sh[0] : 1;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t z = 0; z < nsh; z++) {
@@ -111,7 +108,7 @@ void battery_tiled(builder *bd, int full)
                      (long long)T, (long long)sh[z][2], (long long)sh[z][3]);
             int64_t H = z == 0 ? 2 : 1; /* GQA on the smallest shape; the oracle's time */
             conform_case *c = bat_case_new(bd, "tiled", name, SMATTN_OP_ATTENTION, B, S, T, H, 1,
-                                       sh[z][2], sh[z][3], 2.0, 0);
+                                           sh[z][2], sh[z][3], 2.0, 0);
             if (!c)
                 return;
             smattn_problem *p = &c->prob;
@@ -210,7 +207,6 @@ void battery_long_rows(builder *bd, int full)
     bat_finish(bd, c);
 }
 
-
 /* Value regimes near the ends of exp's range and of the dtypes (the matrix in
  * conform/README.md): weights that underflow into binary32 subnormals and below, scores at
  * the edge of expf's overflow, K and V at the ends of binary16 and bfloat16. */
@@ -253,8 +249,7 @@ void battery_regimes(builder *bd)
         for (int64_t e = 0; e < c->count[T_K]; e++)
             k[e] *= ends[t].kamp / 2;
         for (int64_t e = 0; e < c->count[T_V]; e++) /* tiny ones within [vsmall, 2 vsmall) */
-            v[e] = e % 2 ? copysign(ends[t].vsmall * (1 + fabs(v[e])), v[e])
-                         : v[e] * ends[t].vbig;
+            v[e] = e % 2 ? copysign(ends[t].vsmall * (1 + fabs(v[e])), v[e]) : v[e] * ends[t].vbig;
         for (int64_t e = 0; e < c->count[T_Q]; e++)
             q[e] *= 0.5;
         c->prob.scale = ends[t].scale;

@@ -104,8 +104,8 @@ void conform_inst_free(conform_inst *m);
  * with the reason in why ("K holds -1e+06, which overflows in binary16 ..."): the case is
  * skipped with it, never run as a silently different case (NaN/inf garbage and zeros
  * convert as they are; rounding is allowed: the oracle reads the converted values). */
-int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
-                            char *why, size_t cap);
+int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt, char *why,
+                            size_t cap);
 /* The features of caps as ", "-separated names into buf; and one name per bit. */
 void conform_caps_str(uint32_t caps, char *buf, size_t cap);
 const char *conform_cap_name(unsigned bit);
@@ -122,14 +122,14 @@ typedef struct conform_result {
     uint32_t caps;
     int64_t shape[7]; /* B, S, T, Hq, Hkv, D, Dv */
     conform_status status;
-    double max_ratio;  /* max |c - e| / bound over the outputs (SPEC 6.10) */
-    double max_ulp;    /* max ulp error over elements with a finite exact value */
-    int64_t unbounded; /* elements with a finite exact value and bound +inf (6.8) */
+    double max_ratio;       /* max |c - e| / bound over the outputs (SPEC 6.10) */
+    double max_ulp;         /* max ulp error over elements with a finite exact value */
+    int64_t unbounded;      /* elements with a finite exact value and bound +inf (6.8) */
     int64_t unbounded_rows; /* rows (b, h, i) holding such elements: not judged */
-    int64_t nonfinite; /* NaN or infinity where the spec has a finite value */
-    int64_t elements;  /* elements compared */
-    double seconds;    /* wall time of the kernel's child process */
-    char reason[512];  /* why it failed or was skipped; "" on a plain pass */
+    int64_t nonfinite;      /* NaN or infinity where the spec has a finite value */
+    int64_t elements;       /* elements compared */
+    double seconds;         /* wall time of the kernel's child process */
+    char reason[512];       /* why it failed or was skipped; "" on a plain pass */
 } conform_result;
 
 /* ---- running and judging ------------------------------------------------------------- */

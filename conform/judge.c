@@ -234,8 +234,9 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
 
 /* A sentence for the worst element: which convention or rule it breaks. */
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                     const smattn_precision *pm, unsigned flags, int garbage, int t, int64_t e, double c, double x,
-                     double bound, double ratio, int64_t nO, char *out, size_t cap)
+                     const smattn_precision *pm, unsigned flags, int garbage, int t, int64_t e,
+                     double c, double x, double bound, double ratio, int64_t nO, char *out,
+                     size_t cap)
 {
     int64_t ix[4];
     char where[96], cs[40], xs[40];
@@ -422,8 +423,8 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
             worst = masked;
         else if (!empty && nonfinite.t >= 0)
             worst = nonfinite;
-        diagnose(p, in, got, pm, flags, garbage, worst.t, worst.e, worst.c, worst.x, worst.b, worst.ratio,
-                 n[0], r->reason, sizeof r->reason);
+        diagnose(p, in, got, pm, flags, garbage, worst.t, worst.e, worst.c, worst.x, worst.b,
+                 worst.ratio, n[0], r->reason, sizeof r->reason);
         size_t len = strlen(r->reason);
         if (r->unbounded_rows && len < sizeof r->reason)
             snprintf(r->reason + len, sizeof r->reason - len,

@@ -24,10 +24,9 @@ static const expect table[] = {
     /* empty row: only when the row is empty and its inputs are clean */
     {"empty_nan", "empty_rows/clean_mask", "empty_rows/clean_mask_rows_false", "fail",
      "empty row (no visible key, no sink): O[b=0,i=1,h=0,c=0] expected +0", NULL},
-    {"empty_leak", "empty_rows/mask_rows_false", "empty_rows/mask_rows_false", "fail",
-     "leak in?", "expected +0 (zero convention)"},
-    {"empty_leak", "empty_rows/clean_mask", "empty_rows/clean_mask_rows_false", "pass", NULL,
-     NULL},
+    {"empty_leak", "empty_rows/mask_rows_false", "empty_rows/mask_rows_false", "fail", "leak in?",
+     "expected +0 (zero convention)"},
+    {"empty_leak", "empty_rows/clean_mask", "empty_rows/clean_mask_rows_false", "pass", NULL, NULL},
     /* a masked key with weight; a visible key with none is not that */
     {"zero_mask", "causal/lower_right_s16_t16", "causal/lower_right_s16_t16", "fail",
      "masked key got weight: P[b=0,h=0,i=0,j=1]", NULL},
@@ -62,19 +61,17 @@ static const expect table[] = {
     {"v_inf_row_nan", "nonfinite/v_pos_inf", "nonfinite/v_pos_inf", "fail",
      "where the spec has a finite value", "SPEC 4.2"},
     /* the run itself: an element never written, a declined case, an error status */
-    {"unwritten", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "O element 0 was never written",
-     NULL},
+    {"unwritten", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "O element 0 was never written", NULL},
     {"nan_out", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", NULL, "never written"},
     {"decline", "shapes/s3_t7", "shapes/s3_t7_d3", "skip", "declined it", NULL},
     {"status", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "returned status 17", "declined"},
     /* the precision model */
-    {"bad_model", "shapes/s3_t7", "shapes/s3_t7_d3", "fail",
-     "precision model is out of range", NULL},
+    {"bad_model", "shapes/s3_t7", "shapes/s3_t7_d3", "fail", "precision model is out of range",
+     NULL},
     {"loose_model", "shapes/s3_t7", "shapes/s3_t7_d3", "pass", NULL, NULL},
     /* a conversion that changes the case is a skip with its reason, not a different case */
     {"kv_f16", "extreme/large_v", "extreme/large_v", "skip", "V holds", NULL},
-    {"kv_f16", "extreme/flat_tiny", "extreme/flat_tiny_values", "skip", "flushes to zero",
-     NULL},
+    {"kv_f16", "extreme/flat_tiny", "extreme/flat_tiny_values", "skip", "flushes to zero", NULL},
     {"kv_f16", "dtype/kv_f16", "dtype/kv_f16", "pass", NULL, NULL},
     /* rows with a sink far above the keys: out of contract (counted) unless the sink is in
      * the running max and the kernel says so (SMATTN_CAP_SINK_IN_MAX) */
@@ -83,16 +80,15 @@ static const expect table[] = {
     /* a bug on the paths real kernels take at S >= 64 or T >= 512 only */
     {"big_leak", "tiled/causal_ul_s64", "tiled/causal_ul_s64_t65_d16_dv16", "fail", "leak in?",
      NULL},
-    {"big_leak", "tiled/kv_lens_s64", "tiled/kv_lens_s64_t65_d16_dv16", "fail", "leak in?",
-     NULL},
+    {"big_leak", "tiled/kv_lens_s64", "tiled/kv_lens_s64_t65_d16_dv16", "fail", "leak in?", NULL},
     {"big_leak", "tiled/masked_key", "tiled/masked_key_nan_v_64_rows", "fail", "leak in?", NULL},
     {"big_leak", "long/decode_t512", "long/decode_t512_kv512_257", "fail", "leak in?", NULL},
     {"big_leak", "long/decode_t600", "long/decode_t600_window_sinks_bias", "fail", "leak in?",
      NULL},
     {"big_leak", "garbage/kv_cache", "garbage/kv_cache_slots", "pass", NULL, NULL},
     /* value regimes: subnormal weights flushed; the ends of binary16 kept within range */
-    {"ftz", "regimes/exp_underflow", "regimes/exp_underflow_weights", "fail",
-     "error/bound ratio", NULL},
+    {"ftz", "regimes/exp_underflow", "regimes/exp_underflow_weights", "fail", "error/bound ratio",
+     NULL},
     {"good", "regimes/exp_underflow", "regimes/exp_underflow_weights", "pass", NULL, NULL},
     {"kv_f16", "regimes/kv_f16", "regimes/kv_f16_range_ends", "pass", NULL, NULL},
     /* garbage cycles NaN, +inf, -inf in the bias too: a max by fmax over hidden keys skips
@@ -102,8 +98,8 @@ static const expect table[] = {
     /* fuzzer finds (conform/regressions): scores that overflow from finite inputs */
     {"good", "regressions/attention", "regressions/attention_qk_overflow_inf_v", "pass", NULL,
      NULL},
-    {"good", "regressions/softmax", "regressions/softmax_scaled_x_overflow", "skip",
-     "softmax op", NULL},
+    {"good", "regressions/softmax", "regressions/softmax_scaled_x_overflow", "skip", "softmax op",
+     NULL},
 };
 #define NTABLE (int)(sizeof table / sizeof table[0])
 
@@ -161,10 +157,10 @@ START_TEST(reason_is_right)
     const char *reason = str_of(c, "reason");
     ck_assert_msg(!strcmp(str_of(c, "status"), x->status), "%s on %s: %s, not %s (%s)", x->mode,
                   x->name, str_of(c, "status"), x->status, reason);
-    ck_assert_msg(!x->want || strstr(reason, x->want), "%s on %s: reason '%s' lacks '%s'",
-                  x->mode, x->name, reason, x->want);
-    ck_assert_msg(!x->never || !strstr(reason, x->never), "%s on %s: reason '%s' has '%s'",
-                  x->mode, x->name, reason, x->never);
+    ck_assert_msg(!x->want || strstr(reason, x->want), "%s on %s: reason '%s' lacks '%s'", x->mode,
+                  x->name, reason, x->want);
+    ck_assert_msg(!x->never || !strstr(reason, x->never), "%s on %s: reason '%s' has '%s'", x->mode,
+                  x->name, reason, x->never);
     json_object_put(r);
 }
 END_TEST
@@ -193,8 +189,8 @@ START_TEST(quick_has_every_class)
     json_object *r = json_object_from_file(json), *cats, *cat, *v;
     ck_assert_ptr_nonnull(r);
     ck_assert(json_object_object_get_ex(r, "categories", &cats));
-    static const char *const need[] = {"regressions", "tiled", "long", "nonfinite", "regimes",
-                                       "empty_rows", "garbage", "dtype"};
+    static const char *const need[] = {"regressions", "tiled",      "long",    "nonfinite",
+                                       "regimes",     "empty_rows", "garbage", "dtype"};
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         ck_assert_msg(json_object_object_get_ex(cats, need[k], &cat), "no category %s", need[k]);
         ck_assert(json_object_object_get_ex(cat, "passed", &v));
