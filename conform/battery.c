@@ -11,18 +11,11 @@
 #include <unistd.h>
 
 #include "conform/conform.h"
+#include "io/case.h"
+#include "conform/battery_impl.h"
 #include "io/vector.h"
 
-/* The battery owns its binary64 inputs; smattn_tensor holds them as const. */
-#define MUT(p) ((double *)(uintptr_t)(p))
-
-enum { T_Q, T_K, T_V, T_X, T_BIAS, T_MASK, T_SINKS };
-
 /* ---- random numbers (splitmix64): every case draws from its own stream ---------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
 
 static uint64_t rng_next(rng *r)
 {
@@ -112,13 +105,6 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
 }
 
 /* ---- building cases ------------------------------------------------------------------ */
-
-typedef struct builder {
-    conform_battery *b;
-    uint64_t seed;
-    rng r; /* the current case's stream */
-    int oom;
-} builder;
 
 static void *zalloc(builder *bd, size_t n, size_t size)
 {
@@ -301,9 +287,9 @@ static int64_t fill_garbage(builder *bd, conform_case *c)
                     double *t = MUT(p->op == SMATTN_OP_SOFTMAX ? in->x.data : in->bias.data);
                     const smattn_tensor *ts = p->op == SMATTN_OP_SOFTMAX ? &in->x : &in->bias;
                     filled += t != NULL;
-                    if (t)
+                    if (t) /* NaN, +inf, -inf in turn: fmax skips a NaN, not a +inf */
                         t[b * ts->stride[0] + h * ts->stride[1] + i * ts->stride[2] +
-                          j * ts->stride[3]] = ((double)NAN);
+                          j * ts->stride[3]] = junk[(i + j) % 3];
                 }
                 if (n == 0 && p->op == SMATTN_OP_ATTENTION) {
                     any_empty |= !in->sinks.data || at(&in->sinks, h, 0, 0, 0) == -HUGE_VAL;
@@ -394,29 +380,22 @@ static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor 
     return 0;
 }
 
-static void add_vector(builder *bd, const char *path)
+/* A case holding a copy of a loaded problem (a golden vector, a regression); garbage says
+ * whether its invisible slots get NaN/inf (a vector keeps its own values). */
+static void add_loaded(builder *bd, const char *cat, const char *name, const smattn_problem *p,
+                       const smattn_inputs *in, int garbage)
 {
-    smattn_vector v;
-    char err[256];
-    if (smattn_vector_load(path, &v, err, sizeof err))
-        return; /* the demo and the vectors suite report broken vectors */
-    const smattn_problem *vp = &v.prob;
-    conform_battery *b = bd->b;
-    conform_case *c = case_new(bd, "golden", v.name, vp->op, 1, 1, 1, 1, 1, 1, 1, 1.0, 0);
-    if (!c) {
-        smattn_vector_free(&v);
+    conform_case *c = case_new(bd, cat, name, p->op, 1, 1, 1, 1, 1, 1, 1, 1.0, 0);
+    if (!c)
         return;
-    }
     for (int t = 0; t < 7; t++) {
         free((void *)(uintptr_t)tensor_of(c, t)->data);
         tensor_of(c, t)->data = NULL;
         c->count[t] = 0;
     }
-    c->garbage = 0;
-    c->prob = *vp;
+    c->garbage = garbage;
+    c->prob = *p;
     c->prob.kv_lens = c->prob.q_lens = NULL;
-    const smattn_inputs *in = &v.in;
-    const smattn_problem *p = vp;
     int rc = 0;
     if (p->op == SMATTN_OP_ATTENTION) {
         rc |= copy_tensor(bd, c, T_Q, &in->q, p->B, p->S, p->Hq, p->D, 'q');
@@ -432,11 +411,19 @@ static void add_vector(builder *bd, const char *path)
         case_lens(bd, c, 0, p->kv_lens);
     if (p->q_lens)
         case_lens(bd, c, 1, p->q_lens);
-    smattn_vector_free(&v);
     if (rc)
         bd->oom = 1;
     finish(bd, c);
-    (void)b;
+}
+
+static void add_vector(builder *bd, const char *path)
+{
+    smattn_vector v;
+    char err[256];
+    if (smattn_vector_load(path, &v, err, sizeof err))
+        return; /* the demo and the vectors suite report broken vectors */
+    add_loaded(bd, "golden", v.name, &v.prob, &v.in, 0);
+    smattn_vector_free(&v);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -501,6 +488,72 @@ static int find_vectors(char *out, size_t cap)
     }
     snprintf(out, cap, "spec/vectors");
     return is_dir(out) ? 0 : -1;
+}
+
+/* ---- regressions: fuzzer finds, as case directories (conform/regressions/README.md) --- */
+
+/* conform/regressions next to the executable (build/smattn -> conform/regressions), under
+ * SMATTN_ROOT, or in the working directory. */
+static int find_regressions(char *out, size_t cap)
+{
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(out, cap, "%s/../conform/regressions", exe);
+            if (is_dir(out))
+                return 0;
+        }
+    }
+    const char *root = getenv("SMATTN_ROOT");
+    if (root) {
+        snprintf(out, cap, "%s/conform/regressions", root);
+        if (is_dir(out))
+            return 0;
+    }
+    snprintf(out, cap, "conform/regressions");
+    return is_dir(out) ? 0 : -1;
+}
+
+/* Every case directory under dir (sorted), as category "regressions" with garbage in its
+ * invisible slots (fuzz_plugin runs each problem clean and with garbage beyond kv_lens).
+ * A directory that does not load is an error: a regression must not vanish silently. */
+static int add_regressions(builder *bd, const char *dir, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    char *names[512];
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 512) {
+        if (e->d_name[0] == '.')
+            continue;
+        names[n] = malloc(strlen(dir) + strlen(e->d_name) + 2);
+        if (names[n])
+            sprintf(names[n], "%s/%s", dir, e->d_name), n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    int rc = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!rc && is_dir(names[k])) {
+            smattn_case c;
+            char why[300];
+            if (smattn_case_load(names[k], &c, why, sizeof why)) {
+                snprintf(err, errlen, "regression %s: %s", names[k], why);
+                rc = -1;
+            } else {
+                add_loaded(bd, "regressions", strrchr(names[k], '/') + 1, &c.prob, &c.in, 1);
+                smattn_case_free(&c);
+            }
+        }
+        free(names[k]);
+    }
+    return rc;
 }
 
 /* ---- edge cases by category ----------------------------------------------------------- */
@@ -850,23 +903,35 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     } else if (vectors_dir || find_vectors(vdir, sizeof vdir) == 0) {
         add_vectors(&bd, vdir);
     }
+    char rdir[1100];
+    if (find_regressions(rdir, sizeof rdir) == 0 && add_regressions(&bd, rdir, err, errlen)) {
+        conform_battery_free(b);
+        return -1;
+    }
     empty_rows(&bd);
+    battery_empty_rows_clean(&bd);
     padding(&bd, full);
     garbage(&bd);
+    battery_tiled(&bd, full);
+    battery_long_rows(&bd, full);
+    battery_nonfinite(&bd);
     extreme(&bd, full);
+    battery_regimes(&bd);
     shapes(&bd, full);
     causal(&bd, full);
     window(&bd, full);
     gqa(&bd, full);
     bias_cases(&bd);
     sinks(&bd);
+    battery_sinks_large(&bd);
     softcap(&bd);
     dtypes(&bd);
     strides(&bd);
     softmax(&bd);
-    sweep(&bd, "prefill", full ? 40 : 3, full);
-    sweep(&bd, "chunked", full ? 40 : 3, full);
-    sweep(&bd, "decode", full ? 40 : 3, full);
+    /* 32 per sweep in full (40 before the tiled and long categories): the oracle's time */
+    sweep(&bd, "prefill", full ? 32 : 3, full);
+    sweep(&bd, "chunked", full ? 32 : 3, full);
+    sweep(&bd, "decode", full ? 32 : 3, full);
     if (bd.oom) {
         conform_battery_free(b);
         snprintf(err, errlen, "out of memory building the battery");
@@ -921,9 +986,88 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
     return 0;
 }
 
+int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt, char *why,
+                            size_t cap)
+{
+    static const char *const names[6] = {"Q", "K", "V", "X", "the bias", "the sinks"};
+    const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k,    &c->in64.v,
+                                   &c->in64.x, &c->in64.bias, &c->in64.sinks};
+    static const int idx[6] = {T_Q, T_K, T_V, T_X, T_BIAS, T_SINKS};
+    for (int t = 0; t < 6; t++) {
+        smattn_dtype dt = (t == 1 || t == 2) ? kvdt : qdt;
+        if (!src[t]->data || dt == SMATTN_F64)
+            continue;
+        const double *d = src[t]->data;
+        for (int64_t e = 0; e < c->count[idx[t]]; e++) {
+            if (!isfinite(d[e]) || d[e] == 0)
+                continue; /* garbage and zeros convert as they are */
+            unsigned char buf[8];
+            smattn_store(buf, dt, 0, d[e]);
+            double r = smattn_load(buf, dt, 0);
+            if (isfinite(r) && r != 0)
+                continue;
+            snprintf(why, cap,
+                     "%s holds %.3g, which %s in %s (the case would hold %s): the "
+                     "converted case would not be this case",
+                     names[t], d[e], r == 0 ? "flushes to zero" : "overflows",
+                     smattn_dtype_name(dt),
+                     r == 0  ? "0"
+                     : r > 0 ? "+inf"
+                             : "-inf");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void conform_inst_free(conform_inst *m)
 {
     for (int t = 0; t < 6; t++)
         free(m->owned[t]);
     memset(m, 0, sizeof *m);
+}
+
+/* ---- the builder for battery_sizes.c (conform/battery_impl.h) ---------------------------- */
+
+uint64_t bat_rng_next(rng *r)
+{
+    return rng_next(r);
+}
+
+conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op, int64_t B,
+                           int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
+                           double amp, int64_t pad)
+{
+    return case_new(bd, cat, name, op, B, S, T, Hq, Hkv, D, Dv, amp, pad);
+}
+
+conform_case *bat_att(builder *bd, const char *cat, const char *name, int64_t B, int64_t S,
+                      int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
+{
+    return att(bd, cat, name, B, S, T, Hq, Hkv, D);
+}
+
+unsigned char *bat_case_mask(builder *bd, conform_case *c)
+{
+    return case_mask(bd, c);
+}
+
+double *bat_case_bias(builder *bd, conform_case *c, double amp)
+{
+    return case_bias(bd, c, amp);
+}
+
+double *bat_case_sinks(builder *bd, conform_case *c, double lo, double hi)
+{
+    return case_sinks(bd, c, lo, hi);
+}
+
+void bat_case_lens(builder *bd, conform_case *c, int which, const int64_t *vals)
+{
+    case_lens(bd, c, which, vals);
+}
+
+void bat_finish(builder *bd, conform_case *c)
+{
+    finish(bd, c);
 }

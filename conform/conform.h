@@ -143,6 +143,13 @@ typedef struct conform_inst {
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
 void conform_inst_free(conform_inst *m);
+/* Does case c keep its meaning in the dtypes a kernel takes (qdt for Q, X, bias and sinks;
+ * kvdt for K and V)? 0 if every finite nonzero input stays finite and nonzero; else -1
+ * with the reason in why ("K holds -1e+06, which overflows in binary16 ..."): the case is
+ * skipped with it, never run as a silently different case (NaN/inf garbage and zeros
+ * convert as they are; rounding is allowed: the oracle reads the converted values). */
+int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt, char *why,
+                            size_t cap);
 /* The features of caps as ", "-separated names into buf; and one name per bit. */
 void conform_caps_str(uint32_t caps, char *buf, size_t cap);
 const char *conform_cap_name(unsigned bit);
@@ -159,13 +166,14 @@ typedef struct conform_result {
     uint32_t caps;
     int64_t shape[7]; /* B, S, T, Hq, Hkv, D, Dv */
     conform_status status;
-    double max_ratio;  /* max |c - e| / bound over the outputs (SPEC 6.10) */
-    double max_ulp;    /* max ulp error over elements with a finite exact value */
-    int64_t unbounded; /* elements with a finite exact value and bound +inf (6.8) */
-    int64_t nonfinite; /* NaN or infinity where the spec has a finite value */
-    int64_t elements;  /* elements compared */
-    double seconds;    /* wall time of the kernel's child process */
-    char reason[512];  /* why it failed or was skipped; "" on a plain pass */
+    double max_ratio;       /* max |c - e| / bound over the outputs (SPEC 6.10) */
+    double max_ulp;         /* max ulp error over elements with a finite exact value */
+    int64_t unbounded;      /* elements with a finite exact value and bound +inf (6.8) */
+    int64_t unbounded_rows; /* rows (b, h, i) holding such elements: not judged */
+    int64_t nonfinite;      /* NaN or infinity where the spec has a finite value */
+    int64_t elements;       /* elements compared */
+    double seconds;         /* wall time of the kernel's child process */
+    char reason[512];       /* why it failed or was skipped; "" on a plain pass */
     /* The element the reason names (a failure) or the worst one (a pass): worst_out is 0
      * (O), 1 (LSE), 2 (P) or -1 (nothing judged); worst_ix is (b, h, i, col) as in SPEC
      * 2.1's names (col: O's column or P's key; 0 for LSE). Set by conform_judge only. */
@@ -191,6 +199,11 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
  * invisible slots hold NaN (named in messages). Fills status, figures and reason of r. */
 void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                    const smattn_precision *pm, int garbage, conform_result *r);
+/* The same with smattn__bound_flags flags (core/internal.h): SMATTN__BOUND_SINK_IN_MAX for
+ * a kernel claiming SMATTN_CAP_SINK_IN_MAX. */
+void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                         int garbage, conform_result *r);
 
 /* ---- reports ------------------------------------------------------------------------- */
 

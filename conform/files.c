@@ -198,13 +198,21 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
     json_object_object_add(man, "dtype", json_object_new_string(smattn_dtype_name(t)));
     json_object_object_add(man, "empty_rows", json_object_new_string(empty_names[empty]));
     json_object_object_add(man, "empty_lse", json_object_new_string(empty_lse_names[empty_lse]));
-    json_object *arr = json_object_new_array();
+    json_object *arr = json_object_new_array(), *skipped = json_object_new_array();
+    json_object_object_add(man, "skipped", skipped); /* cases the dtype would change */
     long n = 0;
     for (size_t k = 0; k < b->n; k++) {
         const conform_case *c = &b->cases[k];
         if (c->strided) /* files are contiguous: these cases would repeat others */
             continue;
-        char name[128], dir[1300];
+        char name[128], dir[1300], why[400];
+        if (conform_case_dtype_fits(c, t, t, why, sizeof why)) { /* listed, not written */
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "name", json_object_new_string(c->name));
+            json_object_object_add(e, "reason", json_object_new_string(why));
+            json_object_array_add(skipped, e);
+            continue;
+        }
         case_dir_name(c, name, sizeof name);
         (void)join(dir, sizeof dir, out, name);
         if (remove_tree(dir)) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "conform/conform.h"
+#include "core/internal.h"
 
 static const char out_roles[3] = {'o', 'l', 'p'};
 
@@ -78,6 +79,74 @@ static int64_t row_keys(const smattn_problem *p, const smattn_inputs *in, int64_
     return n;
 }
 
+/* Does the Q row (b, i, h) hold a NaN or an infinity? */
+static int q_row_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                       int64_t i)
+{
+    for (int64_t d = 0; p->op == SMATTN_OP_ATTENTION && d < p->D; d++)
+        if (!isfinite(load4(&in->q, b, i, h, d)))
+            return 1;
+    return 0;
+}
+
+/* Does what row (b, h, i) would read at key j (K and V of its KV head, the bias, X) hold a
+ * NaN or an infinity? */
+static int slot_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                      int64_t i, int64_t j)
+{
+    if (in->bias.data && !isfinite(load4(&in->bias, b, h, i, j)))
+        return 1;
+    if (p->op == SMATTN_OP_SOFTMAX)
+        return !isfinite(load4(&in->x, b, h, i, j));
+    int64_t g = h / (p->Hq / p->Hkv);
+    for (int64_t d = 0; d < p->D; d++)
+        if (!isfinite(load4(&in->k, b, j, g, d)))
+            return 1;
+    for (int64_t d = 0; d < p->Dv; d++)
+        if (!isfinite(load4(&in->v, b, j, g, d)))
+            return 1;
+    return 0;
+}
+
+/* Do the inputs of row (b, h, i) hold a NaN or an infinity anywhere (its Q row, and K, V,
+ * bias or X at any key)? An empty row reads none of them, so a NaN in its output with
+ * dirty inputs is first of all a leak. */
+static int row_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                     int64_t i)
+{
+    if (q_row_dirty(p, in, b, h, i))
+        return 1;
+    for (int64_t j = 0; j < p->T; j++)
+        if (slot_dirty(p, in, b, h, i, j))
+            return 1;
+    return 0;
+}
+
+/* Would the oracle of problem q read a non-finite value at a slot that the claimed problem
+ * p hides (a key visible under q only, or the Q row of a row empty under p only)? Then a
+ * kernel that "follows q" may only be reading garbage that q's oracle reads too (NaN
+ * matches NaN): q is no explanation. */
+static int alt_reads_garbage(const smattn_problem *p, const smattn_problem *q,
+                             const smattn_inputs *in)
+{
+    char b1[160], b2[160];
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++) {
+                int64_t np = 0, nq = 0;
+                for (int64_t j = 0; j < p->T; j++) {
+                    int vp = hidden_by(p, in, b, h, i, j, b1, sizeof b1) == NULL;
+                    int vq = hidden_by(q, in, b, h, i, j, b2, sizeof b2) == NULL;
+                    np += vp, nq += vq;
+                    if (vq && !vp && slot_dirty(p, in, b, h, i, j))
+                        return 1;
+                }
+                if (np == 0 && nq > 0 && q_row_dirty(p, in, b, h, i))
+                    return 1;
+            }
+    return 0;
+}
+
 /* Element e of output t as (b, h, i, col) and its text. */
 static void locate(const smattn_problem *p, int t, int64_t e, int64_t ix[4], char *buf, size_t cap)
 {
@@ -141,7 +210,8 @@ static void free_f64(smattn_outputs *o)
 
 /* The max error/bound ratio of got's O against problem q's oracle; +inf on any failure. */
 static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
-                          const smattn_outputs *got, const smattn_precision *pm, int64_t nO)
+                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                          int64_t nO)
 {
     smattn_outputs only = {got->o, {0}, {0}}, ref, bnd;
     int64_t n[3] = {nO, 0, 0};
@@ -149,7 +219,7 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
     smattn_ref_config cfg = {1, 0, 0, 0};
     if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
         smattn_ref(q, in, &ref, &cfg, NULL) == SMATTN_OK &&
-        smattn_bound(q, in, pm, &only, &bnd) == SMATTN_OK) {
+        smattn__bound_flags(q, in, pm, &only, &bnd, flags) == SMATTN_OK) {
         worst = 0;
         for (int64_t e = 0; e < nO; e++) {
             double r = smattn_error_ratio(smattn_load(got->o.data, got->o.dtype, e),
@@ -164,8 +234,9 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
 
 /* A sentence for the worst element: which convention or rule it breaks. */
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                     const smattn_precision *pm, int garbage, int t, int64_t e, double c, double x,
-                     double bound, double ratio, int64_t nO, char *out, size_t cap)
+                     const smattn_precision *pm, unsigned flags, int garbage, int t, int64_t e,
+                     double c, double x, double bound, double ratio, int64_t nO, char *out,
+                     size_t cap)
 {
     int64_t ix[4];
     char where[96], cs[40], xs[40];
@@ -174,6 +245,15 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     fmt_value(x, xs, sizeof xs);
     int sink;
     int64_t keys = row_keys(p, in, ix[0], ix[1], ix[2], &sink);
+    if (keys == 0 && !sink && garbage && isnan(c) && !isnan(x) &&
+        row_dirty(p, in, ix[0], ix[1], ix[2])) {
+        snprintf(out, cap,
+                 "NaN at %s where the spec has %s (an empty row: no visible key, no sink); "
+                 "invisible slots of this case hold NaN/inf: did a masked or padded position "
+                 "leak in?",
+                 where, xs);
+        return;
+    }
     if (keys == 0 && !sink) {
         const char *conv = t == 1 ? empty_lse_name(p->empty_lse) : empty_name(p->empty_rows);
         const char *want = t == 1 ? (p->empty_lse == SMATTN_LSE_ZERO      ? "0"
@@ -201,7 +281,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (ratio_under(&q, in, got, pm, nO) <= 1)
+        if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, flags, nO) <= 1)
             n = (size_t)snprintf(
                 out, cap, "causal alignment: O follows %s, but %s is claimed; ",
                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
@@ -210,7 +290,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
-            if (ratio_under(&q, in, got, pm, nO) <= 1)
+            if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, flags, nO) <= 1)
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
@@ -234,8 +314,25 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
 void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                    const smattn_precision *pm, int garbage, conform_result *r)
 {
+    conform_judge_flags(p, in, got, pm, 0, garbage, r);
+}
+
+/* Row (b, h, i) of element e of output t, as an index into [B, Hq, S]. */
+static int64_t row_of(const smattn_problem *p, int t, int64_t e)
+{
+    int64_t ix[4];
+    char buf[96];
+    locate(p, t, e, ix, buf, sizeof buf);
+    return (ix[0] * p->Hq + ix[1]) * p->S + ix[2];
+}
+
+void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                         int garbage, conform_result *r)
+{
     r->max_ratio = r->max_ulp = 0;
-    r->unbounded = r->elements = r->nonfinite = 0;
+    r->unbounded = r->unbounded_rows = r->elements = r->nonfinite = 0;
+    unsigned char *oc_rows = calloc((size_t)(p->B * p->Hq * p->S) + 1, 1);
     r->reason[0] = '\0';
     r->worst_out = -1;
     int att = p->op == SMATTN_OP_ATTENTION;
@@ -247,7 +344,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
     if (!alloc_f64(p, got, &ref, n) && !alloc_f64(p, got, &bnd, n)) {
         st = smattn_ref(p, in, &ref, &cfg, NULL);
         if (st == SMATTN_OK)
-            st = smattn_bound(p, in, pm, got, &bnd);
+            st = smattn__bound_flags(p, in, pm, got, &bnd, flags);
     }
     if (st == SMATTN_ERR_OPTION) { /* the model the kernel claims for this problem */
         r->status = CONFORM_FAIL;
@@ -258,6 +355,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
                  (long long)pm->acc_len, pm->tiny);
         free_f64(&ref);
         free_f64(&bnd);
+        free(oc_rows);
         return;
     }
     if (st != SMATTN_OK) {
@@ -266,6 +364,7 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
                  smattn_status_str(st), smattn_status_name(st));
         free_f64(&ref);
         free_f64(&bnd);
+        free(oc_rows);
         return;
     }
     const smattn_out_tensor *gt[3] = {&got->o, &got->lse, &got->p};
@@ -279,6 +378,24 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
         int64_t e;
         double c, x, b, ratio;
     } worst = {-1, 0, 0, 0, 0, 0}, masked = worst, nonfinite = worst;
+    /* Rows out of contract (SPEC 6.8), marked first: an LSE of such a row whose exact value
+     * is beyond binary64 (the oracle stores +-inf) is finite in exact arithmetic, so it is
+     * not judged either (a kernel whose scores overflowed may give NaN there). O columns
+     * whose V holds an infinity stay judged: SPEC 4.2 makes them infinite whatever the
+     * weights, and a kernel can honour that without computing the scores. */
+    int any_oc = 0;
+    for (int t = 0; t < 3 && oc_rows; t++) {
+        if (!gt[t]->data)
+            continue;
+        for (int64_t e = 0; e < n[t]; e++) {
+            double x = ((const double *)rt[t]->data)[e], b = ((const double *)bt[t]->data)[e];
+            if (isfinite(x) && b == HUGE_VAL) {
+                int64_t row = row_of(p, t, e);
+                r->unbounded_rows += !oc_rows[row];
+                oc_rows[row] = 1, any_oc = 1;
+            }
+        }
+    }
     for (int t = 0; t < 3; t++) {
         if (!gt[t]->data)
             continue;
@@ -287,6 +404,10 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
             double x = ((const double *)rt[t]->data)[e], b = ((const double *)bt[t]->data)[e];
             r->elements++;
             if (isfinite(x) && b == HUGE_VAL) {
+                r->unbounded++;
+                continue;
+            }
+            if (t == 1 && isinf(x) && any_oc && oc_rows[row_of(p, t, e)]) {
                 r->unbounded++;
                 continue;
             }
@@ -323,8 +444,13 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
         locate(p, worst.t, worst.e, r->worst_ix, where, sizeof where);
         r->worst_out = worst.t, r->worst_got = worst.c, r->worst_exact = worst.x;
         r->worst_bound = worst.b;
-        diagnose(p, in, got, pm, garbage, worst.t, worst.e, worst.c, worst.x, worst.b, worst.ratio,
-                 n[0], r->reason, sizeof r->reason);
+        diagnose(p, in, got, pm, flags, garbage, worst.t, worst.e, worst.c, worst.x, worst.b,
+                 worst.ratio, n[0], r->reason, sizeof r->reason);
+        size_t len = strlen(r->reason);
+        if (r->unbounded_rows && len < sizeof r->reason)
+            snprintf(r->reason + len, sizeof r->reason - len,
+                     " (and %lld rows out of contract, SPEC 6.8, not judged)",
+                     (long long)r->unbounded_rows);
     } else {
         r->status = CONFORM_PASS;
         if (worst.t >= 0) {
@@ -335,10 +461,11 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
         }
         if (r->unbounded)
             snprintf(r->reason, sizeof r->reason,
-                     "%lld elements out of contract (finite exact value, bound +inf: SPEC 6.8), "
-                     "not judged",
-                     (long long)r->unbounded);
+                     "%lld rows out of contract (%lld elements with a finite exact value and "
+                     "bound +inf: SPEC 6.8), not judged",
+                     (long long)r->unbounded_rows, (long long)r->unbounded);
     }
     free_f64(&ref);
     free_f64(&bnd);
+    free(oc_rows);
 }

@@ -375,6 +375,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "shape", shape);
         json_object_object_add(o, "elements", json_object_new_int64(r->elements));
         json_object_object_add(o, "unbounded", json_object_new_int64(r->unbounded));
+        json_object_object_add(o, "unbounded_rows", json_object_new_int64(r->unbounded_rows));
         json_object_object_add(o, "nonfinite", json_object_new_int64(r->nonfinite));
         json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
         json_object_object_add(o, "output", json_object_new_string(r->output));

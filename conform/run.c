@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "conform/conform.h"
+#include "core/internal.h"
 
 /* Canary bytes on each side of an output's data (the gap before the data is exactly
  * this; the gap after runs to the end of the page, at least this). */
@@ -238,6 +239,11 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     int qdt = pick_dtype(k->info.q_dtypes, SMATTN_F32);
     int kvdt = pick_dtype(k->info.kv_dtypes, c->kv_dtype);
     int odt = pick_dtype(k->info.out_dtypes, SMATTN_F32);
+    if (conform_case_dtype_fits(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, r->reason,
+                                sizeof r->reason)) {
+        r->status = CONFORM_SKIP;
+        return;
+    }
     conform_inst m;
     if (conform_case_materialise(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, k->info.empty_rows,
                                  k->info.empty_lse, &m)) {
@@ -401,7 +407,9 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         goto done;
     }
     double secs = r->seconds;
-    conform_judge(p, &m.in, &out, &pm, c->garbage || c->strided, r); /* keeps r->output */
+    conform_judge_flags(p, &m.in, &out, &pm,
+                        (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
+                        c->garbage || c->strided, r); /* keeps r->output */
     r->seconds = secs;
 done:
     for (int t = 0; t < 3; t++)

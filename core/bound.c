@@ -67,6 +67,7 @@ typedef struct model {
     ld eps_f, l_f, phi_s, omega_s; /* 2Eu, -log(1-eps_f), phi_s, omega* */
     ld u_out, omega_out;           /* output rounding (0 for the evaluation model) */
     int check_range;
+    int sink_in_max; /* SMATTN__BOUND_SINK_IN_MAX: no weight has a positive exponent */
     ld Omega_s, Omega_a;
 } model;
 
@@ -209,7 +210,10 @@ static void row_common(const rowdata *r, const model *m, rowbound *rb)
      * unless a sink above the keys is left out of the maximum); X bounds the weights via
      * the exact ones. Either bound may be used. */
     rb->X = expl(Dmax + (r->Mp - r->M)) * r->LM;
-    rb->Wn = (r->has_sink && r->s[r->nk] > r->M ? 2 * expl(r->s[r->nk] - r->M + Dmax) : 2) * n;
+    rb->Wn = (r->has_sink && !m->sink_in_max && r->s[r->nk] > r->M
+                  ? 2 * expl(r->s[r->nk] - r->M + Dmax)
+                  : 2) *
+             n;
     if (m->check_range) {
         const ld gs = 1 + g2;
         for (int64_t t = 0; t < r->nk; t++)
@@ -333,6 +337,13 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
                            const smattn_precision *pm, const smattn_outputs *fmt,
                            const smattn_outputs *bound)
 {
+    return smattn__bound_flags(prob, in, pm, fmt, bound, 0);
+}
+
+smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
+                                  const smattn_precision *pm, const smattn_outputs *fmt,
+                                  const smattn_outputs *bound, unsigned flags)
+{
     if (!prob || !in || !pm || !fmt || !bound)
         return SMATTN_ERR_NULL;
     smattn_status st = smattn_validate(prob, in, bound);
@@ -348,6 +359,7 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
     model mk, me;
     if (!model_init(&mk, pm))
         return SMATTN_ERR_OPTION;
+    mk.sink_in_max = (flags & SMATTN__BOUND_SINK_IN_MAX) != 0;
     ld uo_o = 0, wo_o = 0, thr_o = HUGE_VALL, uo_l = 0, wo_l = 0, thr_l = HUGE_VALL, uo_p = 0,
        wo_p = 0, thr_p = HUGE_VALL;
     if (want_o)

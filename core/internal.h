@@ -27,6 +27,15 @@ double smattn__bits_to_double(uint64_t bits, smattn_dtype t);
 uint64_t smattn__encode(int sign, uint64_t m, int q, smattn_dtype t);
 void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bits);
 
+/* smattn_bound with flags. SMATTN__BOUND_SINK_IN_MAX: the kernel keeps the sink inside its
+ * running maximum from the start (SPEC 6.1 A3), so no weight has a positive exponent and
+ * the row-sum overflow estimate W of SPEC 6.8 is 2 even for a sink far above the keys
+ * (the conformance checker passes it for a plugin claiming SMATTN_CAP_SINK_IN_MAX). */
+#define SMATTN__BOUND_SINK_IN_MAX 1u
+smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
+                                  const smattn_precision *pm, const smattn_outputs *fmt,
+                                  const smattn_outputs *bound, unsigned flags);
+
 /* The query length S_b and key length T_b of batch b (SPEC 3.2). */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b);
 int64_t smattn__kv_len(const smattn_problem *p, int64_t b);

@@ -13,6 +13,7 @@
  * GQA as h / (Hq / Hkv), any strides, the zero convention for empty rows, the three LSE
  * sentinels, and the NaN rules of SPEC 4.2. The softmax op is the same row with s = x.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -70,9 +71,20 @@ static int key_visible(const smattn_problem *p, const smattn_inputs *in, int64_t
     return 1;
 }
 
-/* The score of a visible key: the scaled dot product (or scaled x), softcap, then bias. A
- * non-finite result before softcap means a non-finite q, k or x (SPEC 4.2): *bad is set,
- * since tanh would turn an infinity into a finite +-c. */
+/* A score computed from finite inputs that overflowed (q.k or x * scale beyond FLT_MAX,
+ * or +inf - inf inside the dot product): its exact value is a finite real, so the row is
+ * out of contract (SPEC 6.8) but not NaN. It is kept finite: +-FLT_MAX for an infinity,
+ * 0 for a NaN, so that no weight is NaN (a NaN output always fails) and an infinite V
+ * still gives an infinite column. */
+static float finite_score(float sigma)
+{
+    return isnan(sigma) ? 0.0f : fminf(fmaxf(sigma, -FLT_MAX), FLT_MAX);
+}
+
+/* The score of a visible key: the scaled dot product (or scaled x), softcap, then bias.
+ * Whether the row is poisoned (SPEC 4.2) is decided from the inputs, never from the
+ * computed score: a NaN or infinite q or k, a NaN or +inf x or bias set *bad; a score
+ * that overflows from finite inputs does not. */
 static float key_score(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
                        int64_t i, int64_t j, int *bad)
 {
@@ -81,22 +93,30 @@ static float key_score(const smattn_problem *p, const smattn_inputs *in, int64_t
     if (p->op == SMATTN_OP_ATTENTION) {
         int64_t g = kv_head(p, h);
         float dot = 0.0f;
-        for (int64_t d = 0; d < p->D; d++)
-            dot += at4(&in->q, b, i, h, d) * at4(&in->k, b, j, g, d);
+        for (int64_t d = 0; d < p->D; d++) {
+            float q = at4(&in->q, b, i, h, d), k = at4(&in->k, b, j, g, d);
+            if (!isfinite(q) || !isfinite(k))
+                *bad = 1;
+            dot += q * k;
+        }
         sigma = dot * scale;
     } else {
-        sigma = at4(&in->x, b, h, i, j) * scale;
+        float x = at4(&in->x, b, h, i, j); /* -inf hid the key already */
+        if (isnan(x) || x == INFINITY)
+            *bad = 1;
+        sigma = x * scale;
     }
-    if (!isfinite(sigma))
-        *bad = 1;
+    sigma = finite_score(sigma);
     if (p->softcap > 0) { /* before the bias, so that a -inf bias stays -inf (SPEC 2.4) */
         const float c = (float)p->softcap;
         sigma = c * tanhf(sigma / c);
     }
-    if (in->bias.data)
-        sigma += at4(&in->bias, b, h, i, j);
-    if (!isfinite(sigma))
-        *bad = 1; /* a NaN or +inf bias at a visible key (an overflow is out of contract) */
+    if (in->bias.data) {
+        float bias = at4(&in->bias, b, h, i, j); /* -inf hid the key already */
+        if (isnan(bias) || bias == INFINITY)
+            *bad = 1;
+        sigma = finite_score(sigma + bias);
+    }
     return sigma;
 }
 
@@ -250,7 +270,8 @@ static const smattn_plugin_info info = {
     .caps = SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
             SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
             SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
-            SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV,
+            SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
+            SMATTN_CAP_SINK_IN_MAX, /* m starts at the sink (attend_row) */
     .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),

@@ -68,7 +68,13 @@ enum smattn_plugin_caps {
     SMATTN_CAP_STRIDES = 1u << 10,    /* any strides allowed by SPEC 2.1 (else row-major) */
     SMATTN_CAP_LSE = 1u << 11,        /* writes LSE when asked */
     SMATTN_CAP_P = 1u << 12,          /* writes P when asked */
-    SMATTN_CAP_DV = 1u << 13          /* Dv != D */
+    SMATTN_CAP_DV = 1u << 13,         /* Dv != D */
+    /* Not a feature but a property of the arithmetic: the kernel keeps the sink inside its
+     * running maximum from the start (SPEC 6.1 A3), so no weight, not even a sink's far
+     * above the keys, is computed with a positive exponent. The bound then covers rows
+     * with large sinks too (SPEC 6.8: W = 2); without this bit such rows may be out of
+     * contract and are only counted. */
+    SMATTN_CAP_SINK_IN_MAX = 1u << 14
 };
 
 /* A set of dtypes: bit (1u << smattn_dtype). */

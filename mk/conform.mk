@@ -41,5 +41,16 @@ $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kern
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DFIXTURE_MODE_$* -o $@ $< -lm
 
-conform-plugins: $(OPT_PLUGIN) $(FIXTURES)
-tests: $(OPT_PLUGIN) $(FIXTURES)
+# The judge's sentences (tests/test_reasons.c): one binary64 plugin per bug or look-alike
+# bug (tests/fixtures/reason_fixture.c).
+REASON_MODES := good empty_nan empty_leak zero_mask diag_hidden upper_left v_leak plus1 plus2 \
+                nan_out inf_out big_out ninf_masked v_inf_row_nan scale_err bad_model \
+                loose_model sink_max kv_f16 big_leak ftz fmax_all \
+                unwritten decline status
+REASONS      := $(patsubst %,$(FIXTURE_DIR)/reason_%.so,$(REASON_MODES))
+$(FIXTURE_DIR)/reason_%.so: tests/fixtures/reason_fixture.c include/smattn_kernel.h include/smattn.h | deps
+	@mkdir -p $(dir $@)
+	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DREASON_$* -o $@ $< -lm
+
+conform-plugins: $(OPT_PLUGIN) $(FIXTURES) $(REASONS)
+tests: $(OPT_PLUGIN) $(FIXTURES) $(REASONS)

@@ -39,6 +39,11 @@ mutants-table: $(CLI) plugins
 #     build-fuzz/fuzz/bin/fuzz_plugin -max_total_time=60 fuzz/corpus/fuzz_diff
 # make check builds its replay driver (mk/fuzz.mk's pattern rule), so that it keeps compiling.
 tests: $(BUILD)/fuzz/replay/fuzz_plugin
+# `SMATTN_KERNEL=build/plugins/example_kernel.so make fuzz T=fuzz_plugin SECONDS=60`: a
+# campaign like the other targets' (fuzz/corpus/fuzz_plugin is fuzz_diff's corpus, the
+# same input format; fuzz/regressions/fuzz_plugin keeps the raw finds, and their case
+# directories are battery cases in conform/regressions/).
+fuzz-bins: $(BUILD)/fuzz/bin/fuzz_plugin
 fuzz-plugin: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" \
 	  build-fuzz/fuzz/bin/fuzz_plugin
