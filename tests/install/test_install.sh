@@ -70,6 +70,10 @@ v=$(cd "$W" && env -u SMATTN_ROOT "$S" version) || fail "smattn version"
 [ "${v#smattn "$VERSION" }" != "$v" ] || fail "smattn version says '$v', VERSION '$VERSION'"
 (cd "$W" && env -u SMATTN_ROOT "$S" demo "$P/share/smattn/vectors" --vectors-only >/dev/null) ||
     fail "smattn demo on the installed vectors"
+# with no DIR: the installed vectors, found as conform finds them
+demo=$(cd "$W" && env -u SMATTN_ROOT "$S" demo --vectors-only 2>&1) ||
+    { echo "$demo" | tail -3 >&2; fail "smattn demo --vectors-only (no DIR) from an empty directory"; }
+grep -qF "share/smattn/vectors" <<<"$demo" || fail "smattn demo did not take the installed vectors"
 conf=$(cd "$W" && env -u SMATTN_ROOT "$S" conform --suite quick 2>&1) || { echo "$conf" >&2; fail "smattn conform --suite quick"; }
 golden=$(echo "$conf" | awk '$1 == "golden" && $2 ~ /^[0-9]+$/ {print $2}')
 from=$(echo "$conf" | sed -n 's/^golden vectors: [0-9]* ran from //p')
