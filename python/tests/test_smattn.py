@@ -229,6 +229,29 @@ def test_numpy_kernel_passes_the_battery():
     assert n >= 60 and {"causal", "gqa", "empty_rows", "strides", "decode"} <= cats
 
 
+def test_cases_carry_their_conventions():
+    """Every case names its empty-row conventions; the golden vectors of the other
+    conventions are judged by them: a kernel that returns zeros there fails."""
+    by_name = {c.name: c for c in smattn.cases("quick", categories=["golden"])}
+    for c in by_name.values():
+        assert c.kwargs["empty_rows"] in ("zero", "nan", "mean"), c.name
+        assert c.kwargs["empty_lse"] in ("neg_inf", "pos_inf", "zero"), c.name
+    want = {"golden/empty_mean": "mean", "golden/empty_nan": "nan",
+            "golden/sinks_empty_row": None}
+    for name, conv in want.items():
+        assert name in by_name, sorted(by_name)
+        if conv:
+            assert by_name[name].kwargs["empty_rows"] == conv, by_name[name].kwargs
+    for name in ("golden/empty_mean", "golden/empty_nan"):
+        c = by_name[name]
+        kw = dict(c.kwargs, empty_rows="zero", empty_lse="neg_inf")
+        o, lse = numpy_attention(c.q, c.k, c.v, **kw)
+        assert not c.check(o, lse=lse).passed, name + ": zeros passed a non-zero convention"
+        o, lse = numpy_attention(c.q, c.k, c.v, **c.kwargs)
+        r = c.check(o, lse=lse)
+        assert r.passed, "%s: %s" % (name, r.reason)
+
+
 # Each bug, the cases it shows on, and the sentence the checker must give for it.
 BUGGY = [
     ("causal_upper_left", None, "causal alignment: O follows upper_left, but lower_right is "
