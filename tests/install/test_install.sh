@@ -30,6 +30,11 @@ if [ "$declared" != "$exported" ]; then
     diff <(echo "$declared") <(echo "$exported") | sed 's/^</  declared, not exported:/; s/^>/  exported, not declared:/' >&2 || true
     fail "libsmattn.so exports a different set than include/smattn.h declares (mk/libsmattn.map)"
 fi
+# Every global the static archive defines carries the prefix (a static link shares the
+# consumer's namespace): smattn_ for the API, smattn__ for the internals.
+stray=$(nm -g --defined-only "$BUILD/libsmattn.a" | awk 'NF == 3 && $3 !~ /^smattn_/ {print $3}' |
+        sort -u)
+[ -z "$stray" ] || { echo "$stray" >&2; fail "libsmattn.a defines globals without the smattn_ prefix"; }
 soname=$(readelf -d "$BUILD/libsmattn.so.$VERSION" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libsmattn.so.${VERSION%%.*}" ] || fail "soname is '$soname'"
 
