@@ -103,7 +103,7 @@ install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
 	$(INSTALL) -m 644 $(VECTORS) '$(DESTDIR)$(PKGDATADIR)/vectors/'; \
 	for m in $(MANPAGES); do \
 	  sed -e 's|/usr/local/share/smattn|$(PKGDATADIR)|g' -e 's|/usr/local/share/doc/smattn|$(DOCDIR)|g' \
-	    $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \
+	    -e '/^\.TH /s|"smattn [^"]*"|"smattn $(VERSION)"|' $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \
 	  chmod 644 '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; done; \
 	$(INSTALL) -m 644 $(DOCS) '$(DESTDIR)$(DOCDIR)/'
 	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \

@@ -4,13 +4,14 @@
 #  - check-python: the pytest suite (python/tests/) against the build tree;
 #  - install-python / uninstall-python: the package under PYTHON_SITEDIR, with the paths of
 #    the installed libraries recorded in smattn/_paths.py.
-# The package itself loads $(BUILD)/libsmattn.so.0 (the public API, smattn.h) with ctypes.
+# The package itself loads $(BUILD)/$(SONAME) (the public API, smattn.h) with ctypes.
 .PHONY: python check-python install-python uninstall-python
 
 # Debian's interpreter (python3-numpy, python3-pytest), not whichever python3 is first on PATH.
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The package loads $(SHLIB), mk/install.mk's libsmattn.so.$(VERSION) (soname libsmattn.so.0).
+# The package loads $(SHLIB), mk/install.mk's libsmattn.so.$(VERSION) (soname $(SONAME),
+# which smattn/_version.py derives from VERSION as mk/install.mk does).
 
 # The shim: its own copy of the oracle and bound (core/ ref/) beside conform's judge and
 # battery and io/ (the golden vectors), so that libsmattn.so.0 need export nothing private.
@@ -45,15 +46,12 @@ check-python: deps-check python
 # PREFIX/lib/python3.X/dist-packages (on sys.path for /usr/local).
 PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/dist-packages)
 PY_PKG_FILES := $(filter-out python/smattn/_paths.py,$(wildcard python/smattn/*.py))
-# VERSION (issue 16) when it exists, else smattn.h's version macros.
-PY_VERSION = $(shell cat VERSION 2>/dev/null || awk '/define SMATTN_VERSION_(MAJOR|MINOR|PATCH)/ \
-               { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/smattn.h)
 install-python:: python
 	install -d $(DESTDIR)$(PYTHON_SITEDIR)/smattn
 	install -m 644 $(PY_PKG_FILES) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
 	install -m 755 $(PY_SHIM) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
 	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
-	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(PY_VERSION)' \
+	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(VERSION)' \
 	  > $(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py
 # The site directory and its python3.X parent go too when this left them empty.
 uninstall-python::

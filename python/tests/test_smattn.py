@@ -352,3 +352,14 @@ def test_missing_library_is_a_clear_import_error(tmp_path):
     assert r.returncode == 1
     assert "ImportError: smattn: cannot load libsmattn.so.0; tried: " + str(tmp_path) \
         in r.stderr and "SMATTN_LIBRARY=" in r.stderr
+
+
+def test_version_and_soname_from_VERSION():
+    """__version__ and the soname the package loads come from VERSION alone."""
+    from smattn import _version
+    with open(os.path.join(ROOT, "VERSION")) as f:
+        v = f.read().strip()
+    assert smattn.__version__ == v
+    assert _version.SONAME == "libsmattn.so." + v.split(".")[0]
+    if not os.environ.get("SMATTN_LIBRARY"):
+        assert os.path.basename(smattn.LIBRARY_PATH) == _version.SONAME

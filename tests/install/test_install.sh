@@ -12,7 +12,7 @@ cd "$ROOT"
 BUILD=${BUILD:-build}
 MAKE=${MAKE:-make}
 PREFIX=${PREFIX:-/usr/local}
-VERSION=$(sed 's/#.*//' VERSION | tr -d ' \n')   # as the Makefile reads it: comments allowed
+VERSION=$(cat VERSION)   # one line X.Y.Z, nothing else (the Makefile rejects anything else)
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/smattn-install.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 D=$STAGE/root   # the DESTDIR
@@ -97,6 +97,8 @@ for m in man1/smattn.1 man3/smattn.3; do
     [ -z "$warn" ] || { echo "$warn" >&2; fail "groff warns on $m"; }
     page=$(MANWIDTH=80 man -l "$P/share/man/$m" 2>&1) || fail "man -l $m"
     grep -q '^NAME' <<<"$page" || fail "man -l $m shows no NAME section"
+    th=$(sed -n 's/^\.TH .*"smattn \([^"]*\)".*/\1/p' "$P/share/man/$m")
+    [ "$th" = "$VERSION" ] || fail "the installed $m says version '$th', VERSION '$VERSION'"
 done
 [ "$(man -M "$P/share/man" -w smattn)" = "$P/share/man/man1/smattn.1" ] || fail "man -M ... smattn"
 
@@ -117,6 +119,7 @@ o, lse = smattn.attention(q, k, v, causal=True)
 r = smattn.check(o, q, k, v, lse=lse, causal=True)
 assert r.passed, r.reason
 assert smattn.__file__.startswith("'"$site"'"), smattn.__file__
+assert smattn.__version__ == "'"$VERSION"'", (smattn.__version__, "'"$VERSION"'")
 print("python", smattn.__version__, "max error/bound %.4f" % r.max_ratio)
 ' 2>&1) || { echo "$pyout" >&2; fail "the installed Python package"; }
 echo "test_install: installed Python package: $pyout"
