@@ -52,7 +52,7 @@ JSONC_LIBS   = $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt)
 LIBS    := -lmpfr -lgmp -lm -pthread
 
-DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
+DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config python3
 DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)

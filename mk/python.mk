@@ -38,22 +38,30 @@ all: python
 # pytest against the build tree (SMATTN_LIBRARY and SMATTN_SHIM name this BUILD's files, so
 # build-san works too); -p no:cacheprovider keeps python/ free of .pytest_cache.
 check-python: deps-check python
-	SMATTN_LIBRARY=$(abspath $(SHLIB)) SMATTN_SHIM=$(abspath $(PY_SHIM)) \
+	$(call say,TEST,python/tests)SMATTN_LIBRARY=$(abspath $(SHLIB)) SMATTN_SHIM=$(abspath $(PY_SHIM)) \
 	  SMATTN_ROOT=$(CURDIR) PYTHONPATH=$(CURDIR)/python PYTHONDONTWRITEBYTECODE=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 # Debian's layout: /usr/lib/python3/dist-packages for the system prefix, else
 # PREFIX/lib/python3.X/dist-packages (on sys.path for /usr/local).
-PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/dist-packages)
+PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
+# install-python and uninstall-python need the interpreter that will import the package (its
+# site directory depends on its version): without one they stop with this line, before any
+# file is written (python3 is in DEPS_BUILD, so `make` installs Debian's).
+py_need = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info[0] != 3)' >/dev/null 2>&1 || \
+  { echo "make $(1): PYTHON=$(PYTHON) does not run a python3: install python3 (mk/deps.sh does: make deps), give PYTHON=/path/to/python3, or use make $(1:%-python=%-c) for the C library alone" >&2; exit 1; }
 PY_PKG_FILES := $(filter-out python/smattn/_paths.py,$(wildcard python/smattn/*.py))
 install-python:: python
-	install -d $(DESTDIR)$(PYTHON_SITEDIR)/smattn
-	install -m 644 $(PY_PKG_FILES) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
-	install -m 755 $(PY_SHIM) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
+	$(call py_need,install-python)
+	$(call say,INST,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)set -e; \
+	$(INSTALL) -d '$(DESTDIR)$(PYTHON_SITEDIR)/smattn'; \
+	$(INSTALL) -m 644 $(PY_PKG_FILES) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
+	$(INSTALL) -m 755 $(PY_SHIM) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
 	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
 	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(VERSION)' \
-	  > $(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py
+	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py'
 # The site directory and its python3.X parent go too when this left them empty.
 uninstall-python::
-	rm -rf $(DESTDIR)$(PYTHON_SITEDIR)/smattn
-	-@rmdir $(DESTDIR)$(PYTHON_SITEDIR) $(dir $(DESTDIR)$(PYTHON_SITEDIR)) 2>/dev/null || true
+	$(call py_need,uninstall-python)
+	$(call say,RM,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)rm -rf '$(DESTDIR)$(PYTHON_SITEDIR)/smattn'
+	@rmdir '$(DESTDIR)$(PYTHON_SITEDIR)' '$(dir $(DESTDIR)$(PYTHON_SITEDIR))' 2>/dev/null || true

@@ -39,7 +39,11 @@ soname=$(readelf -d "$BUILD/libsmattn.so.$VERSION" | sed -n 's/.*Library soname:
 [ "$soname" = "libsmattn.so.${VERSION%%.*}" ] || fail "soname is '$soname'"
 
 # 2. Install.
-$MAKE --no-print-directory -s install DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null
+inst=$($MAKE --no-print-directory install DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" 2>&1) ||
+    { echo "$inst" >&2; fail "make install"; }
+# quiet: one short line per step ("  INST  DIR"), no raw command (V=1 shows them)
+loud=$(grep -Ev '^  [A-Z]{2,5} +[^ ]' <<<"$inst" || true)
+[ -z "$loud" ] || { echo "$loud" >&2; fail "make install printed more than its one-line steps"; }
 P=$D$PREFIX
 for f in bin/smattn lib/libsmattn.so.$VERSION lib/libsmattn.so.0 lib/libsmattn.so lib/libsmattn.a \
          include/smattn.h include/smattn_kernel.h lib/pkgconfig/smattn.pc \
@@ -128,4 +132,16 @@ echo "test_install: installed Python package: $pyout"
 $MAKE --no-print-directory -s uninstall DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null
 left=$(find "$D" ! -type d)
 [ -z "$left" ] || { echo "$left" >&2; fail "make uninstall left files behind"; }
+# 7. No python3: make install stops with one clear line and puts no Python package anywhere.
+N=$STAGE/nopy
+if nopy=$($MAKE --no-print-directory -s install DESTDIR="$N" PREFIX="$PREFIX" BUILD="$BUILD" \
+          PYTHON=/nonexistent/python3 2>&1); then
+    fail "make install PYTHON=/nonexistent/python3 succeeded"
+fi
+grep -qF "make install-python: PYTHON=/nonexistent/python3 does not run a python3" <<<"$nopy" ||
+    { echo "$nopy" >&2; fail "make install without python3: no clear message"; }
+[ -z "$(find "$N" -name '*.py' -o -name 'dist-packages')" ] ||
+    fail "make install without python3 put Python files somewhere"
+echo "test_install: make install without python3: $(grep -F 'does not run' <<<"$nopy" | cut -c1-70)..."
+
 echo "test_install: make install, pkg-config, the installed smattn and man pages, make uninstall: passed"
