@@ -54,14 +54,19 @@ PY_PKG_FILES := $(filter-out python/smattn/_paths.py,$(wildcard python/smattn/*.
 install-python:: python
 	$(call py_need,install-python)
 	$(call say,INST,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)set -e; \
+	new=$$($(call new_dirs,'$(PYTHON_SITEDIR)/smattn')); \
 	$(INSTALL) -d '$(DESTDIR)$(PYTHON_SITEDIR)/smattn'; \
+	old=$$(cat '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs' 2>/dev/null || true); \
+	printf '%s\n' "$$old" "$$new" | sed '/^$$/d' | sort -u \
+	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs'; \
 	$(INSTALL) -m 644 $(PY_PKG_FILES) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
 	$(INSTALL) -m 755 $(PY_SHIM) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
 	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
 	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(VERSION)' \
 	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py'
-# The site directory and its python3.X parent go too when this left them empty.
+# The directories install-python created (smattn/installed-dirs: the site directory, its
+# python3.X parent...) go too when empty (mk/install.mk's new_dirs and rm_dirs).
 uninstall-python::
 	$(call py_need,uninstall-python)
-	$(call say,RM,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)rm -rf '$(DESTDIR)$(PYTHON_SITEDIR)/smattn'
-	@rmdir '$(DESTDIR)$(PYTHON_SITEDIR)' '$(dir $(DESTDIR)$(PYTHON_SITEDIR))' 2>/dev/null || true
+	$(call say,RM,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)$(call rm_dirs,$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs); \
+	rm -rf '$(DESTDIR)$(PYTHON_SITEDIR)/smattn' && $(rm_dirs_now)

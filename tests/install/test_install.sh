@@ -39,6 +39,9 @@ soname=$(readelf -d "$BUILD/libsmattn.so.$VERSION" | sed -n 's/.*Library soname:
 [ "$soname" = "libsmattn.so.${VERSION%%.*}" ] || fail "soname is '$soname'"
 
 # 2. Install.
+# another package's file in bin/ and an empty include/ that were there before: uninstall keeps them
+mkdir -p "$D$PREFIX/bin" "$D$PREFIX/include"
+echo other >"$D$PREFIX/bin/other-tool"
 inst=$($MAKE --no-print-directory install DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" 2>&1) ||
     { echo "$inst" >&2; fail "make install"; }
 # quiet: one short line per step ("  INST  DIR"), no raw command (V=1 shows them)
@@ -128,10 +131,14 @@ print("python", smattn.__version__, "max error/bound %.4f" % r.max_ratio)
 ' 2>&1) || { echo "$pyout" >&2; fail "the installed Python package"; }
 echo "test_install: installed Python package: $pyout"
 
-# 6. Uninstall: no file or link left (directories such as bin/ may stay, as with any prefix).
+# 6. Uninstall: no file, link or directory that install created is left; what was there before
+# (bin/other-tool, an empty include/) stays.
 $MAKE --no-print-directory -s uninstall DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null
-left=$(find "$D" ! -type d)
-[ -z "$left" ] || { echo "$left" >&2; fail "make uninstall left files behind"; }
+left=$(cd "$D" && find . -mindepth 1 | sort | tr '\n' ' ')
+want=$(cd "$D" && for p in ${PREFIX//\// }; do q=${q:-.}/$p; echo "$q"; done | sort | tr '\n' ' ')
+want=$(printf '%s\n' $want ".$PREFIX/bin" ".$PREFIX/bin/other-tool" ".$PREFIX/include" | sort -u | tr '\n' ' ')
+[ "$left" = "$want" ] || { echo "left: $left" >&2; echo "want: $want" >&2;
+    fail "make uninstall left files or directories it created behind, or removed others"; }
 # 7. No python3: make install stops with one clear line and puts no Python package anywhere.
 N=$STAGE/nopy
 if nopy=$($MAKE --no-print-directory -s install DESTDIR="$N" PREFIX="$PREFIX" BUILD="$BUILD" \
