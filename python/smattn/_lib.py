@@ -136,6 +136,7 @@ attention = _proto("smattn_attention", ctypes.c_int, _P(Problem), _P(Inputs), _P
 precision_of = _proto("smattn_precision_of", Precision, ctypes.c_int)
 opt_precision = _proto("smattn_opt_precision", Precision, _P(Problem))
 opt_isa = _proto("smattn_opt_isa", ctypes.c_char_p)
+opt_isa_available = _proto("smattn_opt_isa_available", ctypes.c_int, ctypes.c_char_p)
 contiguous_strides = _proto("smattn_contiguous_strides", None, _P(Problem), ctypes.c_char,
                             _P(c_i64 * 4))
 

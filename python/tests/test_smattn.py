@@ -363,3 +363,61 @@ def test_version_and_soname_from_VERSION():
     assert _version.SONAME == "libsmattn.so." + v.split(".")[0]
     if not os.environ.get("SMATTN_LIBRARY"):
         assert os.path.basename(smattn.LIBRARY_PATH) == _version.SONAME
+
+
+# ---- the boundary: odd arrays and arguments get an answer or a clear error, never a crash ----
+
+def test_misaligned_big_endian_and_long_double_inputs():
+    q, k, v = qkv()
+    o, lse = smattn.reference(q, k, v)
+
+    def misaligned(a):  # contiguous, at an odd address
+        buf = np.zeros(a.nbytes + 1, np.uint8)[1:]
+        m = buf.view(a.dtype).reshape(a.shape)
+        m[...] = a
+        assert not m.flags.aligned and m.flags.c_contiguous
+        return m
+    for args in ((misaligned(q), k, v), (q, k, misaligned(v)),
+                 (q.astype(">f4"), k.astype(">f4"), v.astype(">f4"))):
+        o2, lse2 = smattn.reference(*args)
+        assert np.array_equal(o, o2) and np.array_equal(lse, lse2)
+        o3, _ = smattn.attention(*args)
+        assert smattn.check(misaligned(o3), *args, lse=misaligned(lse)).passed
+    assert smattn.check(o.astype(">f4"), q, k, v, lse=lse.astype(">f4")).passed
+    ld = [x.astype(np.longdouble) for x in (q, k, v)]
+    o64, _ = smattn.reference(*ld, dtype="float64")
+    assert np.array_equal(o64, smattn.reference(q.astype(np.float64), k, v, dtype="float64")[0])
+    if np.finfo(np.longdouble).nmant > 52:  # x86: 64-bit significands
+        ld[0][0, 0, 0, 0] = np.longdouble(1) + np.finfo(np.longdouble).eps
+        with pytest.raises(TypeError, match="q: dtype 'float128' holds values that float64 "
+                                            "cannot represent exactly"):
+            smattn.reference(*ld)
+
+
+@pytest.mark.parametrize("call, exc, text", [
+    (lambda q, k, v: smattn.reference(None, k, v), TypeError, "q: None; want an array"),
+    (lambda q, k, v: smattn.check(q, q, None, v), TypeError, "k: None; want an array"),
+    (lambda q, k, v: smattn.check(smattn.reference(q, k, v)[0], q, k, v,
+                                  precision={"blocks": -3}),
+     ValueError, "precision model out of range"),
+    (lambda q, k, v: smattn.check(smattn.reference(q, k, v)[0], q, k, v,
+                                  precision={"u_score": 1e300}),
+     ValueError, "precision model out of range"),
+    (lambda q, k, v: smattn.attention(q, k, v, isa="neon"), ValueError,
+     "isa 'neon' is unknown: want None (the active one), 'scalar', 'avx2', 'avx512'"),
+    (lambda q, k, v: smattn.reference(q, k, v, window=(1.7, 0)), TypeError, "window (1.7, 0)"),
+    (lambda q, k, v: smattn.reference(q, k, v, scale="x"), TypeError,
+     "scale 'x': want a real number"),
+    (lambda q, k, v: smattn.reference(q, k, v, softcap="1"), TypeError,
+     "softcap '1': want a real number"),
+    (lambda q, k, v: smattn.reference(q[:, :0], k, v), ValueError,
+     "q: shape (2, 0, 4, 8) has S = 0: "),
+    (lambda q, k, v: smattn.reference(q, k[..., :0], v), ValueError,
+     "k: shape (2, 7, 2, 0) has D = 0"),
+])
+def test_boundary_errors(call, exc, text):
+    q, k, v = qkv()
+    with pytest.raises(exc) as e:
+        call(q, k, v)
+    assert text in str(e.value), str(e.value)
+
