@@ -24,7 +24,12 @@ endif
 # The version lives in VERSION only (CHANGELOG.md says what each holds). The soname carries
 # its major (the ABI), smattn.pc and the Python package read it, and include/smattn.h's
 # SMATTN_VERSION_* macros are checked against it at every build ($(BUILD)/version.ok).
-VERSION       := $(firstword $(shell sed 's/\#.*//' VERSION))
+# VERSION holds one line, X.Y.Z, and nothing else (no comment): every reader (this file,
+# tests/install/test_install.sh, python/setup.py, smattn/_version.py) takes it whole.
+VERSION       := $(shell cat VERSION)
+ifneq ($(shell grep -c '' VERSION 2>/dev/null) $(shell grep -Ecx '[0-9]+\.[0-9]+\.[0-9]+' VERSION 2>/dev/null),1 1)
+$(error VERSION must hold one line X.Y.Z and nothing else (no comment, no blank line); it holds '$(VERSION)')
+endif
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 
 CC      ?= gcc
@@ -47,7 +52,7 @@ JSONC_LIBS   = $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt)
 LIBS    := -lmpfr -lgmp -lm -pthread
 
-DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config
+DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config python3
 DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)

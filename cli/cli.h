@@ -28,6 +28,11 @@ int cli_parse_dtype(const char *s, smattn_dtype *t);
  * kernel then runs its default ISA, which the line names). Called once by the commands
  * that run the kernel (opt, demo, conform). */
 void cli_check_isa_env(void);
+/* The golden vectors' directory when none is given: DIR/../spec/vectors and
+ * DIR/../share/smattn/vectors of the executable's directory DIR, then SMATTN_DATADIR/vectors
+ * (the installed data), then $SMATTN_ROOT/spec/vectors; the first that exists goes to out.
+ * 0, or -1 with the places looked at in `looked`. */
+int cli_find_vectors(char *out, size_t cap, char *looked, size_t lcap);
 /* Monotonic wall time in seconds. */
 double cli_now_seconds(void);
 

@@ -13,12 +13,6 @@
 #include "cli/cli.h"
 #include "conform/conform.h"
 
-/* The installed data directory (make install puts the golden vectors in
- * $(SMATTN_DATADIR)/vectors); mk/conform.mk sets it from PREFIX. */
-#ifndef SMATTN_DATADIR
-#define SMATTN_DATADIR "/usr/local/share/smattn"
-#endif
-
 enum { EXIT_FAIL = EXIT_MISMATCH, EXIT_USAGE = EXIT_INPUT };
 /* parse_opts: --help was given and answered; the command exits 0. */
 enum { EXIT_HELP = -1 };
@@ -191,46 +185,6 @@ static int check_paths(const char *cmd, const opts *o)
     return 0;
 }
 
-static int is_dir(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* The golden vectors: next to the executable (build/smattn -> spec/vectors in the source
- * tree; bin/smattn -> share/smattn/vectors in an installed tree), in SMATTN_DATADIR/vectors,
- * or under $SMATTN_ROOT. 0 with the directory in out, or -1 with where it looked. */
-static int find_vectors(char *out, size_t cap, char *looked, size_t lcap)
-{
-    char cand[4][1100];
-    int n = 0;
-    char exe[1024];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(cand[n++], sizeof cand[0], "%s/../spec/vectors", exe);
-            snprintf(cand[n++], sizeof cand[0], "%s/../share/smattn/vectors", exe);
-        }
-    }
-    snprintf(cand[n++], sizeof cand[0], "%s/vectors", SMATTN_DATADIR);
-    const char *root = getenv("SMATTN_ROOT");
-    if (root)
-        snprintf(cand[n++], sizeof cand[0], "%s/spec/vectors", root);
-    looked[0] = '\0';
-    for (int k = 0; k < n; k++) {
-        if (is_dir(cand[k])) {
-            snprintf(out, cap, "%.1000s", cand[k]);
-            return 0;
-        }
-        size_t l = strlen(looked);
-        snprintf(looked + l, lcap - l, "%s%.250s", k ? ", " : "", cand[k]);
-    }
-    return -1;
-}
-
 /* The vectors directory for the battery ("" with --no-vectors); 0, or the exit code. */
 static int vectors_for(const char *cmd, const opts *o, char *out, size_t cap)
 {
@@ -245,7 +199,7 @@ static int vectors_for(const char *cmd, const opts *o, char *out, size_t cap)
         return 0;
     }
     char looked[1200];
-    if (find_vectors(out, cap, looked, sizeof looked)) {
+    if (cli_find_vectors(out, cap, looked, sizeof looked)) {
         char m[1400];
         snprintf(m, sizeof m,
                  "the golden vectors (spec/vectors) are not found (looked in %s); "

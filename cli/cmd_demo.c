@@ -256,9 +256,12 @@ static int demo_kernel(void);
 static const char demo_help[] =
     "usage: smattn demo [DIR] [--vectors-only]\n"
     "  Show the seeds' worked examples beside their exact values, replay every golden\n"
-    "  vector DIR/*.json (default spec/vectors) through the oracle in all four dtypes bit\n"
+    "  vector DIR/*.json through the oracle in all four dtypes bit\n"
     "  for bit, then check the fast kernel against the oracle on three Qwen2.5-7B-shaped\n"
     "  problems under the SPEC 6 bound.\n"
+    "  DIR defaults to the golden vectors `smattn conform` finds: spec/vectors or\n"
+    "  share/smattn/vectors next to the executable, the installed data directory, or\n"
+    "  $SMATTN_ROOT/spec/vectors.\n"
     "options:\n"
     "  --vectors-only   skip the kernel check\n"
     "  -h, --help       print this text\n"
@@ -269,7 +272,8 @@ int cmd_demo(int argc, char **argv)
 {
     char msg[1024], q[SMATTN_IO_PATH_MAX];
     int kernel = 1, npos = 0;
-    const char *dir = "spec/vectors";
+    const char *dir = NULL;
+    char found[1100];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -290,6 +294,17 @@ int cmd_demo(int argc, char **argv)
     if (npos > 1)
         return cli_fail(EXIT_INPUT,
                         "demo: too many arguments (usage: smattn demo [DIR] [--vectors-only])");
+    if (!dir) { /* the lookup `smattn conform` uses (cli/options.c) */
+        char looked[1200];
+        if (cli_find_vectors(found, sizeof found, looked, sizeof looked)) {
+            snprintf(msg, sizeof msg,
+                     "demo: the golden vectors (spec/vectors) are not found (looked in %.900s); "
+                     "give their directory: smattn demo DIR",
+                     looked);
+            return cli_fail(EXIT_INPUT, msg);
+        }
+        dir = found;
+    }
     name_list l;
     if (list_vectors(dir, &l, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);

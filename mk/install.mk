@@ -8,7 +8,8 @@
 # the tree, so `#include "smattn.h"` works with pkg-config's Cflags); lib/pkgconfig/smattn.pc;
 # share/smattn/vectors/ (the golden vectors the conformance battery starts with);
 # share/man/man1/smattn.1 and man3/smattn.3; share/doc/smattn/ (README, SPEC, CHANGELOG,
-# LICENSE, the example plugin).
+# LICENSE, the example plugin). share/smattn/installed-dirs lists the directories install
+# created, which uninstall removes again when empty.
 .PHONY: shlib install install-c install-python uninstall uninstall-c uninstall-python \
         check-install
 
@@ -81,8 +82,25 @@ MANPAGES := man/smattn.1 man/smattn.3
 VECTORS  := $(wildcard spec/vectors/*.json) spec/vectors/README.md
 DOCS     := README.md CHANGELOG.md LICENSE spec/SPEC.md examples/example_kernel.c
 
-install: install-c install-python
-uninstall: uninstall-c uninstall-python
+# One after the other, so that the directory lists below are exact: install-c first (lib/
+# is then its own), uninstall-python first (lib/ is empty when uninstall-c removes it).
+install: install-c
+	@$(MAKE) --no-print-directory install-python
+uninstall: uninstall-python
+	@$(MAKE) --no-print-directory uninstall-c
+
+# Directories `make install` creates (DESTDIR kept out) are recorded in a file, and `make
+# uninstall` removes those only, deepest first, and only when empty (rmdir): a prefix's
+# bin/ or lib/ that existed before, or that holds another package's files, stays.
+# $(call new_dirs,DIRS): the missing directories among DIRS and their ancestors, one a line.
+new_dirs = for d in $(1); do d="$(DESTDIR)$$d"; \
+  while [ ! -d "$$d" ] && [ "$$d" != '$(DESTDIR)' ] && [ "$$d" != / ]; do \
+    printf '%s\n' "$${d\#$(DESTDIR)}"; d=$$(dirname "$$d"); done; done | sort -u
+# $(call rm_dirs,LISTFILE): rmdir the directories LISTFILE names, deepest first; the list is
+# read before anything is removed (it may live in one of them).
+rm_dirs = dirs=$$(cat '$(1)' 2>/dev/null || true)
+rm_dirs_now = printf '%s\n' "$$dirs" | sort -r | while IFS= read -r d; do \
+  [ -n "$$d" ] && rmdir "$(DESTDIR)$$d" 2>/dev/null; done; true
 install-python::
 	@:
 uninstall-python::
@@ -90,9 +108,13 @@ uninstall-python::
 
 install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
 	$(call say,INST,$(DESTDIR)$(PREFIX))set -e; \
+	new=$$($(call new_dirs,'$(BINDIR)' '$(LIBDIR)' '$(INCLUDEDIR)' '$(PKGCONFIGDIR)' \
+	  '$(PKGDATADIR)/vectors' '$(MANDIR)/man1' '$(MANDIR)/man3' '$(DOCDIR)')); \
 	$(INSTALL) -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(INCLUDEDIR)' \
 	  '$(DESTDIR)$(PKGCONFIGDIR)' '$(DESTDIR)$(PKGDATADIR)/vectors' \
 	  '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man3' '$(DESTDIR)$(DOCDIR)'; \
+	old=$$(cat '$(DESTDIR)$(PKGDATADIR)/installed-dirs' 2>/dev/null || true); \
+	printf '%s\n' "$$old" "$$new" | sed '/^$$/d' | sort -u > '$(DESTDIR)$(PKGDATADIR)/installed-dirs'; \
 	$(INSTALL) -m 755 $(CLI) '$(DESTDIR)$(BINDIR)/smattn'; \
 	$(INSTALL) -m 755 $(SHLIB) '$(DESTDIR)$(LIBDIR)/'; \
 	ln -sf $(notdir $(SHLIB)) '$(DESTDIR)$(LIBDIR)/$(SONAME)'; \
@@ -103,7 +125,7 @@ install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
 	$(INSTALL) -m 644 $(VECTORS) '$(DESTDIR)$(PKGDATADIR)/vectors/'; \
 	for m in $(MANPAGES); do \
 	  sed -e 's|/usr/local/share/smattn|$(PKGDATADIR)|g' -e 's|/usr/local/share/doc/smattn|$(DOCDIR)|g' \
-	    $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \
+	    -e '/^\.TH /s|"smattn [^"]*"|"smattn $(VERSION)"|' $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \
 	  chmod 644 '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; done; \
 	$(INSTALL) -m 644 $(DOCS) '$(DESTDIR)$(DOCDIR)/'
 	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
@@ -116,7 +138,9 @@ uninstall-c:
 	  '$(DESTDIR)$(INCLUDEDIR)/smattn.h' '$(DESTDIR)$(INCLUDEDIR)/smattn_kernel.h' \
 	  '$(DESTDIR)$(PKGCONFIGDIR)/smattn.pc' \
 	  '$(DESTDIR)$(MANDIR)/man1/smattn.1' '$(DESTDIR)$(MANDIR)/man3/smattn.3' && \
-	rm -rf '$(DESTDIR)$(PKGDATADIR)' '$(DESTDIR)$(DOCDIR)'
+	$(call rm_dirs,$(DESTDIR)$(PKGDATADIR)/installed-dirs) && \
+	rm -rf '$(DESTDIR)$(PKGDATADIR)' '$(DESTDIR)$(DOCDIR)' && \
+	$(rm_dirs_now)
 	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
 	  ldconfig; fi
 

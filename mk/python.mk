@@ -4,13 +4,14 @@
 #  - check-python: the pytest suite (python/tests/) against the build tree;
 #  - install-python / uninstall-python: the package under PYTHON_SITEDIR, with the paths of
 #    the installed libraries recorded in smattn/_paths.py.
-# The package itself loads $(BUILD)/libsmattn.so.0 (the public API, smattn.h) with ctypes.
+# The package itself loads $(BUILD)/$(SONAME) (the public API, smattn.h) with ctypes.
 .PHONY: python check-python install-python uninstall-python
 
 # Debian's interpreter (python3-numpy, python3-pytest), not whichever python3 is first on PATH.
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The package loads $(SHLIB), mk/install.mk's libsmattn.so.$(VERSION) (soname libsmattn.so.0).
+# The package loads $(SHLIB), mk/install.mk's libsmattn.so.$(VERSION) (soname $(SONAME),
+# which smattn/_version.py derives from VERSION as mk/install.mk does).
 
 # The shim: its own copy of the oracle and bound (core/ ref/) beside conform's judge and
 # battery and io/ (the golden vectors), so that libsmattn.so.0 need export nothing private.
@@ -37,25 +38,35 @@ all: python
 # pytest against the build tree (SMATTN_LIBRARY and SMATTN_SHIM name this BUILD's files, so
 # build-san works too); -p no:cacheprovider keeps python/ free of .pytest_cache.
 check-python: deps-check python
-	SMATTN_LIBRARY=$(abspath $(SHLIB)) SMATTN_SHIM=$(abspath $(PY_SHIM)) \
+	$(call say,TEST,python/tests)SMATTN_LIBRARY=$(abspath $(SHLIB)) SMATTN_SHIM=$(abspath $(PY_SHIM)) \
 	  SMATTN_ROOT=$(CURDIR) PYTHONPATH=$(CURDIR)/python PYTHONDONTWRITEBYTECODE=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 # Debian's layout: /usr/lib/python3/dist-packages for the system prefix, else
 # PREFIX/lib/python3.X/dist-packages (on sys.path for /usr/local).
-PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/dist-packages)
+PYTHON_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
+# install-python and uninstall-python need the interpreter that will import the package (its
+# site directory depends on its version): without one they stop with this line, before any
+# file is written (python3 is in DEPS_BUILD, so `make` installs Debian's).
+py_need = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info[0] != 3)' >/dev/null 2>&1 || \
+  { echo "make $(1): PYTHON=$(PYTHON) does not run a python3: install python3 (mk/deps.sh does: make deps), give PYTHON=/path/to/python3, or use make $(1:%-python=%-c) for the C library alone" >&2; exit 1; }
 PY_PKG_FILES := $(filter-out python/smattn/_paths.py,$(wildcard python/smattn/*.py))
-# VERSION (issue 16) when it exists, else smattn.h's version macros.
-PY_VERSION = $(shell cat VERSION 2>/dev/null || awk '/define SMATTN_VERSION_(MAJOR|MINOR|PATCH)/ \
-               { v = v (v == "" ? "" : ".") $$3 } END { print v }' include/smattn.h)
 install-python:: python
-	install -d $(DESTDIR)$(PYTHON_SITEDIR)/smattn
-	install -m 644 $(PY_PKG_FILES) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
-	install -m 755 $(PY_SHIM) $(DESTDIR)$(PYTHON_SITEDIR)/smattn/
+	$(call py_need,install-python)
+	$(call say,INST,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)set -e; \
+	new=$$($(call new_dirs,'$(PYTHON_SITEDIR)/smattn')); \
+	$(INSTALL) -d '$(DESTDIR)$(PYTHON_SITEDIR)/smattn'; \
+	old=$$(cat '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs' 2>/dev/null || true); \
+	printf '%s\n' "$$old" "$$new" | sed '/^$$/d' | sort -u \
+	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs'; \
+	$(INSTALL) -m 644 $(PY_PKG_FILES) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
+	$(INSTALL) -m 755 $(PY_SHIM) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
 	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
-	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(PY_VERSION)' \
-	  > $(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py
-# The site directory and its python3.X parent go too when this left them empty.
+	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(VERSION)' \
+	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py'
+# The directories install-python created (smattn/installed-dirs: the site directory, its
+# python3.X parent...) go too when empty (mk/install.mk's new_dirs and rm_dirs).
 uninstall-python::
-	rm -rf $(DESTDIR)$(PYTHON_SITEDIR)/smattn
-	-@rmdir $(DESTDIR)$(PYTHON_SITEDIR) $(dir $(DESTDIR)$(PYTHON_SITEDIR)) 2>/dev/null || true
+	$(call py_need,uninstall-python)
+	$(call say,RM,$(DESTDIR)$(PYTHON_SITEDIR)/smattn)$(call rm_dirs,$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs); \
+	rm -rf '$(DESTDIR)$(PYTHON_SITEDIR)/smattn' && $(rm_dirs_now)

@@ -1,7 +1,9 @@
-"""setup.py: bundles the C side into the wheel: libsmattn.so.0 (the public library), the
-private checker _smattn_conform.so and the golden vectors, from the build directory `make`
-filled (SMATTN_BUILD, default ../build). Everything else is in pyproject.toml."""
+"""setup.py: bundles the C side into the wheel: libsmattn.so.X (the public library, X the
+major of VERSION), the private checker _smattn_conform.so, the golden vectors, VERSION and
+LICENSE, from the build directory `make` filled (SMATTN_BUILD, default ../build). Everything
+else is in pyproject.toml."""
 import os
+import re
 import shutil
 
 from setuptools import setup
@@ -11,16 +13,23 @@ from setuptools.dist import Distribution
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.environ.get("SMATTN_BUILD", os.path.join(ROOT, "build"))
-FILES = [(os.path.join(BUILD, "libsmattn.so.0"), "libsmattn.so.0"),
-         (os.path.join(BUILD, "python", "_smattn_conform.so"), "_smattn_conform.so")]
 
 
 def version():
-    try:
-        with open(os.path.join(ROOT, "VERSION")) as f:
-            return f.read().strip()
-    except OSError:
-        return "0.1.0"
+    """VERSION: one line X.Y.Z and nothing else (as the Makefile and smattn._version read it)."""
+    with open(os.path.join(ROOT, "VERSION")) as f:
+        text = f.read()
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", text.strip()):
+        raise SystemExit("smattn: %s must hold one line X.Y.Z and nothing else, not %r"
+                         % (os.path.join(ROOT, "VERSION"), text[:80]))
+    return text.strip()
+
+
+SONAME = "libsmattn.so." + version().split(".")[0]
+FILES = [(os.path.join(BUILD, SONAME), SONAME),
+         (os.path.join(BUILD, "python", "_smattn_conform.so"), "_smattn_conform.so"),
+         (os.path.join(ROOT, "VERSION"), "VERSION"),
+         (os.path.join(ROOT, "LICENSE"), "LICENSE")]
 
 
 class BuildPy(build_py):

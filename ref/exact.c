@@ -144,14 +144,14 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
         for (int64_t d = 0; d < r->D; d++) {
             mpfr_set_prec(prod[d], 106);
             mpfr_set_d(prod[d], r->qd[d], MPFR_RNDN);
-            mpfr_mul_d(prod[d], prod[d], ref_k(r, j, d), MPFR_RNDN); /* exact: 53+53 bits */
+            mpfr_mul_d(prod[d], prod[d], smattn__ref_k(r, j, d), MPFR_RNDN); /* exact: 53+53 bits */
             ptrs[d] = prod[d];
         }
         if (exact_sum(st->tmp, ptrs, (long)r->D))
             return -1;
     } else {
         mpfr_set_prec(st->tmp, 53);
-        mpfr_set_d(st->tmp, ref_x(r, j), MPFR_RNDN);
+        mpfr_set_d(st->tmp, smattn__ref_x(r, j), MPFR_RNDN);
     }
     mpfr_set_prec(st->a, 53);
     mpfr_set_d(st->a, r->p->scale, MPFR_RNDN);
@@ -160,11 +160,11 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
     if (st->softcap) { /* the bias is added after the cap (SPEC 2.4): keep them apart */
         mpfr_set_prec(s, mpfr_get_prec(st->b));
         mpfr_set(s, st->b, MPFR_RNDN);
-        st->bias[jj] = ref_bias(r, j);
+        st->bias[jj] = smattn__ref_bias(r, j);
         return 0;
     }
     mpfr_set_prec(st->a, 53);
-    mpfr_set_d(st->a, ref_bias(r, j), MPFR_RNDN);
+    mpfr_set_d(st->a, smattn__ref_bias(r, j), MPFR_RNDN);
     if (exact_add(s, st->b, st->a))
         return -1;
     return 0;
@@ -359,7 +359,7 @@ typedef int (*sign_fn)(exact_state *st, void *ctx, mpfr_prec_t prec);
 static int decide(exact_state *st, mpfr_srcptr lo, mpfr_srcptr hi, smattn_dtype t,
                   uint64_t *bits, sign_fn sf, void *ctx, mpfr_prec_t prec)
 {
-    uint64_t a = ref_round_mpfr(lo, t, st->tmp), b = ref_round_mpfr(hi, t, st->tmp);
+    uint64_t a = smattn__ref_round_mpfr(lo, t, st->tmp), b = smattn__ref_round_mpfr(hi, t, st->tmp);
     if (a == b) {
         *bits = a;
         return 1;
@@ -460,11 +460,11 @@ static int round_rational(exact_state *st, mpfr_srcptr W, int64_t n, smattn_dtyp
         mpfr_set_prec(st->d, p);
         int tern = mpfr_div_ui(st->c, W, (unsigned long)n, MPFR_RNDD);
         if (tern == 0) {
-            *bits = ref_round_mpfr(st->c, t, st->tmp);
+            *bits = smattn__ref_round_mpfr(st->c, t, st->tmp);
             return 1;
         }
         mpfr_div_ui(st->d, W, (unsigned long)n, MPFR_RNDU);
-        uint64_t a = ref_round_mpfr(st->c, t, st->tmp), b = ref_round_mpfr(st->d, t, st->tmp);
+        uint64_t a = smattn__ref_round_mpfr(st->c, t, st->tmp), b = smattn__ref_round_mpfr(st->d, t, st->tmp);
         if (a == b) { /* W/n is not dyadic, so it is no boundary: a finite p decides */
             *bits = a;
             return 1;
@@ -480,7 +480,7 @@ static int column_sums(exact_state *st, int64_t c)
     ref_row *r = st->r;
     for (int64_t k = 0; k < st->n; k++) {
         mpfr_set_prec(st->vcol[k], 53);
-        mpfr_set_d(st->vcol[k], ref_v(r, r->idx[st->order[k]], c), MPFR_RNDN);
+        mpfr_set_d(st->vcol[k], smattn__ref_v(r, r->idx[st->order[k]], c), MPFR_RNDN);
     }
     for (int64_t k = 0; k < st->G; k++) {
         if (st->g[k].is_sink) {
@@ -647,7 +647,7 @@ static smattn_status build_groups(exact_state *st)
     return SMATTN_OK;
 }
 
-smattn_status ref_exact_row(ref_row *r, long start_prec, long max_prec)
+smattn_status smattn__ref_exact_row(ref_row *r, long start_prec, long max_prec)
 {
     exact_state st;
     if (state_init(&st, r))
@@ -666,7 +666,7 @@ smattn_status ref_exact_row(ref_row *r, long start_prec, long max_prec)
     /* Rational elements first (SPEC 5.4). */
     if (out->lse.data && !r->lse_done && terms == 1 && !st.softcap) {
         mpfr_srcptr v = n == 1 ? st.s[0] : st.sink;
-        r->lse_bits = ref_round_mpfr(v, out->lse.dtype, st.tmp);
+        r->lse_bits = smattn__ref_round_mpfr(v, out->lse.dtype, st.tmp);
         r->lse_done = 1;
         r->used_rational = 1;
     }
@@ -786,7 +786,7 @@ smattn_status ref_exact_row(ref_row *r, long start_prec, long max_prec)
 
 /* The mean convention for an empty row (SPEC 3.4): P = 1/T_b and O = the mean of V over
  * keys [0, T_b) (r->idx, r->n), each rounded exactly; non-finite V by column class. */
-smattn_status ref_mean_row(ref_row *r)
+smattn_status smattn__ref_mean_row(ref_row *r)
 {
     exact_state st;
     if (state_init(&st, r))
@@ -805,7 +805,7 @@ smattn_status ref_mean_row(ref_row *r)
     for (int64_t c = 0; c < r->Dv && status == SMATTN_OK; c++) {
         int has_nan = 0, pos = 0, neg = 0;
         for (int64_t jj = 0; jj < n; jj++) {
-            double v = ref_v(r, r->idx[jj], c);
+            double v = smattn__ref_v(r, r->idx[jj], c);
             has_nan |= isnan(v);
             pos |= v == HUGE_VAL;
             neg |= v == -HUGE_VAL;
@@ -815,9 +815,9 @@ smattn_status ref_mean_row(ref_row *r)
         }
         smattn_dtype t = r->out->o.dtype;
         if (has_nan || (pos && neg))
-            r->o_bits[c] = ref_nan_bits(t);
+            r->o_bits[c] = smattn__ref_nan_bits(t);
         else if (pos || neg)
-            r->o_bits[c] = ref_inf_bits(t, neg);
+            r->o_bits[c] = smattn__ref_inf_bits(t, neg);
         else if (exact_sum(st.W[0], st.ptrs, (long)n))
             status = SMATTN_ERR_INTERNAL;
         else if (!round_rational(&st, st.W[0], n, t, &r->o_bits[c]))

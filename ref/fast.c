@@ -27,21 +27,21 @@ static int row_in_range(const ref_row *r)
         return 0;
     for (int64_t jj = 0; jj < r->n; jj++) {
         int64_t j = r->idx[jj];
-        if (!(fabs(ref_bias(r, j)) <= 0x1p900))
+        if (!(fabs(smattn__ref_bias(r, j)) <= 0x1p900))
             return 0;
         if (!r->att) {
-            if (!in_range(ref_x(r, j), 0x1p-450, 0x1p450))
+            if (!in_range(smattn__ref_x(r, j), 0x1p-450, 0x1p450))
                 return 0;
             continue;
         }
         /* binary32, binary16 and bfloat16 values always lie in [2^-149, 2^128] */
         if (r->in->k.dtype == SMATTN_F64)
             for (int64_t d = 0; d < r->D; d++)
-                if (!in_range(ref_k(r, j, d), 0x1p-450, 0x1p450))
+                if (!in_range(smattn__ref_k(r, j, d), 0x1p-450, 0x1p450))
                     return 0;
         if (r->in->v.dtype == SMATTN_F64)
             for (int64_t c = 0; c < r->Dv; c++)
-                if (r->vclass[c] == VCLASS_FINITE && !in_range(ref_v(r, j, c), 0, 0x1p900))
+                if (r->vclass[c] == VCLASS_FINITE && !in_range(smattn__ref_v(r, j, c), 0, 0x1p900))
                     return 0;
     }
     if (r->att && r->in->q.dtype == SMATTN_F64)
@@ -64,7 +64,7 @@ static void score(ref_row *r, int64_t jj)
     if (r->att) {
         double hi = 0, lo = 0, A = 0;
         const smattn_tensor *kt = &r->in->k;
-        ref_load_vec(r->buf, kt, smattn__off4(kt->stride, r->b, j, r->g, 0), kt->stride[3], r->D);
+        smattn__ref_load_vec(r->buf, kt, smattn__off4(kt->stride, r->b, j, r->g, 0), kt->stride[3], r->D);
         for (int64_t d = 0; d < r->D; d++) {
             dd pr = dd_two_prod(r->qd[d], r->buf[d]);
             dd t = dd_two_sum(hi, pr.hi);
@@ -78,14 +78,14 @@ static void score(ref_row *r, int64_t jj)
         if (fabs(lo) > fabs(hi))
             s = dd_two_sum(hi, lo);
     } else {
-        s = (dd){ref_x(r, j), 0.0};
+        s = (dd){smattn__ref_x(r, j), 0.0};
         err = 0;
     }
     /* times the scale (|error| <= 4u^2|s|), plus the bias (<= 4u^2 (|s|+|b|)) */
     double sc = r->p->scale;
     s = dd_mul_d(s, sc);
     err = err * fabs(sc) + 4 * U2 * fabs(s.hi) + 0x1p-1020;
-    double bias = ref_bias(r, j);
+    double bias = smattn__ref_bias(r, j);
     if (bias != 0) {
         s = dd_add(s, (dd){bias, 0.0});
         err += 4 * U2 * (fabs(s.hi) + fabs(bias) + 2 * fabs(s.hi - bias));
@@ -109,7 +109,7 @@ static void exp_dd(ref_row *r, dd x, double err, double *eh, double *el, double 
     *rel = e1 * (1 + e1) * 1.01 + 0x1p-104;
 }
 
-int ref_fast_row(ref_row *r)
+int smattn__ref_fast_row(ref_row *r)
 {
     if (!row_in_range(r))
         return 0;
@@ -182,7 +182,7 @@ int ref_fast_row(ref_row *r)
          * in log), of log and of the addition; the split of the sum into (yh, yl). */
         double err = rl * (1 + rl) * 1.01 + 0x1p-125 * (lg + fabs(yh) + 1) + 0x1p-104 * fabs(yh);
         if (!r->lse_done && r->out->lse.data)
-            r->lse_done = ref_decide_dd(yh, yl, err, t, &r->lse_bits);
+            r->lse_done = smattn__ref_decide_dd(yh, yl, err, t, &r->lse_bits);
     }
 
     /* P_j = e_j / L. */
@@ -193,7 +193,7 @@ int ref_fast_row(ref_row *r)
                 continue;
             dd q = dd_div((dd){r->e_hi[jj], r->e_lo[jj]}, L);
             double err = fabs(q.hi) * ((r->e_rel[jj] + errL / Llow) * 1.02 + 16 * U2);
-            r->p_done[jj] = ref_decide_dd(q.hi, q.lo, err, t, &r->p_bits[jj]);
+            r->p_done[jj] = smattn__ref_decide_dd(q.hi, q.lo, err, t, &r->p_bits[jj]);
         }
     }
 
@@ -209,7 +209,7 @@ int ref_fast_row(ref_row *r)
             r->acc[c] = 0;
         const smattn_tensor *vt = &r->in->v;
         for (int64_t jj = 0; jj < n; jj++) {
-            ref_load_vec(r->buf, vt, smattn__off4(vt->stride, r->b, r->idx[jj], r->g, 0),
+            smattn__ref_load_vec(r->buf, vt, smattn__off4(vt->stride, r->b, r->idx[jj], r->g, 0),
                          vt->stride[3], Dv);
             double eh = r->e_hi[jj], el = r->e_lo[jj];
             for (int64_t c = 0; c < Dv; c++) {
@@ -231,7 +231,7 @@ int ref_fast_row(ref_row *r)
                           dropped * vmax[c] + (6 * nn + 6) * 0x1p-1074;
             dd o = dd_div(N, L);
             double err = (errN + vmax[c] * errL) / Llow + 16 * U2 * fabs(o.hi);
-            r->o_done[c] = ref_decide_dd(o.hi, o.lo, err * 1.01, t, &r->o_bits[c]);
+            r->o_done[c] = smattn__ref_decide_dd(o.hi, o.lo, err * 1.01, t, &r->o_bits[c]);
         }
     }
     return 1;

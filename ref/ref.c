@@ -13,25 +13,25 @@
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
-double ref_k(const ref_row *r, int64_t j, int64_t d)
+double smattn__ref_k(const ref_row *r, int64_t j, int64_t d)
 {
     const smattn_tensor *t = &r->in->k;
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, j, r->g, d));
 }
 
-double ref_v(const ref_row *r, int64_t j, int64_t c)
+double smattn__ref_v(const ref_row *r, int64_t j, int64_t c)
 {
     const smattn_tensor *t = &r->in->v;
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, j, r->g, c));
 }
 
-double ref_x(const ref_row *r, int64_t j)
+double smattn__ref_x(const ref_row *r, int64_t j)
 {
     const smattn_tensor *t = &r->in->x;
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
 }
 
-double ref_bias(const ref_row *r, int64_t j)
+double smattn__ref_bias(const ref_row *r, int64_t j)
 {
     const smattn_tensor *t = &r->in->bias;
     if (!t->data)
@@ -39,7 +39,7 @@ double ref_bias(const ref_row *r, int64_t j)
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
 }
 
-void ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
+void smattn__ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
                   int64_t n)
 {
     switch (t->dtype) {
@@ -91,9 +91,9 @@ static uint64_t empty_lse_bits(const ref_row *r)
 {
     smattn_dtype t = r->out->lse.data ? r->out->lse.dtype : SMATTN_F64;
     switch (r->p->empty_lse) {
-    case SMATTN_LSE_POS_INF: return ref_inf_bits(t, 0);
+    case SMATTN_LSE_POS_INF: return smattn__ref_inf_bits(t, 0);
     case SMATTN_LSE_ZERO: return 0;
-    default: return ref_inf_bits(t, 1);
+    default: return smattn__ref_inf_bits(t, 1);
     }
 }
 
@@ -119,7 +119,7 @@ static smattn_status write_empty(ref_row *r)
                     put_o(r, c, 0);
             return SMATTN_OK;
         }
-        smattn_status st = ref_mean_row(r);
+        smattn_status st = smattn__ref_mean_row(r);
         if (st)
             return st;
         if (r->out->p.data)
@@ -133,25 +133,25 @@ static smattn_status write_empty(ref_row *r)
     int nan = p->empty_rows == SMATTN_EMPTY_NAN;
     if (r->out->p.data)
         for (int64_t j = 0; j < T; j++)
-            put_p(r, j, nan ? ref_nan_bits(r->out->p.dtype) : 0);
+            put_p(r, j, nan ? smattn__ref_nan_bits(r->out->p.dtype) : 0);
     if (r->att)
         for (int64_t c = 0; c < r->Dv; c++)
-            put_o(r, c, nan ? ref_nan_bits(r->out->o.dtype) : 0);
+            put_o(r, c, nan ? smattn__ref_nan_bits(r->out->o.dtype) : 0);
     return SMATTN_OK;
 }
 
 /* A row whose scores hold a NaN or +inf (SPEC 4.2). */
 static void write_nan_row(ref_row *r)
 {
-    put_lse(r, ref_nan_bits(r->out->lse.data ? r->out->lse.dtype : SMATTN_F64));
+    put_lse(r, smattn__ref_nan_bits(r->out->lse.data ? r->out->lse.dtype : SMATTN_F64));
     if (r->att)
         for (int64_t c = 0; c < r->Dv; c++)
-            put_o(r, c, ref_nan_bits(r->out->o.dtype));
+            put_o(r, c, smattn__ref_nan_bits(r->out->o.dtype));
     if (r->out->p.data) {
         for (int64_t j = 0; j < r->p->T; j++)
             put_p(r, j, 0);
         for (int64_t jj = 0; jj < r->n; jj++)
-            put_p(r, r->idx[jj], ref_nan_bits(r->out->p.dtype));
+            put_p(r, r->idx[jj], smattn__ref_nan_bits(r->out->p.dtype));
     }
 }
 
@@ -190,9 +190,9 @@ static int prepare(ref_row *r, smattn_status *st)
     for (int64_t j = lo; j < hi; j++) {
         if (!smattn__mask_allows(p, in, r->b, r->h, r->i, j))
             continue;
-        if (in->bias.data && ref_bias(r, j) == -HUGE_VAL)
+        if (in->bias.data && smattn__ref_bias(r, j) == -HUGE_VAL)
             continue;
-        if (!r->att && ref_x(r, j) == -HUGE_VAL)
+        if (!r->att && smattn__ref_x(r, j) == -HUGE_VAL)
             continue;
         r->idx[r->n++] = j;
     }
@@ -217,16 +217,16 @@ static int prepare(ref_row *r, smattn_status *st)
         }
     for (int64_t jj = 0; jj < r->n && !nan; jj++) {
         int64_t j = r->idx[jj];
-        double bj = ref_bias(r, j);
+        double bj = smattn__ref_bias(r, j);
         if (isnan(bj) || bj == HUGE_VAL)
             nan = 1;
         if (!r->att) {
-            double x = ref_x(r, j);
+            double x = smattn__ref_x(r, j);
             if (isnan(x) || x == HUGE_VAL)
                 nan = 1;
         } else {
             for (int64_t d = 0; d < r->D && !nan; d++)
-                if (!isfinite(ref_k(r, j, d)))
+                if (!isfinite(smattn__ref_k(r, j, d)))
                     nan = 1;
         }
     }
@@ -248,7 +248,7 @@ static int prepare(ref_row *r, smattn_status *st)
     for (int64_t c = 0; c < r->Dv; c++) {
         int has_nan = 0, pos = 0, neg = 0;
         for (int64_t jj = 0; jj < r->n; jj++) {
-            double v = ref_v(r, r->idx[jj], c);
+            double v = smattn__ref_v(r, r->idx[jj], c);
             has_nan |= isnan(v);
             pos |= v == HUGE_VAL;
             neg |= v == -HUGE_VAL;
@@ -259,9 +259,9 @@ static int prepare(ref_row *r, smattn_status *st)
                                                : VCLASS_FINITE;
         r->o_done[c] = r->vclass[c] != VCLASS_FINITE;
         if (r->vclass[c] == VCLASS_NAN)
-            r->o_bits[c] = ref_nan_bits(r->out->o.dtype);
+            r->o_bits[c] = smattn__ref_nan_bits(r->out->o.dtype);
         else if (r->vclass[c] != VCLASS_FINITE)
-            r->o_bits[c] = ref_inf_bits(r->out->o.dtype, r->vclass[c] == VCLASS_NEG_INF);
+            r->o_bits[c] = smattn__ref_inf_bits(r->out->o.dtype, r->vclass[c] == VCLASS_NEG_INF);
     }
     return 0;
 }
@@ -284,7 +284,7 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
     if (!r->out->p.data)
         memset(r->p_done, 1, (size_t)r->n);
     int undecided = 1;
-    if (!cfg->no_fast_phase && ref_fast_row(r)) {
+    if (!cfg->no_fast_phase && smattn__ref_fast_row(r)) {
         undecided = !r->lse_done;
         for (int64_t c = 0; c < r->Dv; c++)
             undecided |= !r->o_done[c];
@@ -295,7 +295,7 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
     }
     if (undecided) {
         long maxp = cfg->max_prec > 0 ? cfg->max_prec : REF_DEFAULT_MAX_PREC;
-        st = ref_exact_row(r, cfg->fixed_prec, maxp);
+        st = smattn__ref_exact_row(r, cfg->fixed_prec, maxp);
         if (st)
             return st;
     }

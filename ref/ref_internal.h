@@ -48,27 +48,27 @@ typedef struct ref_row {
 } ref_row;
 
 /* round.c */
-uint64_t ref_nan_bits(smattn_dtype t);
-uint64_t ref_inf_bits(smattn_dtype t, int negative);
-uint64_t ref_round_mpfr(mpfr_srcptr x, smattn_dtype t, mpfr_ptr tmp);
-int ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint64_t *bits);
+uint64_t smattn__ref_nan_bits(smattn_dtype t);
+uint64_t smattn__ref_inf_bits(smattn_dtype t, int negative);
+uint64_t smattn__ref_round_mpfr(mpfr_srcptr x, smattn_dtype t, mpfr_ptr tmp);
+int smattn__ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint64_t *bits);
 
 /* fast.c: the double-double phase (SPEC 5.2). Returns 1 if it ran (possibly leaving some
  * elements undecided), 0 if the row is outside its range (then nothing is decided). */
-int ref_fast_row(ref_row *r);
+int smattn__ref_fast_row(ref_row *r);
 
 /* exact.c: the MPFR phase (SPEC 5.3-5.5); decides every element not yet decided. */
-smattn_status ref_exact_row(ref_row *r, long start_prec, long max_prec);
+smattn_status smattn__ref_exact_row(ref_row *r, long start_prec, long max_prec);
 /* The mean convention of an empty row over keys r->idx[0..n) (SPEC 3.4). */
-smattn_status ref_mean_row(ref_row *r);
+smattn_status smattn__ref_mean_row(ref_row *r);
 
 /* Loading helpers. */
-double ref_k(const ref_row *r, int64_t j, int64_t d);
-double ref_v(const ref_row *r, int64_t j, int64_t c);
-double ref_x(const ref_row *r, int64_t j);    /* softmax input x[b,h,i,j] */
-double ref_bias(const ref_row *r, int64_t j); /* 0 when there is no bias */
+double smattn__ref_k(const ref_row *r, int64_t j, int64_t d);
+double smattn__ref_v(const ref_row *r, int64_t j, int64_t c);
+double smattn__ref_x(const ref_row *r, int64_t j);    /* softmax input x[b,h,i,j] */
+double smattn__ref_bias(const ref_row *r, int64_t j); /* 0 when there is no bias */
 /* n elements of a tensor from `offset` with stride `stride`, as binary64 (exact). */
-void ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
+void smattn__ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
                   int64_t n);
 
 #endif

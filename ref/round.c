@@ -5,7 +5,7 @@
 
 #include "ref/ref_internal.h"
 
-uint64_t ref_nan_bits(smattn_dtype t)
+uint64_t smattn__ref_nan_bits(smattn_dtype t)
 {
     switch (t) {
     case SMATTN_F64: return 0x7ff8000000000000u;
@@ -15,7 +15,7 @@ uint64_t ref_nan_bits(smattn_dtype t)
     }
 }
 
-uint64_t ref_inf_bits(smattn_dtype t, int negative)
+uint64_t smattn__ref_inf_bits(smattn_dtype t, int negative)
 {
     const smattn_format *f = &smattn__formats[t];
     uint64_t expmask = ((uint64_t)1 << (f->bits - f->prec)) - 1;
@@ -24,20 +24,20 @@ uint64_t ref_inf_bits(smattn_dtype t, int negative)
 
 /* Correct rounding of an MPFR number (exact, as given) to dtype t: nearest, ties to even.
  * A zero keeps its sign (callers pass +0 for exact zeros). tmp is scratch. */
-uint64_t ref_round_mpfr(mpfr_srcptr x, smattn_dtype t, mpfr_ptr tmp)
+uint64_t smattn__ref_round_mpfr(mpfr_srcptr x, smattn_dtype t, mpfr_ptr tmp)
 {
     const smattn_format *f = &smattn__formats[t];
     int sign = mpfr_signbit(x) != 0;
     if (mpfr_nan_p(x))
-        return ref_nan_bits(t);
+        return smattn__ref_nan_bits(t);
     if (mpfr_inf_p(x))
-        return ref_inf_bits(t, sign);
+        return smattn__ref_inf_bits(t, sign);
     if (mpfr_zero_p(x))
         return (uint64_t)sign << (f->bits - 1);
     mpfr_exp_t E = mpfr_get_exp(x); /* |x| in [2^(E-1), 2^E) */
     long qmin = (long)f->emin - (f->prec - 1);
     if (E > f->emax + 2)
-        return ref_inf_bits(t, sign);
+        return smattn__ref_inf_bits(t, sign);
     if (E < qmin - 1) /* |x| < 2^(qmin-2): below half the smallest subnormal */
         return (uint64_t)sign << (f->bits - 1);
     long q = (long)E - f->prec;
@@ -57,7 +57,7 @@ uint64_t ref_round_mpfr(mpfr_srcptr x, smattn_dtype t, mpfr_ptr tmp)
  * rounds to the same value of t; 0 when that cannot be shown here (the caller then uses
  * MPFR). Requires a normalised pair (|yl| <= ulp(yh)/2). Every subtraction below is either
  * exact or accounted for by the 2^-50 margins. */
-int ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint64_t *bits)
+int smattn__ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint64_t *bits)
 {
     if (!isfinite(yh) || !isfinite(yl) || !(err >= 0) || !isfinite(err))
         return 0;

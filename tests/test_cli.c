@@ -81,6 +81,8 @@ static long run_fsize_limit;
 /* Run the next children as user and group 65534 (nobody) when the tests run as root, so
  * that permissions apply to them. */
 static int run_as_nobody;
+/* Run the next children in this directory when set (NULL: the runner's). */
+static const char *run_cwd;
 
 /* Run SMATTN_CLI with args (NULL-terminated), capturing stdout and stderr. */
 static run_result run(const char *const *args)
@@ -98,6 +100,8 @@ static run_result run(const char *const *args)
         int o = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int e = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(127);
+        if (run_cwd && chdir(run_cwd) != 0)
             _exit(127);
         if (run_as_nobody && getuid() == 0 &&
             (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
@@ -872,6 +876,24 @@ START_TEST(demo_replays_vectors)
 }
 END_TEST
 
+/* demo without DIR, from a directory that holds no spec/: it finds the golden vectors the
+ * way conform does (next to the executable; SMATTN_ROOT is not needed). */
+START_TEST(demo_finds_vectors)
+{
+    NEED_CLI();
+    char *cwd = strdup(path_in(tmp, "elsewhere"));
+    ck_assert_int_eq(mkdir(cwd, 0700), 0);
+    run_cwd = cwd;
+    run_result r = run((const char *[]){"demo", "--vectors-only", NULL});
+    run_cwd = NULL;
+    ck_assert_msg(r.status == 0, "exit %d\n%.300s", r.status, r.err);
+    ck_assert_msg(strstr(r.out, "vectors bit-exact in all four dtypes") != NULL, "%.300s", r.out);
+    free_result(&r);
+    rmdir(cwd);
+    free(cwd);
+}
+END_TEST
+
 /* The committed golden vectors, when there are any, all replay bit for bit. */
 START_TEST(demo_golden_vectors)
 {
@@ -923,6 +945,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
     tcase_add_test(tc, demo_golden_vectors);
+    tcase_add_test(tc, demo_finds_vectors);
     suite_add_tcase(s, tc);
     return s;
 }

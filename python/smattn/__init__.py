@@ -6,38 +6,17 @@
     for case in smattn.cases("quick"):                 # the conformance battery
         case.check(my_kernel(case.q, case.k, case.v, **case.kwargs))
 
-NumPy is the only dependency; the C library (libsmattn.so.0) is loaded with ctypes (see
+NumPy is the only dependency; the C library (libsmattn.so.X, X the major of the version) is loaded with ctypes (see
 smattn._lib for where it is looked for). Layouts: BSHD by default (flash_attn_func),
 layout="bhsd" for scaled_dot_product_attention's [B, H, S, D]. spec/SPEC.md defines every
 convention; help(smattn.reference) maps the arguments to it.
 """
-import os as _os
-
 from ._api import Element, Report, assert_close, attention, check, precision, reference
 from ._cases import Case, cases
 from ._lib import LIBRARY_PATH
+from ._version import VERSION as _VERSION
 
 __all__ = ["reference", "attention", "check", "assert_close", "cases", "precision", "Report",
            "Element", "Case", "LIBRARY_PATH", "__version__"]
 
-
-def _version():
-    try:
-        from ._paths import VERSION as v  # make install-python
-        return v
-    except ImportError:
-        pass
-    root = _os.path.dirname(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
-    try:
-        with open(_os.path.join(root, "VERSION")) as f:  # the source tree (issue 16)
-            return f.read().strip()
-    except OSError:
-        pass
-    try:
-        from importlib.metadata import version
-        return version("smattn")
-    except Exception:
-        return "0.1.0"
-
-
-__version__ = _version()
+__version__ = _VERSION  # VERSION, read by smattn._version

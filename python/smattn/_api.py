@@ -2,6 +2,8 @@
 layouts of torch.nn.functional.scaled_dot_product_attention and flash_attn_func turned into
 one smattn_problem (SPEC 2) and passed to the C library by pointer and strides."""
 import ctypes
+import math
+import operator
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -19,6 +21,7 @@ _CAUSAL = {None: 0, False: 0, "none": 0,
 _EMPTY = {"zero": 0, "nan": 1, "mean": 2}
 _EMPTY_LSE = {"neg_inf": 0, "pos_inf": 1, "zero": 2}
 _LAYOUTS = ("bshd", "bhsd")
+_ISAS = ("scalar", "avx2", "avx512")
 
 # Status codes (smattn.h, pinned) and the Python exception each becomes.
 _ERR_DTYPE, _ERR_NULL, _ERR_NOMEM, _ERR_UNSUPPORTED = 6, 1, 12, 15
@@ -62,10 +65,47 @@ def _asarray(x, name):
     if x is None:
         return None
     try:
-        return np.asarray(x)
+        a = np.asarray(x)
     except Exception as e:  # e.g. a torch tensor that requires grad, or on a GPU
         raise TypeError("%s: cannot be read as a NumPy array (%s); pass t.detach().cpu().numpy()"
                         % (name, e)) from None
+    dt = a.dtype
+    if not dt.isnative:  # big-endian ('>f4'): the same values in this machine's byte order
+        a = a.astype(dt.newbyteorder("="))
+        dt = a.dtype
+    if dt.kind == "f" and dt.itemsize > 8:  # long double: float64 when no value changes
+        b = a.astype(np.float64)
+        with np.errstate(all="ignore"):
+            exact = np.array_equal(b.astype(dt), a, equal_nan=True)
+        if not exact:
+            raise TypeError("%s: dtype '%s' holds values that float64 cannot represent "
+                            "exactly (smattn reads at most float64); convert it yourself, "
+                            "e.g. %s.astype(np.float64)" % (name, dt, name))
+        a = b
+    return a
+
+
+def _required(x, name):
+    """q, k, v: an array, never None."""
+    if x is None:
+        raise TypeError("%s: None; want an array (NumPy, or a CPU torch tensor via "
+                        "t.detach().numpy())" % name)
+    return _asarray(x, name)
+
+
+def _number(x, name):
+    """A real number argument (scale, softcap) as a float, naming the argument otherwise."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
+                                                               np.floating)):
+        raise TypeError("%s %r: want a real number" % (name, x))
+    return float(x)
+
+
+def _aligned(a):
+    """a itself if it is C-contiguous and aligned, else an aligned C-contiguous copy."""
+    if a.flags.c_contiguous and a.flags.aligned:
+        return a
+    return np.array(a, order="C", copy=True)
 
 
 def _element_strides(a):
@@ -81,8 +121,8 @@ def _tensor(t, a, code, axes, keep):
     """Fill smattn_tensor t with array a, a's axes in the order `axes` of the canonical
     layout; copied only when its strides cannot be expressed (negative, misaligned)."""
     st = _element_strides(a)
-    if st is None:
-        a = np.ascontiguousarray(a)
+    if st is None:  # negative or partial-element strides, or a misaligned base: a copy
+        a = np.array(a, order="C", copy=True)
         st = _element_strides(a)
     keep.append(a)
     t.data = a.ctypes.data if a.size else None
@@ -137,7 +177,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
             mask = _pick("mask", mask, "attn_mask", am)
         else:
             bias = _pick("bias", bias, "attn_mask", am)
-    q, k, v = (_asarray(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    q, k, v = (_required(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     rank = q.ndim
     if rank not in (3, 4):
         raise ValueError("q: shape %s has rank %d; want %s or its 3-D form without B"
@@ -155,6 +195,11 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     def dims(a):
         return [a.shape[i] for i in ax]
 
+    for a, n, names in ((q, "q", "B S Hq D"), (k, "k", "B T Hkv D"), (v, "v", "B T Hkv Dv")):
+        for dim, dn in zip(dims(a), names.split()):
+            if dim < 1:
+                raise _status_error(2, "%s: shape %s has %s = %d: "  # SMATTN_ERR_SHAPE
+                                    % (n, tuple(a.shape), dn, dim))
     B, S, Hq, D = dims(q)
     Bk, T, Hkv, Dk = dims(k)
     Bv, Tv, Hv, Dv = dims(v)
@@ -171,8 +216,8 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     prob = _lib.problem_default()
     prob.op = 0
     prob.B, prob.S, prob.T, prob.Hq, prob.Hkv, prob.D, prob.Dv = B, S, T, Hq, Hkv, D, Dv
-    prob.scale = _lib.default_scale(D) if scale is None else float(scale)
-    prob.softcap = float(softcap if softcap is not None else 0)
+    prob.scale = _lib.default_scale(D) if scale is None else _number(scale, "scale")
+    prob.softcap = _number(softcap if softcap is not None else 0, "softcap")
     try:
         prob.causal = _CAUSAL[causal]
     except (KeyError, TypeError):
@@ -182,10 +227,10 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     if window is None:
         prob.window_left = prob.window_right = -1
     else:
-        try:
+        try:  # operator.index: integers only (1.7 is refused, not truncated)
             wl, wr = window
-            prob.window_left = -1 if wl is None else int(wl)
-            prob.window_right = -1 if wr is None else int(wr)
+            prob.window_left = -1 if wl is None else operator.index(wl)
+            prob.window_right = -1 if wr is None else operator.index(wr)
         except (TypeError, ValueError):
             raise TypeError("window %r: want (left, right), integers >= -1 (-1 or None: "
                             "unbounded)" % (window,)) from None
@@ -204,7 +249,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
         la = _asarray(lens, name)
         if la.dtype.kind not in "iu":
             raise TypeError("%s: dtype '%s' is not an integer type" % (name, la.dtype))
-        la = np.ascontiguousarray(la.reshape(-1), dtype=np.int64)
+        la = _aligned(np.ascontiguousarray(la.reshape(-1), dtype=np.int64))
         if la.shape[0] != B:
             raise ValueError("%s: %d entries, want B = %d" % (name, la.shape[0], B))
         keep.append(la)
@@ -296,6 +341,14 @@ def _outputs(b, dtype, weights, lse=True):
 
 
 def _run(engine, q, k, v, dtype, weights, threads, isa, kw):
+    if engine == "opt" and isa is not None:
+        if not isinstance(isa, str) or isa not in _ISAS:
+            raise ValueError("isa %r is unknown: want None (the active one), %s"
+                             % (isa, ", ".join(repr(x) for x in _ISAS)))
+        if not _lib.opt_isa_available(isa.encode()):
+            raise ValueError("isa %r: this CPU cannot run it (available: %s)"
+                             % (isa, ", ".join(x for x in _ISAS
+                                               if _lib.opt_isa_available(x.encode()))))
     b = _build(q, k, v, **kw)
     out, o, lse, p = _outputs(b, dtype, weights)
     if engine == "ref":
@@ -443,6 +496,7 @@ _PRECISION_NAMES = {"float64": F64, "f64": F64, "float32": F32, "f32": F32, "flo
 
 def _precision(precision, prob):
     if isinstance(precision, _lib.Precision):
+        _precision_check(precision)
         return precision
     if isinstance(precision, str):
         if precision == "opt":
@@ -457,11 +511,29 @@ def _precision(precision, prob):
             if key not in dict(_lib.Precision._fields_):
                 raise ValueError("precision: unknown field %r (fields: %s)"
                                  % (key, ", ".join(f for f, _ in _lib.Precision._fields_)))
-            setattr(pm, key, val)
+            try:
+                setattr(pm, key, val)
+            except TypeError:
+                raise TypeError("precision: %s %r is not a number of the field's type"
+                                % (key, val)) from None
+        _precision_check(pm)
         return pm
     raise ValueError("precision %r: want 'float32', 'float16', 'bfloat16', 'float64', 'opt' "
                      "(smattn.attention's model), a dict of smattn_precision fields, or "
                      "smattn.precision(...)" % (precision,))
+
+
+def _precision_check(pm):
+    """conform_precision_check (conform/plugin.c): a model out of range is a bad argument,
+    not a failing kernel."""
+    ok = (0 < pm.u_score < 1 and 0 < pm.u_acc < 1 and math.isfinite(pm.exp_ulps)
+          and pm.exp_ulps >= 0 and 0 <= pm.u_p < 1 and pm.blocks >= 1 and pm.acc_len >= 0
+          and math.isfinite(pm.tiny) and pm.tiny >= 0)
+    if not ok:
+        raise ValueError("precision model out of range (%s; SPEC 6.1: 0 < u_score, u_acc < 1, "
+                         "0 <= u_p < 1, exp_ulps and tiny finite >= 0, blocks >= 1, "
+                         "acc_len >= 0)" % ", ".join("%s %r" % (f, getattr(pm, f))
+                                                    for f, _ in pm._fields_))
 
 
 def precision(name="float32", **fields):
@@ -480,7 +552,7 @@ def _got(b, arr, name, shape, axes):
     code = _dtype_code(a, name)
     if not b.batched:
         a = a[None]
-    return np.ascontiguousarray(np.transpose(a, axes)), code
+    return _aligned(np.ascontiguousarray(np.transpose(a, axes))), code
 
 
 def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, causal=None,
@@ -518,6 +590,8 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
     reason = r.reason.decode(errors="replace")
     if r.status == 2:
         raise RuntimeError(reason)
+    if reason.startswith("the kernel's precision model is out of range for this problem"):
+        raise ValueError(reason.replace("the kernel's precision model", "precision", 1))
     worst = None
     if r.worst_out >= 0:
         bb, h, i, c = (int(x) for x in r.worst_ix)

@@ -1,20 +1,22 @@
-"""_lib.py: finds and loads libsmattn.so.0 (the public C API, include/smattn.h) and the
+"""_lib.py: finds and loads libsmattn.so.X (X: VERSION's major, _version.SONAME; the public C API, include/smattn.h) and the
 package's private shim _smattn_conform.so, and mirrors their structs with ctypes.
 
 Where the libraries are looked for, first match wins:
 
-libsmattn.so.0
+libsmattn.so.X
   1. the file named by the environment variable SMATTN_LIBRARY;
   2. next to this file (a wheel built by ``pip install ./python`` bundles it);
   3. the path recorded by ``make install-python`` (smattn/_paths.py);
-  4. the source tree: ``<repo>/build/libsmattn.so.0`` (after ``make``);
-  5. the system loader (``libsmattn.so.0`` on the default search path, ldconfig).
+  4. the source tree: ``<repo>/build/libsmattn.so.X`` (after ``make``);
+  5. the system loader (``libsmattn.so.X`` on the default search path, ldconfig).
 _smattn_conform.so (the checker: judge and battery)
   1. SMATTN_SHIM; 2. next to this file; 3. ``<dir of SMATTN_LIBRARY>/python/``;
   4. ``<repo>/build/python/`` .
 """
 import ctypes
 import os
+
+from ._version import SONAME
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))  # python/smattn -> the source tree
@@ -93,11 +95,11 @@ def _candidates_lib():
     env = os.environ.get("SMATTN_LIBRARY")
     if env:
         return [env]  # named explicitly: nothing else is tried
-    c = [os.path.join(_HERE, "libsmattn.so.0")]
+    c = [os.path.join(_HERE, SONAME)]
     if _paths is not None:
         c.append(_paths.LIBRARY)
-    c.append(os.path.join(_REPO, "build", "libsmattn.so.0"))
-    return [p for p in c if os.path.exists(p)] + ["libsmattn.so.0"]
+    c.append(os.path.join(_REPO, "build", SONAME))
+    return [p for p in c if os.path.exists(p)] + [SONAME]
 
 
 def _load_lib():
@@ -107,9 +109,9 @@ def _load_lib():
             return ctypes.CDLL(path), path
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
-    raise ImportError("smattn: cannot load libsmattn.so.0; tried: %s. Build it with `make` in "
+    raise ImportError("smattn: cannot load %s; tried: %s. Build it with `make` in "
                       "the source tree, install it with `make install`, or name it with "
-                      "SMATTN_LIBRARY=/path/to/libsmattn.so.0" % "; ".join(tried))
+                      "SMATTN_LIBRARY=/path/to/%s" % (SONAME, "; ".join(tried), SONAME))
 
 
 lib, LIBRARY_PATH = _load_lib()
@@ -134,6 +136,7 @@ attention = _proto("smattn_attention", ctypes.c_int, _P(Problem), _P(Inputs), _P
 precision_of = _proto("smattn_precision_of", Precision, ctypes.c_int)
 opt_precision = _proto("smattn_opt_precision", Precision, _P(Problem))
 opt_isa = _proto("smattn_opt_isa", ctypes.c_char_p)
+opt_isa_available = _proto("smattn_opt_isa_available", ctypes.c_int, ctypes.c_char_p)
 contiguous_strides = _proto("smattn_contiguous_strides", None, _P(Problem), ctypes.c_char,
                             _P(c_i64 * 4))
 

@@ -9,9 +9,11 @@ BUGS = ("causal_upper_left", "causal_off_by_one", "empty_nan", "no_scale", "gqa_
 
 def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None,
                     q_lens=None, bias=None, mask=None, sinks=None, softcap=0,
-                    empty_rows="zero", bug=None):
-    """O [B,S,Hq,Dv] and LSE [B,Hq,S] as float32; `bug` (one of BUGS) plants one bug."""
-    assert empty_rows == "zero"
+                    empty_rows="zero", empty_lse="neg_inf", bug=None):
+    """O [B,S,Hq,Dv] and LSE [B,Hq,S] as float32; `bug` (one of BUGS) plants one bug.
+    Empty rows (no visible key, no sink) follow empty_rows ("zero", "nan", "mean": the mean
+    of v over keys j < kv_lens[b]) and empty_lse ("neg_inf", "pos_inf", "zero"), SPEC 3.4."""
+    assert empty_rows in ("zero", "nan", "mean") and empty_lse in ("neg_inf", "pos_inf", "zero")
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, S, Hq, D = q.shape
     T, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -70,9 +72,23 @@ def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=No
             p = e / den[..., None]
         else:
             p = np.where(den[..., None] != 0, e / np.where(den != 0, den, 1)[..., None], 0.0)
+        vmean = np.zeros((B, Hq, Dv))
+        for b in range(B):  # the mean convention reads v_j for every j < T_b
+            Tb = T if kv_lens is None else int(kv_lens[b])
+            if Tb > 0:
+                vmean[b] = vv[b, :Tb].mean(axis=0)
         if bug != "v_unmasked":  # a key no row sees may hold NaN: 0 * NaN is NaN
             seen = vis.any(axis=2).transpose(0, 2, 1)[..., None]  # [B,T,Hq,1]
             vv = np.where(seen, vv, 0.0)
         o = np.einsum("bhst,bthd->bshd", p, vv)
         lse = np.log(den) + mxs
+        empty = den == 0  # [B,Hq,S]: no visible key and no sink (SPEC 3.4)
+        if bug != "empty_nan":
+            e_o = empty.transpose(0, 2, 1)[..., None]  # [B,S,Hq,1]
+            if empty_rows == "nan":
+                o = np.where(e_o, np.nan, o)
+            elif empty_rows == "mean":
+                o = np.where(e_o, vmean[:, None, :, :], o)
+            if empty_lse != "neg_inf":
+                lse = np.where(empty, np.inf if empty_lse == "pos_inf" else 0.0, lse)
         return o.astype(np.float32), lse.astype(np.float32)  # may overflow: +-inf

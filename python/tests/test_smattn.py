@@ -229,6 +229,29 @@ def test_numpy_kernel_passes_the_battery():
     assert n >= 60 and {"causal", "gqa", "empty_rows", "strides", "decode"} <= cats
 
 
+def test_cases_carry_their_conventions():
+    """Every case names its empty-row conventions; the golden vectors of the other
+    conventions are judged by them: a kernel that returns zeros there fails."""
+    by_name = {c.name: c for c in smattn.cases("quick", categories=["golden"])}
+    for c in by_name.values():
+        assert c.kwargs["empty_rows"] in ("zero", "nan", "mean"), c.name
+        assert c.kwargs["empty_lse"] in ("neg_inf", "pos_inf", "zero"), c.name
+    want = {"golden/empty_mean": "mean", "golden/empty_nan": "nan",
+            "golden/sinks_empty_row": None}
+    for name, conv in want.items():
+        assert name in by_name, sorted(by_name)
+        if conv:
+            assert by_name[name].kwargs["empty_rows"] == conv, by_name[name].kwargs
+    for name in ("golden/empty_mean", "golden/empty_nan"):
+        c = by_name[name]
+        kw = dict(c.kwargs, empty_rows="zero", empty_lse="neg_inf")
+        o, lse = numpy_attention(c.q, c.k, c.v, **kw)
+        assert not c.check(o, lse=lse).passed, name + ": zeros passed a non-zero convention"
+        o, lse = numpy_attention(c.q, c.k, c.v, **c.kwargs)
+        r = c.check(o, lse=lse)
+        assert r.passed, "%s: %s" % (name, r.reason)
+
+
 # Each bug, the cases it shows on, and the sentence the checker must give for it.
 BUGGY = [
     ("causal_upper_left", None, "causal alignment: O follows upper_left, but lower_right is "
@@ -329,3 +352,72 @@ def test_missing_library_is_a_clear_import_error(tmp_path):
     assert r.returncode == 1
     assert "ImportError: smattn: cannot load libsmattn.so.0; tried: " + str(tmp_path) \
         in r.stderr and "SMATTN_LIBRARY=" in r.stderr
+
+
+def test_version_and_soname_from_VERSION():
+    """__version__ and the soname the package loads come from VERSION alone."""
+    from smattn import _version
+    with open(os.path.join(ROOT, "VERSION")) as f:
+        v = f.read().strip()
+    assert smattn.__version__ == v
+    assert _version.SONAME == "libsmattn.so." + v.split(".")[0]
+    if not os.environ.get("SMATTN_LIBRARY"):
+        assert os.path.basename(smattn.LIBRARY_PATH) == _version.SONAME
+
+
+# ---- the boundary: odd arrays and arguments get an answer or a clear error, never a crash ----
+
+def test_misaligned_big_endian_and_long_double_inputs():
+    q, k, v = qkv()
+    o, lse = smattn.reference(q, k, v)
+
+    def misaligned(a):  # contiguous, at an odd address
+        buf = np.zeros(a.nbytes + 1, np.uint8)[1:]
+        m = buf.view(a.dtype).reshape(a.shape)
+        m[...] = a
+        assert not m.flags.aligned and m.flags.c_contiguous
+        return m
+    for args in ((misaligned(q), k, v), (q, k, misaligned(v)),
+                 (q.astype(">f4"), k.astype(">f4"), v.astype(">f4"))):
+        o2, lse2 = smattn.reference(*args)
+        assert np.array_equal(o, o2) and np.array_equal(lse, lse2)
+        o3, _ = smattn.attention(*args)
+        assert smattn.check(misaligned(o3), *args, lse=misaligned(lse)).passed
+    assert smattn.check(o.astype(">f4"), q, k, v, lse=lse.astype(">f4")).passed
+    ld = [x.astype(np.longdouble) for x in (q, k, v)]
+    o64, _ = smattn.reference(*ld, dtype="float64")
+    assert np.array_equal(o64, smattn.reference(q.astype(np.float64), k, v, dtype="float64")[0])
+    if np.finfo(np.longdouble).nmant > 52:  # x86: 64-bit significands
+        ld[0][0, 0, 0, 0] = np.longdouble(1) + np.finfo(np.longdouble).eps
+        with pytest.raises(TypeError, match="q: dtype 'float128' holds values that float64 "
+                                            "cannot represent exactly"):
+            smattn.reference(*ld)
+
+
+@pytest.mark.parametrize("call, exc, text", [
+    (lambda q, k, v: smattn.reference(None, k, v), TypeError, "q: None; want an array"),
+    (lambda q, k, v: smattn.check(q, q, None, v), TypeError, "k: None; want an array"),
+    (lambda q, k, v: smattn.check(smattn.reference(q, k, v)[0], q, k, v,
+                                  precision={"blocks": -3}),
+     ValueError, "precision model out of range"),
+    (lambda q, k, v: smattn.check(smattn.reference(q, k, v)[0], q, k, v,
+                                  precision={"u_score": 1e300}),
+     ValueError, "precision model out of range"),
+    (lambda q, k, v: smattn.attention(q, k, v, isa="neon"), ValueError,
+     "isa 'neon' is unknown: want None (the active one), 'scalar', 'avx2', 'avx512'"),
+    (lambda q, k, v: smattn.reference(q, k, v, window=(1.7, 0)), TypeError, "window (1.7, 0)"),
+    (lambda q, k, v: smattn.reference(q, k, v, scale="x"), TypeError,
+     "scale 'x': want a real number"),
+    (lambda q, k, v: smattn.reference(q, k, v, softcap="1"), TypeError,
+     "softcap '1': want a real number"),
+    (lambda q, k, v: smattn.reference(q[:, :0], k, v), ValueError,
+     "q: shape (2, 0, 4, 8) has S = 0: "),
+    (lambda q, k, v: smattn.reference(q, k[..., :0], v), ValueError,
+     "k: shape (2, 7, 2, 0) has D = 0"),
+])
+def test_boundary_errors(call, exc, text):
+    q, k, v = qkv()
+    with pytest.raises(exc) as e:
+        call(q, k, v)
+    assert text in str(e.value), str(e.value)
+

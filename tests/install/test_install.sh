@@ -12,7 +12,7 @@ cd "$ROOT"
 BUILD=${BUILD:-build}
 MAKE=${MAKE:-make}
 PREFIX=${PREFIX:-/usr/local}
-VERSION=$(sed 's/#.*//' VERSION | tr -d ' \n')   # as the Makefile reads it: comments allowed
+VERSION=$(cat VERSION)   # one line X.Y.Z, nothing else (the Makefile rejects anything else)
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/smattn-install.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 D=$STAGE/root   # the DESTDIR
@@ -30,11 +30,23 @@ if [ "$declared" != "$exported" ]; then
     diff <(echo "$declared") <(echo "$exported") | sed 's/^</  declared, not exported:/; s/^>/  exported, not declared:/' >&2 || true
     fail "libsmattn.so exports a different set than include/smattn.h declares (mk/libsmattn.map)"
 fi
+# Every global the static archive defines carries the prefix (a static link shares the
+# consumer's namespace): smattn_ for the API, smattn__ for the internals.
+stray=$(nm -g --defined-only "$BUILD/libsmattn.a" | awk 'NF == 3 && $3 !~ /^smattn_/ {print $3}' |
+        sort -u)
+[ -z "$stray" ] || { echo "$stray" >&2; fail "libsmattn.a defines globals without the smattn_ prefix"; }
 soname=$(readelf -d "$BUILD/libsmattn.so.$VERSION" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libsmattn.so.${VERSION%%.*}" ] || fail "soname is '$soname'"
 
 # 2. Install.
-$MAKE --no-print-directory -s install DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null
+# another package's file in bin/ and an empty include/ that were there before: uninstall keeps them
+mkdir -p "$D$PREFIX/bin" "$D$PREFIX/include"
+echo other >"$D$PREFIX/bin/other-tool"
+inst=$($MAKE --no-print-directory install DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" 2>&1) ||
+    { echo "$inst" >&2; fail "make install"; }
+# quiet: one short line per step ("  INST  DIR"), no raw command (V=1 shows them)
+loud=$(grep -Ev '^  [A-Z]{2,5} +[^ ]' <<<"$inst" || true)
+[ -z "$loud" ] || { echo "$loud" >&2; fail "make install printed more than its one-line steps"; }
 P=$D$PREFIX
 for f in bin/smattn lib/libsmattn.so.$VERSION lib/libsmattn.so.0 lib/libsmattn.so lib/libsmattn.a \
          include/smattn.h include/smattn_kernel.h lib/pkgconfig/smattn.pc \
@@ -70,6 +82,10 @@ v=$(cd "$W" && env -u SMATTN_ROOT "$S" version) || fail "smattn version"
 [ "${v#smattn "$VERSION" }" != "$v" ] || fail "smattn version says '$v', VERSION '$VERSION'"
 (cd "$W" && env -u SMATTN_ROOT "$S" demo "$P/share/smattn/vectors" --vectors-only >/dev/null) ||
     fail "smattn demo on the installed vectors"
+# with no DIR: the installed vectors, found as conform finds them
+demo=$(cd "$W" && env -u SMATTN_ROOT "$S" demo --vectors-only 2>&1) ||
+    { echo "$demo" | tail -3 >&2; fail "smattn demo --vectors-only (no DIR) from an empty directory"; }
+grep -qF "share/smattn/vectors" <<<"$demo" || fail "smattn demo did not take the installed vectors"
 conf=$(cd "$W" && env -u SMATTN_ROOT "$S" conform --suite quick 2>&1) || { echo "$conf" >&2; fail "smattn conform --suite quick"; }
 golden=$(echo "$conf" | awk '$1 == "golden" && $2 ~ /^[0-9]+$/ {print $2}')
 from=$(echo "$conf" | sed -n 's/^golden vectors: [0-9]* ran from //p')
@@ -88,6 +104,8 @@ for m in man1/smattn.1 man3/smattn.3; do
     [ -z "$warn" ] || { echo "$warn" >&2; fail "groff warns on $m"; }
     page=$(MANWIDTH=80 man -l "$P/share/man/$m" 2>&1) || fail "man -l $m"
     grep -q '^NAME' <<<"$page" || fail "man -l $m shows no NAME section"
+    th=$(sed -n 's/^\.TH .*"smattn \([^"]*\)".*/\1/p' "$P/share/man/$m")
+    [ "$th" = "$VERSION" ] || fail "the installed $m says version '$th', VERSION '$VERSION'"
 done
 [ "$(man -M "$P/share/man" -w smattn)" = "$P/share/man/man1/smattn.1" ] || fail "man -M ... smattn"
 
@@ -108,12 +126,29 @@ o, lse = smattn.attention(q, k, v, causal=True)
 r = smattn.check(o, q, k, v, lse=lse, causal=True)
 assert r.passed, r.reason
 assert smattn.__file__.startswith("'"$site"'"), smattn.__file__
+assert smattn.__version__ == "'"$VERSION"'", (smattn.__version__, "'"$VERSION"'")
 print("python", smattn.__version__, "max error/bound %.4f" % r.max_ratio)
 ' 2>&1) || { echo "$pyout" >&2; fail "the installed Python package"; }
 echo "test_install: installed Python package: $pyout"
 
-# 6. Uninstall: no file or link left (directories such as bin/ may stay, as with any prefix).
+# 6. Uninstall: no file, link or directory that install created is left; what was there before
+# (bin/other-tool, an empty include/) stays.
 $MAKE --no-print-directory -s uninstall DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null
-left=$(find "$D" ! -type d)
-[ -z "$left" ] || { echo "$left" >&2; fail "make uninstall left files behind"; }
+left=$(cd "$D" && find . -mindepth 1 | sort | tr '\n' ' ')
+want=$(cd "$D" && for p in ${PREFIX//\// }; do q=${q:-.}/$p; echo "$q"; done | sort | tr '\n' ' ')
+want=$(printf '%s\n' $want ".$PREFIX/bin" ".$PREFIX/bin/other-tool" ".$PREFIX/include" | sort -u | tr '\n' ' ')
+[ "$left" = "$want" ] || { echo "left: $left" >&2; echo "want: $want" >&2;
+    fail "make uninstall left files or directories it created behind, or removed others"; }
+# 7. No python3: make install stops with one clear line and puts no Python package anywhere.
+N=$STAGE/nopy
+if nopy=$($MAKE --no-print-directory -s install DESTDIR="$N" PREFIX="$PREFIX" BUILD="$BUILD" \
+          PYTHON=/nonexistent/python3 2>&1); then
+    fail "make install PYTHON=/nonexistent/python3 succeeded"
+fi
+grep -qF "make install-python: PYTHON=/nonexistent/python3 does not run a python3" <<<"$nopy" ||
+    { echo "$nopy" >&2; fail "make install without python3: no clear message"; }
+[ -z "$(find "$N" -name '*.py' -o -name 'dist-packages')" ] ||
+    fail "make install without python3 put Python files somewhere"
+echo "test_install: make install without python3: $(grep -F 'does not run' <<<"$nopy" | cut -c1-70)..."
+
 echo "test_install: make install, pkg-config, the installed smattn and man pages, make uninstall: passed"
