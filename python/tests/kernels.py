@@ -58,6 +58,14 @@ def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=No
             vis = vis & (bias != -np.inf)
             s = s + bias
         s = np.where(vis, s, -np.inf)
+        # SPEC 4.2: a non-finite q (row with visible keys), a non-finite k at a visible key,
+        # or a NaN or +inf bias at a visible key poisons the row: NaN, never "masked"
+        kbad = (~np.isfinite(kk)).any(axis=-1).transpose(0, 2, 1)[:, :, None, :]  # [B,Hq,1,T]
+        qbad = (~np.isfinite(q)).any(axis=-1).transpose(0, 2, 1)  # [B,Hq,S]
+        poison = (vis & kbad).any(axis=-1) | (qbad & vis.any(axis=-1))
+        if bias is not None:
+            poison |= (vis & (np.isnan(bias) | (bias == np.inf))).any(axis=-1)
+        s = np.where(vis & poison[..., None], np.nan, s)
         mx = s.max(axis=-1)
         snk = None
         if sinks is not None:
@@ -77,10 +85,21 @@ def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=No
             Tb = T if kv_lens is None else int(kv_lens[b])
             if Tb > 0:
                 vmean[b] = vv[b, :Tb].mean(axis=0)
-        if bug != "v_unmasked":  # a key no row sees may hold NaN: 0 * NaN is NaN
-            seen = vis.any(axis=2).transpose(0, 2, 1)[..., None]  # [B,T,Hq,1]
-            vv = np.where(seen, vv, 0.0)
-        o = np.einsum("bhst,bthd->bshd", p, vv)
+        if bug == "v_unmasked":  # a key no row sees may hold NaN: 0 * NaN is NaN
+            o = np.einsum("bhst,bthd->bshd", p, vv)
+        else:
+            # SPEC 4.2: V's non-finite values act per column over the row's visible keys
+            # only (NaN, or both infinities: NaN; one infinity: that infinity), whatever
+            # the weights (also where one underflowed to 0); invisible keys are not read.
+            # Rows poisoned by a NaN or +inf score or sink are NaN through p already.
+            o = np.einsum("bhst,bthd->bshd", p, np.where(np.isfinite(vv), vv, 0.0))
+            fv = vis.astype(np.float64)
+            hit = lambda c: np.einsum("bhst,bthd->bshd", fv, c.astype(np.float64)) > 0
+            nan_c, pinf, ninf = hit(np.isnan(vv)), hit(vv == np.inf), hit(vv == -np.inf)
+            ok = ~(np.isnan(mx) | (mx == np.inf)).transpose(0, 2, 1)[..., None]
+            o = np.where(ok & (nan_c | (pinf & ninf)), np.nan, o)
+            o = np.where(ok & ~nan_c & pinf & ~ninf, np.inf, o)
+            o = np.where(ok & ~nan_c & ninf & ~pinf, -np.inf, o)
         lse = np.log(den) + mxs
         empty = den == 0  # [B,Hq,S]: no visible key and no sink (SPEC 3.4)
         if bug != "empty_nan":
