@@ -35,7 +35,12 @@ static int64_t pick_i64(fuzz_provider *dp, int64_t orig)
     static const int64_t v[] = {0, -1, INT64_MIN, INT64_MAX, INT64_C(1) << 31, INT64_C(1) << 40,
                                 INT64_C(1) << 62, 3, 65, -2, INT64_C(1) << 32};
     uint32_t k = fuzz_take(dp, 13);
-    return k < 11 ? v[k] : k == 11 ? orig + 1 : orig - 1;
+    /* orig +- 1 saturates: the harness itself must be free of undefined behaviour */
+    if (k < 11)
+        return v[k];
+    if (k == 11)
+        return orig < INT64_MAX ? orig + 1 : orig;
+    return orig > INT64_MIN ? orig - 1 : orig;
 }
 
 static smattn_tensor *in_tensor(api_case *c, int t)
@@ -81,7 +86,11 @@ static void corrupt(api_case *c, fuzz_provider *dp)
         s[k] = pick_i64(dp, s[k]);
         break;
     }
-    case 3: p->Hq = p->Hkv * (1 + fuzz_take(dp, 4)) + 1; break;
+    case 3: /* Hq not a multiple of Hkv (an Hkv corrupted to a huge value gets a small Hq) */
+        p->Hq = p->Hkv > 0 && p->Hkv < (INT64_C(1) << 32)
+                    ? p->Hkv * (1 + (int64_t)fuzz_take(dp, 4)) + 1
+                    : 3;
+        break;
     case 4: {
         static const double sc[] = {(double)NAN, HUGE_VAL, -HUGE_VAL, 0.0, -1.0, 0x1p-1074, 1e300};
         p->scale = sc[fuzz_take(dp, 7)];
