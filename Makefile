@@ -164,14 +164,19 @@ bench-ref: deps $(BUILD)/bench_ref
 THREADS    ?= 2
 ISA        ?=
 BENCH_JSON ?= $(BUILD)/bench_opt.json
-BENCH_SRC  := bench/bench_opt.c bench/bench_machine.c bench/peak_fma_avx2.c \
+BENCH_SRC  := bench/bench_opt.c bench/bench_machine.c bench/bench_peer.c bench/peak_fma_avx2.c \
               bench/peak_fma_avx512.c
 $(BUILD)/bench/peak_fma_avx2.o: ISAFLAGS := -mavx2 -mfma
 $(BUILD)/bench/peak_fma_avx512.o: ISAFLAGS := -mavx512f -mavx2 -mfma
 $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS) -ldl
+# The peer in the same run (issue 17): oneDNN composed by plugins/onednn, built by
+# mk/onednn.mk's `onednn` (which installs Debian's libdnnl-dev when missing); without it
+# the table says '-'. make check never needs oneDNN.
 bench: deps $(BUILD)/bench_opt
-	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON)
+	@$(MAKE) --no-print-directory onednn || echo "bench: no oneDNN peer (libdnnl-dev not installed)" >&2
+	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON) \
+	  $$(test -f /usr/include/oneapi/dnnl/dnnl.h && test -f $(ONEDNN_SO) && echo --peer $(ONEDNN_SO))
 
 # Where the kernel's time goes: the library and bench_opt rebuilt in build-phases/ with
 # -DSMATTN_PHASES (each thread times the phases of its work items), the same shapes.

@@ -23,6 +23,12 @@
  * baseline runs every k-th query row only (all heads) and its time is scaled by the
  * ratio of unmasked flops (exact for the sample); the table says so.
  *
+ * The peer (`--peer PLUGIN.so`; `make bench` passes oneDNN's adapter, plugins/onednn, when
+ * Debian's libdnnl-dev is installed): another implementation on the same shapes and f32
+ * values (f32 copies of f16 K/V: the adapter takes f32 only), on the same thread count,
+ * timed in the same loop as the kernel (alternating which goes first); its ratio is the
+ * median of the per-run ratios (peer time / kernel time).
+ *
  * `bench_opt --rss-child S T KV_DTYPE` (used internally, in a fresh exec) runs one shape
  * alone and prints its VmHWM, so that the peak memory belongs to that shape only. */
 #include <errno.h>
@@ -37,6 +43,7 @@
 #include <unistd.h>
 
 #include "bench/bench_machine.h"
+#include "bench/bench_peer.h"
 #include "smattn.h"
 #ifdef SMATTN_PHASES
 #include "opt/opt_internal.h"
@@ -92,6 +99,7 @@ typedef struct bcase {
     void *k, *v;    /* as the kernel reads them (f32 or f16) */
     float *kf, *vf; /* f32 values of the same (the baseline's; == k, v for f32) */
     float *ob;      /* the baseline's O */
+    float *op;      /* the peer's O */
     size_t nq, nk;  /* elements of Q (= O) and of K (= V) */
 } bcase;
 
@@ -148,7 +156,7 @@ static int make_case(bcase *c, int64_t S, int64_t T, smattn_dtype kv, int baseli
             }
         }
     }
-    if (baseline && !(c->ob = calloc(c->nq, sizeof(float))))
+    if (baseline && (!(c->ob = calloc(c->nq, sizeof(float))) || !(c->op = calloc(c->nq, sizeof(float)))))
         return -1;
     c->in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
     c->in.k = (smattn_tensor){c->k, kv, {0}};
@@ -167,7 +175,7 @@ static void free_case(bcase *c)
         free(c->kf);
     if (c->vf != c->v)
         free(c->vf);
-    free(c->q), free(c->o), free(c->k), free(c->v), free(c->ob);
+    free(c->q), free(c->o), free(c->k), free(c->v), free(c->ob), free(c->op);
     memset(c, 0, sizeof *c);
 }
 
@@ -303,7 +311,45 @@ typedef struct result {
     double base_med;            /* baseline seconds, scaled to the whole shape */
     double ratio;               /* median of baseline / kernel per pair */
     double base_rel_diff;
+    int peer_ok;                /* the peer ran this shape */
+    double peer_med, peer_ratio, peer_rel_diff; /* seconds; median of peer / kernel; O */
 } result;
+
+static bench_peer peer; /* peer.attention NULL: no peer */
+
+/* The peer on the same problem: f32 K/V values, O only, the NaN convention for empty rows
+ * (the adapter's; these causal shapes have none). */
+static int time_peer(bcase *c, double *t)
+{
+    smattn_problem p = c->p;
+    p.empty_rows = SMATTN_EMPTY_NAN;
+    smattn_inputs in = c->in;
+    in.k = (smattn_tensor){c->kf, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){c->vf, SMATTN_F32, {0}};
+    memcpy(in.k.stride, c->in.k.stride, sizeof in.k.stride);
+    memcpy(in.v.stride, c->in.v.stride, sizeof in.v.stride);
+    smattn_outputs out;
+    memset(&out, 0, sizeof out);
+    out.o = c->out.o;
+    out.o.data = c->op;
+    bench_flush_caches();
+    double t0 = bench_now();
+    int st = peer.attention(&p, &in, &out);
+    *t = bench_now() - t0;
+    return st;
+}
+
+/* Largest |O_kernel - O_peer| / max |O_kernel|. */
+static double compare_peer(const bcase *c)
+{
+    double diff = 0, mag = 0;
+    for (size_t e = 0; e < c->nq; e++) {
+        double d = fabs((double)c->o[e] - (double)c->op[e]);
+        diff = d > diff || isnan(d) ? d : diff;
+        mag = fabs((double)c->o[e]) > mag ? fabs((double)c->o[e]) : mag;
+    }
+    return mag > 0 ? diff / mag : diff;
+}
 
 static smattn_status time_kernel(bcase *c, const smattn_opt_config *cfg, double *t)
 {
@@ -358,24 +404,38 @@ static int bench_shape(const shape *sh, smattn_dtype kv, const smattn_opt_config
         return -1;
     }
     r->base_rel_diff = compare_rows(&c, &job);
-    int runs = (int)(SHAPE_SECONDS / (tk + tb));
+    double tp = 0;
+    if (peer.attention) {
+        int ps = time_peer(&c, &tp);
+        r->peer_ok = ps == 0;
+        if (ps)
+            fprintf(stderr, "bench_opt: %s: the peer returned status %d: no peer for it\n",
+                    sh->name, ps);
+        else
+            r->peer_rel_diff = compare_peer(&c);
+    }
+    int runs = (int)(SHAPE_SECONDS / (tk + tb + tp));
     runs = runs > RUNS_MAX ? RUNS_MAX : runs < 1 ? 1 : runs;
-    double tks[RUNS_MAX], tbs[RUNS_MAX], ratio[RUNS_MAX];
+    double tks[RUNS_MAX], tbs[RUNS_MAX], ratio[RUNS_MAX], tps[RUNS_MAX], pratio[RUNS_MAX];
     int k0 = 0;
     if (tk > WARM_SELF) { /* the warm-up pair is the first timed pair */
-        tks[0] = tk, tbs[0] = tb / r->base_frac;
+        tks[0] = tk, tbs[0] = tb / r->base_frac, tps[0] = tp;
         ratio[0] = tbs[0] / tks[0];
+        pratio[0] = tp / tk;
         k0 = 1;
     }
     for (int k = k0; k < runs; k++) {
         int rc = 0;
-        if (k % 2 == 0) {
+        if (k % 2 == 0) { /* peer, baseline, kernel; then kernel, baseline, peer */
+            rc |= r->peer_ok && time_peer(&c, &tps[k]);
             rc |= time_baseline(&job, &tbs[k]);
             rc |= time_kernel(&c, cfg, &tks[k]) != SMATTN_OK;
         } else {
             rc |= time_kernel(&c, cfg, &tks[k]) != SMATTN_OK;
             rc |= time_baseline(&job, &tbs[k]);
+            rc |= r->peer_ok && time_peer(&c, &tps[k]);
         }
+        pratio[k] = r->peer_ok ? tps[k] / tks[k] : 0;
         if (rc) {
             fprintf(stderr, "bench_opt: %s: a run failed\n", sh->name);
             free_case(&c);
@@ -389,6 +449,10 @@ static int bench_shape(const shape *sh, smattn_dtype kv, const smattn_opt_config
     r->t_min = tks[0]; /* median() sorted tks */
     r->base_med = median(tbs, runs);
     r->ratio = median(ratio, runs);
+    if (r->peer_ok) {
+        r->peer_med = median(tps, runs);
+        r->peer_ratio = median(pratio, runs);
+    }
     r->gflops = r->flops / r->t_med * 1e-9;
     r->frac_peak = peak > 0 ? r->gflops / peak : 0;
     if (sh->decode) {
@@ -576,9 +640,18 @@ static int write_json(const char *path, const machine *m, const result *res, int
         fprintf(f,
                 "     \"baseline\": {\"row_step\": %lld, \"sampled_flop_fraction\": %.6f, "
                 "\"median_s_scaled\": %.6g, \"speedup_median\": %.2f, "
-                "\"max_rel_diff_o\": %.3g}}%s\n",
-                (long long)r->base_step, r->base_frac, r->base_med, r->ratio, r->base_rel_diff,
-                k + 1 < nres ? "," : "");
+                "\"max_rel_diff_o\": %.3g},\n",
+                (long long)r->base_step, r->base_frac, r->base_med, r->ratio, r->base_rel_diff);
+        if (r->peer_ok) {
+            fprintf(f, "     \"peer\": {\"name\": ");
+            json_str(f, peer.info->version ? peer.info->version : peer.info->name);
+            fprintf(f,
+                    ", \"kv_dtype\": \"f32\", \"median_s\": %.6g, \"speedup_median\": %.2f, "
+                    "\"max_rel_diff_o\": %.3g}}%s\n",
+                    r->peer_med, r->peer_ratio, r->peer_rel_diff, k + 1 < nres ? "," : "");
+        } else {
+            fprintf(f, "     \"peer\": null}%s\n", k + 1 < nres ? "," : "");
+        }
     }
     fprintf(f, "  ],\n  \"peak_memory\": [\n");
     for (int k = 0; k < nrss; k++) {
@@ -670,14 +743,15 @@ static int report_phases(const smattn_opt_config *cfg)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: bench_opt [--threads N] [--isa scalar|avx2|avx512] [--json PATH]\n");
+    fprintf(stderr, "usage: bench_opt [--threads N] [--isa scalar|avx2|avx512] [--json PATH] "
+                    "[--peer PLUGIN.so]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     smattn_opt_config cfg = {2, NULL};
-    const char *json = "build/bench_opt.json";
+    const char *json = "build/bench_opt.json", *peer_path = NULL;
     int child = 0;
     int64_t cS = 0, cT = 0;
     smattn_dtype ckv = SMATTN_F32;
@@ -688,6 +762,8 @@ int main(int argc, char **argv)
             cfg.isa = argv[++i][0] ? argv[i] : NULL;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--peer") && i + 1 < argc)
+            peer_path = argv[++i];
         else if (!strcmp(argv[i], "--rss-child") && i + 3 < argc) {
             child = 1;
             cS = atoll(argv[i + 1]);
@@ -715,6 +791,11 @@ int main(int argc, char **argv)
 #endif
 
     double t_start = bench_now();
+    char perr[1200];
+    if (peer_path && bench_peer_open(&peer, peer_path, cfg.threads, perr, sizeof perr)) {
+        fprintf(stderr, "bench_opt: %s\n", perr);
+        return 2;
+    }
     machine m;
     memset(&m, 0, sizeof m);
     cpu_model(m.cpu, sizeof m.cpu);
@@ -726,6 +807,9 @@ int main(int argc, char **argv)
     printf("cpu: %s; threads: %d; kernel ISA: %s (available:%s%s%s)\n", m.cpu, m.threads, m.isa,
            smattn_opt_isa_available("avx512") ? " avx512" : "",
            smattn_opt_isa_available("avx2") ? " avx2" : "", " scalar");
+    if (peer.attention)
+        printf("peer: %s (%s), %d OpenMP threads, on the same shapes with f32 K/V\n",
+               peer.info->name, peer.info->version ? peer.info->version : "", cfg.threads);
     fflush(stdout);
 
     m.peak_avx2 = bench_fma_peak("avx2", cfg.threads, 5, 0.15);
@@ -746,15 +830,20 @@ int main(int argc, char **argv)
 
     result res[2 * NSHAPES];
     int nres = 0;
-    printf("%-20s %-4s %4s %10s %8s %6s %7s %6s %9s  %s\n", "shape", "K/V", "runs", "median ms",
-           "GFLOP/s", "%peak", "GB/s", "%bw", "x scalar", "baseline");
+    printf("%-20s %-4s %4s %10s %8s %6s %7s %6s %9s %10s %8s  %s\n", "shape", "K/V", "runs",
+           "median ms", "GFLOP/s", "%peak", "GB/s", "%bw", "x scalar", "peer ms", "x peer",
+           "baseline");
     for (int s = 0; s < NSHAPES; s++)
         for (int d = 0; d < 2; d++) {
             result *r = &res[nres];
             if (bench_shape(&shapes[s], d ? SMATTN_F16 : SMATTN_F32, &cfg, m.peak, m.triad, r))
                 return 3;
             nres++;
-            char gb[16] = "-", fb[16] = "-", base[64];
+            char gb[16] = "-", fb[16] = "-", base[64], pms[24] = "-", px[24] = "-";
+            if (r->peer_ok) {
+                snprintf(pms, sizeof pms, "%.3f", 1e3 * r->peer_med);
+                snprintf(px, sizeof px, "%.1fx", r->peer_ratio);
+            }
             if (r->sh->decode) {
                 snprintf(gb, sizeof gb, "%.1f", r->gbs);
                 snprintf(fb, sizeof fb, "%.1f%%", 100 * r->frac_bw);
@@ -764,10 +853,11 @@ int main(int argc, char **argv)
             else
                 snprintf(base, sizeof base, "1 row in %lld (%.1f%% of flops)",
                          (long long)r->base_step, 100 * r->base_frac);
-            printf("%-20s %-4s %4d %10.3f %8.1f %5.1f%% %7s %6s %8.1fx  %s%s\n", r->sh->name,
-                   smattn_dtype_name(r->kv), r->runs, 1e3 * r->t_med, r->gflops, 100 * r->frac_peak,
-                   gb, fb, r->ratio, base,
-                   r->base_rel_diff > SANE_REL ? "  O DIFFERS FROM THE BASELINE" : "");
+            printf("%-20s %-4s %4d %10.3f %8.1f %5.1f%% %7s %6s %8.1fx %10s %8s  %s%s%s\n",
+                   r->sh->name, smattn_dtype_name(r->kv), r->runs, 1e3 * r->t_med, r->gflops,
+                   100 * r->frac_peak, gb, fb, r->ratio, pms, px, base,
+                   r->base_rel_diff > SANE_REL ? "  O DIFFERS FROM THE BASELINE" : "",
+                   r->peer_ok && !(r->peer_rel_diff <= SANE_REL) ? "  O DIFFERS FROM THE PEER" : "");
             fflush(stdout);
         }
     bench_machine_free();
@@ -795,11 +885,15 @@ int main(int argc, char **argv)
            "x scalar: median over runs of (baseline time / kernel time), run alternately; the "
            "baseline is three plain float32\n"
            "loops per row (q.k, softmax, p.v; f32 copies of f16 K/V) on %d pthreads; when "
-           "sampled, its time is scaled by the\nflop fraction.\n",
+           "sampled, its time is scaled by the\nflop fraction.\n"
+           "x peer: median over runs of (peer time / kernel time), run alternately, the peer "
+           "on f32 K/V (copies of f16 ones)\nand the same thread count; '-': no peer (make "
+           "bench installs Debian's libdnnl-dev for oneDNN's, plugins/onednn).\n",
            WARM_SELF, cfg.threads);
     if (write_json(json, &m, res, nres, rss, 2))
         fprintf(stderr, "bench_opt: cannot write %s: %s\n", json, strerror(errno));
     else
         printf("JSON: %s; total %.0f s\n", json, bench_now() - t_start);
+    bench_peer_close(&peer);
     return 0;
 }

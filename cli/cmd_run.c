@@ -16,7 +16,7 @@ typedef enum engine { ENGINE_REF, ENGINE_OPT } engine;
 typedef struct run_args {
     const char *cmd; /* "ref" or "opt", the prefix of every message */
     const char *case_dir, *out_dir;
-    smattn_dtype dtype; /* ref only; opt writes f32 */
+    smattn_dtype dtype; /* of the outputs: ref f64 by default, opt f32 (never f64) */
     int weights;
     int threads;
     const char *isa; /* opt only; NULL: the active ISA */
@@ -69,9 +69,10 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
         }
         if (strcmp(a, "--weights") == 0)
             ra->weights = 1;
-        else if (eng == ENGINE_REF && (val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
-            if (cli_parse_dtype(val, &ra->dtype)) {
-                snprintf(msg, len, "ref: --dtype '%.40s': want f64, f32, f16 or bf16", val);
+        else if ((val = cli_option_value(argc, argv, &i, "--dtype", &bad))) {
+            if (cli_parse_dtype(val, &ra->dtype) || (eng == ENGINE_OPT && ra->dtype == SMATTN_F64)) {
+                snprintf(msg, len, "%s: --dtype '%.40s': want %s", cmd, val,
+                         eng == ENGINE_REF ? "f64, f32, f16 or bf16" : "f32, f16 or bf16");
                 return -1;
             }
         } else if (eng == ENGINE_OPT && (val = cli_option_value(argc, argv, &i, "--isa", &bad))) {
@@ -114,8 +115,9 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
     return 0;
 }
 
-/* The optimised kernel's input dtypes (smattn.h): the first input it does not take, named
- * in msg; 0 if it takes them all. Needs the headers only (smattn_case_open). */
+/* The optimised kernel's input dtypes (smattn.h): f32, f16 or bf16 for every input; the
+ * first it does not take (f64) named in msg; 0 if it takes them all. Needs the headers
+ * only (smattn_case_open). */
 static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
 {
     const smattn_inputs *in = &c->in;
@@ -123,20 +125,16 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
         const char *file;
         const smattn_tensor *t;
         const smattn_npy *npy; /* present when its header was read (itemsize != 0) */
-        int kv;                /* f16 and bf16 allowed too */
-    } need[] = {{"q.npy", &in->q, &c->q, 0},
-                {"k.npy", &in->k, &c->k, 1},
-                {"v.npy", &in->v, &c->v, 1},
-                {"x.npy", &in->x, &c->x, 0},
-                {"bias.npy", &in->bias, &c->bias, 0}};
+    } need[] = {{"q.npy", &in->q, &c->q},          {"k.npy", &in->k, &c->k},
+                {"v.npy", &in->v, &c->v},          {"x.npy", &in->x, &c->x},
+                {"bias.npy", &in->bias, &c->bias}, {"sinks.npy", &in->sinks, &c->sinks}};
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         const smattn_tensor *t = need[k].t;
-        if (!need[k].npy->itemsize || t->dtype == SMATTN_F32 ||
-            (need[k].kv && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)))
+        if (!need[k].npy->itemsize || t->dtype == SMATTN_F32 || t->dtype == SMATTN_F16 ||
+            t->dtype == SMATTN_BF16)
             continue;
-        snprintf(msg, len, "opt: %s is %s; the kernel takes %s", need[k].file,
-                 smattn_dtype_name(t->dtype),
-                 need[k].kv ? "k and v in f32, f16 or bf16" : "q, x and bias in f32 only");
+        snprintf(msg, len, "opt: %s is %s; the kernel takes f32, f16 or bf16", need[k].file,
+                 smattn_dtype_name(t->dtype));
         return -1;
     }
     return 0;

@@ -155,7 +155,7 @@ static conform_case *case_new(builder *bd, const char *cat, const char *name, sm
     memset(c, 0, sizeof *c);
     snprintf(c->category, sizeof c->category, "%s", cat);
     snprintf(c->name, sizeof c->name, "%s/%s", cat, name);
-    c->kv_dtype = SMATTN_F32;
+    c->kv_dtype = c->q_dtype = c->out_dtype = SMATTN_F32;
     c->garbage = 1;
     bd->r.s = hash_name(c->name, bd->seed);
     smattn_problem *p = &c->prob;
@@ -801,6 +801,19 @@ static void dtypes(builder *bd)
     c = att(bd, "dtype", "kv_bf16", 1, 3, 20, 2, 2, 16);
     if (c)
         c->kv_dtype = SMATTN_BF16;
+    finish(bd, c);
+    /* Q (X) and outputs in f16 / bf16: what inference stacks run (bf16 everywhere) */
+    c = att(bd, "dtype", "q_f16_out_f16", 1, 3, 20, 2, 2, 16);
+    if (c)
+        c->q_dtype = c->out_dtype = SMATTN_F16;
+    finish(bd, c);
+    c = att(bd, "dtype", "all_bf16", 1, 3, 20, 4, 2, 16);
+    if (c)
+        c->q_dtype = c->kv_dtype = c->out_dtype = SMATTN_BF16;
+    finish(bd, c);
+    c = case_new(bd, "dtype", "softmax_x_bf16_out_f16", SMATTN_OP_SOFTMAX, 1, 3, 9, 2, 2, 0, 0, 3.0, 0);
+    if (c)
+        c->q_dtype = SMATTN_BF16, c->out_dtype = SMATTN_F16;
     finish(bd, c);
 }
 

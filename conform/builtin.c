@@ -23,10 +23,12 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
                 SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
                 SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
                 SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV;
-    info.q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32);
-    info.kv_dtypes =
+    /* every tensor in f32, f16 or bf16 (smattn.h) */
+    const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
-    info.out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32);
+    info.q_dtypes = floats;
+    info.kv_dtypes = floats;
+    info.out_dtypes = floats;
     info.max_head_dim = 0;
     info.empty_rows = SMATTN_EMPTY_ZERO;
     info.empty_lse = SMATTN_LSE_NEG_INF;

@@ -117,6 +117,8 @@ typedef struct conform_case {
     int64_t count[7];      /* elements allocated for q, k, v, x, bias, mask, sinks */
     int64_t *lens[2];      /* owned */
     smattn_dtype kv_dtype; /* F32, or F16 / BF16 for the dtype cases (skipped if refused) */
+    smattn_dtype q_dtype;  /* the same for Q, X, bias and sinks */
+    smattn_dtype out_dtype; /* the same for O, LSE and P */
     int garbage;           /* invisible slots hold NaN or infinity on purpose */
     int strided;           /* rows padded (pitch > D), padding holds NaN */
 } conform_case;

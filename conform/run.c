@@ -218,6 +218,15 @@ static const char *unclaimed(const conform_kernel *k, const conform_case *c, cha
         snprintf(buf, cap, "K and V in %s, not claimed", smattn_dtype_name(c->kv_dtype));
         return buf;
     }
+    if (c->q_dtype != SMATTN_F32 && !(info->q_dtypes & SMATTN_DTYPE_BIT(c->q_dtype))) {
+        snprintf(buf, cap, "%s in %s, not claimed", c->prob.op == SMATTN_OP_SOFTMAX ? "X" : "Q",
+                 smattn_dtype_name(c->q_dtype));
+        return buf;
+    }
+    if (c->out_dtype != SMATTN_F32 && !(info->out_dtypes & SMATTN_DTYPE_BIT(c->out_dtype))) {
+        snprintf(buf, cap, "outputs in %s, not claimed", smattn_dtype_name(c->out_dtype));
+        return buf;
+    }
     return NULL;
 }
 
@@ -236,9 +245,9 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         snprintf(r->reason, sizeof r->reason, "%s", skip);
         return;
     }
-    int qdt = pick_dtype(k->info.q_dtypes, SMATTN_F32);
+    int qdt = pick_dtype(k->info.q_dtypes, c->q_dtype);
     int kvdt = pick_dtype(k->info.kv_dtypes, c->kv_dtype);
-    int odt = pick_dtype(k->info.out_dtypes, SMATTN_F32);
+    int odt = pick_dtype(k->info.out_dtypes, c->out_dtype);
     if (conform_case_dtype_fits(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, r->reason,
                                 sizeof r->reason)) {
         r->status = CONFORM_SKIP;

@@ -290,10 +290,14 @@ double smattn_error_ratio(double computed, double exact, double bound);
 /* ---------------------------------------------------------------------------------------
  * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
  * portable scalar instance, chosen at run time), a persistent thread pool.
- * Supported: Q and X float32; K and V float32, binary16 or bfloat16; bias float32; O, LSE
- * and P float32; every mask kind, softcap, sinks and empty-row convention. Anything else
- * valid gives SMATTN_ERR_UNSUPPORTED. Outputs are within the bound of SPEC 6 for the
- * model smattn_opt_precision(); they are bitwise identical for any thread count, across
+ * Supported: Q, K, V, X, bias and sinks in float32, binary16 or bfloat16, in any
+ * combination (read exactly into binary32); O, LSE and P in float32, binary16 or bfloat16
+ * (each its own); every mask kind, softcap, sinks and empty-row convention. binary64
+ * tensors give SMATTN_ERR_UNSUPPORTED. A binary16 or bfloat16 output is the float32 result
+ * rounded once, nearest-even (overflow to +-inf, NaN as in SPEC 4.3): its bits are those
+ * of the float32 output rounded, except on rows of the binary64 path (NaN, overflow, the
+ * mean convention), rounded once from binary64. Outputs are within the bound of SPEC 6 for
+ * the model smattn_opt_precision(); they are bitwise identical for any thread count, across
  * repeated calls, and between a GQA problem and its MHA expansion (but not across ISAs).
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */
@@ -320,7 +324,11 @@ SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
 /* The precision model (SPEC 6.1) the kernel claims for a problem: binary32 scores and
  * accumulation, exp within SMATTN_OPT_EXP_ULPS (tanh and log within 2 ulps, glibc), one
  * rescaling per key tile plus the split-K merge, serial accumulation over the keys,
- * results below FLT_MIN flushed. Tests and the checker judge the kernel against it. */
+ * results below FLT_MIN flushed. The same model for every output dtype: the binary32
+ * result (its last rounding counted in A4) is rounded once more to the output's dtype
+ * (A6), whose unit roundoff smattn_bound takes from the dtypes of `fmt` (binary16 2^-11,
+ * bfloat16 2^-8, binary32 2^-24, as for any kernel): pass the kernel's output dtypes
+ * there. Tests and the checker judge the kernel against it. */
 smattn_precision smattn_opt_precision(const smattn_problem *prob);
 /* The ISA in use ("avx512", "avx2" or "scalar"); SMATTN_ISA forces one the CPU has. */
 const char *smattn_opt_isa(void);

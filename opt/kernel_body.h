@@ -392,7 +392,7 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         int ok = j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
         float bj = 0.0f;
         if (ok && in->bias.data) {
-            bj = opt_ld_f32(in->bias.data, smattn__off4(in->bias.stride, b, h, i, j));
+            bj = opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
             ok = bj != -HUGE_VALF;
         }
         float x = fmaf(s[jj], sh, s[jj] * sl);
@@ -772,7 +772,7 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
     for (int64_t j0 = 0; j0 < T; j0 += OPT_BK) {
         int64_t nk = smattn__tile_keys(j0, T, OPT_BK);
         for (int64_t jj = 0; jj < nk; jj++) {
-            float x = opt_ld_f32(xt->data, smattn__off4(xt->stride, b, h, i, j0 + jj));
+            float x = opt_load1(xt, smattn__off4(xt->stride, b, h, i, j0 + jj));
             s[j0 + jj] = x;
         }
         int all;
@@ -780,7 +780,7 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
         if (all)
             memset(vis + j0, 1, (size_t)nk);
         for (int64_t jj = 0; jj < nk; jj++) /* x = -inf masks the key (SPEC 3.5) */
-            if (vis[j0 + jj] && opt_ld_f32(xt->data, smattn__off4(xt->stride, b, h, i, j0 + jj)) == -HUGE_VALF) {
+            if (vis[j0 + jj] && opt_load1(xt, smattn__off4(xt->stride, b, h, i, j0 + jj)) == -HUGE_VALF) {
                 vis[j0 + jj] = 0;
                 s[j0 + jj] = -HUGE_VALF;
             }

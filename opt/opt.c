@@ -22,9 +22,15 @@ static const opt_isa *isa_by_name(const char *name)
 
 /* ---- finishing rows ----------------------------------------------------------------------- */
 
+/* Store one output element: f32 as computed; f16 and bf16 rounded once from the f32 value,
+ * nearest-even, overflowing to +-inf (smattn_store, SPEC 2.6), a NaN as the positive quiet
+ * NaN of SPEC 4.3. An exact zero is +0 (SPEC 4.3). */
 static void put(const smattn_out_tensor *t, int64_t off, float x)
 {
-    opt_st_f32(t->data, off, x + 0.0f); /* an exact zero is +0 (SPEC 4.3); any address */
+    if (t->dtype == SMATTN_F32)
+        opt_st_f32(t->data, off, x + 0.0f); /* an exact zero is +0 (SPEC 4.3); any address */
+    else
+        smattn_store(t->data, t->dtype, off, isnan(x) ? (double)NAN : (double)(x + 0.0f));
 }
 
 static int64_t o_off(const smattn_outputs *out, int64_t b, int64_t i, int64_t h, int64_t c)
@@ -69,7 +75,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
                 x = (float)p->softcap * tanhf(x / (float)p->softcap);
             int vis = 1;
             if (in->bias.data) {
-                float bj = opt_ld_f32(in->bias.data, smattn__off4(in->bias.stride, b, h, i, j));
+                float bj = opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
                 vis = bj != -HUGE_VALF;
                 x += bj;
             }
@@ -122,11 +128,18 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
     /* write, then send the row to the binary64 path if anything was not finite (it
      * rewrites the whole row): one pass, no dependency chain */
     int bad = !isfinite(l);
-    float *o = (float *)out->o.data + o_off(out, b, i, h, 0);
     const int64_t os = out->o.stride[3];
-    if (os == 1) {
-        bad |= job->isa->write_o(o, acc, l, p->Dv);
+    if (out->o.dtype != SMATTN_F32) {
+        /* f16 / bf16: O in f32 in place of the numerators (the same bits as an f32 O),
+         * then rounded once per element */
+        bad |= job->isa->write_o(acc, acc, l, p->Dv);
+        if (!bad)
+            for (int64_t c = 0; c < p->Dv; c++)
+                put(&out->o, o_off(out, b, i, h, c), acc[c]);
+    } else if (os == 1) {
+        bad |= job->isa->write_o((float *)out->o.data + o_off(out, b, i, h, 0), acc, l, p->Dv);
     } else {
+        float *o = (float *)out->o.data + o_off(out, b, i, h, 0);
         for (int64_t c = 0; c < p->Dv; c++) {
             float x = acc[c] / l + 0.0f;
             bad |= !isfinite(x);
@@ -160,7 +173,9 @@ void smattn__opt_finish_softmax_row(const opt_job *job, int64_t b, int64_t h, in
 
 /* ---- validation and plan ------------------------------------------------------------------ */
 
-static int kv_dtype_ok(smattn_dtype t)
+/* The kernel's formats: every input read exactly into binary32 (SPEC 6.1 A1), so f64
+ * inputs (sinks too) are declined; outputs f32, or rounded once from f32 to f16 / bf16. */
+static int dtype_ok(smattn_dtype t)
 {
     return t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
@@ -169,16 +184,15 @@ static smattn_status supported(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out)
 {
     if (p->op == SMATTN_OP_ATTENTION) {
-        if (in->q.dtype != SMATTN_F32 || !kv_dtype_ok(in->k.dtype) || !kv_dtype_ok(in->v.dtype))
+        if (!dtype_ok(in->q.dtype) || !dtype_ok(in->k.dtype) || !dtype_ok(in->v.dtype) ||
+            !dtype_ok(out->o.dtype))
             return SMATTN_ERR_UNSUPPORTED;
-        if (out->o.dtype != SMATTN_F32)
-            return SMATTN_ERR_UNSUPPORTED;
-    } else if (in->x.dtype != SMATTN_F32) {
+    } else if (!dtype_ok(in->x.dtype)) {
         return SMATTN_ERR_UNSUPPORTED;
     }
-    if (in->bias.data && in->bias.dtype != SMATTN_F32)
+    if ((in->bias.data && !dtype_ok(in->bias.dtype)) || (in->sinks.data && !dtype_ok(in->sinks.dtype)))
         return SMATTN_ERR_UNSUPPORTED;
-    if ((out->lse.data && out->lse.dtype != SMATTN_F32) || (out->p.data && out->p.dtype != SMATTN_F32))
+    if ((out->lse.data && !dtype_ok(out->lse.dtype)) || (out->p.data && !dtype_ok(out->p.dtype)))
         return SMATTN_ERR_UNSUPPORTED;
     return SMATTN_OK;
 }

@@ -28,6 +28,14 @@ static inline void opt_st_f32(void *base, int64_t off, float x)
 #define OPT_INLINE
 #endif
 
+/* One element of an f32, f16 or bf16 tensor (bias, X) as f32: exact, both are subsets of
+ * binary32 (SPEC 2.6); the f32 case stays a plain load. */
+static inline float opt_load1(const smattn_tensor *t, int64_t off)
+{
+    return t->dtype == SMATTN_F32 ? opt_ld_f32(t->data, off) /* any address */
+                                  : (float)smattn_load(t->data, t->dtype, off);
+}
+
 /* Key tile: a multiple of every VLEN (1, 8, 16) and of the 2-vector micro-tile. */
 #define OPT_BK 64
 /* Keys per split-K chunk for decode-like shapes (SPEC-free: a performance choice that

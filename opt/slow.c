@@ -1,16 +1,21 @@
 /* slow.c: the optimised kernel's exact-enough path for rare rows: any row whose float32
  * evaluation met a NaN, an infinity or an overflow, empty rows under the mean convention,
  * and softmax rows with sinks. binary64 arithmetic (products of binary32 inputs are exact,
- * scores cannot overflow), every rule of SPEC 3-4, outputs rounded once to binary32. Its
+ * scores cannot overflow), every rule of SPEC 3-4, outputs rounded once to their dtype. Its
  * error is far inside the float32 bound of SPEC 6. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "opt/opt_internal.h"
 
+/* f32 as before; f16 and bf16 rounded once from the binary64 result (SPEC 2.6), a NaN as
+ * the positive quiet NaN (SPEC 4.3). */
 static void put(const smattn_out_tensor *t, int64_t off, double x)
 {
-    opt_st_f32(t->data, off, (float)x + 0.0f); /* any address */
+    if (t->dtype == SMATTN_F32)
+        opt_st_f32(t->data, off, (float)x + 0.0f); /* any address */
+    else
+        smattn_store(t->data, t->dtype, off, isnan(x) ? (double)NAN : x + 0.0);
 }
 
 static void put_lse(const opt_job *job, int64_t b, int64_t h, int64_t i, double x)

@@ -580,7 +580,8 @@ static char *make_f32_cases(void)
     return dir;
 }
 
-/* Every element of OUT_A/name and OUT_B/name (same shape; any float dtype) within tol. */
+/* Every element of OUT_A/name and OUT_B/name (same shape; any float dtype, '<u2' read as
+ * the bfloat16 bits smattn writes) within tol. */
 static void expect_close(const char *a_dir, const char *b_dir, const char *name, double tol)
 {
     smattn_npy a, b;
@@ -592,8 +593,9 @@ static void expect_close(const char *a_dir, const char *b_dir, const char *name,
         ck_assert_int_eq(a.shape[r], b.shape[r]);
     static const smattn_dtype dt[] = {[SMATTN_NPY_F64] = SMATTN_F64,
                                       [SMATTN_NPY_F32] = SMATTN_F32,
-                                      [SMATTN_NPY_F16] = SMATTN_F16};
-    ck_assert(a.type <= SMATTN_NPY_F16 && b.type <= SMATTN_NPY_F16);
+                                      [SMATTN_NPY_F16] = SMATTN_F16,
+                                      [SMATTN_NPY_U16] = SMATTN_BF16};
+    ck_assert(a.type <= SMATTN_NPY_U16 && b.type <= SMATTN_NPY_U16);
     for (int64_t e = 0; e < a.count; e++) {
         double x = smattn_load(a.data, dt[a.type], e), y = smattn_load(b.data, dt[b.type], e);
         ck_assert_msg(fabs(x - y) <= tol, "%s[%lld]: %a vs %a", name, (long long)e, x, y);
@@ -746,6 +748,62 @@ START_TEST(ref_progress_on_a_terminal)
 }
 END_TEST
 
+/* f16 inputs (q, v; x for a softmax) and f16 / bf16 outputs: `smattn opt --dtype` against
+ * the oracle in f64, within an output ulp (|O| <= 1, |LSE| < 8: an ulp of f16 is 2^-8 at
+ * most there, of bf16 2^-5), on every ISA. The opt suite checks the real bound. */
+START_TEST(opt_half_dtypes)
+{
+    NEED_CLI();
+    char *c = path_in(tmp, "half"), *sm = NULL;
+    ck_assert_int_eq(mkdir(c, 0700), 0);
+    c = strdup(c);
+    unsigned seed = 11;
+    put_rand(c, "q.npy", SMATTN_F16, 3, (int64_t[]){5, 4, 8}, &seed);
+    put_rand(c, "k.npy", SMATTN_F32, 3, (int64_t[]){7, 2, 8}, &seed);
+    put_rand(c, "v.npy", SMATTN_F16, 3, (int64_t[]){7, 2, 6}, &seed);
+    put_text(c, "case.json", "{\"causal\": \"lower_right\"}");
+    sm = strdup(path_in(tmp, "halfsm"));
+    ck_assert_int_eq(mkdir(sm, 0700), 0);
+    put_rand(sm, "x.npy", SMATTN_F16, 4, (int64_t[]){1, 3, 2, 9}, &seed);
+    char *ref = strdup(path_in(tmp, "halfref")), *refsm = strdup(path_in(tmp, "halfrefsm"));
+    run_result r = run((const char *[]){"ref", c, ref, "--weights", NULL});
+    ck_assert_msg(r.status == 0, "ref: exit %d: %s", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"ref", sm, refsm, NULL});
+    ck_assert_msg(r.status == 0, "ref: exit %d: %s", r.status, r.err);
+    free_result(&r);
+    static const char *const isas[] = {"scalar", "avx2", "avx512"};
+    static const char *const dts[] = {"f16", "bf16"};
+    for (int k = 0; k < 3; k++)
+        for (int d = 0; d < 2; d++) {
+            if (!smattn_opt_isa_available(isas[k]))
+                continue;
+            char name[64];
+            snprintf(name, sizeof name, "half_%s_%s", isas[k], dts[d]);
+            char *out = strdup(path_in(tmp, name));
+            r = run((const char *[]){"opt", c, out, "--isa", isas[k], "--dtype", dts[d], "--weights", NULL});
+            ck_assert_msg(r.status == 0, "opt --dtype %s: exit %d: %s", dts[d], r.status, r.err);
+            free_result(&r);
+            smattn_npy_type t = d ? SMATTN_NPY_U16 : SMATTN_NPY_F16;
+            double tol = d ? 0x1p-5 : 0x1p-8;
+            check_npy(path_in(out, "o.npy"), t, 3, (int64_t[]){5, 4, 6});
+            check_npy(path_in(out, "lse.npy"), t, 2, (int64_t[]){4, 5});
+            expect_close(out, ref, "o.npy", tol);
+            expect_close(out, ref, "lse.npy", tol);
+            expect_close(out, ref, "p.npy", tol);
+            char *sout = strdup(path_in(out, "sm"));
+            r = run((const char *[]){"opt", sm, sout, "--isa", isas[k], "--dtype", dts[d], NULL});
+            ck_assert_msg(r.status == 0, "opt softmax --dtype %s: exit %d: %s", dts[d], r.status, r.err);
+            free_result(&r);
+            check_npy(path_in(sout, "p.npy"), t, 4, (int64_t[]){1, 3, 2, 9});
+            expect_close(sout, refsm, "p.npy", tol);
+            expect_close(sout, refsm, "lse.npy", tol);
+            free(sout), free(out);
+        }
+    free(c), free(sm), free(ref), free(refsm);
+}
+END_TEST
+
 START_TEST(opt_bad_input)
 {
     NEED_CLI();
@@ -757,7 +815,9 @@ START_TEST(opt_bad_input)
     expect_bad((const char *[]){"opt", f, NULL}, "opt: missing OUT", NULL);
     expect_bad((const char *[]){"opt", f, out, "--isa", "neon", NULL}, "--isa 'neon'", out);
     expect_bad((const char *[]){"opt", f, out, "--isa", NULL}, "--isa needs a value", out);
-    expect_bad((const char *[]){"opt", f, out, "--dtype", "f32", NULL}, "unknown option", out);
+    expect_bad((const char *[]){"opt", f, out, "--dtype", "f64", NULL},
+               "opt: --dtype 'f64': want f32, f16 or bf16", out);
+    expect_bad((const char *[]){"opt", f, out, "--wieghts", NULL}, "unknown option", out);
     expect_bad((const char *[]){"opt", f, out, "--threads", "x", NULL}, "opt: --threads", out);
     expect_bad((const char *[]){"opt", path_in(tmp, "nocase"), out, NULL}, "no such case directory",
                out);
@@ -939,6 +999,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, unreadable_case_dir_named);
     tcase_add_test(tc, opt_matches_ref);
     tcase_add_test(tc, opt_bad_input);
+    tcase_add_test(tc, opt_half_dtypes);
     tcase_add_test(tc, bogus_isa_env_said_once);
     tcase_add_test(tc, ref_progress_on_a_terminal);
     tcase_add_test(tc, version_and_help);

@@ -279,6 +279,29 @@ START_TEST(good_plugin_conforms)
 }
 END_TEST
 
+/* The dtype cases: the built-in kernel takes f16 / bf16 Q, X and outputs and passes them;
+ * a kernel claiming f32 only is not handed them (skipped, and said so). */
+START_TEST(dtype_cases)
+{
+    outcome o = cli("conform", "--only", "dtype", "--json", tmp("d.json"), NULL);
+    ck_assert_msg(o.code == 0, "builtin: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    json_object *r = load_report(tmp("d.json"));
+    ck_assert_int_ge(summary(r, "passed"), 5);
+    ck_assert_int_eq(summary(r, "skipped"), 0);
+    ck_assert_str_eq(field(find_case(r, "dtype/all_bf16"), "status"), "pass");
+    json_object_put(r);
+    o = cli("conform", "--kernel", built("tests/fixtures/fixture_good.so"), "--only", "dtype",
+            "--json", tmp("d.json"), NULL);
+    outcome_free(&o);
+    r = load_report(tmp("d.json"));
+    json_object *c = find_case(r, "dtype/q_f16_out_f16");
+    ck_assert_str_eq(field(c, "status"), "skip");
+    ck_assert_ptr_nonnull(strstr(field(c, "reason"), "Q in f16, not claimed"));
+    json_object_put(r);
+}
+END_TEST
+
 /* ---- reports ----------------------------------------------------------------------------- */
 
 /* A small well-formedness check of XML: one root, balanced tags, quoted attributes, no raw
@@ -517,6 +540,7 @@ Suite *conform_suite(void)
     tcase_add_test(tc, isolation_out_of_bounds_write);
     tcase_add_test(tc, isolation_status);
     tcase_add_test(tc, good_plugin_conforms);
+    tcase_add_test(tc, dtype_cases);
     tcase_add_test(tc, reports_well_formed);
     tcase_add_test(tc, baseline_gate);
     tcase_add_test(tc, gen_check_round_trip);

@@ -59,7 +59,14 @@ typedef struct tcase {
     void *k, *v;
     unsigned char *mask;
     size_t nk, nv;
+    smattn_dtype ot; /* the outputs' dtype; F64 (0, what memset leaves) means F32 */
+    void *half[4];   /* inputs re-encoded in f16 / bf16 (recast) */
 } tcase;
+
+static smattn_dtype out_type(const tcase *c)
+{
+    return c->ot == SMATTN_F64 ? SMATTN_F32 : c->ot;
+}
 
 /* A problem of class cls: 0 prefill (S = T), 1 chunked prefill (S < T), 2 decode (S = 1),
  * 3 small S, 4 S > T. Everything else is drawn from the seed. */
@@ -160,6 +167,25 @@ static void gen(tcase *c, uint64_t seed, int extreme)
 static void gen_free(tcase *c)
 {
     free(c->q), free(c->k), free(c->v), free(c->bias), free(c->mask), free(c->sinks);
+    for (int k = 0; k < 4; k++)
+        free(c->half[k]);
+}
+
+/* Re-encode an f32 input of n elements (Q, X, bias or sinks) in dt, same strides: the
+ * problem's input becomes the rounded values, which the oracle then reads too. */
+static void recast(tcase *c, smattn_tensor *t, size_t n, smattn_dtype dt)
+{
+    if (!t->data || dt == SMATTN_F32)
+        return;
+    int k = 0;
+    while (c->half[k])
+        k++;
+    void *buf = malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++)
+        smattn_store(buf, dt, (int64_t)i, (double)((const float *)t->data)[i]);
+    c->half[k] = buf;
+    t->data = buf;
+    t->dtype = dt;
 }
 
 static void describe(const tcase *c)
@@ -169,16 +195,19 @@ static void describe(const tcase *c)
             "  seed %" PRIu64 " (replay: SMATTN_SEED=%" PRIu64 "): B=%" PRId64 " S=%" PRId64
             " T=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " D=%" PRId64 " Dv=%" PRId64
             " scale=%a softcap=%g causal=%d window=[%" PRId64 ",%" PRId64 "] kv %s q %s "
-            "bias %d mask %d sinks %d kv dtype %s empty %d/%d\n",
+            "bias %d mask %d sinks %d kv dtype %s q %s bias %s out %s empty %d/%d\n",
             c->seed, c->seed, p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv, p->scale, p->softcap,
             (int)p->causal, p->window_left, p->window_right, p->kv_lens ? "lens" : "-",
             p->q_lens ? "lens" : "-", c->bias != NULL, c->mask != NULL, c->sinks != NULL,
-            smattn_dtype_name(c->in.k.dtype), (int)p->empty_rows, (int)p->empty_lse);
+            smattn_dtype_name(c->in.k.dtype),
+            smattn_dtype_name(p->op == SMATTN_OP_ATTENTION ? c->in.q.dtype : c->in.x.dtype),
+            c->bias ? smattn_dtype_name(c->in.bias.dtype) : "-", smattn_dtype_name(out_type(c)),
+            (int)p->empty_rows, (int)p->empty_lse);
 }
 
 /* ---- outputs --------------------------------------------------------------------------- */
 
-/* Compare the kernel's f32 outputs with the oracle's f64 ones under the bound; update the
+/* Compare the kernel's outputs (any dtype) with the oracle's f64 ones under the bound; update the
  * statistics. Returns the number of violations (printed). */
 typedef struct stats {
     double max_ratio, max_ulp_o;
@@ -202,11 +231,12 @@ static int judge(const tcase *c, const outbuf *ref, const outbuf *bnd, const out
     int bad = 0;
     const char *names[3] = {"O", "LSE", "P"};
     const double *e[3] = {ref->o, ref->l, ref->p}, *bd[3] = {bnd->o, bnd->l, bnd->p};
-    const float *g[3] = {got->o, got->l, got->p};
+    const char which[3] = {'o', 'l', 'p'};
     size_t n[3] = {c->p.op == SMATTN_OP_ATTENTION ? ref->no : 0, ref->nl, ref->np};
     for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < n[k]; i++) {
-            double r = smattn_error_ratio((double)g[k][i], e[k][i], bd[k][i]);
+            double gv = outbuf_get(got, which[k], (int64_t)i);
+            double r = smattn_error_ratio(gv, e[k][i], bd[k][i]);
             if (isinf(bd[k][i]) && isfinite(e[k][i]))
                 st->out_of_contract++;
             else
@@ -214,14 +244,14 @@ static int judge(const tcase *c, const outbuf *ref, const outbuf *bnd, const out
             if (r > st->max_ratio && isfinite(r))
                 st->max_ratio = r;
             if (k == 0) {
-                double u = smattn_ulp_error((double)g[k][i], e[k][i], SMATTN_F32);
+                double u = smattn_ulp_error(gv, e[k][i], out_type(c));
                 if (u > st->max_ulp_o && isfinite(u))
                     st->max_ulp_o = u;
             }
             if (!(r <= 1.0)) {
                 if (bad++ < 3)
                     fprintf(stderr, "opt (%s) %s[%zu]: kernel %a oracle %a bound %a ratio %g\n",
-                            isa, names[k], i, (double)g[k][i], e[k][i], bd[k][i], r);
+                            isa, names[k], i, gv, e[k][i], bd[k][i], r);
             }
         }
     if (bad)
@@ -231,7 +261,7 @@ static int judge(const tcase *c, const outbuf *ref, const outbuf *bnd, const out
 
 static int run_opt(const tcase *c, const char *isa, int threads, outbuf *o)
 {
-    outbuf_make(o, &c->p, SMATTN_F32);
+    outbuf_make(o, &c->p, out_type(c));
     smattn_opt_config cfg = {threads, isa};
     smattn_status st = c->p.op == SMATTN_OP_ATTENTION ? smattn_attention(&c->p, &c->in, &o->out, &cfg)
                                                       : smattn_softmax(&c->p, &c->in, &o->out, &cfg);
@@ -240,8 +270,9 @@ static int run_opt(const tcase *c, const char *isa, int threads, outbuf *o)
 
 static int same_bits(const outbuf *a, const outbuf *b)
 {
-    return memcmp(a->o, b->o, a->no * 4) == 0 && memcmp(a->l, b->l, a->nl * 4) == 0 &&
-           memcmp(a->p, b->p, a->np * 4) == 0;
+    size_t es = smattn_dtype_size(a->t);
+    return a->t == b->t && memcmp(a->o, b->o, a->no * es) == 0 &&
+           memcmp(a->l, b->l, a->nl * es) == 0 && memcmp(a->p, b->p, a->np * es) == 0;
 }
 
 /* The whole check of one problem: oracle, bound, every ISA, threads 1/2/3 and a repeat. */
@@ -264,7 +295,7 @@ static int check_case(tcase *c, stats *st)
     }
     smattn_precision pm = smattn_opt_precision(&c->p);
     outbuf fmt;
-    outbuf_make(&fmt, &c->p, SMATTN_F32);
+    outbuf_make(&fmt, &c->p, out_type(c)); /* the output rounding of SPEC 6.1 A6 */
     s = smattn_bound(&c->p, &c->in, &pm, &fmt.out, &bnd.out);
     outbuf_free(&fmt);
     if (s) {
@@ -620,6 +651,113 @@ START_TEST(opt_softmax_within_bound)
 }
 END_TEST
 
+/* f16 / bf16 Q (or X), bias, sinks and outputs: for each case, every ISA, threads 1/2/3
+ * bitwise and within the bound for the output dtype (check_case); and a half output is
+ * the f32 output rounded once (nearest-even), element for element. */
+static int rounded_once(const tcase *c)
+{
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        if (!smattn_opt_isa_available(isas[k]))
+            continue;
+        tcase c32 = *c;
+        c32.ot = SMATTN_F32;
+        outbuf f, h;
+        int s1 = run_opt(&c32, isas[k], 2, &f), s2 = run_opt(c, isas[k], 2, &h);
+        const char which[3] = {'o', 'l', 'p'};
+        const size_t n[3] = {c->p.op == SMATTN_OP_ATTENTION ? f.no : 0, f.nl, f.np};
+        int diff = s1 || s2;
+        for (int w = 0; w < 3 && !diff; w++)
+            for (size_t i = 0; i < n[w] && !diff; i++) {
+                double x = outbuf_get(&f, which[w], (int64_t)i), y = outbuf_get(&h, which[w], (int64_t)i);
+                uint16_t want, got;
+                smattn_store(&want, h.t, 0, x);
+                smattn_store(&got, h.t, 0, y);
+                if (want != got && !(isnan(x) && isnan(y))) {
+                    fprintf(stderr, "opt (%s) %c[%zu] in %s: %a, the f32 output rounds to %a\n",
+                            isas[k], which[w], i, smattn_dtype_name(h.t), y,
+                            smattn_load(&want, h.t, 0));
+                    diff = 1;
+                }
+            }
+        if (diff)
+            describe(c);
+        bad += diff;
+        outbuf_free(&f), outbuf_free(&h);
+    }
+    return bad;
+}
+
+START_TEST(opt_half_dtypes)
+{
+    static const smattn_dtype dt[3] = {SMATTN_F32, SMATTN_F16, SMATTN_BF16};
+    stats st;
+    memset(&st, 0, sizeof st);
+    int fails = 0, n = 0;
+    for (int a = 0; a < 9; a++) { /* random problems: Q x output dtypes, bias, sinks, K/V */
+        tcase c;
+        gen(&c, 12000 + (uint64_t)a, 0);
+        smattn_problem *p = &c.p;
+        c.ot = dt[(a / 3) % 3];
+        if (!c.bias) { /* [B,1,S,T] as gen draws it (-inf in a tenth) */
+            xorshift r = {77 + (uint64_t)a};
+            size_t nb = (size_t)(p->B * p->S * p->T);
+            c.bias = malloc(nb * sizeof(float));
+            for (size_t i = 0; i < nb; i++)
+                c.bias[i] = pick(&r, 10) == 0 ? -HUGE_VALF : (float)(unif(&r) - 0.5);
+            c.in.bias = (smattn_tensor){c.bias, SMATTN_F32, {p->S * p->T, 0, p->T, 1}};
+        }
+        recast(&c, &c.in.q, (size_t)(p->B * p->S * p->Hq * p->D), dt[a % 3]);
+        recast(&c, &c.in.bias, (size_t)(p->B * p->S * p->T), dt[(a + 1) % 3]);
+        recast(&c, &c.in.sinks, (size_t)p->Hq, dt[(a + 2) % 3]);
+        fails += check_case(&c, &st) != 0, n++;
+        if (c.ot != SMATTN_F32)
+            fails += rounded_once(&c) != 0;
+        gen_free(&c);
+    }
+    for (int a = 0; a < 4; a++) { /* transposed-tile scores with split keys; split-K decode */
+        tcase c;
+        if (a < 2) /* the split needs T > 1024 and at most 256 rows */
+            gen_shape(&c, 12100 + (uint64_t)a, 16, 1030, 2, 1, 32, dt[a + 1],
+                      SMATTN_CAUSAL_LOWER_RIGHT, 200, 1, 0);
+        else
+            gen_shape(&c, 12100 + (uint64_t)a, 1, 1030, 7, 1, 32, dt[a - 1], SMATTN_CAUSAL_NONE, -1,
+                      1, 0);
+        c.ot = dt[2 - a % 2];
+        recast(&c, &c.in.q, (size_t)(c.p.S * c.p.Hq * c.p.D), dt[1 + a % 2]);
+        fails += check_case(&c, &st) != 0, n++;
+        fails += rounded_once(&c) != 0;
+        gen_free(&c);
+    }
+    for (int a = 0; a < 6; a++) { /* softmax: X and outputs */
+        xorshift r = {4321 + (uint64_t)a};
+        tcase c;
+        memset(&c, 0, sizeof c);
+        c.seed = 4321 + (uint64_t)a;
+        c.p = smattn_problem_default();
+        c.p.op = SMATTN_OP_SOFTMAX;
+        c.p.B = 1 + pick(&r, 2), c.p.Hq = 1 + pick(&r, 3), c.p.S = 1 + pick(&r, 6);
+        c.p.T = 1 + pick(&r, 200);
+        c.p.scale = 0.5 + unif(&r);
+        c.p.causal = (smattn_causal)pick(&r, 3);
+        size_t nx = (size_t)(c.p.B * c.p.Hq * c.p.S * c.p.T);
+        c.q = malloc(nx * 4);
+        for (size_t i = 0; i < nx; i++)
+            c.q[i] = pick(&r, 20) == 0 ? -HUGE_VALF : (float)(8 * unif(&r) - 4);
+        c.in.x = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        smattn_contiguous_strides(&c.p, 'x', c.in.x.stride);
+        recast(&c, &c.in.x, nx, dt[a % 3]);
+        c.ot = dt[(a + 1) % 3];
+        fails += check_case(&c, &st) != 0, n++;
+        if (c.ot != SMATTN_F32)
+            fails += rounded_once(&c) != 0;
+        gen_free(&c);
+    }
+    report("f16/bf16 inputs and outputs", &st);
+    ck_assert_msg(fails == 0, "%d of %d f16/bf16 problems failed", fails, n);
+}
+END_TEST
+
 START_TEST(opt_rejects)
 {
     tcase c;
@@ -631,6 +769,13 @@ START_TEST(opt_rejects)
     outbuf_make(&o, &c.p, SMATTN_F32);
     smattn_opt_config bad = {0, "no-such-isa"};
     ck_assert_int_eq(smattn_attention(&c.p, &c.in, &o.out, &bad), SMATTN_ERR_OPTION);
+    /* binary64 sinks: not read exactly into binary32 (SPEC 6.1 A1), so declined */
+    double sk[64];
+    for (int k = 0; k < 64; k++)
+        sk[k] = 0.1 * k;
+    smattn_inputs in64 = c.in;
+    in64.sinks = (smattn_tensor){sk, SMATTN_F64, {1}};
+    ck_assert_int_eq(smattn_attention(&c.p, &in64, &o.out, NULL), SMATTN_ERR_UNSUPPORTED);
     smattn_problem p = c.p;
     p.Hkv = 3 * p.Hq + 1;
     ck_assert_int_eq(smattn_attention(&p, &c.in, &o.out, NULL), smattn_validate(&p, &c.in, &o.out));
@@ -737,6 +882,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_decode_kv_heads);
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_softmax_within_bound);
+    tcase_add_test(tc, opt_half_dtypes);
     tcase_add_test(tc, opt_rejects);
     tcase_add_test(tc, opt_concurrent_callers);
     tcase_add_test(tc, opt_exp_le0_same_bits);
