@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "conform/conform.h"
 
 /* The installed data directory (make install puts the golden vectors in
  * $(SMATTN_DATADIR)/vectors); mk/install.mk sets it from PREFIX. */
@@ -103,43 +104,11 @@ void cli_check_isa_env(void)
     cli_error(NULL, msg);
 }
 
-static int is_dir(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* The golden vectors: next to the executable (build/smattn -> spec/vectors in the source
  * tree; bin/smattn -> share/smattn/vectors in an installed tree), in SMATTN_DATADIR/vectors,
  * or under $SMATTN_ROOT (first found wins; `smattn conform`, `gen` and `demo` share it).
  * 0 with the directory in out, or -1 with where it looked. */
 int cli_find_vectors(char *out, size_t cap, char *looked, size_t lcap)
 {
-    char cand[4][1100];
-    int n = 0;
-    char exe[1024];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(cand[n++], sizeof cand[0], "%s/../spec/vectors", exe);
-            snprintf(cand[n++], sizeof cand[0], "%s/../share/smattn/vectors", exe);
-        }
-    }
-    snprintf(cand[n++], sizeof cand[0], "%s/vectors", SMATTN_DATADIR);
-    const char *root = getenv("SMATTN_ROOT");
-    if (root)
-        snprintf(cand[n++], sizeof cand[0], "%s/spec/vectors", root);
-    looked[0] = '\0';
-    for (int k = 0; k < n; k++) {
-        if (is_dir(cand[k])) {
-            snprintf(out, cap, "%.1000s", cand[k]);
-            return 0;
-        }
-        size_t l = strlen(looked);
-        snprintf(looked + l, lcap - l, "%s%.250s", k ? ", " : "", cand[k]);
-    }
-    return -1;
+    return conform_find_data("vectors", out, cap, looked, lcap);
 }

@@ -464,59 +464,7 @@ static int is_dir(const char *p)
     return d != NULL;
 }
 
-/* spec/vectors next to the executable (build/smattn -> spec/vectors), under SMATTN_ROOT,
- * or in the working directory. */
-static int find_vectors(char *out, size_t cap)
-{
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(out, cap, "%s/../spec/vectors", exe);
-            if (is_dir(out))
-                return 0;
-        }
-    }
-    const char *root = getenv("SMATTN_ROOT");
-    if (root) {
-        snprintf(out, cap, "%s/spec/vectors", root);
-        if (is_dir(out))
-            return 0;
-    }
-    snprintf(out, cap, "spec/vectors");
-    return is_dir(out) ? 0 : -1;
-}
-
 /* ---- regressions: fuzzer finds, as case directories (conform/regressions/README.md) --- */
-
-/* conform/regressions next to the executable (build/smattn -> conform/regressions), under
- * SMATTN_ROOT, or in the working directory. */
-static int find_regressions(char *out, size_t cap)
-{
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(out, cap, "%s/../conform/regressions", exe);
-            if (is_dir(out))
-                return 0;
-        }
-    }
-    const char *root = getenv("SMATTN_ROOT");
-    if (root) {
-        snprintf(out, cap, "%s/conform/regressions", root);
-        if (is_dir(out))
-            return 0;
-    }
-    snprintf(out, cap, "conform/regressions");
-    return is_dir(out) ? 0 : -1;
-}
 
 /* Every case directory under dir (sorted), as category "regressions" with garbage in its
  * invisible slots (fuzz_plugin runs each problem clean and with garbage beyond kv_lens).
@@ -913,11 +861,11 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     }
     if (vectors_dir && !vectors_dir[0]) {
         /* "": no golden vectors (smattn conform --no-vectors) */
-    } else if (vectors_dir || find_vectors(vdir, sizeof vdir) == 0) {
+    } else if (vectors_dir || conform_find_data("vectors", vdir, sizeof vdir, NULL, 0) == 0) {
         add_vectors(&bd, vdir);
     }
     char rdir[1100];
-    if (find_regressions(rdir, sizeof rdir) == 0 && add_regressions(&bd, rdir, err, errlen)) {
+    if (conform_find_data("regressions", rdir, sizeof rdir, NULL, 0) == 0 && add_regressions(&bd, rdir, err, errlen)) {
         conform_battery_free(b);
         return -1;
     }

@@ -128,6 +128,13 @@ typedef struct conform_battery {
     size_t n, cap;
 } conform_battery;
 
+/* The checker's data, "vectors" (spec/vectors) or "regressions" (conform/regressions), first
+ * found of: next to the executable in a source tree (build/smattn -> ../spec/vectors), next
+ * to it in an installed tree (bin/smattn -> ../share/smattn/vectors), SMATTN_DATADIR/what
+ * (compiled in: make install's share/smattn), $SMATTN_ROOT/<source path>. 0 with the
+ * directory in out, or -1 with the places looked at in `looked` (datadir.c). */
+int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap);
+
 /* Build the suite "quick" or "full" for a seed; golden vectors come from vectors_dir
  * ("": none; NULL: found next to the executable or in the working directory, none found
  * being no error here: the CLI locates them and makes that one). 0, or -1 with err. */

@@ -54,8 +54,10 @@ $(BUILD)/installdirs.txt: FORCE
 	  (cmp -s $@.tmp $@ || mv $@.tmp $@); rm -f $@.tmp
 .PHONY: FORCE
 FORCE:
-$(call obj,$(CLI_SRC) $(CONFORM_SRC)): $(BUILD)/datadir.txt
-$(call obj,$(CLI_SRC) $(CONFORM_SRC)): CFLAGS_BASE += -DSMATTN_DATADIR='"$(PKGDATADIR)"'
+$(call obj,$(CLI_SRC) $(CONFORM_SRC)) $(patsubst %.c,$(BUILD)/pic/%.o,$(CONFORM_SRC)): \
+  $(BUILD)/datadir.txt
+$(call obj,$(CLI_SRC) $(CONFORM_SRC)) $(patsubst %.c,$(BUILD)/pic/%.o,$(CONFORM_SRC)): \
+  CFLAGS_BASE += -DSMATTN_DATADIR='"$(PKGDATADIR)"'
 
 # ---- smattn.pc ------------------------------------------------------------------------
 # Libs.private rather than Requires.private: mpfr.pc is not shipped everywhere MPFR is (it
@@ -80,6 +82,8 @@ $(BUILD)/smattn.pc: VERSION $(BUILD)/installdirs.txt mk/install.mk
 # (`install-python::` in its own .mk) without touching this file.
 MANPAGES := man/smattn.1 man/smattn.3
 VECTORS  := $(wildcard spec/vectors/*.json) spec/vectors/README.md
+# the battery's fuzzer finds (conform/regressions/<case>/), found by the installed smattn
+REGRESSIONS := $(patsubst %/,%,$(dir $(wildcard conform/regressions/*/case.json)))
 DOCS     := README.md CHANGELOG.md LICENSE spec/SPEC.md examples/example_kernel.c
 
 # One after the other, so that the directory lists below are exact: install-c first (lib/
@@ -123,6 +127,8 @@ install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
 	$(INSTALL) -m 644 include/smattn.h include/smattn_kernel.h '$(DESTDIR)$(INCLUDEDIR)/'; \
 	$(INSTALL) -m 644 $(BUILD)/smattn.pc '$(DESTDIR)$(PKGCONFIGDIR)/'; \
 	$(INSTALL) -m 644 $(VECTORS) '$(DESTDIR)$(PKGDATADIR)/vectors/'; \
+	for d in $(REGRESSIONS); do $(INSTALL) -d '$(DESTDIR)$(PKGDATADIR)/regressions/'$${d##*/}; \
+	  $(INSTALL) -m 644 $$d/* '$(DESTDIR)$(PKGDATADIR)/regressions/'$${d##*/}/; done; \
 	for m in $(MANPAGES); do \
 	  sed -e 's|/usr/local/share/smattn|$(PKGDATADIR)|g' -e 's|/usr/local/share/doc/smattn|$(DOCDIR)|g' \
 	    -e '/^\.TH /s|"smattn [^"]*"|"smattn $(VERSION)"|' $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \

@@ -92,6 +92,11 @@ from=$(echo "$conf" | sed -n 's/^golden vectors: [0-9]* ran from //p')
 [ "$(cd "$from" 2>/dev/null && pwd -P)" = "$(cd "$P/share/smattn/vectors" && pwd -P)" ] ||
     fail "the installed smattn conform took its vectors from '$from', not $PREFIX/share/smattn/vectors"
 nvec=$(ls "$P/share/smattn/vectors/"*.json | wc -l)
+# the fuzzer finds (conform/regressions) are installed and run too: a category never vanishes
+nreg=$(ls -d "$P/share/smattn/regressions/"*/ 2>/dev/null | wc -l)
+ran_reg=$(echo "$conf" | awk '$1 == "regressions" && $2 ~ /^[0-9]+$/ {print $2}')
+[ "$nreg" -gt 0 ] && [ "${ran_reg:-0}" = "$nreg" ] ||
+    fail "the installed smattn conform ran ${ran_reg:-0} regressions cases, not the $nreg of $PREFIX/share/smattn/regressions"
 if [ "${golden:-0}" = "$nvec" ]; then
     echo "test_install: installed smattn conform --suite quick found its $nvec golden vectors: $(echo "$conf" | tail -1)"
 else
