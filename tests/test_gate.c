@@ -192,9 +192,15 @@ static void expect_no_survivors(void)
             break;
         s = end + (*end == '\n');
         seen++;
-        char path[64];
+        /* Not slurp(): a /proc file has size 0 to fseek/ftell, so read it as a stream. */
+        char path[64], st[512] = "";
         snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        char *st = slurp(path);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            size_t got = fread(st, 1, sizeof st - 1, f);
+            st[got] = '\0';
+            fclose(f);
+        }
         const char *rp = strrchr(st, ')');
         if (rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X') {
             alive++;
@@ -202,7 +208,6 @@ static void expect_no_survivors(void)
                      pid);
             kill((pid_t)pid, SIGKILL);
         }
-        free(st);
     }
     free(text);
     ck_assert_msg(seen > 0, "the fixture recorded no process (SMATTN_FIXTURE_PIDS)");
@@ -334,6 +339,56 @@ START_TEST(output_captured_per_case)
     json_object_put(r);
     expect_no_survivors();
     outcome_free(&o);
+}
+END_TEST
+
+/* The checker itself killed (a CI job's timeout, Ctrl-C) while a case blocks with every
+ * catchable signal ignored and two grandchildren (one in its own session): it takes the
+ * case's processes with it and dies of that signal. */
+static void killed_mid_case(int sig)
+{
+    record_pids();
+    const char *argv[] = {getenv("SMATTN_CLI"), "conform", "--kernel", fixture("stubborn"),
+                          "--only", "shapes/s3_t7_d3", "--case-timeout", "60", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, tmp("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ),
+                     0);
+    posix_spawn_file_actions_destroy(&fa);
+    /* The describe child, the case's process and its two grandchildren: 4 pids. */
+    int lines = 0;
+    for (int k = 0; k < 200 && lines < 4; k++) {
+        struct timespec ms50 = {0, 50000000};
+        nanosleep(&ms50, NULL);
+        char *text = slurp(tmp("pids.txt"));
+        lines = count(text, "\n");
+        free(text);
+    }
+    ck_assert_msg(lines >= 4, "the case did not start (%d pids recorded)", lines);
+    struct timespec ms300 = {0, 300000000};
+    nanosleep(&ms300, NULL);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(kill(pid, sig), 0);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    expect_no_survivors(); /* first: it kills what survived */
+    ck_assert_msg(WIFSIGNALED(ws) && WTERMSIG(ws) == sig, "status 0x%x, want death by signal %d",
+                  ws, sig);
+    ck_assert_msg(t1.tv_sec - t0.tv_sec < 5, "took %lld s to die", (long long)(t1.tv_sec - t0.tv_sec));
+}
+
+START_TEST(checker_killed_takes_the_case_along)
+{
+    killed_mid_case(SIGTERM);
+    killed_mid_case(SIGINT);
+    killed_mid_case(SIGHUP);
+    /* The case's time limit does not lean on the plugin's SIGALRM: the parent kills. */
+    expect_case_failure("stubborn", "hang: the kernel did not return within 0.3 s (killed)");
 }
 END_TEST
 
@@ -713,6 +768,7 @@ Suite *gate_suite(void)
     tcase_add_test(tc, precision_blocks);
     tcase_add_test(tc, grandchildren_and_kill_zero);
     tcase_add_test(tc, output_captured_per_case);
+    tcase_add_test(tc, checker_killed_takes_the_case_along);
     suite_add_tcase(s, tc);
     tc = tcase_create("baseline");
     tcase_set_timeout(tc, 120);
