@@ -342,6 +342,43 @@ START_TEST(output_captured_per_case)
 }
 END_TEST
 
+/* A precision hook that blocks on every problem: unloadable under the describe limit,
+ * not a case time limit per case. A kernel that hangs on every case: the run stops after
+ * 3 hangs in a row, the rest not run, exit 1, in seconds. */
+START_TEST(blocking_everywhere_stops_early)
+{
+    record_pids();
+    outcome o = cli("conform", "--kernel", fixture("prec_hang_all"), "--describe-timeout", "0.3",
+                    "--case-timeout", "0.3", NULL);
+    ck_assert_msg(o.code == 2, "prec_hang_all: exit %d; stdout %.300s stderr %s", o.code, o.out,
+                  o.err);
+    ck_assert_msg(strstr(o.err, "cannot be loaded: ") &&
+                      strstr(o.err, "no answer within 0.3 s in smattn_plugin_precision"),
+                  "stderr '%s'", o.err);
+    ck_assert_msg(o.seconds < 10, "took %.1f s", o.seconds);
+    expect_no_survivors();
+    outcome_free(&o);
+    record_pids();
+    o = cli("conform", "--kernel", fixture("hang_all"), "--case-timeout", "0.2", "--json",
+            tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 1, "hang_all: exit %d; stdout %.300s stderr %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.out, "stopped: 3 cases in a row hung; the rest were not run and the "
+                                "kernel is reported not conforming"),
+                  "%s", o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING"));
+    ck_assert_msg(o.seconds < 10, "took %.1f s", o.seconds);
+    json_object *r = load_json(tmp("r.json")), *s, *v;
+    ck_assert(json_object_object_get_ex(r, "summary", &s));
+    ck_assert(json_object_object_get_ex(s, "failed", &v));
+    ck_assert_int_eq(json_object_get_int64(v), 3);
+    ck_assert(json_object_object_get_ex(s, "passed", &v));
+    ck_assert_int_eq(json_object_get_int64(v), 0);
+    json_object_put(r);
+    expect_no_survivors();
+    outcome_free(&o);
+}
+END_TEST
+
 /* The checker itself killed (a CI job's timeout, Ctrl-C) while a case blocks with every
  * catchable signal ignored and two grandchildren (one in its own session): it takes the
  * case's processes with it and dies of that signal. */
@@ -769,6 +806,7 @@ Suite *gate_suite(void)
     tcase_add_test(tc, grandchildren_and_kill_zero);
     tcase_add_test(tc, output_captured_per_case);
     tcase_add_test(tc, checker_killed_takes_the_case_along);
+    tcase_add_test(tc, blocking_everywhere_stops_early);
     suite_add_tcase(s, tc);
     tc = tcase_create("baseline");
     tcase_set_timeout(tc, 120);
