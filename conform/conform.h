@@ -264,7 +264,9 @@ int conform_baseline_check(const char *path, char *err, size_t errlen);
 void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
                               int roundoff_only, char *out, size_t cap);
 /* --require-precision: the declared model and every case's model against that of format
- * t (smattn_precision_of): fills rep->required, precision_failures and precision_text. */
+ * t (smattn_precision_of) in u_score, u_acc, u_p, exp_ulps and tiny (up to the format's
+ * smallest normal: flushing to zero is allowed); blocks and acc_len are the algorithm's,
+ * not judged here. Fills rep->required, precision_failures and precision_text. */
 void conform_require_precision(conform_report *rep, smattn_dtype t);
 /* "empty rows zero, empty LSE neg_inf; claims causal_lower_right, ..." into out. */
 void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t cap);

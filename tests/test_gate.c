@@ -512,6 +512,21 @@ START_TEST(require_precision)
             ck_assert_ptr_nonnull(strstr(o.out, "PRECISION the declared model is looser than f"));
         outcome_free(&o);
     }
+    /* Every field of the arithmetic: exp_ulps and tiny too (flushing to zero allowed). */
+    static const struct {
+        const char *mode, *needle;
+    } field_of[3] = {{"wide_exp", "exp_ulps 1e+05 > 4"},
+                     {"big_tiny", "tiny 1e-30 > 1.18e-38 (the format's smallest normal)"},
+                     {"ftz", NULL}};
+    for (int k = 0; k < 3; k++) {
+        o = cli("conform", "--kernel", fixture(field_of[k].mode), "--only", "shapes/",
+                "--require-precision", "f32", NULL);
+        ck_assert_msg(o.code == (field_of[k].needle ? 1 : 0), "%s: exit %d: %s", field_of[k].mode,
+                      o.code, o.out);
+        if (field_of[k].needle)
+            ck_assert_msg(strstr(o.out, field_of[k].needle), "%s: %s", field_of[k].mode, o.out);
+        outcome_free(&o);
+    }
     o = cli("conform", "--require-precision", "f64", NULL);
     ck_assert_int_eq(o.code, 2);
     outcome_free(&o);
