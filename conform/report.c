@@ -726,14 +726,26 @@ int conform_baseline_check(const char *path, char *err, size_t errlen)
         return -1;
     }
     fclose(f);
-    json_object *root = json_object_from_file(path), *cases;
+    json_object *root = json_object_from_file(path), *cases, *bp;
     int ok = root && json_object_object_get_ex(root, "cases", &cases) &&
              json_object_is_type(cases, json_type_array);
+    /* Without the declared model the precision gate would be off, silently: refuse. */
+    smattn_precision p0;
+    char perr[300];
+    int has_pm = ok && json_object_object_get_ex(root, "precision", &bp) &&
+                 !pm_from_json(bp, &p0) && !conform_precision_check(&p0, "", perr, sizeof perr);
     if (root)
         json_object_put(root);
     if (!ok) {
         snprintf(err, errlen,
                  "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
+        return -1;
+    }
+    if (!has_pm) {
+        snprintf(err, errlen,
+                 "baseline %s has no valid precision model (written by an older smattn, or "
+                 "edited?): regenerate it",
+                 path);
         return -1;
     }
     return 0;

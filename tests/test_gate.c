@@ -491,6 +491,19 @@ START_TEST(baseline_precision)
                                 "baseline's in u_acc"),
                   "%s", o.out);
     outcome_free(&o);
+    /* A baseline without the declared model (older, or edited): refused, not a gate off. */
+    r = load_json(tmp("b2.json"));
+    json_object_object_del(r, "precision");
+    ck_assert_int_eq(json_object_to_file(tmp("b4.json"), r), 0);
+    json_object_put(r);
+    o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--baseline",
+            tmp("b4.json"), NULL);
+    ck_assert_msg(o.code == 2, "no model: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.err, "b4.json has no valid precision model (written by an older "
+                                "smattn, or edited?): regenerate it"),
+                  "%s", o.err);
+    ck_assert_str_eq(o.out, ""); /* refused before the run */
+    outcome_free(&o);
 }
 END_TEST
 
