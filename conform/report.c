@@ -187,6 +187,26 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
 
 #define MAX_CATEGORIES 64
 
+/* s for a text report, control characters escaped ("\\n", "\\x1b"): names and text that
+ * come from the plugin must not forge lines of a CI log or drive a terminal. */
+static const char *clean(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (; s && *s && o + 5 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\n')
+            o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (ch == '\t')
+            o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (ch < 0x20 || ch == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
+        else
+            buf[o++] = (char)ch;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 /* What the kernel printed during a failed case, indented and marked as its output. */
 static void print_output(FILE *f, const char *out)
 {
@@ -195,7 +215,9 @@ static void print_output(FILE *f, const char *out)
     fprintf(f, "       the kernel's output:\n");
     for (const char *s = out; *s;) {
         size_t n = strcspn(s, "\n");
-        fprintf(f, "       | %.*s\n", (int)n, s);
+        char line[CONFORM_OUTPUT_SHOWN + 1], esc[4 * CONFORM_OUTPUT_SHOWN + 8];
+        snprintf(line, sizeof line, "%.*s", (int)n, s);
+        fprintf(f, "       | %s\n", clean(line, esc, sizeof esc));
         s += n + (s[n] == '\n');
     }
 }
@@ -204,8 +226,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
 {
     category cat[MAX_CATEGORIES];
     size_t nc = categories(rep, cat, MAX_CATEGORIES);
-    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n", rep->kernel_name, rep->kernel_version,
-            rep->kernel_path, rep->suite, (unsigned long long)rep->seed);
+    char name[300], version[300], path[1200];
+    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n", clean(rep->kernel_name, name, sizeof name),
+            clean(rep->kernel_version, version, sizeof version),
+            clean(rep->kernel_path, path, sizeof path), rep->suite, (unsigned long long)rep->seed);
     char pm[300];
     pm_str(&rep->precision, pm, sizeof pm);
     fprintf(f, "precision model%s: %s\n",
@@ -231,7 +255,9 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "failures:\n");
         for (size_t k = 0; k < rep->n; k++)
             if (rep->results[k].status == CONFORM_FAIL) {
-                fprintf(f, "  FAIL %s: %s\n", rep->results[k].name, rep->results[k].reason);
+                char why[sizeof rep->results[k].reason * 4];
+                fprintf(f, "  FAIL %s: %s\n", rep->results[k].name,
+                        clean(rep->results[k].reason, why, sizeof why));
                 print_output(f, rep->results[k].output);
             }
         fprintf(f, "\n");
@@ -269,7 +295,7 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "skipped: %zu not claimed by the kernel or declined by it%s",
                 t.skipped - not_run, not_run ? "" : "\n");
     if (not_run)
-        fprintf(f, ", %zu not run (the --time budget ran out)\n", not_run);
+        fprintf(f, ", %zu not run (the --time budget ran out, or the run stopped)\n", not_run);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */

@@ -429,6 +429,23 @@ START_TEST(checker_killed_takes_the_case_along)
 }
 END_TEST
 
+/* Text from the plugin (its name, its output) reaches the text report escaped: no forged
+ * line of a CI log, no terminal escape. */
+START_TEST(plugin_text_escaped)
+{
+    outcome o = cli("conform", "--kernel", fixture("evilname"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 1, "exit %d: %s", o.code, o.out);
+    ck_assert_msg(!strchr(o.out, '\x1b'), "an escape character reached stdout: %s", o.out);
+    ck_assert_msg(!strstr(o.out, "\n::error::"), "a forged line: %s", o.out);
+    ck_assert_msg(strstr(o.out, "kernel evil\\n::error::forged\\x1b[31m 1 ("), "%s", o.out);
+    ck_assert_msg(strstr(o.out, "| \\x1b[32mverdict: CONFORMING\\x1b[0m") ||
+                      strstr(o.out, "| ?[32mverdict: CONFORMING?[0m"),
+                  "%s", o.out);
+    ck_assert_int_eq(count(o.out, "verdict: "), 2); /* the real one and the escaped output */
+    outcome_free(&o);
+}
+END_TEST
+
 /* ---- 4. a baseline that tracks what was checked ---------------------------------------- */
 
 static const char *const ONLY = "shapes/,causal/"; /* 14 small cases */
@@ -835,6 +852,7 @@ Suite *gate_suite(void)
     tcase_add_test(tc, output_captured_per_case);
     tcase_add_test(tc, checker_killed_takes_the_case_along);
     tcase_add_test(tc, blocking_everywhere_stops_early);
+    tcase_add_test(tc, plugin_text_escaped);
     suite_add_tcase(s, tc);
     tc = tcase_create("baseline");
     tcase_set_timeout(tc, 120);
