@@ -30,6 +30,8 @@
 #define CONFORM_CASE_TIMEOUT 10.0
 /* A run stops after this many cases in a row hung (each costs the case time limit). */
 #define CONFORM_MAX_HANGS 3
+/* REGRESSION lines printed in the text report (the JSON report has them all). */
+#define CONFORM_REGRESSIONS_SHOWN 20
 /* Time limit (seconds) of loading a plugin and calling its describe, in a child. */
 #define CONFORM_DESCRIBE_TIMEOUT 10.0
 /* A plugin's stdout and stderr during a case: a capture file of at most this many bytes

@@ -84,6 +84,13 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
+    uint32_t known = (SMATTN_CAP_SINK_IN_MAX << 1) - 1u; /* the highest bit this smattn knows */
+    if (info->caps & ~known) {
+        snprintf(err, errlen,
+                 "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,
+                 (unsigned)(info->caps & ~known));
+        return -1;
+    }
     if (info->max_head_dim < 0) {
         snprintf(err, errlen, "%s: max_head_dim %lld is negative", who,
                  (long long)info->max_head_dim);

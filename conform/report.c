@@ -38,13 +38,15 @@ int conform_report_conforming(const conform_report *rep)
 typedef struct category {
     const char *name;
     size_t cases, passed, failed, skipped;
-    double max_ratio, max_ulp; /* over the cases that ran (passed + failed) */
+    size_t judged;             /* cases whose outputs were compared (not crashed, not skipped) */
+    double max_ratio, max_ulp; /* over the cases judged */
 } category;
 
-/* A category's figure, or "-" when none of its cases ran (0 would claim a perfect score). */
+/* A category's figure, or "-" when none of its cases was judged (all skipped, or crashed,
+ * hung, ...: 0 would claim a perfect score). */
 static const char *figure(const category *c, double x, char *buf, size_t cap)
 {
-    if (c->passed + c->failed == 0)
+    if (c->judged == 0)
         return "-";
     snprintf(buf, cap, "%.4g", x);
     return buf;
@@ -177,7 +179,8 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
         cat[c].passed += r->status == CONFORM_PASS;
         cat[c].failed += r->status == CONFORM_FAIL;
         cat[c].skipped += r->status == CONFORM_SKIP;
-        if (r->status != CONFORM_SKIP) {
+        if (r->status != CONFORM_SKIP && r->elements > 0) {
+            cat[c].judged++;
             cat[c].max_ratio = fmax(cat[c].max_ratio, r->max_ratio);
             cat[c].max_ulp = fmax(cat[c].max_ulp, r->max_ulp);
         }
@@ -270,14 +273,28 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "--require-precision %s: the model is within it\n", rep->required);
     }
     if (rep->baseline_path) {
-        if (rep->regressions)
+        if (rep->regressions) {
             fprintf(f,
                     "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f), a "
                     "pass turned into a failure, a skip or a missing case, or a looser "
-                    "precision model)\n%s\n",
+                    "precision model)\n",
                     rep->baseline_path, rep->regressions, CONFORM_BASELINE_FACTOR,
-                    CONFORM_BASELINE_SLACK, rep->regression_text ? rep->regression_text : "");
-        else
+                    CONFORM_BASELINE_SLACK);
+            /* The first CONFORM_REGRESSIONS_SHOWN lines; all of them are in the JSON. */
+            const char *s = rep->regression_text ? rep->regression_text : "";
+            size_t shown = 0, lines = 0;
+            for (const char *q = s; *q; q++)
+                lines += *q == '\n';
+            while (*s && shown < CONFORM_REGRESSIONS_SHOWN) {
+                size_t n = strcspn(s, "\n");
+                fprintf(f, "%.*s\n", (int)n, s);
+                s += n + (s[n] == '\n');
+                shown++;
+            }
+            if (lines > shown)
+                fprintf(f, "  ... and %zu more (the JSON report lists them all)\n", lines - shown);
+            fprintf(f, "\n");
+        } else
             fprintf(f, "baseline %s: no regression\n", rep->baseline_path);
     }
     if (t.passed == 0 && t.failed == 0)
@@ -285,17 +302,58 @@ void conform_report_print(const conform_report *rep, FILE *f)
     else if (t.failed)
         fprintf(f, "verdict: NOT CONFORMING (%zu of %zu cases failed, %zu skipped)\n", t.failed,
                 t.cases, t.skipped);
+    else if (rep->regressions || rep->precision_failures)
+        fprintf(f, "verdict: NOT CONFORMING (%s; every case passed: %zu, %zu skipped)\n",
+                rep->regressions && rep->precision_failures ? "baseline regression, --require-precision"
+                : rep->regressions                          ? "baseline regression"
+                                                            : "--require-precision",
+                t.passed, t.skipped);
     else
         fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped)\n", t.passed, t.skipped);
-    size_t not_run = 0;
+    /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
+     * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
+    size_t not_run = 0, by_option = 0, by_file = 0;
+    for (size_t k = 0; k < rep->n; k++) {
+        const conform_result *r = &rep->results[k];
+        if (r->status != CONFORM_SKIP)
+            continue;
+        not_run += !strncmp(r->reason, "not run:", 8);
+        by_option += !strcmp(r->reason, "skipped by --skip");
+        by_file += !strncmp(r->reason, "skipped by the kernel (skip file)", 33);
+    }
+    size_t by_kernel = t.skipped - not_run - by_option - by_file;
+    if (t.skipped) {
+        const char *sep = "";
+        fprintf(f, "skipped:");
+        if (by_kernel)
+            fprintf(f, " %zu not claimed by the kernel or declined by it", by_kernel), sep = ",";
+        if (by_file)
+            fprintf(f, "%s %zu by the kernel's skip file", sep, by_file), sep = ",";
+        if (by_option)
+            fprintf(f, "%s %zu by --skip", sep, by_option), sep = ",";
+        if (not_run)
+            fprintf(f, "%s %zu not run (the --time budget ran out, or the run stopped)", sep,
+                    not_run);
+        fprintf(f, "\n");
+    }
+    /* Rows out of contract (SPEC 6.8) are not judged: say how many, and where. */
+    size_t oc_cases = 0;
+    long long oc_rows = 0;
     for (size_t k = 0; k < rep->n; k++)
-        not_run += rep->results[k].status == CONFORM_SKIP &&
-                   !strncmp(rep->results[k].reason, "not run:", 8);
-    if (t.skipped)
-        fprintf(f, "skipped: %zu not claimed by the kernel or declined by it%s",
-                t.skipped - not_run, not_run ? "" : "\n");
-    if (not_run)
-        fprintf(f, ", %zu not run (the --time budget ran out, or the run stopped)\n", not_run);
+        if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0) {
+            oc_cases++;
+            oc_rows += (long long)rep->results[k].unbounded_rows;
+        }
+    if (oc_cases) {
+        fprintf(f, "out of contract (SPEC 6.8, not judged): %lld rows in %zu cases:", oc_rows,
+                oc_cases);
+        size_t listed = 0;
+        for (size_t k = 0; k < rep->n && listed < 5; k++)
+            if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0)
+                fprintf(f, "%s %s (%lld)", listed++ ? "," : "", rep->results[k].name,
+                        (long long)rep->results[k].unbounded_rows);
+        fprintf(f, "%s\n", oc_cases > listed ? ", ..." : "");
+    }
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */
@@ -396,7 +454,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "passed", json_object_new_int64((int64_t)cat[c].passed));
         json_object_object_add(o, "failed", json_object_new_int64((int64_t)cat[c].failed));
         json_object_object_add(o, "skipped", json_object_new_int64((int64_t)cat[c].skipped));
-        int ran = cat[c].passed + cat[c].failed > 0; /* null: none of its cases ran */
+        int ran = cat[c].judged > 0; /* null: none of its cases was judged */
         json_object_object_add(o, "max_ratio", ran ? num(cat[c].max_ratio) : NULL);
         json_object_object_add(o, "max_ulp", ran ? num(cat[c].max_ulp) : NULL);
         json_object_object_add(cats, cat[c].name, o);

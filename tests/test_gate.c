@@ -473,7 +473,13 @@ START_TEST(baseline_coverage)
     ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the "
                                         "baseline, is skipped now: uses causal_lower_right, "
                                         "not claimed"));
-    ck_assert_ptr_nonnull(strstr(o.out, "verdict: CONFORMING")); /* the verdict alone passes */
+    /* Every case that ran passed, but exit 1: the verdict says why, not CONFORMING. */
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING (baseline regression; every case "
+                                        "passed"));
+    ck_assert_ptr_null(strstr(o.out, "verdict: CONFORMING"));
+    /* At most 20 REGRESSION lines, then how many more. */
+    ck_assert_int_le(count(o.out, "  REGRESSION "), 20);
+    ck_assert_msg(count(o.out, "  REGRESSION ") < 20 || strstr(o.out, "  ... and "), "%s", o.out);
     outcome_free(&o);
 }
 END_TEST
@@ -597,6 +603,56 @@ START_TEST(reports_state_the_model)
 }
 END_TEST
 
+/* The text report's smaller facts: every capability named (unknown bits refused at load),
+ * "-" for a category none of whose cases was judged, rows out of contract per case, at most
+ * 20 REGRESSION lines. */
+START_TEST(report_details)
+{
+    outcome o = cli("conform", "--kernel", fixture("sinkmax"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 0, "sinkmax: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.out, "claims lse, p, sink_in_max\n"), "%s", o.out);
+    outcome_free(&o);
+    o = cli("conform", "--kernel", fixture("unknown_cap"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 2, "unknown_cap: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.err, "cannot be loaded: ") &&
+                      strstr(o.err, "unknown capability bits 0x100000"),
+                  "%s", o.err);
+    outcome_free(&o);
+    /* Every case of shapes hung or was not run: nothing judged, "-" not 0. */
+    o = cli("conform", "--kernel", fixture("hang_all"), "--only", "shapes/", "--case-timeout",
+            "0.1", "--json", tmp("h.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    ck_assert_msg(strstr(o.out, "  shapes            8      0      3      5               -"
+                                "            -"),
+                  "%s", o.out);
+    ck_assert_msg(strstr(o.out, "5 not run (the --time budget ran out, or the run stopped)"), "%s",
+                  o.out);
+    outcome_free(&o);
+    json_object *r = load_json(tmp("h.json")), *cats, *cat, *v;
+    ck_assert(json_object_object_get_ex(r, "categories", &cats));
+    ck_assert(json_object_object_get_ex(cats, "shapes", &cat));
+    ck_assert(json_object_object_get_ex(cat, "max_ratio", &v) && v == NULL);
+    json_object_put(r);
+    o = cli("conform", "--only", "sinks/large_sink_decode", NULL);
+    ck_assert_int_eq(o.code, 0);
+    ck_assert_msg(strstr(o.out, "out of contract (SPEC 6.8, not judged): 4 rows in 1 cases: "
+                                "sinks/large_sink_decode (4)"),
+                  "%s", o.out);
+    outcome_free(&o);
+    /* 100+ regressions: 20 lines, then how many more. */
+    o = cli("conform", "--json", tmp("q.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    o = cli("conform", "--kernel", fixture("good"), "--baseline", tmp("q.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    ck_assert_int_eq(count(o.out, "  REGRESSION "), 20);
+    ck_assert_msg(strstr(o.out, "  ... and ") && strstr(o.out, " more (the JSON report lists them "
+                                                               "all)"),
+                  "%s", o.out);
+    outcome_free(&o);
+}
+END_TEST
+
 START_TEST(paths_checked_before_the_run)
 {
     outcome o = cli("conform", "--baseline", tmp("no_such.json"), NULL);
@@ -713,6 +769,29 @@ static void two_cases(void)
     }
 }
 
+/* A float32 .npy of any rank (smattn_npy_write stops at rank 4), zeros. */
+static int write_f32_npy(const char *path, int rank, const int64_t *shape, size_t n)
+{
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    for (int r = 0; r < rank; r++)
+        len += snprintf(hdr + len, sizeof hdr - (size_t)len, "%lld, ", (long long)shape[r]);
+    len += snprintf(hdr + len, sizeof hdr - (size_t)len, "), }");
+    while ((10 + len + 1) % 64)
+        hdr[len++] = ' ';
+    hdr[len++] = '\n';
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff),
+                               (unsigned char)(len >> 8)};
+    float zero = 0;
+    int ok = fwrite(magic, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len;
+    for (size_t k = 0; ok && k < n; k++)
+        ok = fwrite(&zero, 4, 1, f) == 1;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
 START_TEST(check_skip_marker_and_shapes)
 {
     two_cases();
@@ -728,6 +807,7 @@ START_TEST(check_skip_marker_and_shapes)
     fclose(f);
     o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
     ck_assert_msg(o.code == 0, "skip marker: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.out, "skipped: 1 by the kernel's skip file\n"), "%s", o.out);
     json_object *r = load_json(tmp("c.json"));
     json_object *c = find_case(r, "shapes-s1_t1_d1");
     ck_assert_str_eq(field(c, "status"), "skip");
@@ -737,6 +817,8 @@ START_TEST(check_skip_marker_and_shapes)
     /* --skip PREFIXES. */
     o = cli("check", tmp("sub"), "--skip", "causal-", "--json", tmp("c.json"), NULL);
     ck_assert_int_eq(o.code, 1); /* nothing ran */
+    ck_assert_msg(strstr(o.out, "skipped: 1 by the kernel's skip file, 1 by --skip\n"), "%s",
+                  o.out);
     r = load_json(tmp("c.json"));
     ck_assert_str_eq(field(find_case(r, "causal-lower_right_s16_t16"), "reason"),
                      "skipped by --skip");
@@ -754,6 +836,16 @@ START_TEST(check_skip_marker_and_shapes)
     r = load_json(tmp("c.json"));
     const char *why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
     ck_assert_msg(strstr(why, "o.npy: got shape [1,2,3] (f32), want [B,S,Hq,Dv] = ["), "%s", why);
+    json_object_put(r);
+    outcome_free(&o);
+    /* A rank the reader refuses (5) names the wanted shape too. */
+    int64_t shape5[5] = {1, 1, 1, 2, 3};
+    ck_assert_int_eq(write_f32_npy(tmp("sub/causal-lower_right_s16_t16/o.npy"), 5, shape5, 6), 0);
+    o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    r = load_json(tmp("c.json"));
+    why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
+    ck_assert_msg(strstr(why, "o.npy: ") && strstr(why, "want [B,S,Hq,Dv] = ["), "%s", why);
     json_object_put(r);
     outcome_free(&o);
 }
@@ -861,6 +953,7 @@ Suite *gate_suite(void)
     tcase_add_test(tc, baseline_precision);
     tcase_add_test(tc, require_precision);
     tcase_add_test(tc, reports_state_the_model);
+    tcase_add_test(tc, report_details);
     tcase_add_test(tc, paths_checked_before_the_run);
     tcase_add_test(tc, html_failures_first_and_marked);
     suite_add_tcase(s, tc);
