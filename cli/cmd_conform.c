@@ -324,6 +324,7 @@ int cmd_conform(int argc, char **argv)
     int bar = isatty(2);
     double t0 = cli_now_seconds();
     size_t nr = 0;
+    int hangs = 0; /* cases in a row that hung: at CONFORM_MAX_HANGS the run stops */
     for (size_t n = 0; n < b.n; n++) {
         if (!selected(o.only, b.cases[n].name))
             continue;
@@ -331,14 +332,18 @@ int cmd_conform(int argc, char **argv)
             progress(n, b.n, b.cases[n].name);
         double left = o.time_budget > 0 ? o.time_budget - (cli_now_seconds() - t0) : HUGE_VAL;
         conform_result *r = &res[nr++];
-        if (left <= 0) {
+        if (left <= 0 || hangs >= CONFORM_MAX_HANGS) {
             memset(r, 0, sizeof *r);
             snprintf(r->name, sizeof r->name, "%s", b.cases[n].name);
             snprintf(r->category, sizeof r->category, "%s", b.cases[n].category);
             r->caps = b.cases[n].caps;
             r->status = CONFORM_SKIP;
-            snprintf(r->reason, sizeof r->reason, "not run: the --time budget of %g s ran out",
-                     o.time_budget);
+            if (hangs >= CONFORM_MAX_HANGS)
+                snprintf(r->reason, sizeof r->reason,
+                         "not run: the run stopped after %d cases in a row hung", hangs);
+            else
+                snprintf(r->reason, sizeof r->reason, "not run: the --time budget of %g s ran out",
+                         o.time_budget);
             continue;
         }
         conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, capture, r);
@@ -348,6 +353,10 @@ int cmd_conform(int argc, char **argv)
             snprintf(r->reason, sizeof r->reason,
                      "not run: the --time budget of %g s ran out during the case", o.time_budget);
         }
+        if (r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4))
+            hangs++;
+        else if (r->status != CONFORM_SKIP)
+            hangs = 0;
     }
     if (bar)
         progress(b.n, b.n, "");
@@ -375,6 +384,10 @@ int cmd_conform(int argc, char **argv)
     for (size_t j = 0; j < nr; j++)
         rep.vectors += !strcmp(res[j].category, "golden") && res[j].status != CONFORM_SKIP;
     printf("smattn conform: %zu cases in %.2f s\n", nr, cli_now_seconds() - t0);
+    if (hangs >= CONFORM_MAX_HANGS)
+        printf("stopped: %d cases in a row hung; the rest were not run and the kernel is "
+               "reported not conforming\n",
+               hangs);
     rc = finish_report("conform", &rep, &o);
     free(res);
     conform_battery_free(&b);

@@ -60,20 +60,25 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "strides",
                                         "lse",
                                         "p",
-                                        "dv"};
+                                        "dv",
+                                        "sink_in_max"};
 
 const char *conform_cap_name(unsigned bit)
 {
-    return bit < sizeof cap_names / sizeof cap_names[0] ? cap_names[bit] : "?";
+    return bit < sizeof cap_names / sizeof cap_names[0] ? cap_names[bit] : "unknown";
 }
 
 void conform_caps_str(uint32_t caps, char *buf, size_t cap)
 {
     size_t n = 0;
     buf[0] = '\0';
-    for (unsigned b = 0; b < 32 && n < cap; b++)
+    const unsigned known = (unsigned)(sizeof cap_names / sizeof cap_names[0]);
+    for (unsigned b = 0; b < known && n < cap; b++)
         if (caps & (1u << b))
             n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", conform_cap_name(b));
+    uint32_t unknown = caps & ~((1u << known) - 1u); /* once, as bits: no name to give */
+    if (unknown && n < cap)
+        snprintf(buf + n, cap - n, "%sunknown(0x%x)", n ? ", " : "", (unsigned)unknown);
 }
 
 uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)

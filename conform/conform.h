@@ -28,6 +28,10 @@
 
 /* Per-case time limit (seconds) when --time does not set a shorter one. */
 #define CONFORM_CASE_TIMEOUT 10.0
+/* A run stops after this many cases in a row hung (each costs the case time limit). */
+#define CONFORM_MAX_HANGS 3
+/* REGRESSION lines printed in the text report (the JSON report has them all). */
+#define CONFORM_REGRESSIONS_SHOWN 20
 /* Time limit (seconds) of loading a plugin and calling its describe, in a child. */
 #define CONFORM_DESCRIBE_TIMEOUT 10.0
 /* A plugin's stdout and stderr during a case: a capture file of at most this many bytes
@@ -269,7 +273,9 @@ int conform_baseline_check(const char *path, char *err, size_t errlen);
 void conform_precision_looser(const smattn_precision *a, const smattn_precision *b,
                               int roundoff_only, char *out, size_t cap);
 /* --require-precision: the declared model and every case's model against that of format
- * t (smattn_precision_of): fills rep->required, precision_failures and precision_text. */
+ * t (smattn_precision_of) in u_score, u_acc, u_p, exp_ulps and tiny (up to the format's
+ * smallest normal: flushing to zero is allowed); blocks and acc_len are the algorithm's,
+ * not judged here. Fills rep->required, precision_failures and precision_text. */
 void conform_require_precision(conform_report *rep, smattn_dtype t);
 /* "empty rows zero, empty LSE neg_inf; claims causal_lower_right, ..." into out. */
 void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t cap);

@@ -293,6 +293,14 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     (void)join(path, sizeof path, dir, file);
     if (!has_file(dir, file))
         return 1;
+    const smattn_problem *p = &c->prob;
+    int64_t want[3][4] = {
+        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
+    int rank = (t == 1 ? 3 : 4) - (c->rank == 3);
+    const int64_t *w = want[t] + (c->rank == 3);
+    static const char *const dn[3][4] = {
+        {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
+    const char *const *names = dn[t] + (c->rank == 3);
     if (smattn_npy_read(path, a, err, errlen)) {
         size_t fl = strlen(file), el = strlen(err);
         if (fl + 2 + el < errlen) { /* "file: " in front of the reader's message */
@@ -300,13 +308,17 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
             memcpy(err, file, fl);
             memcpy(err + fl, ": ", 2);
         }
+        /* and the shape wanted (a rank the reader refuses names it too) */
+        snprintf(err + strlen(err), errlen - strlen(err), "; want [");
+        for (int r = 0; r < rank; r++)
+            snprintf(err + strlen(err), errlen - strlen(err), "%s%s", r ? "," : "", names[r]);
+        snprintf(err + strlen(err), errlen - strlen(err), "] = [");
+        for (int r = 0; r < rank; r++)
+            snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
+                     (long long)w[r]);
+        snprintf(err + strlen(err), errlen - strlen(err), "]");
         return -1;
     }
-    const smattn_problem *p = &c->prob;
-    int64_t want[3][4] = {
-        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
-    int rank = (t == 1 ? 3 : 4) - (c->rank == 3);
-    const int64_t *w = want[t] + (c->rank == 3);
     int ok = a->rank == rank;
     for (int r = 0; ok && r < rank; r++)
         ok = a->shape[r] == w[r];
@@ -332,9 +344,6 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
             snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
                      (long long)a->shape[r]);
         snprintf(err + strlen(err), errlen - strlen(err), "] (%s), want [", tn);
-        static const char *const dn[3][4] = {
-            {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
-        const char *const *names = dn[t] + (c->rank == 3);
         for (int r = 0; r < rank; r++)
             snprintf(err + strlen(err), errlen - strlen(err), "%s%s", r ? "," : "", names[r]);
         snprintf(err + strlen(err), errlen - strlen(err), "] = [");

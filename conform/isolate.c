@@ -4,7 +4,8 @@
  * child ends or its time runs out, its whole group is killed, and so is every orphan left
  * to this process (a subreaper on Linux, so that grandchildren that called setsid() come
  * back to us instead of init), and all are reaped: the checker never runs plugin code,
- * never hangs on it, and leaves no process of it behind. */
+ * never hangs on it, and leaves no process of it behind, even when the checker itself is
+ * killed (SIGTERM, SIGINT, SIGHUP: a CI job's timeout, Ctrl-C) in the middle of a case. */
 /* prctl and WNOWAIT need more than _POSIX_C_SOURCE. */
 #define _DEFAULT_SOURCE 1
 #include <dirent.h>
@@ -25,21 +26,63 @@
 
 #include "conform/conform.h"
 
+/* The process group of the child running plugin code now (0: none), and the terminating
+ * signal the checker received while it ran (0: none). The handler kills the group at once
+ * (kill is async-signal-safe) and conform_child_finish, which the main line is waiting in,
+ * sweeps the orphans and dies of the signal. */
+static volatile sig_atomic_t g_pgid;
+static volatile sig_atomic_t g_term_sig;
+static const int TERM_SIGS[3] = {SIGTERM, SIGINT, SIGHUP};
+
+static void on_term(int sig)
+{
+    pid_t pg = (pid_t)g_pgid;
+    g_term_sig = sig;
+    if (pg > 0) {
+        (void)kill(-pg, SIGKILL);
+        (void)kill(pg, SIGKILL);
+        return;
+    }
+    /* No plugin code running, no orphan left (each case sweeps its own): die of it now. */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void add_term_sigs(sigset_t *set)
+{
+    for (int k = 0; k < 3; k++)
+        sigaddset(set, TERM_SIGS[k]);
+}
+
 void conform_isolate_init(void)
 {
 #ifdef __linux__
     /* Orphans of plugin code are re-parented to this process, where the sweep finds them. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 #endif
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    add_term_sigs(&sa.sa_mask);
+    for (int k = 0; k < 3; k++) {
+        struct sigaction was;
+        /* A signal ignored by whoever started us (nohup) stays ignored. */
+        if (sigaction(TERM_SIGS[k], NULL, &was) == 0 && was.sa_handler == SIG_IGN)
+            continue;
+        sigaction(TERM_SIGS[k], &sa, NULL);
+    }
 }
 
 pid_t conform_child_fork(int out_fd, sigset_t *old)
 {
     fflush(NULL);
-    /* SIGCHLD blocked, so that the parent can sleep in sigtimedwait until the child ends. */
+    /* SIGCHLD blocked, so that the parent can sleep in sigtimedwait until the child ends;
+     * the terminating signals blocked until the child's group is recorded for on_term. */
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    add_term_sigs(&chld);
     sigprocmask(SIG_BLOCK, &chld, old);
     pid_t pid = fork();
     if (pid < 0) {
@@ -48,8 +91,16 @@ pid_t conform_child_fork(int out_fd, sigset_t *old)
     }
     if (pid > 0) {
         (void)setpgid(pid, pid); /* also here: no race with what the child does first */
+        g_pgid = (sig_atomic_t)pid;
+        sigset_t term;
+        sigemptyset(&term);
+        add_term_sigs(&term);
+        sigprocmask(SIG_UNBLOCK, &term, NULL);
         return pid;
     }
+    for (int k = 0; k < 3; k++) /* the checker's handler is not the plugin's */
+        if (signal(TERM_SIGS[k], SIG_DFL) == SIG_IGN)
+            signal(TERM_SIGS[k], SIG_IGN);
     sigprocmask(SIG_SETMASK, old, NULL);
     (void)setpgid(0, 0);
     int null = open("/dev/null", O_RDWR);
@@ -153,6 +204,8 @@ int conform_child_finish(pid_t pid, double timeout, const sigset_t *old, int *ws
     sigaddset(&chld, SIGCHLD);
     int hung = 0;
     for (;;) {
+        if (g_term_sig) /* the checker is being killed: on_term killed the group */
+            break;
         /* WNOWAIT: the child stays a zombie, so its pid (and process group id) cannot be
          * reused before the group is killed below. */
         siginfo_t si;
@@ -171,16 +224,33 @@ int conform_child_finish(pid_t pid, double timeout, const sigset_t *old, int *ws
         struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
         sigtimedwait(&chld, NULL, &ts);
     }
+    /* From here to the end of the sweep a terminating signal waits (and is acted on below):
+     * dying half-way would leave the orphans of the sweep alive. */
+    sigset_t term;
+    sigemptyset(&term);
+    add_term_sigs(&term);
+    sigprocmask(SIG_BLOCK, &term, NULL);
     (void)kill(-pid, SIGKILL); /* the child's group: grandchildren that stayed in it */
     (void)kill(pid, SIGKILL);
     *ws = 0;
     while (waitpid(pid, ws, 0) < 0 && errno == EINTR)
         ;
     sweep_orphans();
+    g_pgid = 0;
     /* SIGCHLDs of the sweep are pending and blocked: drop them before unblocking. */
     struct timespec zero = {0, 0};
     while (sigtimedwait(&chld, NULL, &zero) > 0)
         ;
+    int sig = (int)g_term_sig;
+    if (sig) { /* all of the plugin is gone: die of the signal, as if we had no handler */
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        raise(sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        _exit(128 + sig); /* not reached */
+    }
     sigprocmask(SIG_SETMASK, old, NULL);
     return hung;
 }

@@ -84,6 +84,13 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
+    uint32_t known = (SMATTN_CAP_SINK_IN_MAX << 1) - 1u; /* the highest bit this smattn knows */
+    if (info->caps & ~known) {
+        snprintf(err, errlen,
+                 "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,
+                 (unsigned)(info->caps & ~known));
+        return -1;
+    }
     if (info->max_head_dim < 0) {
         snprintf(err, errlen, "%s: max_head_dim %lld is negative", who,
                  (long long)info->max_head_dim);
@@ -107,7 +114,8 @@ typedef struct desc_msg {
 
 /* Stages the child announces on the pipe before the message, so that a crash or hang is
  * attributed: loading (dlopen runs the constructors), describe, reading the info. */
-enum { STAGE_LOAD = 'L', STAGE_DESCRIBE = 'D', STAGE_READ = 'R', STAGE_DONE = 'M' };
+enum { STAGE_LOAD = 'L', STAGE_DESCRIBE = 'D', STAGE_READ = 'R', STAGE_PRECISION = 'P',
+       STAGE_DONE = 'M' };
 
 static sigjmp_buf g_probe_jmp;
 
@@ -235,6 +243,18 @@ static void describe_child(const char *path, int fd)
                 }
                 m.info.name = m.info.version = NULL; /* never read in the parent */
             }
+            if (!m.err[0] && prec) {
+                /* The hook once, on a small problem, under the describe time limit: one
+                 * that blocks or crashes on everything makes the kernel unloadable here
+                 * instead of costing the case time limit on every case. */
+                stage(fd, STAGE_PRECISION);
+                smattn_problem p = smattn_problem_default();
+                p.op = SMATTN_OP_ATTENTION;
+                p.B = p.Hq = p.Hkv = 1;
+                p.S = p.T = p.D = p.Dv = 4;
+                p.scale = smattn_default_scale(4);
+                (void)prec(&p);
+            }
         }
     }
     stage(fd, STAGE_DONE);
@@ -323,9 +343,13 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
     size_t at = 0;
     while (at < n && buf[at] != STAGE_DONE)
         last = buf[at++];
-    static const char *const doing[3] = {"loading it (dlopen runs its constructors)",
-                                         "in smattn_plugin_describe", "reading its info"};
-    int si = last == STAGE_DESCRIBE ? 1 : last == STAGE_READ ? 2 : 0;
+    static const char *const doing[4] = {
+        "loading it (dlopen runs its constructors)", "in smattn_plugin_describe",
+        "reading its info", "in smattn_plugin_precision (called once on a 1x4x4x4 problem)"};
+    int si = last == STAGE_DESCRIBE    ? 1
+             : last == STAGE_READ      ? 2
+             : last == STAGE_PRECISION ? 3
+                                       : 0;
     if (at < n && n - at - 1 == sizeof(desc_msg) && !hung) {
         desc_msg m;
         memcpy(&m, buf + at + 1, sizeof m);

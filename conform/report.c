@@ -38,13 +38,15 @@ int conform_report_conforming(const conform_report *rep)
 typedef struct category {
     const char *name;
     size_t cases, passed, failed, skipped;
-    double max_ratio, max_ulp; /* over the cases that ran (passed + failed) */
+    size_t judged;             /* cases whose outputs were compared (not crashed, not skipped) */
+    double max_ratio, max_ulp; /* over the cases judged */
 } category;
 
-/* A category's figure, or "-" when none of its cases ran (0 would claim a perfect score). */
+/* A category's figure, or "-" when none of its cases was judged (all skipped, or crashed,
+ * hung, ...: 0 would claim a perfect score). */
 static const char *figure(const category *c, double x, char *buf, size_t cap)
 {
-    if (c->passed + c->failed == 0)
+    if (c->judged == 0)
         return "-";
     snprintf(buf, cap, "%.4g", x);
     return buf;
@@ -107,6 +109,29 @@ void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t c
 
 static void append(char **text, size_t *len, const char *line);
 
+/* Where model a is looser than the arithmetic of format model `want` (--require-precision):
+ * every roundoff field (u_score, u_acc, u_p) and exp_ulps above want's; tiny above the
+ * format's smallest normal (a kernel that flushes subnormals to zero is still computing in
+ * the format; SPEC 6.1 lets tiny be the smallest normal then, which is want.tiny / (2 u) for
+ * want.tiny the subnormal spacing 2^(emin - prec + 1) and u = 2^-prec). blocks and acc_len
+ * describe the algorithm (online-softmax rescalings, blocked sums), not the arithmetic: an
+ * online-softmax binary32 kernel is a binary32 kernel (the built-in one declares blocks and
+ * acc_len of its tiles and chunks, larger than T on short rows): they are not judged here
+ * (the baseline gate compares them). */
+static void require_looser(const smattn_precision *a, const smattn_precision *want, char *out,
+                           size_t cap)
+{
+    conform_precision_looser(a, want, 1, out, cap);
+    size_t n = strlen(out);
+    if (a->exp_ulps > want->exp_ulps)
+        n += (size_t)snprintf(out + n, cap - n, "%sexp_ulps %.3g > %.3g", n ? ", " : "",
+                              a->exp_ulps, want->exp_ulps);
+    double min_normal = want->tiny / (2 * want->u_acc);
+    if (n < cap && a->tiny > min_normal)
+        snprintf(out + n, cap - n, "%stiny %.3g > %.3g (the format's smallest normal)",
+                 n ? ", " : "", a->tiny, min_normal);
+}
+
 void conform_require_precision(conform_report *rep, smattn_dtype t)
 {
     static const char *const names[4] = {"f64", "f32", "f16", "bf16"};
@@ -115,7 +140,7 @@ void conform_require_precision(conform_report *rep, smattn_dtype t)
     smattn_precision want = smattn_precision_of(t);
     size_t len = 0;
     char why[400], line[700];
-    conform_precision_looser(&rep->precision, &want, 1, why, sizeof why);
+    require_looser(&rep->precision, &want, why, sizeof why);
     if (why[0]) {
         snprintf(line, sizeof line, "  PRECISION the declared model is looser than %s's: %s",
                  names[t], why);
@@ -126,7 +151,7 @@ void conform_require_precision(conform_report *rep, smattn_dtype t)
         const conform_result *r = &rep->results[k];
         if (!r->has_pm)
             continue;
-        conform_precision_looser(&r->pm, &want, 1, why, sizeof why);
+        require_looser(&r->pm, &want, why, sizeof why);
         if (!why[0])
             continue;
         snprintf(line, sizeof line, "  PRECISION %s: its model is looser than %s's: %s", r->name,
@@ -154,7 +179,8 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
         cat[c].passed += r->status == CONFORM_PASS;
         cat[c].failed += r->status == CONFORM_FAIL;
         cat[c].skipped += r->status == CONFORM_SKIP;
-        if (r->status != CONFORM_SKIP) {
+        if (r->status != CONFORM_SKIP && r->elements > 0) {
+            cat[c].judged++;
             cat[c].max_ratio = fmax(cat[c].max_ratio, r->max_ratio);
             cat[c].max_ulp = fmax(cat[c].max_ulp, r->max_ulp);
         }
@@ -164,6 +190,26 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
 
 #define MAX_CATEGORIES 64
 
+/* s for a text report, control characters escaped ("\\n", "\\x1b"): names and text that
+ * come from the plugin must not forge lines of a CI log or drive a terminal. */
+static const char *clean(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (; s && *s && o + 5 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\n')
+            o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (ch == '\t')
+            o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (ch < 0x20 || ch == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
+        else
+            buf[o++] = (char)ch;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 /* What the kernel printed during a failed case, indented and marked as its output. */
 static void print_output(FILE *f, const char *out)
 {
@@ -172,7 +218,9 @@ static void print_output(FILE *f, const char *out)
     fprintf(f, "       the kernel's output:\n");
     for (const char *s = out; *s;) {
         size_t n = strcspn(s, "\n");
-        fprintf(f, "       | %.*s\n", (int)n, s);
+        char line[CONFORM_OUTPUT_SHOWN + 1], esc[4 * CONFORM_OUTPUT_SHOWN + 8];
+        snprintf(line, sizeof line, "%.*s", (int)n, s);
+        fprintf(f, "       | %s\n", clean(line, esc, sizeof esc));
         s += n + (s[n] == '\n');
     }
 }
@@ -181,8 +229,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
 {
     category cat[MAX_CATEGORIES];
     size_t nc = categories(rep, cat, MAX_CATEGORIES);
-    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n", rep->kernel_name, rep->kernel_version,
-            rep->kernel_path, rep->suite, (unsigned long long)rep->seed);
+    char name[300], version[300], path[1200];
+    fprintf(f, "kernel %s %s (%s), suite %s, seed %llu\n", clean(rep->kernel_name, name, sizeof name),
+            clean(rep->kernel_version, version, sizeof version),
+            clean(rep->kernel_path, path, sizeof path), rep->suite, (unsigned long long)rep->seed);
     char pm[300];
     pm_str(&rep->precision, pm, sizeof pm);
     fprintf(f, "precision model%s: %s\n",
@@ -208,7 +258,9 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "failures:\n");
         for (size_t k = 0; k < rep->n; k++)
             if (rep->results[k].status == CONFORM_FAIL) {
-                fprintf(f, "  FAIL %s: %s\n", rep->results[k].name, rep->results[k].reason);
+                char why[sizeof rep->results[k].reason * 4];
+                fprintf(f, "  FAIL %s: %s\n", rep->results[k].name,
+                        clean(rep->results[k].reason, why, sizeof why));
                 print_output(f, rep->results[k].output);
             }
         fprintf(f, "\n");
@@ -221,14 +273,28 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "--require-precision %s: the model is within it\n", rep->required);
     }
     if (rep->baseline_path) {
-        if (rep->regressions)
+        if (rep->regressions) {
             fprintf(f,
                     "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f), a "
                     "pass turned into a failure, a skip or a missing case, or a looser "
-                    "precision model)\n%s\n",
+                    "precision model)\n",
                     rep->baseline_path, rep->regressions, CONFORM_BASELINE_FACTOR,
-                    CONFORM_BASELINE_SLACK, rep->regression_text ? rep->regression_text : "");
-        else
+                    CONFORM_BASELINE_SLACK);
+            /* The first CONFORM_REGRESSIONS_SHOWN lines; all of them are in the JSON. */
+            const char *s = rep->regression_text ? rep->regression_text : "";
+            size_t shown = 0, lines = 0;
+            for (const char *q = s; *q; q++)
+                lines += *q == '\n';
+            while (*s && shown < CONFORM_REGRESSIONS_SHOWN) {
+                size_t n = strcspn(s, "\n");
+                fprintf(f, "%.*s\n", (int)n, s);
+                s += n + (s[n] == '\n');
+                shown++;
+            }
+            if (lines > shown)
+                fprintf(f, "  ... and %zu more (the JSON report lists them all)\n", lines - shown);
+            fprintf(f, "\n");
+        } else
             fprintf(f, "baseline %s: no regression\n", rep->baseline_path);
     }
     if (t.passed == 0 && t.failed == 0)
@@ -236,17 +302,58 @@ void conform_report_print(const conform_report *rep, FILE *f)
     else if (t.failed)
         fprintf(f, "verdict: NOT CONFORMING (%zu of %zu cases failed, %zu skipped)\n", t.failed,
                 t.cases, t.skipped);
+    else if (rep->regressions || rep->precision_failures)
+        fprintf(f, "verdict: NOT CONFORMING (%s; every case passed: %zu, %zu skipped)\n",
+                rep->regressions && rep->precision_failures ? "baseline regression, --require-precision"
+                : rep->regressions                          ? "baseline regression"
+                                                            : "--require-precision",
+                t.passed, t.skipped);
     else
         fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped)\n", t.passed, t.skipped);
-    size_t not_run = 0;
+    /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
+     * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
+    size_t not_run = 0, by_option = 0, by_file = 0;
+    for (size_t k = 0; k < rep->n; k++) {
+        const conform_result *r = &rep->results[k];
+        if (r->status != CONFORM_SKIP)
+            continue;
+        not_run += !strncmp(r->reason, "not run:", 8);
+        by_option += !strcmp(r->reason, "skipped by --skip");
+        by_file += !strncmp(r->reason, "skipped by the kernel (skip file)", 33);
+    }
+    size_t by_kernel = t.skipped - not_run - by_option - by_file;
+    if (t.skipped) {
+        const char *sep = "";
+        fprintf(f, "skipped:");
+        if (by_kernel)
+            fprintf(f, " %zu not claimed by the kernel or declined by it", by_kernel), sep = ",";
+        if (by_file)
+            fprintf(f, "%s %zu by the kernel's skip file", sep, by_file), sep = ",";
+        if (by_option)
+            fprintf(f, "%s %zu by --skip", sep, by_option), sep = ",";
+        if (not_run)
+            fprintf(f, "%s %zu not run (the --time budget ran out, or the run stopped)", sep,
+                    not_run);
+        fprintf(f, "\n");
+    }
+    /* Rows out of contract (SPEC 6.8) are not judged: say how many, and where. */
+    size_t oc_cases = 0;
+    long long oc_rows = 0;
     for (size_t k = 0; k < rep->n; k++)
-        not_run += rep->results[k].status == CONFORM_SKIP &&
-                   !strncmp(rep->results[k].reason, "not run:", 8);
-    if (t.skipped)
-        fprintf(f, "skipped: %zu not claimed by the kernel or declined by it%s",
-                t.skipped - not_run, not_run ? "" : "\n");
-    if (not_run)
-        fprintf(f, ", %zu not run (the --time budget ran out)\n", not_run);
+        if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0) {
+            oc_cases++;
+            oc_rows += (long long)rep->results[k].unbounded_rows;
+        }
+    if (oc_cases) {
+        fprintf(f, "out of contract (SPEC 6.8, not judged): %lld rows in %zu cases:", oc_rows,
+                oc_cases);
+        size_t listed = 0;
+        for (size_t k = 0; k < rep->n && listed < 5; k++)
+            if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0)
+                fprintf(f, "%s %s (%lld)", listed++ ? "," : "", rep->results[k].name,
+                        (long long)rep->results[k].unbounded_rows);
+        fprintf(f, "%s\n", oc_cases > listed ? ", ..." : "");
+    }
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */
@@ -347,7 +454,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "passed", json_object_new_int64((int64_t)cat[c].passed));
         json_object_object_add(o, "failed", json_object_new_int64((int64_t)cat[c].failed));
         json_object_object_add(o, "skipped", json_object_new_int64((int64_t)cat[c].skipped));
-        int ran = cat[c].passed + cat[c].failed > 0; /* null: none of its cases ran */
+        int ran = cat[c].judged > 0; /* null: none of its cases was judged */
         json_object_object_add(o, "max_ratio", ran ? num(cat[c].max_ratio) : NULL);
         json_object_object_add(o, "max_ulp", ran ? num(cat[c].max_ulp) : NULL);
         json_object_object_add(cats, cat[c].name, o);
@@ -703,14 +810,26 @@ int conform_baseline_check(const char *path, char *err, size_t errlen)
         return -1;
     }
     fclose(f);
-    json_object *root = json_object_from_file(path), *cases;
+    json_object *root = json_object_from_file(path), *cases, *bp;
     int ok = root && json_object_object_get_ex(root, "cases", &cases) &&
              json_object_is_type(cases, json_type_array);
+    /* Without the declared model the precision gate would be off, silently: refuse. */
+    smattn_precision p0;
+    char perr[300];
+    int has_pm = ok && json_object_object_get_ex(root, "precision", &bp) &&
+                 !pm_from_json(bp, &p0) && !conform_precision_check(&p0, "", perr, sizeof perr);
     if (root)
         json_object_put(root);
     if (!ok) {
         snprintf(err, errlen,
                  "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
+        return -1;
+    }
+    if (!has_pm) {
+        snprintf(err, errlen,
+                 "baseline %s has no valid precision model (written by an older smattn, or "
+                 "edited?): regenerate it",
+                 path);
         return -1;
     }
     return 0;

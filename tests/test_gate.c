@@ -192,9 +192,15 @@ static void expect_no_survivors(void)
             break;
         s = end + (*end == '\n');
         seen++;
-        char path[64];
+        /* Not slurp(): a /proc file has size 0 to fseek/ftell, so read it as a stream. */
+        char path[64], st[512] = "";
         snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        char *st = slurp(path);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            size_t got = fread(st, 1, sizeof st - 1, f);
+            st[got] = '\0';
+            fclose(f);
+        }
         const char *rp = strrchr(st, ')');
         if (rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X') {
             alive++;
@@ -202,7 +208,6 @@ static void expect_no_survivors(void)
                      pid);
             kill((pid_t)pid, SIGKILL);
         }
-        free(st);
     }
     free(text);
     ck_assert_msg(seen > 0, "the fixture recorded no process (SMATTN_FIXTURE_PIDS)");
@@ -337,6 +342,110 @@ START_TEST(output_captured_per_case)
 }
 END_TEST
 
+/* A precision hook that blocks on every problem: unloadable under the describe limit,
+ * not a case time limit per case. A kernel that hangs on every case: the run stops after
+ * 3 hangs in a row, the rest not run, exit 1, in seconds. */
+START_TEST(blocking_everywhere_stops_early)
+{
+    record_pids();
+    outcome o = cli("conform", "--kernel", fixture("prec_hang_all"), "--describe-timeout", "0.3",
+                    "--case-timeout", "0.3", NULL);
+    ck_assert_msg(o.code == 2, "prec_hang_all: exit %d; stdout %.300s stderr %s", o.code, o.out,
+                  o.err);
+    ck_assert_msg(strstr(o.err, "cannot be loaded: ") &&
+                      strstr(o.err, "no answer within 0.3 s in smattn_plugin_precision"),
+                  "stderr '%s'", o.err);
+    ck_assert_msg(o.seconds < 10, "took %.1f s", o.seconds);
+    expect_no_survivors();
+    outcome_free(&o);
+    record_pids();
+    o = cli("conform", "--kernel", fixture("hang_all"), "--case-timeout", "0.2", "--json",
+            tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 1, "hang_all: exit %d; stdout %.300s stderr %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.out, "stopped: 3 cases in a row hung; the rest were not run and the "
+                                "kernel is reported not conforming"),
+                  "%s", o.out);
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING"));
+    ck_assert_msg(o.seconds < 10, "took %.1f s", o.seconds);
+    json_object *r = load_json(tmp("r.json")), *s, *v;
+    ck_assert(json_object_object_get_ex(r, "summary", &s));
+    ck_assert(json_object_object_get_ex(s, "failed", &v));
+    ck_assert_int_eq(json_object_get_int64(v), 3);
+    ck_assert(json_object_object_get_ex(s, "passed", &v));
+    ck_assert_int_eq(json_object_get_int64(v), 0);
+    json_object_put(r);
+    expect_no_survivors();
+    outcome_free(&o);
+}
+END_TEST
+
+/* The checker itself killed (a CI job's timeout, Ctrl-C) while a case blocks with every
+ * catchable signal ignored and two grandchildren (one in its own session): it takes the
+ * case's processes with it and dies of that signal. */
+static void killed_mid_case(int sig)
+{
+    record_pids();
+    const char *argv[] = {getenv("SMATTN_CLI"), "conform", "--kernel", fixture("stubborn"),
+                          "--only", "shapes/s3_t7_d3", "--case-timeout", "60", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, tmp("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ),
+                     0);
+    posix_spawn_file_actions_destroy(&fa);
+    /* The describe child, the case's process and its two grandchildren: 4 pids. */
+    int lines = 0;
+    for (int k = 0; k < 200 && lines < 4; k++) {
+        struct timespec ms50 = {0, 50000000};
+        nanosleep(&ms50, NULL);
+        char *text = slurp(tmp("pids.txt"));
+        lines = count(text, "\n");
+        free(text);
+    }
+    ck_assert_msg(lines >= 4, "the case did not start (%d pids recorded)", lines);
+    struct timespec ms300 = {0, 300000000};
+    nanosleep(&ms300, NULL);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(kill(pid, sig), 0);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    expect_no_survivors(); /* first: it kills what survived */
+    ck_assert_msg(WIFSIGNALED(ws) && WTERMSIG(ws) == sig, "status 0x%x, want death by signal %d",
+                  ws, sig);
+    ck_assert_msg(t1.tv_sec - t0.tv_sec < 5, "took %lld s to die", (long long)(t1.tv_sec - t0.tv_sec));
+}
+
+START_TEST(checker_killed_takes_the_case_along)
+{
+    killed_mid_case(SIGTERM);
+    killed_mid_case(SIGINT);
+    killed_mid_case(SIGHUP);
+    /* The case's time limit does not lean on the plugin's SIGALRM: the parent kills. */
+    expect_case_failure("stubborn", "hang: the kernel did not return within 0.3 s (killed)");
+}
+END_TEST
+
+/* Text from the plugin (its name, its output) reaches the text report escaped: no forged
+ * line of a CI log, no terminal escape. */
+START_TEST(plugin_text_escaped)
+{
+    outcome o = cli("conform", "--kernel", fixture("evilname"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 1, "exit %d: %s", o.code, o.out);
+    ck_assert_msg(!strchr(o.out, '\x1b'), "an escape character reached stdout: %s", o.out);
+    ck_assert_msg(!strstr(o.out, "\n::error::"), "a forged line: %s", o.out);
+    ck_assert_msg(strstr(o.out, "kernel evil\\n::error::forged\\x1b[31m 1 ("), "%s", o.out);
+    ck_assert_msg(strstr(o.out, "| \\x1b[32mverdict: CONFORMING\\x1b[0m") ||
+                      strstr(o.out, "| ?[32mverdict: CONFORMING?[0m"),
+                  "%s", o.out);
+    ck_assert_int_eq(count(o.out, "verdict: "), 2); /* the real one and the escaped output */
+    outcome_free(&o);
+}
+END_TEST
+
 /* ---- 4. a baseline that tracks what was checked ---------------------------------------- */
 
 static const char *const ONLY = "shapes/,causal/"; /* 14 small cases */
@@ -364,7 +473,13 @@ START_TEST(baseline_coverage)
     ck_assert_ptr_nonnull(strstr(o.out, "REGRESSION causal/lower_right_s16_t16: passed in the "
                                         "baseline, is skipped now: uses causal_lower_right, "
                                         "not claimed"));
-    ck_assert_ptr_nonnull(strstr(o.out, "verdict: CONFORMING")); /* the verdict alone passes */
+    /* Every case that ran passed, but exit 1: the verdict says why, not CONFORMING. */
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING (baseline regression; every case "
+                                        "passed"));
+    ck_assert_ptr_null(strstr(o.out, "verdict: CONFORMING"));
+    /* At most 20 REGRESSION lines, then how many more. */
+    ck_assert_int_le(count(o.out, "  REGRESSION "), 20);
+    ck_assert_msg(count(o.out, "  REGRESSION ") < 20 || strstr(o.out, "  ... and "), "%s", o.out);
     outcome_free(&o);
 }
 END_TEST
@@ -399,6 +514,19 @@ START_TEST(baseline_precision)
                                 "baseline's in u_acc"),
                   "%s", o.out);
     outcome_free(&o);
+    /* A baseline without the declared model (older, or edited): refused, not a gate off. */
+    r = load_json(tmp("b2.json"));
+    json_object_object_del(r, "precision");
+    ck_assert_int_eq(json_object_to_file(tmp("b4.json"), r), 0);
+    json_object_put(r);
+    o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--baseline",
+            tmp("b4.json"), NULL);
+    ck_assert_msg(o.code == 2, "no model: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.err, "b4.json has no valid precision model (written by an older "
+                                "smattn, or edited?): regenerate it"),
+                  "%s", o.err);
+    ck_assert_str_eq(o.out, ""); /* refused before the run */
+    outcome_free(&o);
 }
 END_TEST
 
@@ -418,6 +546,21 @@ START_TEST(require_precision)
         ck_assert_msg(o.code == want[k].code, "%s: exit %d: %s", want[k].fmt, o.code, o.out);
         if (want[k].code)
             ck_assert_ptr_nonnull(strstr(o.out, "PRECISION the declared model is looser than f"));
+        outcome_free(&o);
+    }
+    /* Every field of the arithmetic: exp_ulps and tiny too (flushing to zero allowed). */
+    static const struct {
+        const char *mode, *needle;
+    } field_of[3] = {{"wide_exp", "exp_ulps 1e+05 > 4"},
+                     {"big_tiny", "tiny 1e-30 > 1.18e-38 (the format's smallest normal)"},
+                     {"ftz", NULL}};
+    for (int k = 0; k < 3; k++) {
+        o = cli("conform", "--kernel", fixture(field_of[k].mode), "--only", "shapes/",
+                "--require-precision", "f32", NULL);
+        ck_assert_msg(o.code == (field_of[k].needle ? 1 : 0), "%s: exit %d: %s", field_of[k].mode,
+                      o.code, o.out);
+        if (field_of[k].needle)
+            ck_assert_msg(strstr(o.out, field_of[k].needle), "%s: %s", field_of[k].mode, o.out);
         outcome_free(&o);
     }
     o = cli("conform", "--require-precision", "f64", NULL);
@@ -456,6 +599,56 @@ START_TEST(reports_state_the_model)
     ck_assert_ptr_nonnull(strstr(html, "conventions: empty rows zero"));
     ck_assert_ptr_nonnull(strstr(html, "<td>6</td><td>-</td><td>-</td>"));
     free(html);
+    outcome_free(&o);
+}
+END_TEST
+
+/* The text report's smaller facts: every capability named (unknown bits refused at load),
+ * "-" for a category none of whose cases was judged, rows out of contract per case, at most
+ * 20 REGRESSION lines. */
+START_TEST(report_details)
+{
+    outcome o = cli("conform", "--kernel", fixture("sinkmax"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 0, "sinkmax: exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.out, "claims lse, p, sink_in_max\n"), "%s", o.out);
+    outcome_free(&o);
+    o = cli("conform", "--kernel", fixture("unknown_cap"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 2, "unknown_cap: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.err, "cannot be loaded: ") &&
+                      strstr(o.err, "unknown capability bits 0x100000"),
+                  "%s", o.err);
+    outcome_free(&o);
+    /* Every case of shapes hung or was not run: nothing judged, "-" not 0. */
+    o = cli("conform", "--kernel", fixture("hang_all"), "--only", "shapes/", "--case-timeout",
+            "0.1", "--json", tmp("h.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    ck_assert_msg(strstr(o.out, "  shapes            8      0      3      5               -"
+                                "            -"),
+                  "%s", o.out);
+    ck_assert_msg(strstr(o.out, "5 not run (the --time budget ran out, or the run stopped)"), "%s",
+                  o.out);
+    outcome_free(&o);
+    json_object *r = load_json(tmp("h.json")), *cats, *cat, *v;
+    ck_assert(json_object_object_get_ex(r, "categories", &cats));
+    ck_assert(json_object_object_get_ex(cats, "shapes", &cat));
+    ck_assert(json_object_object_get_ex(cat, "max_ratio", &v) && v == NULL);
+    json_object_put(r);
+    o = cli("conform", "--only", "sinks/large_sink_decode", NULL);
+    ck_assert_int_eq(o.code, 0);
+    ck_assert_msg(strstr(o.out, "out of contract (SPEC 6.8, not judged): 4 rows in 1 cases: "
+                                "sinks/large_sink_decode (4)"),
+                  "%s", o.out);
+    outcome_free(&o);
+    /* 100+ regressions: 20 lines, then how many more. */
+    o = cli("conform", "--json", tmp("q.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    o = cli("conform", "--kernel", fixture("good"), "--baseline", tmp("q.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    ck_assert_int_eq(count(o.out, "  REGRESSION "), 20);
+    ck_assert_msg(strstr(o.out, "  ... and ") && strstr(o.out, " more (the JSON report lists them "
+                                                               "all)"),
+                  "%s", o.out);
     outcome_free(&o);
 }
 END_TEST
@@ -576,6 +769,29 @@ static void two_cases(void)
     }
 }
 
+/* A float32 .npy of any rank (smattn_npy_write stops at rank 4), zeros. */
+static int write_f32_npy(const char *path, int rank, const int64_t *shape, size_t n)
+{
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    for (int r = 0; r < rank; r++)
+        len += snprintf(hdr + len, sizeof hdr - (size_t)len, "%lld, ", (long long)shape[r]);
+    len += snprintf(hdr + len, sizeof hdr - (size_t)len, "), }");
+    while ((10 + len + 1) % 64)
+        hdr[len++] = ' ';
+    hdr[len++] = '\n';
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff),
+                               (unsigned char)(len >> 8)};
+    float zero = 0;
+    int ok = fwrite(magic, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len;
+    for (size_t k = 0; ok && k < n; k++)
+        ok = fwrite(&zero, 4, 1, f) == 1;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
 START_TEST(check_skip_marker_and_shapes)
 {
     two_cases();
@@ -591,6 +807,7 @@ START_TEST(check_skip_marker_and_shapes)
     fclose(f);
     o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
     ck_assert_msg(o.code == 0, "skip marker: exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.out, "skipped: 1 by the kernel's skip file\n"), "%s", o.out);
     json_object *r = load_json(tmp("c.json"));
     json_object *c = find_case(r, "shapes-s1_t1_d1");
     ck_assert_str_eq(field(c, "status"), "skip");
@@ -600,6 +817,8 @@ START_TEST(check_skip_marker_and_shapes)
     /* --skip PREFIXES. */
     o = cli("check", tmp("sub"), "--skip", "causal-", "--json", tmp("c.json"), NULL);
     ck_assert_int_eq(o.code, 1); /* nothing ran */
+    ck_assert_msg(strstr(o.out, "skipped: 1 by the kernel's skip file, 1 by --skip\n"), "%s",
+                  o.out);
     r = load_json(tmp("c.json"));
     ck_assert_str_eq(field(find_case(r, "causal-lower_right_s16_t16"), "reason"),
                      "skipped by --skip");
@@ -617,6 +836,16 @@ START_TEST(check_skip_marker_and_shapes)
     r = load_json(tmp("c.json"));
     const char *why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
     ck_assert_msg(strstr(why, "o.npy: got shape [1,2,3] (f32), want [B,S,Hq,Dv] = ["), "%s", why);
+    json_object_put(r);
+    outcome_free(&o);
+    /* A rank the reader refuses (5) names the wanted shape too. */
+    int64_t shape5[5] = {1, 1, 1, 2, 3};
+    ck_assert_int_eq(write_f32_npy(tmp("sub/causal-lower_right_s16_t16/o.npy"), 5, shape5, 6), 0);
+    o = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    ck_assert_int_eq(o.code, 1);
+    r = load_json(tmp("c.json"));
+    why = field(find_case(r, "causal-lower_right_s16_t16"), "reason");
+    ck_assert_msg(strstr(why, "o.npy: ") && strstr(why, "want [B,S,Hq,Dv] = ["), "%s", why);
     json_object_put(r);
     outcome_free(&o);
 }
@@ -713,6 +942,9 @@ Suite *gate_suite(void)
     tcase_add_test(tc, precision_blocks);
     tcase_add_test(tc, grandchildren_and_kill_zero);
     tcase_add_test(tc, output_captured_per_case);
+    tcase_add_test(tc, checker_killed_takes_the_case_along);
+    tcase_add_test(tc, blocking_everywhere_stops_early);
+    tcase_add_test(tc, plugin_text_escaped);
     suite_add_tcase(s, tc);
     tc = tcase_create("baseline");
     tcase_set_timeout(tc, 120);
@@ -721,6 +953,7 @@ Suite *gate_suite(void)
     tcase_add_test(tc, baseline_precision);
     tcase_add_test(tc, require_precision);
     tcase_add_test(tc, reports_state_the_model);
+    tcase_add_test(tc, report_details);
     tcase_add_test(tc, paths_checked_before_the_run);
     tcase_add_test(tc, html_failures_first_and_marked);
     suite_add_tcase(s, tc);
