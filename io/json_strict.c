@@ -93,8 +93,13 @@ static int string(jcur *c, jkey *key)
     size_t start = ++c->pos, n = 0;
     char *o = NULL;
     if (key) {
-        /* escapes only shorten a key: the rest of the text bounds it */
-        o = malloc(c->len - start + 1);
+        /* escapes only shorten a key, so the literal's own length bounds it: find the
+         * closing quote first (an unterminated key is reported by the loop below); sizing
+         * by the rest of the text made memory grow with the square of the file */
+        size_t end = start;
+        while (end < c->len && c->t[end] != '"')
+            end += c->t[end] == '\\' ? 2 : 1;
+        o = malloc((end < c->len ? end : c->len) - start + 1);
         if (!o) {
             smattn_io_err(c->err, c->errlen, "out of memory");
             return -1;
