@@ -718,6 +718,28 @@ static int run_on_terminal(const char *const *args, char **term)
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
 
+/* The bar's erase covers the longest line written: the last '\r'-separated segment is
+ * blank and at least as long as every bar before it (six-digit counts made a 74-character
+ * bar that a fixed 72-space erase left a tail of). */
+static void expect_erased(const char *term)
+{
+    size_t longest = 0, last = 0, blank = 1;
+    const char *s = term;
+    while (*s) {
+        const char *e = strchr(s, '\r');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n) {
+            blank = strspn(s, " ") >= n;
+            if (!blank && n > longest)
+                longest = n;
+            last = n;
+        }
+        s += n + (e ? 1 : 0);
+    }
+    ck_assert_msg(longest == 0 || (blank && last >= longest), "bar not fully erased: '%s'",
+                  term);
+}
+
 /* Issue 15: long oracle work shows a progress bar when stderr is a terminal (here a
  * decode of 32 rows against 16,000 keys on one thread, about 1.2 s: the bar shows from
  * 0.5 s, after each 4 rows), erased at the end; nothing when stderr is not a terminal. */
@@ -740,10 +762,37 @@ START_TEST(ref_progress_on_a_terminal)
                   "%.2f s and no progress bar: '%s'", secs, term);
     ck_assert_msg(strlen(term) == 0 || term[strlen(term) - 1] == '\r', "bar not erased: '%s'",
                   term);
+    expect_erased(term);
     free(term);
     run_result r = run((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL});
     ck_assert_msg(r.status == 0 && r.err[0] == '\0', "exit %d, stderr '%s'", r.status, r.err);
     free_result(&r);
+    free(c);
+}
+END_TEST
+
+/* Issue 15 review: a decode (one row) against many keys showed no bar, progress being
+ * counted in rows; the oracle now reports within a row. About 1.4 s on one thread. */
+START_TEST(ref_progress_within_a_row)
+{
+    NEED_CLI();
+    char *c = strdup(path_in(tmp, "decode"));
+    ck_assert_int_eq(mkdir(c, 0700), 0);
+    unsigned seed = 12;
+    const int64_t T = 500000;
+    put_rand(c, "q.npy", SMATTN_F32, 3, (int64_t[]){1, 1, 4}, &seed);
+    put_rand(c, "k.npy", SMATTN_F32, 3, (int64_t[]){T, 1, 4}, &seed);
+    put_rand(c, "v.npy", SMATTN_F32, 3, (int64_t[]){T, 1, 4}, &seed);
+    char *term;
+    double t0 = now_seconds();
+    int st = run_on_terminal(
+        (const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL}, &term);
+    double secs = now_seconds() - t0;
+    ck_assert_msg(st == 0, "exit %d: %s", st, term);
+    ck_assert_msg(secs < 0.8 || strstr(term, "smattn ref: [") != NULL,
+                  "%.2f s and no progress bar: '%s'", secs, term);
+    expect_erased(term);
+    free(term);
     free(c);
 }
 END_TEST
@@ -1002,6 +1051,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, opt_half_dtypes);
     tcase_add_test(tc, bogus_isa_env_said_once);
     tcase_add_test(tc, ref_progress_on_a_terminal);
+    tcase_add_test(tc, ref_progress_within_a_row);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
