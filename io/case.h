@@ -101,6 +101,9 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen);
  * as stale outputs of an earlier run. On failure the temporaries (and OUT, if created
  * here) are removed and OUT is as it was. Other files in OUT are never touched. Returns 0
  * or nonzero with err. */
+/* Unlink the temporaries smattn_case_write_outputs holds at this moment: async-signal-safe
+ * (unlink only), for a SIGINT/SIGTERM handler. */
+void smattn_case_remove_temps(void);
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen);
 

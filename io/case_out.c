@@ -192,6 +192,26 @@ static int make_outdir(const char *outdir, int *created, char *err, size_t errle
     return 0;
 }
 
+/* The temporaries that exist now, for a signal handler to remove (smattn_case_remove_temps):
+ * a slot is set once its file exists and cleared before the path is freed. */
+static char *volatile live_temps[3];
+
+void smattn_case_remove_temps(void)
+{
+    for (int k = 0; k < 3; k++) {
+        char *p = live_temps[k];
+        if (p)
+            unlink(p);
+    }
+}
+
+static void forget_temp(const char *path)
+{
+    for (int k = 0; path && k < 3; k++)
+        if (live_temps[k] == path)
+            live_temps[k] = NULL;
+}
+
 /* Write one output to a fresh temporary file in OUT, flushed to the disk (so that a crash
  * after the rename cannot leave an empty output); its path goes to *tmp. */
 static int write_temp(const char *outdir, const char *name, const smattn_out_tensor *t, int rank,
@@ -215,6 +235,11 @@ static int write_temp(const char *outdir, const char *name, const smattn_out_ten
     (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
     close(fd);
     *tmp = path;
+    for (int k = 0; k < 3; k++)
+        if (!live_temps[k]) {
+            live_temps[k] = path;
+            break;
+        }
     if (smattn_npy_write(path, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
         smattn_io_err_prefix(err, errlen, name);
         return -1;
@@ -271,6 +296,7 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
                           smattn_io_path(final[k], q), strerror(errno));
             rc = -1;
         } else if (tmp[k]) {
+            forget_temp(tmp[k]);
             free(tmp[k]);
             tmp[k] = NULL;
         }
@@ -287,6 +313,7 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
     for (k = 0; k < 3; k++) {
         if (tmp[k])
             remove(tmp[k]);
+        forget_temp(tmp[k]);
         free(tmp[k]);
         free(final[k]);
     }

@@ -78,6 +78,7 @@ typedef struct run_result {
 /* A file size limit for the next runs' child (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond
  * it fails with EFBIG), 0 for none: a full disk on demand. */
 static long run_fsize_limit;
+static int run_xfsz_default; /* leave SIGXFSZ at its default (kill) under run_fsize_limit */
 /* Run the next children as user and group 65534 (nobody) when the tests run as root, so
  * that permissions apply to them. */
 static int run_as_nobody;
@@ -108,7 +109,7 @@ static run_result run(const char *const *args)
             _exit(127);
         if (run_fsize_limit) {
             struct rlimit rl = {(rlim_t)run_fsize_limit, (rlim_t)run_fsize_limit};
-            signal(SIGXFSZ, SIG_IGN);
+            signal(SIGXFSZ, run_xfsz_default ? SIG_DFL : SIG_IGN);
             if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
                 _exit(127);
         }
@@ -425,6 +426,12 @@ START_TEST(outputs_committed_as_a_set)
     run_fsize_limit = 4096;
     expect_bad_keeps((const char *[]){"ref", big, out, "--weights", NULL}, "p.npy: write error",
                      out, state);
+    /* the same with SIGXFSZ at its default disposition, as in a shell under ulimit -f: it
+     * killed the CLI (exit 153) and left .p.npy.XXXXXX in OUT; now the CLI ignores it */
+    run_xfsz_default = 1;
+    expect_bad_keeps((const char *[]){"ref", big, out, "--weights", NULL}, "p.npy: write error",
+                     out, state);
+    run_xfsz_default = 0;
     run_fsize_limit = 0;
     free(state);
     free(big), free(s), free(c), free(out);
