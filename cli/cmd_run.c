@@ -225,11 +225,16 @@ static int cmd_run(engine eng, int argc, char **argv)
         smattn_case_free(&c);
         return cli_fail(EXIT_INPUT, msg);
     }
-    if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
-        return cli_fail(EXIT_INPUT, msg);
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;
+    /* outputs too large to hold are found from the headers, before the data are read */
+    if (smattn_case_outputs_check(&c, ra.dtype, which, msg, sizeof msg)) {
+        smattn_case_free(&c);
+        return cli_fail(EXIT_INPUT, msg);
+    }
+    if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
+        return cli_fail(EXIT_INPUT, msg);
     smattn_outputs out;
     smattn_status st = smattn_case_outputs_alloc(&c, ra.dtype, which, &out, msg, sizeof msg);
     int rc = EXIT_OK;

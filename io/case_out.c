@@ -37,6 +37,33 @@ static int64_t shape_count(const int64_t *shape, int rank, size_t es)
     return (uint64_t)n > SIZE_MAX / es ? -1 : n;
 }
 
+int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned which, char *err,
+                              size_t errlen)
+{
+    static const char *const names[3] = {"o", "lse", "p"};
+    size_t es = smattn_dtype_size(t);
+    if (es == 0)
+        return 0; /* smattn_case_outputs_alloc reports the dtype */
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    double phys = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    for (int k = 0; k < 3; k++) {
+        if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+            continue;
+        int64_t shape[4];
+        int rank = out_shape(c, k, shape);
+        double elems = 1; /* in binary64: only the message needs the exact size */
+        for (int r = 0; r < rank; r++)
+            elems *= (double)shape[r];
+        if (shape_count(shape, rank, es) >= 0 && (phys == 0 || elems * (double)es <= phys))
+            continue;
+        smattn_io_err(err, errlen, "%s.npy would need %.4g elements (%.4g bytes): too large%s",
+                      names[k], elems, elems * (double)es,
+                      phys > 0 ? " (more than the machine's memory)" : "");
+        return -1;
+    }
+    return 0;
+}
+
 smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
                                         smattn_outputs *out, char *err, size_t errlen)
 {

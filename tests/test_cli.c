@@ -315,6 +315,20 @@ START_TEST(headers_checked_before_data)
     ck_assert_msg(strstr(r.err, "opt: q.npy is f64"), "%s", r.err);
     ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
     free_result(&r);
+    /* Issue 15 review: an output too large to hold (p.npy of [1, 2^26, 2^26] f64: 4.5e15
+     * elements) is found from the headers, not after reading 768 MiB of q, k, v */
+    char *big = strdup(path_in(tmp, "bigp"));
+    ck_assert_int_eq(mkdir(big, 0700), 0);
+    put_sparse(big, "q.npy", "<f4", "(67108864, 1, 1)", 67108864LL * 4);
+    put_sparse(big, "k.npy", "<f4", "(67108864, 1, 1)", 67108864LL * 4);
+    put_sparse(big, "v.npy", "<f4", "(67108864, 1, 1)", 67108864LL * 4);
+    r = run((const char *[]){"ref", big, out, "--weights", NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "p.npy would need 4.504e+15 elements") &&
+                      strstr(r.err, "too large"), "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    free(big);
     struct stat st;
     ck_assert(stat(out, &st) != 0);
     free(c), free(out);
