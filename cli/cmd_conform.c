@@ -290,6 +290,7 @@ int cmd_conform(int argc, char **argv)
     char vdir[1100];
     if ((rc = check_paths("conform", &o)) || (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
         return rc;
+    cli_check_isa_env(); /* the arguments are good: the kernel will run */
     char err[1200];
     conform_isolate_init();
     conform_kernel k;

@@ -194,6 +194,8 @@ static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
         st = smattn_ref_progress(&c->prob, &c->in, out, &cfg, NULL,
                                  isatty(STDERR_FILENO) ? show_progress : NULL, &bar);
     } else {
+        if (!ra->isa) /* the environment's ISA is used: say if it was bad, now the input is */
+            cli_check_isa_env();
         smattn_opt_config cfg = {ra->threads, ra->isa};
         st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
                                              : smattn_attention(&c->prob, &c->in, out, &cfg);

@@ -115,8 +115,6 @@ int main(int argc, char **argv)
                SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
         return EXIT_OK;
     }
-    if (!strcmp(cmd, "opt") || !strcmp(cmd, "demo") || !strcmp(cmd, "conform"))
-        cli_check_isa_env();
     if (!strcmp(cmd, "ref"))
         return cmd_ref(argc - 2, argv + 2);
     if (!strcmp(cmd, "opt"))

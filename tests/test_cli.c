@@ -692,6 +692,24 @@ START_TEST(bogus_isa_env_said_once)
                   "stderr '%s'", r.err);
     free_result(&r);
     check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){5, 4, 6});
+    /* Issue 15 review: not when --isa overrides it (it said "using avx512" while scalar ran),
+     * not for --help, and bad input is the only line */
+    setenv("SMATTN_ISA", "bogus", 1);
+    r = run((const char *[]){"opt", c, out, "--isa", "scalar", NULL});
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "--isa: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"opt", "--help", NULL});
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "--help: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"opt", c, out, "--threads", "x", NULL});
+    ck_assert_msg(r.status == 2 && count_lines(r.err) == 1 && !strstr(r.err, "SMATTN_ISA"),
+                  "bad input: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"opt", path_in(tmp, "nocase"), out, NULL});
+    ck_assert_msg(r.status == 2 && count_lines(r.err) == 1 && !strstr(r.err, "SMATTN_ISA"),
+                  "bad case: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    unsetenv("SMATTN_ISA");
     setenv("SMATTN_ISA", "scalar", 1);
     r = run((const char *[]){"opt", c, out, NULL});
     unsetenv("SMATTN_ISA");
