@@ -413,6 +413,11 @@ START_TEST(json_strict_rfc8259)
     json_bad("{\"scale\": .5}", "malformed");
     json_bad("{\"scale\": 1,}", "expected a key");
     json_bad("{\"causal\": \"no\tne\"}", "control character");
+    /* issue 15 review: these said "a malformed number" */
+    json_bad("{\"window\": [1, 2,]}", "a trailing comma before ']'");
+    json_bad("{\"window\": [1, ]}", "a trailing comma");
+    json_bad("{\"scale\": ]}", "expected a value, not a closing bracket");
+    json_bad("\xef\xbb\xbf{\"scale\": 1}", "a byte-order mark is not allowed (RFC 8259)");
     /* the check alone: a duplicate in a nested object, a surrogate pair as a key */
     const char *nested = "{\"a\": [{\"b\": 1, \"c\": {\"d\": 1, \"d\": 2}}]}";
     ck_assert(smattn_io_json_check(nested, strlen(nested), err, sizeof err) != 0);
