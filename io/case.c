@@ -309,11 +309,17 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
         if (n != 1 && n != full[off + r]) {
             char s[128];
             shape_str(a, s, sizeof s);
+            static const char *const dims[4] = {"B", "Hq", "S", "T"};
+            char want[64];
+            if (full[off + r] == 1)
+                snprintf(want, sizeof want, "want 1");
+            else
+                snprintf(want, sizeof want, "want 1 or %lld", (long long)full[off + r]);
             smattn_io_err(err, errlen,
                           "%s: shape %s does not broadcast to [B,Hq,S,T] = "
-                          "[%lld,%lld,%lld,%lld] (dim %d is %lld: want 1 or %lld)",
+                          "[%lld,%lld,%lld,%lld] (its dim %d, aligned with %s, is %lld: %s)",
                           file, s, (long long)full[0], (long long)full[1], (long long)full[2],
-                          (long long)full[3], r, (long long)n, (long long)full[off + r]);
+                          (long long)full[3], r, dims[off + r], (long long)n, want);
             return -1;
         }
         t->stride[off + r] = n == 1 ? 0 : a->stride[r];

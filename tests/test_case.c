@@ -283,6 +283,10 @@ START_TEST(bad_shapes_rejected)
     put(d, "q.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 4, 2});
     put(d, "bias.npy", SMATTN_NPY_F32, 2, (int64_t[]){3, 3});
     load_fails(d, "bias.npy: shape [3,3] does not broadcast to [B,Hq,S,T] = [1,4,2,3]");
+    load_fails(d, "(its dim 0, aligned with S, is 3: want 1 or 2)");
+    /* the review: B = 1 said "want 1 or 1" without naming the dimension */
+    put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){3, 1, 1, 1});
+    load_fails(d, "(its dim 0, aligned with B, is 3: want 1)");
     /* SPEC 7.1: bias and mask have rank 1-4; a rank-0 array is not taken as a scalar. */
     put(d, "bias.npy", SMATTN_NPY_F32, 0, NULL);
     load_fails(d, "bias.npy: shape [] has rank 0; want rank 1-4");
