@@ -146,6 +146,13 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
             smattn_io_err(err, errlen, "%s: %s", shown, strerror(errno));
             return -1;
         }
+        if (lstat(outdir, &st) == 0 && S_ISLNK(st.st_mode)) { /* mkdir would say "File exists" */
+            smattn_io_err(err, errlen,
+                          "%s: is a dangling symbolic link (its target does not exist); "
+                          "create the target or give another OUT",
+                          shown);
+            return -1;
+        }
         char parent[4096];
         parent_of(outdir, parent, sizeof parent);
         if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -174,7 +181,9 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
         }
         int dir = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
         if (dir)
-            smattn_io_err(err, errlen, "%s: is a directory (an output would replace it)",
+            smattn_io_err(err, errlen,
+                          "%s: is a directory where a run writes an output or removes a "
+                          "stale one; move it away",
                           smattn_io_path(p, q2));
         free(p);
         if (dir)

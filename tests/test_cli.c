@@ -404,7 +404,8 @@ START_TEST(outputs_committed_as_a_set)
     ck_assert_int_eq(mkdir(path_in(out, "lse.npy"), 0700), 0);
     char *state = dir_state(out);
     expect_bad_keeps((const char *[]){"ref", c, out, "--dtype", "f32", NULL},
-                     "/lse.npy: is a directory", out, state);
+                     "/lse.npy: is a directory where a run writes an output or removes a stale one",
+                     out, state);
     free(state);
     ck_assert_int_eq(rmdir(path_in(out, "lse.npy")), 0);
     /* no --weights: the earlier p.npy goes */
@@ -469,6 +470,10 @@ START_TEST(out_checked_before_work)
                NULL);
     expect_bad((const char *[]){"ref", c, path_in(tmp, "afile"), NULL},
                "afile: exists and is not a directory", NULL);
+    /* the review: a dangling symlink said "cannot create directory: File exists" */
+    ck_assert_int_eq(symlink(path_in(tmp, "gone"), path_in(tmp, "dangling")), 0);
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "dangling"), NULL},
+               "dangling: is a dangling symbolic link", NULL);
     free(c);
 }
 END_TEST
