@@ -159,7 +159,8 @@ typedef struct smattn_outputs {
  * convention, scale 1. Shapes are zero: the caller sets them. */
 smattn_problem smattn_problem_default(void);
 
-/* The default scale: the binary64 number nearest 1/sqrt(D) (SPEC 2.3). 0 if D < 1. */
+/* The default scale: the binary64 number nearest 1/sqrt(D) (SPEC 2.3). 0 if D < 1 or
+ * D > 2^32 (the largest dimension a problem may have). */
 double smattn_default_scale(int64_t D);
 
 /* Contiguous (row-major) strides for a tensor role, so callers need not compute them.

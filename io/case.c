@@ -54,6 +54,23 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     return rc;
 }
 
+/* Prefix a file's error with its name; a file that cannot be opened is named with its
+ * case directory (permissions are a property of the path, not of the file name). */
+static void name_error(const char *dir, const char *name, char *err, size_t errlen)
+{
+    if (strncmp(err, "cannot open", 11) != 0) {
+        smattn_io_err_prefix(err, errlen, name);
+        return;
+    }
+    char *p = smattn_io_join_path(dir, name);
+    char q[SMATTN_IO_PATH_MAX];
+    if (p)
+        smattn_io_err_prefix(err, errlen, smattn_io_path(p, q));
+    else
+        smattn_io_err_prefix(err, errlen, name);
+    free(p);
+}
+
 /* The header of dir/name into *a (no data: see read_data); an absent optional file leaves
  * *a zeroed (present() is 0). */
 static int load_header(const char *dir, const char *name, int required, smattn_npy *a, char *err,
@@ -76,7 +93,7 @@ static int load_header(const char *dir, const char *name, int required, smattn_n
     int rc = smattn_npy_read_header(p, a, err, errlen);
     free(p);
     if (rc)
-        smattn_io_err_prefix(err, errlen, name);
+        name_error(dir, name, err, errlen);
     return rc;
 }
 
@@ -103,7 +120,7 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
         int rc = smattn_npy_read_data(p, arr[n], err, errlen);
         free(p);
         if (rc) {
-            smattn_io_err_prefix(err, errlen, names[n]);
+            name_error(dir, names[n], err, errlen);
             return -1;
         }
     }

@@ -519,6 +519,14 @@ START_TEST(unreadable_case_dir_named)
     expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
                "/c: cannot read the case directory (case.json: Permission denied)",
                path_in(pub, "out"));
+    /* the review: an unreadable input file named only "k.npy"; its directory is named too */
+    ck_assert_int_eq(chmod(c, 0755), 0);
+    const char *files[5] = {"q.npy", "k.npy", "v.npy", "mask.npy", "case.json"};
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_eq(chmod(path_in(c, files[k]), k == 1 ? 0 : 0644), 0);
+    expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
+               "/c/k.npy: cannot open: Permission denied", path_in(pub, "out"));
+    ck_assert_int_eq(chmod(path_in(c, "k.npy"), 0644), 0);
     run_as_nobody = 0;
     ck_assert_int_eq(chmod(c, 0700), 0);
     /* a path through a file: not "no such case directory" */
