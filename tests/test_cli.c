@@ -488,6 +488,10 @@ START_TEST(paths_with_newlines_one_line)
     expect_bad((const char *[]){"ref", nl, path_in(tmp, "out"), NULL}, "no\\ncase'", NULL);
     expect_bad((const char *[]){"opt", c, path_in(nl, "out"), NULL}, "no\\ncase", NULL);
     expect_bad((const char *[]){"check", nl, NULL}, "no\\ncase", NULL);
+    /* the review: its header went to stdout with the raw newline before the error */
+    run_result r = run((const char *[]){"check", nl, NULL});
+    ck_assert_msg(r.status == 2 && !strstr(r.out, "no\ncase"), "stdout '%s'", r.out);
+    free_result(&r);
     expect_bad((const char *[]){"demo", nl, NULL}, "no\\ncase'", NULL);
     expect_bad((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1\n2", NULL},
                "--threads '1\\n2'", NULL);
