@@ -25,8 +25,9 @@ const char *cli_option_value(int argc, char **argv, int *i, const char *name, in
 /* "f64", "f32", "f16", "bf16" -> *t; 0, or -1 for anything else. */
 int cli_parse_dtype(const char *s, smattn_dtype *t);
 /* SMATTN_ISA names no ISA, or one this CPU cannot run: say so in one line on stderr (the
- * kernel then runs its default ISA, which the line names). Called once by the commands
- * that run the kernel (opt, demo, conform). */
+ * kernel then runs its default ISA, which the line names). Called once, after the
+ * arguments (and for opt the case) are found good, only where the environment's ISA is the
+ * one used: opt without --isa, demo's kernel part, conform. */
 void cli_check_isa_env(void);
 /* The golden vectors' directory when none is given: DIR/../spec/vectors and
  * DIR/../share/smattn/vectors of the executable's directory DIR, then SMATTN_DATADIR/vectors

@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "conform/conform.h"
+#include "io/util.h"
 
 enum { EXIT_FAIL = EXIT_MISMATCH, EXIT_USAGE = EXIT_INPUT };
 /* parse_opts: --help was given and answered; the command exits 0. */
@@ -290,6 +291,7 @@ int cmd_conform(int argc, char **argv)
     char vdir[1100];
     if ((rc = check_paths("conform", &o)) || (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
         return rc;
+    cli_check_isa_env(); /* the arguments are good: the kernel will run */
     char err[1200];
     conform_isolate_init();
     conform_kernel k;
@@ -457,10 +459,16 @@ int cmd_check(int argc, char **argv)
     char err[1200];
     conform_result *res = NULL;
     size_t n = 0;
-    printf("smattn check: judging the outputs saved in %s under the %s model (SPEC 6.1; "
-           "--precision)\n",
-           o.pos[0], o.precision ? o.precision : "f32");
-    fflush(stdout);
+    /* the header only for a path that exists (a missing one is just the error line), the
+     * path escaped (a newline in it made the header two lines) */
+    struct stat pst;
+    char qp[SMATTN_IO_PATH_MAX];
+    if (stat(o.pos[0], &pst) == 0) {
+        printf("smattn check: judging the outputs saved in %s under the %s model (SPEC 6.1; "
+               "--precision)\n",
+               smattn_io_path(o.pos[0], qp), o.precision ? o.precision : "f32");
+        fflush(stdout);
+    }
     if (conform_check_path(o.pos[0], &pm, o.skip, isatty(2) ? progress : NULL, &res, &n, err,
                            sizeof err)) {
         cli_error("check", err);

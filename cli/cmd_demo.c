@@ -439,6 +439,7 @@ done:
 
 static int demo_kernel(void)
 {
+    cli_check_isa_env();
     printf("3. The fast kernel (smattn_attention, ISA %s, all cores) against the exact oracle,\n"
            "   judged by the SPEC 6 bound for its own precision model (conforming: <= 1):\n\n",
            smattn_opt_isa());

@@ -141,11 +141,14 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
 }
 
 /* The oracle's progress bar: on stderr when it is a terminal, once the work has lasted
- * half a second (short runs show nothing), at most ten times a second, erased at the end.
- * smattn_ref_progress calls it from this thread only. */
+ * half a second (short runs show nothing), at most ten times a second, erased at the end
+ * (exactly what was written: the line's length is remembered). smattn_ref_progress calls
+ * it from this thread only, in key slots: T per row (1 if B Hq S T overflows), so a
+ * decode's single row moves the bar too. */
 typedef struct progress_bar {
     double t0, last;
-    int shown;
+    int shown, len;
+    int64_t unit; /* key slots per row, as smattn_ref_progress counts them */
 } progress_bar;
 
 static void show_progress(int64_t done, int64_t total, void *arg)
@@ -154,18 +157,21 @@ static void show_progress(int64_t done, int64_t total, void *arg)
     double now = cli_now_seconds();
     if (done >= total) {
         if (b->shown)
-            fprintf(stderr, "\r%*s\r", 72, "");
+            fprintf(stderr, "\r%*s\r", b->len, "");
         fflush(stderr);
         return;
     }
     if (now - b->t0 < 0.5 || (b->shown && now - b->last < 0.1))
         return;
     const int width = 30;
-    int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : 0;
-    fprintf(stderr, "\rsmattn ref: [%.*s%*s] %3d%% %lld/%lld rows %.1f s", fill,
-            "##############################", width - fill, "",
-            total > 0 ? (int)(100.0 * (double)done / (double)total) : 0, (long long)done,
-            (long long)total, now - b->t0);
+    double f = total > 0 ? (double)done / (double)total : 0;
+    int fill = (int)((double)width * f);
+    int64_t unit = b->unit > 0 && total % b->unit == 0 ? b->unit : 1;
+    int n = fprintf(stderr, "\rsmattn ref: [%.*s%*s] %3d%% %lld/%lld rows %.1f s", fill,
+                    "##############################", width - fill, "", (int)(100.0 * f),
+                    (long long)(done / unit), (long long)(total / unit), now - b->t0);
+    if (n - 1 > b->len)
+        b->len = n - 1; /* without the '\r' */
     fflush(stderr);
     b->shown = 1;
     b->last = now;
@@ -181,10 +187,15 @@ static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
     if (eng == ENGINE_REF) {
         smattn_ref_config cfg = {0};
         cfg.threads = ra->threads;
-        progress_bar bar = {cli_now_seconds(), 0, 0};
+        const smattn_problem *p = &c->prob;
+        int64_t rows = p->B * p->Hq * p->S;
+        progress_bar bar = {cli_now_seconds(), 0, 0, 0,
+                            p->T > 0 && rows <= INT64_MAX / p->T ? p->T : 1};
         st = smattn_ref_progress(&c->prob, &c->in, out, &cfg, NULL,
                                  isatty(STDERR_FILENO) ? show_progress : NULL, &bar);
     } else {
+        if (!ra->isa) /* the environment's ISA is used: say if it was bad, now the input is */
+            cli_check_isa_env();
         smattn_opt_config cfg = {ra->threads, ra->isa};
         st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
                                              : smattn_attention(&c->prob, &c->in, out, &cfg);
@@ -216,11 +227,16 @@ static int cmd_run(engine eng, int argc, char **argv)
         smattn_case_free(&c);
         return cli_fail(EXIT_INPUT, msg);
     }
-    if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
-        return cli_fail(EXIT_INPUT, msg);
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;
+    /* outputs too large to hold are found from the headers, before the data are read */
+    if (smattn_case_outputs_check(&c, ra.dtype, which, msg, sizeof msg)) {
+        smattn_case_free(&c);
+        return cli_fail(EXIT_INPUT, msg);
+    }
+    if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
+        return cli_fail(EXIT_INPUT, msg);
     smattn_outputs out;
     smattn_status st = smattn_case_outputs_alloc(&c, ra.dtype, which, &out, msg, sizeof msg);
     int rc = EXIT_OK;

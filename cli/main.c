@@ -2,10 +2,12 @@
  * subcommands (cli/cmd_*.c). Exit codes: 0 success, 1 a golden vector or a kernel check
  * failed, 2 bad usage or bad input (including a dtype the kernel does not take), 3 the
  * oracle or the kernel failed. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "io/case.h"
 #include "smattn.h"
 
 static const char usage_text[] =
@@ -66,8 +68,24 @@ static const char usage_text[] =
     "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
     "3 the oracle or the kernel failed (precision limit, out of memory).\n";
 
+/* SIGINT or SIGTERM while outputs are written: remove the temporaries, then die of the
+ * signal as before. */
+static void on_signal(int sig)
+{
+    smattn_case_remove_temps();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv)
 {
+    /* A file-size limit makes a write fail with EFBIG (reported, temporaries removed)
+     * instead of killing the process with them left in OUT. */
+    signal(SIGXFSZ, SIG_IGN);
+    int sigs[2] = {SIGINT, SIGTERM};
+    for (int k = 0; k < 2; k++)
+        if (signal(sigs[k], on_signal) == SIG_IGN)
+            signal(sigs[k], SIG_IGN); /* ignored by the parent (nohup, &): stays ignored */
     if (argc < 2)
         return cli_fail(EXIT_INPUT, "missing command (try 'smattn help')");
     const char *cmd = argv[1];
@@ -97,8 +115,6 @@ int main(int argc, char **argv)
                SMATTN_VERSION_PATCH, SMATTN_SPEC_VERSION);
         return EXIT_OK;
     }
-    if (!strcmp(cmd, "opt") || !strcmp(cmd, "demo") || !strcmp(cmd, "conform"))
-        cli_check_isa_env();
     if (!strcmp(cmd, "ref"))
         return cmd_ref(argc - 2, argv + 2);
     if (!strcmp(cmd, "opt"))

@@ -159,7 +159,8 @@ typedef struct smattn_outputs {
  * convention, scale 1. Shapes are zero: the caller sets them. */
 smattn_problem smattn_problem_default(void);
 
-/* The default scale: the binary64 number nearest 1/sqrt(D) (SPEC 2.3). 0 if D < 1. */
+/* The default scale: the binary64 number nearest 1/sqrt(D) (SPEC 2.3). 0 if D < 1 or
+ * D > 2^32 (the largest dimension a problem may have). */
 double smattn_default_scale(int64_t D);
 
 /* Contiguous (row-major) strides for a tensor role, so callers need not compute them.
@@ -220,9 +221,13 @@ SMATTN_NODISCARD smattn_status smattn_ref(const smattn_problem *prob, const smat
                                           smattn_ref_stats *stats);
 
 /* smattn_ref with a progress report, for a display (the library itself never prints):
- * progress (may be NULL) is called with the rows finished so far and the rows in all, only
- * from the calling thread (so it needs no locking), after each few rows that thread
- * finishes and once at the end with done == total (not after a validation failure). It
+ * progress (may be NULL) is called with the work done so far and the work in all, only
+ * from the calling thread (so it needs no locking), as that thread finishes rows and
+ * within a long row (every few thousand keys of work: a decode has a single row), and once
+ * at the end with done == total (not after a validation failure). done never decreases.
+ * The unit is a key slot: each row counts T (total = B Hq S T), or 1 when B Hq S T would
+ * overflow int64 (then total = B Hq S and there is no report within a row); within a row
+ * done is an estimate that stays short of the row's end until the row is finished. It
  * must not call back into the library. Results are those of smattn_ref. */
 typedef void (*smattn_progress_fn)(int64_t done, int64_t total, void *arg);
 SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,

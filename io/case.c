@@ -54,6 +54,23 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     return rc;
 }
 
+/* Prefix a file's error with its name; a file that cannot be opened is named with its
+ * case directory (permissions are a property of the path, not of the file name). */
+static void name_error(const char *dir, const char *name, char *err, size_t errlen)
+{
+    if (strncmp(err, "cannot open", 11) != 0) {
+        smattn_io_err_prefix(err, errlen, name);
+        return;
+    }
+    char *p = smattn_io_join_path(dir, name);
+    char q[SMATTN_IO_PATH_MAX];
+    if (p)
+        smattn_io_err_prefix(err, errlen, smattn_io_path(p, q));
+    else
+        smattn_io_err_prefix(err, errlen, name);
+    free(p);
+}
+
 /* The header of dir/name into *a (no data: see read_data); an absent optional file leaves
  * *a zeroed (present() is 0). */
 static int load_header(const char *dir, const char *name, int required, smattn_npy *a, char *err,
@@ -76,7 +93,7 @@ static int load_header(const char *dir, const char *name, int required, smattn_n
     int rc = smattn_npy_read_header(p, a, err, errlen);
     free(p);
     if (rc)
-        smattn_io_err_prefix(err, errlen, name);
+        name_error(dir, name, err, errlen);
     return rc;
 }
 
@@ -103,7 +120,7 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
         int rc = smattn_npy_read_data(p, arr[n], err, errlen);
         free(p);
         if (rc) {
-            smattn_io_err_prefix(err, errlen, names[n]);
+            name_error(dir, names[n], err, errlen);
             return -1;
         }
     }
@@ -309,11 +326,17 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
         if (n != 1 && n != full[off + r]) {
             char s[128];
             shape_str(a, s, sizeof s);
+            static const char *const dims[4] = {"B", "Hq", "S", "T"};
+            char want[64];
+            if (full[off + r] == 1)
+                snprintf(want, sizeof want, "want 1");
+            else
+                snprintf(want, sizeof want, "want 1 or %lld", (long long)full[off + r]);
             smattn_io_err(err, errlen,
                           "%s: shape %s does not broadcast to [B,Hq,S,T] = "
-                          "[%lld,%lld,%lld,%lld] (dim %d is %lld: want 1 or %lld)",
+                          "[%lld,%lld,%lld,%lld] (its dim %d, aligned with %s, is %lld: %s)",
                           file, s, (long long)full[0], (long long)full[1], (long long)full[2],
-                          (long long)full[3], r, (long long)n, (long long)full[off + r]);
+                          (long long)full[3], r, dims[off + r], (long long)n, want);
             return -1;
         }
         t->stride[off + r] = n == 1 ? 0 : a->stride[r];

@@ -83,6 +83,10 @@ enum { SMATTN_CASE_OUT_O = 1, SMATTN_CASE_OUT_LSE = 2, SMATTN_CASE_OUT_P = 4 };
  * smattn_validate on the whole descriptor. Returns SMATTN_OK, or a status with one line in
  * err: SMATTN_ERR_NOMEM when memory ran out, SMATTN_ERR_OVERFLOW when the sizes do not
  * fit, or the validation failure. On failure nothing is left allocated. */
+/* From the headers alone (smattn_case_open), before any data is read: -1 with a message if
+ * an output of the run would not fit in size_t bytes or exceeds the physical memory. */
+int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned which, char *err,
+                              size_t errlen);
 smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
                                         smattn_outputs *out, char *err, size_t errlen);
 void smattn_case_outputs_free(smattn_outputs *out);
@@ -101,6 +105,9 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen);
  * as stale outputs of an earlier run. On failure the temporaries (and OUT, if created
  * here) are removed and OUT is as it was. Other files in OUT are never touched. Returns 0
  * or nonzero with err. */
+/* Unlink the temporaries smattn_case_write_outputs holds at this moment: async-signal-safe
+ * (unlink only), for a SIGINT/SIGTERM handler. */
+void smattn_case_remove_temps(void);
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen);
 

@@ -37,6 +37,33 @@ static int64_t shape_count(const int64_t *shape, int rank, size_t es)
     return (uint64_t)n > SIZE_MAX / es ? -1 : n;
 }
 
+int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned which, char *err,
+                              size_t errlen)
+{
+    static const char *const names[3] = {"o", "lse", "p"};
+    size_t es = smattn_dtype_size(t);
+    if (es == 0)
+        return 0; /* smattn_case_outputs_alloc reports the dtype */
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    double phys = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    for (int k = 0; k < 3; k++) {
+        if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+            continue;
+        int64_t shape[4];
+        int rank = out_shape(c, k, shape);
+        double elems = 1; /* in binary64: only the message needs the exact size */
+        for (int r = 0; r < rank; r++)
+            elems *= (double)shape[r];
+        if (shape_count(shape, rank, es) >= 0 && (phys == 0 || elems * (double)es <= phys))
+            continue;
+        smattn_io_err(err, errlen, "%s.npy would need %.4g elements (%.4g bytes): too large%s",
+                      names[k], elems, elems * (double)es,
+                      phys > 0 ? " (more than the machine's memory)" : "");
+        return -1;
+    }
+    return 0;
+}
+
 smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
                                         smattn_outputs *out, char *err, size_t errlen)
 {
@@ -119,6 +146,13 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
             smattn_io_err(err, errlen, "%s: %s", shown, strerror(errno));
             return -1;
         }
+        if (lstat(outdir, &st) == 0 && S_ISLNK(st.st_mode)) { /* mkdir would say "File exists" */
+            smattn_io_err(err, errlen,
+                          "%s: is a dangling symbolic link (its target does not exist); "
+                          "create the target or give another OUT",
+                          shown);
+            return -1;
+        }
         char parent[4096];
         parent_of(outdir, parent, sizeof parent);
         if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -147,7 +181,9 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
         }
         int dir = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
         if (dir)
-            smattn_io_err(err, errlen, "%s: is a directory (an output would replace it)",
+            smattn_io_err(err, errlen,
+                          "%s: is a directory where a run writes an output or removes a "
+                          "stale one; move it away",
                           smattn_io_path(p, q2));
         free(p);
         if (dir)
@@ -192,6 +228,26 @@ static int make_outdir(const char *outdir, int *created, char *err, size_t errle
     return 0;
 }
 
+/* The temporaries that exist now, for a signal handler to remove (smattn_case_remove_temps):
+ * a slot is set once its file exists and cleared before the path is freed. */
+static char *volatile live_temps[3];
+
+void smattn_case_remove_temps(void)
+{
+    for (int k = 0; k < 3; k++) {
+        char *p = live_temps[k];
+        if (p)
+            unlink(p);
+    }
+}
+
+static void forget_temp(const char *path)
+{
+    for (int k = 0; path && k < 3; k++)
+        if (live_temps[k] == path)
+            live_temps[k] = NULL;
+}
+
 /* Write one output to a fresh temporary file in OUT, flushed to the disk (so that a crash
  * after the rename cannot leave an empty output); its path goes to *tmp. */
 static int write_temp(const char *outdir, const char *name, const smattn_out_tensor *t, int rank,
@@ -215,6 +271,11 @@ static int write_temp(const char *outdir, const char *name, const smattn_out_ten
     (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
     close(fd);
     *tmp = path;
+    for (int k = 0; k < 3; k++)
+        if (!live_temps[k]) {
+            live_temps[k] = path;
+            break;
+        }
     if (smattn_npy_write(path, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
         smattn_io_err_prefix(err, errlen, name);
         return -1;
@@ -271,6 +332,7 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
                           smattn_io_path(final[k], q), strerror(errno));
             rc = -1;
         } else if (tmp[k]) {
+            forget_temp(tmp[k]);
             free(tmp[k]);
             tmp[k] = NULL;
         }
@@ -287,6 +349,7 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
     for (k = 0; k < 3; k++) {
         if (tmp[k])
             remove(tmp[k]);
+        forget_temp(tmp[k]);
         free(tmp[k]);
         free(final[k]);
     }

@@ -93,8 +93,13 @@ static int string(jcur *c, jkey *key)
     size_t start = ++c->pos, n = 0;
     char *o = NULL;
     if (key) {
-        /* escapes only shorten a key: the rest of the text bounds it */
-        o = malloc(c->len - start + 1);
+        /* escapes only shorten a key, so the literal's own length bounds it: find the
+         * closing quote first (an unterminated key is reported by the loop below); sizing
+         * by the rest of the text made memory grow with the square of the file */
+        size_t end = start;
+        while (end < c->len && c->t[end] != '"')
+            end += c->t[end] == '\\' ? 2 : 1;
+        o = malloc((end < c->len ? end : c->len) - start + 1);
         if (!o) {
             smattn_io_err(c->err, c->errlen, "out of memory");
             return -1;
@@ -306,6 +311,9 @@ static int array(jcur *c, int depth)
         skip_ws(c);
         if (c->pos < c->len && c->t[c->pos] == ',') {
             c->pos++;
+            skip_ws(c);
+            if (c->pos < c->len && c->t[c->pos] == ']')
+                return fail_at(c, "a trailing comma before ']'");
             continue;
         }
         if (c->pos < c->len && c->t[c->pos] == ']') {
@@ -339,13 +347,23 @@ static int value(jcur *c, int depth)
     case 't': return literal(c, "true");
     case 'f': return literal(c, "false");
     case 'n': return literal(c, "null");
-    default: return number(c);
+    case '-': return number(c);
+    default:
+        if (c->t[c->pos] >= '0' && c->t[c->pos] <= '9')
+            return number(c);
+        return fail_at(c, c->t[c->pos] == ']' || c->t[c->pos] == '}'
+                              ? "expected a value, not a closing bracket"
+                              : "expected a value");
     }
 }
 
 int smattn_io_json_check(const char *text, size_t len, char *err, size_t errlen)
 {
     jcur c = {text, len, 0, err, errlen};
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) {
+        smattn_io_err(err, errlen, "malformed JSON: a byte-order mark is not allowed (RFC 8259)");
+        return -1;
+    }
     skip_ws(&c);
     if (c.pos >= len) {
         smattn_io_err(err, errlen, "malformed JSON: empty");

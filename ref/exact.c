@@ -224,8 +224,10 @@ static void div_interval(mpfr_ptr lo, mpfr_ptr hi, mpfr_srcptr nlo, mpfr_srcptr 
 /* The exp intervals and the denominator at precision prec (SPEC 5.3). */
 static void level(exact_state *st, mpfr_prec_t prec)
 {
-    for (int64_t k = 0; k < st->G; k++)
+    for (int64_t k = 0; k < st->G; k++) {
         group_value(st, k, prec);
+        smattn__ref_work(st->r);
+    }
     /* shift: the largest upper end; exact as an MPFR number, so any choice is valid */
     int64_t top = 0;
     for (int64_t k = 1; k < st->G; k++)
@@ -241,6 +243,7 @@ static void level(exact_state *st, mpfr_prec_t prec)
         mpfr_exp(st->elo[k], st->a, MPFR_RNDD);
         mpfr_sub(st->a, st->thi[k], st->shift, MPFR_RNDU);
         mpfr_exp(st->ehi[k], st->a, MPFR_RNDU);
+        smattn__ref_work(st->r);
     }
     mpfr_set_prec(st->Llo, prec);
     mpfr_set_prec(st->Lhi, prec);
@@ -481,6 +484,7 @@ static int column_sums(exact_state *st, int64_t c)
     for (int64_t k = 0; k < st->n; k++) {
         mpfr_set_prec(st->vcol[k], 53);
         mpfr_set_d(st->vcol[k], smattn__ref_v(r, r->idx[st->order[k]], c), MPFR_RNDN);
+        smattn__ref_work(r);
     }
     for (int64_t k = 0; k < st->G; k++) {
         if (st->g[k].is_sink) {
@@ -605,9 +609,11 @@ static smattn_status build_groups(exact_state *st)
     }
     smattn_status status = SMATTN_OK;
     st->softcap = r->p->softcap > 0;
-    for (int64_t jj = 0; jj < n && status == SMATTN_OK; jj++)
+    for (int64_t jj = 0; jj < n && status == SMATTN_OK; jj++) {
         if (exact_score(st, jj, prod, st->ptrs))
             status = SMATTN_ERR_INTERNAL; /* an exact operation reported rounding */
+        smattn__ref_work(r);
+    }
     if (prod) {
         for (int64_t d = 0; d < r->D; d++)
             mpfr_clear(prod[d]);

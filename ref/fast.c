@@ -114,8 +114,10 @@ int smattn__ref_fast_row(ref_row *r)
     if (!row_in_range(r))
         return 0;
     const int64_t n = r->n;
-    for (int64_t jj = 0; jj < n; jj++)
+    for (int64_t jj = 0; jj < n; jj++) {
         score(r, jj);
+        smattn__ref_work(r);
+    }
 
     /* The shift m: any double works (the results are shift invariant); the largest score
      * (or sink) keeps every exp argument <= ~0, so nothing overflows. */
@@ -146,6 +148,7 @@ int smattn__ref_fast_row(ref_row *r)
             continue;
         }
         exp_dd(r, x, ex, &r->e_hi[jj], &r->e_lo[jj], &r->e_rel[jj]);
+        smattn__ref_work(r);
         rho = fmax(rho, r->e_rel[jj]);
         L = dd_add(L, (dd){r->e_hi[jj], r->e_lo[jj]});
     }

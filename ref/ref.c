@@ -10,6 +10,8 @@
 #include "ref/ref_internal.h"
 
 #define REF_DEFAULT_MAX_PREC 16384L
+/* Keys of work between two progress reports within a row: a few per second at least. */
+#define REF_TICK_KEYS 16384
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
@@ -168,6 +170,8 @@ typedef struct ref_job {
     pthread_t caller;       /* the thread of smattn_ref: the only one that calls progress */
     smattn_progress_fn progress;
     void *progress_arg;
+    int64_t unit;           /* progress units per row: T, or 1 if rows * T overflows */
+    int64_t reported;       /* the last progress reported (the calling thread's only) */
     pthread_mutex_t lock;
     int64_t fail_row;       /* lowest failing row, or -1 */
     smattn_status fail;
@@ -272,6 +276,8 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
     r->used_rational = 0;
     r->sign_tests = 0;
     r->prec_used = 0;
+    r->work = 0;
+    r->work_next = r->tick ? REF_TICK_KEYS : INT64_MAX;
     r->lse_done = r->out->lse.data == NULL;
     memset(r->o_done, 0, (size_t)r->Dv);
     memset(r->p_done, 0, (size_t)r->p->T);
@@ -317,6 +323,31 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
 }
 
 /* ---- workers ----------------------------------------------------------------------------- */
+
+/* Report progress from the calling thread, never backwards. */
+static void report(ref_job *job, int64_t done)
+{
+    int64_t total = job->rows * job->unit;
+    if (done >= total)
+        done = total - 1; /* done == total only once, at the end */
+    if (done <= job->reported)
+        return;
+    job->reported = done;
+    job->progress(done, total, job->progress_arg);
+}
+
+/* Within a row: the rows finished by all threads, plus an estimate of this row's share
+ * from the keys its passes have gone through. A row makes several passes (scores, weights,
+ * the exact phase's levels), a number not known in advance: w / (w + 4 (n + 1)) of a row
+ * grows with the work and stays below 1 until the row is done. */
+static void ref_tick(ref_row *r)
+{
+    ref_job *job = r->tick_arg;
+    r->work_next = r->work + REF_TICK_KEYS;
+    double w = (double)r->work, f = w / (w + 4.0 * (double)(r->n + 1));
+    int64_t rows = (int64_t)atomic_load(&job->done);
+    report(job, rows * job->unit + (int64_t)(f * (double)(job->unit - 1)));
+}
 
 static void row_free(ref_row *r)
 {
@@ -386,6 +417,10 @@ static void *worker(void *arg)
     if (row_alloc(&r, job)) {
         record_failure(job, 0, SMATTN_ERR_NOMEM);
     } else {
+        if (job->progress && job->unit > 1 && pthread_equal(pthread_self(), job->caller)) {
+            r.tick = ref_tick;
+            r.tick_arg = job;
+        }
         const smattn_problem *p = job->p;
         const int64_t chunk = 4;
         for (;;) {
@@ -404,7 +439,7 @@ static void *worker(void *arg)
             }
             long long d = atomic_fetch_add(&job->done, (long long)(end - start)) + (end - start);
             if (job->progress && pthread_equal(pthread_self(), job->caller))
-                job->progress(d, job->rows, job->progress_arg);
+                report(job, (int64_t)d * job->unit);
         }
         row_free(&r);
     }
@@ -460,6 +495,8 @@ smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *
     job.caller = pthread_self();
     job.progress = progress;
     job.progress_arg = progress_arg;
+    job.unit = p->T > 0 && job.rows <= INT64_MAX / p->T ? p->T : 1;
+    job.reported = 0;
     job.fail_row = -1;
     if (pthread_mutex_init(&job.lock, NULL))
         return SMATTN_ERR_THREADS;
@@ -488,7 +525,7 @@ smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *
     free(tid);
     pthread_mutex_destroy(&job.lock);
     if (progress)
-        progress(job.rows, job.rows, progress_arg);
+        progress(job.rows * job.unit, job.rows * job.unit, progress_arg);
     if (stats)
         *stats = job.stats;
     return job.fail_row >= 0 ? job.fail : SMATTN_OK;

@@ -45,7 +45,20 @@ typedef struct ref_row {
     /* statistics */
     int used_rational, sign_tests;
     long prec_used;
+    /* progress within a long row (a decode has one): passes over keys add to work; when it
+     * reaches work_next, tick (set on the calling thread's row only, when there is a
+     * progress callback) reports and moves work_next on. A counter, not a clock per key. */
+    int64_t work, work_next;
+    void (*tick)(struct ref_row *r);
+    void *tick_arg;
 } ref_row;
+
+/* One key of work in a pass over a row's keys. */
+static inline void smattn__ref_work(ref_row *r)
+{
+    if (++r->work >= r->work_next && r->tick)
+        r->tick(r);
+}
 
 /* round.c */
 uint64_t smattn__ref_nan_bits(smattn_dtype t);

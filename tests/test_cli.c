@@ -78,6 +78,7 @@ typedef struct run_result {
 /* A file size limit for the next runs' child (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond
  * it fails with EFBIG), 0 for none: a full disk on demand. */
 static long run_fsize_limit;
+static int run_xfsz_default; /* leave SIGXFSZ at its default (kill) under run_fsize_limit */
 /* Run the next children as user and group 65534 (nobody) when the tests run as root, so
  * that permissions apply to them. */
 static int run_as_nobody;
@@ -108,7 +109,7 @@ static run_result run(const char *const *args)
             _exit(127);
         if (run_fsize_limit) {
             struct rlimit rl = {(rlim_t)run_fsize_limit, (rlim_t)run_fsize_limit};
-            signal(SIGXFSZ, SIG_IGN);
+            signal(SIGXFSZ, run_xfsz_default ? SIG_DFL : SIG_IGN);
             if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
                 _exit(127);
         }
@@ -314,6 +315,20 @@ START_TEST(headers_checked_before_data)
     ck_assert_msg(strstr(r.err, "opt: q.npy is f64"), "%s", r.err);
     ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
     free_result(&r);
+    /* Issue 15 review: an output too large to hold (p.npy of [1, 2^26, 2^26] f64: 4.5e15
+     * elements) is found from the headers, not after reading 768 MiB of q, k, v */
+    char *big = strdup(path_in(tmp, "bigp"));
+    ck_assert_int_eq(mkdir(big, 0700), 0);
+    put_sparse(big, "q.npy", "<f4", "(67108864, 1, 1)", 67108864LL * 4);
+    put_sparse(big, "k.npy", "<f4", "(67108864, 1, 1)", 67108864LL * 4);
+    put_sparse(big, "v.npy", "<f4", "(67108864, 1, 1)", 67108864LL * 4);
+    r = run((const char *[]){"ref", big, out, "--weights", NULL});
+    ck_assert_msg(r.status == 2, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "p.npy would need 4.504e+15 elements") &&
+                      strstr(r.err, "too large"), "%s", r.err);
+    ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
+    free_result(&r);
+    free(big);
     struct stat st;
     ck_assert(stat(out, &st) != 0);
     free(c), free(out);
@@ -389,7 +404,8 @@ START_TEST(outputs_committed_as_a_set)
     ck_assert_int_eq(mkdir(path_in(out, "lse.npy"), 0700), 0);
     char *state = dir_state(out);
     expect_bad_keeps((const char *[]){"ref", c, out, "--dtype", "f32", NULL},
-                     "/lse.npy: is a directory", out, state);
+                     "/lse.npy: is a directory where a run writes an output or removes a stale one",
+                     out, state);
     free(state);
     ck_assert_int_eq(rmdir(path_in(out, "lse.npy")), 0);
     /* no --weights: the earlier p.npy goes */
@@ -425,6 +441,12 @@ START_TEST(outputs_committed_as_a_set)
     run_fsize_limit = 4096;
     expect_bad_keeps((const char *[]){"ref", big, out, "--weights", NULL}, "p.npy: write error",
                      out, state);
+    /* the same with SIGXFSZ at its default disposition, as in a shell under ulimit -f: it
+     * killed the CLI (exit 153) and left .p.npy.XXXXXX in OUT; now the CLI ignores it */
+    run_xfsz_default = 1;
+    expect_bad_keeps((const char *[]){"ref", big, out, "--weights", NULL}, "p.npy: write error",
+                     out, state);
+    run_xfsz_default = 0;
     run_fsize_limit = 0;
     free(state);
     free(big), free(s), free(c), free(out);
@@ -448,6 +470,10 @@ START_TEST(out_checked_before_work)
                NULL);
     expect_bad((const char *[]){"ref", c, path_in(tmp, "afile"), NULL},
                "afile: exists and is not a directory", NULL);
+    /* the review: a dangling symlink said "cannot create directory: File exists" */
+    ck_assert_int_eq(symlink(path_in(tmp, "gone"), path_in(tmp, "dangling")), 0);
+    expect_bad((const char *[]){"ref", c, path_in(tmp, "dangling"), NULL},
+               "dangling: is a dangling symbolic link", NULL);
     free(c);
 }
 END_TEST
@@ -462,6 +488,10 @@ START_TEST(paths_with_newlines_one_line)
     expect_bad((const char *[]){"ref", nl, path_in(tmp, "out"), NULL}, "no\\ncase'", NULL);
     expect_bad((const char *[]){"opt", c, path_in(nl, "out"), NULL}, "no\\ncase", NULL);
     expect_bad((const char *[]){"check", nl, NULL}, "no\\ncase", NULL);
+    /* the review: its header went to stdout with the raw newline before the error */
+    run_result r = run((const char *[]){"check", nl, NULL});
+    ck_assert_msg(r.status == 2 && !strstr(r.out, "no\ncase"), "stdout '%s'", r.out);
+    free_result(&r);
     expect_bad((const char *[]){"demo", nl, NULL}, "no\\ncase'", NULL);
     expect_bad((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1\n2", NULL},
                "--threads '1\\n2'", NULL);
@@ -493,6 +523,14 @@ START_TEST(unreadable_case_dir_named)
     expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
                "/c: cannot read the case directory (case.json: Permission denied)",
                path_in(pub, "out"));
+    /* the review: an unreadable input file named only "k.npy"; its directory is named too */
+    ck_assert_int_eq(chmod(c, 0755), 0);
+    const char *files[5] = {"q.npy", "k.npy", "v.npy", "mask.npy", "case.json"};
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_eq(chmod(path_in(c, files[k]), k == 1 ? 0 : 0644), 0);
+    expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
+               "/c/k.npy: cannot open: Permission denied", path_in(pub, "out"));
+    ck_assert_int_eq(chmod(path_in(c, "k.npy"), 0644), 0);
     run_as_nobody = 0;
     ck_assert_int_eq(chmod(c, 0700), 0);
     /* a path through a file: not "no such case directory" */
@@ -671,6 +709,24 @@ START_TEST(bogus_isa_env_said_once)
                   "stderr '%s'", r.err);
     free_result(&r);
     check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){5, 4, 6});
+    /* Issue 15 review: not when --isa overrides it (it said "using avx512" while scalar ran),
+     * not for --help, and bad input is the only line */
+    setenv("SMATTN_ISA", "bogus", 1);
+    r = run((const char *[]){"opt", c, out, "--isa", "scalar", NULL});
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "--isa: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"opt", "--help", NULL});
+    ck_assert_msg(r.status == 0 && r.err[0] == '\0', "--help: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"opt", c, out, "--threads", "x", NULL});
+    ck_assert_msg(r.status == 2 && count_lines(r.err) == 1 && !strstr(r.err, "SMATTN_ISA"),
+                  "bad input: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    r = run((const char *[]){"opt", path_in(tmp, "nocase"), out, NULL});
+    ck_assert_msg(r.status == 2 && count_lines(r.err) == 1 && !strstr(r.err, "SMATTN_ISA"),
+                  "bad case: exit %d: '%s'", r.status, r.err);
+    free_result(&r);
+    unsetenv("SMATTN_ISA");
     setenv("SMATTN_ISA", "scalar", 1);
     r = run((const char *[]){"opt", c, out, NULL});
     unsetenv("SMATTN_ISA");
@@ -718,6 +774,28 @@ static int run_on_terminal(const char *const *args, char **term)
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
 
+/* The bar's erase covers the longest line written: the last '\r'-separated segment is
+ * blank and at least as long as every bar before it (six-digit counts made a 74-character
+ * bar that a fixed 72-space erase left a tail of). */
+static void expect_erased(const char *term)
+{
+    size_t longest = 0, last = 0, blank = 1;
+    const char *s = term;
+    while (*s) {
+        const char *e = strchr(s, '\r');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n) {
+            blank = strspn(s, " ") >= n;
+            if (!blank && n > longest)
+                longest = n;
+            last = n;
+        }
+        s += n + (e ? 1 : 0);
+    }
+    ck_assert_msg(longest == 0 || (blank && last >= longest), "bar not fully erased: '%s'",
+                  term);
+}
+
 /* Issue 15: long oracle work shows a progress bar when stderr is a terminal (here a
  * decode of 32 rows against 16,000 keys on one thread, about 1.2 s: the bar shows from
  * 0.5 s, after each 4 rows), erased at the end; nothing when stderr is not a terminal. */
@@ -740,10 +818,37 @@ START_TEST(ref_progress_on_a_terminal)
                   "%.2f s and no progress bar: '%s'", secs, term);
     ck_assert_msg(strlen(term) == 0 || term[strlen(term) - 1] == '\r', "bar not erased: '%s'",
                   term);
+    expect_erased(term);
     free(term);
     run_result r = run((const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL});
     ck_assert_msg(r.status == 0 && r.err[0] == '\0', "exit %d, stderr '%s'", r.status, r.err);
     free_result(&r);
+    free(c);
+}
+END_TEST
+
+/* Issue 15 review: a decode (one row) against many keys showed no bar, progress being
+ * counted in rows; the oracle now reports within a row. About 1.4 s on one thread. */
+START_TEST(ref_progress_within_a_row)
+{
+    NEED_CLI();
+    char *c = strdup(path_in(tmp, "decode"));
+    ck_assert_int_eq(mkdir(c, 0700), 0);
+    unsigned seed = 12;
+    const int64_t T = 500000;
+    put_rand(c, "q.npy", SMATTN_F32, 3, (int64_t[]){1, 1, 4}, &seed);
+    put_rand(c, "k.npy", SMATTN_F32, 3, (int64_t[]){T, 1, 4}, &seed);
+    put_rand(c, "v.npy", SMATTN_F32, 3, (int64_t[]){T, 1, 4}, &seed);
+    char *term;
+    double t0 = now_seconds();
+    int st = run_on_terminal(
+        (const char *[]){"ref", c, path_in(tmp, "out"), "--threads", "1", NULL}, &term);
+    double secs = now_seconds() - t0;
+    ck_assert_msg(st == 0, "exit %d: %s", st, term);
+    ck_assert_msg(secs < 0.8 || strstr(term, "smattn ref: [") != NULL,
+                  "%.2f s and no progress bar: '%s'", secs, term);
+    expect_erased(term);
+    free(term);
     free(c);
 }
 END_TEST
@@ -1002,6 +1107,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, opt_half_dtypes);
     tcase_add_test(tc, bogus_isa_env_said_once);
     tcase_add_test(tc, ref_progress_on_a_terminal);
+    tcase_add_test(tc, ref_progress_within_a_row);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, every_command_takes_help);
     tcase_add_test(tc, demo_replays_vectors);
