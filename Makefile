@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # smattn: build, test and demo. `make demo` and `make check` are the two entry points;
 # each first makes sure the Debian packages it needs are present (mk/deps.sh).
 .SUFFIXES:

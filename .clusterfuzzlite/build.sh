@@ -1,4 +1,5 @@
 #!/bin/bash -eu
+# SPDX-License-Identifier: MIT
 # build.sh: every fuzz target of smattn into $OUT, as ClusterFuzzLite / OSS-Fuzz expect:
 # compiled with $CC $CFLAGS, linked with $CXX and $LIB_FUZZING_ENGINE, MPFR, GMP and json-c
 # linked statically; beside each binary <target>_seed_corpus.zip (fuzz/corpus/<target> and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_machine.c: the machine's FMA peak and memory bandwidth, measured on the benchmark's
  * own thread count so that the kernel's fractions of them compare like with like. */
 #include "bench/bench_machine.h"

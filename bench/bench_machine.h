@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_machine.h: what the machine can do, measured in the benchmark's own run: FMA
  * throughput per ISA and STREAM-triad memory bandwidth, both on a given thread count. */
 #ifndef SMATTN_BENCH_MACHINE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_opt.c: speed of the optimised kernel (issue 3) on canonical Qwen2.5-7B attention
  * shapes (Hq = 28, Hkv = 4, D = Dv = 128, B = 1, causal lower_right), with f32 and f16
  * K/V, against the machine's FMA peak and STREAM bandwidth measured in the same run and

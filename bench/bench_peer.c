@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_peer.c: load a peer implementation (a plugin .so of include/smattn_kernel.h) for
  * bench_opt. A few lines of dlopen rather than conform/plugin.c's loader, so that the bench
  * does not link the conformance checker; the ABI check is the same one. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_peer.h: another attention implementation timed in the same run as the kernel
  * (`make bench`: oneDNN through the adapter plugin of plugins/onednn), loaded from a plugin
  * .so of include/smattn_kernel.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_read.c: how fast can the decode step's K and V be read at all on this machine?
  *
  * A decode step (S = 1) reads every byte of K and V once, so reading them without any

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_tiles.c: `make bench-tiles`: the kernel's micro-kernels alone, one thread, on a
  * tile that stays in cache, beside one core's measured FMA peak: what the scores and the
  * P.V could reach if memory and the surrounding work cost nothing (`make bench-phases`

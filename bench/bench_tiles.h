@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_tiles.h: the kernel's micro-kernels alone on one tile that stays in L1/L2
  * (`make bench-tiles`): bench/tiles_body.h, built once per ISA (tiles_<isa>.c). */
 #ifndef SMATTN_BENCH_TILES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_exp.c: the kernel's binary32 exp, for every ISA the CPU has, over EVERY binary32
  * input in [-104, 0] and every 16th one in (0, 88.7], against the correctly rounded exp.
  *

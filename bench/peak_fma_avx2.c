@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* peak_fma_avx2.c: an AVX2 FMA-throughput loop (built with -mavx2 -mfma only; called only
  * after a run-time check). 12 independent accumulators, each its own named variable so
  * that they live in registers (an array would be kept in memory at -O2), cover the FMA

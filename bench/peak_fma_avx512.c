@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* peak_fma_avx512.c: an AVX-512 FMA-throughput loop (built with -mavx512f only; called only
  * after a run-time check). 16 independent accumulators, each its own named variable so
  * that they live in registers (32 zmm), cover the FMA latency times the FMA pipes of

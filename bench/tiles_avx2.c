@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tiles_avx2.c: bench/tiles_body.h over the AVX2 instance of the kernel body, under its
  * own names (bt_*_avx2) so that it does not clash with the library's instance. */
 #include "opt/simd_avx2.h"

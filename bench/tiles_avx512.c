@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tiles_avx512.c: bench/tiles_body.h over the AVX-512 instance of the kernel body, under
  * its own names (bt_*_avx512) so that it does not clash with the library's instance. */
 #include "opt/simd_avx512.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tiles_body.h: times the micro-kernels of one kernel_body.h instance (included after it,
  * with its KN/KTN names) on a 64-row x 64-key tile, D = Dv = 128, f32, one thread: the
  * best of 5 rounds of 2000 calls. The data are the same every call, so the tile stays in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cli.h: what the smattn tool's files share: exit codes, option parsing (cli/options.c)
  * and the subcommands' entry points. Each command takes the arguments after its name and
  * returns the exit code. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmd_conform.c: `smattn conform`, `smattn gen` and `smattn check`: option parsing, the
  * progress bar and the reports around the checker in conform/ (conform/README.md). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmd_demo.c: `smattn demo`: the seeds' worked examples beside their exact values, every
  * golden vector replayed bit for bit in four dtypes, and the fast kernel checked against
  * the oracle on Qwen2.5-7B-shaped problems. */

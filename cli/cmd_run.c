@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmd_run.c: `smattn ref` and `smattn opt`: load a case directory, run the exact oracle or
  * the optimised kernel, write the outputs. */
 #include <errno.h>

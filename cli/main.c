@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* main.c: the smattn command-line tool: the usage text and the dispatch to the
  * subcommands (cli/cmd_*.c). Exit codes: 0 success, 1 a golden vector or a kernel check
  * failed, 2 bad usage or bad input (including a dtype the kernel does not take), 3 the

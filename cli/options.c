@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* options.c: what every subcommand of the smattn tool parses and reports with. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* battery.c: the cases `smattn conform` runs: the spec's golden vectors, edge cases by
  * category (each aimed at a bug real kernels have had), and random sweeps over prefill,
  * chunked prefill and decode shapes. Each case records the features it uses, so a kernel

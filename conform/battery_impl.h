@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* battery_impl.h: the battery's builder, shared by conform/battery.c (the builder, the
  * garbage fill, the categories up to issue 6) and conform/battery_sizes.c (the categories
  * at the sizes and values where kernels change path, issue 14). Not installed. */

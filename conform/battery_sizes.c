@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* battery_sizes.c: the battery's cases at the sizes and values where real kernels change
  * path (issue 14): garbage at tile sizes (tiled), decode and long rows past the split-KV
  * chunk lengths (long), visible non-finite inputs (nonfinite), and value regimes at the ends

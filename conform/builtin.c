@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* builtin.c: the built-in optimised kernel (opt/, smattn_attention) as a plugin, so that
  * `smattn conform` judges it exactly as it judges any other kernel: one thread per case
  * (the checker runs cases in child processes), the precision model smattn_opt_precision. */

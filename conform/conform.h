@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* conform.h: the conformance checker behind `smattn conform`, `gen` and `check` (issue 6).
  *
  * Library code of the checker, linked into the CLI only (build/libsmattn_conform.a):

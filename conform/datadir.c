@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* datadir.c: where the checker's data is found: the golden vectors (spec/vectors) and the
  * fuzzer finds (conform/regressions), in a source tree or an installed one. */
 #include <limits.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* files.c: file-based checking for kernels that are not C: `smattn gen` writes the battery
  * as case directories (SPEC 7.1, readable by `smattn ref`) with a manifest; the user runs a
  * kernel on each and saves o.npy (optionally lse.npy, p.npy) beside the inputs; `smattn

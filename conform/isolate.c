@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* isolate.c: the process hygiene around plugin code. Every call into a plugin (dlopen and
  * its constructors, describe, precision, the kernel) runs in a forked child in its own
  * process group, with its stdout and stderr in a capture file of bounded size; when the

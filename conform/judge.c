@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* judge.c: a kernel's outputs against the exact oracle (smattn_ref, with the conventions
  * the kernel claims) under the SPEC 6 bound of its precision model (smattn_bound): the max
  * error/bound ratio and ulp error, and, for a failure, one sentence naming what was

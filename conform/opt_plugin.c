@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* opt_plugin.c: the exported entry points of build/plugins/smattn_opt.so, the built-in
  * kernel as a loadable plugin (the same functions `--kernel builtin` calls in process). */
 #include "conform/conform.h"

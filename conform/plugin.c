@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* plugin.c: load a kernel under test: a .so speaking include/smattn_kernel.h, opened and
  * described in a child process (isolate.c) whose answer comes back by value over a pipe,
  * or the built-in optimised kernel through the same table; and check what it claims. */

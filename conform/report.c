@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* report.c: the results of a run for people and for CI: a summary table by category and a
  * verdict line, a JSON report (every case with its figures), JUnit XML (one testcase per
  * case), a self-contained HTML page with an SVG plot of error/bound, and the baseline

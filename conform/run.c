@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* run.c: one case through a kernel under test, isolated: the kernel runs in a forked child
  * with a time limit; its outputs live in shared mappings with PROT_NONE guard pages before
  * and after and canary-filled gaps between the data and the guards, and are prefilled with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bound.c: the a-posteriori error bound of SPEC 6 and the error metrics of SPEC 6.10. */
 #include <float.h>
 #include <math.h>

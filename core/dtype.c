@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dtype.c: exact loads of every element type into binary64 and single roundings back. */
 #include <math.h>
 #include <string.h>

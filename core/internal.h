@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* internal.h: helpers shared by ref/, opt/, io/ and the tests; not part of the public API. */
 #ifndef SMATTN_CORE_INTERNAL_H
 #define SMATTN_CORE_INTERNAL_H

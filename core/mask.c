@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* mask.c: visibility intervals, offsets and the kernel's walks (SPEC 2-3); contracts and the
  * static inline steps in core/mask.h, proved with Frama-C WP by `make prove`. Integers only. */
 #include "core/mask.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* mask.h: the integer logic of SPEC 2-3 (visibility, GQA heads, offsets, tiling) as pure
  * functions whose ACSL contracts restate the spec; proved by `make prove` (proof/README.md). */
 #ifndef SMATTN_CORE_MASK_H

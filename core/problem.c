@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* problem.c: the problem descriptor: defaults, strides, validation and visibility (SPEC 2-3). */
 #include <math.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* status.c: sentences and names for the pinned status codes of smattn.h. */
 #include "smattn.h"
 

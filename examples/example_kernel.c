@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* example_kernel.c: a plain, readable float32 attention plugin that conforms to the spec.
  *
  * Build:  cc -std=c11 -O2 -fPIC -shared -Iinclude examples/example_kernel.c -o example.so -lm

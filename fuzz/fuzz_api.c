@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_api.c: raw descriptors against the public boundary. A decoded valid problem is
  * corrupted by up to six operations (zero, negative and huge dims, NULL pointers, short or
  * negative strides, Hq not a multiple of Hkv, NaN scale and softcap, bad windows and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_case_files.c: the .npy and case.json readers on arbitrary bytes. The first byte picks
  * the reader (even: smattn_npy_parse and smattn_npy_parse_header, odd:
  * smattn_case_json_parse); the rest is the file, copied into a buffer of exactly its size

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_decode_prefill.c: a causal prefill against the decode steps that produce the same
  * rows. From the decoded problem (attention; cut to FUZZ_DP_MAX_P elements of the prefill's
  * P) it builds a prefill, S = T = Tp, causal, with the decoded window, softcap, bias, mask,

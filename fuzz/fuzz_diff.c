@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_diff.c: the kernel against the oracle under the SPEC 6 bound, then the kernel against
  * itself bit for bit: the decoded thread count against one thread, NaN/inf garbage in K/V
  * slots beyond kv_lens (masked for every query), and a repeated call (fuzz_diff_check). Any

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_diff_long.c: fuzz_diff's checks (fuzz_diff_check: the bound, threads 1 vs N, a
  * repeated call, garbage beyond kv_lens) on long decode rows: an attention decode input
  * with B*Hq <= 2 after fuzz_diff's cut has its keys repeated to T = 1025-1088

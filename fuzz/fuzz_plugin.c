@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_plugin.c: a kernel under test (a plugin of include/smattn_kernel.h, loaded from the
  * path in SMATTN_KERNEL) against the oracle under the SPEC 6 bound of the precision model
  * it claims; then again with NaN/inf garbage in every K/V slot beyond kv_lens, which no

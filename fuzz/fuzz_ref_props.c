@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_ref_props.c: the oracle alone, on problems cut to FUZZ_REF_PROPS_MAX_P elements of P,
  * against properties its exact definition (SPEC 3-4) implies bit for bit:
  *  - precision stability: the MPFR phase alone, started at another precision (and with the

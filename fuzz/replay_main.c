@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* replay_main.c: a plain main for any fuzz target (no libFuzzer; built with gcc by make
  * check). Runs LLVMFuzzerTestOneInput over every file named on the command line and every
  * regular file under the directories named, each in its own child process so that one

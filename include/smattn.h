@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* smattn.h: the public contract of smattn, scaled masked softmax attention made checkable.
  *
  * Everything here restates spec/SPEC.md (version SMATTN_SPEC_VERSION); section numbers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* smattn_kernel.h: the plugin ABI of `smattn conform`, for attention kernels under test.
  *
  * A kernel under test is a shared library (built with -fPIC -shared) exporting

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* case.c: case directories: the input arrays, their checks against each other and case.json. */
 #include <errno.h>
 #include <limits.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* case.h: a case directory (q/k/v.npy or x.npy, optional bias/mask/sinks.npy, case.json)
  * loaded into an owned problem and inputs, and the writer of its outputs (o/lse/p.npy).
  *

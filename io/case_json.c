@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* case_json.c: case.json parsed into smattn_case_json (SPEC 7.1): keys, types, ranges. */
 #include <math.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* case_out.c: the outputs of a case: allocation in the case's shapes and the writer of
  * OUT/o.npy, lse.npy, p.npy. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* json_strict.c: an RFC 8259 check of JSON text before json-c builds it, for what json-c
  * 0.16 lets through even with JSON_TOKENER_STRICT: single-quoted strings, duplicate keys
  * (json-c keeps the last), integers beyond int64 (json-c saturates them to 2^64 - 1 or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* npy.c: strict .npy parsing from memory or a file, and the version-1.0 writer (npy.h). */
 #include <errno.h>
 #include <fcntl.h>

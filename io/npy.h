@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* npy.h: a strict reader and a plain writer for NumPy .npy files (format versions 1.0-3.0).
  *
  * The reader parses untrusted bytes: it never reads outside the buffer it is given, checks

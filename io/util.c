@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* util.c: messages, whole-file reads and strict JSON parsing for the io/ readers. */
 #include <errno.h>
 #include <fcntl.h>

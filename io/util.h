@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* util.h: small helpers shared by the io/ readers (messages, whole-file text, strict JSON). */
 #ifndef SMATTN_IO_UTIL_H
 #define SMATTN_IO_UTIL_H

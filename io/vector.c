@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* vector.c: golden vector files (spec/vectors/<name>.json) loaded exactly (vector.h). */
 #include <math.h>
 #include <stdalign.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* vector.h: golden vector files (spec/vectors/<name>.json, format in SPEC 8) loaded into a
  * problem, its inputs and the expected, correctly rounded outputs. */
 #ifndef SMATTN_IO_VECTOR_H

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Ensure the Debian packages a make target needs are installed.
 # Usage: mk/deps.sh PKG... ; each PKG is checked with dpkg-query. As root on a
 # Debian-like system the missing ones are installed with apt-get; elsewhere the

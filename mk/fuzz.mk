@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # mk/fuzz.mk: the fuzzing rules (issue 5; fuzz/README.md), included by the Makefile.
 .PHONY: check-fuzz-replay check-fuzz-decode fuzz-build fuzz-build-fast fuzz-bins fuzz fuzz-seeds fuzz-merge fuzz-min \
         fuzz-speed fuzz-cov fuzz-afl-build fuzz-afl

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # mk/install.mk: the shared library, smattn.pc, `make install` / `make uninstall` and the
 # install test (issue 16; README "Using smattn from C"). Included by the Makefile.
 #

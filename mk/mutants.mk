@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # mk/mutants.mk: plugins under test (issue 6): the example kernel, its mutants, the oneDNN
 # adapter and the fuzz_plugin target. Included by the Makefile.
 .PHONY: plugins mutants-table fuzz-plugin deps-mutants

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # mk/onednn.mk: the oneDNN adapter plugin (plugins/onednn/README.md), included by
 # mk/mutants.mk. Nothing else depends on it (make check does not need oneDNN); its targets
 # install Debian's libdnnl-dev when it is missing. `make conform-onednn` runs the full

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dispatch.c: the ISA table, chosen once at first use (thread-safely) from what the CPU
  * has, or forced by SMATTN_ISA=scalar|avx2|avx512 when the CPU has that one. */
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernel_body.h: the flash-attention kernel, written once over the vector vocabulary of a
  * simd_<isa>.h included before it (VLEN, vf, vf_*; ISA_SUFFIX names the instance).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernel_scalar.c: the scalar instance of the kernel (opt/kernel_body.h over simd_scalar.h). */
 #include "opt/simd_scalar.h"
 #define ISA_NAME "scalar"

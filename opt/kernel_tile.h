@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernel_tile.h: the QK and P.V micro-kernels of opt/kernel_body.h for one storage type of
  * K and V, included once per type with TILE_T (the element type), TILE_LOAD (VLEN elements
  * to a vf, exactly) and TILE_SUFFIX (f32, f16, bf16) defined. f16 and bf16 rows are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* opt.c: the optimised kernel's entry points: validation, the plan (work items that depend
  * on the shape only), the thread pool run, the split-K merge in a fixed order, and the
  * finishing of rows (sinks, empty rows, LSE, P). */

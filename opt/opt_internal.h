@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* opt_internal.h: the optimised kernel's plan, work items, workspace and ISA table. */
 #ifndef SMATTN_OPT_INTERNAL_H
 #define SMATTN_OPT_INTERNAL_H

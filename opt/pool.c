@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pool.c: a persistent pthread pool for the optimised kernel. One job runs at a time; a
  * caller that finds the pool busy runs its job on its own thread, which changes no result
  * bit because work items never depend on which thread runs them.

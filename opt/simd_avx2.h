@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* simd_avx2.h: the vector vocabulary on AVX2 + FMA + F16C, 8 lanes. Compiled only into
  * kernel_avx2.c, which gets -mavx2 -mfma -mf16c; chosen at run time (opt/dispatch.c). */
 #ifndef SMATTN_SIMD_AVX2_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* simd_avx512.h: the vector vocabulary on AVX-512F (+BW, VL for the converts), 16 lanes.
  * Compiled only into kernel_avx512.c; chosen at run time where the CPU has it. */
 #ifndef SMATTN_SIMD_AVX512_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* simd_scalar.h: the vector vocabulary with one lane: the portable instance of the kernel. */
 #ifndef SMATTN_SIMD_SCALAR_H
 #define SMATTN_SIMD_SCALAR_H

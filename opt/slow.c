@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* slow.c: the optimised kernel's exact-enough path for rare rows: any row whose float32
  * evaluation met a NaN, an infinity or an overflow, empty rows under the mean convention,
  * and softmax rows with sinks. binary64 arithmetic (products of binary32 inputs are exact,

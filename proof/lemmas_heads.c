@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lemmas_heads.c: GQA head groups are contiguous and disjoint (SPEC 2.2; `make prove`).
  * ACSL only, nothing here is compiled. One small file per group of lemmas: WP gives every
  * lemma the earlier ones as hypotheses, and quantified nonlinear ones slow the provers down

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lemmas_offsets.c: every offset of an accepted descriptor fits int64 (SPEC 2.1; `make prove`).
  * ACSL only, nothing here is compiled. One small file per group of lemmas: WP gives every
  * lemma the earlier ones as hypotheses, and quantified nonlinear ones slow the provers down

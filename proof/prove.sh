@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # prove.sh: Frama-C WP, with runtime-error goals, on the proved integer logic of SPEC 2-3;
 # exit 0 only when every goal of every file is proved (proof/README.md).
 # Usage: proof/prove.sh [MASK_C]   (default core/mask.c; the wrong-predicate demo passes a

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # wrong-predicate.sh: the proofs catch an off-by-one. Copies core/mask.c with the causal
 # bound j <= d turned into j < d (a query no longer sees its own position), runs the same
 # proof/prove.sh as `make prove` on the copy, and succeeds only if that run FAILS.

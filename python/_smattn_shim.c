@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* _smattn_shim.c: the Python package's private C side (_smattn_conform.so): the checker's
  * judge (conform/judge.c) and battery (conform/battery.c) behind a few flat functions that
  * ctypes can call. Not a public API: the public library (libsmattn.so.0) exports smattn.h

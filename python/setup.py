@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """setup.py: bundles the C side into the wheel: libsmattn.so.X (the public library, X the
 major of VERSION), the private checker _smattn_conform.so, the golden vectors, VERSION and
 LICENSE, from the build directory `make` filled (SMATTN_BUILD, default ../build). Everything

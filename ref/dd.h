@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dd.h: double-double primitives for the oracle's fast phase (SPEC 5.2).
  *
  * Every function states its error. u = 2^-53. All operands are assumed far from overflow

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* exact.c: the oracle's MPFR phase: exact scores, grouping of equal scores, the rational
  * rows rounded exactly, an interval Ziv loop, and the sign test that decides near-midpoints
  * with widely spread scores (SPEC 5.1, 5.3-5.5). */

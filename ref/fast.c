@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fast.c: the oracle's fast phase: double-double scores, sums and quotients with rigorous
  * absolute error bounds, MPFR only for exp and log; decides almost every element
  * (SPEC 5.2). An element it cannot decide is left to the MPFR phase, never guessed. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ref.c: the exact oracle's driver: validation, rows split over threads, the per-row
  * conventions (empty rows, non-finite inputs), the two phases, and the writing of bits
  * (SPEC 3-5). */

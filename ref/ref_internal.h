@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ref_internal.h: the oracle's row context, shared by its driver and its two phases. */
 #ifndef SMATTN_REF_INTERNAL_H
 #define SMATTN_REF_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* round.c: the oracle's last step: from an enclosure of the exact value to the bits of its
  * correct rounding in a dtype, or "not decided yet" (SPEC 2.6, 5.2, 5.3). */
 #include <float.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* runner.c: the one Check runner; the suite list comes from the tests/test_<unit>.c names. */
 #include <check.h>
 #include <stdio.h>

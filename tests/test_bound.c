@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_bound.c: the SPEC 6 bound holds for a plain binary32 kernel, is exceeded by the same
  * kernel with planted bugs, and the metrics of SPEC 6.10 classify NaN, inf, zero and
  * subnormal spacing as specified. Exact values come from the oracle (smattn_ref). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_case.c: case directories: good 3-D/4-D cases with broadcasting, bf16 and sinks, and
  * every kind of bad case rejected with one line naming the file; case.json parsing; the
  * output writer. */

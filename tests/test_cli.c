@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_cli.c: the smattn tool as a user runs it (SMATTN_CLI): bad input gives exit 2, one
  * stderr line and no output; good runs write .npy files the reader accepts; opt agrees
  * with ref on every ISA the CPU has; demo replays golden vectors bit for bit. */

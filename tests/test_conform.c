@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_conform.c: `smattn conform`, `gen` and `check` as a user runs them (SMATTN_CLI):
  * the plugin loader's errors, a crashing, hanging or out-of-bounds kernel failing only its
  * own case, well-formed JSON and JUnit reports, the baseline gate, the built-in kernel as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_gate.c: `smattn conform` and `check` as a gate no kernel slips through (issue 14):
  * no plugin code runs in the checker's process (each misbehaving fixture of
  * tests/fixtures/plugin_fixture.c gets its exit status and message, and none of its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_mutants.c: `smattn conform --suite quick` (SMATTN_CLI) accepts the example plugin and
  * the built-in kernel, and rejects every mutant of tests/mutants/ (exit 1, verdict "not
  * conforming") with a failed case in the category aimed at its bug. The plugins are those

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_npy.c: the .npy reader and writer: round trips, numpy's exact header layout, and
  * malformed, truncated and overflowing files rejected with a message (never a crash). */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_opt.c: the optimised kernel against the oracle and the SPEC 6 bound, on every ISA the
  * CPU has; bitwise determinism over thread counts; extremes; masked-slot isolation. */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_opt_api.c: the kernel's contract beyond its numbers (issue 15): ISA names, threads
  * capped at the online cores, the pool in a forked child, tensors at any address. */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_problem.c: descriptor defaults, validation and visibility (SPEC 2-3). */
 #include <check.h>
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_props.c: the spec's promises as properties and metamorphic relations, checked on the
  * oracle (exactly, where they hold exactly) and on the optimised kernel (within the SPEC 6
  * bound, or bitwise where the kernel's contract promises it), over random problems.

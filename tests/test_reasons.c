@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_reasons.c: the one-sentence reason of `smattn conform` (conform/judge.c) is right:
  * for every sentence the judge can give, a plugin with that bug gets it on the case aimed
  * at the bug, and a plugin with a look-alike bug does not (tests/fixtures/reason_fixture.c,

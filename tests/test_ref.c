@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_ref.c: the oracle smattn_ref against the independent naive evaluation and hand-derived
  * roundings (exact midpoints, near-midpoints), and its configuration invariances. */
 #include <check.h>

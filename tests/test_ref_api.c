@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_ref_api.c: smattn_ref rejects bad descriptors with the documented status and writes
  * nothing (every output and input byte keeps its value). */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_ref_fast.c: the oracle's fast phase (SPEC 5.2) against its MPFR-only path, bit for
  * bit, on values built to sit just beside rounding boundaries, where an error bound that
  * is too small would show as a wrong decision. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_vectors.c: the oracle reproduces every golden vector (spec/vectors) bit for bit.
  *
  * The vectors come from spec/tools/gen_vectors.py (Python, mpmath intervals, exact

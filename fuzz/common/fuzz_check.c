@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_check.c: the shared checks of the comparing fuzz targets (see fuzz_check.h). */
 #include "fuzz/common/fuzz_check.h"
 

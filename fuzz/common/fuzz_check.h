@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_check.h: what the targets that compare implementations share: the MISMATCH report,
  * a kernel run, the oracle and bound of a problem, the bound check and the bitwise check.
  * Every check that fails prints a report to stderr and calls abort(). */

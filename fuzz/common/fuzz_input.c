@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_input.c: bytes to a valid small problem (see fuzz_input.h for the convention). */
 #include "fuzz/common/fuzz_input.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_input.h: the one input decoder shared by every fuzz target. Any byte string decodes
  * to a valid, small attention or softmax problem (T <= 64, D, Dv <= 64, B*S*Hq <= 64 rows).
  *

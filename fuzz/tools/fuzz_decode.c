@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_decode.c: what a fuzz input means. Prints the problem an input file decodes to (as
  * the given target sees it: fuzz_diff, fuzz_diff_long, fuzz_decode_prefill and
  * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
  *   gen_seeds fuzz_diff|fuzz_diff_long|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|
  *             fuzz_case_files DIR

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* onednn_kernel.c: oneDNN (Debian libdnnl-dev, 2.6) composed into attention, as a plugin of
  * include/smattn_kernel.h, so that `smattn conform` can judge a real third-party library.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* probe_exp.c: the accuracy of the exp inside oneDNN's softmax, measured through the adapter.
  *
  * A row with two keys of scores 0 and x (x < -17) has P_1 = e^x / (1 + e^x); 1 + e^x rounds

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """smattn: scaled masked softmax attention made checkable, from Python.
 
     o, lse = smattn.reference(q, k, v, causal=True)    # the exact oracle

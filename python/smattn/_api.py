@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_api.py: reference(), attention(), check() and assert_close(): NumPy arrays in the
 layouts of torch.nn.functional.scaled_dot_product_attention and flash_attn_func turned into
 one smattn_problem (SPEC 2) and passed to the C library by pointer and strides."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_cases.py: the conformance battery (conform/battery.c, the cases `smattn conform` runs)
 as NumPy arrays and keyword arguments, so that a kernel in any framework can run it in its
 own process and be judged case by case with check()."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_lib.py: finds and loads libsmattn.so.X (X: VERSION's major, _version.SONAME; the public C API, include/smattn.h) and the
 package's private shim _smattn_conform.so, and mirrors their structs with ctypes.
 

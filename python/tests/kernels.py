@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """kernels.py: plain NumPy attention kernels for the package's tests: one that follows
 SPEC 2-4 (BSHD, binary64 arithmetic, outputs rounded to float32) and copies of it with one
 known bug each, as a kernel author's test would meet them."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_smattn.py: the Python package against the C library: the oracle and the kernel
 through NumPy layouts and strides, the checker's verdicts and sentences on a correct NumPy
 kernel and on kernels with one planted bug each, the battery, errors, installation."""

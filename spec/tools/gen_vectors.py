@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """gen_vectors.py: writes the golden vectors spec/vectors/*.json, independently of the C oracle.
 
 Run by hand from the repository root (never by make check):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* consumer.c: a program written as a user of the installed smattn would write it, built by
  * tests/install/test_install.sh with `pkg-config --cflags --libs smattn` and nothing else:
  * the fast kernel on a small causal GQA problem, judged against the oracle under the bound. */

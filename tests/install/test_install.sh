@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # test_install.sh: `make install` into a temporary DESTDIR used as a user would (issue 16):
 # the shared library exports exactly the functions of include/smattn.h, a C program builds
 # with `pkg-config --cflags --libs smattn` alone (and statically with --static) and runs,
@@ -19,6 +20,20 @@ D=$STAGE/root   # the DESTDIR
 W=$STAGE/work   # an empty working directory, outside the tree
 mkdir -p "$D" "$W"
 fail() { echo "test_install: FAIL: $*" >&2; exit 1; }
+
+# 0. The licence: every source file (C, headers, scripts, make files, Python, YAML, man
+# pages) carries the SPDX line of LICENSE near its top (data, corpora and docs excepted).
+spdx="SPDX-License-Identifier: MIT"
+grep -q "MIT License" LICENSE || fail "LICENSE is not the MIT licence that the SPDX lines name"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    files=$(git ls-files)
+else
+    files=$(find . -path ./build -prune -o -type f -print | sed 's|^\./||')
+fi
+missing=$(printf '%s\n' "$files" | grep -E '\.(c|h|sh|py|mk|map|ya?ml|toml|[13])$|(^|/)(Makefile|run|Dockerfile)$' |
+          grep -v -E '(^|/)(corpus|regressions)/' | while IFS= read -r f; do
+              head -n 3 "$f" | grep -q "$spdx" || echo "$f"; done)
+[ -z "$missing" ] || { echo "$missing" >&2; fail "source files without '$spdx'"; }
 
 # 1. Exported symbols: exactly the functions declared in include/smattn.h.
 declared=$(sed -n 's/^[A-Za-z_][A-Za-z0-9_ *]*[ *]\(smattn_[a-z0-9_]*\)(.*/\1/p' include/smattn.h |

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """kill_table.py: run `smattn conform --suite quick` on the example plugin, the built-in
 kernel and every mutant, and print tests/mutants/README.md with the kill table.
 

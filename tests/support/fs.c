@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fs.c: file-system helpers shared by the suites that build case directories. */
 #include <dirent.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fs.h: file-system helpers shared by the suites that build case directories. */
 #ifndef SMATTN_TESTS_FS_H
 #define SMATTN_TESTS_FS_H

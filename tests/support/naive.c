@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* naive.c: a second, deliberately plain MPFR evaluation of the conventions, to check smattn_ref.
  *
  * Independent of ref/ by construction: it includes only the public header and uses only

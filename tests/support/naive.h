@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* naive.h: a second, deliberately plain MPFR evaluation of the conventions, to check smattn_ref. */
 #ifndef SMATTN_TESTS_NAIVE_H
 #define SMATTN_TESTS_NAIVE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* testkit.c: see testkit.h. */
 #include "tests/support/testkit.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* testkit.h: what the random suites share: the test scale, a seeded generator, and output
  * buffers for the three outputs of a problem. */
 #ifndef SMATTN_TESTS_TESTKIT_H
