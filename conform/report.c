@@ -153,6 +153,20 @@ void conform_require_precision(conform_report *rep, smattn_dtype t)
         if (!r->has_pm)
             continue;
         require_looser(&r->pm, &want, why, sizeof why);
+        /* blocks and acc_len describe the algorithm, not the format, so the format's model
+         * (one block, serial sums) cannot bound them; but no algorithm rescales more than
+         * once per key (plus a first block and a split-K merge) or passes a term through
+         * more than a serial sum of every key plus a merge per block and chunk: claims
+         * beyond that only widen the bound. */
+        int64_t T = r->shape[2], nb = T + 3, na = 2 * (T + 2);
+        size_t n = strlen(why);
+        if (n < sizeof why && r->pm.blocks > nb)
+            n += (size_t)snprintf(why + n, sizeof why - n,
+                                  "%sblocks %lld > T + 3 = %lld (more rescalings than keys)",
+                                  n ? ", " : "", (long long)r->pm.blocks, (long long)nb);
+        if (n < sizeof why && r->pm.acc_len > na)
+            snprintf(why + n, sizeof why - n, "%sacc_len %lld > 2 (T + 2) = %lld", n ? ", " : "",
+                     (long long)r->pm.acc_len, (long long)na);
         if (!why[0])
             continue;
         snprintf(line, sizeof line, "  PRECISION %s: its model is looser than %s's: %s", r->name,

@@ -552,10 +552,12 @@ START_TEST(require_precision)
     /* Every field of the arithmetic: exp_ulps and tiny too (flushing to zero allowed). */
     static const struct {
         const char *mode, *needle;
-    } field_of[3] = {{"wide_exp", "exp_ulps 1e+05 > 4"},
+    } field_of[5] = {{"wide_exp", "exp_ulps 1e+05 > 4"},
                      {"big_tiny", "tiny 1e-30 > 1.18e-38 (the format's smallest normal)"},
-                     {"ftz", NULL}};
-    for (int k = 0; k < 3; k++) {
+                     {"ftz", NULL},
+                     {"huge_blocks", "blocks 1000000 > T + 3"},
+                     {"huge_acc", "acc_len 1000000 > 2 (T + 2)"}};
+    for (int k = 0; k < 5; k++) {
         o = cli("conform", "--kernel", fixture(field_of[k].mode), "--only", "shapes/",
                 "--require-precision", "f32", NULL);
         ck_assert_msg(o.code == (field_of[k].needle ? 1 : 0), "%s: exit %d: %s", field_of[k].mode,
