@@ -392,9 +392,19 @@ static void killed_mid_case(int sig)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_addopen(&fa, 2, tmp("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    /* the checker keeps a signal its parent ignored (nohup): the test wants the defaults
+     * whatever the suite inherited (a CI runner under nohup ignores SIGHUP) */
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t def;
+    sigemptyset(&def);
+    sigaddset(&def, SIGHUP), sigaddset(&def, SIGINT), sigaddset(&def, SIGTERM);
+    posix_spawnattr_setsigdefault(&at, &def);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ),
+    ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, &at, (char *const *)(uintptr_t)argv, environ),
                      0);
+    posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     /* The describe child, the case's process and its two grandchildren: 4 pids. */
     int lines = 0;
