@@ -20,7 +20,16 @@
 #include "io/case.h"
 #include "io/npy.h"
 #include "smattn.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
+
+/* the shared helpers under this suite's short names */
+typedef test_outcome outcome;
+#define built test_built
+#define slurp test_slurp
+#define outcome_free test_outcome_free
+#define find_case test_report_case
+#define field test_report_field
 
 extern char **environ;
 
@@ -47,77 +56,18 @@ static const char *tmp(const char *name)
     return buf[k];
 }
 
-/* A file next to the CLI: build/<rel>. */
-static const char *built(const char *rel)
-{
-    static char buf[4][600];
-    static int k;
-    k = (k + 1) % 4;
-    const char *cli = getenv("SMATTN_CLI");
-    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
-    const char *slash = strrchr(cli, '/');
-    int n = slash ? (int)(slash - cli) : 1;
-    snprintf(buf[k], sizeof buf[k], "%.*s/%s", n, slash ? cli : ".", rel);
-    ck_assert_msg(access(buf[k], R_OK) == 0, "%s is missing (make tests builds it)", buf[k]);
-    return buf[k];
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
-        s[0] = '\0';
-    fclose(f);
-    return s;
-}
-
-typedef struct outcome {
-    int code; /* exit status; -1 if killed */
-    double seconds;
-    char *out, *err; /* owned */
-} outcome;
-
-static void outcome_free(outcome *o)
-{
-    free(o->out);
-    free(o->err);
-}
-
 /* SMATTN_CLI with the given arguments (NULL-terminated), stdout and stderr to files. */
 static outcome cli(const char *a0, ...)
 {
-    const char *argv[32];
+    const char *args[32];
     int n = 0;
-    argv[n++] = getenv("SMATTN_CLI");
     va_list ap;
     va_start(ap, a0);
     for (const char *a = a0; a && n < 31; a = va_arg(ap, const char *))
-        argv[n++] = a;
+        args[n++] = a;
     va_end(ap);
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, tmp("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ck_assert_msg(rc == 0, "cannot run %s", argv[0]);
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    outcome o = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1,
-                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-                 slurp(tmp("stdout.txt")), slurp(tmp("stderr.txt"))};
-    return o;
+    args[n] = NULL;
+    return test_cli_run(dir, args);
 }
 
 /* A JSON report: parsed, with the keys of the contract checked. */
@@ -159,26 +109,6 @@ static int64_t summary(json_object *root, const char *key)
     ck_assert(json_object_object_get_ex(root, "summary", &s));
     ck_assert(json_object_object_get_ex(s, key, &v));
     return json_object_get_int64(v);
-}
-
-/* The case named `name` of a report (NULL if absent). */
-static json_object *find_case(json_object *root, const char *name)
-{
-    json_object *cases, *v;
-    json_object_object_get_ex(root, "cases", &cases);
-    for (size_t i = 0; i < json_object_array_length(cases); i++) {
-        json_object *c = json_object_array_get_idx(cases, i);
-        if (json_object_object_get_ex(c, "name", &v) && !strcmp(json_object_get_string(v), name))
-            return c;
-    }
-    return NULL;
-}
-
-static const char *field(json_object *c, const char *key)
-{
-    json_object *v;
-    ck_assert(c && json_object_object_get_ex(c, key, &v));
-    return json_object_get_string(v);
 }
 
 /* ---- the plugin loader ------------------------------------------------------------------ */

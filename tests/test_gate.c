@@ -25,7 +25,16 @@
 #include <unistd.h>
 
 #include "io/npy.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
+
+/* the shared helpers under this suite's short names */
+typedef test_outcome outcome;
+#define built test_built
+#define slurp test_slurp
+#define outcome_free test_outcome_free
+#define find_case test_report_case
+#define field test_report_field
 
 extern char **environ;
 
@@ -51,21 +60,6 @@ static const char *tmp(const char *name)
     return buf[k];
 }
 
-/* A file next to the CLI: build/<rel>. */
-static const char *built(const char *rel)
-{
-    static char buf[4][600];
-    static int k;
-    k = (k + 1) % 4;
-    const char *cli = getenv("SMATTN_CLI");
-    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
-    const char *slash = strrchr(cli, '/');
-    int n = slash ? (int)(slash - cli) : 1;
-    snprintf(buf[k], sizeof buf[k], "%.*s/%s", n, slash ? cli : ".", rel);
-    ck_assert_msg(access(buf[k], R_OK) == 0, "%s is missing (make tests builds it)", buf[k]);
-    return buf[k];
-}
-
 static const char *fixture(const char *mode)
 {
     static char rel[4][96];
@@ -75,59 +69,9 @@ static const char *fixture(const char *mode)
     return built(rel[k]);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
-        s[0] = '\0';
-    fclose(f);
-    return s;
-}
-
-typedef struct outcome {
-    int code; /* exit status; -1 if killed by a signal */
-    double seconds;
-    char *out, *err;
-} outcome;
-
-static void outcome_free(outcome *o)
-{
-    free(o->out);
-    free(o->err);
-}
-
-/* SMATTN_CLI with the arguments of the NULL-terminated array. */
 static outcome cli_v(const char *const *args)
 {
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = getenv("SMATTN_CLI");
-    for (; args[n - 1] && n < 39; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, tmp("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, tmp("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ck_assert_msg(rc == 0, "cannot run %s", argv[0]);
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    outcome o = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1,
-                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-                 slurp(tmp("stdout.txt")), slurp(tmp("stderr.txt"))};
-    return o;
+    return test_cli_run(dir, args);
 }
 
 static outcome cli(const char *a0, ...)
@@ -148,25 +92,6 @@ static json_object *load_json(const char *path)
     json_object *root = json_object_from_file(path);
     ck_assert_msg(root != NULL, "%s is not JSON", path);
     return root;
-}
-
-static json_object *find_case(json_object *root, const char *name)
-{
-    json_object *cases, *v;
-    ck_assert(json_object_object_get_ex(root, "cases", &cases));
-    for (size_t i = 0; i < json_object_array_length(cases); i++) {
-        json_object *c = json_object_array_get_idx(cases, i);
-        if (json_object_object_get_ex(c, "name", &v) && !strcmp(json_object_get_string(v), name))
-            return c;
-    }
-    return NULL;
-}
-
-static const char *field(json_object *c, const char *key)
-{
-    json_object *v;
-    ck_assert_msg(c && json_object_object_get_ex(c, key, &v), "no \"%s\"", key);
-    return json_object_get_string(v);
 }
 
 static int count(const char *hay, const char *needle)

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/* cli_run.c: running the smattn tool from a test and reading what it wrote. */
+#include "tests/support/cli_run.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+char *test_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+const char *test_built(const char *rel)
+{
+    static char buf[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    const char *cli = getenv("SMATTN_CLI");
+    ck_assert_msg(cli != NULL, "SMATTN_CLI is not set");
+    const char *slash = strrchr(cli, '/');
+    int n = slash ? (int)(slash - cli) : 1;
+    snprintf(buf[k], sizeof buf[k], "%.*s/%s", n, slash ? cli : ".", rel);
+    ck_assert_msg(access(buf[k], R_OK) == 0, "%s is missing (make tests builds it)", buf[k]);
+    return buf[k];
+}
+
+void test_outcome_free(test_outcome *o)
+{
+    free(o->out);
+    free(o->err);
+}
+
+test_outcome test_cli_run(const char *dir, const char *const *args)
+{
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = getenv("SMATTN_CLI");
+    for (; args[n - 1] && n < 39; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    char out[600], err[600];
+    snprintf(out, sizeof out, "%s/stdout.txt", dir);
+    snprintf(err, sizeof err, "%s/stderr.txt", dir);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ck_assert_msg(rc == 0, "cannot run %s", argv[0]);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    test_outcome o = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1,
+                      (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+                      test_slurp(out), test_slurp(err)};
+    return o;
+}
+
+json_object *test_report_case(json_object *root, const char *name)
+{
+    json_object *cases, *v;
+    if (!json_object_object_get_ex(root, "cases", &cases))
+        return NULL;
+    for (size_t i = 0; i < json_object_array_length(cases); i++) {
+        json_object *c = json_object_array_get_idx(cases, i);
+        if (json_object_object_get_ex(c, "name", &v) && !strcmp(json_object_get_string(v), name))
+            return c;
+    }
+    return NULL;
+}
+
+const char *test_report_field(json_object *c, const char *key)
+{
+    json_object *v;
+    ck_assert_msg(c && json_object_object_get_ex(c, key, &v), "no \"%s\"", key);
+    return json_object_get_string(v);
+}
