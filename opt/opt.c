@@ -134,7 +134,9 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         /* f16 / bf16: O in f32 in place of the numerators (the same bits as an f32 O),
          * then rounded once per element */
         bad |= job->isa->write_o(acc, acc, l, p->Dv);
-        if (!bad)
+        if (!bad && os == 1)
+            job->isa->store_half(out->o.data, out->o.dtype, o_off(out, b, i, h, 0), acc, p->Dv);
+        else if (!bad)
             for (int64_t c = 0; c < p->Dv; c++)
                 put(&out->o, o_off(out, b, i, h, c), acc[c]);
     } else if (os == 1) {

@@ -143,6 +143,8 @@ typedef struct opt_isa {
     /* acc[k] = fma(x[k], w, acc[k]) for k < n: the split-K merge (in opt.c, built without
      * ISA flags, fmaf is a call into libm: 0.7 ms of a 32768-key decode step) */
     void (*axpy)(float *acc, const float *x, float w, int64_t n);
+    /* src[c], c < n, as f16 / bf16 (dt) at element offset off + c of base: put()'s bits */
+    void (*store_half)(void *base, smattn_dtype dt, int64_t off, const float *src, int64_t n);
 } opt_isa;
 
 extern const opt_isa smattn__isa_scalar;

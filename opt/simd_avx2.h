@@ -72,6 +72,22 @@ static inline vf vf_load_bf16(const uint16_t *p)
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
+/* Nonzero if some lane is NaN. */
+static inline int vf_has_nan(vf x) { return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0; }
+/* VLEN binary32 to binary16 / bfloat16 at p (any address), as simd_avx512.h's */
+static inline void vf_store_f16(uint16_t *p, vf x)
+{
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline void vf_store_bf16(uint16_t *p, vf x)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
 /* Transpose an 8 x 8 block: r[i] holds row i; column c (a vector over the rows) is stored
  * at dst + c * ldd. Moves only: exact. */
 static inline void vf_transpose_store(const vf r[8], float *dst, int64_t ldd)

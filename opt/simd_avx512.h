@@ -76,6 +76,26 @@ static inline vf vf_load_bf16(const uint16_t *p)
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
+/* Nonzero if some lane is NaN. */
+static inline int vf_has_nan(vf x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }
+/* VLEN binary32 to binary16 / bfloat16 at p (any address), each rounded once to nearest
+ * even, overflowing to +-inf: smattn_store's result for every value but NaN (whose sign
+ * and payload these keep; callers test vf_has_nan). bf16 rounds on the bits: adding
+ * 0x7fff plus the kept lsb carries into the kept half exactly when the dropped half is
+ * above the halfway point, or at it with an odd lsb; a finite value's carry stops at
+ * +-inf. */
+static inline void vf_store_f16(uint16_t *p, vf x)
+{
+    _mm256_storeu_si256((__m256i *)(void *)p,
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline void vf_store_bf16(uint16_t *p, vf x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+}
 /* Transpose a 16 x 16 block: r[i] holds row i; column c (a vector over the rows) is
  * stored at dst + c * ldd. Moves only: exact. */
 static inline void vf_transpose_store(const vf r[16], float *dst, int64_t ldd)

@@ -870,6 +870,62 @@ START_TEST(opt_exp_le0_same_bits)
 }
 END_TEST
 
+/* The vector store of f16 / bf16 outputs gives put()'s bits (smattn_store of x + 0, a NaN
+ * as the quiet NaN of SPEC 4.3) on every ISA: a sample of every binary32 pattern (every
+ * 4093rd) and the patterns around each format's rounding and overflow edges, in runs of
+ * 37 (vectors and a tail) to an odd address. */
+START_TEST(opt_store_half_bits)
+{
+    const opt_isa *all[] = {&smattn__isa_scalar, &smattn__isa_avx2, &smattn__isa_avx512};
+    const float edge[] = {0.0f, FLT_TRUE_MIN, FLT_MIN, FLT_MAX, HUGE_VALF, NAN, 1.0f,
+                          1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
+                          65504.0f, 65520.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x3p-26f,
+                          0x1.fep127f, 0x1.ffp127f};
+    enum { RUN = 37 };
+    float src[RUN];
+    unsigned char got[2 * RUN + 1], want[2 * RUN + 1];
+    int checked = 0, n = 0;
+    long differ = 0;
+    uint64_t u = 0;
+    size_t e = 0;
+    for (int more = 1; more;) {
+        /* the next run of patterns: the sweep, then the edges and their neighbours, both signs */
+        for (n = 0; n < RUN && more; n++) {
+            uint32_t b;
+            if (u <= 0xffffffffu) {
+                b = (uint32_t)u;
+                u += 4093;
+            } else {
+                size_t k = e / 14, d = e % 14;
+                if (k >= sizeof edge / sizeof edge[0]) {
+                    more = 0;
+                    break;
+                }
+                memcpy(&b, &edge[k], sizeof b);
+                b = (uint32_t)((int64_t)b + (int64_t)(d % 7) - 3) ^ (d >= 7 ? 0x80000000u : 0);
+                e++;
+            }
+            memcpy(&src[n], &b, sizeof b);
+        }
+        for (int k = 0; k < 3; k++) {
+            if (!smattn_opt_isa_available(all[k]->name))
+                continue;
+            for (int t = 0; t < 2; t++) {
+                smattn_dtype dt = t ? SMATTN_BF16 : SMATTN_F16;
+                for (int c = 0; c < n; c++)
+                    smattn_store(want + 1, dt, c, isnan(src[c]) ? (double)NAN : (double)(src[c] + 0.0f));
+                all[k]->store_half(got + 1, dt, 0, src, n);
+                differ += memcmp(got + 1, want + 1, (size_t)(2 * n)) != 0;
+                checked++;
+            }
+        }
+    }
+    ck_assert_msg(differ == 0, "store_half differs from smattn_store on %ld of %d runs", differ,
+                  checked);
+    ck_assert_int_ge(checked, 2 * 1049000 / RUN);
+}
+END_TEST
+
 Suite *opt_suite(void);
 Suite *opt_suite(void)
 {
@@ -887,6 +943,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_rejects);
     tcase_add_test(tc, opt_concurrent_callers);
     tcase_add_test(tc, opt_exp_le0_same_bits);
+    tcase_add_test(tc, opt_store_half_bits);
     suite_add_tcase(s, tc);
     return s;
 }
