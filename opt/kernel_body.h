@@ -279,7 +279,7 @@ _Static_assert(OPT_BK % (QKT_KB * VLEN) == 0, "qkt_tile covers a tile in whole b
         for (; r0 < Rp; r0 += 2)                                                               \
             KN(qkt_2_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
     } while (0)
-/* S[r][j] for rows [0, Rp) (a multiple of 4; q rows at stride Dp) and the keys j < nk,
+/* S[r][j] for rows [0, Rp) (a multiple of 2; q rows at stride Dp) and the keys j < nk,
  * rounded up to whole vectors (KT[d][j]; the keys past nk are zeros); S past those is not
  * written */
 static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
@@ -432,8 +432,12 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
     const int64_t D = p->D, Dvp = job->Dvp, R = job->R, nq = job->nq;
     const int64_t Rp = (R + 3) / 4 * 4; /* padding rows: zero q, weight 0, never written */
     const int64_t Dp = (D + VLEN - 1) / VLEN * VLEN;
-    for (int64_t r = 0; r < R; r++) {
-        int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh, x = base + r;
+    /* rows in the order of Q's addresses (query outer, its G heads inner: one run of G * D
+     * elements per query) rather than row order (a query head's rows are Hq * D apart):
+     * with the caches cold, the loads stream instead of waiting one by one */
+    for (int64_t n = 0; n < R; n++) {
+        int64_t hh = n % job->G, qq = n / job->G, r = hh * nq + qq;
+        int64_t i = i0 + qq, h = g * job->G + hh, x = base + r;
         ws->m[x] = -HUGE_VALF;
         ws->l[x] = 0.0f;
         ws->slow[x] = 0;
@@ -544,7 +548,9 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                                  kt_->stride[3], D, Dp);
                 KTN(transpose_tile, f32)(ws->kt, Dp, nk, Dp, ws->ktt, &pf);
             }
-            KN(qkt_tile)(Q, Rp, D, Dp, ws->ktt, S_, nk);
+            /* rows past R rounded to 2 are padding (their weights are set to 0 below):
+             * not scored (126 rows of 128 with AVX-512 and a 7-head group) */
+            KN(qkt_tile)(Q, (R + 1) / 2 * 2, D, Dp, ws->ktt, S_, nk);
         } else
 #endif
         if (k_direct && kt_->dtype == SMATTN_F32) {
@@ -747,8 +753,9 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             }
             continue;
         }
-        for (int64_t r = 0; r < R; r++) {
-            int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
+        for (int64_t n = 0; n < R; n++) { /* O's address order, as unit_setup's */
+            int64_t hh = n % job->G, qq = n / job->G, r = hh * nq + qq;
+            int64_t i = i0 + qq, h = g * job->G + hh;
             if (i >= p->S)
                 continue;
             smattn__opt_finish_row(job, b, h, i, ws->m[base + r], ws->l[base + r],
