@@ -5,10 +5,15 @@
  * arithmetic is a floor for its time. This program reads the bytes of the benchmark's
  * decode shapes (Hkv = 4, D = Dv = 128, f32, K and V of [T, Hkv, D]) with the caches
  * flushed first, on persistent threads that split the keys into the kernel's chunks
- * (OPT_CHUNK = 512 keys, all KV heads of a chunk on one thread), in two orders:
- *   kernel:  the order of opt/kernel_body.h's split-K items: per 64-key tile, KV head by
- *            KV head, that head's 64 K rows (512 bytes each, 2 KiB apart), then its V rows;
- *   address: per 64-key tile, the K rows of every head in address order, then V.
+ * (OPT_CHUNK = 512 keys, all KV heads of a chunk on one thread), in four orders:
+ *   per-head: per 64-key tile, KV head by KV head, that head's 64 K rows (512 bytes each,
+ *             2 KiB apart), then its V rows (the kernel's order before b545e71);
+ *   kernel:   the split-K decode's order now (opt/kernel_body.h, attention_item): per
+ *             64-key tile, the K rows of every head in address order with the same keys'
+ *             V rows requested (prefetch into L2) alongside, then V head by head;
+ *   V-blocks: K in address order, then V in blocks of 16 keys, head by head within a
+ *             block (what a P.V of all heads with per-block accumulators would read);
+ *   address:  per 64-key tile, the K rows of every head in address order, then V.
  * It prints the median time and GB/s of each, beside the STREAM triad of the same run.
  * Integer XOR reduction (no float arithmetic to vectorise or not); `make bench-read`.
  *
@@ -22,12 +27,12 @@
 
 #include "bench/bench_machine.h"
 
-enum { HKV = 4, HD = 128, BK = 64, CHUNK = 512, MAXT = 16 };
+enum { HKV = 4, HD = 128, BK = 64, CHUNK = 512, MAXT = 16, NORDERS = 4 };
 
 typedef struct shared {
     const uint64_t *k, *v; /* [T][HKV][HD] floats, read as 64-bit words */
     int64_t T;
-    int order; /* 0 kernel, 1 address, 2 kernel + address-order prefetch of the next tile */
+    int order; /* NORDERS orders, as named in names[] */
     int nt;
     pthread_barrier_t start, done;
     int quit;
@@ -74,28 +79,27 @@ static void *work(void *arg)
         for (int64_t c = wk->id; c < chunks; c += sh->nt)
             for (int64_t kt = c * CHUNK; kt < (c + 1) * CHUNK && kt < sh->T; kt += BK) {
                 int64_t ke = kt + BK < sh->T ? kt + BK : sh->T;
-                if (sh->order == 0) {
+                if (sh->order == 0) { /* per-head */
                     for (int u = 0; u < HKV; u++) {
                         x = read_rows(sh->k, kt, ke, u, x);
                         x = read_rows(sh->v, kt, ke, u, x);
                     }
-                } else if (sh->order == 2) {
-                    /* kernel order, and the next tile of the chunk requested in address
-                     * order (software prefetch into L2), a share of it before each row */
-                    int64_t nx = ke < (c + 1) * CHUNK && ke < sh->T ? ke : -1;
-                    int64_t ne = nx + BK < sh->T ? nx + BK : sh->T;
-                    const char *pk = nx < 0 ? NULL : (const char *)(sh->k + nx * HKV * (HD / 2));
-                    const char *pv = nx < 0 ? NULL : (const char *)(sh->v + nx * HKV * (HD / 2));
-                    size_t reg = nx < 0 ? 0 : (size_t)(ne - nx) * HKV * HD * 4, off = 0;
-                    size_t share = reg / 64 / (size_t)(2 * HKV * (ke - kt)) * 2 + 2; /* lines per row */
+                } else if (sh->order == 1) { /* kernel */
+                    const size_t row = HKV * HD * sizeof(float); /* one key, every head */
+                    for (int64_t j = kt; j < ke; j++) {
+                        const char *pv = (const char *)sh->v + (size_t)j * row;
+                        for (size_t o = 0; o < row; o += 64)
+                            __builtin_prefetch(pv + o, 0, 2);
+                        x = read_block(sh->k, j, j + 1, x);
+                    }
                     for (int u = 0; u < HKV; u++)
-                        for (int t = 0; t < 2; t++)
-                            for (int64_t j = kt; j < ke; j++) {
-                                for (size_t q = 0; q < share && off < 2 * reg; q++, off += 64)
-                                    __builtin_prefetch(off < reg ? pk + off : pv + (off - reg), 0, 2);
-                                x = read_rows(t ? sh->v : sh->k, j, j + 1, u, x);
-                            }
-                } else {
+                        x = read_rows(sh->v, kt, ke, u, x);
+                } else if (sh->order == 2) { /* V-blocks */
+                    x = read_block(sh->k, kt, ke, x);
+                    for (int64_t j0 = kt; j0 < ke; j0 += 16)
+                        for (int u = 0; u < HKV; u++)
+                            x = read_rows(sh->v, j0, j0 + 16 < ke ? j0 + 16 : ke, u, x);
+                } else { /* address */
                     x = read_block(sh->k, kt, ke, x);
                     x = read_block(sh->v, kt, ke, x);
                 }
@@ -158,20 +162,24 @@ int main(int argc, char **argv)
         const int64_t T = Ts[s];
         const size_t bytes = (size_t)T * HKV * HD * sizeof(float);
         uint64_t *k = malloc(bytes), *v = malloc(bytes);
-        double *t[3] = {malloc((size_t)runs * sizeof(double)), malloc((size_t)runs * sizeof(double)),
-                        malloc((size_t)runs * sizeof(double))};
-        if (!k || !v || !t[0] || !t[1] || !t[2]) {
+        double *t[NORDERS];
+        int ok = k && v;
+        for (int o = 0; o < NORDERS; o++)
+            ok &= (t[o] = malloc((size_t)runs * sizeof(double))) != NULL;
+        if (!ok) {
             fprintf(stderr, "bench_read: out of memory\n");
             rc = 1;
-            free(k), free(v), free(t[0]), free(t[1]), free(t[2]);
+            free(k), free(v);
+            for (int o = 0; o < NORDERS; o++)
+                free(t[o]);
             break;
         }
         for (size_t i = 0; i < bytes / 8; i++)
             k[i] = i * 0x9E3779B97F4A7C15u, v[i] = k[i] >> 7;
         sh.k = k, sh.v = v, sh.T = T;
         for (int r = 0; r < runs + 1; r++)
-            for (int o = 0; o < 3; o++) { /* interleaved; run 0 is a warm-up */
-                sh.order = (o + r) % 3;
+            for (int o = 0; o < NORDERS; o++) { /* interleaved; run 0 is a warm-up */
+                sh.order = (o + r) % NORDERS;
                 bench_flush_caches();
                 double t0 = bench_now();
                 pthread_barrier_wait(&sh.start);
@@ -180,14 +188,16 @@ int main(int argc, char **argv)
                 if (r > 0)
                     t[sh.order][r - 1] = dt;
             }
-        static const char *const names[3] = {"kernel", "address", "kernel+pf"};
-        for (int o = 0; o < 3; o++) {
+        static const char *const names[NORDERS] = {"per-head", "kernel", "V-blocks", "address"};
+        for (int o = 0; o < NORDERS; o++) {
             qsort(t[o], (size_t)runs, sizeof(double), cmp_double);
             double med = t[o][runs / 2], gbs = 2.0 * (double)bytes / med / 1e9;
             printf("%-8lld %-9s %10.3f %8.1f %6.1f%%\n", (long long)T, names[o],
                    med * 1e3, gbs, 100 * gbs / triad);
         }
-        free(k), free(v), free(t[0]), free(t[1]), free(t[2]);
+        free(k), free(v);
+        for (int o = 0; o < NORDERS; o++)
+            free(t[o]);
     }
     sh.quit = 1;
     pthread_barrier_wait(&sh.start);
