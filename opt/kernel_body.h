@@ -159,6 +159,16 @@ static inline void opt_pf_line(opt_pfcur *c)
     }
 }
 
+/* The keys of one block of the keys-in-lanes scores (qkt_tile: QKT_KB vectors), and the
+ * panel width of the transposed key tile: KT[j / QKT_W][d][j % QKT_W], so that a block's
+ * columns over every d are contiguous (8 KiB with AVX2) and stay in L1 through the unit's
+ * row blocks; with AVX-512 a block is the whole tile (the plain [d][j] layout). */
+#define QKT_W (VLEN == 16 ? 4 * VLEN : 2 * VLEN)
+
+/* The column panel of a staged V tile (stage_v): the columns of one pv_tile column pass,
+ * pv_block4x4's with AVX-512, pv_block's two vectors otherwise. */
+#define PV_PANEL (VLEN == 16 ? 4 * VLEN : 2 * VLEN)
+
 /* KTN(qk_tile, f16): the instance of a micro-kernel for one storage type of K/V */
 #define KTN_CAT2(a, b) a##_##b
 #define KTN_CAT(a, b) KTN_CAT2(a, b)
@@ -189,6 +199,7 @@ static inline void opt_pf_line(opt_pfcur *c)
                 * (an earlier 2 x 4
                 * block, 8 accumulators, was slower than it) */
 #define QKT_KB (VLEN == 16 ? 4 : 2) /* key vectors per block */
+_Static_assert(QKT_KB * VLEN == QKT_W, "a block of qkt_tile is one panel of the key tile");
 #define QKT_ROW(r)                                                                             \
     do {                                                                                       \
         if (RB > (r)) {                                                                        \
@@ -228,7 +239,7 @@ static inline void opt_pf_line(opt_pfcur *c)
         vf a40 = vf_zero(), a41 = vf_zero(), a42 = vf_zero(), a43 = vf_zero();                 \
         vf a50 = vf_zero(), a51 = vf_zero(), a52 = vf_zero(), a53 = vf_zero();                 \
         for (int64_t d = 0; d < D; d++) {                                                      \
-            const float *k = kt + d * OPT_BK;                                                  \
+            const float *k = kt + d * QKT_W;                                                   \
             vf k0 = vf_load(k);                                                                \
             vf k1 = KV > 1 ? vf_load(k + VLEN) : vf_zero();                                    \
             vf k2 = KV > 2 ? vf_load(k + 2 * VLEN) : vf_zero();                                \
@@ -286,7 +297,7 @@ static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, cons
                          float *S, int64_t nk)
 {
     for (int64_t j0 = 0; j0 < nk; j0 += QKT_KB * VLEN) {
-        const float *kt = KT + j0;
+        const float *kt = KT + j0 / QKT_W * (Dp * QKT_W); /* the block's panel */
         float *s = S + j0;
         int64_t nv = (nk - j0 + VLEN - 1) / VLEN;
         switch (nv < QKT_KB ? nv : QKT_KB) {
@@ -483,6 +494,32 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
     }
 }
 
+#if VLEN > 1
+/* The V tile (nk unit-stride rows of Dvk elements at stride ldv, f32, f16 or bf16) as f32
+ * column panels: dst[c / PV_PANEL][j][c % PV_PANEL], panels OPT_BK * PV_PANEL floats apart.
+ * Exact (moves and exact conversions). In place, a P.V column pass over a tile of many
+ * rows reads one line from each of 64 rows 2 KiB apart (K/V [T, Hkv, D] with Hkv = 4,
+ * D = 128), which the L1 holds in 2 of its 64 sets: each of the unit's row blocks read the
+ * tile from L2 again. A panel is 64 consecutive lines. */
+static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, int64_t ldv,
+                        int64_t nk, int64_t Dvk)
+{
+    const size_t es = smattn_dtype_size(vt->dtype);
+    for (int64_t j = 0; j < nk; j++) {
+        const unsigned char *src = (const unsigned char *)row0 + (size_t)(j * ldv) * es;
+        for (int64_t c = 0; c < Dvk; c += VLEN) {
+            float *d = dst + c / PV_PANEL * (OPT_BK * PV_PANEL) + j * PV_PANEL + c % PV_PANEL;
+            if (vt->dtype == SMATTN_F32)
+                vf_store(d, vf_load((const float *)(const void *)(src + (size_t)c * 4)));
+            else if (vt->dtype == SMATTN_F16)
+                vf_store(d, vf_load_f16((const uint16_t *)(const void *)(src + (size_t)c * 2)));
+            else
+                vf_store(d, vf_load_bf16((const uint16_t *)(const void *)(src + (size_t)c * 2)));
+        }
+    }
+}
+#endif
+
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
  * softmax, P.V. Keys at or past kmax are not read. */
 static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
@@ -646,17 +683,30 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     }
     const int64_t voff = smattn__off4(vt_->stride, b, kt, g, 0), ldv = vt_->stride[1];
     const unsigned char *F = ws->full + base;
+#if VLEN > 1
+    /* many rows (the scores' keys-in-lanes rule, S >= 16): the tile staged as f32 column
+     * panels, once per unit, for the unit's Rp / 4 row blocks (the same values, the same
+     * fma sequence per row and column, so the same bits) */
+    if (job->qkt && v_direct && Dvk % PV_PANEL == 0) {
+        const size_t ev = smattn_dtype_size(vt_->dtype);
+        KN(stage_v)(ws->v, vt_, (const unsigned char *)vt_->data + (size_t)voff * ev, ldv, nk, Dvk);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, PV_PANEL, nk, Dvk, &pvpf,
+                          OPT_BK * PV_PANEL);
+        OPT_PH_END(OPT_PH_PV, t_pv);
+        return;
+    }
+#endif
     if (v_direct && vt_->dtype == SMATTN_F32) {
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk, &pvpf);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
     } else if (v_direct && vt_->dtype == SMATTN_F16) {
-        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf);
+        KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
     } else if (v_direct) {
-        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf);
+        KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->v + jj * Dvp, vt_, smattn__off4(vt_->stride, b, kt + jj, g, 0),
                          vt_->stride[3], Dv, Dvp);
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk, &pvpf);
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk, &pvpf, 0);
     }
     OPT_PH_END(OPT_PH_PV, t_pv);
 }

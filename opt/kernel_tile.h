@@ -214,7 +214,7 @@ static void TN(transpose_tile)(const TILE_T *K, int64_t ldk, int64_t nk, int64_t
 #pragma GCC unroll 16
             for (int jj = 0; jj < VLEN; jj++)
                 r[jj] = j0 + jj < nk ? TILE_LOAD(K + (j0 + jj) * ldk + d0) : vf_zero();
-            vf_transpose_store(r, KT + d0 * OPT_BK + j0, OPT_BK);
+            vf_transpose_store(r, KT + j0 / QKT_W * (Dp * QKT_W) + d0 * QKT_W + j0 % QKT_W, QKT_W);
         }
     }
     opt_prefetch_rows(pf, j0, OPT_BK); /* the rest of the next unit's rows */
@@ -362,44 +362,64 @@ static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const flo
 /* ACC[r] += P[r] V over the tile for rows [0, Rp) (ACC at stride Dvp, P and VIS at stride
  * OPT_BK, full[r]: the row sees every key of the tile, and its VIS row is not written),
  * columns [0, Dvk). Rows at or past R are padding: their accumulators are never read.
+ * V is row-major (row j at V + j ldv, pstride = 0) or in column panels of PV_PANEL floats
+ * (pstride > 0: columns [c, c + PV_PANEL) of row j at V + (c / PV_PANEL) pstride + j ldv,
+ * ldv = PV_PANEL; kernel_body.h's stage_v), which each column pass reads contiguously.
  * The K rows named by pf (n = 0: none) are requested along the way, a line or two per
  * key, each row block taking its share. */
 static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *VIS,
                         const unsigned char *full, int64_t R, int64_t Rp, const TILE_T *V,
-                        int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf)
+                        int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf,
+                        int64_t pstride)
 {
+#define PV_COLS(c) (pstride ? V + (c) / PV_PANEL * pstride : V + (c))
     (void)R;
+    /* staged panels: panels outer, row blocks inner, so that a panel (64 keys x PV_PANEL
+     * floats, 16 KiB with AVX-512) stays in L1 through every row block; in place, a column
+     * pass maps onto 2 sets of L1 anyway, and row blocks outer keep each block's P rows */
+    const int64_t cstep = pstride ? PV_PANEL : Dvk;
+    if (pstride) /* a row that sees the whole tile has not written its flags */
+        for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
+            const unsigned char *f = full + r0;
+            if (!(f[0] && f[1] && f[2] && f[3]))
+                for (int rr = 0; rr < 4; rr++)
+                    if (f[rr])
+                        memset(VIS + (r0 + rr) * OPT_BK, 1, (size_t)nk);
+        }
+    for (int64_t cs = 0; cs < Dvk; cs += cstep)
     for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
         /* this row block's share of the rows to prefetch, a line or two per key */
         opt_pfcur cur = {NULL, 0, 0, 0, 0}, *pc = NULL;
-        if (pf->n > 0) {
+        if (pf->n > 0 && cs == 0) {
             const int64_t ra = r0 * pf->n / Rp, rz = (r0 + 4) * pf->n / Rp;
             cur = (opt_pfcur){pf->k + (size_t)ra * pf->ks, 0, pf->kbytes, pf->ks, rz - ra};
             pc = &cur;
         }
         const unsigned char *f = full + r0;
         int all = f[0] && f[1] && f[2] && f[3];
-        if (!all) /* a row that sees the whole tile has not written its flags */
+        if (!all && !pstride)
             for (int rr = 0; rr < 4; rr++)
                 if (f[rr])
                     memset(VIS + (r0 + rr) * OPT_BK, 1, (size_t)nk);
-        int64_t c0 = 0;
+        int64_t c0 = cs;
+        const int64_t ce = cs + cstep;
 #if VLEN == 16
-        for (; c0 + 4 * VLEN <= Dvk; c0 += 4 * VLEN) {
+        for (; c0 + 4 * VLEN <= ce; c0 += 4 * VLEN) {
             if (R - r0 == 3)
                 TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
-                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 3, pc);
+                                VIS + r0 * OPT_BK, PV_COLS(c0), ldv, nk, all, 3, pc);
             else
                 TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
-                                VIS + r0 * OPT_BK, V + c0, ldv, nk, all, 4, pc);
+                                VIS + r0 * OPT_BK, PV_COLS(c0), ldv, nk, all, 4, pc);
         }
 #endif
-        for (; c0 < Dvk; c0 += 2 * VLEN) {
-            int cb = Dvk - c0 < 2 * VLEN ? 1 : 2;
+        for (; c0 < ce; c0 += 2 * VLEN) {
+            int cb = ce - c0 < 2 * VLEN ? 1 : 2;
             TN(pv_block)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK, 4,
-                         V + c0, ldv, nk, cb, all, pc);
+                         PV_COLS(c0), ldv, nk, cb, all, pc);
         }
     }
+#undef PV_COLS
 }
 
 #undef TN
