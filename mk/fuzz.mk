@@ -29,11 +29,13 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/case $(BUILD)/fuzz/decode-smoke/out --weights
 	@echo "fuzz_decode: a decoded seed written as a case, reproduced by smattn ref"
 
-# The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*.
+# The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
+# fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).
 $(BUILD)/fuzz/gen_seeds: $(BUILD)/fuzz/tools/gen_seeds.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
 fuzz-seeds: $(BUILD)/fuzz/gen_seeds
-	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz/corpus/$$t && $< $$t fuzz/corpus/$$t || exit 1; done
+	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz/corpus/$$t && $< $$t fuzz/corpus/$$t \
+	  $$(test $$t = fuzz_dtypes && ls fuzz/regressions/fuzz_diff/*.bin) || exit 1; done
 
 # libFuzzer builds: clang, the library and readers compiled with clang. Two flavours:
 #   build-fuzz/       ASan + UBSan, -O1: the campaigns (`make fuzz`), merge, minimise;

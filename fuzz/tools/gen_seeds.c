@@ -2,6 +2,8 @@
 /* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
  *   gen_seeds fuzz_diff|fuzz_diff_long|fuzz_dtypes|fuzz_ref_props|fuzz_decode_prefill|
  *             fuzz_api|fuzz_case_files DIR
+ *   gen_seeds fuzz_dtypes DIR FILE...  also each FILE (a fuzz_diff input) as is and with
+ *             two dtype choices (from-<name>, from-<name>-<qx>-<bias>-<out>)
  * fuzz_diff, fuzz_ref_props, fuzz_decode_prefill (one decoder, one seed set): a deterministic random search over byte strings, keeping an input whenever it
  * decodes to a problem with a feature value (shape class, op, D, Dv, K/V dtype, causal,
  * GQA ratio, bias, mask, sinks, softcap, lengths, window, threads, value mode, empty-row
@@ -203,6 +205,39 @@ static void gen_problems(const char *dir, int mode)
     printf("gen_seeds: %d inputs in %s\n", kept, dir);
 }
 
+/* fuzz_dtypes: fuzz_diff inputs (e.g. its regressions) as they are (f16 everywhere, unless
+ * bytes are left after the problem) and with the choices bf16/bf16/bf16 and f32/f16/bf16. */
+static void gen_dtypes_from(const char *dir, int nfiles, char **files)
+{
+    static const char *const dn[3] = {"f16", "bf16", "f32"};
+    static const int variants[2][3] = {{1, 1, 1}, {2, 0, 1}};
+    static uint8_t in[4096], out[4096];
+    int kept = 0;
+    for (int i = 0; i < nfiles; i++) {
+        FILE *f = fopen(files[i], "rb");
+        size_t n = f ? fread(in, 1, sizeof in, f) : 0;
+        if (!f || ferror(f) || fclose(f)) {
+            fprintf(stderr, "gen_seeds: cannot read %s\n", files[i]);
+            exit(1);
+        }
+        const char *base = strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i];
+        char name[256];
+        int stem = (int)(strrchr(base, '.') ? (size_t)(strrchr(base, '.') - base) : strlen(base));
+        snprintf(name, sizeof name, "from-%.200s", base);
+        put(dir, name, in, n), kept++;
+        for (int v = 0; v < 2; v++) {
+            size_t len = with_dtypes(in, n, variants[v], out, sizeof out);
+            if (!len)
+                continue;
+            snprintf(name, sizeof name, "from-%.*s-%s-%s-%s", stem < 200 ? stem : 200, base,
+                     dn[variants[v][0]],
+                     dn[variants[v][1]], dn[variants[v][2]]);
+            put(dir, name, out, len), kept++;
+        }
+    }
+    printf("gen_seeds: %d inputs from %d files in %s\n", kept, nfiles, dir);
+}
+
 static void gen_case_files(const char *dir)
 {
     int kept = 0;
@@ -262,6 +297,11 @@ static void gen_case_files(const char *dir)
 
 int main(int argc, char **argv)
 {
+    if (argc > 3 && !strcmp(argv[1], "fuzz_dtypes")) {
+        gen_problems(argv[2], GEN_DTYPES);
+        gen_dtypes_from(argv[2], argc - 3, argv + 3);
+        return 0;
+    }
     if (argc != 3) {
         fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_diff_long|fuzz_dtypes|fuzz_ref_props|"
                         "fuzz_decode_prefill|fuzz_api|fuzz_case_files DIR\n");
