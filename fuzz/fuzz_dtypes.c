@@ -12,7 +12,8 @@
  * other than SMATTN_OK is a MISMATCH. This is a target of its own because extending the
  * shared decoder would change what every other target's corpus means.
  * One ISA per input (by the decoded seed); SMATTN_FUZZ_FULL=1 or 2 (make check's replay)
- * runs every ISA. */
+ * runs every ISA, and 2 (the regressions) also the problem as decoded when the cut changed
+ * it. */
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_dtypes"
@@ -28,19 +29,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_provider dp;
-    fuzz_provider_init(&dp, data, size);
-    fuzz_problem fp;
-    if (fuzz_problem_decode(&fp, &dp)) {
+    /* as fuzz_diff: SMATTN_FUZZ_FULL=2 also checks a problem the cut changed, uncut */
+    for (int pass = full_mode >= 2 ? 0 : 1; pass < 2; pass++) {
+        fuzz_provider dp;
+        fuzz_provider_init(&dp, data, size);
+        fuzz_problem fp;
+        if (fuzz_problem_decode(&fp, &dp)) {
+            fuzz_problem_free(&fp);
+            return 0;
+        }
+        if (pass == 1 && fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P))
+            return 0;
+        if (pass == 0 || fp.full_p || full_mode < 2) {
+            fuzz_dtype_choice c = fuzz_take_dtypes(&dp); /* the cut reads nothing */
+            if (fuzz_problem_convert(&fp, c.qx, c.bias))
+                return 0;
+            fuzz_diff_check_as(TARGET, &fp, full_mode != 0, c.out);
+        }
         fuzz_problem_free(&fp);
-        return 0;
     }
-    if (fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P))
-        return 0;
-    fuzz_dtype_choice c = fuzz_take_dtypes(&dp);
-    if (fuzz_problem_convert(&fp, c.qx, c.bias))
-        return 0;
-    fuzz_diff_check_as(TARGET, &fp, full_mode != 0, c.out);
-    fuzz_problem_free(&fp);
     return 0;
 }
