@@ -6,7 +6,8 @@
 # ---- fuzzing (issue 5; fuzz/README.md) ---------------------------------------------------
 # make check replays every target's corpus and regressions through a plain main built with
 # the same flags as the tests (so check-san replays them under ASan+UBSan too).
-FUZZ_TARGETS := fuzz_diff fuzz_diff_long fuzz_ref_props fuzz_decode_prefill fuzz_api fuzz_case_files
+FUZZ_TARGETS := fuzz_diff fuzz_diff_long fuzz_dtypes fuzz_ref_props fuzz_decode_prefill fuzz_api \
+                fuzz_case_files
 FUZZ_COMMON  := $(BUILD)/fuzz/common/fuzz_input.o $(BUILD)/fuzz/common/fuzz_check.o
 $(BUILD)/fuzz/replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)
@@ -28,11 +29,13 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/case $(BUILD)/fuzz/decode-smoke/out --weights
 	@echo "fuzz_decode: a decoded seed written as a case, reproduced by smattn ref"
 
-# The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*.
+# The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
+# fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).
 $(BUILD)/fuzz/gen_seeds: $(BUILD)/fuzz/tools/gen_seeds.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
 fuzz-seeds: $(BUILD)/fuzz/gen_seeds
-	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz/corpus/$$t && $< $$t fuzz/corpus/$$t || exit 1; done
+	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz/corpus/$$t && $< $$t fuzz/corpus/$$t \
+	  $$(test $$t = fuzz_dtypes && ls fuzz/regressions/fuzz_diff/*.bin) || exit 1; done
 
 # libFuzzer builds: clang, the library and readers compiled with clang. Two flavours:
 #   build-fuzz/       ASan + UBSan, -O1: the campaigns (`make fuzz`), merge, minimise;

@@ -44,7 +44,13 @@ const char *fuzz_pick_isa(uint32_t pick)
 smattn_status fuzz_run_opt(const smattn_problem *p, const smattn_inputs *in, const char *isa,
                            int threads, fuzz_outputs *o)
 {
-    if (fuzz_outputs_alloc(o, p, SMATTN_F32))
+    return fuzz_run_opt_as(p, in, isa, threads, SMATTN_F32, o);
+}
+
+smattn_status fuzz_run_opt_as(const smattn_problem *p, const smattn_inputs *in, const char *isa,
+                              int threads, smattn_dtype out_t, fuzz_outputs *o)
+{
+    if (fuzz_outputs_alloc(o, p, out_t))
         abort(); /* out of memory in the harness: not a finding, but nothing to test */
     smattn_opt_config cfg = {threads, isa};
     return p->op == SMATTN_OP_ATTENTION ? smattn_attention(p, in, &o->out, &cfg)
@@ -65,16 +71,23 @@ int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outpu
                           fuzz_outputs *bnd)
 {
     smattn_precision pm = smattn_opt_precision(&fp->p);
-    return fuzz_oracle_and_bound_pm(target, fp, &pm, ref, bnd);
+    return fuzz_oracle_and_bound_as(target, fp, &pm, SMATTN_F32, ref, bnd);
 }
 
 int fuzz_oracle_and_bound_pm(const char *target, const fuzz_problem *fp,
                              const smattn_precision *pm, fuzz_outputs *ref, fuzz_outputs *bnd)
 {
+    return fuzz_oracle_and_bound_as(target, fp, pm, SMATTN_F32, ref, bnd);
+}
+
+int fuzz_oracle_and_bound_as(const char *target, const fuzz_problem *fp,
+                             const smattn_precision *pm, smattn_dtype out_t, fuzz_outputs *ref,
+                             fuzz_outputs *bnd)
+{
     const smattn_problem *p = &fp->p;
-    fuzz_outputs fmt;
+    fuzz_outputs fmt; /* only its dtypes are read: they give smattn_bound u_out (SPEC 6, A6) */
     if (fuzz_outputs_alloc(ref, p, SMATTN_F64) || fuzz_outputs_alloc(bnd, p, SMATTN_F64) ||
-        fuzz_outputs_alloc(&fmt, p, SMATTN_F32))
+        fuzz_outputs_alloc(&fmt, p, out_t))
         abort();
     smattn_ref_config rc = {1, 0, 0, 0};
     smattn_status s = smattn_ref(p, &fp->in, &ref->out, &rc, NULL);
@@ -104,7 +117,7 @@ void fuzz_check_bound(const char *target, const fuzz_problem *fp, const fuzz_out
      * through smattn_error_ratio's class rules, for non-finite exact values */
     for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < kernel->n[k]; i++) {
-            double c = (double)((const float *)kernel->buf[k])[i];
+            double c = smattn_load(kernel->buf[k], kernel->dtype, (int64_t)i);
             double e = ((const double *)ref->buf[k])[i], b = ((const double *)bnd->buf[k])[i];
             if (isinf(b) && isfinite(e))
                 continue; /* out of contract (SPEC 6.8): the bound cannot judge it */
@@ -156,25 +169,32 @@ void *fuzz_garbage_beyond_kv_lens(const fuzz_problem *fp, const smattn_tensor *t
     return c;
 }
 
-/* Every check of one ISA (fuzz_diff_check). */
+/* Every check of one ISA (fuzz_diff_check_as), the kernel's outputs in dtype out_t. The
+ * check: lines name the output dtype when it is not f32 (fuzz_dtypes), so that fuzz_diff's
+ * reports read as before. */
 static void diff_check_isa(const char *target, const fuzz_problem *fp, const fuzz_outputs *ref,
-                           const fuzz_outputs *bnd, const char *isa)
+                           const fuzz_outputs *bnd, const char *isa, smattn_dtype out_t)
 {
     const smattn_problem *p = &fp->p;
-    char what[128];
+    char what[160], how[64];
     fuzz_outputs first, again;
-    snprintf(what, sizeof what, "kernel status (isa %s)", isa);
-    fuzz_require_ok(target, fp, fuzz_run_opt(p, &fp->in, isa, 1, &first), what);
-    snprintf(what, sizeof what, "bound (isa %s)", isa);
+    if (out_t == SMATTN_F32)
+        snprintf(how, sizeof how, "isa %s", isa);
+    else
+        snprintf(how, sizeof how, "isa %s, outputs %s", isa, smattn_dtype_name(out_t));
+    snprintf(what, sizeof what, "kernel status (%s)", how);
+    fuzz_require_ok(target, fp, fuzz_run_opt_as(p, &fp->in, isa, 1, out_t, &first), what);
+    snprintf(what, sizeof what, "bound (%s)", how);
     fuzz_check_bound(target, fp, &first, ref, bnd, what);
     if (fp->threads > 1) {
-        snprintf(what, sizeof what, "threads 1 vs %d (isa %s)", fp->threads, isa);
-        fuzz_require_ok(target, fp, fuzz_run_opt(p, &fp->in, isa, fp->threads, &again), what);
+        snprintf(what, sizeof what, "threads 1 vs %d (%s)", fp->threads, how);
+        fuzz_require_ok(target, fp, fuzz_run_opt_as(p, &fp->in, isa, fp->threads, out_t, &again),
+                        what);
         fuzz_check_same_bits(target, fp, &first, &again, what);
         fuzz_outputs_free(&again);
     }
-    snprintf(what, sizeof what, "repeated call (isa %s)", isa);
-    fuzz_require_ok(target, fp, fuzz_run_opt(p, &fp->in, isa, 1, &again), what);
+    snprintf(what, sizeof what, "repeated call (%s)", how);
+    fuzz_require_ok(target, fp, fuzz_run_opt_as(p, &fp->in, isa, 1, out_t, &again), what);
     fuzz_check_same_bits(target, fp, &first, &again, what);
     fuzz_outputs_free(&again);
     if (p->op == SMATTN_OP_ATTENTION && p->kv_lens) {
@@ -183,9 +203,9 @@ static void diff_check_isa(const char *target, const fuzz_problem *fp, const fuz
         void *v2 = fuzz_garbage_beyond_kv_lens(fp, &fp->in.v, fp->nv, p->Dv, 1);
         dirty.k.data = k2;
         dirty.v.data = v2;
-        snprintf(what, sizeof what, "garbage beyond kv_lens (isa %s, threads %d)", isa,
-                 fp->threads);
-        fuzz_require_ok(target, fp, fuzz_run_opt(p, &dirty, isa, fp->threads, &again), what);
+        snprintf(what, sizeof what, "garbage beyond kv_lens (%s, threads %d)", how, fp->threads);
+        fuzz_require_ok(target, fp, fuzz_run_opt_as(p, &dirty, isa, fp->threads, out_t, &again),
+                        what);
         fuzz_check_same_bits(target, fp, &first, &again, what);
         fuzz_outputs_free(&again);
         free(k2), free(v2);
@@ -195,16 +215,23 @@ static void diff_check_isa(const char *target, const fuzz_problem *fp, const fuz
 
 void fuzz_diff_check(const char *target, const fuzz_problem *fp, int all_isas)
 {
+    fuzz_diff_check_as(target, fp, all_isas, SMATTN_F32);
+}
+
+void fuzz_diff_check_as(const char *target, const fuzz_problem *fp, int all_isas,
+                        smattn_dtype out_t)
+{
     fuzz_outputs ref, bnd;
-    if (fuzz_oracle_and_bound(target, fp, &ref, &bnd))
+    smattn_precision pm = smattn_opt_precision(&fp->p);
+    if (fuzz_oracle_and_bound_as(target, fp, &pm, out_t, &ref, &bnd))
         return;
     if (all_isas) {
         const char *isas[3];
         int n = fuzz_isa_list(isas);
         for (int a = 0; a < n; a++)
-            diff_check_isa(target, fp, &ref, &bnd, isas[a]);
+            diff_check_isa(target, fp, &ref, &bnd, isas[a], out_t);
     } else {
-        diff_check_isa(target, fp, &ref, &bnd, fuzz_pick_isa(fp->seed));
+        diff_check_isa(target, fp, &ref, &bnd, fuzz_pick_isa(fp->seed), out_t);
     }
     fuzz_outputs_free(&ref), fuzz_outputs_free(&bnd);
 }

@@ -41,9 +41,12 @@ int fuzz_isa_list(const char *isas[3]);
 /* One of them, chosen by a value drawn from the input (e.g. the decoded seed). */
 const char *fuzz_pick_isa(uint32_t pick);
 
-/* The kernel (attention or softmax by p->op) on `in` into freshly allocated F32 outputs. */
+/* The kernel (attention or softmax by p->op) on `in` into freshly allocated F32 outputs
+ * (fuzz_run_opt) or outputs of dtype out_t (fuzz_run_opt_as: O, LSE and P all of it). */
 smattn_status fuzz_run_opt(const smattn_problem *p, const smattn_inputs *in, const char *isa,
                            int threads, fuzz_outputs *o);
+smattn_status fuzz_run_opt_as(const smattn_problem *p, const smattn_inputs *in, const char *isa,
+                              int threads, smattn_dtype out_t, fuzz_outputs *o);
 /* Abort with a report unless the kernel returned SMATTN_OK. */
 void fuzz_require_ok(const char *target, const fuzz_problem *fp, smattn_status s,
                      const char *what);
@@ -57,8 +60,14 @@ int fuzz_oracle_and_bound(const char *target, const fuzz_problem *fp, fuzz_outpu
 /* The same for another kernel's precision model (fuzz_plugin). */
 int fuzz_oracle_and_bound_pm(const char *target, const fuzz_problem *fp,
                              const smattn_precision *pm, fuzz_outputs *ref, fuzz_outputs *bnd);
+/* The same for outputs of dtype out_t (O, LSE and P): the bound's final rounding (SPEC 6.1
+ * A6, u_out) is that dtype's. The two above are this with F32. */
+int fuzz_oracle_and_bound_as(const char *target, const fuzz_problem *fp,
+                             const smattn_precision *pm, smattn_dtype out_t, fuzz_outputs *ref,
+                             fuzz_outputs *bnd);
 
-/* Every element of `kernel` within `bnd` of `ref` (smattn_error_ratio <= 1); elements with
+/* Every element of `kernel` (read by its dtype, smattn_load) within `bnd` of `ref`
+ * (smattn_error_ratio <= 1); elements with
  * a finite exact value and bound +inf are out of contract (SPEC 6.8) and not judged. */
 void fuzz_check_bound(const char *target, const fuzz_problem *fp, const fuzz_outputs *kernel,
                       const fuzz_outputs *ref, const fuzz_outputs *bnd, const char *what);
@@ -73,6 +82,10 @@ void *fuzz_garbage_beyond_kv_lens(const fuzz_problem *fp, const smattn_tensor *t
  * and bit for bit: the decoded thread count against one thread, a repeated call, NaN/inf
  * garbage beyond kv_lens. */
 void fuzz_diff_check(const char *target, const fuzz_problem *fp, int all_isas);
+/* The same with the kernel's outputs (O, LSE, P) in dtype out_t and the bound of that dtype
+ * (fuzz_dtypes); a kernel status other than SMATTN_OK is a MISMATCH, as above. */
+void fuzz_diff_check_as(const char *target, const fuzz_problem *fp, int all_isas,
+                        smattn_dtype out_t);
 
 /* The same bits in every element of two outputs of one dtype. */
 void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,

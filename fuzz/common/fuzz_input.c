@@ -557,6 +557,53 @@ int fuzz_problem_stretch_keys(fuzz_problem *fp, int64_t T)
     return 0;
 }
 
+fuzz_dtype_choice fuzz_take_dtypes(fuzz_provider *dp)
+{
+    static const smattn_dtype order[3] = {SMATTN_F16, SMATTN_BF16, SMATTN_F32};
+    fuzz_dtype_choice c;
+    c.qx = order[fuzz_take(dp, 3)];
+    c.bias = order[fuzz_take(dp, 3)];
+    c.out = order[fuzz_take(dp, 3)];
+    return c;
+}
+
+/* n float32 elements rounded to t in a new buffer (NULL if out of memory). */
+static void *convert(const float *src, size_t n, smattn_dtype t)
+{
+    void *c = alloc_elems(n, smattn_dtype_size(t));
+    for (size_t i = 0; c && i < n; i++)
+        smattn_store(c, t, (int64_t)i, (double)src[i]);
+    return c;
+}
+
+int fuzz_problem_convert(fuzz_problem *fp, smattn_dtype qx, smattn_dtype bias)
+{
+    smattn_inputs *in = &fp->in;
+    float **qxbuf = fp->p.op == SMATTN_OP_ATTENTION ? &fp->q : &fp->x;
+    smattn_tensor *qxt = fp->p.op == SMATTN_OP_ATTENTION ? &in->q : &in->x;
+    size_t nqx = fp->p.op == SMATTN_OP_ATTENTION ? fp->nq : fp->nx;
+    struct {
+        float **buf;
+        smattn_tensor *t;
+        size_t n;
+        smattn_dtype to;
+    } job[2] = {{qxbuf, qxt, nqx, qx}, {&fp->bias, &in->bias, fp->nbias, bias}};
+    for (int k = 0; k < 2; k++) {
+        if (!*job[k].buf || job[k].t->dtype != SMATTN_F32 || job[k].to == SMATTN_F32)
+            continue;
+        void *c = convert(*job[k].buf, job[k].n, job[k].to);
+        if (!c) {
+            fuzz_problem_free(fp);
+            return 1;
+        }
+        free(*job[k].buf);
+        *job[k].buf = c; /* holds job[k].to elements from here on (see fuzz_input.h) */
+        job[k].t->data = c;
+        job[k].t->dtype = job[k].to;
+    }
+    return 0;
+}
+
 void fuzz_problem_free(fuzz_problem *fp)
 {
     free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),
@@ -611,11 +658,11 @@ void fuzz_problem_print(FILE *f, const fuzz_problem *fp)
     if (fp->full_p)
         fprintf(f, "  (shrunk from %" PRId64 " elements of P)", fp->full_p);
     fprintf(f, "\n");
-    print_tensor(f, "q", fp->q, SMATTN_F32, fp->nq);
+    print_tensor(f, "q", fp->q, fp->in.q.dtype, fp->nq);
     print_tensor(f, "k", fp->k, fp->in.k.dtype, fp->nk);
     print_tensor(f, "v", fp->v, fp->in.v.dtype, fp->nv);
-    print_tensor(f, "x", fp->x, SMATTN_F32, fp->nx);
-    print_tensor(f, "bias", fp->bias, SMATTN_F32, fp->nbias);
+    print_tensor(f, "x", fp->x, fp->in.x.dtype, fp->nx);
+    print_tensor(f, "bias", fp->bias, fp->in.bias.dtype, fp->nbias);
     print_tensor(f, "mask", fp->mask, SMATTN_BOOL, fp->nmask);
     print_tensor(f, "sinks", fp->sinks, SMATTN_F32, fp->sinks ? (size_t)fp->p.Hq : 0);
 }

@@ -106,6 +106,21 @@ int fuzz_problem_shrink(fuzz_problem *fp, int64_t max_p);
  * For the kernel's long-context paths (split keys), beyond FUZZ_MAX_T. Returns nonzero if
  * memory runs out (the problem is then freed). */
 int fuzz_problem_stretch_keys(fuzz_problem *fp, int64_t T);
+/* fuzz_dtypes' choices, read from the provider's tail after fuzz_problem_decode: the dtype
+ * of Q (attention) or X (softmax), of the bias (read whether or not there is one, so that
+ * the byte positions do not depend on it) and of the outputs, each among f16, bf16, f32 in
+ * that order, so that a missing byte (0) gives f16. */
+typedef struct fuzz_dtype_choice {
+    smattn_dtype qx, bias, out;
+} fuzz_dtype_choice;
+fuzz_dtype_choice fuzz_take_dtypes(fuzz_provider *dp);
+/* Q (or X) and the bias, if present, replaced by copies rounded to qx and bias
+ * (smattn_store, nearest-even): the problem is then that of the rounded values. fp->q, x
+ * and bias then hold elements of in.q/x/bias.dtype (the printer reads them so); strides are
+ * in elements and stay. Call it after fuzz_problem_shrink and fuzz_problem_stretch_keys,
+ * which copy these tensors as float32. Returns nonzero if memory runs out (the problem is
+ * then freed). */
+int fuzz_problem_convert(fuzz_problem *fp, smattn_dtype qx, smattn_dtype bias);
 /* Print the problem: one line of shape and options, then every input tensor as %a. */
 void fuzz_problem_print(FILE *f, const fuzz_problem *fp);
 

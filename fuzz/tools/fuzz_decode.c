@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* fuzz_decode.c: what a fuzz input means. Prints the problem an input file decodes to (as
- * the given target sees it: fuzz_diff, fuzz_diff_long, fuzz_decode_prefill and
- * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys), and
+ * the given target sees it: fuzz_diff, fuzz_diff_long, fuzz_decode_prefill, fuzz_dtypes and
+ * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys,
+ * fuzz_dtypes rounds Q/X and bias to the dtypes it reads after the problem and prints
+ * them with its output dtype), and
  * with --case DIR writes it as a case directory (SPEC 7.1) that
  * `smattn ref DIR OUT --weights` and `smattn opt DIR OUT --weights` reproduce. The case is
  * checked on the way out: it is loaded back and the oracle must give the same bits on the
@@ -81,14 +83,16 @@ static int write_case(const fuzz_problem *fp, const char *dir)
     int bad = 0;
     if (p->op == SMATTN_OP_ATTENTION) {
         smattn_dtype kt = fp->in.k.dtype;
-        bad |= put_npy(dir, "q.npy", SMATTN_NPY_F32, 4, (int64_t[]){p->B, p->S, p->Hq, p->D}, fp->q);
+        bad |= put_npy(dir, "q.npy", npy_of(fp->in.q.dtype), 4, (int64_t[]){p->B, p->S, p->Hq, p->D},
+                       fp->q);
         bad |= put_npy(dir, "k.npy", npy_of(kt), 4, (int64_t[]){p->B, p->T, p->Hkv, p->D}, fp->k);
         bad |= put_npy(dir, "v.npy", npy_of(kt), 4, (int64_t[]){p->B, p->T, p->Hkv, p->Dv}, fp->v);
     } else {
-        bad |= put_npy(dir, "x.npy", SMATTN_NPY_F32, 4, (int64_t[]){p->B, p->Hq, p->S, p->T}, fp->x);
+        bad |= put_npy(dir, "x.npy", npy_of(fp->in.x.dtype), 4, (int64_t[]){p->B, p->Hq, p->S, p->T},
+                       fp->x);
     }
     if (fp->bias)
-        bad |= put_npy(dir, "bias.npy", SMATTN_NPY_F32, 4,
+        bad |= put_npy(dir, "bias.npy", npy_of(fp->in.bias.dtype), 4,
                        (int64_t[]){p->B, fp->bias_kind == 1 ? 1 : p->Hq, p->S, p->T}, fp->bias);
     if (fp->mask)
         bad |= put_npy(dir, "mask.npy", SMATTN_NPY_U8, 4,
@@ -115,8 +119,19 @@ static int write_case(const fuzz_problem *fp, const char *dir)
             empty[p->empty_rows], lse[p->empty_lse]);
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
+    /* bf16 .npy files hold raw '<u2' bits: case.json names them */
+    const char *bf[4];
+    int nbf = 0;
+    if (p->op == SMATTN_OP_ATTENTION && fp->in.q.dtype == SMATTN_BF16)
+        bf[nbf++] = "q";
     if (p->op == SMATTN_OP_ATTENTION && fp->in.k.dtype == SMATTN_BF16)
-        fprintf(f, ",\n  \"bf16\": [\"k\", \"v\"]");
+        bf[nbf++] = "k", bf[nbf++] = "v";
+    if (p->op == SMATTN_OP_SOFTMAX && fp->in.x.dtype == SMATTN_BF16)
+        bf[nbf++] = "x";
+    if (fp->bias && fp->in.bias.dtype == SMATTN_BF16)
+        bf[nbf++] = "bias";
+    for (int i = 0; i < nbf; i++)
+        fprintf(f, "%s\"%s\"%s", i ? ", " : ",\n  \"bf16\": [", bf[i], i + 1 == nbf ? "]" : "");
     fprintf(f, "\n}\n");
     if (fclose(f)) {
         fprintf(stderr, "fuzz_decode: cannot write %s\n", path);
@@ -180,12 +195,13 @@ int main(int argc, char **argv)
     }
     if (!file) {
         fprintf(stderr, "usage: fuzz_decode [--target fuzz_diff|fuzz_diff_long|fuzz_ref_props|"
-                        "fuzz_decode_prefill|fuzz_api] [--case DIR] FILE\n");
+                        "fuzz_decode_prefill|fuzz_dtypes|fuzz_api] [--case DIR] FILE\n");
         return 2;
     }
     int64_t max_p = 0;
     int long_rows = target && !strcmp(target, "fuzz_diff_long");
-    if (target && (!strcmp(target, "fuzz_diff") || long_rows))
+    int dtypes = target && !strcmp(target, "fuzz_dtypes");
+    if (target && (!strcmp(target, "fuzz_diff") || long_rows || dtypes))
         max_p = FUZZ_DIFF_MAX_P;
     else if (target && !strcmp(target, "fuzz_ref_props"))
         max_p = FUZZ_REF_PROPS_MAX_P;
@@ -204,14 +220,22 @@ int main(int argc, char **argv)
     fuzz_provider dp;
     fuzz_provider_init(&dp, data, n);
     fuzz_problem fp;
+    fuzz_dtype_choice dc = {SMATTN_F32, SMATTN_F32, SMATTN_F32};
     if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p)) ||
         (long_rows && fuzz_diff_long_T(&fp) &&
-         fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp)))) {
+         fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp))) ||
+        (dtypes && (dc = fuzz_take_dtypes(&dp), fuzz_problem_convert(&fp, dc.qx, dc.bias)))) {
         fprintf(stderr, "fuzz_decode: out of memory\n");
         return 1;
     }
     printf("input: %s (%zu bytes)%s%s\n", file, n, target ? " as seen by " : "",
            target ? target : "");
+    if (dtypes)
+        printf("dtypes: %s %s, bias %s, outputs %s (the case holds the inputs; smattn opt "
+               "--dtype %s gives the outputs)\n",
+               fp.p.op == SMATTN_OP_ATTENTION ? "q" : "x", smattn_dtype_name(dc.qx),
+               fp.bias ? smattn_dtype_name(dc.bias) : "-", smattn_dtype_name(dc.out),
+               smattn_dtype_name(dc.out));
     fuzz_problem_print(stdout, &fp);
     int rc = 0;
     if (dir) {

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
- *   gen_seeds fuzz_diff|fuzz_diff_long|fuzz_ref_props|fuzz_decode_prefill|fuzz_api|
- *             fuzz_case_files DIR
+ *   gen_seeds fuzz_diff|fuzz_diff_long|fuzz_dtypes|fuzz_ref_props|fuzz_decode_prefill|
+ *             fuzz_api|fuzz_case_files DIR
+ *   gen_seeds fuzz_dtypes DIR FILE...  also each FILE (a fuzz_diff input) as is and with
+ *             two dtype choices (from-<name>, from-<name>-<qx>-<bias>-<out>)
  * fuzz_diff, fuzz_ref_props, fuzz_decode_prefill (one decoder, one seed set): a deterministic random search over byte strings, keeping an input whenever it
  * decodes to a problem with a feature value (shape class, op, D, Dv, K/V dtype, causal,
  * GQA ratio, bias, mask, sinks, softcap, lengths, window, threads, value mode, empty-row
  * convention) seen fewer than twice; so every shape class is covered. fuzz_diff_long: the
  * same search over the inputs it takes (decode rows it stretches, fuzz_diff_long_T), judged
- * on the problem after its cut, 40 of them (each costs 5-50 ms). fuzz_api: those
+ * on the problem after its cut, 40 of them (each costs 5-50 ms). fuzz_dtypes: the same
+ * search, 40 inputs, each rewritten (with_dtypes) to decode to the same problem followed by
+ * its three dtype choices, cycling through the 27 combinations. fuzz_api: those
  * inputs, some with corruption operations appended at the tail. fuzz_case_files: valid
  * .npy files of every type and rank, and case.json texts. */
 #include <stdio.h>
@@ -63,12 +67,95 @@ static int features(const fuzz_problem *fp, int f[NFEAT])
     return k;
 }
 
-enum { GEN_PLAIN, GEN_API, GEN_LONG };
+enum { GEN_PLAIN, GEN_API, GEN_LONG, GEN_DTYPES };
+
+/* fuzz_problem_print's text (malloc'd), for comparing two decoded problems. */
+static char *printed(const fuzz_problem *fp)
+{
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    if (!f)
+        exit(1);
+    fuzz_problem_print(f, fp);
+    fclose(f);
+    return txt;
+}
+
+/* fuzz_dtypes: into out (at most cap bytes) an input that decodes to the same problem as
+ * base[0, n), followed by the dtype choices qx, bias, out (0 f16, 1 bf16, 2 f32; see
+ * fuzz_take_dtypes). The decoder copies the front bytes raw over the tensors, so the front
+ * is the decoded tensors' own bytes (written back unchanged), then the choice bytes, then
+ * the tail bytes the decoder read from base, the missing ones (read as 0) made explicit.
+ * Returns the length, or 0 if it does not fit. Checked by decoding it again. */
+static size_t with_dtypes(const uint8_t *base, size_t n, const int choice[3], uint8_t *out,
+                          size_t cap)
+{
+    fuzz_provider dp;
+    fuzz_problem fp;
+    fuzz_provider_init(&dp, base, n);
+    if (fuzz_problem_decode(&fp, &dp))
+        exit(1);
+    size_t tl = n - dp.hi; /* tail bytes read from base */
+    /* how many tail bytes the decoder reads in all: the same tail behind zeros */
+    uint8_t z[1024] = {0};
+    size_t zl = sizeof z - tl;
+    memcpy(z + zl, base + dp.hi, tl);
+    fuzz_provider dz;
+    fuzz_problem fz;
+    fuzz_provider_init(&dz, z, sizeof z);
+    if (fuzz_problem_decode(&fz, &dz))
+        exit(1);
+    size_t reads = sizeof z - dz.hi, m = reads - tl;
+    fuzz_problem_free(&fz);
+    const int att = fp.p.op == SMATTN_OP_ATTENTION;
+    size_t kvs = att ? smattn_dtype_size(fp.in.k.dtype) : 0;
+    struct {
+        const void *buf;
+        size_t bytes;
+    } img[5] = {{att ? (void *)fp.q : (void *)fp.x, (att ? fp.nq : fp.nx) * sizeof(float)},
+                {fp.k, fp.nk * kvs},
+                {fp.v, fp.nv * kvs},
+                {fp.bias, fp.nbias * sizeof(float)},
+                {fp.sinks, fp.sinks ? (size_t)fp.p.Hq * sizeof(float) : 0}};
+    size_t len = 0;
+    for (int k = 0; k < 5; k++)
+        len += img[k].bytes;
+    if (len + 3 + reads > cap) {
+        fuzz_problem_free(&fp);
+        return 0;
+    }
+    len = 0;
+    for (int k = 0; k < 5; k++)
+        if (img[k].bytes)
+            memcpy(out + len, img[k].buf, img[k].bytes), len += img[k].bytes;
+    out[len++] = (uint8_t)choice[2]; /* read last */
+    out[len++] = (uint8_t)choice[1];
+    out[len++] = (uint8_t)choice[0]; /* read first */
+    memset(out + len, 0, m), len += m;
+    memcpy(out + len, base + dp.hi, tl), len += tl;
+    /* the check: the same problem, and exactly the three choices left */
+    fuzz_provider d2;
+    fuzz_problem f2;
+    fuzz_provider_init(&d2, out, len);
+    if (fuzz_problem_decode(&f2, &d2))
+        exit(1);
+    f2.raw_bytes = fp.raw_bytes;
+    char *a = printed(&fp), *b = printed(&f2);
+    if (strcmp(a, b) != 0 || fuzz_remaining(&d2) != 3) {
+        fprintf(stderr, "gen_seeds: with_dtypes changed the problem\n");
+        exit(1);
+    }
+    free(a), free(b);
+    fuzz_problem_free(&fp), fuzz_problem_free(&f2);
+    return len;
+}
 
 static void gen_problems(const char *dir, int mode)
 {
-    int kept = 0, max_kept = mode == GEN_LONG ? 40 : 120;
+    int kept = 0, max_kept = mode == GEN_LONG || mode == GEN_DTYPES ? 40 : 120;
     uint8_t buf[256];
+    static uint8_t dbuf[4096]; /* fuzz_dtypes.options: max_len = 4096 */
     for (int tries = 0; tries < 200000 && kept < max_kept; tries++) {
         size_t n = 8 + rnd() % 56;
         for (size_t i = 0; i < n; i++)
@@ -89,6 +176,12 @@ static void gen_problems(const char *dir, int mode)
         int f[NFEAT], nf = features(&fp, f), fresh = 0;
         for (int k = 0; k < nf; k++)
             fresh |= seen[k][f[k] & 127] < 2;
+        size_t dlen = 0;
+        if (fresh && mode == GEN_DTYPES) {
+            int choice[3] = {kept % 3, kept / 3 % 3, kept / 9 % 3};
+            if (!(dlen = with_dtypes(buf, n, choice, dbuf, sizeof dbuf)))
+                fresh = 0; /* too large for max_len */
+        }
         if (fresh) {
             for (int k = 0; k < nf; k++)
                 seen[k][f[k] & 127]++;
@@ -101,12 +194,48 @@ static void gen_problems(const char *dir, int mode)
             }
             char name[64];
             snprintf(name, sizeof name, "seed-%03d-%s", kept, fuzz_shape_class_name(fp.shape_class));
-            put(dir, name, buf, len);
+            if (mode == GEN_DTYPES)
+                put(dir, name, dbuf, dlen);
+            else
+                put(dir, name, buf, len);
             kept++;
         }
         fuzz_problem_free(&fp);
     }
     printf("gen_seeds: %d inputs in %s\n", kept, dir);
+}
+
+/* fuzz_dtypes: fuzz_diff inputs (e.g. its regressions) as they are (f16 everywhere, unless
+ * bytes are left after the problem) and with the choices bf16/bf16/bf16 and f32/f16/bf16. */
+static void gen_dtypes_from(const char *dir, int nfiles, char **files)
+{
+    static const char *const dn[3] = {"f16", "bf16", "f32"};
+    static const int variants[2][3] = {{1, 1, 1}, {2, 0, 1}};
+    static uint8_t in[4096], out[4096];
+    int kept = 0;
+    for (int i = 0; i < nfiles; i++) {
+        FILE *f = fopen(files[i], "rb");
+        size_t n = f ? fread(in, 1, sizeof in, f) : 0;
+        if (!f || ferror(f) || fclose(f)) {
+            fprintf(stderr, "gen_seeds: cannot read %s\n", files[i]);
+            exit(1);
+        }
+        const char *base = strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i];
+        char name[256];
+        int stem = (int)(strrchr(base, '.') ? (size_t)(strrchr(base, '.') - base) : strlen(base));
+        snprintf(name, sizeof name, "from-%.200s", base);
+        put(dir, name, in, n), kept++;
+        for (int v = 0; v < 2; v++) {
+            size_t len = with_dtypes(in, n, variants[v], out, sizeof out);
+            if (!len)
+                continue;
+            snprintf(name, sizeof name, "from-%.*s-%s-%s-%s", stem < 200 ? stem : 200, base,
+                     dn[variants[v][0]],
+                     dn[variants[v][1]], dn[variants[v][2]]);
+            put(dir, name, out, len), kept++;
+        }
+    }
+    printf("gen_seeds: %d inputs from %d files in %s\n", kept, nfiles, dir);
 }
 
 static void gen_case_files(const char *dir)
@@ -168,8 +297,13 @@ static void gen_case_files(const char *dir)
 
 int main(int argc, char **argv)
 {
+    if (argc > 3 && !strcmp(argv[1], "fuzz_dtypes")) {
+        gen_problems(argv[2], GEN_DTYPES);
+        gen_dtypes_from(argv[2], argc - 3, argv + 3);
+        return 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_diff_long|fuzz_ref_props|"
+        fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_diff_long|fuzz_dtypes|fuzz_ref_props|"
                         "fuzz_decode_prefill|fuzz_api|fuzz_case_files DIR\n");
         return 2;
     }
@@ -178,6 +312,8 @@ int main(int argc, char **argv)
         gen_problems(argv[2], GEN_PLAIN);
     else if (!strcmp(argv[1], "fuzz_diff_long"))
         gen_problems(argv[2], GEN_LONG);
+    else if (!strcmp(argv[1], "fuzz_dtypes"))
+        gen_problems(argv[2], GEN_DTYPES);
     else if (!strcmp(argv[1], "fuzz_api"))
         gen_problems(argv[2], GEN_API);
     else if (!strcmp(argv[1], "fuzz_case_files"))
