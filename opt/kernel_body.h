@@ -684,10 +684,13 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     const int64_t voff = smattn__off4(vt_->stride, b, kt, g, 0), ldv = vt_->stride[1];
     const unsigned char *F = ws->full + base;
 #if VLEN > 1
-    /* many rows (the scores' keys-in-lanes rule, S >= 16): the tile staged as f32 column
-     * panels, once per unit, for the unit's Rp / 4 row blocks (the same values, the same
-     * fma sequence per row and column, so the same bits) */
-    if (job->qkt && v_direct && Dvk % PV_PANEL == 0) {
+    /* many rows (the scores' keys-in-lanes rule, S >= 16) with AVX2: the tile staged as
+     * f32 column panels, once per unit, for the unit's Rp / 4 row blocks (the same values,
+     * the same fma sequence per row and column, so the same bits). Prefill S = T = 512 on
+     * one thread, best of 9, three interleaved rounds: AVX2 30.0-30.6 -> 27.2 ms; with
+     * AVX-512 (pv_block4x4 reads 4 lines per key) it was 1-3% slower, and its chunked
+     * prefill's P.V 70-76% -> 55-65% of the peak in `make bench-phases`: not staged. */
+    if (VLEN == 8 && job->qkt && v_direct && Dvk % PV_PANEL == 0) {
         const size_t ev = smattn_dtype_size(vt_->dtype);
         KN(stage_v)(ws->v, vt_, (const unsigned char *)vt_->data + (size_t)voff * ev, ldv, nk, Dvk);
         KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, PV_PANEL, nk, Dvk, &pvpf,
