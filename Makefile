@@ -68,7 +68,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles \
+.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape \
         check-exp format
 all: deps cli
 
@@ -203,6 +203,13 @@ $(BUILD)/bench_read: $(call obj,bench/bench_read.c bench/bench_machine.c bench/p
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-read: deps $(BUILD)/bench_read
 	$(BUILD)/bench_read --threads $(THREADS)
+
+# One shape timed alone, with its output's hash, for A/B runs of two builds (bench/bench_shape.c):
+# make bench-shape ARGS='--S 512 --T 512 --threads 1 --isa avx2'
+$(BUILD)/bench_shape: $(call obj,bench/bench_shape.c) $(LIB)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-shape: deps $(BUILD)/bench_shape
+	$(BUILD)/bench_shape $(ARGS)
 
 # The kernel's exp against the correctly rounded one over every binary32 in [-104, 0].
 $(BUILD)/check_exp: $(call obj,bench/check_exp.c) $(LIB)
