@@ -155,7 +155,8 @@ demo: deps cli
 	@$(CLI) conform --suite quick
 
 # The oracle's speed (issue 2, point 6): small rows on one core, a full decode step on all.
-$(BUILD)/bench_ref: bench/bench_ref.c $(LIB)
+$(BUILD)/bench_ref: $(call obj,bench/bench_ref.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                    bench/peak_fma_avx512.c) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-ref: deps $(BUILD)/bench_ref
 	$(BUILD)/bench_ref 7
@@ -206,7 +207,8 @@ bench-read: deps $(BUILD)/bench_read
 
 # One shape timed alone, with its output's hash, for A/B runs of two builds (bench/bench_shape.c):
 # make bench-shape ARGS='--S 512 --T 512 --threads 1 --isa avx2'
-$(BUILD)/bench_shape: $(call obj,bench/bench_shape.c) $(LIB)
+$(BUILD)/bench_shape: $(call obj,bench/bench_shape.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                      bench/peak_fma_avx512.c) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-shape: deps $(BUILD)/bench_shape
 	$(BUILD)/bench_shape $(ARGS)

@@ -15,6 +15,17 @@ double bench_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void bench_sort(double *x, size_t n)
+{
+    qsort(x, n, sizeof *x, cmp_double);
+}
+
 int bench_fma_available(const char *isa)
 {
 #if defined(__x86_64__) || defined(__i386__)

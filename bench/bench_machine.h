@@ -37,4 +37,7 @@ void bench_machine_free(void);
 /* Wall-clock seconds (CLOCK_MONOTONIC). */
 double bench_now(void);
 
+/* Sort n run times in increasing order (for medians and best times). */
+void bench_sort(double *x, size_t n);
+
 #endif

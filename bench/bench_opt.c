@@ -288,15 +288,9 @@ static double compare_rows(const bcase *c, const base_job *job)
 
 /* ---- timing ---------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *x, int n)
 {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    bench_sort(x, (size_t)n);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 

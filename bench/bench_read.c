@@ -109,12 +109,6 @@ static void *work(void *arg)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
     int nt = 2, runs = 15;
@@ -190,7 +184,7 @@ int main(int argc, char **argv)
             }
         static const char *const names[NORDERS] = {"per-head", "kernel", "V-blocks", "address"};
         for (int o = 0; o < NORDERS; o++) {
-            qsort(t[o], (size_t)runs, sizeof(double), cmp_double);
+            bench_sort(t[o], (size_t)runs);
             double med = t[o][runs / 2], gbs = 2.0 * (double)bytes / med / 1e9;
             printf("%-8lld %-9s %10.3f %8.1f %6.1f%%\n", (long long)T, names[o],
                    med * 1e3, gbs, 100 * gbs / triad);

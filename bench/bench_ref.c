@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_machine.h"
 #include "smattn.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -18,18 +18,6 @@ static double uniform(void)
     return (double)(rng >> 11) * 0x1p-53;
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct bench_case {
     smattn_problem p;
@@ -85,15 +73,15 @@ static double time_ref(bench_case *c, int threads, int reps, smattn_ref_stats *s
     memset(&cfg, 0, sizeof cfg);
     cfg.threads = threads;
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         smattn_status s = smattn_ref(&c->p, &c->in, &c->out, &cfg, st);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
         if (s) {
             fprintf(stderr, "bench_ref: smattn_ref failed: %s\n", smattn_status_str(s));
             exit(1);
         }
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    bench_sort(t, (size_t)reps);
     double med = t[reps / 2];
     free(t);
     return med;

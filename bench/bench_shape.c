@@ -21,24 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_machine.h"
 #include "smattn.h"
 
 enum { HQ = 28, HKV = 4, HD = 128 };
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static uint64_t rng = 0x9E3779B97F4A7C15u;
 static double uniform(void) /* xorshift64: [0, 1) */
@@ -169,9 +157,9 @@ int main(int argc, char **argv)
         if (flush)
             for (size_t i = 0; i < flush_bytes; i += 64)
                 flush[i]++;
-        double t0 = now();
+        double t0 = bench_now();
         smattn_status st = smattn_attention(&p, &in, &out, &cfg);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (st != SMATTN_OK) {
             fprintf(stderr, "bench_shape: smattn_attention: %s\n", smattn_status_name(st));
             return 1;
@@ -179,7 +167,7 @@ int main(int argc, char **argv)
         if (r >= 0)
             t[r] = dt;
     }
-    qsort(t, (size_t)runs, sizeof(double), cmp_double);
+    bench_sort(t, (size_t)runs);
     uint64_t h = 1469598103934665603u;
     h = hash_bytes(h, o, nq * smattn_dtype_size(ot));
     h = hash_bytes(h, lse, nl * smattn_dtype_size(ot));
