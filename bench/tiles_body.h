@@ -49,7 +49,7 @@ void BT_ENTRY(bench_tiles_result *r)
             KTN(transpose_tile, f32)(K, BT_D, OPT_BK, BT_D, KT, &pf);
         double t3 = bench_now();
         for (int k = 0; k < BT_REPS; k++)
-            KTN(pv_tile, f32)(ACC, BT_D, S, VIS, F, BT_ROWS, BT_ROWS, K, BT_D, OPT_BK, BT_D, &pf);
+            KTN(pv_tile, f32)(ACC, BT_D, S, VIS, F, BT_ROWS, BT_ROWS, K, BT_D, OPT_BK, BT_D, &pf, 0);
         double t4 = bench_now();
         const double t[4] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3};
         for (int k = 0; k < 4; k++)
