@@ -68,7 +68,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape \
+.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
         check-exp format
 all: deps cli
 
@@ -123,7 +123,7 @@ lib: $(LIB)
 cli: $(CLI)
 # the benchmark programs too, so that make check keeps them compiling (none of them runs)
 BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_read $(BUILD)/bench_shape \
-              $(BUILD)/bench_tiles $(BUILD)/check_exp
+              $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp
 tests: $(TESTBIN) $(CLI) $(BENCH_BINS)
 
 # The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
@@ -215,6 +215,13 @@ $(BUILD)/bench_shape: $(call obj,bench/bench_shape.c bench/bench_machine.c bench
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-shape: deps $(BUILD)/bench_shape
 	$(BUILD)/bench_shape $(ARGS)
+
+# How long the pool's second thread takes to start working after a call (bench/bench_wake.c).
+$(BUILD)/bench_wake: $(call obj,bench/bench_wake.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                     bench/peak_fma_avx512.c) $(LIB)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-wake: deps $(BUILD)/bench_wake
+	$(BUILD)/bench_wake
 
 # The kernel's exp against the correctly rounded one over every binary32 in [-104, 0].
 $(BUILD)/check_exp: $(call obj,bench/check_exp.c) $(LIB)
