@@ -121,10 +121,11 @@ $(TESTBIN): $(BUILD)/tests/runner.o $(call obj,$(TEST_SRC) $(TSUP_SRC)) $(IOLIB)
 
 lib: $(LIB)
 cli: $(CLI)
-# the benchmark programs too, so that make check keeps them compiling (none of them runs)
+# the benchmark programs too, so that make check keeps them compiling (none of them runs);
+# in the plain build only (the sanitizer build of them cost about a minute of make check)
 BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_read $(BUILD)/bench_shape \
               $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp
-tests: $(TESTBIN) $(CLI) $(BENCH_BINS)
+tests: $(TESTBIN) $(CLI) $(if $(SAN),,$(BENCH_BINS))
 
 # The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
 # property and CLI tests, then the same suite under ASan+UBSan (so it ends on a summary).
