@@ -374,9 +374,9 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
 {
 #define PV_COLS(c) (pstride ? V + (c) / PV_PANEL * pstride : V + (c))
     (void)R;
-    /* staged panels: panels outer, row blocks inner, so that a panel (64 keys x PV_PANEL
-     * floats, 16 KiB with AVX-512) stays in L1 through every row block; in place, a column
-     * pass maps onto 2 sets of L1 anyway, and row blocks outer keep each block's P rows */
+    /* staged panels (AVX2): panels outer, row blocks inner, so that a panel (64 keys x
+     * PV_PANEL floats, 4 KiB) stays in L1 through every row block; in place, a column pass
+     * maps onto 2 sets of L1 anyway, and row blocks outer keep each block's P rows */
     const int64_t cstep = pstride ? PV_PANEL : Dvk;
     if (pstride) /* a row that sees the whole tile has not written its flags */
         for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
