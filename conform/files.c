@@ -287,6 +287,19 @@ static int to_c_order(smattn_npy *a)
 }
 
 /* Read OUTPUT.npy of a case; 1 if absent, -1 (err) if malformed, 0 with got filled. */
+/* "want [B,S,Hq,Dv] = [1,4,8,16]" appended to err: the shape an output must have */
+static void append_want(char *err, size_t errlen, int rank, const char *const *names,
+                        const int64_t *w)
+{
+    snprintf(err + strlen(err), errlen - strlen(err), "want [");
+    for (int r = 0; r < rank; r++)
+        snprintf(err + strlen(err), errlen - strlen(err), "%s%s", r ? "," : "", names[r]);
+    snprintf(err + strlen(err), errlen - strlen(err), "] = [");
+    for (int r = 0; r < rank; r++)
+        snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "", (long long)w[r]);
+    snprintf(err + strlen(err), errlen - strlen(err), "]");
+}
+
 static int read_output(const char *dir, const char *file, const smattn_case *c, int t,
                        smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
 {
@@ -310,14 +323,8 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
             memcpy(err + fl, ": ", 2);
         }
         /* and the shape wanted (a rank the reader refuses names it too) */
-        snprintf(err + strlen(err), errlen - strlen(err), "; want [");
-        for (int r = 0; r < rank; r++)
-            snprintf(err + strlen(err), errlen - strlen(err), "%s%s", r ? "," : "", names[r]);
-        snprintf(err + strlen(err), errlen - strlen(err), "] = [");
-        for (int r = 0; r < rank; r++)
-            snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
-                     (long long)w[r]);
-        snprintf(err + strlen(err), errlen - strlen(err), "]");
+        snprintf(err + strlen(err), errlen - strlen(err), "; ");
+        append_want(err, errlen, rank, names, w);
         return -1;
     }
     int ok = a->rank == rank;
@@ -344,15 +351,10 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         for (int r = 0; r < a->rank; r++)
             snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
                      (long long)a->shape[r]);
-        snprintf(err + strlen(err), errlen - strlen(err), "] (%s), want [", tn);
-        for (int r = 0; r < rank; r++)
-            snprintf(err + strlen(err), errlen - strlen(err), "%s%s", r ? "," : "", names[r]);
-        snprintf(err + strlen(err), errlen - strlen(err), "] = [");
-        for (int r = 0; r < rank; r++)
-            snprintf(err + strlen(err), errlen - strlen(err), "%s%lld", r ? "," : "",
-                     (long long)w[r]);
+        snprintf(err + strlen(err), errlen - strlen(err), "] (%s), ", tn);
+        append_want(err, errlen, rank, names, w);
         snprintf(err + strlen(err), errlen - strlen(err),
-                 "] (f64, f32, f16, or bf16 as u2; C or Fortran order)");
+                 " (f64, f32, f16, or bf16 as u2; C or Fortran order)");
         return -1;
     }
     if (a->fortran_order && to_c_order(a)) {

@@ -37,8 +37,7 @@ static char dir[64];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/smattn_conform_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(test_mkdtemp(dir, sizeof dir, "conform"), 0);
 }
 
 static void teardown(void)
@@ -46,14 +45,10 @@ static void teardown(void)
     test_rm_tree(dir);
 }
 
-/* dir/name (a few rotating buffers). */
+/* dir/name (test_path's rotating buffers) */
 static const char *tmp(const char *name)
 {
-    static char buf[6][600];
-    static int k;
-    k = (k + 1) % 6;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return test_path(dir, name);
 }
 
 /* SMATTN_CLI with the given arguments (NULL-terminated), stdout and stderr to files. */

@@ -42,8 +42,7 @@ static char dir[64];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/smattn_gate_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(test_mkdtemp(dir, sizeof dir, "gate"), 0);
 }
 
 static void teardown(void)
@@ -51,13 +50,10 @@ static void teardown(void)
     test_rm_tree(dir);
 }
 
+/* dir/name (test_path's rotating buffers) */
 static const char *tmp(const char *name)
 {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return test_path(dir, name);
 }
 
 static const char *fixture(const char *mode)

@@ -165,6 +165,28 @@ static void gen(tcase *c, uint64_t seed, int extreme)
     }
 }
 
+/* A random softmax problem (X in [-4, 4] with 1 in 20 elements -inf, every causal kind);
+ * returns the elements of X. */
+static size_t gen_softmax(tcase *c, uint64_t seed)
+{
+    xorshift r = {seed};
+    memset(c, 0, sizeof *c);
+    c->seed = seed;
+    c->p = smattn_problem_default();
+    c->p.op = SMATTN_OP_SOFTMAX;
+    c->p.B = 1 + pick(&r, 2), c->p.Hq = 1 + pick(&r, 3), c->p.S = 1 + pick(&r, 6);
+    c->p.T = 1 + pick(&r, 200);
+    c->p.scale = 0.5 + unif(&r);
+    c->p.causal = (smattn_causal)pick(&r, 3);
+    size_t nx = (size_t)(c->p.B * c->p.Hq * c->p.S * c->p.T);
+    c->q = malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++)
+        c->q[i] = pick(&r, 20) == 0 ? -HUGE_VALF : (float)(8 * unif(&r) - 4);
+    c->in.x = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&c->p, 'x', c->in.x.stride);
+    return nx;
+}
+
 static void gen_free(tcase *c)
 {
     free(c->q), free(c->k), free(c->v), free(c->bias), free(c->mask), free(c->sinks);
@@ -628,24 +650,10 @@ START_TEST(opt_softmax_within_bound)
     memset(&st, 0, sizeof st);
     int fails = 0;
     for (int n = 0; n < 30; n++) {
-        xorshift r = {777 + (uint64_t)n};
         tcase c;
-        memset(&c, 0, sizeof c);
-        c.seed = 777 + (uint64_t)n;
-        c.p = smattn_problem_default();
-        c.p.op = SMATTN_OP_SOFTMAX;
-        c.p.B = 1 + pick(&r, 2), c.p.Hq = 1 + pick(&r, 3), c.p.S = 1 + pick(&r, 6);
-        c.p.T = 1 + pick(&r, 200);
-        c.p.scale = 0.5 + unif(&r);
-        c.p.causal = (smattn_causal)pick(&r, 3);
-        size_t nx = (size_t)(c.p.B * c.p.Hq * c.p.S * c.p.T);
-        c.q = malloc(nx * 4);
-        for (size_t i = 0; i < nx; i++)
-            c.q[i] = pick(&r, 20) == 0 ? -HUGE_VALF : (float)(8 * unif(&r) - 4);
-        c.in.x = (smattn_tensor){c.q, SMATTN_F32, {0}};
-        smattn_contiguous_strides(&c.p, 'x', c.in.x.stride);
+        gen_softmax(&c, 777 + (uint64_t)n);
         fails += check_case(&c, &st) != 0;
-        free(c.q);
+        gen_free(&c);
     }
     report("softmax", &st);
     ck_assert_msg(fails == 0, "%d softmax problems failed", fails);
@@ -731,22 +739,8 @@ START_TEST(opt_half_dtypes)
         gen_free(&c);
     }
     for (int a = 0; a < 6; a++) { /* softmax: X and outputs */
-        xorshift r = {4321 + (uint64_t)a};
         tcase c;
-        memset(&c, 0, sizeof c);
-        c.seed = 4321 + (uint64_t)a;
-        c.p = smattn_problem_default();
-        c.p.op = SMATTN_OP_SOFTMAX;
-        c.p.B = 1 + pick(&r, 2), c.p.Hq = 1 + pick(&r, 3), c.p.S = 1 + pick(&r, 6);
-        c.p.T = 1 + pick(&r, 200);
-        c.p.scale = 0.5 + unif(&r);
-        c.p.causal = (smattn_causal)pick(&r, 3);
-        size_t nx = (size_t)(c.p.B * c.p.Hq * c.p.S * c.p.T);
-        c.q = malloc(nx * 4);
-        for (size_t i = 0; i < nx; i++)
-            c.q[i] = pick(&r, 20) == 0 ? -HUGE_VALF : (float)(8 * unif(&r) - 4);
-        c.in.x = (smattn_tensor){c.q, SMATTN_F32, {0}};
-        smattn_contiguous_strides(&c.p, 'x', c.in.x.stride);
+        size_t nx = gen_softmax(&c, 4321 + (uint64_t)a);
         recast(&c, &c.in.x, nx, dt[a % 3]);
         c.ot = dt[(a + 1) % 3];
         fails += check_case(&c, &st) != 0, n++;

@@ -2,11 +2,27 @@
 /* fs.c: file-system helpers shared by the suites that build case directories. */
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/support/fs.h"
+
+int test_mkdtemp(char *dir, size_t n, const char *tag)
+{
+    int w = snprintf(dir, n, "/tmp/smattn_%s_XXXXXX", tag);
+    return w > 0 && (size_t)w < n && mkdtemp(dir) ? 0 : -1;
+}
+
+const char *test_path(const char *dir, const char *name)
+{
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
 
 void test_rm_tree(const char *dir)
 {
