@@ -68,7 +68,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
+.PHONY: all deps deps-check demo check check-unit check-reach check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
         check-exp format
 all: deps cli
 
@@ -137,6 +137,15 @@ check: deps-check
 
 check-unit: tests check-fuzz-replay
 	$(call say,TEST,$(TESTBIN))SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
+	$(if $(SAN),,@$(MAKE) --no-print-directory check-reach)
+
+# The CLI suite again with the CLI inside a folder of mode 0700, as a checkout under /root
+# or a `mktemp -d` folder is: its tests that run the CLI as another user (nobody) must not
+# depend on who can reach the checkout. About 10 s.
+check-reach: tests
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && mkdir -m 700 "$$d/private" && \
+	  cp $(CLI) "$$d/private/smattn" && echo "  TEST  cli suite, the CLI in a 0700 folder" && \
+	  SMATTN_CLI="$$d/private/smattn" SMATTN_ROOT=$(CURDIR) $(TESTBIN) cli
 
 check-san: deps-check
 	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 \

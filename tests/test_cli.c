@@ -81,8 +81,11 @@ typedef struct run_result {
 static long run_fsize_limit;
 static int run_xfsz_default; /* leave SIGXFSZ at its default (kill) under run_fsize_limit */
 /* Run the next children as user and group 65534 (nobody) when the tests run as root, so
- * that permissions apply to them. */
+ * that permissions apply to them. nobody may not be able to reach the checkout (a clone
+ * under /root or a 0700 folder), so such a child runs a copy of the CLI that
+ * copy_cli_for_nobody() put in a world-readable folder of the test's own. */
 static int run_as_nobody;
+static char *nobody_cli; /* that copy (malloc'd), or NULL */
 /* Run the next children in this directory when set (NULL: the runner's). */
 static const char *run_cwd;
 
@@ -92,7 +95,7 @@ static run_result run(const char *const *args)
     char *op = strdup(path_in(tmp, ".stdout")), *ep = strdup(path_in(tmp, ".stderr"));
     const char *argv[16];
     int n = 0;
-    argv[n++] = cli();
+    argv[n++] = run_as_nobody && nobody_cli ? nobody_cli : cli();
     while (*args && n < 15)
         argv[n++] = *args++;
     argv[n] = NULL;
@@ -136,6 +139,34 @@ static void free_result(run_result *r)
 {
     free(r->out);
     free(r->err);
+}
+
+/* Copy the CLI into dir (which the caller made reachable by everyone) as dir/smattn, mode
+ * 0755, and make the next run_as_nobody children run it: the checkout's own binary may lie
+ * below a folder that nobody cannot enter. Cleared by the teardown's tree removal and
+ * forget_cli_copy(). */
+static void copy_cli_for_nobody(const char *dir)
+{
+    char *dst = strdup(path_in(dir, "smattn"));
+    int in = open(cli(), O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    ck_assert_int_ge(in, 0);
+    ck_assert_int_ge(out, 0);
+    char buf[1 << 16];
+    ssize_t r;
+    while ((r = read(in, buf, sizeof buf)) > 0)
+        ck_assert_int_eq(write(out, buf, (size_t)r), r);
+    ck_assert_int_eq(r, 0);
+    close(in);
+    ck_assert_int_eq(close(out), 0);
+    ck_assert_int_eq(chmod(dst, 0755), 0);
+    free(nobody_cli);
+    nobody_cli = dst;
+}
+
+static void forget_cli_copy(void)
+{
+    free(nobody_cli);
+    nobody_cli = NULL;
 }
 
 static double now_seconds(void)
@@ -509,8 +540,9 @@ START_TEST(paths_with_newlines_one_line)
 }
 END_TEST
 
-/* Issue 15: a case directory that cannot be read is named as such (not "case.json:
- * Permission denied"). Root ignores permissions, so then the child runs as nobody. */
+/* A case directory that cannot be read is named as such (not "case.json: Permission
+ * denied"). Root ignores permissions, so then the child runs as nobody, from a copy of the
+ * CLI that nobody can reach wherever the checkout lies. */
 START_TEST(unreadable_case_dir_named)
 {
     NEED_CLI();
@@ -520,6 +552,7 @@ START_TEST(unreadable_case_dir_named)
     ck_assert_int_eq(chmod(pub, 0777), 0);
     ck_assert_int_eq(chmod(tmp, 0755), 0);
     ck_assert_int_eq(chmod(c, 0), 0);
+    copy_cli_for_nobody(pub);
     run_as_nobody = 1;
     expect_bad((const char *[]){"ref", c, path_in(pub, "out"), NULL},
                "/c: cannot read the case directory (case.json: Permission denied)",
@@ -533,6 +566,7 @@ START_TEST(unreadable_case_dir_named)
                "/c/k.npy: cannot open: Permission denied", path_in(pub, "out"));
     ck_assert_int_eq(chmod(path_in(c, "k.npy"), 0644), 0);
     run_as_nobody = 0;
+    forget_cli_copy();
     ck_assert_int_eq(chmod(c, 0700), 0);
     /* a path through a file: not "no such case directory" */
     put_text(tmp, "afile", "x");
