@@ -302,4 +302,20 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
                        conform_progress_fn progress, conform_result **res, size_t *n, char *err,
                        size_t errlen);
 
+/* ---- shards (--shard I/N) -------------------------------------------------------------- */
+
+/* Shard I of N holds the cases whose name hashes to I modulo N (conform_shard_hash, 64-bit
+ * FNV-1a of the name's bytes): the N shards partition any suite, whatever N, and the split
+ * does not depend on the order or number of the other cases. */
+#define CONFORM_SHARD_MAX 65536u
+typedef struct conform_shard {
+    unsigned index, count; /* 0 <= index < count; count 1: everything */
+} conform_shard;
+uint64_t conform_shard_hash(const char *name);
+int conform_shard_of(const char *name, unsigned n);
+/* Parse "I/N" (decimal, 0 <= I < N <= CONFORM_SHARD_MAX): 0, or -1 with a one-line err. */
+int conform_shard_parse(const char *s, conform_shard *sh, char *err, size_t errlen);
+/* Nonzero if the case named name belongs to shard sh (NULL or count 1: every case). */
+int conform_shard_has(const conform_shard *sh, const char *name);
+
 #endif
