@@ -85,8 +85,8 @@ int main(int argc, char **argv)
     /* A file-size limit makes a write fail with EFBIG (reported, temporaries removed)
      * instead of killing the process with them left in OUT. */
     signal(SIGXFSZ, SIG_IGN);
-    static const int sigs[] = {SIGHUP,  SIGINT,    SIGQUIT, SIGTERM, SIGALRM, SIGVTALRM,
-                               SIGPROF, SIGUSR1,   SIGUSR2, SIGPIPE, SIGXCPU, SIGABRT,
+    static const int sigs[] = {SIGHUP,    SIGINT,  SIGQUIT, SIGTERM, SIGALRM, SIGVTALRM,
+                               SIGPROF,   SIGUSR1, SIGUSR2, SIGPIPE, SIGXCPU, SIGABRT,
 #ifdef SIGPWR
                                SIGPWR,
 #endif

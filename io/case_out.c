@@ -282,8 +282,7 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
         }
         int dir = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
         if (dir)
-            smattn_io_err(err, errlen,
-                          "%s: is a directory where a run writes %s; move it away",
+            smattn_io_err(err, errlen, "%s: is a directory where a run writes %s; move it away",
                           smattn_io_path(p, q2),
                           k < 3 ? "an output or removes a stale one" : "the marker of its outputs");
         free(p);
@@ -414,8 +413,7 @@ static void crc32_init(crc32_tables *c)
             c->t[s][i] = (c->t[s - 1][i] >> 8) ^ c->t[0][c->t[s - 1][i] & 0xff];
 }
 
-static uint32_t crc32_update(const crc32_tables *c, uint32_t crc, const unsigned char *p,
-                             size_t n)
+static uint32_t crc32_update(const crc32_tables *c, uint32_t crc, const unsigned char *p, size_t n)
 {
     crc = ~crc;
     for (; n >= 8; p += 8, n -= 8) {
@@ -474,8 +472,7 @@ static int write_temp(const char *outdir, const char *name, const smattn_out_ten
     if (fd < 0)
         return -1;
     close(fd);
-    if (smattn_npy_write(f->tmp, smattn_npy_type_of(t->dtype), rank, shape, t->data, err,
-                         errlen)) {
+    if (smattn_npy_write(f->tmp, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
         smattn_io_err_prefix(err, errlen, name);
         return -1;
     }
@@ -501,28 +498,27 @@ static int put_marker(const char *outdir, int dfd, const char *text, char *err, 
         smattn_io_err(err, errlen, "out of memory");
         return -1;
     }
-    int fd = make_temp(outdir, SET_MARKER, &tmp, err, errlen), rc = fd < 0 ? -1 : 0;
+    int fd = make_temp(outdir, SET_MARKER, &tmp, err, errlen), rc = fd < 0 ? -1 : 0, e = 0;
     size_t len = strlen(text), done = 0;
     while (rc == 0 && done < len) {
         ssize_t w = write(fd, text + done, len - done);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            rc = -1;
+            rc = -1, e = w < 0 ? errno : ENOSPC;
         else
             done += (size_t)w;
     }
     if (rc == 0 && fsync(fd) != 0)
-        rc = -1;
-    if (fd >= 0 && close(fd) != 0)
-        rc = -1;
+        rc = -1, e = errno;
+    if (fd >= 0 && close(fd) != 0 && rc == 0)
+        rc = -1, e = errno;
     if (rc == 0 && rename(tmp, final) != 0)
-        rc = -1;
+        rc = -1, e = errno;
     if (rc == 0)
         (void)fsync(dfd);
     else if (fd >= 0)
-        smattn_io_err(err, errlen, "%s: cannot write: %s", smattn_io_path(final, q),
-                      strerror(errno));
+        smattn_io_err(err, errlen, "%s: cannot write: %s", smattn_io_path(final, q), strerror(e));
     if (tmp && rc)
         unlink(tmp);
     forget_temp(tmp);
@@ -590,13 +586,14 @@ static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, siz
     if (rc == 0) {
         (void)fsync(dfd); /* the new outputs are on the disk before the marker says so */
         char text[512];
-        int n = snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", \"files\": {");
+        int n =
+            snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", \"files\": {");
         for (int k = 0, first = 1; k < 3; k++)
             if (f[k].produced) {
-                n += snprintf(text + n, sizeof text - (size_t)n,
-                              "%s\"%s\": {\"bytes\": %llu, \"crc32\": %lu}", first ? "" : ", ",
-                              out_names[k], (unsigned long long)f[k].bytes,
-                              (unsigned long)f[k].crc);
+                n +=
+                    snprintf(text + n, sizeof text - (size_t)n,
+                             "%s\"%s\": {\"bytes\": %llu, \"crc32\": %lu}", first ? "" : ", ",
+                             out_names[k], (unsigned long long)f[k].bytes, (unsigned long)f[k].crc);
                 first = 0;
             }
         snprintf(text + n, sizeof text - (size_t)n, "}}\n");
@@ -605,8 +602,9 @@ static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, siz
     if (rc && started) {
         char why[600];
         snprintf(why, sizeof why, "%s", err);
-        smattn_io_err(err, errlen, "%s; OUT now holds an incomplete set, marked so in %s: run again",
-                      why, SET_MARKER);
+        smattn_io_err(err, errlen,
+                      "%s; OUT now holds an incomplete set, marked so in %s: run again", why,
+                      SET_MARKER);
     }
     release_signals(&old);
     return rc;
@@ -749,8 +747,10 @@ int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
     if (strcmp(json_object_get_string(state), "whole") != 0 ||
         !json_object_object_get_ex(j, "files", &files) ||
         !json_object_is_type(files, json_type_object)) {
-        smattn_io_err(err, errlen, "%s: state '%.20s' is not \"whole\" or \"writing\", or no "
-                      "\"files\" object", SET_MARKER, json_object_get_string(state));
+        smattn_io_err(err, errlen,
+                      "%s: state '%.20s' is not \"whole\" or \"writing\", or no "
+                      "\"files\" object",
+                      SET_MARKER, json_object_get_string(state));
         goto done;
     }
     int listed = 0;
@@ -783,17 +783,16 @@ int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
         uint32_t got_crc = 0;
         if (member_uint(fe, "bytes", UINT64_MAX >> 1, &bytes) ||
             member_uint(fe, "crc32", UINT32_MAX, &want_crc)) {
-            smattn_io_err(err, errlen, "%s: %s has no \"bytes\" and \"crc32\" integers",
-                          SET_MARKER, out_names[k]);
+            smattn_io_err(err, errlen, "%s: %s has no \"bytes\" and \"crc32\" integers", SET_MARKER,
+                          out_names[k]);
             free(p);
             goto done;
         }
         int fd = open(p, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the reader */
         if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            smattn_io_err(err, errlen,
-                          "the outputs are not a whole set: %s is in the set %s records but %s",
-                          out_names[k], SET_MARKER,
-                          fd < 0 ? strerror(errno) : "is not a regular file");
+            smattn_io_err(
+                err, errlen, "the outputs are not a whole set: %s is in the set %s records but %s",
+                out_names[k], SET_MARKER, fd < 0 ? strerror(errno) : "is not a regular file");
             bad = 1;
         } else if ((uint64_t)st.st_size == bytes && file_crc(fd, &got_bytes, &got_crc) != 0) {
             smattn_io_err(err, errlen, "%s: cannot read: %s", out_names[k], strerror(errno));
