@@ -69,8 +69,10 @@ static const char usage_text[] =
     "exit status: 0 success, 1 a golden vector or the kernel check failed, 2 bad usage or input,\n"
     "3 the oracle or the kernel failed (precision limit, out of memory).\n";
 
-/* SIGINT or SIGTERM while outputs are written: remove the temporaries, then die of the
- * signal as before. */
+/* A signal that ends the process while outputs are written (a CI timeout's SIGTERM, Ctrl-C,
+ * a closed terminal's SIGHUP, a CPU limit, a broken pipe): remove the temporaries, then
+ * die of the signal as before. The switch of the set itself holds signals back
+ * (io/case_out.c), so one that arrives then takes effect once the new set is whole. */
 static void on_signal(int sig)
 {
     smattn_case_remove_temps();
@@ -83,8 +85,16 @@ int main(int argc, char **argv)
     /* A file-size limit makes a write fail with EFBIG (reported, temporaries removed)
      * instead of killing the process with them left in OUT. */
     signal(SIGXFSZ, SIG_IGN);
-    int sigs[2] = {SIGINT, SIGTERM};
-    for (int k = 0; k < 2; k++)
+    static const int sigs[] = {SIGHUP,    SIGINT,  SIGQUIT, SIGTERM, SIGALRM, SIGVTALRM,
+                               SIGPROF,   SIGUSR1, SIGUSR2, SIGPIPE, SIGXCPU, SIGABRT,
+#ifdef SIGPWR
+                               SIGPWR,
+#endif
+#ifdef SIGSTKFLT
+                               SIGSTKFLT,
+#endif
+                               SIGPOLL};
+    for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++)
         if (signal(sigs[k], on_signal) == SIG_IGN)
             signal(sigs[k], SIG_IGN); /* ignored by the parent (nohup, &): stays ignored */
     if (argc < 2)

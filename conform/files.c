@@ -426,6 +426,11 @@ static void check_one(const char *dir, const char *name, const char *category,
         smattn_case_free(&c);
         return;
     }
+    /* Outputs smattn ref/opt wrote as a set are judged only when the set is whole. */
+    if (smattn_case_outputs_verify(dir, r->reason, sizeof r->reason)) {
+        smattn_case_free(&c);
+        return;
+    }
     static const char *const files[3] = {"o.npy", "lse.npy", "p.npy"};
     smattn_npy arr[3];
     memset(arr, 0, sizeof arr);

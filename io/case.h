@@ -93,23 +93,38 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
 void smattn_case_outputs_free(smattn_outputs *out);
 
 /* Check OUT before any work: it is a directory that takes new files, or it does not exist
- * and can be created (its parent exists; made and removed at once), and none of OUT/o.npy,
- * lse.npy, p.npy is a directory. Nothing in OUT changes. 0, or nonzero with one line. */
+ * and can be created (its parent exists; made and removed at once); none of OUT/o.npy,
+ * lse.npy, p.npy, .smattn-set is a directory; and, in a sticky OUT, none of them belongs
+ * to another user (this run could not replace it). Nothing in OUT changes. 0, or nonzero
+ * with one line. */
 int smattn_case_out_check(const char *outdir, char *err, size_t errlen);
 
 /* Write the outputs present in out (data != NULL; contiguous, as allocated above) to
  * OUT/o.npy, OUT/lse.npy, OUT/p.npy in the case's rank convention (3-D: o [S,Hq,Dv],
- * lse [Hq,S], p [Hq,S,T]), as a set: OUT is checked (smattn_case_out_check) and created if
- * missing; each file is written under a temporary name in OUT and flushed (fsync); only
- * when all are written are they renamed into place, and then those of the three names
- * this run does not produce (a p.npy without --weights, an o.npy of a softmax) are removed
- * as stale outputs of an earlier run. On failure the temporaries (and OUT, if created
- * here) are removed and OUT is as it was. Other files in OUT are never touched. Returns 0
- * or nonzero with err. */
-/* Unlink the temporaries smattn_case_write_outputs holds at this moment: async-signal-safe
- * (unlink only), for a SIGINT/SIGTERM handler. */
-void smattn_case_remove_temps(void);
+ * lse [Hq,S], p [Hq,S,T]), as one set (SPEC 7.2): OUT is checked (smattn_case_out_check)
+ * and created if missing, then locked (flock: a concurrent run into the same OUT waits);
+ * the temporaries an interrupted run left are removed; each file is written under a
+ * temporary name in OUT and flushed (fsync); then, with every signal held back, the
+ * marker OUT/.smattn-set is set to "writing", the files are renamed into place and those
+ * of the three names this run does not produce (a p.npy without --weights, an o.npy of a
+ * softmax) removed as stale, and the marker is set to "whole" with each output's size and
+ * CRC-32; each step is flushed before the next. On a failure before the switch, the
+ * temporaries (and OUT, if created here) are removed and OUT is as it was; a failure in
+ * the switch (only a race with another program can cause one) leaves the "writing" marker
+ * and says so. Other files in OUT are never touched. Returns 0 or nonzero with err. */
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen);
+/* Unlink the temporaries smattn_case_write_outputs holds at this moment: async-signal-safe
+ * (unlink only), for the handler of a signal that ends the process. */
+void smattn_case_remove_temps(void);
+
+/* Whether the outputs in a directory are a whole set, by its marker .smattn-set: 0 when the
+ * marker says "whole" and every output it lists has its size and CRC-32 and no other of
+ * o.npy, lse.npy, p.npy exists, or when there is no marker at all (outputs written by
+ * another program, or by a smattn older than the marker: taken as they are). -1 with one
+ * line in err when the marker says "writing" (a run was stopped while it replaced the
+ * set), does not match the files, or is not a marker (a directory, a dangling link, bad
+ * JSON). */
+int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen);
 
 #endif

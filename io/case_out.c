@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* case_out.c: the outputs of a case: allocation in the case's shapes and the writer of
- * OUT/o.npy, lse.npy, p.npy. */
+/* case_out.c: the outputs of a case: allocation in the case's shapes, the writer of
+ * OUT/o.npy, lse.npy, p.npy as one set, and the check that a set is whole. */
+#define _DEFAULT_SOURCE /* flock, S_ISVTX */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,9 +122,47 @@ void smattn_case_outputs_free(smattn_outputs *out)
     memset(out, 0, sizeof *out);
 }
 
-/* The names a run manages in OUT: each is written by the run or, if the run does not
- * produce it, removed as stale, so OUT never holds outputs of two runs. */
+/* ---- OUT: the outputs as a set (SPEC 7.2) ------------------------------------------------
+ *
+ * The marker OUT/.smattn-set, renamed into place last, says which set is whole: "state":
+ * "whole" with every output of the run, its size and its CRC-32; or "state": "writing",
+ * put there before the first output is switched, so that a run stopped half-way (SIGKILL,
+ * a power cut) leaves a set that says it is not whole. Under an exclusive lock on OUT a
+ * run removes what an interrupted run left, checks that it can replace every name it
+ * manages, writes and flushes each output under a temporary name (a signal here removes
+ * them: OUT is as it was), then, with every catchable signal held back: the "writing"
+ * marker, the renames and the removal of stale outputs, the "whole" marker, each step
+ * flushed before the next. So at any moment, and on the disk after a power cut, OUT holds
+ * a whole set with a marker that matches it, or a marker that says it is not whole; a
+ * caught signal takes effect once the new set is whole. */
+
+#define SET_MARKER ".smattn-set"
+
+/* The names a run manages in OUT: each output is written by the run or, if the run does
+ * not produce it, removed as stale, so OUT never holds outputs of two runs; the marker is
+ * replaced by every run. */
 static const char *const out_names[3] = {"o.npy", "lse.npy", "p.npy"};
+static const char *const managed[4] = {"o.npy", "lse.npy", "p.npy", SET_MARKER};
+
+/* Prefixes of the temporaries a run makes in OUT (mkstemp adds six letters or digits):
+ * one per managed name, and the probe of smattn_case_out_check. */
+static const char *const temp_prefixes[5] = {".o.npy.", ".lse.npy.", ".p.npy.", SET_MARKER ".",
+                                             ".smattn_probe."};
+
+/* Hold back every signal that can be held (SIGKILL and SIGSTOP cannot) in this thread; the
+ * old mask in *old. The opt kernel's workers hold them all the time (opt/pool.c) and the
+ * oracle's have ended, so none is taken by another thread meanwhile. */
+static void hold_signals(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+static void release_signals(const sigset_t *old)
+{
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
 
 /* The directory that would hold OUT (OUT without its last component), in buf. */
 static void parent_of(const char *outdir, char *buf, size_t cap)
@@ -135,6 +178,38 @@ static void parent_of(const char *outdir, char *buf, size_t cap)
         buf[1] = '\0';
     else
         *slash = '\0';
+}
+
+/* A name this run would replace or remove and cannot: OUT is sticky (a shared directory
+ * like /tmp) and neither the file nor OUT belongs to this user, so rename and unlink fail
+ * with EPERM. Found here, before anything changes, instead of after the first output was
+ * switched. Root (CAP_FOWNER) may. 0, or -1 with err. */
+static int check_replaceable(const char *outdir, char *err, size_t errlen)
+{
+    struct stat dst, st;
+    uid_t me = geteuid();
+    if (stat(outdir, &dst) != 0 || !(dst.st_mode & S_ISVTX) || me == 0 || dst.st_uid == me)
+        return 0;
+    for (int k = 0; k < 4; k++) {
+        char *p = smattn_io_join_path(outdir, managed[k]);
+        if (!p) {
+            smattn_io_err(err, errlen, "out of memory");
+            return -1;
+        }
+        int theirs = lstat(p, &st) == 0 && st.st_uid != me;
+        if (theirs) {
+            char q[SMATTN_IO_PATH_MAX];
+            smattn_io_err(err, errlen,
+                          "%s: belongs to another user (uid %lu) in a sticky directory, so this "
+                          "run could not replace or remove it; ask its owner to remove it, or "
+                          "give another OUT",
+                          smattn_io_path(p, q), (unsigned long)st.st_uid);
+        }
+        free(p);
+        if (theirs)
+            return -1;
+    }
+    return 0;
 }
 
 int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
@@ -162,53 +237,85 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
                           errno == ENOENT ? "does not exist" : "is not a directory");
             return -1;
         }
-        /* Made and removed at once: the only sure test that it can be made. */
-        if (mkdir(outdir, 0777) != 0) {
-            smattn_io_err(err, errlen, "%s: cannot create directory: %s", shown, strerror(errno));
+        /* A directory made in the parent and removed at once: the only sure test that OUT
+         * can be made there (permissions, a read-only file system, ACLs, root). It has a
+         * name of its own: OUT's name may be taken meanwhile by a run writing into it. */
+        size_t end = strlen(outdir), start;
+        while (end > 1 && outdir[end - 1] == '/') /* "a/b/" names b */
+            end--;
+        for (start = end; start > 0 && outdir[start - 1] != '/'; start--)
+            ;
+        size_t last_len = end - start;
+        long name_max = pathconf(parent, _PC_NAME_MAX);
+        if (name_max > 0 && last_len > (size_t)name_max) {
+            smattn_io_err(err, errlen, "%s: cannot create directory: %s", shown,
+                          strerror(ENAMETOOLONG));
             return -1;
         }
-        rmdir(outdir);
+        char *probe = smattn_io_join_path(parent, ".smattn_probe.XXXXXX");
+        if (!probe) {
+            smattn_io_err(err, errlen, "out of memory");
+            return -1;
+        }
+        sigset_t old;
+        hold_signals(&old); /* no probe is left behind by a signal */
+        int made = mkdtemp(probe) != NULL, e = errno;
+        if (made)
+            rmdir(probe);
+        release_signals(&old);
+        free(probe);
+        if (!made) {
+            smattn_io_err(err, errlen, "%s: cannot create directory: %s", shown, strerror(e));
+            return -1;
+        }
         return 0;
     }
     if (!S_ISDIR(st.st_mode)) {
         smattn_io_err(err, errlen, "%s: exists and is not a directory", shown);
         return -1;
     }
-    for (int k = 0; k < 3; k++) {
-        char *p = smattn_io_join_path(outdir, out_names[k]);
+    for (int k = 0; k < 4; k++) {
+        char *p = smattn_io_join_path(outdir, managed[k]);
         if (!p) {
             smattn_io_err(err, errlen, "out of memory");
             return -1;
         }
         int dir = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
         if (dir)
-            smattn_io_err(err, errlen,
-                          "%s: is a directory where a run writes an output or removes a "
-                          "stale one; move it away",
-                          smattn_io_path(p, q2));
+            smattn_io_err(err, errlen, "%s: is a directory where a run writes %s; move it away",
+                          smattn_io_path(p, q2),
+                          k < 3 ? "an output or removes a stale one" : "the marker of its outputs");
         free(p);
         if (dir)
             return -1;
     }
+    if (check_replaceable(outdir, err, errlen))
+        return -1;
     /* A file made and removed at once: the only sure test that OUT takes files (permissions,
-     * a read-only file system, ACLs, root). */
+     * a read-only file system, ACLs, root). Signals are held meanwhile so that no probe is
+     * left behind. */
     char *probe = smattn_io_join_path(outdir, ".smattn_probe.XXXXXX");
     if (!probe) {
         smattn_io_err(err, errlen, "out of memory");
         return -1;
     }
+    sigset_t old;
+    hold_signals(&old);
     int fd = mkstemp(probe);
-    if (fd < 0)
-        smattn_io_err(err, errlen, "%s: cannot write into it: %s", shown, strerror(errno));
-    else {
+    int e = errno;
+    if (fd >= 0) {
         close(fd);
         unlink(probe);
     }
+    release_signals(&old);
+    if (fd < 0)
+        smattn_io_err(err, errlen, "%s: cannot write into it: %s", shown, strerror(e));
     free(probe);
     return fd < 0 ? -1 : 0;
 }
 
-/* Make OUT if missing; *created says whether this call made it. */
+/* Make OUT if missing; *created says whether this call made it. Another run may make it
+ * at the same moment: EEXIST on a directory is success. */
 static int make_outdir(const char *outdir, int *created, char *err, size_t errlen)
 {
     char q[SMATTN_IO_PATH_MAX];
@@ -221,6 +328,8 @@ static int make_outdir(const char *outdir, int *created, char *err, size_t errle
         return -1;
     }
     if (mkdir(outdir, 0777) != 0) {
+        if (errno == EEXIST && stat(outdir, &st) == 0 && S_ISDIR(st.st_mode))
+            return 0;
         smattn_io_err(err, errlen, "%s: cannot create directory: %s", smattn_io_path(outdir, q),
                       strerror(errno));
         return -1;
@@ -230,12 +339,13 @@ static int make_outdir(const char *outdir, int *created, char *err, size_t errle
 }
 
 /* The temporaries that exist now, for a signal handler to remove (smattn_case_remove_temps):
- * a slot is set once its file exists and cleared before the path is freed. */
-static char *volatile live_temps[3];
+ * a slot is set, with signals held, as soon as its file exists, and cleared before the path
+ * is freed. */
+static char *volatile live_temps[4];
 
 void smattn_case_remove_temps(void)
 {
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         char *p = live_temps[k];
         if (p)
             unlink(p);
@@ -244,15 +354,15 @@ void smattn_case_remove_temps(void)
 
 static void forget_temp(const char *path)
 {
-    for (int k = 0; path && k < 3; k++)
+    for (int k = 0; path && k < 4; k++)
         if (live_temps[k] == path)
             live_temps[k] = NULL;
 }
 
-/* Write one output to a fresh temporary file in OUT, flushed to the disk (so that a crash
- * after the rename cannot leave an empty output); its path goes to *tmp. */
-static int write_temp(const char *outdir, const char *name, const smattn_out_tensor *t, int rank,
-                      const int64_t *shape, char **tmp, char *err, size_t errlen)
+/* A new temporary file in OUT for the managed name `name` (".o.npy.XXXXXX",
+ * ".smattn-set.XXXXXX"), mode 0644 like any output, registered for the signal handler
+ * before any signal can arrive. Its descriptor, and its malloc'd path in *tmp; -1 with err. */
+static int make_temp(const char *outdir, const char *name, char **tmp, char *err, size_t errlen)
 {
     char q[SMATTN_IO_PATH_MAX];
     size_t n = strlen(outdir) + strlen(name) + 16;
@@ -261,28 +371,113 @@ static int write_temp(const char *outdir, const char *name, const smattn_out_ten
         smattn_io_err(err, errlen, "out of memory");
         return -1;
     }
-    snprintf(path, n, "%s/.%s.XXXXXX", outdir, name);
+    snprintf(path, n, "%s/%s%s.XXXXXX", outdir, name[0] == '.' ? "" : ".", name);
+    sigset_t old;
+    hold_signals(&old);
     int fd = mkstemp(path);
-    if (fd < 0) {
-        smattn_io_err(err, errlen, "%s: cannot create a temporary file: %s",
-                      smattn_io_path(outdir, q), strerror(errno));
-        free(path);
-        return -1;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
-    close(fd);
-    *tmp = path;
-    for (int k = 0; k < 3; k++)
+    int e = errno;
+    for (int k = 0; fd >= 0 && k < 4; k++)
         if (!live_temps[k]) {
             live_temps[k] = path;
             break;
         }
-    if (smattn_npy_write(path, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
+    release_signals(&old);
+    if (fd < 0) {
+        smattn_io_err(err, errlen, "%s: cannot create a temporary file: %s",
+                      smattn_io_path(outdir, q), strerror(e));
+        free(path);
+        return -1;
+    }
+    (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
+    *tmp = path;
+    return fd;
+}
+
+/* CRC-32 of the ISO-HDLC kind (zlib's crc32, Python's zlib.crc32, PNG), eight bytes a
+ * step: it tells one run's file from another's (not a forgery) at about a gigabyte a
+ * second, little beside writing or judging the set. */
+typedef struct crc32_tables {
+    uint32_t t[8][256];
+} crc32_tables;
+
+static void crc32_init(crc32_tables *c)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t r = i;
+        for (int b = 0; b < 8; b++)
+            r = r & 1 ? 0xEDB88320u ^ (r >> 1) : r >> 1;
+        c->t[0][i] = r;
+    }
+    for (int s = 1; s < 8; s++)
+        for (int i = 0; i < 256; i++)
+            c->t[s][i] = (c->t[s - 1][i] >> 8) ^ c->t[0][c->t[s - 1][i] & 0xff];
+}
+
+static uint32_t crc32_update(const crc32_tables *c, uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint32_t a = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                            (uint32_t)p[3] << 24);
+        crc = c->t[7][a & 0xff] ^ c->t[6][a >> 8 & 0xff] ^ c->t[5][a >> 16 & 0xff] ^
+              c->t[4][a >> 24] ^ c->t[3][p[4]] ^ c->t[2][p[5]] ^ c->t[1][p[6]] ^ c->t[0][p[7]];
+    }
+    while (n--)
+        crc = c->t[0][(crc ^ *p++) & 0xff] ^ crc >> 8;
+    return ~crc;
+}
+
+/* Size and CRC-32 of the file open on fd, read from its start. 0, or -1 with errno. */
+static int file_crc(int fd, uint64_t *bytes, uint32_t *crc)
+{
+    crc32_tables *tab = malloc(sizeof *tab);
+    unsigned char *buf = malloc(1 << 20);
+    int rc = tab && buf && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
+    if (rc == 0)
+        crc32_init(tab);
+    *bytes = 0;
+    *crc = 0;
+    while (rc == 0) {
+        ssize_t got = read(fd, buf, 1 << 20);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            rc = got < 0 ? -1 : 0;
+            break;
+        }
+        *crc = crc32_update(tab, *crc, buf, (size_t)got);
+        *bytes += (uint64_t)got;
+    }
+    if (!tab || !buf)
+        errno = ENOMEM;
+    free(tab);
+    free(buf);
+    return rc;
+}
+
+/* One output of the set: produced by the run or not, its temporary, size and CRC. */
+typedef struct set_file {
+    int produced;
+    char *tmp, *final;
+    uint64_t bytes;
+    uint32_t crc;
+} set_file;
+
+/* Write one output to a fresh temporary file in OUT, flushed to the disk (so that a crash
+ * after the rename cannot leave an empty output); its path, size and CRC go to *f. */
+static int write_temp(const char *outdir, const char *name, const smattn_out_tensor *t, int rank,
+                      const int64_t *shape, set_file *f, char *err, size_t errlen)
+{
+    int fd = make_temp(outdir, name, &f->tmp, err, errlen);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    if (smattn_npy_write(f->tmp, smattn_npy_type_of(t->dtype), rank, shape, t->data, err, errlen)) {
         smattn_io_err_prefix(err, errlen, name);
         return -1;
     }
-    fd = open(path, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
+    fd = open(f->tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0 || file_crc(fd, &f->bytes, &f->crc) != 0) {
         smattn_io_err(err, errlen, "%s: cannot flush to disk: %s", name, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -292,71 +487,340 @@ static int write_temp(const char *outdir, const char *name, const smattn_out_ten
     return 0;
 }
 
-/* fsync OUT itself, so that the renames are on the disk too; best effort (some file systems
- * refuse a directory fsync). */
-static void sync_dir(const char *outdir)
+/* Put the marker text in place: a temporary, flushed, renamed over OUT/.smattn-set, then
+ * OUT flushed, so that the marker on the disk never runs ahead of what it describes (a
+ * directory fsync that the file system refuses is passed over). 0, or -1 with err. */
+static int put_marker(const char *outdir, int dfd, const char *text, char *err, size_t errlen)
 {
-    int fd = open(outdir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
+    char q[SMATTN_IO_PATH_MAX];
+    char *tmp = NULL, *final = smattn_io_join_path(outdir, SET_MARKER);
+    if (!final) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
     }
+    int fd = make_temp(outdir, SET_MARKER, &tmp, err, errlen), rc = fd < 0 ? -1 : 0, e = 0;
+    size_t len = strlen(text), done = 0;
+    while (rc == 0 && done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            rc = -1, e = w < 0 ? errno : ENOSPC;
+        else
+            done += (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) != 0)
+        rc = -1, e = errno;
+    if (fd >= 0 && close(fd) != 0 && rc == 0)
+        rc = -1, e = errno;
+    if (rc == 0 && rename(tmp, final) != 0)
+        rc = -1, e = errno;
+    if (rc == 0)
+        (void)fsync(dfd);
+    else if (fd >= 0)
+        smattn_io_err(err, errlen, "%s: cannot write: %s", smattn_io_path(final, q), strerror(e));
+    if (tmp && rc)
+        unlink(tmp);
+    forget_temp(tmp);
+    free(tmp);
+    free(final);
+    return rc;
+}
+
+/* Remove what an interrupted run left in OUT: its temporaries (a run killed by SIGKILL
+ * or a power cut, or a signal that arrived before the handler was in place). Called with
+ * OUT locked, so no live run is writing them. A file that cannot be removed (another
+ * user's, in a sticky OUT) stays; it changes nothing. */
+static void remove_stale_temps(const char *outdir, int dfd)
+{
+    DIR *d = opendir(outdir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *n = e->d_name;
+        for (int k = 0; k < 5; k++) {
+            size_t pl = strlen(temp_prefixes[k]);
+            if (strncmp(n, temp_prefixes[k], pl) != 0 || strlen(n) != pl + 6)
+                continue;
+            int ok = 1;
+            for (size_t i = pl; i < pl + 6; i++)
+                ok &= (n[i] >= 'a' && n[i] <= 'z') || (n[i] >= 'A' && n[i] <= 'Z') ||
+                      (n[i] >= '0' && n[i] <= '9');
+            struct stat st;
+            if (ok && fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+                (void)unlinkat(dfd, n, 0);
+            break;
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Switch OUT to the new set (the outputs are in their temporaries), with signals held:
+ * the "writing" marker; the renames and the removal of stale outputs, OUT flushed; the
+ * "whole" marker. 0, or -1 with err (after the "writing" marker, OUT then holds a set that
+ * says it is not whole, and err says so). */
+static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, size_t errlen)
+{
+    char q[SMATTN_IO_PATH_MAX];
+    sigset_t old;
+    hold_signals(&old);
+    int rc = put_marker(outdir, dfd, "{\"smattn_set\": 1, \"state\": \"writing\"}\n", err, errlen);
+    int started = rc == 0;
+    for (int k = 0; rc == 0 && k < 3; k++) {
+        if (f[k].produced && rename(f[k].tmp, f[k].final) != 0) {
+            smattn_io_err(err, errlen, "%s: cannot rename into place: %s",
+                          smattn_io_path(f[k].final, q), strerror(errno));
+            rc = -1;
+        } else if (f[k].produced) {
+            forget_temp(f[k].tmp);
+            free(f[k].tmp);
+            f[k].tmp = NULL;
+        }
+    }
+    for (int k = 0; rc == 0 && k < 3; k++)
+        if (!f[k].produced && unlink(f[k].final) != 0 && errno != ENOENT) {
+            smattn_io_err(err, errlen, "%s: cannot remove the stale output of an earlier run: %s",
+                          smattn_io_path(f[k].final, q), strerror(errno));
+            rc = -1;
+        }
+    if (rc == 0) {
+        (void)fsync(dfd); /* the new outputs are on the disk before the marker says so */
+        char text[512];
+        int n =
+            snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", \"files\": {");
+        for (int k = 0, first = 1; k < 3; k++)
+            if (f[k].produced) {
+                n +=
+                    snprintf(text + n, sizeof text - (size_t)n,
+                             "%s\"%s\": {\"bytes\": %llu, \"crc32\": %lu}", first ? "" : ", ",
+                             out_names[k], (unsigned long long)f[k].bytes, (unsigned long)f[k].crc);
+                first = 0;
+            }
+        snprintf(text + n, sizeof text - (size_t)n, "}}\n");
+        rc = put_marker(outdir, dfd, text, err, errlen);
+    }
+    if (rc && started) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", err);
+        smattn_io_err(err, errlen,
+                      "%s; OUT now holds an incomplete set, marked so in %s: run again", why,
+                      SET_MARKER);
+    }
+    release_signals(&old);
+    return rc;
 }
 
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen)
 {
+    char q[SMATTN_IO_PATH_MAX];
     const smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
-    char *tmp[3] = {NULL, NULL, NULL}, *final[3] = {NULL, NULL, NULL};
-    int created, rc = -1, k;
+    set_file f[3];
+    memset(f, 0, sizeof f);
+    int created, rc = -1;
     if (smattn_case_out_check(outdir, err, errlen) || make_outdir(outdir, &created, err, errlen))
         return -1;
-    for (k = 0; k < 3; k++) {
-        final[k] = smattn_io_join_path(outdir, out_names[k]);
-        if (!final[k]) {
-            smattn_io_err(err, errlen, "out of memory");
-            break;
+    /* One run at a time writes into OUT: an exclusive lock on OUT itself, released when the
+     * descriptor is closed or the process dies (never stale). A second run waits here. A
+     * file system without such locks (some network ones) leaves the runs unserialised; the
+     * marker's sizes and CRCs still tell a mix from a whole set. */
+    int dfd = -1;
+    for (int tries = 0;; tries++) {
+        dfd = open(outdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0) {
+            smattn_io_err(err, errlen, "%s: cannot open: %s", smattn_io_path(outdir, q),
+                          strerror(errno));
+            goto done;
         }
-        if (!ot[k]->data || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+        while (flock(dfd, LOCK_EX) != 0 && errno == EINTR)
+            ;
+        /* OUT removed while this run waited (another run made it, failed and removed it
+         * again): make it anew. */
+        struct stat st;
+        if (tries == 8 || (fstat(dfd, &st) == 0 && st.st_nlink > 0))
+            break;
+        close(dfd);
+        dfd = -1;
+        int again;
+        if (make_outdir(outdir, &again, err, errlen))
+            goto done;
+        created |= again;
+    }
+    remove_stale_temps(outdir, dfd);
+    if (check_replaceable(outdir, err, errlen)) /* again: OUT may have changed during the run */
+        goto done;
+    for (int k = 0; k < 3; k++) {
+        f[k].final = smattn_io_join_path(outdir, out_names[k]);
+        if (!f[k].final) {
+            smattn_io_err(err, errlen, "out of memory");
+            goto done;
+        }
+        f[k].produced = ot[k]->data && (k != 0 || c->prob.op == SMATTN_OP_ATTENTION);
+        if (!f[k].produced)
             continue;
         int64_t shape[4];
         int rank = out_shape(c, k, shape);
-        if (write_temp(outdir, out_names[k], ot[k], rank, shape, &tmp[k], err, errlen))
-            break;
+        if (write_temp(outdir, out_names[k], ot[k], rank, shape, &f[k], err, errlen))
+            goto done;
     }
-    /* Every output is written: now the renames, then the stale outputs of an earlier run go.
-     * OUT and its targets were checked just before, so only a race can fail here. */
-    for (rc = k == 3 ? 0 : -1, k = 0; rc == 0 && k < 3; k++) {
-        char q[SMATTN_IO_PATH_MAX];
-        if (tmp[k] && rename(tmp[k], final[k]) != 0) {
-            smattn_io_err(err, errlen, "%s: cannot rename into place: %s",
-                          smattn_io_path(final[k], q), strerror(errno));
-            rc = -1;
-        } else if (tmp[k]) {
-            forget_temp(tmp[k]);
-            free(tmp[k]);
-            tmp[k] = NULL;
-        }
-    }
-    for (k = 0; rc == 0 && k < 3; k++) {
-        int produced = ot[k]->data && (k != 0 || c->prob.op == SMATTN_OP_ATTENTION);
-        if (!produced && unlink(final[k]) != 0 && errno != ENOENT) {
-            char q[SMATTN_IO_PATH_MAX];
-            smattn_io_err(err, errlen, "%s: cannot remove the stale output of an earlier run: %s",
-                          smattn_io_path(final[k], q), strerror(errno));
-            rc = -1;
-        }
-    }
-    for (k = 0; k < 3; k++) {
-        if (tmp[k])
-            remove(tmp[k]);
-        forget_temp(tmp[k]);
-        free(tmp[k]);
-        free(final[k]);
+    rc = switch_set(outdir, dfd, f, err, errlen);
+done:
+    for (int k = 0; k < 3; k++) {
+        if (f[k].tmp)
+            remove(f[k].tmp);
+        forget_temp(f[k].tmp);
+        free(f[k].tmp);
+        free(f[k].final);
     }
     if (rc && created)
         rmdir(outdir);
-    if (rc == 0)
-        sync_dir(outdir);
+    if (dfd >= 0)
+        close(dfd); /* the lock goes with it */
+    return rc;
+}
+
+/* ---- reading a set ---------------------------------------------------------------------- */
+
+/* An integer member of obj in [0, max], in *v; -1 if absent or not such an integer. */
+static int member_uint(json_object *obj, const char *key, uint64_t max, uint64_t *v)
+{
+    json_object *m;
+    if (!json_object_object_get_ex(obj, key, &m) || !json_object_is_type(m, json_type_int))
+        return -1;
+    errno = 0;
+    int64_t i = json_object_get_int64(m);
+    if (errno || i < 0 || (uint64_t)i > max)
+        return -1;
+    *v = (uint64_t)i;
+    return 0;
+}
+
+int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
+{
+    char e2[300];
+    struct stat st;
+    char *mp = smattn_io_join_path(outdir, SET_MARKER), *text = NULL;
+    json_object *j = NULL, *state, *files = NULL;
+    int rc = -1;
+    if (!mp) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (lstat(mp, &st) != 0 && errno == ENOENT) { /* unmarked: taken as it is */
+        free(mp);
+        return 0;
+    }
+    size_t len = 0;
+    if (stat(mp, &st) != 0) {
+        smattn_io_err(err, errlen, "%s: %s", SET_MARKER,
+                      errno == ENOENT ? "is a dangling symbolic link" : strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        smattn_io_err(err, errlen, "%s: is not a regular file (the marker of the outputs' set)",
+                      SET_MARKER);
+        goto done;
+    }
+    text = smattn_io_read_text(mp, 1 << 16, &len, e2, sizeof e2);
+    if (!text || !(j = smattn_io_parse_json(text, len, e2, sizeof e2))) {
+        smattn_io_err(err, errlen, "%s: %s", SET_MARKER, e2);
+        goto done;
+    }
+    uint64_t version;
+    if (member_uint(j, "smattn_set", UINT64_MAX >> 1, &version) || version != 1 ||
+        !json_object_object_get_ex(j, "state", &state) ||
+        !json_object_is_type(state, json_type_string)) {
+        smattn_io_err(err, errlen,
+                      "%s: not a marker of an output set this smattn knows (want \"smattn_set\": "
+                      "1 and a \"state\")",
+                      SET_MARKER);
+        goto done;
+    }
+    if (strcmp(json_object_get_string(state), "writing") == 0) {
+        smattn_io_err(err, errlen,
+                      "the outputs are not a whole set: %s says a run was replacing them and "
+                      "did not finish (killed, or the machine stopped), so o.npy, lse.npy and "
+                      "p.npy may mix two runs; run it again",
+                      SET_MARKER);
+        goto done;
+    }
+    if (strcmp(json_object_get_string(state), "whole") != 0 ||
+        !json_object_object_get_ex(j, "files", &files) ||
+        !json_object_is_type(files, json_type_object)) {
+        smattn_io_err(err, errlen,
+                      "%s: state '%.20s' is not \"whole\" or \"writing\", or no "
+                      "\"files\" object",
+                      SET_MARKER, json_object_get_string(state));
+        goto done;
+    }
+    int listed = 0;
+    for (int k = 0; k < 3; k++)
+        listed += json_object_object_get_ex(files, out_names[k], NULL);
+    if (listed != json_object_object_length(files)) {
+        smattn_io_err(err, errlen, "%s: \"files\" names a file that is not an output", SET_MARKER);
+        goto done;
+    }
+    for (int k = 0; k < 3; k++) {
+        json_object *fe;
+        char *p = smattn_io_join_path(outdir, out_names[k]);
+        if (!p) {
+            smattn_io_err(err, errlen, "out of memory");
+            goto done;
+        }
+        int bad = 0;
+        if (!json_object_object_get_ex(files, out_names[k], &fe)) {
+            if ((bad = lstat(p, &st) == 0 || errno != ENOENT))
+                smattn_io_err(err, errlen,
+                              "the outputs are not a whole set: %s is not in the set %s records "
+                              "(written after it by another program?)",
+                              out_names[k], SET_MARKER);
+            free(p);
+            if (bad)
+                goto done;
+            continue;
+        }
+        uint64_t bytes, want_crc, got_bytes = 0;
+        uint32_t got_crc = 0;
+        if (member_uint(fe, "bytes", UINT64_MAX >> 1, &bytes) ||
+            member_uint(fe, "crc32", UINT32_MAX, &want_crc)) {
+            smattn_io_err(err, errlen, "%s: %s has no \"bytes\" and \"crc32\" integers", SET_MARKER,
+                          out_names[k]);
+            free(p);
+            goto done;
+        }
+        int fd = open(p, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the reader */
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            smattn_io_err(
+                err, errlen, "the outputs are not a whole set: %s is in the set %s records but %s",
+                out_names[k], SET_MARKER, fd < 0 ? strerror(errno) : "is not a regular file");
+            bad = 1;
+        } else if ((uint64_t)st.st_size == bytes && file_crc(fd, &got_bytes, &got_crc) != 0) {
+            smattn_io_err(err, errlen, "%s: cannot read: %s", out_names[k], strerror(errno));
+            bad = 1;
+        } else if ((uint64_t)st.st_size != bytes || got_bytes != bytes || got_crc != want_crc) {
+            int same_size = (uint64_t)st.st_size == bytes && got_bytes == bytes;
+            smattn_io_err(err, errlen,
+                          "the outputs are not a whole set: %s differs from the one %s records "
+                          "(%llu bytes, crc32 %08lx; now %llu bytes%s): changed after smattn "
+                          "wrote the set, or a mix of two runs; run again, or remove %s if "
+                          "another program wrote it on purpose",
+                          out_names[k], SET_MARKER, (unsigned long long)bytes,
+                          (unsigned long)want_crc,
+                          (unsigned long long)(same_size ? got_bytes : (uint64_t)st.st_size),
+                          same_size ? ", another crc32" : "", SET_MARKER);
+            bad = 1;
+        }
+        if (fd >= 0)
+            close(fd);
+        free(p);
+        if (bad)
+            goto done;
+    }
+    rc = 0;
+done:
+    if (j)
+        json_object_put(j);
+    free(text);
+    free(mp);
     return rc;
 }

@@ -8,6 +8,7 @@
  * pthread_atfork child handler, registered at the pool's first use, gives the child an
  * empty pool with fresh locks; its first threaded call starts its own workers. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -103,7 +104,18 @@ int smattn__pool_run(int nthreads, int64_t nitems, opt_pool_fn fn, void *ctx)
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* Workers outlive the call: they hold back every asynchronous signal (a worker
+         * starts with its creator's mask), so that the application's threads take them,
+         * as a program that masks signals around a critical step expects. Faults stay
+         * deliverable to the thread that faults. */
+        sigset_t all, was;
+        sigfillset(&all);
+        int sync_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
+        for (size_t k = 0; k < sizeof sync_sigs / sizeof sync_sigs[0]; k++)
+            sigdelset(&all, sync_sigs[k]);
+        pthread_sigmask(SIG_BLOCK, &all, &was);
         int err = pthread_create(&t, &attr, pool_main, (void *)(intptr_t)(nworkers + 1));
+        pthread_sigmask(SIG_SETMASK, &was, NULL);
         pthread_attr_destroy(&attr);
         if (err)
             break;

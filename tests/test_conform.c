@@ -423,8 +423,14 @@ START_TEST(gen_check_round_trip)
     ck_assert_int_ge(summary(r, "passed"), 50);
     json_object_put(r);
     outcome_free(&o);
-    /* One element of one O moved by 1e-3 relative: that case fails, and only it. */
+    /* One element of one O moved by 1e-3 relative: that case fails, and only it. The two
+     * cases changed here stand for a kernel's own writer, which leaves no set marker
+     * (SPEC 7.2; with the marker of the oracle's set they would fail as not whole). */
     char opath[700];
+    snprintf(opath, sizeof opath, "%s/causal-lower_right_s5_t16/.smattn-set", cases);
+    ck_assert_int_eq(unlink(opath), 0);
+    snprintf(opath, sizeof opath, "%s/shapes-s1_t1_d1/.smattn-set", cases);
+    ck_assert_int_eq(unlink(opath), 0);
     snprintf(opath, sizeof opath, "%s/causal-lower_right_s5_t16/o.npy", cases);
     smattn_npy a;
     char err[300];
