@@ -50,10 +50,12 @@ CFLAGS_BASE := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math \
            -D_POSIX_C_SOURCE=200809L -Iinclude -I. -pthread $(SAN) $(DEFS)
 JSONC_CFLAGS = $(shell pkg-config --cflags json-c 2>/dev/null)
 JSONC_LIBS   = $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
+# io/ also needs zlib (crc32 of the output set's marker, io/case_out.c)
+IO_LIBS      = $(JSONC_LIBS) $(shell pkg-config --libs zlib 2>/dev/null || echo -lz)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt)
 LIBS    := -lmpfr -lgmp -lm -pthread
 
-DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev pkg-config python3
+DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev zlib1g-dev pkg-config python3
 DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
@@ -102,7 +104,7 @@ $(IOLIB): $(call obj,$(IO_SRC))
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(CLI): $(call obj,$(CLI_SRC)) $(IOLIB) $(LIB)
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(IO_LIBS) $(LIBS)
 
 # One runner for every tests/test_<unit>.c; the suite list is generated from the names.
 $(BUILD)/tests/suites.h: $(TEST_SRC) | deps
@@ -117,7 +119,7 @@ $(BUILD)/tests/runner.o: tests/runner.c $(BUILD)/tests/suites.h | deps-check
 # compiled before deps-check has installed it
 $(call obj,$(TEST_SRC) $(TSUP_SRC)): | deps-check
 $(TESTBIN): $(BUILD)/tests/runner.o $(call obj,$(TEST_SRC) $(TSUP_SRC)) $(IOLIB) $(LIB) | deps-check
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(CHECK_LIBS) $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(CHECK_LIBS) $(IO_LIBS) $(LIBS)
 
 lib: $(LIB)
 cli: $(CLI)

@@ -35,8 +35,8 @@ for src in core/*.c ref/*.c opt/*.c io/*.c fuzz/common/*.c; do
   objs+=("$o")
 done
 
-# Static MPFR, GMP and json-c: the runner image has no extra packages.
-STATIC_LIBS="-Wl,-Bstatic -lmpfr -lgmp -ljson-c -Wl,-Bdynamic -lm -pthread"
+# Static MPFR, GMP, json-c and zlib: the runner image has no extra packages.
+STATIC_LIBS="-Wl,-Bstatic -lmpfr -lgmp -ljson-c -lz -Wl,-Bdynamic -lm -pthread"
 for t in $TARGETS; do
   $CC $CFLAGS $PROJ $JSONC_CFLAGS -c "fuzz/$t.c" -o "$WORK/obj/$t.o"
   $CXX $CFLAGS "$WORK/obj/$t.o" "${objs[@]}" $LIB_FUZZING_ENGINE $STATIC_LIBS -o "$OUT/$t"

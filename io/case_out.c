@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "io/case.h"
 #include "io/util.h"
 
@@ -393,50 +395,15 @@ static int make_temp(const char *outdir, const char *name, char **tmp, char *err
     return fd;
 }
 
-/* CRC-32 of the ISO-HDLC kind (zlib's crc32, Python's zlib.crc32, PNG), eight bytes a
- * step: it tells one run's file from another's (not a forgery) at about a gigabyte a
- * second, little beside writing or judging the set. */
-typedef struct crc32_tables {
-    uint32_t t[8][256];
-} crc32_tables;
-
-static void crc32_init(crc32_tables *c)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t r = i;
-        for (int b = 0; b < 8; b++)
-            r = r & 1 ? 0xEDB88320u ^ (r >> 1) : r >> 1;
-        c->t[0][i] = r;
-    }
-    for (int s = 1; s < 8; s++)
-        for (int i = 0; i < 256; i++)
-            c->t[s][i] = (c->t[s - 1][i] >> 8) ^ c->t[0][c->t[s - 1][i] & 0xff];
-}
-
-static uint32_t crc32_update(const crc32_tables *c, uint32_t crc, const unsigned char *p, size_t n)
-{
-    crc = ~crc;
-    for (; n >= 8; p += 8, n -= 8) {
-        uint32_t a = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                            (uint32_t)p[3] << 24);
-        crc = c->t[7][a & 0xff] ^ c->t[6][a >> 8 & 0xff] ^ c->t[5][a >> 16 & 0xff] ^
-              c->t[4][a >> 24] ^ c->t[3][p[4]] ^ c->t[2][p[5]] ^ c->t[1][p[6]] ^ c->t[0][p[7]];
-    }
-    while (n--)
-        crc = c->t[0][(crc ^ *p++) & 0xff] ^ crc >> 8;
-    return ~crc;
-}
-
-/* Size and CRC-32 of the file open on fd, read from its start. 0, or -1 with errno. */
+/* Size and CRC-32 (zlib's crc32, as Python's zlib.crc32) of the file open on fd, read from
+ * its start: it tells one run's file from another's (not a forgery), little beside writing
+ * or judging the set. 0, or -1 with errno. */
 static int file_crc(int fd, uint64_t *bytes, uint32_t *crc)
 {
-    crc32_tables *tab = malloc(sizeof *tab);
     unsigned char *buf = malloc(1 << 20);
-    int rc = tab && buf && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
-    if (rc == 0)
-        crc32_init(tab);
+    int rc = buf && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
+    uLong c = crc32(0L, Z_NULL, 0);
     *bytes = 0;
-    *crc = 0;
     while (rc == 0) {
         ssize_t got = read(fd, buf, 1 << 20);
         if (got < 0 && errno == EINTR)
@@ -445,13 +412,13 @@ static int file_crc(int fd, uint64_t *bytes, uint32_t *crc)
             rc = got < 0 ? -1 : 0;
             break;
         }
-        *crc = crc32_update(tab, *crc, buf, (size_t)got);
+        c = crc32(c, buf, (uInt)got); /* got <= 1 MiB fits uInt */
         *bytes += (uint64_t)got;
     }
-    if (!tab || !buf)
+    if (!buf)
         errno = ENOMEM;
-    free(tab);
     free(buf);
+    *crc = (uint32_t)c;
     return rc;
 }
 

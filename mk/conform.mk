@@ -18,7 +18,7 @@ $(CONFORM_LIB): $(call obj,$(CONFORM_SRC))
 # needs after it on the link line (the Makefile's recipe puts $(LIBS) last).
 
 $(CLI): $(CONFORM_LIB)
-$(CLI): LIBS += $(IOLIB) $(LIB) $(JSONC_LIBS) -lmpfr -lgmp -lm -ldl
+$(CLI): LIBS += $(IOLIB) $(LIB) $(IO_LIBS) -lmpfr -lgmp -lm -ldl
 
 # Position-independent objects for the plugin; the kernel files keep their ISA flags.
 $(BUILD)/pic/%.o: %.c | deps

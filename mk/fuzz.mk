@@ -11,7 +11,7 @@ FUZZ_TARGETS := fuzz_diff fuzz_diff_long fuzz_dtypes fuzz_ref_props fuzz_decode_
 FUZZ_COMMON  := $(BUILD)/fuzz/common/fuzz_input.o $(BUILD)/fuzz/common/fuzz_check.o
 $(BUILD)/fuzz/replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(IO_LIBS) $(LIBS)
 check-fuzz-replay: $(patsubst %,$(BUILD)/fuzz/replay/%,$(FUZZ_TARGETS)) check-fuzz-decode
 	@for t in $(FUZZ_TARGETS); do \
 	  SMATTN_FUZZ_FULL=1 $(BUILD)/fuzz/replay/$$t fuzz/corpus/$$t || exit 1; \
@@ -21,7 +21,7 @@ check-fuzz-replay: $(patsubst %,$(BUILD)/fuzz/replay/%,$(FUZZ_TARGETS)) check-fu
 # an input decodes to and writes it as a case directory; the replay smoke-tests it on one
 # seed through `smattn ref`.
 $(BUILD)/fuzz/fuzz_decode: $(BUILD)/fuzz/tools/fuzz_decode.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(IO_LIBS) $(LIBS)
 check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	@rm -rf $(BUILD)/fuzz/decode-smoke && mkdir -p $(BUILD)/fuzz/decode-smoke
 	@$< --target fuzz_diff --case $(BUILD)/fuzz/decode-smoke/case \
@@ -32,7 +32,7 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 # The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
 # fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).
 $(BUILD)/fuzz/gen_seeds: $(BUILD)/fuzz/tools/gen_seeds.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(IO_LIBS) $(LIBS)
 fuzz-seeds: $(BUILD)/fuzz/gen_seeds
 	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz/corpus/$$t && $< $$t fuzz/corpus/$$t \
 	  $$(test $$t = fuzz_dtypes && ls fuzz/regressions/fuzz_diff/*.bin) || exit 1; done
@@ -51,7 +51,7 @@ fuzz-build-fast: deps
 fuzz-bins: $(patsubst %,$(BUILD)/fuzz/bin/%,$(FUZZ_TARGETS))
 $(BUILD)/fuzz/bin/%: $(BUILD)/fuzz/%.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -fsanitize=fuzzer -o $@ $^ $(JSONC_LIBS) $(LIBS)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -fsanitize=fuzzer -o $@ $^ $(IO_LIBS) $(LIBS)
 
 # make fuzz T=<target> SECONDS=<n> JOBS=<n> [FAST=1] [FUZZ_ARGS=...]: libFuzzer's fork mode
 # with the target's dict and options; new inputs go to build-fuzz/corpus/<target>, crashes

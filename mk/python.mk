@@ -30,7 +30,7 @@ $(BUILD)/python/shim.map: | deps
 	@printf '{ global: smattn_py_*; local: *; };\n' > $@
 $(PY_SHIM): $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(BUILD)/python/shim.map
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -shared -Wl,--version-script=$(BUILD)/python/shim.map -o $@ \
-	  $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(JSONC_LIBS) \
+	  $(BUILD)/pic/python/_smattn_shim.o $(BUILD)/python/libshim.a $(IO_LIBS) \
 	  -lmpfr -lgmp -lm -pthread
 
 python: $(SHLIB) $(PY_SHIM)
