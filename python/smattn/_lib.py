@@ -78,8 +78,9 @@ class OptConfig(ctypes.Structure):
 class PyResult(ctypes.Structure):  # smattn_py_result, python/_smattn_shim.c
     _fields_ = [("status", ctypes.c_int), ("worst_out", ctypes.c_int), ("max_ratio", c_dbl),
                 ("max_ulp", c_dbl), ("unbounded", c_i64), ("nonfinite", c_i64),
-                ("elements", c_i64), ("mismatched", c_i64), ("worst_ix", c_i64 * 4), ("worst_got", c_dbl),
-                ("worst_exact", c_dbl), ("worst_bound", c_dbl), ("reason", ctypes.c_char * 512)]
+                ("elements", c_i64), ("mismatched", c_i64), ("worst_ix", c_i64 * 4),
+                ("worst_got", c_dbl), ("worst_exact", c_dbl), ("worst_bound", c_dbl),
+                ("reason", ctypes.c_char * 512)]
 
 
 class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
