@@ -850,6 +850,13 @@ static void sweep(builder *bd, const char *cat, int count, int full)
 int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
                           const char *vectors_dir, char *err, size_t errlen)
 {
+    return conform_battery_build_dirs(b, suite, seed, vectors_dir, NULL, err, errlen);
+}
+
+int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t seed,
+                               const char *vectors_dir, const char *regressions_dir, char *err,
+                               size_t errlen)
+{
     memset(b, 0, sizeof *b);
     int full = suite && !strcmp(suite, "full");
     if (!full && suite && strcmp(suite, "quick")) {
@@ -870,8 +877,17 @@ int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
     } else if (vectors_dir || conform_find_data("vectors", vdir, sizeof vdir, NULL, 0) == 0) {
         add_vectors(&bd, vdir);
     }
-    char rdir[1100];
-    if (conform_find_data("regressions", rdir, sizeof rdir, NULL, 0) == 0 && add_regressions(&bd, rdir, err, errlen)) {
+    char rdir[1100] = "";
+    if (regressions_dir && strlen(regressions_dir) >= sizeof rdir) {
+        conform_battery_free(b);
+        snprintf(err, errlen, "regressions: the path is longer than %zu bytes", sizeof rdir - 1);
+        return -1;
+    }
+    if (regressions_dir)
+        snprintf(rdir, sizeof rdir, "%s", regressions_dir);
+    else if (conform_find_data("regressions", rdir, sizeof rdir, NULL, 0))
+        rdir[0] = '\0';
+    if (rdir[0] && add_regressions(&bd, rdir, err, errlen)) {
         conform_battery_free(b);
         return -1;
     }

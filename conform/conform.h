@@ -145,6 +145,12 @@ int conform_find_data(const char *what, char *out, size_t cap, char *looked, siz
  * being no error here: the CLI locates them and makes that one). 0, or -1 with err. */
 int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
                           const char *vectors_dir, char *err, size_t errlen);
+/* The same with the fuzzer finds from regressions_dir ("": none; NULL: conform_find_data's
+ * search), for callers whose executable says nothing of where the data is (the Python
+ * package runs inside python3). */
+int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t seed,
+                               const char *vectors_dir, const char *regressions_dir, char *err,
+                               size_t errlen);
 void conform_battery_free(conform_battery *b);
 /* A case's inputs converted to the dtypes a kernel takes, with the conventions it claims
  * set in the problem. Tensors are owned (conform_inst_free); the mask is shared. */
@@ -185,6 +191,7 @@ typedef struct conform_result {
     int64_t unbounded;      /* elements with a finite exact value and bound +inf (6.8) */
     int64_t unbounded_rows; /* rows (b, h, i) holding such elements: not judged */
     int64_t nonfinite;      /* NaN or infinity where the spec has a finite value */
+    int64_t mismatched;     /* judged elements beyond their bound (ratio > 1) */
     int64_t elements;       /* elements compared */
     double seconds;         /* wall time of the kernel's child process */
     char reason[512];       /* why it failed or was skipped; "" on a plain pass */

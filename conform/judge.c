@@ -332,7 +332,7 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                          int garbage, conform_result *r)
 {
     r->max_ratio = r->max_ulp = 0;
-    r->unbounded = r->unbounded_rows = r->elements = r->nonfinite = 0;
+    r->unbounded = r->unbounded_rows = r->elements = r->nonfinite = r->mismatched = 0;
     unsigned char *oc_rows = calloc((size_t)(p->B * p->Hq * p->S) + 1, 1);
     r->reason[0] = '\0';
     r->worst_out = -1;
@@ -425,6 +425,7 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                 masked.t = t, masked.e = e, masked.c = c, masked.x = x, masked.b = b,
                 masked.ratio = ratio;
             r->nonfinite += isfinite(x) && !isfinite(c) && ratio > 1;
+            r->mismatched += ratio > 1;
             if (ratio > 1 && nonfinite.t < 0 && isfinite(x) && !isfinite(c))
                 nonfinite.t = t, nonfinite.e = e, nonfinite.c = c, nonfinite.x = x, nonfinite.b = b,
                 nonfinite.ratio = ratio;

@@ -38,9 +38,11 @@ all: python
 
 # pytest against the build tree (SMATTN_LIBRARY and SMATTN_SHIM name this BUILD's files, so
 # build-san works too); -p no:cacheprovider keeps python/ free of .pytest_cache.
-check-python: deps-check python
+# The CLI: python/tests compares smattn.cases() with the battery `smattn conform` runs.
+check-python: deps-check python $(CLI)
 	$(call say,TEST,python/tests)SMATTN_LIBRARY=$(abspath $(SHLIB)) SMATTN_SHIM=$(abspath $(PY_SHIM)) \
-	  SMATTN_ROOT=$(CURDIR) PYTHONPATH=$(CURDIR)/python PYTHONDONTWRITEBYTECODE=1 \
+	  SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) PYTHONPATH=$(CURDIR)/python \
+	  PYTHONDONTWRITEBYTECODE=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 # Debian's layout: /usr/lib/python3/dist-packages for the system prefix, else
@@ -62,8 +64,8 @@ install-python:: python
 	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/installed-dirs'; \
 	$(INSTALL) -m 644 $(PY_PKG_FILES) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
 	$(INSTALL) -m 755 $(PY_SHIM) '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/'; \
-	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nVERSION = "%s"\n' \
-	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(VERSION)' \
+	printf '# written by make install-python\nLIBRARY = "%s"\nVECTORS = "%s"\nREGRESSIONS = "%s"\nVERSION = "%s"\n' \
+	  '$(LIBDIR)/$(SONAME)' '$(PKGDATADIR)/vectors' '$(PKGDATADIR)/regressions' '$(VERSION)' \
 	  > '$(DESTDIR)$(PYTHON_SITEDIR)/smattn/_paths.py'
 # The directories install-python created (smattn/installed-dirs: the site directory, its
 # python3.X parent...) go too when empty (mk/install.mk's new_dirs and rm_dirs).

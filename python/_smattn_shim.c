@@ -10,14 +10,14 @@
 
 #include "conform/conform.h"
 
-#define SMATTN_PY_ABI 1
+#define SMATTN_PY_ABI 2
 
 /* conform_result's figures and the element its reason names (conform.h). */
 typedef struct smattn_py_result {
     int status; /* conform_status: 0 pass, 1 fail, 2 skip (the oracle or bound failed) */
     int worst_out;
     double max_ratio, max_ulp;
-    int64_t unbounded, nonfinite, elements;
+    int64_t unbounded, nonfinite, elements, mismatched;
     int64_t worst_ix[4];
     double worst_got, worst_exact, worst_bound;
     char reason[512];
@@ -32,6 +32,8 @@ typedef struct smattn_py_case {
     smattn_inputs in;
     int64_t count[7]; /* q, k, v, x, bias, mask, sinks */
     int kv_dtype;     /* the K/V dtype the case is about (F32, or F16 / BF16) */
+    int q_dtype;      /* the same for Q (X), bias and sinks */
+    int out_dtype;    /* the same for O, LSE and P */
     int garbage;      /* invisible slots hold NaN or infinity on purpose */
     int strided;      /* rows padded (pitch > D), padding holds NaN */
     uint32_t caps;
@@ -40,8 +42,8 @@ typedef struct smattn_py_case {
 int smattn_py_abi(int64_t sizes[8]);
 void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, int garbage, smattn_py_result *out);
-void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors, char *err,
-                            size_t errlen);
+void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors,
+                            const char *regressions, char *err, size_t errlen);
 int64_t smattn_py_battery_size(const void *b);
 int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out);
 void smattn_py_battery_free(void *b);
@@ -78,6 +80,7 @@ void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const sma
     out->worst_out = r->worst_out;
     out->max_ratio = r->max_ratio, out->max_ulp = r->max_ulp;
     out->unbounded = r->unbounded, out->nonfinite = r->nonfinite, out->elements = r->elements;
+    out->mismatched = r->mismatched;
     memcpy(out->worst_ix, r->worst_ix, sizeof out->worst_ix);
     out->worst_got = r->worst_got, out->worst_exact = r->worst_exact;
     out->worst_bound = r->worst_bound;
@@ -85,17 +88,19 @@ void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const sma
     free(r);
 }
 
-/* The battery "quick" or "full" for a seed; vectors: the golden vectors' directory, or
- * NULL (battery.c's search). NULL with one line in err on failure. */
-void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors, char *err,
-                            size_t errlen)
+/* The battery "quick" or "full" for a seed; vectors, regressions: the golden vectors' and
+ * the fuzzer finds' directories ("": none), or NULL (battery.c's search, which looks beside
+ * the executable: python3's, so the package names them). NULL with one line in err on
+ * failure. */
+void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors,
+                            const char *regressions, char *err, size_t errlen)
 {
     conform_battery *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, errlen, "out of memory building the battery");
         return NULL;
     }
-    if (conform_battery_build(b, suite, seed, vectors, err, errlen)) {
+    if (conform_battery_build_dirs(b, suite, seed, vectors, regressions, err, errlen)) {
         free(b);
         return NULL;
     }
@@ -121,6 +126,8 @@ int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out)
     out->in = c->in64;
     memcpy(out->count, c->count, sizeof out->count);
     out->kv_dtype = (int)c->kv_dtype;
+    out->q_dtype = (int)c->q_dtype;
+    out->out_dtype = (int)c->out_dtype;
     out->garbage = c->garbage;
     out->strided = c->strided;
     out->caps = c->caps;

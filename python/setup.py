@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """setup.py: bundles the C side into the wheel: libsmattn.so.X (the public library, X the
-major of VERSION), the private checker _smattn_conform.so, the golden vectors, VERSION and
-LICENSE, from the build directory `make` filled (SMATTN_BUILD, default ../build). Everything
-else is in pyproject.toml."""
+major of VERSION), the private checker _smattn_conform.so, the golden vectors and the
+fuzzer finds (conform/regressions), VERSION and LICENSE, from the build directory `make`
+filled (SMATTN_BUILD, default ../build). Everything else is in pyproject.toml."""
 import os
 import re
 import shutil
@@ -43,9 +43,11 @@ class BuildPy(build_py):
         dst = os.path.join(self.build_lib, "smattn")
         for src, name in FILES:
             shutil.copy2(src, os.path.join(dst, name))
-        vectors = os.path.join(ROOT, "spec", "vectors")
-        if os.path.isdir(vectors):
-            shutil.copytree(vectors, os.path.join(dst, "vectors"), dirs_exist_ok=True)
+        # the battery's data, as `smattn conform` has it: golden vectors and fuzzer finds
+        for src, name in ((os.path.join(ROOT, "spec", "vectors"), "vectors"),
+                          (os.path.join(ROOT, "conform", "regressions"), "regressions")):
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(dst, name), dirs_exist_ok=True)
 
 
 class BinaryDistribution(Distribution):

@@ -5,6 +5,10 @@ one smattn_problem (SPEC 2) and passed to the C library by pointer and strides."
 import ctypes
 import math
 import operator
+import os
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -14,6 +18,7 @@ from . import _lib
 
 F64, F32, F16, BF16, BOOL = 0, 1, 2, 3, 4
 _NP_OF = {F64: np.float64, F32: np.float32, F16: np.float16, BF16: np.uint16}
+_ITEMSIZE = {F64: 8, F32: 4, F16: 2, BF16: 2, BOOL: 1}
 _OUT_DTYPES = {"float64": F64, "f64": F64, "float32": F32, "f32": F32, "float16": F16,
                "f16": F16, "half": F16, "bfloat16": BF16, "bf16": BF16}
 _CAUSAL = {None: 0, False: 0, "none": 0,
@@ -102,6 +107,36 @@ def _number(x, name):
     return float(x)
 
 
+def _integer(x, name, bits, minimum=None, signed=True):
+    """An integer argument as a Python int that fits the C field it goes to (bits wide), so
+    that ctypes never wraps it: 2**64 + 1 is an OverflowError, not 1. Integers only (int,
+    NumPy integers, anything with __index__): a float, a string or a bool is a TypeError,
+    not converted. minimum: the smallest value allowed (ValueError below it)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError("%s %r: want an integer, not a bool" % (name, x))
+    try:
+        n = operator.index(x)
+    except TypeError:
+        raise TypeError("%s %r: want an integer" % (name, x)) from None
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if not lo <= n <= hi:
+        raise OverflowError("%s %d does not fit in %s (range [%d, %d])"
+                            % (name, n, ("int%d" if signed else "uint%d") % bits, lo, hi))
+    if minimum is not None and n < minimum:
+        raise ValueError("%s %d: want >= %d" % (name, n, minimum))
+    return n
+
+
+def _layout(layout):
+    """"bshd" or "bhsd", in any case ("BHSD" is "bhsd")."""
+    low = layout.lower() if isinstance(layout, str) else layout
+    if low not in _LAYOUTS:
+        raise ValueError("layout %r: want 'bshd' (q [B,S,H,D], flash_attn_func) or 'bhsd' "
+                         "(q [B,H,S,D], scaled_dot_product_attention), in any case"
+                         % (layout,))
+    return low
+
+
 def _aligned(a):
     """a itself if it is C-contiguous and aligned, else an aligned C-contiguous copy."""
     if a.flags.c_contiguous and a.flags.aligned:
@@ -147,7 +182,10 @@ class _Built:
     Hkv: int
     D: int
     Dv: int
-    arrays: tuple  # q, k, v, bias arrays (for the garbage test)
+    arrays: tuple  # q, k, v, bias arrays (softmax: x, bias), for the garbage test
+    softmax: bool = False
+    visible_mask: Optional[np.ndarray] = None  # the bool mask, [B, Hq, S, T] (for visible())
+    lens: tuple = (None, None)  # kv_lens, q_lens as int64 arrays, or None
 
 
 def _pick(name, value, alias_name, alias_value):
@@ -163,9 +201,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
            empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
            softmax_scale=None, window_size=None):
     keep = []
-    if layout not in _LAYOUTS:
-        raise ValueError("layout %r: want 'bshd' (q [B,S,H,D], flash_attn_func) or 'bhsd' "
-                         "(q [B,H,S,D], scaled_dot_product_attention)" % (layout,))
+    layout = _layout(layout)
     scale = _pick("scale", scale, "softmax_scale", softmax_scale)
     window = _pick("window", window, "window_size", window_size)
     if is_causal is not None:  # SDPA's name: its is_causal=True is tril, upper-left
@@ -218,6 +254,61 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     prob.op = 0
     prob.B, prob.S, prob.T, prob.Hq, prob.Hkv, prob.D, prob.Dv = B, S, T, Hq, Hkv, D, Dv
     prob.scale = _lib.default_scale(D) if scale is None else _number(scale, "scale")
+    inp = _lib.Inputs()
+    q = _tensor(inp.q, q, _dtype_code(q, "q"), ax, keep)
+    k = _tensor(inp.k, k, _dtype_code(k, "k"), ax, keep)
+    v = _tensor(inp.v, v, _dtype_code(v, "v"), ax, keep)
+    bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
+                                bias, mask, sinks, softcap, empty_rows, empty_lse)
+    return _Built(prob, inp, keep, layout, rank == 4, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
+                  False, mask, lens)
+
+
+def _build_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
+                   bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
+                   empty_lse="neg_inf", is_causal=None, attn_mask=None, layout=None):
+    """The softmax op (SPEC 2, op softmax): P = softmax(scale x + bias) row by row, x
+    [B, Hq, S, T] (3-D: [Hq, S, T]); the options are those of attention."""
+    keep = []
+    if layout is not None:
+        _layout(layout)  # x, P, LSE have one layout: accepted and ignored
+    if is_causal is not None:
+        if causal is not None:
+            raise TypeError("give causal or is_causal, not both")
+        causal = "upper_left" if is_causal else None
+    if attn_mask is not None:
+        am = _asarray(attn_mask, "attn_mask")
+        if am.dtype == np.bool_:
+            mask = _pick("mask", mask, "attn_mask", am)
+        else:
+            bias = _pick("bias", bias, "attn_mask", am)
+    x = _required(x, "x")
+    if x.ndim not in (3, 4):
+        raise ValueError("x: shape %s has rank %d; want [B,Hq,S,T] or [Hq,S,T]"
+                         % (tuple(x.shape), x.ndim))
+    batched = x.ndim == 4
+    if not batched:
+        x = x[None]
+    for dim, dn in zip(x.shape, ("B", "Hq", "S", "T")):
+        if dim < 1:
+            raise _status_error(2, "x: shape %s has %s = %d: " % (tuple(x.shape), dn, dim))
+    B, Hq, S, T = x.shape
+    prob = _lib.problem_default()
+    prob.op = 1
+    prob.B, prob.S, prob.T, prob.Hq, prob.Hkv, prob.D, prob.Dv = B, S, T, Hq, Hq, 1, 1
+    prob.scale = 1.0 if scale is None else _number(scale, "scale")
+    inp = _lib.Inputs()
+    x = _tensor(inp.x, x, _dtype_code(x, "x"), (0, 1, 2, 3), keep)
+    bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
+                                bias, mask, sinks, softcap, empty_rows, empty_lse)
+    return _Built(prob, inp, keep, "bhsd", batched, B, S, T, Hq, Hq, 1, 1, (x, bias), True,
+                  mask, lens)
+
+
+def _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens, bias, mask, sinks,
+             softcap, empty_rows, empty_lse):
+    """The options both ops share (SPEC 2.3-3.5) into prob and inp: (bias, mask, (kv_lens,
+    q_lens)) as passed to C."""
     prob.softcap = _number(softcap if softcap is not None else 0, "softcap")
     try:
         prob.causal = _CAUSAL[causal]
@@ -228,13 +319,19 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     if window is None:
         prob.window_left = prob.window_right = -1
     else:
-        try:  # operator.index: integers only (1.7 is refused, not truncated)
+        try:
             wl, wr = window
-            prob.window_left = -1 if wl is None else operator.index(wl)
-            prob.window_right = -1 if wr is None else operator.index(wr)
         except (TypeError, ValueError):
             raise TypeError("window %r: want (left, right), integers >= -1 (-1 or None: "
                             "unbounded)" % (window,)) from None
+        try:  # integers only (1.7 is refused, not truncated), and none that int64 would wrap
+            prob.window_left = -1 if wl is None else _integer(wl, "window left", 64)
+            prob.window_right = -1 if wr is None else _integer(wr, "window right", 64)
+        except TypeError:
+            raise TypeError("window %r: want (left, right), integers >= -1 (-1 or None: "
+                            "unbounded)" % (window,)) from None
+        except OverflowError as e:
+            raise OverflowError("window %r: %s" % (window, e)) from None
     try:
         prob.empty_rows = _EMPTY[empty_rows]
     except (KeyError, TypeError):
@@ -244,21 +341,22 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     except (KeyError, TypeError):
         raise ValueError("empty_lse %r: want 'neg_inf', 'pos_inf' or 'zero'"
                          % (empty_lse,)) from None
-    for lens, name, field in ((kv_lens, "kv_lens", "kv_lens"), (q_lens, "q_lens", "q_lens")):
-        if lens is None:
+    lens = []
+    for ls, name in ((kv_lens, "kv_lens"), (q_lens, "q_lens")):
+        if ls is None:
+            lens.append(None)
             continue
-        la = _asarray(lens, name)
+        la = _asarray(ls, name)
         if la.dtype.kind not in "iu":
             raise TypeError("%s: dtype '%s' is not an integer type" % (name, la.dtype))
+        if la.dtype.kind == "u" and la.size and int(la.max()) > 2 ** 63 - 1:
+            raise OverflowError("%s: %d does not fit in int64" % (name, int(la.max())))
         la = _aligned(np.ascontiguousarray(la.reshape(-1), dtype=np.int64))
         if la.shape[0] != B:
             raise ValueError("%s: %d entries, want B = %d" % (name, la.shape[0], B))
         keep.append(la)
-        setattr(prob, field, la.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
-    inp = _lib.Inputs()
-    q = _tensor(inp.q, q, _dtype_code(q, "q"), ax, keep)
-    k = _tensor(inp.k, k, _dtype_code(k, "k"), ax, keep)
-    v = _tensor(inp.v, v, _dtype_code(v, "v"), ax, keep)
+        lens.append(la)
+        setattr(prob, name, la.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
     full = (B, Hq, S, T)
     for arr, name, is_mask in ((bias, "bias", False), (mask, "mask", True)):
         if arr is None:
@@ -273,7 +371,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
             code = BOOL
         else:
             code = _dtype_code(a, name)
-        if a.ndim > 4 or a.ndim < 1:
+        if a.ndim > 4:  # 0-d (a scalar) to 4-d broadcast, NumPy's rules
             raise ValueError("%s: shape %s does not broadcast to [B,Hq,S,T] = %s"
                              % (name, tuple(a.shape), list(full)))
         try:
@@ -292,11 +390,14 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
         if s.shape != (Hq,):
             raise ValueError("sinks: shape %s, want [Hq] = [%d]" % (tuple(s.shape), Hq))
         _tensor(inp.sinks, s, _dtype_code(s, "sinks"), (0, None, None, None), keep)
-    return _Built(prob, inp, keep, layout, rank == 4, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias))
+    return bias, mask, tuple(lens)
 
 
-def _out_code(dtype):
-    if dtype in _OUT_DTYPES:
+def _out_code(dtype, b=None):
+    """The output dtype code: dtype as asked, or None: the inputs' widest float type."""
+    if dtype is None:
+        return _widest(b)
+    if isinstance(dtype, str) and dtype in _OUT_DTYPES:
         return _OUT_DTYPES[dtype]
     try:
         nd = np.dtype(dtype)
@@ -305,32 +406,47 @@ def _out_code(dtype):
     for code, t in ((F64, np.float64), (F32, np.float32), (F16, np.float16)):
         if nd == t:
             return code
-    raise TypeError("dtype %r: want 'float64', 'float32', 'float16' or 'bfloat16' (returned as "
-                    "uint16 bit patterns)" % (dtype,))
+    raise TypeError("dtype %r: want None (the inputs' widest float type), 'float64', "
+                    "'float32', 'float16' or 'bfloat16' (returned as uint16 bit patterns)"
+                    % (dtype,))
+
+
+def _widest(b):
+    """The default output dtype: the widest float type of q, k and v (x for softmax), as
+    NumPy and torch promote them: float64 if any is, else float32 if any is (or float16 meets
+    bfloat16, which neither holds), else their common 16-bit type."""
+    codes = {b.inputs.x.dtype} if b.softmax else {b.inputs.q.dtype, b.inputs.k.dtype,
+                                                  b.inputs.v.dtype}
+    if F64 in codes:
+        return F64
+    if F32 in codes or codes == {F16, BF16}:
+        return F32
+    return codes.pop()
 
 
 def _shapes(b):
-    """O, LSE and P shapes in the caller's layout (3-D inputs: no batch axis)."""
+    """O, LSE and P shapes in the caller's layout (3-D inputs: no batch axis); softmax: no O."""
     o = (b.B, b.S, b.Hq, b.Dv) if b.layout == "bshd" else (b.B, b.Hq, b.S, b.Dv)
     lse, p = (b.B, b.Hq, b.S), (b.B, b.Hq, b.S, b.T)
     if not b.batched:
         o, lse, p = o[1:], lse[1:], p[1:]
-    return o, lse, p
+    return (None if b.softmax else o), lse, p
 
 
 def _outputs(b, dtype, weights, lse=True):
-    code = _out_code(dtype)
+    code = _out_code(dtype, b)
     npdt = _NP_OF[code]
     so, sl, sp = _shapes(b)
-    o = np.empty(so, dtype=npdt)
+    o = np.empty(so, dtype=npdt) if so is not None else None
     ls = np.empty(sl, dtype=npdt) if lse else None
     p = np.empty(sp, dtype=npdt) if weights else None
     out = _lib.Outputs()
     ax_o = (0, 1, 2, 3) if b.layout == "bshd" else (0, 2, 1, 3)
-    ob, lb, pb = (o, ls, p) if b.batched else (o[None], None if ls is None else ls[None],
-                                                None if p is None else p[None])
-    for t, a, axes in ((out.o, ob, ax_o), (out.lse, lb, (0, 1, 2, None)),
-                       (out.p, pb, (0, 1, 2, 3))):
+
+    def batch(a):
+        return a if a is None or b.batched else a[None]
+    for t, a, axes in ((out.o, batch(o), ax_o), (out.lse, batch(ls), (0, 1, 2, None)),
+                       (out.p, batch(p), (0, 1, 2, 3))):
         if a is None:
             continue
         st = _element_strides(a)
@@ -341,7 +457,190 @@ def _outputs(b, dtype, weights, lse=True):
     return out, o, ls, p
 
 
-def _run(engine, q, k, v, dtype, weights, threads, isa, kw):
+# ---- the oracle in chunks: progress and Ctrl-C ---------------------------------------------
+#
+# smattn_ref cannot be stopped once called, and a KeyboardInterrupt reaches Python only
+# between bytecodes of the main thread. So a large call runs in a worker thread, as a
+# sequence of sub-problems (whole query heads: rows are independent, so the bits are those
+# of one call), while the calling thread waits in short, interruptible steps, shows the
+# progress and, on Ctrl-C, tells the worker to stop after its current chunk and raises at
+# once. A chunk is about _REF_CHUNK_UNITS x threads units of key slots x (D + Dv), about a
+# second of binary32-sized work; a head is never split (its rows' causal diagonal depends on
+# S), so one head of a huge row count is one chunk.
+_REF_CHUNK_UNITS = 1 << 23
+_PROGRESS_AFTER = 1.0  # seconds before the terminal display appears (short calls stay quiet)
+_POLL = 0.1            # seconds between two looks at the worker
+
+
+def _ref_chunks(b, budget):
+    """Sub-problems (b0, nb, h0, nh) covering the problem, each about `budget` units; a
+    head range stays within one KV group or covers whole groups, so that it is a problem
+    of its own (query head h reads KV head h // G)."""
+    G = 1 if b.softmax else b.Hq // b.Hkv
+    per_head = b.S * b.T * (b.D + b.Dv)
+    if b.B * b.Hq * per_head <= budget:
+        return [(0, b.B, 0, b.Hq)]
+    heads = max(1, budget // per_head)
+    if heads >= b.Hq:
+        nb = heads // b.Hq
+        return [(b0, min(nb, b.B - b0), 0, b.Hq) for b0 in range(0, b.B, nb)]
+    out = []
+    for b0 in range(b.B):
+        if heads >= G:
+            n = heads // G * G
+            out += [(b0, 1, h0, min(n, b.Hq - h0)) for h0 in range(0, b.Hq, n)]
+        else:
+            for g0 in range(0, b.Hq, G):
+                out += [(b0, 1, h0, min(heads, g0 + G - h0)) for h0 in range(g0, g0 + G, heads)]
+    return out
+
+
+def _shift(t, off):
+    """Tensor t's data moved by `off` elements (a view of a sub-problem)."""
+    if t.data and off:
+        t.data = t.data + off * _ITEMSIZE[t.dtype]
+
+
+def _sub_problem(b, out, b0, nb, h0, nh):
+    """The problem, inputs and outputs of batches [b0, b0+nb) and heads [h0, h0+nh): the
+    same memory, the pointers moved (strides are the canonical ones of SPEC 2.1)."""
+    G = 1 if b.softmax else b.Hq // b.Hkv
+    p = _lib.Problem.from_buffer_copy(b.prob)
+    p.B, p.Hq = nb, nh
+    if not b.softmax:
+        p.Hkv = max(1, nh // G)
+    for name, la in zip(("kv_lens", "q_lens"), b.lens):
+        if la is not None:
+            setattr(p, name, la[b0:].ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
+    inp = _lib.Inputs.from_buffer_copy(b.inputs)
+    o = _lib.Outputs.from_buffer_copy(out)
+    if b.softmax:
+        _shift(inp.x, b0 * inp.x.stride[0] + h0 * inp.x.stride[1])
+    else:
+        _shift(inp.q, b0 * inp.q.stride[0] + h0 * inp.q.stride[2])
+        for t in (inp.k, inp.v):
+            _shift(t, b0 * t.stride[0] + (h0 // G) * t.stride[2])
+        _shift(o.o, b0 * o.o.stride[0] + h0 * o.o.stride[2])
+    for t in (inp.bias, inp.mask, o.lse, o.p):
+        _shift(t, b0 * t.stride[0] + h0 * t.stride[1])
+    _shift(inp.sinks, h0 * inp.sinks.stride[0])
+    return p, inp, o
+
+
+class _Progress:
+    """What the caller asked to see: progress=None shows a line on a terminal (stderr) once
+    a call has run _PROGRESS_AFTER seconds; True shows it always; False nothing; a callable
+    is called as progress(done, total) (key slots: total = B Hq S T) from the calling
+    thread, as the work advances and once at the end with done == total."""
+
+    def __init__(self, progress, total, what):
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise TypeError("progress %r: want None (a line on a terminal), True, False or a "
+                            "callable(done, total)" % (progress,))
+        self.fn = progress if callable(progress) and not isinstance(progress, bool) else None
+        self.stream = None
+        if progress is True or (progress is None and _isatty(sys.stderr)):
+            self.stream = sys.stderr
+        self.always = progress is True
+        self.total, self.what, self.last, self.shown = total, what, -1, 0
+        self.t0 = time.monotonic()
+
+    def update(self, done):
+        if done == self.last:
+            return
+        self.last = done
+        if self.fn is not None:
+            self.fn(done, self.total)
+        el = time.monotonic() - self.t0
+        if self.stream is not None and (self.always or el >= _PROGRESS_AFTER):
+            frac = done / self.total if self.total else 1.0
+            eta = " (about %.0f s left)" % (el / frac - el) if 0 < frac < 1 else ""
+            line = "%s: %3.0f%%%s" % (self.what, 100 * frac, eta)
+            self.stream.write("\r" + line.ljust(self.shown))
+            self.stream.flush()
+            self.shown = len(line)
+
+    def close(self):
+        if self.stream is not None and self.shown:
+            self.stream.write("\r" + " " * self.shown + "\r")
+            self.stream.flush()
+            self.shown = 0
+
+
+def _isatty(f):
+    try:
+        return f.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _ref_run(b, out, threads, progress, what):
+    """smattn_ref on b into out: one call when the work is small and nobody watches, else
+    chunks in a worker thread (see above). Raises the status's exception."""
+    st = _lib.validate(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out))
+    if st != 0:
+        raise _status_error(st)
+    cores = os.cpu_count() or 1
+    budget = _REF_CHUNK_UNITS * max(1, min(threads or cores, cores))
+    chunks = _ref_chunks(b, budget)
+    total = b.B * b.Hq * b.S * b.T
+    show = _Progress(progress, total, what)
+    cfg = _lib.RefConfig(threads, 0, 0, 0)
+    small = b.B * b.Hq * b.S * b.T * (b.D + b.Dv) <= budget
+    if small and show.fn is None and not show.always:  # about a second at most: one call
+        st = _lib.ref(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
+                      ctypes.byref(cfg), None)
+        if st != 0:
+            raise _status_error(st)
+        return
+    state = {"done": 0, "status": 0, "error": None}
+    stop, finished = threading.Event(), threading.Event()
+    base = [0, 1, 1]  # key slots before this chunk, this chunk's slots, its C total
+
+    def on_progress(done, ctotal, _arg):  # in the worker, from inside smattn_ref_progress
+        if ctotal > 0:
+            state["done"] = base[0] + base[1] * done // ctotal
+
+    cfn = _lib.ProgressFn(on_progress)
+
+    def work():
+        try:
+            for b0, nb, h0, nh in chunks:
+                if stop.is_set():
+                    return
+                p, inp, o = _sub_problem(b, out, b0, nb, h0, nh)
+                base[1] = nb * nh * b.S * b.T
+                st = _lib.ref_progress(ctypes.byref(p), ctypes.byref(inp), ctypes.byref(o),
+                                       ctypes.byref(cfg), None, cfn, None)
+                if st != 0:
+                    state["status"] = st
+                    return
+                base[0] += base[1]
+                state["done"] = base[0]
+        except BaseException as e:  # noqa: B902 (handed to the calling thread)
+            state["error"] = e
+        finally:
+            finished.set()
+
+    worker = threading.Thread(target=work, name="smattn.reference", daemon=True)
+    try:
+        worker.start()
+        while not finished.wait(_POLL):
+            show.update(state["done"])
+        if state["error"] is not None:
+            raise state["error"]
+        if state["status"] != 0:
+            raise _status_error(state["status"])
+        show.update(total)
+    except BaseException:
+        stop.set()  # the worker ends with its current chunk; its outputs are dropped
+        raise
+    finally:
+        show.close()
+
+
+def _run(engine, q, k, v, dtype, weights, threads, isa, kw, progress=None):
+    threads = _integer(threads, "threads", 32, minimum=0)
     if engine == "opt" and isa is not None:
         if not isinstance(isa, str) or isa not in _ISAS:
             raise ValueError("isa %r is unknown: want None (the active one), %s"
@@ -350,23 +649,23 @@ def _run(engine, q, k, v, dtype, weights, threads, isa, kw):
             raise ValueError("isa %r: this CPU cannot run it (available: %s)"
                              % (isa, ", ".join(x for x in _ISAS
                                                if _lib.opt_isa_available(x.encode()))))
-    b = _build(q, k, v, **kw)
+    b = _build_softmax(q, **kw) if engine == "ref_softmax" else _build(q, k, v, **kw)
     out, o, lse, p = _outputs(b, dtype, weights)
-    if engine == "ref":
-        cfg = _lib.RefConfig(int(threads), 0, 0, 0)
-        st = _lib.ref(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
-                      ctypes.byref(cfg), None)
-        prefix = ""
-    else:
-        cfg = _lib.OptConfig(int(threads), isa.encode() if isa else None)
-        st = _lib.attention(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
-                            ctypes.byref(cfg))
-        prefix = "opt: kernel: "
+    if engine != "opt":
+        _ref_run(b, out, threads, progress,
+                 "smattn.reference_softmax" if b.softmax else "smattn.reference")
+        if b.softmax:
+            return p, lse
+        return (o, lse, p) if weights else (o, lse)
+    cfg = _lib.OptConfig(threads, isa.encode() if isa else None)
+    st = _lib.attention(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
+                        ctypes.byref(cfg))
     if st != 0:
-        err = _status_error(st, prefix)
-        if engine == "opt" and st == _ERR_UNSUPPORTED:
-            err = TypeError(str(err) + "; smattn.attention takes float32 q, bias and sinks, "
-                            "float32, float16 or bfloat16 k and v, and dtype='float32'")
+        err = _status_error(st, "opt: kernel: ")
+        if st == _ERR_UNSUPPORTED:
+            err = TypeError(str(err) + "; smattn.attention takes q, k, v, bias and sinks in "
+                            "float32, float16 or bfloat16 (any mix; not float64) and gives "
+                            "dtype 'float32', 'float16' or 'bfloat16'")
         raise err
     return (o, lse, p) if weights else (o, lse)
 
@@ -376,6 +675,7 @@ _DOC_ARGS = """
         t.detach().numpy()), any float dtype (float64, float32, float16; bfloat16 as an
         ml_dtypes bfloat16 array or as uint16 bit patterns), any strides (passed to C as
         they are; only negative or misaligned strides are copied). Layout "bshd" (default,
+        any case: "BSHD" too;
         flash_attn_func): q [B, S, Hq, D], k [B, T, Hkv, D], v [B, T, Hkv, Dv]. Layout
         "bhsd" (scaled_dot_product_attention): q [B, Hq, S, D], k [B, Hkv, T, D],
         v [B, Hkv, T, Dv]. 3-D arrays drop B (B = 1); the outputs then drop it too.
@@ -403,38 +703,52 @@ _DOC_ARGS = """
         first T_b keys: finite "minus large" masks as in JAX).
     empty_lse: that row's LSE: "neg_inf" (default), "pos_inf" (FlashAttention-2's kernel),
         "zero" (PyTorch's CPU flash kernel).
-    dtype: output dtype, "float32" (default), "float64", "float16" or "bfloat16" (returned
-        as uint16 bit patterns: o.view(ml_dtypes.bfloat16), or
-        torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)).
+    dtype: output dtype: None (default) follows the inputs: the widest float type of q, k
+        and v (float64 if any is float64, else float32 if any is float32 or float16 meets
+        bfloat16, else their 16-bit type), as NumPy and torch promote them; or "float64",
+        "float32", "float16" or "bfloat16" (returned as uint16 bit patterns:
+        o.view(ml_dtypes.bfloat16), or torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)).
     weights: also return P [B, Hq, S, T].
     threads: worker threads (0: all cores); results do not depend on it.
 
     Returns (O, LSE) or (O, LSE, P): O in the input layout ([B, S, Hq, Dv] for "bshd",
     [B, Hq, S, Dv] for "bhsd"), LSE [B, Hq, S] (natural log; flash_attn's softmax_lse), P
     [B, Hq, S, T]. Errors: ValueError for bad shapes or options, TypeError for dtypes, with
-    the CLI's sentences (smattn_status_str)."""
+    the CLI's sentences (smattn_status_str); integers that do not fit the C field they go
+    to (window, threads, kv_lens) are an OverflowError, never wrapped; floats, strings and
+    bools are not integers (TypeError)."""
 
 
 def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
               bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
-              empty_lse="neg_inf", dtype="float32", weights=False, layout="bshd",
-              threads=0, is_causal=None, attn_mask=None, softmax_scale=None,
+              empty_lse="neg_inf", dtype=None, weights=False, layout="bshd",
+              threads=0, progress=None, is_causal=None, attn_mask=None, softmax_scale=None,
               window_size=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size)
-    return _run("ref", q, k, v, dtype, weights, threads, None, kw)
+    return _run("ref", q, k, v, dtype, weights, threads, None, kw, progress)
 
+
+_DOC_PROGRESS = """
+    progress: the oracle takes seconds to minutes on large problems (S = T = 512, 28 heads,
+        D = 128: about half a minute). None (default): a line "smattn.reference: 42% (about
+        20 s left)" on stderr when it is a terminal and the call has run a second; True:
+        that line always; False: nothing; a callable: called as progress(done, total) from
+        the calling thread (total = B Hq S T key slots; done never decreases; the last call
+        has done == total). Ctrl-C (KeyboardInterrupt) stops the call within a fraction of a
+        second: large calls run in a worker thread, query heads at a time.
+"""
 
 reference.__doc__ = """The exact oracle (smattn_ref): every output is the exact value of
     SPEC 4 rounded once to `dtype`.
-""" + _DOC_ARGS
+""" + _DOC_ARGS + _DOC_PROGRESS
 
 
 def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
               bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
-              empty_lse="neg_inf", dtype="float32", weights=False, layout="bshd",
+              empty_lse="neg_inf", dtype=None, weights=False, layout="bshd",
               threads=0, isa=None, is_causal=None, attn_mask=None, softmax_scale=None,
               window_size=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
@@ -446,9 +760,65 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
 
 attention.__doc__ = """The fast kernel (smattn_attention: SIMD flash-attention tiles, a
     thread pool), within the SPEC 6 bound of its model (check(..., precision="opt")).
-    Takes float32 q, bias and sinks, float32/float16/bfloat16 k and v, float32 outputs
-    (anything else: TypeError). isa: None, "scalar", "avx2" or "avx512".
+    Takes q, k, v, bias and sinks in float32, float16 or bfloat16, in any mix (read exactly
+    into binary32), and gives O, LSE and P in float32, float16 or bfloat16 (rounded once
+    from its float32 result); float64 anywhere is a TypeError. isa: None, "scalar", "avx2"
+    or "avx512".
 """ + _DOC_ARGS
+
+
+def reference_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
+                      bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
+                      empty_lse="neg_inf", dtype=None, threads=0, progress=None,
+                      is_causal=None, attn_mask=None):
+    """The exact oracle of the softmax op (SPEC 2, smattn_ref with op softmax): P and LSE
+    of the rows of scale * x (softcapped, plus bias), with every visibility rule and
+    convention of attention. x: [B, Hq, S, T] scores (3-D: [Hq, S, T]); scale: default 1.
+    Returns (P [B, Hq, S, T], LSE [B, Hq, S]) rounded once to dtype (None: x's type). The
+    other arguments are those of reference()."""
+    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
+              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
+              empty_lse=empty_lse, is_causal=is_causal, attn_mask=attn_mask)
+    return _run("ref_softmax", x, None, None, dtype, True, threads, None, kw, progress)
+
+
+def _visibility(b):
+    """SPEC 3.1-3.3 and the bool mask of 3.5 (smattn_visible, vectorised): bool [B, Hq, S,
+    T], True where key j is visible to row (b, h, i) before the bias (a -inf bias, and for
+    softmax an x of -inf, hide keys too: SPEC 3.5) and before any data-dependent masking."""
+    p = b.prob
+    i = np.arange(b.S, dtype=np.int64)[:, None]
+    j = np.arange(b.T, dtype=np.int64)[None, :]
+    out = np.empty((b.B, b.Hq, b.S, b.T), dtype=bool)
+    kv, ql = b.lens
+    for bb in range(b.B):
+        Tb = b.T if kv is None else int(kv[bb])
+        Sb = b.S if ql is None else int(ql[bb])
+        d = i if p.causal == 2 else i + (Tb - Sb)  # the diagonal of SPEC 3.1
+        vis = (j < Tb) & (i < Sb)
+        if p.causal:
+            vis = vis & (j <= d)
+        if p.window_left >= 0:
+            vis = vis & (j >= d - p.window_left)
+        if p.window_right >= 0:
+            vis = vis & (j <= d + p.window_right)
+        out[bb] = vis
+    if b.visible_mask is not None:
+        out &= b.visible_mask
+    return out
+
+
+def visible(q, k, v, **problem):
+    """Which keys each query row sees (SPEC 3, smattn_visible): bool [B, Hq, S, T] (3-D
+    inputs: [Hq, S, T]), True where key j is visible to query i of batch b, head h under
+    causal, window, kv_lens, q_lens and the bool mask; the bias is not applied (add it, as
+    SPEC 3.5 says a -inf bias hides a key). For a kernel that takes a mask or an additive
+    bias only: mask=visible(...), or bias=np.where(visible(...), 0, -np.inf) plus the
+    problem's own bias. A row with no True is an empty row (SPEC 3.4): its output follows
+    empty_rows, not the mask. problem: the arguments of reference() (layout included)."""
+    b = _build(q, k, v, **problem)
+    out = _visibility(b)
+    return out if b.batched else out[0]
 
 
 # ---- judging ---------------------------------------------------------------------------
@@ -471,7 +841,7 @@ class Report:
     worst: the element `reason` names (a failure) or the largest ratio (a pass). reason: the
     checker's one sentence ("" on a plain pass). unbounded: elements out of contract
     (finite exact value, bound +inf; SPEC 6.8), not judged. nonfinite: NaN or infinity
-    where the spec has a finite value."""
+    where the spec has a finite value. mismatched: judged elements beyond their bound."""
     passed: bool
     max_ratio: float
     max_ulp: float
@@ -480,6 +850,7 @@ class Report:
     nonfinite: int
     reason: str
     worst: Optional[Element]
+    mismatched: int = 0
 
     def __bool__(self):
         return self.passed
@@ -493,6 +864,7 @@ class Report:
 
 _PRECISION_NAMES = {"float64": F64, "f64": F64, "float32": F32, "f32": F32, "float16": F16,
                     "f16": F16, "bfloat16": BF16, "bf16": BF16}
+_PRECISION_INTS = ("blocks", "acc_len")  # int64 fields; the others are doubles
 
 
 def _precision(precision, prob):
@@ -512,11 +884,15 @@ def _precision(precision, prob):
             if key not in dict(_lib.Precision._fields_):
                 raise ValueError("precision: unknown field %r (fields: %s)"
                                  % (key, ", ".join(f for f, _ in _lib.Precision._fields_)))
-            try:
-                setattr(pm, key, val)
-            except TypeError:
-                raise TypeError("precision: %s %r is not a number of the field's type"
-                                % (key, val)) from None
+            # checked here, not by ctypes: it would wrap 2**64 + 1 to 1 and take True as 1
+            if key in _PRECISION_INTS:
+                try:
+                    val = _integer(val, "precision: " + key, 64)
+                except TypeError:
+                    raise TypeError("precision: %s %r is not an integer" % (key, val)) from None
+            else:
+                val = _number(val, "precision: " + key)
+            setattr(pm, key, val)
         _precision_check(pm)
         return pm
     raise ValueError("precision %r: want 'float32', 'float16', 'bfloat16', 'float64', 'opt' "
@@ -556,15 +932,8 @@ def _got(b, arr, name, shape, axes):
     return _aligned(np.ascontiguousarray(np.transpose(a, axes))), code
 
 
-def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, causal=None,
-          window=None, kv_lens=None, q_lens=None, bias=None, mask=None, sinks=None,
-          softcap=0, empty_rows="zero", empty_lse="neg_inf", layout="bshd", is_causal=None,
-          attn_mask=None, softmax_scale=None, window_size=None):
-    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
-              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
-              empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size)
-    b = _build(q, k, v, **kw)
+def _judge(b, o, lse, p, precision):
+    """The checker (conform_judge) on the caller's outputs of problem b: a Report."""
     so, sl, sp = _shapes(b)
     got = _lib.Outputs()
     keep = []
@@ -575,6 +944,10 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
         if arr is None:
             continue
         a, code = _got(b, arr, name, shape, axes)
+        # An output that shares memory with an input (a kernel that works in place, O
+        # written over Q) is judged on a copy: the checker reads the inputs as they are now.
+        if any(isinstance(x, np.ndarray) and np.may_share_memory(a, x) for x in b.keep + keep):
+            a = a.copy()
         keep.append(a)
         t.data = a.ctypes.data
         t.dtype = code
@@ -606,29 +979,146 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
             idx = idx[1:]
         worst = Element(name, idx, r.worst_got, r.worst_exact, r.worst_bound)
     return Report(r.status == 0, r.max_ratio, r.max_ulp, int(r.elements), int(r.unbounded),
-                  int(r.nonfinite), reason, worst)
+                  int(r.nonfinite), reason, worst, int(r.mismatched))
+
+
+# A failure this far beyond the bound, with finite outputs, looks like outputs read in the
+# wrong order (a layout mistake gives errors of the size of the values, 1e6-1e9 bounds).
+_LAYOUT_HINT_RATIO = 1e3
+
+
+
+def _other_layout(q, k, v, o, lse, p, kw):
+    """The other layout's name if the arrays make a valid problem read in it, with the
+    outputs' shapes of that problem (checked, not judged: judging again could take as long
+    as the check); None if not."""
+    here = _layout(kw.get("layout", "bshd"))
+    other = "bhsd" if here == "bshd" else "bshd"
+    try:
+        b2 = _build(q, k, v, **dict(kw, layout=other))
+        so, sl, sp = _shapes(b2)
+        for arr, shape in ((o, so), (lse, sl), (p, sp)):
+            if arr is not None and tuple(np.shape(arr)) != shape:
+                return None
+        out2, *held = _outputs(b2, "float32", False)  # held: the arrays out2 points into
+        st = _lib.validate(ctypes.byref(b2.prob), ctypes.byref(b2.inputs), ctypes.byref(out2))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return other if st == 0 else None
+
+
+def _layout_hint(other):
+    here = "bhsd" if other == "bshd" else "bshd"
+    what = {"bhsd": "[B, H, S, D] as torch's scaled_dot_product_attention takes them",
+            "bshd": "[B, S, H, D] as flash_attn_func takes them"}
+    return ("; is the layout wrong? These arrays also make a valid problem read as "
+            "layout=%r (%s): if that is how they are laid out, pass layout=%r (this check "
+            "read them as layout=%r, %s)" % (other, what[other], other, here, what[here]))
+
+
+def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, causal=None,
+          window=None, kv_lens=None, q_lens=None, bias=None, mask=None, sinks=None,
+          softcap=0, empty_rows="zero", empty_lse="neg_inf", layout="bshd", is_causal=None,
+          attn_mask=None, softmax_scale=None, window_size=None):
+    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
+              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
+              empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
+              softmax_scale=softmax_scale, window_size=window_size)
+    b = _build(q, k, v, **kw)
+    if o is None:
+        raise TypeError("o: None; want the kernel's O (check judges O, and LSE and P when "
+                        "given)")
+    try:
+        r = _judge(b, o, lse, p, precision)
+    except ValueError as e:  # an output's shape: is it the other layout's?
+        other = _other_layout(q, k, v, o, lse, p, kw) if " shape " in str(e) else None
+        if other is None:
+            raise
+        raise ValueError(str(e) + _layout_hint(other)) from None
+    # A failure far beyond the bound with finite outputs, in arrays that also make a problem
+    # in the other layout: a layout mistake gives errors of the size of the values.
+    if not r.passed and not r.nonfinite and r.max_ratio > _LAYOUT_HINT_RATIO:
+        other = _other_layout(q, k, v, o, lse, p, kw)
+        if other is not None:
+            r = Report(r.passed, r.max_ratio, r.max_ulp, r.elements, r.unbounded, r.nonfinite,
+                       r.reason + _layout_hint(other), r.worst, r.mismatched)
+    return r
 
 
 check.__doc__ = """Judge a kernel's outputs against the exact oracle under the SPEC 6 error
     bound of a precision model (conform/judge.c, the judge of `smattn conform`).
 
     o: the kernel's O in the layout of q (see below); lse [B, Hq, S] and p [B, Hq, S, T]:
-    optional, judged too when given. Any float dtype. precision: the kernel model the bound
+    optional, judged too when given. Any float dtype; an output that overlaps an input (a
+    kernel that works in place) is judged on a copy. precision: the kernel model the bound
     assumes: "float32" (default: binary32 arithmetic, exp within 4 ulps, one block, serial
     sums), "float16", "bfloat16", "float64", "opt" (smattn.attention's model), a dict of
-    smattn_precision fields, or smattn.precision(...). The problem's arguments are those of
-    reference(), and must describe the call the kernel made.
+    smattn_precision fields, or smattn.precision(...). The bound replaces tolerances: there
+    is no rtol or atol. The problem's arguments are those of reference(), and must describe
+    the call the kernel made. A failure far beyond the bound whose arrays also make a valid
+    problem in the other layout says so in its reason.
 
     Returns a Report (truthy iff passed). Raises ValueError/TypeError for a bad problem or
     output shape, RuntimeError if the oracle fails (precision limit).
 """ + _DOC_ARGS.split("    dtype:")[0]
 
 
+def check_softmax(p, x, *, lse=None, precision="float32", scale=None, causal=None,
+                  window=None, kv_lens=None, q_lens=None, bias=None, mask=None, sinks=None,
+                  softcap=0, empty_rows="zero", empty_lse="neg_inf", is_causal=None,
+                  attn_mask=None):
+    """Judge a softmax kernel's P [B, Hq, S, T] (and LSE [B, Hq, S]) for scores x [B, Hq,
+    S, T] (3-D: no B) against the exact oracle, as check() does for attention (the
+    battery's softmax cases: Case.check). The arguments are those of reference_softmax()."""
+    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
+              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
+              empty_lse=empty_lse, is_causal=is_causal, attn_mask=attn_mask)
+    b = _build_softmax(x, **kw)
+    if p is None:
+        raise TypeError("p: None; want the kernel's P (check_softmax judges P, and LSE when "
+                        "given)")
+    return _judge(b, None, lse, p, precision)
+
+
+_CHECK_ARGS = frozenset(("lse", "p", "precision", "scale", "causal", "window", "kv_lens",
+                         "q_lens", "bias", "mask", "sinks", "softcap", "empty_rows",
+                         "empty_lse", "layout", "is_causal", "attn_mask", "softmax_scale",
+                         "window_size"))
+
+
+def _mismatch_message(r, msg):
+    """assert_close's message, laid out as torch.testing.assert_close's: the checker's
+    reason, then how many elements are beyond their bound and the worst one."""
+    judged = r.elements - r.unbounded
+    lines = [(msg + ": " if msg else "") + r.reason, "",
+             "Mismatched elements: %d / %d (%.1f%%)"
+             % (r.mismatched, judged, 100.0 * r.mismatched / judged if judged else 0.0)]
+    w = r.worst
+    if w is not None:
+        lines.append("Greatest error/bound ratio: %.4g at %s index %s: got %r, exact %r, "
+                     "bound %.3g" % (r.max_ratio, w.output, w.index, w.got, w.exact, w.bound))
+    if r.unbounded:
+        lines.append("Not judged: %d elements out of contract (SPEC 6.8)" % r.unbounded)
+    return "\n".join(lines)
+
+
 def assert_close(o, q, k, v, *, msg=None, **kw):
-    """check(o, q, k, v, **kw), raising AssertionError with the checker's one-sentence
-    reason when an element is outside its bound (as torch.testing.assert_close does).
-    msg: a prefix for the message. Returns the Report on success."""
+    """check(o, q, k, v, **kw), raising AssertionError when an element is outside its
+    bound, laid out as torch.testing.assert_close's message: the checker's one-sentence
+    reason, "Mismatched elements: k / n (x%)" and the worst element. msg: a prefix for the
+    first line. The SPEC 6 bound replaces tolerances: rtol and atol are refused (choose
+    the kernel model with precision= instead). Returns the Report on success."""
+    tol = sorted(set(kw) & {"rtol", "atol"})
+    if tol:
+        raise TypeError("assert_close() takes no %s: smattn judges each element against its "
+                        "SPEC 6 error bound, which replaces tolerances. Describe the kernel "
+                        "instead: precision='float16', 'bfloat16', 'opt', or "
+                        "smattn.precision('float32', blocks=32, u_p=2**-8) for an online "
+                        "softmax that rounds P to bfloat16" % " or ".join(tol))
+    unknown = sorted(set(kw) - _CHECK_ARGS)
+    if unknown:
+        raise TypeError("assert_close() got an unexpected keyword argument %r" % unknown[0])
     r = check(o, q, k, v, **kw)
     if not r.passed:
-        raise AssertionError((msg + ": " if msg else "") + r.reason)
+        raise AssertionError(_mismatch_message(r, msg))
     return r

@@ -8,54 +8,85 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _lib
-from ._api import _EMPTY, _EMPTY_LSE, check
+from . import _api, _lib
+from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
-              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv")
-_KV_DTYPE = {1: "float32", 2: "float16", 3: "bfloat16"}
+              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max")
+_DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16"}
 _EMPTY_NAME = {v: k for k, v in _EMPTY.items()}
 _EMPTY_LSE_NAME = {v: k for k, v in _EMPTY_LSE.items()}
 
 
 @dataclass
 class Case:
-    """One battery case. Call your kernel as kernel(case.q, case.k, case.v, **case.kwargs)
-    (or read case.kwargs and map them to your kernel's own arguments), then judge its O
-    (and LSE, P) with case.check(o, lse=...).
+    """One battery case. op "attention": call your kernel as kernel(case.q, case.k, case.v,
+    **case.kwargs) (or read case.kwargs and map them to your kernel's own arguments), then
+    judge its O (and LSE, P) with case.check(o, lse=...). op "softmax": x holds the scores
+    [B, Hq, S, T] (q, k, v are None); judge P (and LSE) with case.check(p=p, lse=...).
 
     name, category: as `smattn conform` prints them. q, k, v: in `layout` (BSHD by default);
     a "strides" case's rows are padded (pitch > D) and the padding holds NaN. kwargs: scale,
     causal ("lower_right", "upper_left" or None), window, kv_lens, q_lens, bias, mask,
     sinks, softcap: only those the case uses; empty_rows and empty_lse: always (the
     convention the case is judged by, SPEC 3.4). features: the capability names
-    of smattn_kernel.h the case needs (skip cases your kernel does not claim). kv_dtype:
-    the K/V dtype the case is about ("float16" cases give float16 k and v; "bfloat16"
-    cases give float32 arrays holding bfloat16 values exactly). garbage: invisible slots
-    (masked, padded, never-seen keys) hold NaN or infinity on purpose (SPEC 3.6)."""
+    of smattn_kernel.h the case needs (skip cases your kernel does not claim). kv_dtype,
+    q_dtype, out_dtype: the dtypes the case is about, for K and V, for Q (X), bias and
+    sinks, and for the outputs ("float32" unless it is a dtype case; a "float16" input is a
+    float16 array; "bfloat16" inputs are float32 arrays holding bfloat16 values exactly;
+    `smattn conform` asks a kernel for out_dtype outputs when it claims that dtype).
+    garbage: invisible slots (masked, padded, never-seen keys) hold NaN or infinity on
+    purpose (SPEC 3.6). visible(): which keys each row sees."""
     name: str
     category: str
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
+    q: Optional[np.ndarray]
+    k: Optional[np.ndarray]
+    v: Optional[np.ndarray]
     kwargs: Dict[str, Any]
     features: List[str]
     kv_dtype: str
     garbage: bool
     layout: str = "bshd"
     seed: int = 0
+    op: str = "attention"
+    x: Optional[np.ndarray] = None
+    q_dtype: str = "float32"
+    out_dtype: str = "float32"
     _extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def check(self, o, lse=None, p=None, precision="float32", **overrides):
-        """check(o, self.q, self.k, self.v, layout=self.layout, **self.kwargs)."""
+    def check(self, o=None, lse=None, p=None, precision="float32", **overrides):
+        """check(o, self.q, self.k, self.v, layout=self.layout, **self.kwargs); for a
+        softmax case check_softmax(p, self.x, **self.kwargs)."""
         kw = dict(self.kwargs, **overrides)
+        if self.op == "softmax":
+            if o is not None:
+                raise TypeError("%s is a softmax case: it has no O; pass the kernel's P as "
+                                "p= (and LSE as lse=)" % self.name)
+            return check_softmax(p, self.x, lse=lse, precision=precision, **kw)
         return check(o, self.q, self.k, self.v, lse=lse, p=p, precision=precision,
                      layout=self.layout, **kw)
 
+    def visible(self):
+        """bool [B, Hq, S, T]: True where key j is visible to row (b, h, i) under the case's
+        causal, window, kv_lens, q_lens and mask (SPEC 3.1-3.3, 3.5's bool mask; the C
+        library's smattn_visible), so that a kernel that takes only a mask or an additive
+        bias need not rebuild those rules: pass mask=case.visible(), or add
+        np.where(case.visible(), 0, -np.inf) to the case's bias (a -inf bias entry hides
+        its key as well, SPEC 3.5). Rows with no visible key are empty rows: their output
+        follows kwargs["empty_rows"] (SPEC 3.4), whatever the mask gives."""
+        kw = {n: self.kwargs[n] for n in ("causal", "window", "kv_lens", "q_lens", "mask")
+              if n in self.kwargs}
+        if self.op == "softmax":
+            b = _api._build_softmax(self.x, **kw)
+        else:
+            b = _api._build(self.q, self.k, self.v, layout=self.layout, **kw)
+        return _api._visibility(b)
+
     def __repr__(self):
-        return "Case(%s, q%s k%s v%s, %s)" % (self.name, tuple(self.q.shape),
-                                               tuple(self.k.shape), tuple(self.v.shape),
-                                               ", ".join(self.features) or "plain")
+        ins = ("x%s" % (tuple(self.x.shape),) if self.op == "softmax" else
+               "q%s k%s v%s" % (tuple(self.q.shape), tuple(self.k.shape), tuple(self.v.shape)))
+        return "Case(%s, %s%s, %s)" % (self.name, "softmax " if self.op == "softmax" else "",
+                                       ins, ", ".join(self.features) or "plain")
 
 
 def _array(t, count, shape, dtype):
@@ -94,26 +125,32 @@ def _cast(t, dtype):
 
 
 def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None,
-          categories=None):
-    """Yield the battery's attention cases (conform/battery.c: the golden vectors of SPEC 8,
-    edge cases by category, random prefill / chunked / decode sweeps) as Case objects.
+          regressions=None, categories=None):
+    """Yield the battery of `smattn conform --suite SUITE --seed SEED`, case for case and in
+    its order, as Case objects: the golden vectors of SPEC 8, the fuzzer finds (category
+    "regressions"), edge cases by category, random prefill / chunked / decode sweeps, and
+    the softmax op's cases (op "softmax": skip them if your kernel does attention only, as
+    `smattn conform` does for a kernel without smattn_plugin_softmax).
 
-    suite: "quick" (what `make demo` runs) or "full"; seed: the sweeps' seed (as `smattn
-    conform --seed`). dtype: the dtype of q, bias and sinks, and of k and v except in the
-    dtype cases ("float32" default, "float64" for the battery's exact binary64 values, or
-    "float16"). layout: "bshd" or "bhsd" (views, no copy). vectors: the golden vectors'
-    directory (default: found in the source tree or the installed share/smattn/vectors).
-    categories: only cases of these categories (e.g. ["causal", "gqa"]). The battery's
-    softmax-op cases are left out (the package has no softmax entry point)."""
-    if layout not in ("bshd", "bhsd"):
-        raise ValueError("layout %r: want 'bshd' or 'bhsd'" % (layout,))
+    suite: "quick" (what `make demo` and the CI example run) or "full"; seed: the sweeps'
+    seed (as `smattn conform --seed`, an integer in [0, 2**64)). dtype: the dtype of q (x),
+    bias and sinks, and of k and v, where the case does not name another ("float32"
+    default, "float64" for the battery's exact binary64 values, or "float16"). layout:
+    "bshd" or "bhsd", any case (views, no copy). vectors, regressions: the golden vectors'
+    and the fuzzer finds' directories ("" for none; default: found in the source tree, the
+    wheel, or the installed share/smattn, as `smattn conform` finds them). categories: only
+    cases of these categories (e.g. ["causal", "gqa"])."""
+    layout = _layout(layout)
     if dtype not in ("float64", "float32", "float16"):
         raise TypeError("dtype %r: want 'float64', 'float32' or 'float16'" % (dtype,))
+    seed = _integer(seed, "seed", 64, signed=False)
     shim = _lib.shim()
     vdir = vectors if vectors is not None else _lib.vectors_dir()
+    rdir = regressions if regressions is not None else _lib.regressions_dir()
     err = ctypes.create_string_buffer(512)
-    bat = shim.smattn_py_battery_new(str(suite).encode(), int(seed) & (2**64 - 1),
-                                     vdir.encode() if vdir else None, err, 512)
+    bat = shim.smattn_py_battery_new(str(suite).encode(), seed,
+                                     None if vdir is None else vdir.encode(),
+                                     None if rdir is None else rdir.encode(), err, 512)
     if not bat:
         raise ValueError(err.value.decode(errors="replace"))
     try:
@@ -122,8 +159,6 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
             c = _lib.PyCase()
             if shim.smattn_py_battery_case(bat, idx, ctypes.byref(c)):
                 break
-            if c.prob.op != 0:
-                continue
             cat = c.category.decode()
             if categories is not None and cat not in categories:
                 continue
@@ -136,19 +171,28 @@ def _make_case(c, dtype, layout, seed):
     p = c.prob
     B, S, T, Hq, Hkv, D, Dv = p.B, p.S, p.T, p.Hq, p.Hkv, p.D, p.Dv
     cnt = list(c.count)
-    q = _array(c.in_.q, cnt[0], (B, S, Hq, D), np.float64)
-    k = _array(c.in_.k, cnt[1], (B, T, Hkv, D), np.float64)
-    v = _array(c.in_.v, cnt[2], (B, T, Hkv, Dv), np.float64)
+    softmax = p.op == 1
     bias = _array(c.in_.bias, cnt[4], (B, Hq, S, T), np.float64)
     mask = _array(c.in_.mask, cnt[5], (B, Hq, S, T), np.bool_)
     sinks = _array(c.in_.sinks, cnt[6], (Hq,), np.float64)
-    kvd = _KV_DTYPE.get(c.kv_dtype, "float32")
+    kvd = _DTYPE_NAME.get(c.kv_dtype, "float32")
+    qd = _DTYPE_NAME.get(c.q_dtype, "float32")
+    outd = _DTYPE_NAME.get(c.out_dtype, "float32")
+    # what `smattn conform` hands a kernel (conform_case_materialise): Q, X, bias and sinks
+    # in the case's q dtype, K and V in its kv dtype; float32 there means "the caller's"
+    q_cast = dtype if qd == "float32" else qd
     kv_cast = dtype if kvd == "float32" else kvd
-    q, bias, sinks = (_cast(x, dtype) for x in (q, bias, sinks))
-    k, v = _cast(k, kv_cast), _cast(v, kv_cast)
+    bias, sinks = (_cast(a, q_cast) for a in (bias, sinks))
     mask = _cast(mask, np.bool_)
-    if layout == "bhsd":
-        q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
+    q = k = v = x = None
+    if softmax:
+        x = _cast(_array(c.in_.x, cnt[3], (B, Hq, S, T), np.float64), q_cast)
+    else:
+        q = _cast(_array(c.in_.q, cnt[0], (B, S, Hq, D), np.float64), q_cast)
+        k = _cast(_array(c.in_.k, cnt[1], (B, T, Hkv, D), np.float64), kv_cast)
+        v = _cast(_array(c.in_.v, cnt[2], (B, T, Hkv, Dv), np.float64), kv_cast)
+        if layout == "bhsd":
+            q, k, v = (np.swapaxes(a, 1, 2) for a in (q, k, v))
     kw = {"scale": p.scale}
     if p.causal:
         kw["causal"] = "lower_right" if p.causal == 1 else "upper_left"
@@ -167,4 +211,5 @@ def _make_case(c, dtype, layout, seed):
     kw["empty_lse"] = _EMPTY_LSE_NAME[p.empty_lse]
     feats = [n for bit, n in enumerate(_CAP_NAMES) if c.caps & (1 << bit)]
     return Case(c.name.decode(), c.category.decode(), q, k, v, kw, feats, kvd,
-                bool(c.garbage), layout, seed)
+                bool(c.garbage), layout, seed, "softmax" if softmax else "attention", x, qd,
+                outd)

@@ -78,17 +78,19 @@ class OptConfig(ctypes.Structure):
 class PyResult(ctypes.Structure):  # smattn_py_result, python/_smattn_shim.c
     _fields_ = [("status", ctypes.c_int), ("worst_out", ctypes.c_int), ("max_ratio", c_dbl),
                 ("max_ulp", c_dbl), ("unbounded", c_i64), ("nonfinite", c_i64),
-                ("elements", c_i64), ("worst_ix", c_i64 * 4), ("worst_got", c_dbl),
-                ("worst_exact", c_dbl), ("worst_bound", c_dbl), ("reason", ctypes.c_char * 512)]
+                ("elements", c_i64), ("mismatched", c_i64), ("worst_ix", c_i64 * 4),
+                ("worst_got", c_dbl), ("worst_exact", c_dbl), ("worst_bound", c_dbl),
+                ("reason", ctypes.c_char * 512)]
 
 
 class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
     _fields_ = [("name", ctypes.c_char_p), ("category", ctypes.c_char_p), ("prob", Problem),
                 ("in_", Inputs), ("count", c_i64 * 7), ("kv_dtype", ctypes.c_int),
+                ("q_dtype", ctypes.c_int), ("out_dtype", ctypes.c_int),
                 ("garbage", ctypes.c_int), ("strided", ctypes.c_int), ("caps", ctypes.c_uint32)]
 
 
-_SHIM_ABI = 1
+_SHIM_ABI = 2
 _P = ctypes.POINTER
 
 
@@ -132,6 +134,12 @@ problem_default = _proto("smattn_problem_default", Problem)
 validate = _proto("smattn_validate", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs))
 ref = _proto("smattn_ref", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs), _P(RefConfig),
              ctypes.c_void_p)
+# smattn_progress_fn: (done, total, arg), called from the thread that called smattn_ref_progress
+ProgressFn = ctypes.CFUNCTYPE(None, c_i64, c_i64, ctypes.c_void_p)
+ref_progress = _proto("smattn_ref_progress", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs),
+                      _P(RefConfig), ctypes.c_void_p, ProgressFn, ctypes.c_void_p)
+visible = _proto("smattn_visible", ctypes.c_int, _P(Problem), _P(Inputs), c_i64, c_i64, c_i64,
+                 c_i64)
 attention = _proto("smattn_attention", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs),
                    _P(OptConfig))
 precision_of = _proto("smattn_precision_of", Precision, ctypes.c_int)
@@ -187,7 +195,7 @@ def shim():
                                       ctypes.c_int, _P(PyResult)]
         s.smattn_py_battery_new.restype = ctypes.c_void_p
         s.smattn_py_battery_new.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
-                                            ctypes.c_char_p, ctypes.c_size_t]
+                                            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         s.smattn_py_battery_size.restype = c_i64
         s.smattn_py_battery_size.argtypes = [ctypes.c_void_p]
         s.smattn_py_battery_case.restype = ctypes.c_int
@@ -201,18 +209,31 @@ def shim():
                       % "; ".join(tried))
 
 
-def vectors_dir():
-    """The golden vectors' directory for the battery, or None (then the battery has none)."""
+def _data_dir(env, source, bundled, recorded):
+    """The first directory of: $env, $SMATTN_ROOT/source, the source tree's source, the
+    wheel's bundled copy, the path make install-python recorded; None if none is."""
+    if os.environ.get(env):
+        return os.environ[env]
     c = []
-    if os.environ.get("SMATTN_VECTORS"):
-        return os.environ["SMATTN_VECTORS"]
     if os.environ.get("SMATTN_ROOT"):
-        c.append(os.path.join(os.environ["SMATTN_ROOT"], "spec", "vectors"))
-    c.append(os.path.join(_REPO, "spec", "vectors"))
-    c.append(os.path.join(_HERE, "vectors"))
-    if _paths is not None:
-        c.append(_paths.VECTORS)
+        c.append(os.path.join(os.environ["SMATTN_ROOT"], source))
+    c.append(os.path.join(_REPO, source))
+    c.append(os.path.join(_HERE, bundled))
+    if _paths is not None and getattr(_paths, recorded, None):
+        c.append(getattr(_paths, recorded))
     for p in c:
         if os.path.isdir(p):
             return p
     return None
+
+
+def vectors_dir():
+    """The golden vectors' directory for the battery, or None (then the battery has none)."""
+    return _data_dir("SMATTN_VECTORS", os.path.join("spec", "vectors"), "vectors", "VECTORS")
+
+
+def regressions_dir():
+    """The fuzzer finds' directory (conform/regressions), which `smattn conform` runs as the
+    category "regressions", or None (then the battery has none)."""
+    return _data_dir("SMATTN_REGRESSIONS", os.path.join("conform", "regressions"),
+                     "regressions", "REGRESSIONS")

@@ -112,3 +112,64 @@ def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=No
             if empty_lse != "neg_inf":
                 lse = np.where(empty, np.inf if empty_lse == "pos_inf" else 0.0, lse)
         return o.astype(np.float32), lse.astype(np.float32)  # may overflow: +-inf
+
+
+def numpy_softmax(x, *, scale=1.0, causal=None, window=None, kv_lens=None, q_lens=None,
+                  bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
+                  empty_lse="neg_inf", visible=None):
+    """The softmax op (SPEC 2, 4.1-4.2) in binary64: P [B,Hq,S,T] and LSE [B,Hq,S] as
+    float32, for scores x [B,Hq,S,T]. visible: the bool [B,Hq,S,T] of Case.visible(), used
+    instead of rebuilding causal, window, lengths and mask here."""
+    x = np.asarray(x, dtype=np.float64)
+    B, Hq, S, T = x.shape
+    assert visible is not None, "give visible= (Case.visible())"
+    vis = np.array(visible, dtype=bool)
+    with np.errstate(all="ignore"):
+        vis &= x != -np.inf  # x = -inf hides the key whatever the scale (SPEC 3.5)
+        s = x * scale
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        if bias is not None:
+            bias = np.asarray(bias, dtype=np.float64)
+            vis &= bias != -np.inf
+            s = s + bias
+        # x NaN or +inf, a NaN or +inf bias at a visible key: the row is NaN (SPEC 4.2)
+        poison = (vis & (np.isnan(x) | (x == np.inf))).any(axis=-1)
+        if bias is not None:
+            poison |= (vis & (np.isnan(bias) | (bias == np.inf))).any(axis=-1)
+        s = np.where(vis, s, -np.inf)
+        # a finite x * scale beyond binary64 is still a finite real (SPEC 4.4): such rows
+        # are out of contract for a binary64 kernel, and the judge does not judge them
+        mx = s.max(axis=-1)
+        snk = None
+        if sinks is not None:
+            snk = np.asarray(sinks, dtype=np.float64)[None, :, None]
+            poison |= np.isnan(snk) | (snk == np.inf)
+            mx = np.maximum(mx, np.where(snk == -np.inf, -np.inf, snk))
+        mxs = np.where(np.isfinite(mx), mx, 0.0)
+        e = np.where(vis, np.exp(s - mxs[..., None]), 0.0)
+        den = e.sum(axis=-1)
+        if snk is not None:
+            den = den + np.where(snk == -np.inf, 0.0, np.exp(snk - mxs))
+        p = np.where(den[..., None] != 0, e / np.where(den != 0, den, 1)[..., None], 0.0)
+        lse = np.log(den) + mxs
+        # a finite x * scale beyond binary64 (+inf here): the weight goes to those keys,
+        # shared equally, as the exact softmax's limit; the LSE overflows
+        over = (mx == np.inf) & ~poison
+        top = vis & (s == np.inf)
+        p = np.where(over[..., None], top / np.maximum(top.sum(axis=-1), 1)[..., None], p)
+        lse = np.where(over, np.inf, lse)
+        p = np.where(poison[..., None] & vis, np.nan, p)
+        lse = np.where(poison, np.nan, lse)
+        empty = (den == 0) & ~poison  # no visible key and no sink (SPEC 3.4)
+        Tb = np.full(B, T) if kv_lens is None else np.asarray(kv_lens)
+        j = np.arange(T)[None, :]
+        for b in range(B):
+            eb = empty[b][..., None]
+            if empty_rows == "nan":
+                p[b] = np.where(eb, np.nan, p[b])
+            elif empty_rows == "mean":
+                p[b] = np.where(eb, np.where(j < Tb[b], 1.0 / max(int(Tb[b]), 1), 0.0), p[b])
+        if empty_lse != "neg_inf":
+            lse = np.where(empty, np.inf if empty_lse == "pos_inf" else 0.0, lse)
+        return p.astype(np.float32), lse.astype(np.float32)

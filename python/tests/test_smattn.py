@@ -13,7 +13,7 @@ import smattn
 from smattn import _api
 
 sys.path.insert(0, os.path.dirname(__file__))
-from kernels import numpy_attention  # noqa: E402
+from kernels import numpy_attention, numpy_softmax  # noqa: E402
 
 ROOT = os.environ.get("SMATTN_ROOT") or os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))
@@ -200,7 +200,7 @@ def test_report_names_the_element():
     assert str(r) == "fail: " + r.reason
     with pytest.raises(AssertionError) as e:
         smattn.assert_close(bad, qt, kt, vt, layout="bhsd", causal=True, msg="my kernel")
-    assert str(e.value) == "my kernel: " + r.reason
+    assert str(e.value).split("\n")[0] == "my kernel: " + r.reason
 
 
 def test_precision_models():
@@ -220,14 +220,26 @@ def test_precision_models():
 
 # ---- the battery: a NumPy kernel judged case by case ----------------------------------------
 
+def _softmax_of(case):
+    """numpy_softmax on a softmax case, the visibility rules from case.visible()."""
+    kw = {n: a for n, a in case.kwargs.items() if n not in ("causal", "window", "q_lens",
+                                                             "mask")}
+    return numpy_softmax(case.x, visible=case.visible(), **kw)
+
+
 def test_numpy_kernel_passes_the_battery():
     n, cats = 0, set()
     for case in smattn.cases("quick"):
-        o, lse = numpy_attention(case.q, case.k, case.v, **case.kwargs)
-        r = case.check(o, lse=lse)
+        if case.op == "softmax":
+            p, lse = _softmax_of(case)
+            r = case.check(p=p, lse=lse)
+        else:
+            o, lse = numpy_attention(case.q, case.k, case.v, **case.kwargs)
+            r = case.check(o, lse=lse)
         assert r.passed, "%s: %s" % (case.name, r.reason)
         n, cats = n + 1, cats | {case.category}
-    assert n >= 60 and {"causal", "gqa", "empty_rows", "strides", "decode"} <= cats
+    assert n >= 60 and {"causal", "gqa", "empty_rows", "strides", "decode", "softmax",
+                        "regressions"} <= cats
 
 
 def test_cases_carry_their_conventions():
@@ -271,6 +283,8 @@ BUGGY = [
 def test_buggy_numpy_kernel_fails_with_its_reason(bug, category, sentence):
     failed = []
     for case in smattn.cases("quick", categories=[category] if category else None):
+        if case.op != "attention":
+            continue
         o, lse = numpy_attention(case.q, case.k, case.v, bug=bug, **case.kwargs)
         r = case.check(o, lse=lse)
         if not r.passed:
@@ -284,7 +298,7 @@ def test_empty_nan_reason_exact():
     o, lse = numpy_attention(q, k, v, causal="lower_right", bug="empty_nan")
     with pytest.raises(AssertionError, match=r"^empty row \(no visible key, no sink\): "
                                              r"O\[b=0,i=0,h=0,c=0\] expected \+0 \(zero "
-                                             r"convention\), got NaN$"):
+                                             r"convention\), got NaN\n"):
         smattn.assert_close(o, q, k, v, causal=True)
 
 
@@ -298,7 +312,10 @@ def test_cases_arrays_and_options():
     assert f16.k.dtype == np.float16 and f16.q.dtype == np.float32 and f16.kv_dtype == "float16"
     bf = by_name["dtype/kv_bf16"]
     assert bf.kv_dtype == "bfloat16" and not (np.asarray(bf.k).view(np.uint32) & 0xFFFF).any()
-    assert all(c.category != "softmax" for c in by_name.values())
+    sm = [c for c in by_name.values() if c.category == "softmax"]
+    assert sm and all(c.op == "softmax" and c.q is None and c.x.ndim == 4 for c in sm)
+    assert all(c.op == "attention" and c.x is None for c in by_name.values()
+               if c.category in ("gqa", "causal", "strides"))
     seeds = [[c.q.tobytes() for c in smattn.cases(seed=s, categories=["decode"])] for s in (0, 1)]
     assert seeds[0] != seeds[1]
     with pytest.raises(ValueError, match="unknown suite 'huge'"):
