@@ -105,9 +105,10 @@ void cli_check_isa_env(void)
     cli_error(NULL, msg);
 }
 
-/* The golden vectors: next to the executable (build/smattn -> spec/vectors in the source
- * tree; bin/smattn -> share/smattn/vectors in an installed tree), in SMATTN_DATADIR/vectors,
- * or under $SMATTN_ROOT (first found wins; `smattn conform`, `gen` and `demo` share it).
+/* The golden vectors: under $SMATTN_ROOT when set, next to the executable (build/smattn ->
+ * spec/vectors in the source tree; bin/smattn -> share/smattn/vectors in an installed
+ * tree), or in SMATTN_DATADIR/vectors (the first that holds something wins; `smattn
+ * conform`, `gen` and `demo` share it).
  * 0 with the directory in out, or -1 with where it looked. */
 int cli_find_vectors(char *out, size_t cap, char *looked, size_t lcap)
 {
