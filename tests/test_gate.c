@@ -144,7 +144,10 @@ static void record_pids(void)
     setenv("SMATTN_FIXTURE_PIDS", tmp("pids.txt"), 1);
 }
 
-/* A plugin that cannot be loaded: exit 2 at once, one line naming it, no report. */
+static int clean_utf8(const char *s, char *bad, size_t cap);
+
+/* A plugin that cannot be loaded: exit 2 at once, one line naming it, no report; what it
+ * printed (here a C1 control and a byte that is not UTF-8) shown escaped. */
 static void expect_unloadable(const char *mode, const char *needle)
 {
     record_pids();
@@ -156,6 +159,8 @@ static void expect_unloadable(const char *mode, const char *needle)
     ck_assert_msg(strstr(o.err, "cannot be loaded: "), "%s: stderr '%s'", mode, o.err);
     ck_assert_msg(strstr(o.err, needle), "%s: stderr '%s' lacks '%s'", mode, o.err, needle);
     ck_assert_msg(strchr(o.err, '\n') == o.err + strlen(o.err) - 1, "not one line: %s", o.err);
+    char bad[200];
+    ck_assert_msg(clean_utf8(o.err, bad, sizeof bad), "%s: stderr: %s", mode, bad);
     ck_assert_msg(access(tmp("r.json"), F_OK) != 0, "a report was written");
     ck_assert_msg(o.seconds < 10, "%s: took %.1f s", mode, o.seconds);
     expect_no_survivors();
@@ -177,7 +182,8 @@ END_TEST
 START_TEST(constructor_aborts)
 {
     expect_unloadable("ctor_abort", "died with signal 6 (Aborted) loading it (dlopen runs its "
-                                    "constructors); it printed: fixture: no licence found");
+                                    "constructors); it printed: fixture: no licence found "
+                                    "\\xc2\\x9b\\xff");
 }
 END_TEST
 
