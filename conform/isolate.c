@@ -153,15 +153,69 @@ typedef struct proc_ent {
     char state; /* /proc/PID/stat's letter: R, S, D, T (stopped), t, Z, X, ... */
 } proc_ent;
 
-/* Every process under this one (children, their children, ...), with its state, into a
- * growing array (*v, *cap); the count, or 0 if /proc cannot be read. One pass over /proc,
- * then the closure over parents: a process is listed whatever group or session it moved
- * to, and however deep (a sweep that follows only this process's own children reaches one
- * generation per round). */
-static size_t descendants(proc_ent **v, size_t *cap)
+/* What a sweep keeps between its scans of /proc. */
+typedef struct sweep_state {
+    proc_ent *v; /* the processes of a scan */
+    size_t cap;
+    unsigned char *under; /* a bit per pid: this process or one under it, in this scan */
+    size_t nbits;
+    pid_t *stopped; /* every pid sent SIGSTOP */
+    size_t nstopped, scap;
+} sweep_state;
+
+static int is_under(const sweep_state *s, pid_t p)
+{
+    return p > 0 && (size_t)p < s->nbits && (s->under[(size_t)p / 8] >> ((size_t)p % 8) & 1);
+}
+
+static void set_under(sweep_state *s, pid_t p)
+{
+    if (p <= 0)
+        return;
+    if ((size_t)p >= s->nbits) { /* a pid past pid_max as read at the start */
+        size_t nb = ((size_t)p + 1) * 2, old = (s->nbits + 7) / 8, now = (nb + 7) / 8;
+        unsigned char *u = realloc(s->under, now);
+        if (!u)
+            return;
+        memset(u + old, 0, now - old);
+        s->under = u, s->nbits = nb;
+    }
+    s->under[(size_t)p / 8] |= (unsigned char)(1u << ((size_t)p % 8));
+}
+
+static int stoppable(char st)
+{
+    return st != 'T' && st != 't' && st != 'Z' && st != 'X';
+}
+
+static void stop_one(sweep_state *s, pid_t p)
+{
+    (void)kill(p, SIGSTOP);
+    if (s->nstopped == s->scap) {
+        size_t nc = s->scap ? 2 * s->scap : 64;
+        pid_t *ns = realloc(s->stopped, nc * sizeof *ns);
+        if (!ns)
+            return;
+        s->stopped = ns, s->scap = nc;
+    }
+    s->stopped[s->nstopped++] = p;
+}
+
+/* Every process under this one (children, their children, ...) with its state as read,
+ * into s->v; the count, and in *running how many were neither stopped nor dead. One pass
+ * over /proc, then the closure over parents: a process is listed whatever group or session
+ * it moved to, and however deep (a sweep that follows only this process's own children
+ * reaches one generation per round). With stop, each one found running is sent SIGSTOP at
+ * once, as the pass reaches it: /proc lists pids in increasing order, so a parent is
+ * mostly met before its children, and a process that forks fast gets little time to. */
+static size_t descendants(sweep_state *s, int stop, size_t *running)
 {
     size_t n = 0;
+    *running = 0;
 #ifdef __linux__
+    if (s->under)
+        memset(s->under, 0, (s->nbits + 7) / 8);
+    set_under(s, getpid());
     DIR *d = opendir("/proc");
     struct dirent *de;
     while (d && (de = readdir(d))) {
@@ -184,39 +238,44 @@ static size_t descendants(proc_ent **v, size_t *cap)
         char st;
         if (!rp || sscanf(rp + 1, " %c %ld", &st, &ppid) != 2)
             continue;
-        if (n == *cap) {
-            size_t nc = *cap ? 2 * *cap : 256;
-            proc_ent *nv = realloc(*v, nc * sizeof *nv);
+        if (n == s->cap) {
+            size_t nc = s->cap ? 2 * s->cap : 256;
+            proc_ent *nv = realloc(s->v, nc * sizeof *nv);
             if (!nv)
                 break;
-            *v = nv, *cap = nc;
+            s->v = nv, s->cap = nc;
         }
-        (*v)[n++] = (proc_ent){(pid_t)p, (pid_t)ppid, st};
+        s->v[n++] = (proc_ent){(pid_t)p, (pid_t)ppid, st};
+        if (is_under(s, (pid_t)ppid)) {
+            set_under(s, (pid_t)p);
+            if (stop && stoppable(st))
+                stop_one(s, (pid_t)p);
+        }
     }
     if (d)
         closedir(d);
-    /* Keep those whose parent is this process or one kept already: move them to the
-     * front, pass after pass, until a pass adds none. */
-    pid_t self = getpid();
-    size_t kept = 0;
+    /* The closure: those met before their parent (pids wrap around), pass after pass until
+     * a pass adds none; then the ones under this process to the front. */
     for (int grew = 1; grew;) {
         grew = 0;
-        for (size_t k = kept; k < n; k++) {
-            int under = (*v)[k].ppid == self;
-            for (size_t j = 0; j < kept && !under; j++)
-                under = (*v)[j].pid == (*v)[k].ppid;
-            if (under) {
-                proc_ent t = (*v)[kept];
-                (*v)[kept++] = (*v)[k];
-                (*v)[k] = t;
+        for (size_t k = 0; k < n; k++)
+            if (!is_under(s, s->v[k].pid) && is_under(s, s->v[k].ppid)) {
+                set_under(s, s->v[k].pid);
+                if (stop && stoppable(s->v[k].state))
+                    stop_one(s, s->v[k].pid);
                 grew = 1;
             }
-        }
     }
+    size_t kept = 0;
+    for (size_t k = 0; k < n; k++)
+        if (is_under(s, s->v[k].pid) && s->v[k].pid != getpid()) {
+            *running += stoppable(s->v[k].state);
+            s->v[kept++] = s->v[k];
+        }
     n = kept;
 #else
-    (void)v;
-    (void)cap;
+    (void)s;
+    (void)stop;
 #endif
     return n;
 }
@@ -240,30 +299,12 @@ static void sleep_ms(double ms)
 static void sweep_orphans(void)
 {
     double t0 = now_seconds();
-    proc_ent *v = NULL;
-    size_t cap = 0;
-    pid_t *stopped = NULL;
-    size_t nstopped = 0, scap = 0;
+    sweep_state s;
+    memset(&s, 0, sizeof s);
     while (have_children() && now_seconds() - t0 < SWEEP_GIVE_UP_SECONDS) {
         while (waitpid(-1, NULL, WNOHANG) > 0) /* zombies: nothing to stop */
             ;
-        size_t n = descendants(&v, &cap);
-        size_t running = 0;
-        for (size_t k = 0; k < n; k++) {
-            char st = v[k].state;
-            if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
-                continue;
-            running++;
-            (void)kill(v[k].pid, SIGSTOP);
-            if (nstopped == scap) {
-                size_t nc = scap ? 2 * scap : 64;
-                pid_t *ns = realloc(stopped, nc * sizeof *ns);
-                if (ns)
-                    stopped = ns, scap = nc;
-            }
-            if (nstopped < scap)
-                stopped[nstopped++] = v[k].pid;
-        }
+        size_t running = 0, n = descendants(&s, 1, &running);
         if (n == 0) {
             /* Children, none of them found in /proc: it cannot be read (not Linux, or
              * mounted hidepid); the process group kills were all there was to do. */
@@ -276,7 +317,7 @@ static void sweep_orphans(void)
             continue;
         }
         for (size_t k = 0; k < n; k++)
-            (void)kill(v[k].pid, SIGKILL);
+            (void)kill(s.v[k].pid, SIGKILL);
         /* Reap what died (and the zombies handed up to us as their parents die). */
         double t1 = now_seconds();
         while (have_children() && now_seconds() - t1 < 0.5) {
@@ -287,11 +328,12 @@ static void sweep_orphans(void)
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
     /* Every stopped pid that is still alive now is not ours (see above): continue it. */
-    for (size_t k = 0; k < nstopped; k++)
-        if (kill(stopped[k], 0) == 0)
-            (void)kill(stopped[k], SIGCONT);
-    free(stopped);
-    free(v);
+    for (size_t k = 0; k < s.nstopped; k++)
+        if (kill(s.stopped[k], 0) == 0)
+            (void)kill(s.stopped[k], SIGCONT);
+    free(s.stopped);
+    free(s.under);
+    free(s.v);
 }
 
 int conform_child_finish(pid_t pid, double timeout, const sigset_t *old, int *ws)

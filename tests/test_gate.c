@@ -570,6 +570,92 @@ START_TEST(case_that_cannot_fork_fails)
 }
 END_TEST
 
+/* Processes of uid (not zombies) into pids (up to cap), with how many of them are not
+ * stopped; the count. */
+static int list_uid(unsigned uid, pid_t *pids, int cap, int *running)
+{
+    int n = 0;
+    *running = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && n < cap && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/%s/status", de->d_name);
+        FILE *f = fopen(path, "r");
+        unsigned u = (unsigned)-1;
+        char state = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            if (!strncmp(line, "State:", 6))
+                sscanf(line + 6, " %c", &state);
+            if (sscanf(line, "Uid: %u", &u) == 1)
+                break;
+        }
+        if (f)
+            fclose(f);
+        if (u != uid || state == 'Z' || state == 'X' || !state)
+            continue;
+        *running += state != 'T' && state != 't';
+        pids[n++] = (pid_t)atol(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Processes of uid (the test's spare user): counted, then stopped until all are (they may
+ * be forking), killed, and so on until none is left. */
+static int reap_uid(unsigned uid)
+{
+    static pid_t pids[5000];
+    int running, alive = list_uid(uid, pids, 5000, &running);
+    for (int round = 0; round < 50; round++) {
+        int n = list_uid(uid, pids, 5000, &running);
+        if (n == 0)
+            break;
+        for (int k = 0; k < n; k++)
+            kill(pids[k], running ? SIGSTOP : SIGKILL);
+        struct timespec ms20 = {0, 20000000};
+        nanosleep(&ms20, NULL);
+    }
+    return alive;
+}
+
+/* A real fork bomb (every process forks as fast as it can, each child in a session of its
+ * own) under RLIMIT_NPROC 200 for a user of its own: before, it left 200 processes behind,
+ * every later case's fork failed and counted as a skip. Now none is left and every other
+ * case runs. Needs root (a user held to RLIMIT_NPROC whose processes the test can tell from
+ * its own); as another user the fixture refuses to bomb and this only runs the cases. */
+START_TEST(fork_bomb_under_a_process_limit)
+{
+    if (getuid() != 0)
+        return;
+    const char *pub = public_dir();
+    const char *prog = test_copy_public(pub, getenv("SMATTN_CLI"));
+    const char *plugin = test_copy_public(pub, fixture("bomb_nproc"));
+    char json[600];
+    snprintf(json, sizeof json, "%s/r.json", pub);
+    unsigned uid = test_spare_uid();
+    const char *args[] = {"conform", "--kernel", plugin, "--no-vectors", "--only", "shapes/",
+                          "--json", json, NULL};
+    outcome o = test_cli_run_as(dir, prog, args, uid, 200);
+    int left = reap_uid(uid);
+    ck_assert_msg(left == 0, "%d processes of the plugin outlived the run", left);
+    ck_assert_msg(o.code == 1, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(o.seconds < 20, "took %.1f s", o.seconds);
+    json_object *r = load_json(json), *s, *v;
+    ck_assert(json_object_object_get_ex(r, "summary", &s));
+    ck_assert(json_object_object_get_ex(s, "failed", &v));
+    ck_assert_msg(json_object_get_int64(v) == 1, "%s", o.out); /* the bomb's own case */
+    ck_assert(json_object_object_get_ex(s, "passed", &v));
+    ck_assert_msg(json_object_get_int64(v) >= 6, "%s", o.out);
+    ck_assert_ptr_null(strstr(o.out, "could not run"));
+    json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
 /* ---- 4. a baseline that tracks what was checked ---------------------------------------- */
 
 static const char *const ONLY = "shapes/,causal/"; /* 14 small cases */
@@ -1429,6 +1515,7 @@ Suite *gate_suite(void)
     tcase_add_test(tc, plugin_text_escaped);
     tcase_add_test(tc, fork_bomb_does_not_outlive_its_case);
     tcase_add_test(tc, case_that_cannot_fork_fails);
+    tcase_add_test(tc, fork_bomb_under_a_process_limit);
     tcase_add_test(tc, reports_valid_whatever_the_plugin_says);
     suite_add_tcase(s, tc);
     tc = tcase_create("baseline");
