@@ -66,12 +66,13 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     char *text = p ? smattn_io_read_text(p, CASE_JSON_MAX, &len, err, errlen) : NULL;
     if (!p)
         smattn_io_err(err, errlen, "out of memory");
+    int unread = !text;
     int rc = text ? smattn_case_json_parse(text, len, cj, err, errlen) : -1;
     free(text);
     free(p);
     if (rc)
         smattn_io_err_prefix(err, errlen, "case.json");
-    if (rc && !text)
+    if (unread)
         name_dangling(dir, "case.json", err, errlen);
     return rc;
 }
