@@ -30,9 +30,10 @@ int cli_parse_dtype(const char *s, smattn_dtype *t);
  * arguments (and for opt the case) are found good, only where the environment's ISA is the
  * one used: opt without --isa, demo's kernel part, conform. */
 void cli_check_isa_env(void);
-/* The golden vectors' directory when none is given: DIR/../spec/vectors and
- * DIR/../share/smattn/vectors of the executable's directory DIR, then SMATTN_DATADIR/vectors
- * (the installed data), then $SMATTN_ROOT/spec/vectors; the first that exists goes to out.
+/* The golden vectors' directory when none is given: $SMATTN_ROOT/spec/vectors when it is
+ * set, DIR/../spec/vectors and DIR/../share/smattn/vectors of the executable's directory
+ * DIR, then SMATTN_DATADIR/vectors (the installed data); the first that holds something
+ * goes to out (conform_find_data).
  * 0, or -1 with the places looked at in `looked`. */
 int cli_find_vectors(char *out, size_t cap, char *looked, size_t lcap);
 /* Monotonic wall time in seconds. */

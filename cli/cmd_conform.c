@@ -33,7 +33,7 @@ typedef struct opts {
 
 static int usage_error(const char *cmd, const char *msg)
 {
-    char line[768];
+    char line[1600];
     snprintf(line, sizeof line, "%s (try 'smattn help')", msg);
     cli_error(cmd, line);
     return EXIT_USAGE;
@@ -54,14 +54,20 @@ static const char *usage_of(const char *cmd)
            "         [--json F] [--junit F] [--html F] [--baseline F]\n";
 }
 
+/* A time limit above this is no limit in practice (31 years), and stays a number that every
+ * conversion of it (to a timespec, to alarm's unsigned seconds) can hold. */
+#define MAX_SECONDS 1e9
+
 static int parse_seconds(const char *s, double *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v > 0) || v > 1e6)
+    /* ERANGE: a value too large (inf, refused below) or one that underflows (tiny and
+     * positive: 0 after rounding, also refused) */
+    if (end == s || *end || !(v > 0) || !isfinite(v))
         return -1;
-    *out = v;
+    *out = v < MAX_SECONDS ? v : MAX_SECONDS;
     return 0;
 }
 
@@ -123,8 +129,8 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                               : names[k][2] == 'c' ? &o->case_timeout
                                                    : &o->describe_timeout;
                 if (parse_seconds(val, dst)) {
-                    snprintf(msg, sizeof msg, "%s '%.40s': want a number of seconds > 0", names[k],
-                             val);
+                    snprintf(msg, sizeof msg, "%s '%.40s': want a finite number of seconds > 0",
+                             names[k], val);
                     return usage_error(cmd, msg);
                 }
             } else {
@@ -158,33 +164,51 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     return EXIT_OK;
 }
 
-/* A report path that can be written, checked before the run (a file that did not exist is
- * removed again); the baseline readable and a report of ours. 0, or the exit code. */
-static int check_paths(const char *cmd, const opts *o)
+/* Every report path can be written (a regular file, never a FIFO or a device; a file that
+ * did not exist is removed again) and no two reports name the same file (one would
+ * overwrite the other); the baseline is read and checked into *base. All of it before the
+ * run: no plugin code has run yet, so none can have changed what the gate reads. 0, or the
+ * exit code. */
+static int check_paths(const char *cmd, const opts *o, conform_baseline *base)
 {
     const char *paths[3] = {o->json, o->junit, o->html};
     static const char *const names[3] = {"--json", "--junit", "--html"};
-    for (int k = 0; k < 3; k++) {
+    char err[1400];
+    struct stat st[3];
+    int made[3] = {0, 0, 0}, rc = 0;
+    /* Files that do not exist yet are made for the check (and removed after it), so that
+     * two spellings of one new file (r.xml, ./r.xml) are seen to be one. */
+    for (int k = 0; k < 3 && !rc; k++) {
         if (!paths[k])
             continue;
-        int existed = access(paths[k], F_OK) == 0;
-        int fd = open(paths[k], O_WRONLY | (existed ? 0 : O_CREAT | O_EXCL), 0644);
-        if (fd < 0) {
-            char m[1400];
-            snprintf(m, sizeof m, "%s %s: cannot write: %s", names[k], paths[k], strerror(errno));
-            cli_error(cmd, m);
-            return EXIT_USAGE;
+        int fd = open(paths[k], O_WRONLY | O_CREAT | O_EXCL | O_NONBLOCK | O_NOCTTY, 0644);
+        if (fd >= 0) {
+            made[k] = 1;
+            close(fd);
         }
-        close(fd);
-        if (!existed)
+        if (conform_report_check(names[k], paths[k], err, sizeof err) ||
+            stat(paths[k], &st[k]) != 0) {
+            cli_error(cmd, err);
+            rc = EXIT_USAGE;
+        }
+        for (int j = 0; j < k && !rc; j++) {
+            if (paths[j] && st[j].st_dev == st[k].st_dev && st[j].st_ino == st[k].st_ino) {
+                char q[SMATTN_IO_PATH_MAX];
+                snprintf(err, sizeof err,
+                         "%s and %s name the same file %s: give each report its own", names[j],
+                         names[k], smattn_io_path(paths[k], q));
+                rc = usage_error(cmd, err);
+            }
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        if (made[k])
             unlink(paths[k]);
-    }
-    char err[1200];
-    if (o->baseline && conform_baseline_check(o->baseline, err, sizeof err)) {
+    if (!rc && o->baseline && conform_baseline_load(o->baseline, base, err, sizeof err)) {
         cli_error(cmd, err);
-        return EXIT_USAGE;
+        rc = EXIT_USAGE;
     }
-    return 0;
+    return rc;
 }
 
 /* The vectors directory for the battery ("" with --no-vectors); 0, or the exit code. */
@@ -238,21 +262,22 @@ static int selected(const char *only, const char *name)
 static void progress(size_t done, size_t total, const char *name)
 {
     int width = 30, fill = total ? (int)((double)width * (double)done / (double)total) : width;
+    char shown[41 * 4]; /* a case name from a manifest: escaped, the first 40 bytes of it */
+    conform_text_clean(name, 0, shown, 41);
     fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-40.40s", fill, "##############################",
-            width - fill, "", done, total, name);
+            width - fill, "", done, total, shown);
     if (done == total)
         fprintf(stderr, "\r%*s\r", width + 60, "");
     fflush(stderr);
 }
 
 /* JSON, JUnit, HTML and the baseline gate; the table on stdout; the exit code. */
-static int finish_report(const char *cmd, conform_report *rep, const opts *o)
+static int finish_report(const char *cmd, conform_report *rep, const opts *o,
+                         const conform_baseline *base)
 {
-    char err[512];
-    if (o->baseline && conform_baseline_compare(rep, o->baseline, err, sizeof err)) {
-        cli_error(cmd, err);
-        return EXIT_USAGE;
-    }
+    char err[1400];
+    if (o->baseline)
+        conform_baseline_compare(rep, base);
     if (o->require_precision) {
         smattn_dtype t;
         (void)cli_parse_dtype(o->require_precision, &t); /* checked before the run */
@@ -276,6 +301,8 @@ static int finish_report(const char *cmd, conform_report *rep, const opts *o)
     return rc;
 }
 
+static int run_conform(const opts *op, conform_baseline *base);
+
 int cmd_conform(int argc, char **argv)
 {
     opts o;
@@ -289,8 +316,21 @@ int cmd_conform(int argc, char **argv)
     smattn_dtype req;
     if (o.require_precision && (cli_parse_dtype(o.require_precision, &req) || req == SMATTN_F64))
         return usage_error("conform", "--require-precision: want f32, f16 or bf16");
+    conform_baseline base;
+    memset(&base, 0, sizeof base);
+    rc = run_conform(&o, &base);
+    conform_baseline_free(&base);
+    return rc;
+}
+
+/* conform after its options: the baseline read into *base (freed by the caller). */
+static int run_conform(const opts *op, conform_baseline *base)
+{
+    opts o = *op;
+    int rc;
     char vdir[1100];
-    if ((rc = check_paths("conform", &o)) || (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
+    if ((rc = check_paths("conform", &o, base)) ||
+        (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
         return rc;
     cli_check_isa_env(); /* the arguments are good: the kernel will run */
     char err[1200];
@@ -391,7 +431,7 @@ int cmd_conform(int argc, char **argv)
         printf("stopped: %d cases in a row hung; the rest were not run and the kernel is "
                "reported not conforming\n",
                hangs);
-    rc = finish_report("conform", &rep, &o);
+    rc = finish_report("conform", &rep, &o, base);
     free(res);
     conform_battery_free(&b);
     conform_kernel_close(&k);
@@ -441,6 +481,8 @@ int cmd_gen(int argc, char **argv)
     return EXIT_OK;
 }
 
+static int run_check(const opts *op, smattn_precision pm, conform_baseline *base);
+
 int cmd_check(int argc, char **argv)
 {
     opts o;
@@ -454,8 +496,19 @@ int cmd_check(int argc, char **argv)
     smattn_dtype t = SMATTN_F32;
     if (o.precision && cli_parse_dtype(o.precision, &t))
         return usage_error("check", "--precision: want f64, f32, f16 or bf16");
-    smattn_precision pm = smattn_precision_of(t);
-    if ((rc = check_paths("check", &o)))
+    conform_baseline base;
+    memset(&base, 0, sizeof base);
+    rc = run_check(&o, smattn_precision_of(t), &base);
+    conform_baseline_free(&base);
+    return rc;
+}
+
+/* check after its options: the baseline read into *base (freed by the caller). */
+static int run_check(const opts *op, smattn_precision pm, conform_baseline *base)
+{
+    opts o = *op;
+    int rc;
+    if ((rc = check_paths("check", &o, base)))
         return rc;
     char err[1200];
     conform_result *res = NULL;
@@ -489,7 +542,7 @@ int cmd_check(int argc, char **argv)
     snprintf(rep.conventions, sizeof rep.conventions,
              "as written in each case.json (smattn gen "
              "--empty, --empty-lse)");
-    rc = finish_report("check", &rep, &o);
+    rc = finish_report("check", &rep, &o, base);
     free(res);
     return rc;
 }

@@ -18,20 +18,15 @@
 
 void cli_error(const char *cmd, const char *msg)
 {
-    /* Control bytes escaped: a path holding a newline must not split the line (the io/
-     * messages quote paths already; this also covers the conform library's). */
-    fprintf(stderr, "smattn%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
-        if (*p == '\n')
-            fputs("\\n", stderr);
-        else if (*p == '\t')
-            fputs("\\t", stderr);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(stderr, "\\x%02x", *p);
-        else
-            fputc(*p, stderr);
-    }
-    fputc('\n', stderr);
+    /* Control characters and bytes that are not UTF-8 escaped (conform_text_clean): a path
+     * holding a newline must not split the line (the io/ messages quote paths already; this
+     * also covers the conform library's), a plugin's text must not drive the terminal. */
+    size_t cap = 4 * strlen(msg) + 1;
+    char *buf = malloc(cap);
+    if (buf)
+        conform_text_clean(msg, 0, buf, cap);
+    fprintf(stderr, "smattn%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", buf ? buf : "");
+    free(buf);
 }
 
 int cli_fail(int code, const char *msg)
@@ -105,9 +100,10 @@ void cli_check_isa_env(void)
     cli_error(NULL, msg);
 }
 
-/* The golden vectors: next to the executable (build/smattn -> spec/vectors in the source
- * tree; bin/smattn -> share/smattn/vectors in an installed tree), in SMATTN_DATADIR/vectors,
- * or under $SMATTN_ROOT (first found wins; `smattn conform`, `gen` and `demo` share it).
+/* The golden vectors: under $SMATTN_ROOT when set, next to the executable (build/smattn ->
+ * spec/vectors in the source tree; bin/smattn -> share/smattn/vectors in an installed
+ * tree), or in SMATTN_DATADIR/vectors (the first that holds something wins; `smattn
+ * conform`, `gen` and `demo` share it).
  * 0 with the directory in out, or -1 with where it looked. */
 int cli_find_vectors(char *out, size_t cap, char *looked, size_t lcap)
 {

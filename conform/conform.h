@@ -133,11 +133,12 @@ typedef struct conform_battery {
     size_t n, cap;
 } conform_battery;
 
-/* The checker's data, "vectors" (spec/vectors) or "regressions" (conform/regressions), first
- * found of: next to the executable in a source tree (build/smattn -> ../spec/vectors), next
- * to it in an installed tree (bin/smattn -> ../share/smattn/vectors), SMATTN_DATADIR/what
- * (compiled in: make install's share/smattn), $SMATTN_ROOT/<source path>. 0 with the
- * directory in out, or -1 with the places looked at in `looked` (datadir.c). */
+/* The checker's data, "vectors" (spec/vectors) or "regressions" (conform/regressions): the
+ * first directory holding something (an empty one is passed over) of $SMATTN_ROOT/<source
+ * path> when SMATTN_ROOT is set, next to the executable in a source tree (build/smattn ->
+ * ../spec/vectors), next to it in an installed tree (bin/smattn ->
+ * ../share/smattn/vectors), SMATTN_DATADIR/what (compiled in: make install's share/smattn).
+ * 0 with the directory in out, or -1 with the places looked at in `looked` (datadir.c). */
 int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap);
 
 /* Build the suite "quick" or "full" for a seed; golden vectors come from vectors_dir
@@ -267,14 +268,42 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen);
 /* fclose f, written to path: 0, or -1 with "path: cannot write" if any write failed. */
 int conform_file_close(FILE *f, const char *path, char *err, size_t errlen);
-/* Compare with a stored JSON report; fills rep->regressions and rep->regression_text. A
+/* A report file opened for writing: a regular file (created 0644 if absent, emptied), never
+ * a FIFO (opening one would wait for a reader), a device or a directory, checked on the
+ * descriptor opened. With check_only, nothing is emptied and the file is closed again (a
+ * file created by the check is removed): 0 if it could be written. NULL / -1 with
+ * "NAME PATH: ..." in err. */
+FILE *conform_report_open(const char *path, char *err, size_t errlen);
+int conform_report_check(const char *name, const char *path, char *err, size_t errlen);
+/* s as text safe to show anywhere: valid UTF-8 (RFC 3629) without control characters: C0
+ * controls, DEL, the C1 controls U+0080-U+009F, U+FFFE, U+FFFF and every byte that does not
+ * belong to a valid UTF-8 character are written as \xHH per byte; newline and tab as \n
+ * and \t, or kept as they are with keep_lines (JSON and XML hold them). Written into out
+ * (cap bytes, NUL included; 4 strlen(s) + 1 holds any s), cut at a whole piece. Returns
+ * the length written. */
+size_t conform_text_clean(const char *s, int keep_lines, char *out, size_t cap);
+/* A baseline (--baseline): a JSON report of an earlier run, read and checked once, before
+ * any plugin code runs (a plugin can write the user's files: a baseline read again after
+ * it ran would be whatever the plugin left there). */
+struct json_object;
+typedef struct conform_baseline {
+    const char *path;
+    struct json_object *root; /* owned */
+} conform_baseline;
+/* Read path (a regular file of at most CONFORM_BASELINE_MAX bytes: a FIFO, a device or a
+ * directory is refused, never waited on or read without end) and parse it with the strict
+ * JSON reader (io/util.h: NaN, Infinity, duplicate keys refused), then check that it is a
+ * report of ours: a "cases" array of objects with a string "name" and "status" and a
+ * "max_ratio" that is a number or null, and a valid declared precision model (without it
+ * the precision gate would be off, silently). 0, or -1 with "baseline F: ..." in err. */
+#define CONFORM_BASELINE_MAX ((size_t)256 << 20)
+int conform_baseline_load(const char *path, conform_baseline *b, char *err, size_t errlen);
+void conform_baseline_free(conform_baseline *b);
+/* Compare the run with baseline b; fills rep->regressions and rep->regression_text. A
  * case regresses when it passed in the baseline and now fails, is skipped, declined, not
  * run or missing, or its ratio grew past the limit; the declared precision model (and a
- * case's own model) regresses in every field looser than the baseline's.
- * 0, or -1 with one line in err when the file cannot be read or is not such a report. */
-int conform_baseline_compare(conform_report *rep, const char *path, char *err, size_t errlen);
-/* Read a baseline before the run: 0, or -1 with "baseline F: no such file" or the like. */
-int conform_baseline_check(const char *path, char *err, size_t errlen);
+ * case's own model) regresses in every field looser than the baseline's. */
+void conform_baseline_compare(conform_report *rep, const conform_baseline *b);
 /* The fields in which model a is looser than b ("u_acc 0.000977 > 5.96e-08, ..."), with
  * only the unit roundoffs (u_score, u_acc, u_p) when roundoff_only; "" if none. An acc_len
  * of 0 (every term in one serial sum) is the loosest. */

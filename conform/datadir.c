@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* datadir.c: where the checker's data is found: the golden vectors (spec/vectors) and the
- * fuzzer finds (conform/regressions), in a source tree or an installed one. */
+ * fuzzer finds (conform/regressions), under $SMATTN_ROOT, in a source tree or an installed
+ * one; the first of them that is a directory holding something. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +16,22 @@
 #define SMATTN_DATADIR "/usr/local/share/smattn"
 #endif
 
-static int is_dir(const char *p)
+/* A directory holding at least one entry whose name does not start with '.': an empty
+ * one (a stray spec/vectors beside an installed smattn) must not hide the data found
+ * further down the list. */
+static int has_data(const char *p)
 {
     struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    DIR *d = opendir(p);
+    struct dirent *de;
+    int any = 0;
+    while (d && !any && (de = readdir(d)))
+        any = de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return any;
 }
 
 int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap)
@@ -25,6 +39,11 @@ int conform_find_data(const char *what, char *out, size_t cap, char *looked, siz
     const char *src = !strcmp(what, "vectors") ? "spec/vectors" : "conform/regressions";
     char cand[4][1100];
     int n = 0;
+    /* $SMATTN_ROOT first: set, it says which tree to use, over what is found next to the
+     * executable or installed. */
+    const char *root = getenv("SMATTN_ROOT");
+    if (root && root[0])
+        snprintf(cand[n++], sizeof cand[0], "%.1000s/%s", root, src);
     char exe[1024];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len > 0) {
@@ -37,19 +56,17 @@ int conform_find_data(const char *what, char *out, size_t cap, char *looked, siz
         }
     }
     snprintf(cand[n++], sizeof cand[0], "%.1000s/%s", SMATTN_DATADIR, what);
-    const char *root = getenv("SMATTN_ROOT");
-    if (root && root[0])
-        snprintf(cand[n++], sizeof cand[0], "%.1000s/%s", root, src);
     if (lcap)
         looked[0] = '\0';
     for (int k = 0; k < n; k++) {
-        if (is_dir(cand[k])) {
+        if (has_data(cand[k])) {
             snprintf(out, cap, "%.1000s", cand[k]);
             return 0;
         }
         size_t l = lcap ? strlen(looked) : 0;
         if (lcap && l < lcap)
-            snprintf(looked + l, lcap - l, "%s%.250s", k ? ", " : "", cand[k]);
+            snprintf(looked + l, lcap - l, "%s%.250s%s", k ? ", " : "", cand[k],
+                     access(cand[k], F_OK) == 0 ? " (empty)" : "");
     }
     return -1;
 }

@@ -5,6 +5,7 @@
  * check` judges them with the same rules as `smattn conform`. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +18,18 @@
 #include "conform/conform.h"
 #include "io/case.h"
 #include "io/npy.h"
+#include "io/util.h"
+
+/* The longest path files.c makes or reads (the kernel's own limit). gen checks before it
+ * makes anything that every path it will write fits; check reports a path that does not
+ * as the case's error. */
+#define FPATH PATH_MAX
 
 static const char *const empty_names[3] = {"zero", "nan", "mean"};
 static const char *const empty_lse_names[3] = {"neg_inf", "pos_inf", "zero"};
 static const char *const causal_names[3] = {"none", "lower_right", "upper_left"};
 
-/* a/b into out; -1 if it does not fit. */
+/* a/b into out; -1 (out "") if it does not fit. */
 static int join(char *out, size_t cap, const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -57,8 +64,8 @@ static void case_dir_name(const conform_case *c, char *buf, size_t cap)
 static int write_array(const char *dir, const char *file, smattn_npy_type t, int rank,
                        const int64_t *shape, const void *data, char *err, size_t errlen)
 {
-    char path[1400];
-    (void)join(path, sizeof path, dir, file);
+    char path[FPATH];
+    (void)join(path, sizeof path, dir, file); /* fits: conform_gen_write checked */
     return smattn_npy_write(path, t, rank, shape, data, err, errlen);
 }
 
@@ -76,8 +83,8 @@ static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
 static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
                            int bf16, char *err, size_t errlen)
 {
-    char path[1400];
-    (void)join(path, sizeof path, dir, "case.json");
+    char path[FPATH];
+    (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "%s: cannot write", path);
@@ -153,7 +160,7 @@ static int remove_tree(const char *path)
         if (!d)
             return -1;
         struct dirent *de;
-        char sub[1400];
+        char sub[FPATH];
         int rc = 0;
         while ((de = readdir(d)))
             if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
@@ -165,12 +172,14 @@ static int remove_tree(const char *path)
     return unlink(path);
 }
 
-/* 1 if dir holds anything, 0 if it is empty or absent. */
+/* 1 if dir holds anything, 0 if it is empty or absent (or not a directory: making it
+ * fails then, with its own message), -1 if it exists and cannot be listed (a directory
+ * without read permission can still take files: that it is empty cannot be known). */
 static int non_empty(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return 0;
+        return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
     struct dirent *de;
     int any = 0;
     while (!any && (de = readdir(d)))
@@ -179,18 +188,53 @@ static int non_empty(const char *dir)
     return any;
 }
 
+/* The longest path gen will write under out (OUT/manifest.json, OUT/<case>/<file>), NUL
+ * included. */
+static size_t longest_path(const conform_battery *b, const char *out)
+{
+    size_t lo = strlen(out), need = lo + sizeof "/manifest.json";
+    for (size_t k = 0; k < b->n; k++) {
+        char name[sizeof b->cases[k].name];
+        case_dir_name(&b->cases[k], name, sizeof name);
+        size_t n = lo + 1 + strlen(name) + sizeof "/sinks.npy"; /* the longest file name */
+        need = n > need ? n : need;
+    }
+    return need;
+}
+
 long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,
                        smattn_empty empty, smattn_empty_lse empty_lse, const char *suite,
                        uint64_t seed, int force, char *err, size_t errlen)
 {
+    char q[SMATTN_IO_PATH_MAX];
+    /* Before anything is made: a path too long would fail half-way, leaving case
+     * directories and no manifest. */
+    size_t need = longest_path(b, out);
+    if (need > FPATH) {
+        snprintf(err, errlen,
+                 "%s: too long a path: the case files under it would need %zu bytes, more than "
+                 "the system's %d (choose a shorter OUT)",
+                 smattn_io_path(out, q), need, FPATH);
+        return -1;
+    }
     /* A stale o.npy, skip marker or extra input of an earlier run would change a case. */
-    if (!force && non_empty(out)) {
+    int used = non_empty(out);
+    if (used < 0) {
+        snprintf(err, errlen,
+                 "%s: cannot list it (%s): whether it holds files of an earlier run cannot be "
+                 "known; give a directory that can be read, or a new one",
+                 smattn_io_path(out, q), strerror(errno));
+        return -1;
+    }
+    if (!force && used) {
         snprintf(err, errlen,
                  "%s is not empty: files of an earlier run could change the cases; give "
                  "--force to replace the case directories, or an empty directory",
                  out);
         return -1;
     }
+    struct stat ost;
+    int made_out = stat(out, &ost) != 0; /* removed again if anything fails */
     if (make_dir(out, err, errlen))
         return -1;
     json_object *man = json_object_new_object();
@@ -201,12 +245,15 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
     json_object_object_add(man, "empty_lse", json_object_new_string(empty_lse_names[empty_lse]));
     json_object *arr = json_object_new_array(), *skipped = json_object_new_array();
     json_object_object_add(man, "skipped", skipped); /* cases the dtype would change */
+    json_object_object_add(man, "cases", arr);
     long n = 0;
-    for (size_t k = 0; k < b->n; k++) {
+    int failed = 0;
+    char dir[FPATH];
+    for (size_t k = 0; k < b->n && !failed; k++) {
         const conform_case *c = &b->cases[k];
         if (c->strided) /* files are contiguous: these cases would repeat others */
             continue;
-        char name[128], dir[1300], why[400];
+        char name[sizeof c->name], why[400];
         if (conform_case_dtype_fits(c, t, t, why, sizeof why)) { /* listed, not written */
             json_object *e = json_object_new_object();
             json_object_object_add(e, "name", json_object_new_string(c->name));
@@ -215,17 +262,14 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
             continue;
         }
         case_dir_name(c, name, sizeof name);
-        (void)join(dir, sizeof dir, out, name);
+        (void)join(dir, sizeof dir, out, name); /* fits: checked above */
         if (remove_tree(dir)) {
             snprintf(err, errlen, "%s: cannot clear the old case directory: %s", dir,
                      strerror(errno));
-            json_object_put(man);
-            return -1;
+            failed = 1;
+            break;
         }
-        if (write_case(c, dir, t, empty, empty_lse, err, errlen)) {
-            json_object_put(man);
-            return -1;
-        }
+        /* listed before it is written: on failure, the list says what to remove */
         json_object *e = json_object_new_object();
         json_object_object_add(e, "dir", json_object_new_string(name));
         json_object_object_add(e, "name", json_object_new_string(c->name));
@@ -236,33 +280,63 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
                 json_object_array_add(feat, json_object_new_string(conform_cap_name(bit)));
         json_object_object_add(e, "features", feat);
         json_object_array_add(arr, e);
-        n++;
+        if (write_case(c, dir, t, empty, empty_lse, err, errlen))
+            failed = 1;
+        else
+            n++;
     }
-    json_object_object_add(man, "cases", arr);
-    char path[1300];
+    char path[FPATH];
     (void)join(path, sizeof path, out, "manifest.json");
-    int rc = json_object_to_file_ext(path, man, JSON_C_TO_STRING_PRETTY);
-    json_object_put(man);
-    if (rc) {
+    if (!failed && json_object_to_file_ext(path, man, JSON_C_TO_STRING_PRETTY)) {
         snprintf(err, errlen, "%s: cannot write", path);
-        return -1;
+        failed = 1;
     }
+    if (failed) {
+        /* What this run wrote goes again (the case directories listed, the manifest, and
+         * OUT if it made it): no half set is left to be taken for a whole one. */
+        for (size_t k = 0; k < json_object_array_length(arr); k++) {
+            json_object *d;
+            if (json_object_object_get_ex(json_object_array_get_idx(arr, k), "dir", &d) &&
+                !join(dir, sizeof dir, out, json_object_get_string(d)))
+                (void)remove_tree(dir);
+        }
+        unlink(path);
+        if (made_out)
+            rmdir(out);
+        n = -1;
+    }
+    json_object_put(man);
     return n;
 }
 
 /* ---- check ------------------------------------------------------------------------------ */
 
-static int has_file(const char *dir, const char *name)
+/* 1 if dir/name has a directory entry of any kind (a file, a directory, a FIFO, a
+ * symbolic link, dangling or not), 0 if it has none or the path does not fit. Absent means
+ * no entry at all: an output or a skip marker that cannot be read is the case's error,
+ * never taken for an absent one (an lse.npy that is a dangling link went unjudged). */
+static int has_entry(const char *dir, const char *name)
 {
-    char path[1400];
+    char path[FPATH];
     struct stat st;
-    (void)join(path, sizeof path, dir, name);
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return !join(path, sizeof path, dir, name) && lstat(path, &st) == 0;
 }
 
 static int is_case_dir(const char *dir)
 {
-    return has_file(dir, "q.npy") || has_file(dir, "x.npy");
+    return has_entry(dir, "q.npy") || has_entry(dir, "x.npy");
+}
+
+/* The reader's message for dir/file, said better for a symbolic link to nothing. */
+static void explain_unreadable(const char *dir, const char *file, char *err, size_t errlen)
+{
+    char path[FPATH];
+    struct stat st;
+    if (!join(path, sizeof path, dir, file) && lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
+        stat(path, &st) != 0)
+        snprintf(err, errlen,
+                 "a dangling symbolic link (its target does not exist; a file is absent only "
+                 "when the case directory has no entry of that name)");
 }
 
 /* A Fortran-ordered array (as np.save writes a transposed one) rewritten in C order. */
@@ -300,13 +374,27 @@ static void append_want(char *err, size_t errlen, int rank, const char *const *n
     snprintf(err + strlen(err), errlen - strlen(err), "]");
 }
 
+/* "file: " in front of the reader's message in err. */
+static void put_name(const char *file, char *err, size_t errlen)
+{
+    size_t fl = strlen(file), el = strlen(err);
+    if (fl + 2 + el < errlen) {
+        memmove(err + fl + 2, err, el + 1);
+        memcpy(err, file, fl);
+        memcpy(err + fl, ": ", 2);
+    }
+}
+
 static int read_output(const char *dir, const char *file, const smattn_case *c, int t,
                        smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
 {
-    char path[1400];
-    (void)join(path, sizeof path, dir, file);
-    if (!has_file(dir, file))
+    char path[FPATH];
+    if (!has_entry(dir, file))
         return 1;
+    if (join(path, sizeof path, dir, file)) {
+        snprintf(err, errlen, "%s: the path is too long", file);
+        return -1;
+    }
     const smattn_problem *p = &c->prob;
     int64_t want[3][4] = {
         {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
@@ -315,13 +403,11 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     static const char *const dn[3][4] = {
         {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
     const char *const *names = dn[t] + (c->rank == 3);
-    if (smattn_npy_read(path, a, err, errlen)) {
-        size_t fl = strlen(file), el = strlen(err);
-        if (fl + 2 + el < errlen) { /* "file: " in front of the reader's message */
-            memmove(err + fl + 2, err, el + 1);
-            memcpy(err, file, fl);
-            memcpy(err + fl, ": ", 2);
-        }
+    /* The header first, checked against the case; the data only then (a wrong 2 GiB o.npy
+     * was read whole before its shape was looked at). */
+    if (smattn_npy_read_header(path, a, err, errlen)) {
+        explain_unreadable(dir, file, err, errlen);
+        put_name(file, err, errlen);
         /* and the shape wanted (a rank the reader refuses names it too) */
         snprintf(err + strlen(err), errlen - strlen(err), "; ");
         append_want(err, errlen, rank, names, w);
@@ -357,6 +443,11 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
                  " (f64, f32, f16, or bf16 as u2; C or Fortran order)");
         return -1;
     }
+    if (smattn_npy_read_data(path, a, err, errlen)) { /* what the header promised */
+        explain_unreadable(dir, file, err, errlen);
+        put_name(file, err, errlen);
+        return -1;
+    }
     if (a->fortran_order && to_c_order(a)) {
         snprintf(err, errlen, "%s: out of memory", file);
         return -1;
@@ -381,21 +472,31 @@ static int skipped_by(const char *prefixes, const char *name)
 }
 
 /* A `skip` file in the case directory: the kernel does not support the case; its first
- * line is the reason. 1 (reason in out) if present. */
+ * line is the reason. 1 (reason in out) if present, 0 if absent, -1 (why in out) if it is
+ * there and cannot be read as a regular file of at most SKIP_MAX bytes (a FIFO would block
+ * the check, a directory or a dangling link is no reason to skip). */
+#define SKIP_MAX ((size_t)64 << 10)
 static int skip_marker(const char *dir, char *out, size_t cap)
 {
-    if (!has_file(dir, "skip"))
+    if (!has_entry(dir, "skip"))
         return 0;
-    char path[1400], line[300] = "";
-    (void)join(path, sizeof path, dir, "skip");
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (!fgets(line, sizeof line, f))
-            line[0] = '\0';
-        fclose(f);
+    char path[FPATH], why[300];
+    size_t len = 0;
+    char *text = join(path, sizeof path, dir, "skip")
+                     ? NULL
+                     : smattn_io_read_text(path, SKIP_MAX, &len, why, sizeof why);
+    if (!text) {
+        if (!path[0])
+            snprintf(why, sizeof why, "the path is too long");
+        explain_unreadable(dir, "skip", why, sizeof why);
+        snprintf(out, cap, "skip: %s (a skip marker is a regular file; its first line the reason)",
+                 why);
+        return -1;
     }
-    line[strcspn(line, "\r\n")] = '\0';
-    snprintf(out, cap, "skipped by the kernel (skip file): %s", line[0] ? line : "no reason given");
+    text[strcspn(text, "\r\n")] = '\0';
+    snprintf(out, cap, "skipped by the kernel (skip file): %.300s",
+             text[0] ? text : "no reason given");
+    free(text);
     return 1;
 }
 
@@ -408,13 +509,17 @@ static void check_one(const char *dir, const char *name, const char *category,
     r->status = CONFORM_FAIL;
     smattn_case c;
     char err[400];
-    if (skip_marker(dir, r->reason, sizeof r->reason)) {
+    int marker = skip_marker(dir, r->reason, sizeof r->reason);
+    if (marker < 0)
+        return; /* failed, with the reason */
+    if (marker) {
         r->status = CONFORM_SKIP;
     } else if (skipped_by(skip, name)) {
         r->status = CONFORM_SKIP;
         snprintf(r->reason, sizeof r->reason, "skipped by --skip");
     }
     if (smattn_case_load(dir, &c, err, sizeof err)) {
+        r->status = CONFORM_FAIL; /* a skip marker does not excuse a broken case */
         snprintf(r->reason, sizeof r->reason, "cannot load the case: %s", err);
         return;
     }
@@ -468,92 +573,154 @@ typedef struct entry {
     char *dir, *name, *category;
 } entry;
 
+typedef struct entries {
+    entry *e;
+    size_t n, cap;
+} entries;
+
 static int cmp_entry(const void *a, const void *b)
 {
     return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
 }
 
-static int push(entry **e, size_t *n, size_t *cap, const char *dir, const char *name,
-                const char *cat)
+static int push(entries *es, const char *dir, const char *name, const char *cat)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? 2 * *cap : 64;
-        entry *ne = realloc(*e, nc * sizeof *ne);
+    if (es->n == es->cap) {
+        size_t nc = es->cap ? 2 * es->cap : 64;
+        entry *ne = realloc(es->e, nc * sizeof *ne);
         if (!ne)
             return -1;
-        *e = ne, *cap = nc;
+        es->e = ne, es->cap = nc;
     }
-    entry *x = &(*e)[(*n)++];
+    entry *x = &es->e[es->n++];
     x->dir = strdup(dir);
     x->name = strdup(name);
     x->category = strdup(cat);
     return x->dir && x->name && x->category ? 0 : -1;
 }
 
-/* The cases under root: the manifest's, or every subdirectory that holds one. */
-static int list_cases(const char *root, entry **e, size_t *n, char *err, size_t errlen)
+/* A manifest of gen lists a few hundred cases in a few hundred KiB. */
+#define MANIFEST_MAX ((size_t)64 << 20)
+/* How deep `check DIR` looks for case directories (a symbolic link to a directory that is
+ * not a case is not followed, so no loop; the bound keeps a huge tree cheap to refuse). */
+#define CHECK_MAX_DEPTH 8
+
+/* The cases of the manifest of smattn gen in dir, named prefix + their name, read with the
+ * strict JSON reader (a file of bounded size, never a FIFO). */
+static int from_manifest(const char *dir, const char *prefix, entries *es, char *err, size_t errlen)
 {
-    size_t cap = 0;
-    char path[1400];
-    (void)join(path, sizeof path, root, "manifest.json");
-    if (has_file(root, "manifest.json")) {
-        json_object *man = json_object_from_file(path), *cases;
-        if (!man || !json_object_object_get_ex(man, "cases", &cases) ||
-            !json_object_is_type(cases, json_type_array)) {
-            snprintf(err, errlen, "%s: not a manifest of smattn gen (no \"cases\" array)", path);
-            if (man)
-                json_object_put(man);
-            return -1;
-        }
-        for (size_t k = 0; k < json_object_array_length(cases); k++) {
-            json_object *c = json_object_array_get_idx(cases, k), *d, *nm, *cat;
-            if (!json_object_object_get_ex(c, "dir", &d)) {
-                snprintf(err, errlen, "%s: case %zu has no \"dir\"", path, k);
-                json_object_put(man);
-                return -1;
-            }
-            const char *dn = json_object_get_string(d);
-            if (strstr(dn, "..") || strchr(dn, '/')) {
-                snprintf(err, errlen, "%s: case dir '%.60s' is not a plain name", path, dn);
-                json_object_put(man);
-                return -1;
-            }
-            (void)join(path, sizeof path, root, dn);
-            int bad =
-                push(e, n, &cap, path,
-                     json_object_object_get_ex(c, "name", &nm) ? json_object_get_string(nm) : dn,
-                     json_object_object_get_ex(c, "category", &cat) ? json_object_get_string(cat)
-                                                                    : "case");
-            if (bad) {
-                json_object_put(man);
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-            (void)join(path, sizeof path, root, "manifest.json");
-        }
-        json_object_put(man);
-        return 0;
+    char path[FPATH], sub[FPATH], name[FPATH], why[300];
+    char q[SMATTN_IO_PATH_MAX];
+    size_t len = 0;
+    if (join(path, sizeof path, dir, "manifest.json")) {
+        snprintf(err, errlen, "%s/manifest.json: the path is too long", smattn_io_path(dir, q));
+        return -1;
     }
-    DIR *d = opendir(root);
+    char *text = smattn_io_read_text(path, MANIFEST_MAX, &len, why, sizeof why);
+    json_object *man = text ? smattn_io_parse_json(text, len, why, sizeof why) : NULL, *cases;
+    free(text);
+    if (!man) {
+        snprintf(err, errlen, "%s: %s", smattn_io_path(path, q), why);
+        return -1;
+    }
+    int rc = 0;
+    if (!json_object_object_get_ex(man, "cases", &cases) ||
+        !json_object_is_type(cases, json_type_array)) {
+        snprintf(err, errlen, "%s: not a manifest of smattn gen (no \"cases\" array)",
+                 smattn_io_path(path, q));
+        rc = -1;
+    }
+    for (size_t k = 0; !rc && k < json_object_array_length(cases); k++) {
+        json_object *c = json_object_array_get_idx(cases, k), *d, *nm, *cat;
+        const char *dn =
+            json_object_object_get_ex(c, "dir", &d) && json_object_is_type(d, json_type_string)
+                ? json_object_get_string(d)
+                : NULL;
+        const char *nms =
+            json_object_object_get_ex(c, "name", &nm) && json_object_is_type(nm, json_type_string)
+                ? json_object_get_string(nm)
+                : dn;
+        const char *cats = json_object_object_get_ex(c, "category", &cat) &&
+                                   json_object_is_type(cat, json_type_string)
+                               ? json_object_get_string(cat)
+                               : "case";
+        if (!dn) {
+            snprintf(err, errlen, "%s: case %zu has no \"dir\" string", smattn_io_path(path, q), k);
+            rc = -1;
+        } else if (!dn[0] || strstr(dn, "..") || strchr(dn, '/')) {
+            char qd[SMATTN_IO_PATH_MAX];
+            snprintf(err, errlen, "%s: case dir %s is not a plain name", smattn_io_path(path, q),
+                     smattn_io_path(dn, qd));
+            rc = -1;
+        } else if (join(sub, sizeof sub, dir, dn) ||
+                   snprintf(name, sizeof name, "%s%s", prefix, nms) >= (int)sizeof name) {
+            snprintf(err, errlen, "%s: case %zu: the path is too long", smattn_io_path(path, q), k);
+            rc = -1;
+        } else if (push(es, sub, name, cats)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    }
+    json_object_put(man);
+    return rc;
+}
+
+/* The case directories under root/rel (rel "" for root itself), named by their path
+ * relative to root: a directory holding q.npy or x.npy is a case; one below root holding
+ * a manifest.json gives the manifest's cases; any other directory is looked into, to
+ * CHECK_MAX_DEPTH levels. Names starting with '.' are passed over. */
+static int scan(const char *root, const char *rel, int depth, entries *es, char *err, size_t errlen)
+{
+    char path[FPATH], sub[FPATH], subrel[FPATH];
+    char q[SMATTN_IO_PATH_MAX];
+    if (rel[0] ? join(path, sizeof path, root, rel)
+               : snprintf(path, sizeof path, "%s", root) >= (int)sizeof path) {
+        snprintf(err, errlen, "%s/%s: the path is too long", smattn_io_path(root, q), rel);
+        return -1;
+    }
+    if (depth > 0 && has_entry(path, "manifest.json")) {
+        if (snprintf(subrel, sizeof subrel, "%s/", rel) >= (int)sizeof subrel)
+            return -1;
+        return from_manifest(path, subrel, es, err, errlen);
+    }
+    DIR *d = opendir(path);
     if (!d) {
-        snprintf(err, errlen, "%s: %s", root, strerror(errno));
+        snprintf(err, errlen, "%s: cannot list it: %s", smattn_io_path(path, q), strerror(errno));
         return -1;
     }
     struct dirent *de;
-    while ((de = readdir(d))) {
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
         if (de->d_name[0] == '.')
             continue;
-        (void)join(path, sizeof path, root, de->d_name);
-        if (is_case_dir(path) && push(e, n, &cap, path, de->d_name, "case")) {
-            closedir(d);
-            snprintf(err, errlen, "out of memory");
-            return -1;
+        struct stat st;
+        if (join(sub, sizeof sub, path, de->d_name) ||
+            (rel[0] ? join(subrel, sizeof subrel, rel, de->d_name)
+                    : snprintf(subrel, sizeof subrel, "%s", de->d_name) >= (int)sizeof subrel)) {
+            snprintf(err, errlen, "%s/%s: the path is too long", smattn_io_path(path, q),
+                     de->d_name);
+            rc = -1;
+        } else if (is_case_dir(sub)) {
+            if (push(es, sub, subrel, "case")) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+            }
+        } else if (depth + 1 < CHECK_MAX_DEPTH && lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+            rc = scan(root, subrel, depth + 1, es, err, errlen);
         }
     }
     closedir(d);
-    if (*n)
-        qsort(*e, *n, sizeof **e, cmp_entry);
-    return 0;
+    return rc;
+}
+
+/* The cases under root: its manifest's, or every case directory found below it. */
+static int list_cases(const char *root, entries *es, char *err, size_t errlen)
+{
+    int rc = has_entry(root, "manifest.json") ? from_manifest(root, "", es, err, errlen)
+                                              : scan(root, "", 0, es, err, errlen);
+    if (!rc && es->n && !has_entry(root, "manifest.json"))
+        qsort(es->e, es->n, sizeof *es->e, cmp_entry);
+    return rc;
 }
 
 int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
@@ -562,36 +729,37 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
 {
     *res = NULL;
     *n = 0;
-    entry *e = NULL;
-    size_t ne = 0, cap = 0;
+    entries es = {NULL, 0, 0};
     int rc = 0;
     if (is_case_dir(path)) {
         const char *base = strrchr(path, '/');
-        rc = push(&e, &ne, &cap, path, base && base[1] ? base + 1 : path, "case");
+        rc = push(&es, path, base && base[1] ? base + 1 : path, "case");
         if (rc)
             snprintf(err, errlen, "out of memory");
     } else {
-        rc = list_cases(path, &e, &ne, err, errlen);
-        if (!rc && ne == 0) {
-            snprintf(err, errlen, "%s: no case directory (q.npy or x.npy) here or below", path);
+        rc = list_cases(path, &es, err, errlen);
+        if (!rc && es.n == 0) {
+            char q[SMATTN_IO_PATH_MAX];
+            snprintf(err, errlen, "%s: no case directory (q.npy or x.npy) here or below",
+                     smattn_io_path(path, q));
             rc = -1;
         }
     }
-    if (!rc && !(*res = calloc(ne ? ne : 1, sizeof **res))) {
+    if (!rc && !(*res = calloc(es.n ? es.n : 1, sizeof **res))) {
         snprintf(err, errlen, "out of memory");
         rc = -1;
     }
-    for (size_t k = 0; !rc && k < ne; k++) {
+    for (size_t k = 0; !rc && k < es.n; k++) {
         if (progress)
-            progress(k, ne, e[k].name);
-        check_one(e[k].dir, e[k].name, e[k].category, pm, skip, &(*res)[k]);
+            progress(k, es.n, es.e[k].name);
+        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, &(*res)[k]);
     }
     if (!rc && progress)
-        progress(ne, ne, "");
+        progress(es.n, es.n, "");
     if (!rc)
-        *n = ne;
-    for (size_t k = 0; k < ne; k++)
-        free(e[k].dir), free(e[k].name), free(e[k].category);
-    free(e);
+        *n = es.n;
+    for (size_t k = 0; k < es.n; k++)
+        free(es.e[k].dir), free(es.e[k].name), free(es.e[k].category);
+    free(es.e);
     return rc;
 }

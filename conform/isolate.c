@@ -2,9 +2,11 @@
 /* isolate.c: the process hygiene around plugin code. Every call into a plugin (dlopen and
  * its constructors, describe, precision, the kernel) runs in a forked child in its own
  * process group, with its stdout and stderr in a capture file of bounded size; when the
- * child ends or its time runs out, its whole group is killed, and so is every orphan left
- * to this process (a subreaper on Linux, so that grandchildren that called setsid() come
- * back to us instead of init), and all are reaped: the checker never runs plugin code,
+ * child ends or its time runs out, its whole group is killed, and so is every process left
+ * under this one whatever group or session it moved to (a subreaper on Linux, so that
+ * grandchildren that called setsid() come back to us instead of init; all of them stopped
+ * first, then killed, so that a fork bomb cannot outrun the kill: sweep_orphans), and all
+ * are reaped: the checker never runs plugin code,
  * never hangs on it, and leaves no process of it behind, even when the checker itself is
  * killed (SIGTERM, SIGINT, SIGHUP: a CI job's timeout, Ctrl-C) in the middle of a case. */
 /* prctl and WNOWAIT need more than _POSIX_C_SOURCE. */
@@ -122,79 +124,216 @@ pid_t conform_child_fork(int out_fd, sigset_t *old)
     return 0;
 }
 
-/* The processes whose parent is this one (up to cap); Linux only, else 0. */
-static size_t list_children(pid_t *out, size_t cap)
-{
-    size_t n = 0;
-#ifdef __linux__
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
-    FILE *f = fopen(path, "r");
-    if (f) {
-        long v;
-        while (n < cap && fscanf(f, "%ld", &v) == 1)
-            out[n++] = (pid_t)v;
-        fclose(f);
-        return n;
-    }
-    /* A kernel without CONFIG_PROC_CHILDREN: every /proc/N/stat, field 4 is the parent. */
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while (d && n < cap && (de = readdir(d))) {
-        char *end;
-        long p = strtol(de->d_name, &end, 10);
-        if (*end || p <= 0)
-            continue;
-        char stat[300], buf[512];
-        snprintf(stat, sizeof stat, "/proc/%ld/stat", p);
-        FILE *s = fopen(stat, "r");
-        if (!s)
-            continue;
-        size_t got = fread(buf, 1, sizeof buf - 1, s);
-        fclose(s);
-        buf[got] = '\0';
-        const char *rp = strrchr(buf, ')');
-        long ppid;
-        char st;
-        if (rp && sscanf(rp + 1, " %c %ld", &st, &ppid) == 2 && ppid == (long)getpid())
-            out[n++] = (pid_t)p;
-    }
-    if (d)
-        closedir(d);
-#else
-    (void)out;
-    (void)cap;
-#endif
-    return n;
-}
-
-/* Kill and reap every child of this process, and the children they leave, in rounds (a
- * killed orphan's own children come back to us in turn). The checker has no other children
- * when it calls this. */
-static void sweep_orphans(void)
-{
-    for (int round = 0; round < 64; round++) {
-        pid_t kids[256];
-        size_t n = list_children(kids, 256);
-        if (!n)
-            break;
-        for (size_t k = 0; k < n; k++) {
-            (void)kill(-kids[k], SIGKILL); /* its group, if it made one */
-            (void)kill(kids[k], SIGKILL);
-        }
-        for (size_t k = 0; k < n; k++)
-            while (waitpid(kids[k], NULL, 0) < 0 && errno == EINTR)
-                ;
-    }
-    while (waitpid(-1, NULL, WNOHANG) > 0)
-        ;
-}
-
 static double now_seconds(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* How long a sweep keeps trying to stop every process under the checker before it kills
+ * what it found anyway (a process in uninterruptible sleep cannot stop; one that keeps
+ * sending SIGCONT to the others delays the moment all are stopped), and how long it goes
+ * on at all (a process stuck in the kernel cannot even die; it is left, the run goes on). */
+#define SWEEP_FREEZE_SECONDS 2.0
+#define SWEEP_GIVE_UP_SECONDS 10.0
+
+/* 1 if this process has a child (running, stopped or a zombie). The checker is a subreaper
+ * and has no children of its own when it sweeps: no child means no plugin process at all,
+ * which is the common case, found without reading /proc. */
+static int have_children(void)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    return !(waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD);
+}
+
+typedef struct proc_ent {
+    pid_t pid, ppid;
+    char state; /* /proc/PID/stat's letter: R, S, D, T (stopped), t, Z, X, ... */
+} proc_ent;
+
+/* What a sweep keeps between its scans of /proc. */
+typedef struct sweep_state {
+    proc_ent *v; /* the processes of a scan */
+    size_t cap;
+    unsigned char *under; /* a bit per pid: this process or one under it, in this scan */
+    size_t nbits;
+    pid_t *stopped; /* every pid sent SIGSTOP */
+    size_t nstopped, scap;
+} sweep_state;
+
+static int is_under(const sweep_state *s, pid_t p)
+{
+    return p > 0 && (size_t)p < s->nbits && (s->under[(size_t)p / 8] >> ((size_t)p % 8) & 1);
+}
+
+static void set_under(sweep_state *s, pid_t p)
+{
+    if (p <= 0)
+        return;
+    if ((size_t)p >= s->nbits) { /* a pid past pid_max as read at the start */
+        size_t nb = ((size_t)p + 1) * 2, old = (s->nbits + 7) / 8, now = (nb + 7) / 8;
+        unsigned char *u = realloc(s->under, now);
+        if (!u)
+            return;
+        memset(u + old, 0, now - old);
+        s->under = u, s->nbits = nb;
+    }
+    s->under[(size_t)p / 8] |= (unsigned char)(1u << ((size_t)p % 8));
+}
+
+static int stoppable(char st)
+{
+    return st != 'T' && st != 't' && st != 'Z' && st != 'X';
+}
+
+static void stop_one(sweep_state *s, pid_t p)
+{
+    (void)kill(p, SIGSTOP);
+    if (s->nstopped == s->scap) {
+        size_t nc = s->scap ? 2 * s->scap : 64;
+        pid_t *ns = realloc(s->stopped, nc * sizeof *ns);
+        if (!ns)
+            return;
+        s->stopped = ns, s->scap = nc;
+    }
+    s->stopped[s->nstopped++] = p;
+}
+
+/* Every process under this one (children, their children, ...) with its state as read,
+ * into s->v; the count, and in *running how many were neither stopped nor dead. One pass
+ * over /proc, then the closure over parents: a process is listed whatever group or session
+ * it moved to, and however deep (a sweep that follows only this process's own children
+ * reaches one generation per round). With stop, each one found running is sent SIGSTOP at
+ * once, as the pass reaches it: /proc lists pids in increasing order, so a parent is
+ * mostly met before its children, and a process that forks fast gets little time to. */
+static size_t descendants(sweep_state *s, int stop, size_t *running)
+{
+    size_t n = 0;
+    *running = 0;
+#ifdef __linux__
+    if (s->under)
+        memset(s->under, 0, (s->nbits + 7) / 8);
+    set_under(s, getpid());
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char *end;
+        long p = strtol(de->d_name, &end, 10);
+        if (*end || p <= 0)
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", p);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (got <= 0)
+            continue;
+        buf[got] = '\0';
+        const char *rp = strrchr(buf, ')'); /* the name may hold anything, ')' too */
+        long ppid;
+        char st;
+        if (!rp || sscanf(rp + 1, " %c %ld", &st, &ppid) != 2)
+            continue;
+        if (n == s->cap) {
+            size_t nc = s->cap ? 2 * s->cap : 256;
+            proc_ent *nv = realloc(s->v, nc * sizeof *nv);
+            if (!nv)
+                break;
+            s->v = nv, s->cap = nc;
+        }
+        s->v[n++] = (proc_ent){(pid_t)p, (pid_t)ppid, st};
+        if (is_under(s, (pid_t)ppid)) {
+            set_under(s, (pid_t)p);
+            if (stop && stoppable(st))
+                stop_one(s, (pid_t)p);
+        }
+    }
+    if (d)
+        closedir(d);
+    /* The closure: those met before their parent (pids wrap around), pass after pass until
+     * a pass adds none; then the ones under this process to the front. */
+    for (int grew = 1; grew;) {
+        grew = 0;
+        for (size_t k = 0; k < n; k++)
+            if (!is_under(s, s->v[k].pid) && is_under(s, s->v[k].ppid)) {
+                set_under(s, s->v[k].pid);
+                if (stop && stoppable(s->v[k].state))
+                    stop_one(s, s->v[k].pid);
+                grew = 1;
+            }
+    }
+    size_t kept = 0;
+    for (size_t k = 0; k < n; k++)
+        if (is_under(s, s->v[k].pid) && s->v[k].pid != getpid()) {
+            *running += stoppable(s->v[k].state);
+            s->v[kept++] = s->v[k];
+        }
+    n = kept;
+#else
+    (void)s;
+    (void)stop;
+#endif
+    return n;
+}
+
+static void sleep_ms(double ms)
+{
+    struct timespec ts = {0, (long)(ms * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+/* Kill and reap every process under this one, whatever group or session it moved to, fork
+ * bombs included: stop them all first (SIGSTOP cannot be caught or ignored, and a stopped
+ * process forks no more), scanning again until a scan finds every one of them stopped,
+ * then kill them all and reap, until no child is left. Killing pids one generation at a
+ * time let a process that forks (or a line of processes each the child of the one before)
+ * outrun the kill. Without privileges and without a cgroup: the checker is a subreaper,
+ * so every orphan of plugin code stays under it; a process that has something outside
+ * start a program for it (a daemon, `at`) is out of reach, as it would be of a process
+ * group kill. A pid stopped here that is no longer under the checker at the end (it died
+ * and the pid was reused between the scan and the signal) is continued again. */
+static void sweep_orphans(void)
+{
+    double t0 = now_seconds();
+    sweep_state s;
+    memset(&s, 0, sizeof s);
+    while (have_children() && now_seconds() - t0 < SWEEP_GIVE_UP_SECONDS) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) /* zombies: nothing to stop */
+            ;
+        size_t running = 0, n = descendants(&s, 1, &running);
+        if (n == 0) {
+            /* Children, none of them found in /proc: it cannot be read (not Linux, or
+             * mounted hidepid); the process group kills were all there was to do. */
+            if (have_children() && !(waitpid(-1, NULL, WNOHANG) > 0))
+                break;
+            continue;
+        }
+        if (running && now_seconds() - t0 < SWEEP_FREEZE_SECONDS) {
+            sleep_ms(0.2); /* the SIGSTOPs to land; then look again */
+            continue;
+        }
+        for (size_t k = 0; k < n; k++)
+            (void)kill(s.v[k].pid, SIGKILL);
+        /* Reap what died (and the zombies handed up to us as their parents die). */
+        double t1 = now_seconds();
+        while (have_children() && now_seconds() - t1 < 0.5) {
+            if (waitpid(-1, NULL, WNOHANG) <= 0)
+                sleep_ms(0.2);
+        }
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    /* Every stopped pid that is still alive now is not ours (see above): continue it. */
+    for (size_t k = 0; k < s.nstopped; k++)
+        if (kill(s.stopped[k], 0) == 0)
+            (void)kill(s.stopped[k], SIGCONT);
+    free(s.stopped);
+    free(s.under);
+    free(s.v);
 }
 
 int conform_child_finish(pid_t pid, double timeout, const sigset_t *old, int *ws)

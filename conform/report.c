@@ -4,14 +4,18 @@
  * case), a self-contained HTML page with an SVG plot of error/bound, and the baseline
  * gate that compares a run with a stored JSON report. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <json.h>
 
 #include "conform/conform.h"
+#include "io/util.h"
 
 static const char *const status_names[3] = {"pass", "fail", "skip"};
 
@@ -85,7 +89,7 @@ void conform_precision_looser(const smattn_precision *a, const smattn_precision 
     for (int f = 0; f < 7; f++) {
         if (roundoff_only && f != 0 && f != 1 && f != 3)
             continue;
-        if (!(va[f] > vb[f]))
+        if (va[f] <= vb[f]) /* NaN is looser than anything: it turns every bound off */
             continue;
         size_t n = strlen(out);
         if (f == 5)
@@ -124,11 +128,11 @@ static void require_looser(const smattn_precision *a, const smattn_precision *wa
 {
     conform_precision_looser(a, want, 1, out, cap);
     size_t n = strlen(out);
-    if (a->exp_ulps > want->exp_ulps)
+    if (!(a->exp_ulps <= want->exp_ulps))
         n += (size_t)snprintf(out + n, cap - n, "%sexp_ulps %.3g > %.3g", n ? ", " : "",
                               a->exp_ulps, want->exp_ulps);
     double min_normal = want->tiny / (2 * want->u_acc);
-    if (n < cap && a->tiny > min_normal)
+    if (n < cap && !(a->tiny <= min_normal))
         snprintf(out + n, cap - n, "%stiny %.3g > %.3g (the format's smallest normal)",
                  n ? ", " : "", a->tiny, min_normal);
 }
@@ -205,24 +209,89 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
 
 #define MAX_CATEGORIES 64
 
-/* s for a text report, control characters escaped ("\\n", "\\x1b"): names and text that
- * come from the plugin must not forge lines of a CI log or drive a terminal. */
-static const char *clean(const char *s, char *buf, size_t cap)
+/* The length of the UTF-8 character at p (1 to 4), or 0 if p does not start a valid one
+ * (RFC 3629: no overlong form, no surrogate, nothing above U+10FFFF), with its code point. */
+static size_t utf8_char(const unsigned char *p, unsigned *cp)
+{
+    unsigned c = p[0];
+    size_t n = c < 0x80             ? 1
+               : (c & 0xe0) == 0xc0 ? 2
+               : (c & 0xf0) == 0xe0 ? 3
+               : (c & 0xf8) == 0xf0 ? 4
+                                    : 0;
+    if (n == 0)
+        return 0;
+    unsigned v = n == 1 ? c : c & (0x7fu >> n);
+    for (size_t k = 1; k < n; k++) {
+        if ((p[k] & 0xc0) != 0x80) /* also stops at the NUL */
+            return 0;
+        v = v << 6 | (p[k] & 0x3fu);
+    }
+    static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < least[n] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+size_t conform_text_clean(const char *s, int keep_lines, char *out, size_t cap)
 {
     size_t o = 0;
-    for (; s && *s && o + 5 < cap; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '\n')
-            o += (size_t)snprintf(buf + o, cap - o, "\\n");
-        else if (ch == '\t')
-            o += (size_t)snprintf(buf + o, cap - o, "\\t");
-        else if (ch < 0x20 || ch == 0x7f)
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-        else
-            buf[o++] = (char)ch;
+    if (cap == 0)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
+        unsigned cp = 0;
+        size_t n = utf8_char(p, &cp);
+        char esc[8 * 4 + 1];
+        const char *piece = (const char *)p;
+        size_t len = n;
+        if (n && keep_lines && (cp == '\n' || cp == '\t')) {
+            /* as it is */
+        } else if (n && cp == '\n') {
+            piece = "\\n", len = 2;
+        } else if (n && cp == '\t') {
+            piece = "\\t", len = 2;
+        } else if (!n || cp < 0x20 || (cp >= 0x7f && cp < 0xa0) || cp == 0xfffe || cp == 0xffff) {
+            /* a control character (C0, DEL, C1), a character XML forbids, or a byte that is
+             * not UTF-8: its bytes as \xHH */
+            size_t m = n ? n : 1;
+            len = 0;
+            for (size_t k = 0; k < m; k++)
+                len += (size_t)snprintf(esc + len, sizeof esc - len, "\\x%02x", p[k]);
+            piece = esc;
+            n = m;
+        }
+        if (o + len >= cap)
+            break;
+        memcpy(out + o, piece, len);
+        o += len;
+        p += n;
     }
-    buf[o] = '\0';
+    out[o] = '\0';
+    return o;
+}
+
+/* s for a text report (conform_text_clean, newlines escaped): names and text that come
+ * from the plugin, a manifest or a file must not forge lines of a CI log or drive a
+ * terminal. */
+static const char *clean(const char *s, char *buf, size_t cap)
+{
+    conform_text_clean(s, 0, buf, cap);
     return buf;
+}
+
+/* A JSON string of s made valid UTF-8 without control characters but newline and tab
+ * (json-c escapes those): every report is valid JSON whatever the plugin named itself. */
+static json_object *jstr(const char *s)
+{
+    size_t cap = 4 * strlen(s ? s : "") + 1;
+    char *buf = malloc(cap);
+    if (!buf)
+        return json_object_new_string("");
+    conform_text_clean(s ? s : "", 1, buf, cap);
+    json_object *o = json_object_new_string(buf);
+    free(buf);
+    return o;
 }
 
 /* What the kernel printed during a failed case, indented and marked as its output. */
@@ -238,6 +307,21 @@ static void print_output(FILE *f, const char *out)
         fprintf(f, "       | %s\n", clean(line, esc, sizeof esc));
         s += n + (s[n] == '\n');
     }
+}
+
+/* The first `max` lines of text (one per '\n'), each escaped (they hold case names from a
+ * manifest or a baseline); the number printed. */
+static size_t print_lines(FILE *f, const char *text, size_t max)
+{
+    size_t shown = 0;
+    for (const char *s = text ? text : ""; *s && shown < max; shown++) {
+        size_t n = strcspn(s, "\n");
+        char line[1024], esc[4 * sizeof line];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), s);
+        fprintf(f, "%s\n", clean(line, esc, sizeof esc));
+        s += n + (s[n] == '\n');
+    }
+    return shown;
 }
 
 void conform_report_print(const conform_report *rep, FILE *f)
@@ -256,14 +340,15 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "conventions: %s\n", rep->conventions);
     if (rep->vectors_dir)
         fprintf(f, "golden vectors: %zu ran%s%s\n", rep->vectors,
-                rep->vectors_dir[0] ? " from " : " (none: --no-vectors)", rep->vectors_dir);
+                rep->vectors_dir[0] ? " from " : " (none: --no-vectors)",
+                clean(rep->vectors_dir, path, sizeof path));
     fprintf(f, "\n");
     fprintf(f, "  %-12s %6s %6s %6s %6s  %14s %12s\n", "category", "cases", "pass", "fail", "skip",
             "max err/bound", "max ulp");
     for (size_t c = 0; c < nc; c++) {
-        char b1[32], b2[32];
-        fprintf(f, "  %-12s %6zu %6zu %6zu %6zu  %14s %12s\n", cat[c].name, cat[c].cases,
-                cat[c].passed, cat[c].failed, cat[c].skipped,
+        char b1[32], b2[32], cn[4 * sizeof((conform_result *)0)->category];
+        fprintf(f, "  %-12s %6zu %6zu %6zu %6zu  %14s %12s\n", clean(cat[c].name, cn, sizeof cn),
+                cat[c].cases, cat[c].passed, cat[c].failed, cat[c].skipped,
                 figure(&cat[c], cat[c].max_ratio, b1, sizeof b1),
                 figure(&cat[c], cat[c].max_ulp, b2, sizeof b2));
     }
@@ -273,18 +358,20 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "failures:\n");
         for (size_t k = 0; k < rep->n; k++)
             if (rep->results[k].status == CONFORM_FAIL) {
-                char why[sizeof rep->results[k].reason * 4];
-                fprintf(f, "  FAIL %s: %s\n", rep->results[k].name,
+                char why[sizeof rep->results[k].reason * 4], nm[sizeof rep->results[k].name * 4];
+                fprintf(f, "  FAIL %s: %s\n", clean(rep->results[k].name, nm, sizeof nm),
                         clean(rep->results[k].reason, why, sizeof why));
                 print_output(f, rep->results[k].output);
             }
         fprintf(f, "\n");
     }
     if (rep->required) {
-        if (rep->precision_failures)
-            fprintf(f, "--require-precision %s: %zu failures\n%s\n", rep->required,
-                    rep->precision_failures, rep->precision_text ? rep->precision_text : "");
-        else
+        if (rep->precision_failures) {
+            fprintf(f, "--require-precision %s: %zu failures\n", rep->required,
+                    rep->precision_failures);
+            print_lines(f, rep->precision_text, (size_t)-1);
+            fprintf(f, "\n");
+        } else
             fprintf(f, "--require-precision %s: the model is within it\n", rep->required);
     }
     if (rep->baseline_path) {
@@ -293,24 +380,20 @@ void conform_report_print(const conform_report *rep, FILE *f)
                     "baseline %s: %zu regressions (limit: ratio > max(%.2f x, +%.2f), a "
                     "pass turned into a failure, a skip or a missing case, or a looser "
                     "precision model)\n",
-                    rep->baseline_path, rep->regressions, CONFORM_BASELINE_FACTOR,
-                    CONFORM_BASELINE_SLACK);
+                    clean(rep->baseline_path, path, sizeof path), rep->regressions,
+                    CONFORM_BASELINE_FACTOR, CONFORM_BASELINE_SLACK);
             /* The first CONFORM_REGRESSIONS_SHOWN lines; all of them are in the JSON. */
             const char *s = rep->regression_text ? rep->regression_text : "";
-            size_t shown = 0, lines = 0;
+            size_t lines = 0;
             for (const char *q = s; *q; q++)
                 lines += *q == '\n';
-            while (*s && shown < CONFORM_REGRESSIONS_SHOWN) {
-                size_t n = strcspn(s, "\n");
-                fprintf(f, "%.*s\n", (int)n, s);
-                s += n + (s[n] == '\n');
-                shown++;
-            }
+            size_t shown = print_lines(f, s, CONFORM_REGRESSIONS_SHOWN);
             if (lines > shown)
                 fprintf(f, "  ... and %zu more (the JSON report lists them all)\n", lines - shown);
             fprintf(f, "\n");
         } else
-            fprintf(f, "baseline %s: no regression\n", rep->baseline_path);
+            fprintf(f, "baseline %s: no regression\n",
+                    clean(rep->baseline_path, path, sizeof path));
     }
     if (t.passed == 0 && t.failed == 0)
         fprintf(f, "verdict: NOT CONFORMING (no case ran: every case was skipped)\n");
@@ -364,9 +447,12 @@ void conform_report_print(const conform_report *rep, FILE *f)
                 oc_cases);
         size_t listed = 0;
         for (size_t k = 0; k < rep->n && listed < 5; k++)
-            if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0)
-                fprintf(f, "%s %s (%lld)", listed++ ? "," : "", rep->results[k].name,
+            if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0) {
+                char nm[sizeof rep->results[k].name * 4];
+                fprintf(f, "%s %s (%lld)", listed++ ? "," : "",
+                        clean(rep->results[k].name, nm, sizeof nm),
                         (long long)rep->results[k].unbounded_rows);
+            }
         fprintf(f, "%s\n", oc_cases > listed ? ", ..." : "");
     }
 }
@@ -392,13 +478,18 @@ static json_object *pm_json(const smattn_precision *m)
     return o;
 }
 
-/* A model stored by pm_json; 0, or -1 if o is not one. */
+/* A model stored by pm_json; 0, or -1 if o is not one (a field missing or not a number;
+ * blocks and acc_len integers). */
 static int pm_from_json(json_object *o, smattn_precision *m)
 {
     json_object *v[7];
-    for (int f = 0; f < 7; f++)
+    for (int f = 0; f < 7; f++) {
         if (!o || !json_object_object_get_ex(o, pm_fields[f], &v[f]))
             return -1;
+        int is_int = json_object_is_type(v[f], json_type_int);
+        if (!is_int && (f == 4 || f == 5 || !json_object_is_type(v[f], json_type_double)))
+            return -1;
+    }
     m->u_score = json_object_get_double(v[0]);
     m->u_acc = json_object_get_double(v[1]);
     m->exp_ulps = json_object_get_double(v[2]);
@@ -419,13 +510,76 @@ int conform_file_close(FILE *f, const char *path, char *err, size_t errlen)
     return 0;
 }
 
-static int write_text(const char *path, const char *text, char *err, size_t errlen)
+/* Open path for writing as a regular file (see conform_report_open): the descriptor, or -1
+ * with the reason in why; *created says the file did not exist before. */
+static int open_report_fd(const char *path, int *created, char *why, size_t cap)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write", path);
+    struct stat st;
+    *created = 0;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "not a regular file (a FIFO, a device or a directory)");
         return -1;
     }
+    /* O_NONBLOCK: a FIFO put there since the stat fails at once (ENXIO) or is opened
+     * without waiting, and refused below on the descriptor itself. */
+    int fl = O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    int fd = open(path, fl | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0)
+        *created = 1;
+    else if (errno == EEXIST)
+        fd = open(path, fl);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", errno == ENXIO ? "not a regular file (a FIFO)" : strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "not a regular file (a FIFO, a device or a directory)");
+        close(fd);
+        if (*created)
+            unlink(path);
+        return -1;
+    }
+    return fd;
+}
+
+int conform_report_check(const char *name, const char *path, char *err, size_t errlen)
+{
+    char why[200];
+    int created;
+    int fd = open_report_fd(path, &created, why, sizeof why);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s %s: cannot write: %s", name, path, why);
+        return -1;
+    }
+    close(fd);
+    if (created)
+        unlink(path);
+    return 0;
+}
+
+FILE *conform_report_open(const char *path, char *err, size_t errlen)
+{
+    char why[200];
+    int created;
+    int fd = open_report_fd(path, &created, why, sizeof why);
+    FILE *f = NULL;
+    if (fd >= 0 && ftruncate(fd, 0) == 0 && fcntl(fd, F_SETFL, 0) == 0)
+        f = fdopen(fd, "w");
+    else if (fd >= 0)
+        snprintf(why, sizeof why, "%s", strerror(errno));
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "%s: cannot write: %s", path, why);
+    }
+    return f;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t errlen)
+{
+    FILE *f = conform_report_open(path, err, errlen);
+    if (!f)
+        return -1;
     fputs(text, f);
     return conform_file_close(f, path, err, errlen);
 }
@@ -434,25 +588,24 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
 {
     json_object *root = json_object_new_object();
     json_object *k = json_object_new_object();
-    json_object_object_add(k, "name", json_object_new_string(rep->kernel_name));
-    json_object_object_add(k, "version", json_object_new_string(rep->kernel_version));
-    json_object_object_add(k, "path", json_object_new_string(rep->kernel_path));
+    json_object_object_add(k, "name", jstr(rep->kernel_name));
+    json_object_object_add(k, "version", jstr(rep->kernel_version));
+    json_object_object_add(k, "path", jstr(rep->kernel_path));
     json_object_object_add(root, "kernel", k);
-    json_object_object_add(root, "suite", json_object_new_string(rep->suite));
+    json_object_object_add(root, "suite", jstr(rep->suite));
     json_object_object_add(root, "seed", json_object_new_int64((int64_t)rep->seed));
     json_object_object_add(root, "precision", pm_json(&rep->precision));
     json_object_object_add(root, "precision_per_problem",
                            json_object_new_boolean(rep->per_problem));
-    json_object_object_add(root, "conventions", json_object_new_string(rep->conventions));
+    json_object_object_add(root, "conventions", jstr(rep->conventions));
     if (rep->vectors_dir) {
         json_object *v = json_object_new_object();
-        json_object_object_add(v, "dir", json_object_new_string(rep->vectors_dir));
+        json_object_object_add(v, "dir", jstr(rep->vectors_dir));
         json_object_object_add(v, "ran", json_object_new_int64((int64_t)rep->vectors));
         json_object_object_add(root, "vectors", v);
     }
-    json_object_object_add(
-        root, "verdict",
-        json_object_new_string(conform_report_conforming(rep) ? "conforming" : "not conforming"));
+    json_object_object_add(root, "verdict",
+                           jstr(conform_report_conforming(rep) ? "conforming" : "not conforming"));
     conform_totals t = conform_report_totals(rep);
     json_object *s = json_object_new_object();
     json_object_object_add(s, "cases", json_object_new_int64((int64_t)t.cases));
@@ -472,23 +625,25 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         int ran = cat[c].judged > 0; /* null: none of its cases was judged */
         json_object_object_add(o, "max_ratio", ran ? num(cat[c].max_ratio) : NULL);
         json_object_object_add(o, "max_ulp", ran ? num(cat[c].max_ulp) : NULL);
-        json_object_object_add(cats, cat[c].name, o);
+        char key[4 * sizeof((conform_result *)0)->category];
+        conform_text_clean(cat[c].name, 1, key, sizeof key);
+        json_object_object_add(cats, key, o);
     }
     json_object_object_add(root, "categories", cats);
     json_object *arr = json_object_new_array();
     for (size_t n = 0; n < rep->n; n++) {
         const conform_result *r = &rep->results[n];
         json_object *o = json_object_new_object();
-        json_object_object_add(o, "name", json_object_new_string(r->name));
-        json_object_object_add(o, "category", json_object_new_string(r->category));
-        json_object_object_add(o, "status", json_object_new_string(status_names[r->status]));
+        json_object_object_add(o, "name", jstr(r->name));
+        json_object_object_add(o, "category", jstr(r->category));
+        json_object_object_add(o, "status", jstr(status_names[r->status]));
         json_object_object_add(o, "max_ratio", num(r->max_ratio));
         json_object_object_add(o, "max_ulp", num(r->max_ulp));
-        json_object_object_add(o, "reason", json_object_new_string(r->reason));
+        json_object_object_add(o, "reason", jstr(r->reason));
         json_object *feat = json_object_new_array();
         for (unsigned b = 0; b < 32; b++)
             if (r->caps & (1u << b))
-                json_object_array_add(feat, json_object_new_string(conform_cap_name(b)));
+                json_object_array_add(feat, jstr(conform_cap_name(b)));
         json_object_object_add(o, "features", feat);
         json_object *shape = json_object_new_object();
         static const char *const dims[7] = {"B", "S", "T", "Hq", "Hkv", "D", "Dv"};
@@ -500,7 +655,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(o, "unbounded_rows", json_object_new_int64(r->unbounded_rows));
         json_object_object_add(o, "nonfinite", json_object_new_int64(r->nonfinite));
         json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
-        json_object_object_add(o, "output", json_object_new_string(r->output));
+        json_object_object_add(o, "output", jstr(r->output));
         if (r->has_pm)
             json_object_object_add(o, "precision", pm_json(&r->pm));
         json_object_array_add(arr, o);
@@ -508,19 +663,17 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
     json_object_object_add(root, "cases", arr);
     if (rep->baseline_path) {
         json_object *b = json_object_new_object();
-        json_object_object_add(b, "file", json_object_new_string(rep->baseline_path));
+        json_object_object_add(b, "file", jstr(rep->baseline_path));
         json_object_object_add(b, "regressions", json_object_new_int64((int64_t)rep->regressions));
-        json_object_object_add(
-            b, "text", json_object_new_string(rep->regression_text ? rep->regression_text : ""));
+        json_object_object_add(b, "text", jstr(rep->regression_text ? rep->regression_text : ""));
         json_object_object_add(root, "baseline", b);
     }
     if (rep->required) {
         json_object *b = json_object_new_object();
-        json_object_object_add(b, "format", json_object_new_string(rep->required));
+        json_object_object_add(b, "format", jstr(rep->required));
         json_object_object_add(b, "failures",
                                json_object_new_int64((int64_t)rep->precision_failures));
-        json_object_object_add(
-            b, "text", json_object_new_string(rep->precision_text ? rep->precision_text : ""));
+        json_object_object_add(b, "text", jstr(rep->precision_text ? rep->precision_text : ""));
         json_object_object_add(root, "require_precision", b);
     }
     const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
@@ -532,31 +685,35 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
 
 /* ---- XML and HTML escaping -------------------------------------------------------------- */
 
-/* s with & < > " ' escaped (and control characters other than tab and newline dropped). */
+/* s with & < > " ' escaped, made valid UTF-8 without a character XML 1.0 forbids
+ * (conform_text_clean keeping newline and tab): a plugin's name that is not UTF-8, or a
+ * control character in a manifest's case name, leaves the JUnit and HTML files well
+ * formed. */
 static void put_escaped(FILE *f, const char *s)
 {
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        switch (ch) {
+    size_t cap = 4 * strlen(s) + 1;
+    char *buf = malloc(cap);
+    if (!buf)
+        return;
+    conform_text_clean(s, 1, buf, cap);
+    for (const char *p = buf; *p; p++) {
+        switch (*p) {
         case '&': fputs("&amp;", f); break;
         case '<': fputs("&lt;", f); break;
         case '>': fputs("&gt;", f); break;
         case '"': fputs("&quot;", f); break;
         case '\'': fputs("&apos;", f); break;
-        default:
-            if (ch >= 0x20 || ch == '\t' || ch == '\n')
-                fputc(ch, f);
+        default: fputc(*p, f);
         }
     }
+    free(buf);
 }
 
 int conform_report_junit(const conform_report *rep, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write", path);
+    FILE *f = conform_report_open(path, err, errlen);
+    if (!f)
         return -1;
-    }
     conform_totals t = conform_report_totals(rep);
     double total = 0;
     for (size_t k = 0; k < rep->n; k++)
@@ -710,11 +867,9 @@ static void svg_plot(FILE *f, const conform_report *rep, const category *cat, si
 
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write", path);
+    FILE *f = conform_report_open(path, err, errlen);
+    if (!f)
         return -1;
-    }
     category cat[MAX_CATEGORIES];
     size_t nc = categories(rep, cat, MAX_CATEGORIES);
     int ok = conform_report_conforming(rep);
@@ -816,58 +971,104 @@ static void append(char **text, size_t *len, const char *line)
 
 static const char *const status_words[3] = {"passes", "fails", "is skipped"};
 
-int conform_baseline_check(const char *path, char *err, size_t errlen)
+void conform_baseline_free(conform_baseline *b)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    if (b->root)
+        json_object_put(b->root);
+    b->root = NULL;
+}
+
+/* A baseline's case: an object with a string "name" and "status" (pass, fail or skip), a
+ * "max_ratio" absent, null or a finite number >= 0, a "precision" absent or a valid model.
+ * NULL, or the reason it is not one. */
+static const char *bad_case(json_object *c)
+{
+    json_object *v;
+    if (!json_object_is_type(c, json_type_object))
+        return "is not an object";
+    if (!json_object_object_get_ex(c, "name", &v) || !json_object_is_type(v, json_type_string))
+        return "has no \"name\" string";
+    if (!json_object_object_get_ex(c, "status", &v) || !json_object_is_type(v, json_type_string))
+        return "has no \"status\" string";
+    const char *st = json_object_get_string(v);
+    if (strcmp(st, "pass") && strcmp(st, "fail") && strcmp(st, "skip"))
+        return "has a \"status\" other than pass, fail or skip";
+    if (json_object_object_get_ex(c, "max_ratio", &v) && v) {
+        int num = json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int);
+        double r = num ? json_object_get_double(v) : -1;
+        if (!num || !(r >= 0) || !isfinite(r))
+            return "has a \"max_ratio\" that is not a finite number >= 0 or null";
+    }
+    smattn_precision pm;
+    char perr[300];
+    if (json_object_object_get_ex(c, "precision", &v) &&
+        (pm_from_json(v, &pm) || conform_precision_check(&pm, "", perr, sizeof perr)))
+        return "has a \"precision\" that is not a valid model";
+    return NULL;
+}
+
+int conform_baseline_load(const char *path, conform_baseline *b, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    b->path = path;
+    char why[300];
+    size_t len = 0;
+    char *text = smattn_io_read_text(path, CONFORM_BASELINE_MAX, &len, why, sizeof why);
+    if (!text) {
         snprintf(err, errlen, "baseline %s: %s", path,
-                 errno == ENOENT ? "no such file" : strerror(errno));
+                 strstr(why, "No such file") ? "no such file" : why);
         return -1;
     }
-    fclose(f);
-    json_object *root = json_object_from_file(path), *cases, *bp;
-    int ok = root && json_object_object_get_ex(root, "cases", &cases) &&
-             json_object_is_type(cases, json_type_array);
+    json_object *root = smattn_io_parse_json(text, len, why, sizeof why), *cases, *bp;
+    free(text);
+    if (!root) {
+        snprintf(err, errlen, "baseline %s: %s", path, why);
+        return -1;
+    }
+    if (!json_object_object_get_ex(root, "cases", &cases) ||
+        !json_object_is_type(cases, json_type_array)) {
+        snprintf(err, errlen,
+                 "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
+        json_object_put(root);
+        return -1;
+    }
+    for (size_t k = 0; k < json_object_array_length(cases); k++) {
+        const char *bad = bad_case(json_object_array_get_idx(cases, k));
+        if (bad) {
+            snprintf(err, errlen, "baseline %s: case %zu %s (edited?): regenerate it", path, k,
+                     bad);
+            json_object_put(root);
+            return -1;
+        }
+    }
     /* Without the declared model the precision gate would be off, silently: refuse. */
     smattn_precision p0;
     char perr[300];
-    int has_pm = ok && json_object_object_get_ex(root, "precision", &bp) &&
-                 !pm_from_json(bp, &p0) && !conform_precision_check(&p0, "", perr, sizeof perr);
-    if (root)
-        json_object_put(root);
-    if (!ok) {
-        snprintf(err, errlen,
-                 "baseline %s: not a JSON report of smattn conform (no \"cases\" array)", path);
-        return -1;
-    }
-    if (!has_pm) {
+    if (!json_object_object_get_ex(root, "precision", &bp) || pm_from_json(bp, &p0) ||
+        conform_precision_check(&p0, "", perr, sizeof perr)) {
         snprintf(err, errlen,
                  "baseline %s has no valid precision model (written by an older smattn, or "
                  "edited?): regenerate it",
                  path);
+        json_object_put(root);
         return -1;
     }
+    b->root = root;
     return 0;
 }
 
-int conform_baseline_compare(conform_report *rep, const char *path, char *err, size_t errlen)
+void conform_baseline_compare(conform_report *rep, const conform_baseline *b)
 {
-    rep->baseline_path = path;
+    rep->baseline_path = b->path;
     rep->regressions = 0;
-    if (conform_baseline_check(path, err, errlen))
-        return -1;
-    json_object *root = json_object_from_file(path), *cases, *bp;
-    if (!root || !json_object_object_get_ex(root, "cases", &cases)) {
-        snprintf(err, errlen, "baseline %s: cannot be read", path);
-        if (root)
-            json_object_put(root);
-        return -1;
-    }
+    json_object *cases, *bp;
+    if (!b->root || !json_object_object_get_ex(b->root, "cases", &cases))
+        return; /* conform_baseline_load made sure of both */
     size_t len = 0;
     char line[1000], why[400];
     /* The declared model, field by field. */
     smattn_precision p0;
-    if (json_object_object_get_ex(root, "precision", &bp) && !pm_from_json(bp, &p0)) {
+    if (json_object_object_get_ex(b->root, "precision", &bp) && !pm_from_json(bp, &p0)) {
         conform_precision_looser(&rep->precision, &p0, 0, why, sizeof why);
         if (why[0]) {
             snprintf(line, sizeof line,
@@ -877,20 +1078,18 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
         }
     }
     size_t nb = json_object_array_length(cases);
-    for (size_t b = 0; b < nb; b++) {
-        json_object *c = json_object_array_get_idx(cases, b), *v;
+    for (size_t k = 0; k < nb; k++) {
+        json_object *c = json_object_array_get_idx(cases, k), *v;
         if (!json_object_object_get_ex(c, "name", &v))
             continue;
         const char *name = json_object_get_string(v);
         const char *was =
             json_object_object_get_ex(c, "status", &v) ? json_object_get_string(v) : "";
         const conform_result *r = NULL;
-        for (size_t k = 0; k < rep->n && !r; k++)
-            if (!strcmp(rep->results[k].name, name))
-                r = &rep->results[k];
-        int has_ratio =
-            json_object_object_get_ex(c, "max_ratio", &v) &&
-            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int));
+        for (size_t j = 0; j < rep->n && !r; j++)
+            if (!strcmp(rep->results[j].name, name))
+                r = &rep->results[j];
+        int has_ratio = json_object_object_get_ex(c, "max_ratio", &v) && v;
         double r0 = has_ratio ? json_object_get_double(v) : HUGE_VAL;
         line[0] = '\0';
         if (strcmp(was, "pass")) {
@@ -923,6 +1122,4 @@ int conform_baseline_compare(conform_report *rep, const char *path, char *err, s
             append(&rep->regression_text, &len, line);
         }
     }
-    json_object_put(root);
-    return 0;
 }

@@ -255,10 +255,14 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         return;
     }
     conform_inst m;
+    /* From here on, a case the checker cannot run fails: a skip says the kernel did not
+     * claim it, and a run whose forks fail (a plugin's processes filling the process
+     * table) must not read as a kernel that passed what it claims. */
     if (conform_case_materialise(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, k->info.empty_rows,
                                  k->info.empty_lse, &m)) {
-        r->status = CONFORM_SKIP;
-        snprintf(r->reason, sizeof r->reason, "out of memory preparing the case");
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "could not run: the checker ran out of memory preparing the case");
         return;
     }
     const smattn_problem *p = &m.prob;
@@ -292,8 +296,9 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         smattn_contiguous_strides(p, roles[t], ot[t]->stride);
     }
     if (!ok) {
-        r->status = CONFORM_SKIP;
-        snprintf(r->reason, sizeof r->reason, "cannot map the output buffers: %s", strerror(errno));
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "could not run: the checker cannot map the output buffers: %s", strerror(errno));
         goto done;
     }
     memset(rep, 0, sizeof *rep);
@@ -302,8 +307,10 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     double t0 = now_seconds();
     pid_t pid = conform_child_fork(capture_fd, &old);
     if (pid < 0) {
-        r->status = CONFORM_SKIP;
-        snprintf(r->reason, sizeof r->reason, "fork failed: %s", strerror(errno));
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "could not run: the checker cannot start the case's process (fork: %s)",
+                 strerror(errno));
         goto done;
     }
     if (pid == 0) {

@@ -93,7 +93,10 @@ typedef struct smattn_plugin_info {
     int64_t max_head_dim;      /* largest D and Dv it takes; 0: no limit */
     smattn_empty empty_rows;   /* the fully-masked-row convention it claims (SPEC 3.4) */
     smattn_empty_lse empty_lse;
-    smattn_precision precision; /* its arithmetic (SPEC 6.1): the bound it is judged by */
+    /* its arithmetic (SPEC 6.1): the bound it is judged by; with smattn_plugin_precision,
+     * the model the reports show, --require-precision and --baseline compare (it must be
+     * in range either way) */
+    smattn_precision precision;
 } smattn_plugin_info;
 
 typedef const smattn_plugin_info *(*smattn_plugin_describe_fn)(uint32_t host_abi);

@@ -14,7 +14,11 @@
 
 /* ---- files ----------------------------------------------------------------------------- */
 
-/* 1 if dir/name exists (as anything), 0 if not; -1 (with err) on another stat error. */
+/* 1 if dir/name has a directory entry (a file, a directory, a FIFO, a symbolic link
+ * dangling or not), 0 if it has none; -1 (with err) on another error. Absent means no entry
+ * at all: an entry that cannot be read as a regular file is an error its reader reports,
+ * never an optional input taken as absent (a dangling bias.npy would run the case without
+ * its bias). */
 static int file_exists(const char *dir, const char *name, char *err, size_t errlen)
 {
     char *p = smattn_io_join_path(dir, name);
@@ -23,7 +27,7 @@ static int file_exists(const char *dir, const char *name, char *err, size_t errl
         return -1;
     }
     struct stat st;
-    int rc = stat(p, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
+    int rc = lstat(p, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
     if (rc < 0) { /* EACCES and the like: the directory cannot be searched */
         char q[SMATTN_IO_PATH_MAX];
         smattn_io_err(err, errlen, "%s: cannot read the case directory (%s: %s)",
@@ -31,6 +35,21 @@ static int file_exists(const char *dir, const char *name, char *err, size_t errl
     }
     free(p);
     return rc;
+}
+
+/* After a reader failed on dir/name: if it is a symbolic link to nothing, say so in err
+ * ("NAME: a dangling symbolic link ..."), the reader's "cannot open: No such file" being
+ * no help. */
+static void name_dangling(const char *dir, const char *name, char *err, size_t errlen)
+{
+    char *p = smattn_io_join_path(dir, name);
+    struct stat st;
+    if (p && lstat(p, &st) == 0 && S_ISLNK(st.st_mode) && stat(p, &st) != 0 && errno == ENOENT)
+        smattn_io_err(err, errlen,
+                      "%s: a dangling symbolic link (its target does not exist; an input is "
+                      "absent only when the case directory has no entry of that name)",
+                      name);
+    free(p);
 }
 
 /* A case.json has ten short keys; anything near this size is not one. */
@@ -47,11 +66,14 @@ static int load_json(const char *dir, smattn_case_json *cj, char *err, size_t er
     char *text = p ? smattn_io_read_text(p, CASE_JSON_MAX, &len, err, errlen) : NULL;
     if (!p)
         smattn_io_err(err, errlen, "out of memory");
+    int unread = !text;
     int rc = text ? smattn_case_json_parse(text, len, cj, err, errlen) : -1;
     free(text);
     free(p);
     if (rc)
         smattn_io_err_prefix(err, errlen, "case.json");
+    if (unread)
+        name_dangling(dir, "case.json", err, errlen);
     return rc;
 }
 
@@ -93,8 +115,10 @@ static int load_header(const char *dir, const char *name, int required, smattn_n
     }
     int rc = smattn_npy_read_header(p, a, err, errlen);
     free(p);
-    if (rc)
+    if (rc) {
         name_error(dir, name, err, errlen);
+        name_dangling(dir, name, err, errlen);
+    }
     return rc;
 }
 

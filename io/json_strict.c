@@ -2,8 +2,9 @@
 /* json_strict.c: an RFC 8259 check of JSON text before json-c builds it, for what json-c
  * 0.16 lets through even with JSON_TOKENER_STRICT: single-quoted strings, duplicate keys
  * (json-c keeps the last), integers beyond int64 (json-c saturates them to 2^64 - 1 or
- * INT64_MAX) and a top level that is not an object. It checks the grammar only (no tree);
- * UTF-8 is left to json-c's JSON_TOKENER_VALIDATE_UTF8. */
+ * INT64_MAX), a top level that is not an object, and \u0000 in a string (json-c keeps it,
+ * but a C string ends there: RFC 8259 allows it, we refuse it). It checks the grammar only
+ * (no tree); UTF-8 is left to json-c's JSON_TOKENER_VALIDATE_UTF8. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,13 @@ static int string(jcur *c, jkey *key)
             c->pos++;
             free(o);
             return fail_at(c, "a bad escape in a string");
+        }
+        if (cp == 0) {
+            /* json-c keeps the string, but every C string ends there: a key "a\u0000x"
+             * would be read as "a" (passing the duplicate check against "a\u0000y") and a
+             * value as its prefix */
+            free(o);
+            return fail_at(c, "\\u0000 in a string (a NUL is not allowed in keys or values)");
         }
         c->pos += 6;
         unsigned lo;

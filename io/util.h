@@ -30,7 +30,8 @@ char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, 
 
 /* Check text[0, len) against RFC 8259 where json-c is lax (io/json_strict.c): one object at
  * the top level, double-quoted strings only, no duplicate key in any object, integers
- * within int64. 0, or nonzero with one line in err. */
+ * within int64; and no \u0000 in any string (keys and values are C strings to us). 0, or
+ * nonzero with one line in err. */
 int smattn_io_json_check(const char *text, size_t len, char *err, size_t errlen);
 
 /* Parse text[0, len) strictly (RFC 8259, smattn_io_json_check, then json-c in strict mode

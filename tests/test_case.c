@@ -521,6 +521,58 @@ static int count_entries(const char *dir)
     return n;
 }
 
+/* A NUL in a key or a value (\u0000) is refused: keys that differ only after it passed
+ * the duplicate check and were read as one key, and a value was taken for its prefix. */
+START_TEST(json_nul_refused)
+{
+    json_bad("{\"causal\": \"none\\u0000x\"}", "\\u0000 in a string");
+    json_bad("{\"scale\\u0000a\": 1, \"scale\\u0000b\": 2}", "\\u0000 in a string");
+    json_bad("{\"scale\\u0000\": 1}", "\\u0000 in a string");
+    json_bad("{\"bf16\": [\"q\\u0000\"]}", "\\u0000 in a string");
+    /* other escapes of control characters are still strings like any other */
+    smattn_case_json cj;
+    char err[256];
+    const char *t = "{\"causal\": \"none\"}";
+    ck_assert_msg(smattn_case_json_parse(t, strlen(t), &cj, err, sizeof err) == 0, "%s", err);
+    smattn_case_json_free(&cj);
+    json_bad("{\"causal\": \"none\\u0001\"}", "\"causal\" must be");
+}
+END_TEST
+
+/* Absent means no directory entry: an optional input (bias, mask, sinks, case.json) that
+ * is a dangling symbolic link, a FIFO or a directory is an error naming it, never a case
+ * run without it. */
+START_TEST(unreadable_optional_inputs_are_errors)
+{
+    static const char *const names[4] = {"bias.npy", "mask.npy", "sinks.npy", "case.json"};
+    char *d = make_tmpdir();
+    put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
+    smattn_case c;
+    load_ok(d, &c);
+    smattn_case_free(&c);
+    char p[600], target[600];
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p, "%s/%s", d, names[k]);
+        snprintf(target, sizeof target, "%s/gone_%s", d, names[k]);
+        ck_assert_int_eq(symlink(target, p), 0);
+        char want[80];
+        snprintf(want, sizeof want, "%s: a dangling symbolic link", names[k]);
+        load_fails(d, want);
+        ck_assert_int_eq(unlink(p), 0);
+        ck_assert_int_eq(mkfifo(p, 0600), 0);
+        load_fails(d, "not a regular file");
+        ck_assert_int_eq(unlink(p), 0);
+        ck_assert_int_eq(mkdir(p, 0700), 0);
+        load_fails(d, "not a regular file");
+        ck_assert_int_eq(rmdir(p), 0);
+        load_ok(d, &c); /* and absent again: the case as it was */
+        smattn_case_free(&c);
+    }
+    test_rm_tree(d);
+    free(d);
+}
+END_TEST
+
 START_TEST(outputs_written_in_case_rank)
 {
     char *d = make_tmpdir();
@@ -579,6 +631,8 @@ Suite *case_suite(void)
     tcase_add_test(tc, json_mutations_never_crash);
     tcase_add_test(tc, json_many_keys_bounded_memory);
     tcase_add_test(tc, outputs_written_in_case_rank);
+    tcase_add_test(tc, json_nul_refused);
+    tcase_add_test(tc, unreadable_optional_inputs_are_errors);
     suite_add_tcase(s, tc);
     return s;
 }

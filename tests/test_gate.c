@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <poll.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "io/npy.h"
+#include "io/util.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
 
@@ -142,7 +144,10 @@ static void record_pids(void)
     setenv("SMATTN_FIXTURE_PIDS", tmp("pids.txt"), 1);
 }
 
-/* A plugin that cannot be loaded: exit 2 at once, one line naming it, no report. */
+static int clean_utf8(const char *s, char *bad, size_t cap);
+
+/* A plugin that cannot be loaded: exit 2 at once, one line naming it, no report; what it
+ * printed (here a C1 control and a byte that is not UTF-8) shown escaped. */
 static void expect_unloadable(const char *mode, const char *needle)
 {
     record_pids();
@@ -154,6 +159,8 @@ static void expect_unloadable(const char *mode, const char *needle)
     ck_assert_msg(strstr(o.err, "cannot be loaded: "), "%s: stderr '%s'", mode, o.err);
     ck_assert_msg(strstr(o.err, needle), "%s: stderr '%s' lacks '%s'", mode, o.err, needle);
     ck_assert_msg(strchr(o.err, '\n') == o.err + strlen(o.err) - 1, "not one line: %s", o.err);
+    char bad[200];
+    ck_assert_msg(clean_utf8(o.err, bad, sizeof bad), "%s: stderr: %s", mode, bad);
     ck_assert_msg(access(tmp("r.json"), F_OK) != 0, "a report was written");
     ck_assert_msg(o.seconds < 10, "%s: took %.1f s", mode, o.seconds);
     expect_no_survivors();
@@ -175,7 +182,8 @@ END_TEST
 START_TEST(constructor_aborts)
 {
     expect_unloadable("ctor_abort", "died with signal 6 (Aborted) loading it (dlopen runs its "
-                                    "constructors); it printed: fixture: no licence found");
+                                    "constructors); it printed: fixture: no licence found "
+                                    "\\xc2\\x9b\\xff");
 }
 END_TEST
 
@@ -374,6 +382,276 @@ START_TEST(plugin_text_escaped)
                       strstr(o.out, "| ?[32mverdict: CONFORMING?[0m"),
                   "%s", o.out);
     ck_assert_int_eq(count(o.out, "verdict: "), 2); /* the real one and the escaped output */
+    outcome_free(&o);
+}
+END_TEST
+
+/* 1 if s is valid UTF-8 (RFC 3629: no overlong form, no surrogate, nothing past
+ * U+10FFFF) holding no control character but newline, tab and carriage return. */
+static int clean_utf8(const char *s, char *bad, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p, n = c < 0x80             ? 1
+                             : (c & 0xe0) == 0xc0 ? 2
+                             : (c & 0xf0) == 0xe0 ? 3
+                             : (c & 0xf8) == 0xf0 ? 4
+                                                  : 0;
+        unsigned v = n == 1 ? c : n ? c & (0x7fu >> n) : 0;
+        for (unsigned k = 1; k < n; k++) {
+            if ((p[k] & 0xc0) != 0x80) {
+                n = 0;
+                break;
+            }
+            v = v << 6 | (p[k] & 0x3fu);
+        }
+        static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
+        int ok = n && v >= least[n] && v <= 0x10ffff && !(v >= 0xd800 && v <= 0xdfff) &&
+                 (v >= 0x20 || v == '\n' || v == '\t' || v == '\r') && v != 0x7f &&
+                 !(v >= 0x80 && v < 0xa0);
+        if (!ok) {
+            snprintf(bad, cap, "byte %ld (0x%02x) in ...%.40s",
+                     (long)(p - (const unsigned char *)s), *p,
+                     p > (const unsigned char *)s + 20 ? (const char *)p - 20 : s);
+            return 0;
+        }
+        p += n;
+    }
+    return 1;
+}
+
+/* The reports of a run, each valid UTF-8 without stray control characters; the JSON one
+ * parses with the strict reader (json-c alone takes bytes that are not UTF-8), the XML
+ * one with xmllint where it is installed. */
+static void expect_reports_valid(const char *out)
+{
+    char bad[200];
+    ck_assert_msg(clean_utf8(out, bad, sizeof bad), "stdout: %s", bad);
+    static const char *const files[3] = {"r.json", "r.xml", "r.html"};
+    for (int k = 0; k < 3; k++) {
+        char *text = slurp(tmp(files[k]));
+        ck_assert_msg(text[0], "%s is empty", files[k]);
+        ck_assert_msg(clean_utf8(text, bad, sizeof bad), "%s: %s", files[k], bad);
+        if (k == 0) {
+            char err[300];
+            json_object *j = smattn_io_parse_json(text, strlen(text), err, sizeof err);
+            ck_assert_msg(j != NULL, "r.json: %s", err);
+            json_object_put(j);
+        }
+        free(text);
+    }
+    if (access("/usr/bin/xmllint", X_OK) == 0) {
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, "/usr/bin/xmllint --noout '%s' 2>/dev/null", tmp("r.xml"));
+        ck_assert_msg(system(cmd) == 0, "xmllint: r.xml is not well-formed XML");
+    }
+}
+
+/* A plugin whose name and version are not UTF-8 and whose output holds bytes that are not
+ * UTF-8, control characters and "]]>": every report stays valid (the JSON report was not
+ * JSON, the JUnit file not XML), the bytes shown as \xHH. */
+START_TEST(reports_valid_whatever_the_plugin_says)
+{
+    outcome o = cli("conform", "--kernel", fixture("badutf8"), "--no-vectors", "--only", "shapes/",
+                    "--json", tmp("r.json"), "--junit", tmp("r.xml"), "--html", tmp("r.html"),
+                    NULL);
+    ck_assert_msg(o.code == 1, "exit %d: %s %s", o.code, o.out, o.err);
+    expect_reports_valid(o.out);
+    ck_assert_msg(strstr(o.out, "kernel bad\\xff\\xfe<name>\\xc3 1\\x80 ("), "%s", o.out);
+    char *json = slurp(tmp("r.json"));
+    ck_assert_msg(strstr(json, "\"name\":\"bad\\\\xff\\\\xfe<name>\\\\xc3\""), "%.600s", json);
+    free(json);
+    outcome_free(&o);
+}
+END_TEST
+
+/* ---- 1b. a fork bomb, a full process table --------------------------------------------- */
+
+/* Processes (not zombies) whose name (/proc/N/stat's comm) is tag: counted, and killed
+ * (the fixture named them so: they are the test's own). */
+static int reap_named(const char *tag)
+{
+    int alive = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                continue;
+            char path[300], st[512] = "";
+            snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f)
+                continue;
+            size_t got = fread(st, 1, sizeof st - 1, f);
+            st[got] = '\0';
+            fclose(f);
+            const char *lp = strchr(st, '('), *rp = strrchr(st, ')');
+            if (!lp || !rp || rp[1] != ' ' || rp[2] == 'Z' || rp[2] == 'X' ||
+                (size_t)(rp - lp - 1) != strlen(tag) || strncmp(lp + 1, tag, strlen(tag)))
+                continue;
+            alive += pass == 0;
+            kill((pid_t)atol(de->d_name), SIGKILL);
+        }
+        if (d)
+            closedir(d);
+        struct timespec ms50 = {0, 50000000};
+        nanosleep(&ms50, NULL);
+    }
+    return alive;
+}
+
+/* A kernel that starts a fork bomb on D == 3 (a line of 100 processes, each the child of
+ * the one before and in a session of its own, and chains that fork their successor and
+ * exit): none of them outlives the case (killing one generation of orphans per round left
+ * 36 of the line alive), the case fails on its own error, the run ends in seconds. */
+START_TEST(fork_bomb_does_not_outlive_its_case)
+{
+    char tag[16];
+    snprintf(tag, sizeof tag, "sbomb%d", (int)(getpid() % 1000000));
+    setenv("SMATTN_FIXTURE_TAG", tag, 1);
+    outcome o = cli("conform", "--kernel", fixture("bomb"), "--no-vectors", "--only",
+                    "shapes/s3_t7_d3", "--json", tmp("r.json"), NULL);
+    unsetenv("SMATTN_FIXTURE_TAG");
+    int left = reap_named(tag);
+    ck_assert_msg(left == 0, "%d processes of the plugin outlived the run", left);
+    ck_assert_msg(o.code == 1, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(o.seconds < 15, "took %.1f s", o.seconds);
+    json_object *r = load_json(tmp("r.json"));
+    ck_assert_str_eq(field(find_case(r, "shapes/s3_t7_d3"), "status"), "fail");
+    ck_assert_msg(strstr(field(find_case(r, "shapes/s3_t7_d3"), "reason"), "status 17"), "%s",
+                  field(find_case(r, "shapes/s3_t7_d3"), "reason"));
+    json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
+/* A directory everyone can reach, for a run as another user (test_cli_run_as): the suite's
+ * own directory is private to it. */
+static const char *public_dir(void)
+{
+    const char *pub = tmp("pub");
+    if (access(pub, F_OK) != 0)
+        ck_assert_int_eq(mkdir(pub, 0777), 0);
+    ck_assert_int_eq(chmod(dir, 0711), 0);
+    ck_assert_int_eq(chmod(pub, 01777), 0);
+    return pub;
+}
+
+/* A case the checker cannot start (fork fails: the process table is full for the user,
+ * as a plugin's leftovers would make it) fails: before, every such case was a skip "not
+ * claimed by the kernel", and a run could end CONFORMING on what ran before. */
+START_TEST(case_that_cannot_fork_fails)
+{
+    const char *pub = public_dir();
+    const char *prog = test_copy_public(pub, getenv("SMATTN_CLI"));
+    char json[600];
+    snprintf(json, sizeof json, "%s/r.json", pub);
+    const char *args[] = {"conform", "--no-vectors", "--only", "shapes/", "--json", json, NULL};
+    outcome o = test_cli_run_as(dir, prog, args, test_spare_uid(), 1);
+    ck_assert_msg(o.code == 1, "exit %d: %s %s", o.code, o.out, o.err);
+    json_object *r = load_json(json), *s, *v, *cases;
+    ck_assert(json_object_object_get_ex(r, "summary", &s));
+    ck_assert(json_object_object_get_ex(s, "skipped", &v));
+    ck_assert_msg(json_object_get_int64(v) == 0, "%lld skipped: %s",
+                  (long long)json_object_get_int64(v), o.out);
+    ck_assert(json_object_object_get_ex(s, "failed", &v));
+    ck_assert_int_eq(json_object_get_int64(v), 8);
+    ck_assert(json_object_object_get_ex(r, "cases", &cases));
+    for (size_t k = 0; k < json_object_array_length(cases); k++) {
+        const char *why = field(json_object_array_get_idx(cases, k), "reason");
+        ck_assert_msg(strstr(why, "could not run: the checker cannot start the case's process "
+                                  "(fork: "),
+                      "%s", why);
+    }
+    ck_assert_ptr_nonnull(strstr(o.out, "verdict: NOT CONFORMING (8 of 8 cases failed"));
+    json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
+/* Processes of uid (not zombies) into pids (up to cap), with how many of them are not
+ * stopped; the count. */
+static int list_uid(unsigned uid, pid_t *pids, int cap, int *running)
+{
+    int n = 0;
+    *running = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && n < cap && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/%s/status", de->d_name);
+        FILE *f = fopen(path, "r");
+        unsigned u = (unsigned)-1;
+        char state = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            if (!strncmp(line, "State:", 6))
+                sscanf(line + 6, " %c", &state);
+            if (sscanf(line, "Uid: %u", &u) == 1)
+                break;
+        }
+        if (f)
+            fclose(f);
+        if (u != uid || state == 'Z' || state == 'X' || !state)
+            continue;
+        *running += state != 'T' && state != 't';
+        pids[n++] = (pid_t)atol(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Processes of uid (the test's spare user): counted, then stopped until all are (they may
+ * be forking), killed, and so on until none is left. */
+static int reap_uid(unsigned uid)
+{
+    static pid_t pids[5000];
+    int running, alive = list_uid(uid, pids, 5000, &running);
+    for (int round = 0; round < 50; round++) {
+        int n = list_uid(uid, pids, 5000, &running);
+        if (n == 0)
+            break;
+        for (int k = 0; k < n; k++)
+            kill(pids[k], running ? SIGSTOP : SIGKILL);
+        struct timespec ms20 = {0, 20000000};
+        nanosleep(&ms20, NULL);
+    }
+    return alive;
+}
+
+/* A real fork bomb (every process forks as fast as it can, each child in a session of its
+ * own) under RLIMIT_NPROC 200 for a user of its own: before, it left 200 processes behind,
+ * every later case's fork failed and counted as a skip. Now none is left and every other
+ * case runs. Needs root (a user held to RLIMIT_NPROC whose processes the test can tell from
+ * its own); as another user the fixture refuses to bomb and this only runs the cases. */
+START_TEST(fork_bomb_under_a_process_limit)
+{
+    if (getuid() != 0)
+        return;
+    const char *pub = public_dir();
+    const char *prog = test_copy_public(pub, getenv("SMATTN_CLI"));
+    const char *plugin = test_copy_public(pub, fixture("bomb_nproc"));
+    char json[600];
+    snprintf(json, sizeof json, "%s/r.json", pub);
+    unsigned uid = test_spare_uid();
+    const char *args[] = {"conform", "--kernel", plugin, "--no-vectors", "--only", "shapes/",
+                          "--json", json, NULL};
+    outcome o = test_cli_run_as(dir, prog, args, uid, 200);
+    int left = reap_uid(uid);
+    ck_assert_msg(left == 0, "%d processes of the plugin outlived the run", left);
+    ck_assert_msg(o.code == 1, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(o.seconds < 20, "took %.1f s", o.seconds);
+    json_object *r = load_json(json), *s, *v;
+    ck_assert(json_object_object_get_ex(r, "summary", &s));
+    ck_assert(json_object_object_get_ex(s, "failed", &v));
+    ck_assert_msg(json_object_get_int64(v) == 1, "%s", o.out); /* the bomb's own case */
+    ck_assert(json_object_object_get_ex(s, "passed", &v));
+    ck_assert_msg(json_object_get_int64(v) >= 6, "%s", o.out);
+    ck_assert_ptr_null(strstr(o.out, "could not run"));
+    json_object_put(r);
     outcome_free(&o);
 }
 END_TEST
@@ -583,6 +861,138 @@ START_TEST(report_details)
     ck_assert_msg(strstr(o.out, "  ... and ") && strstr(o.out, " more (the JSON report lists them "
                                                                "all)"),
                   "%s", o.out);
+    outcome_free(&o);
+}
+END_TEST
+
+/* The baseline is read once, before any plugin code runs: a plugin that puts another
+ * baseline in its place (here one written with its own looser model) does not pass. */
+START_TEST(baseline_read_once_before_plugin_code)
+{
+    outcome o = cli("conform", "--kernel", fixture("good"), "--only", "shapes/", "--json",
+                    tmp("base.json"), NULL);
+    ck_assert_msg(o.code == 0, "good: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--json",
+            tmp("forged.json"), NULL);
+    ck_assert_msg(o.code == 0, "loose: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    setenv("SMATTN_FIXTURE_RENAME_FROM", tmp("forged.json"), 1);
+    setenv("SMATTN_FIXTURE_RENAME_TO", tmp("base.json"), 1);
+    o = cli("conform", "--kernel", fixture("loose"), "--only", "shapes/", "--baseline",
+            tmp("base.json"), NULL);
+    unsetenv("SMATTN_FIXTURE_RENAME_FROM");
+    unsetenv("SMATTN_FIXTURE_RENAME_TO");
+    ck_assert_msg(access(tmp("forged.json"), F_OK) != 0, "the plugin did not rename");
+    ck_assert_msg(o.code == 1, "exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.out, "REGRESSION precision model: looser than the baseline's"), "%s",
+                  o.out);
+    outcome_free(&o);
+}
+END_TEST
+
+/* Exit 2 within seconds, one stderr line holding needle, nothing run. */
+static void expect_refused(const char *const *args, const char *needle)
+{
+    const char *full[20];
+    int n = 0;
+    for (; args[n] && n < 19; n++)
+        full[n] = args[n];
+    full[n] = NULL;
+    outcome o = test_cli_run_as(dir, NULL, full, (unsigned)getuid(), 0); /* alarm backstop */
+    ck_assert_msg(o.code == 2, "%s: exit %d: %.300s %s", needle, o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, needle), "stderr '%s' lacks '%s'", o.err, needle);
+    ck_assert_msg(count(o.err, "\n") == 1, "not one line: %s", o.err);
+    ck_assert_str_eq(o.out, "");
+    ck_assert_msg(o.seconds < 10, "%s: took %.1f s", needle, o.seconds);
+    outcome_free(&o);
+}
+
+/* Every input of the gate where a regular file is meant: a FIFO (the run waited for a
+ * writer or a reader forever), a device (/dev/zero as a baseline grew without bound), a
+ * directory; a baseline in lenient JSON (NaN as a ratio turned the ratio gate off), one
+ * whose ratio is not a number; two reports in one file (one overwrote the other). */
+START_TEST(gate_inputs_are_regular_files)
+{
+    ck_assert_int_eq(mkfifo(tmp("fifo"), 0600), 0);
+    const char *sh = "shapes/s1_t1_d1";
+    expect_refused((const char *[]){"conform", "--only", sh, "--baseline", tmp("fifo"), NULL},
+                   "baseline");
+    expect_refused((const char *[]){"conform", "--only", sh, "--baseline", tmp("fifo"), NULL},
+                   "not a regular file");
+    expect_refused((const char *[]){"conform", "--only", sh, "--json", tmp("fifo"), NULL},
+                   "--json");
+    expect_refused((const char *[]){"conform", "--only", sh, "--junit", tmp("fifo"), NULL},
+                   "not a regular file");
+    expect_refused((const char *[]){"conform", "--only", sh, "--html", "/dev/null", NULL},
+                   "not a regular file");
+    expect_refused((const char *[]){"conform", "--only", sh, "--baseline", "/dev/zero", NULL},
+                   "not a regular file");
+    expect_refused((const char *[]){"conform", "--only", sh, "--baseline", dir, NULL},
+                   "not a regular file");
+    /* A report of ours, then the same with NaN, Infinity and a string as a ratio. */
+    outcome o = cli("conform", "--only", "shapes/", "--json", tmp("base.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    char *text = slurp(tmp("base.json"));
+    static const char *const bad[3] = {"NaN", "Infinity", "\"0.5\""};
+    for (int k = 0; k < 3; k++) {
+        char *at = strstr(text, "\"cases\":["); /* a case's ratio, not a category's */
+        ck_assert_ptr_nonnull(at);
+        at = strstr(at, "\"max_ratio\":");
+        ck_assert_ptr_nonnull(at);
+        at += strlen("\"max_ratio\":");
+        size_t keep = strcspn(at, ",\n");
+        FILE *f = fopen(tmp("bad.json"), "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "%.*s%s%s", (int)(at - text), text, bad[k], at + keep);
+        fclose(f);
+        expect_refused((const char *[]){"conform", "--only", "shapes/", "--baseline",
+                                        tmp("bad.json"), NULL},
+                       k < 2 ? "baseline" : "max_ratio");
+    }
+    free(text);
+    /* Two reports, one file (also spelled two ways, and one that does not exist yet). */
+    char other[600];
+    snprintf(other, sizeof other, "%s/./r.xml", dir);
+    expect_refused((const char *[]){"conform", "--only", sh, "--json", tmp("r.xml"), "--junit",
+                                    other, NULL},
+                   "--json and --junit name the same file");
+    ck_assert_msg(access(tmp("r.xml"), F_OK) != 0, "the check left r.xml");
+    expect_refused((const char *[]){"check", tmp("."), "--junit", tmp("base.json"), "--html",
+                                    tmp("base.json"), NULL},
+                   "--junit and --html name the same file");
+}
+END_TEST
+
+/* A declared model with NaN (beside a precision hook, which is what each case is judged
+ * by) is refused at load: it passed --require-precision, every comparison with NaN false. */
+START_TEST(declared_model_with_nan_refused)
+{
+    outcome o = cli("conform", "--kernel", fixture("nan_model"), "--only", "shapes/",
+                    "--require-precision", "f32", NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s", o.code, o.out);
+    ck_assert_msg(strstr(o.err, "cannot be loaded: ") &&
+                      strstr(o.err, "info->precision: precision model out of range"),
+                  "%s", o.err);
+    ck_assert_ptr_null(strstr(o.out, "the model is within it"));
+    outcome_free(&o);
+}
+END_TEST
+
+/* Time limits: any finite number of seconds > 0 (1e308 was refused as "want > 0"). */
+START_TEST(huge_time_limits_accepted)
+{
+    outcome o = cli("conform", "--only", "shapes/s1_t1_d1", "--case-timeout", "1e308", "--time",
+                    "1e300", "--describe-timeout", "1e10", NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s %s", o.code, o.out, o.err);
+    outcome_free(&o);
+    o = cli("conform", "--only", "shapes/s1_t1_d1", "--case-timeout", "inf", NULL);
+    ck_assert_int_eq(o.code, 2);
+    ck_assert_ptr_nonnull(strstr(o.err, "want a finite number of seconds > 0"));
+    outcome_free(&o);
+    o = cli("conform", "--only", "shapes/s1_t1_d1", "--case-timeout", "1e-400", NULL);
+    ck_assert_int_eq(o.code, 2);
     outcome_free(&o);
 }
 END_TEST
@@ -865,6 +1275,230 @@ START_TEST(gen_refuses_a_used_directory)
 }
 END_TEST
 
+/* Absent means no directory entry at all: an lse.npy or a skip marker that is a dangling
+ * link, a FIFO or a directory fails the case (an lse.npy like that went unjudged and the
+ * run said CONFORMING; a FIFO skip marker was taken as absent). */
+START_TEST(check_unreadable_files_fail)
+{
+    two_cases();
+    const char *c = "sub/causal-lower_right_s16_t16";
+    char lse[600], skip[600];
+    snprintf(lse, sizeof lse, "%s/%s/lse.npy", dir, c);
+    snprintf(skip, sizeof skip, "%s/%s/skip", dir, c);
+    ck_assert_int_eq(unlink(lse), 0);
+    for (int kind = 0; kind < 6; kind++) {
+        const char *path = kind < 3 ? lse : skip;
+        if (kind % 3 == 0)
+            ck_assert_int_eq(symlink(tmp("nowhere"), path), 0);
+        else if (kind % 3 == 1)
+            ck_assert_int_eq(mkfifo(path, 0600), 0);
+        else
+            ck_assert_int_eq(mkdir(path, 0700), 0);
+        outcome o = test_cli_run_as(dir, NULL, (const char *[]){"check", tmp("sub"), "--json",
+                                                                 tmp("c.json"), NULL},
+                                    (unsigned)getuid(), 0);
+        ck_assert_msg(o.code == 1, "kind %d: exit %d: %s %s", kind, o.code, o.out, o.err);
+        json_object *r = load_json(tmp("c.json"));
+        json_object *jc = find_case(r, "causal-lower_right_s16_t16");
+        ck_assert_str_eq(field(jc, "status"), "fail");
+        const char *why = field(jc, "reason");
+        ck_assert_msg(strstr(why, kind < 3 ? "lse.npy: " : "skip: ") &&
+                          strstr(why, kind % 3 == 0 ? "a dangling symbolic link"
+                                                    : "not a regular file"),
+                      "kind %d: %s", kind, why);
+        json_object_put(r);
+        outcome_free(&o);
+        ck_assert_int_eq(kind % 3 == 2 ? rmdir(path) : unlink(path), 0);
+    }
+}
+END_TEST
+
+/* An o.npy whose header does not match the case is refused on its header, at once: it was
+ * read whole first (here 64 GiB of a sparse file, which failed as "out of memory"). */
+START_TEST(check_reads_output_headers_first)
+{
+    two_cases();
+    char o[600];
+    snprintf(o, sizeof o, "%s/sub/causal-lower_right_s16_t16/o.npy", dir);
+    int64_t shape[4] = {1024, 1024, 1024, 16};
+    ck_assert_int_eq(write_f32_npy(o, 4, shape, 0), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(o, &st), 0);
+    ck_assert_int_eq(truncate(o, st.st_size + ((off_t)64 << 30)), 0);
+    outcome r = cli("check", tmp("sub"), "--json", tmp("c.json"), NULL);
+    unlink(o);
+    ck_assert_msg(r.code == 1, "exit %d: %s %s", r.code, r.out, r.err);
+    ck_assert_msg(r.seconds < 10, "took %.1f s", r.seconds);
+    json_object *j = load_json(tmp("c.json"));
+    const char *why = field(find_case(j, "causal-lower_right_s16_t16"), "reason");
+    ck_assert_msg(strstr(why, "o.npy: got shape [1024,1024,1024,16] (f32), want [B,S,Hq,Dv]"),
+                  "%s", why);
+    json_object_put(j);
+    outcome_free(&r);
+}
+END_TEST
+
+/* `check DIR` finds case directories below DIR at any depth (two levels down said "no case
+ * directory here or below"), named by their path under DIR. */
+START_TEST(check_finds_cases_below)
+{
+    two_cases();
+    ck_assert_int_eq(mkdir(tmp("top"), 0700), 0);
+    ck_assert_int_eq(mkdir(tmp("top/a"), 0700), 0);
+    ck_assert_int_eq(rename(tmp("sub"), tmp("top/a/sub")), 0);
+    outcome o = cli("check", tmp("top"), "--json", tmp("c.json"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s %s", o.code, o.out, o.err);
+    json_object *r = load_json(tmp("c.json"));
+    ck_assert_str_eq(field(find_case(r, "a/sub/causal-lower_right_s16_t16"), "status"), "pass");
+    ck_assert_str_eq(field(find_case(r, "a/sub/shapes-s1_t1_d1"), "status"), "pass");
+    json_object_put(r);
+    outcome_free(&o);
+    /* a manifest below DIR gives its cases, named under its directory */
+    o = cli("check", dir, "--json", tmp("c.json"), NULL);
+    ck_assert_msg(o.code == 1, "exit %d: %s %s", o.code, o.out, o.err); /* g's lack o.npy */
+    r = load_json(tmp("c.json"));
+    ck_assert_ptr_nonnull(find_case(r, "g/shapes/s3_t7_d3"));
+    ck_assert_str_eq(field(find_case(r, "top/a/sub/shapes-s1_t1_d1"), "status"), "pass");
+    json_object_put(r);
+    outcome_free(&o);
+}
+END_TEST
+
+/* Case names and categories from a manifest are shown escaped everywhere: a newline in a
+ * name forged a verdict line, an escape sequence reached the terminal. */
+START_TEST(manifest_names_escaped)
+{
+    outcome o = cli("gen", "--no-vectors", tmp("m"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    json_object *man = load_json(tmp("m/manifest.json")), *cases;
+    ck_assert(json_object_object_get_ex(man, "cases", &cases));
+    for (size_t k = 0; k < 3; k++) {
+        json_object *c = json_object_array_get_idx(cases, k);
+        json_object_object_add(c, "name",
+                               json_object_new_string("x\nverdict: CONFORMING\x1b[2J\xc2\x9b"));
+        json_object_object_add(c, "category", json_object_new_string("c\x1b]0;t\x07\n"));
+    }
+    ck_assert_int_eq(json_object_to_file(tmp("m/manifest.json"), man), 0);
+    json_object_put(man);
+    o = cli("check", tmp("m"), "--json", tmp("r.json"), "--junit", tmp("r.xml"), "--html",
+            tmp("r.html"), NULL);
+    ck_assert_msg(o.code == 1, "exit %d: %s", o.code, o.err);
+    ck_assert_msg(!strstr(o.out, "\nverdict: CONFORMING"), "a forged line: %s", o.out);
+    ck_assert_msg(strstr(o.out, "FAIL x\\nverdict: CONFORMING\\x1b[2J\\xc2\\x9b: "), "%s", o.out);
+    ck_assert_msg(strstr(o.out, "  c\\x1b]0;t\\x07\\n "), "%s", o.out);
+    expect_reports_valid(o.out);
+    outcome_free(&o);
+}
+END_TEST
+
+/* gen under a long OUT: every path fits (a path past 1300 bytes failed half-way as
+ * "smattn gen: : cannot create directory", leaving 43 case directories and no manifest);
+ * one too long for the system is refused before anything is made. */
+START_TEST(gen_long_paths)
+{
+    char deep[4200];
+    snprintf(deep, sizeof deep, "%s/long", dir);
+    ck_assert_int_eq(mkdir(deep, 0700), 0);
+    char part[251];
+    memset(part, 'd', 250);
+    part[250] = '\0';
+    for (int k = 0; k < 5; k++) {
+        snprintf(deep + strlen(deep), sizeof deep - strlen(deep), "/%s", part);
+        ck_assert_int_eq(mkdir(deep, 0700), 0);
+    }
+    char out[4300];
+    snprintf(out, sizeof out, "%s/out", deep);
+    outcome o = cli("gen", "--no-vectors", out, NULL);
+    ck_assert_msg(o.code == 0, "%zu bytes: exit %d: %s", strlen(out), o.code, o.err);
+    char man[4400];
+    snprintf(man, sizeof man, "%s/manifest.json", out);
+    ck_assert_int_eq(access(man, R_OK), 0);
+    outcome_free(&o);
+    while (strlen(deep) < 4000) {
+        snprintf(deep + strlen(deep), sizeof deep - strlen(deep), "/%s", part);
+        ck_assert_int_eq(mkdir(deep, 0700), 0);
+    }
+    snprintf(out, sizeof out, "%s/out", deep);
+    o = cli("gen", "--no-vectors", out, NULL);
+    ck_assert_msg(o.code == 2, "%zu bytes: exit %d: %s", strlen(out), o.code, o.err);
+    ck_assert_msg(strstr(o.err, "too long a path"), "%s", o.err);
+    ck_assert_msg(access(out, F_OK) != 0, "OUT was made");
+    outcome_free(&o);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/long'", dir); /* deeper than test_rm_tree's paths */
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* gen into a directory it cannot list (write and search permission, no read): whether it
+ * is empty cannot be known, so it is refused (it was written into, over what was there). */
+START_TEST(gen_refuses_what_it_cannot_list)
+{
+    const char *pub = public_dir();
+    const char *prog = test_copy_public(pub, getenv("SMATTN_CLI"));
+    char out[600], old[700];
+    snprintf(out, sizeof out, "%s/out", pub);
+    snprintf(old, sizeof old, "%s/old.txt", out);
+    ck_assert_int_eq(mkdir(out, 0777), 0);
+    FILE *f = fopen(old, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_int_eq(chmod(out, 0333), 0);
+    outcome o = test_cli_run_as(dir, prog, (const char *[]){"gen", "--no-vectors", out, NULL},
+                                test_spare_uid(), 0);
+    chmod(out, 0777);
+    ck_assert_msg(o.code == 2, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, "cannot list it"), "%s", o.err);
+    char man[700];
+    snprintf(man, sizeof man, "%s/manifest.json", out);
+    ck_assert_msg(access(man, F_OK) != 0, "gen wrote into it");
+    outcome_free(&o);
+}
+END_TEST
+
+/* An empty spec/vectors beside an installed smattn is passed over for share/smattn/vectors
+ * (it hid them: "no golden vector in ..."), and SMATTN_ROOT, when set, comes first. */
+START_TEST(vectors_empty_dir_passed_over)
+{
+    const char *root = getenv("SMATTN_ROOT");
+    ck_assert_msg(root != NULL, "SMATTN_ROOT is not set");
+    char vectors[600];
+    snprintf(vectors, sizeof vectors, "%s/spec/vectors", root);
+    ck_assert_int_eq(mkdir(tmp("bin"), 0700), 0);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", getenv("SMATTN_CLI"), tmp("bin/smattn"));
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(mkdir(tmp("spec"), 0700), 0);
+    ck_assert_int_eq(mkdir(tmp("spec/vectors"), 0700), 0);
+    ck_assert_int_eq(mkdir(tmp("share"), 0700), 0);
+    ck_assert_int_eq(mkdir(tmp("share/smattn"), 0700), 0);
+    ck_assert_int_eq(symlink(vectors, tmp("share/smattn/vectors")), 0);
+    char real_cli[600];
+    snprintf(real_cli, sizeof real_cli, "%s", getenv("SMATTN_CLI"));
+    setenv("SMATTN_CLI", tmp("bin/smattn"), 1);
+    unsetenv("SMATTN_ROOT");
+    outcome o = cli("conform", "--only", "golden/", NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s %s", o.code, o.out, o.err);
+    assert_vectors_ran(o.out);
+    ck_assert_msg(strstr(o.out, "share/smattn/vectors"), "%s", o.out);
+    outcome_free(&o);
+    /* one vector beside the executable; SMATTN_ROOT names the tree to use */
+    snprintf(cmd, sizeof cmd, "cp \"$(ls '%s'/*.json | head -1)\" '%s'", vectors,
+             tmp("spec/vectors/"));
+    ck_assert_int_eq(system(cmd), 0);
+    setenv("SMATTN_ROOT", root, 1);
+    o = cli("conform", "--only", "golden/", NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s %s", o.code, o.out, o.err);
+    assert_vectors_ran(o.out);
+    char from[700];
+    snprintf(from, sizeof from, "ran from %s/spec/vectors", root);
+    ck_assert_msg(strstr(o.out, from), "%s", o.out);
+    outcome_free(&o);
+    setenv("SMATTN_CLI", real_cli, 1);
+}
+END_TEST
+
 Suite *gate_suite(void);
 Suite *gate_suite(void)
 {
@@ -884,6 +1518,10 @@ Suite *gate_suite(void)
     tcase_add_test(tc, checker_killed_takes_the_case_along);
     tcase_add_test(tc, blocking_everywhere_stops_early);
     tcase_add_test(tc, plugin_text_escaped);
+    tcase_add_test(tc, fork_bomb_does_not_outlive_its_case);
+    tcase_add_test(tc, case_that_cannot_fork_fails);
+    tcase_add_test(tc, fork_bomb_under_a_process_limit);
+    tcase_add_test(tc, reports_valid_whatever_the_plugin_says);
     suite_add_tcase(s, tc);
     tc = tcase_create("baseline");
     tcase_set_timeout(tc, 120);
@@ -894,6 +1532,10 @@ Suite *gate_suite(void)
     tcase_add_test(tc, reports_state_the_model);
     tcase_add_test(tc, report_details);
     tcase_add_test(tc, paths_checked_before_the_run);
+    tcase_add_test(tc, baseline_read_once_before_plugin_code);
+    tcase_add_test(tc, gate_inputs_are_regular_files);
+    tcase_add_test(tc, declared_model_with_nan_refused);
+    tcase_add_test(tc, huge_time_limits_accepted);
     tcase_add_test(tc, html_failures_first_and_marked);
     suite_add_tcase(s, tc);
     tc = tcase_create("files");
@@ -903,6 +1545,13 @@ Suite *gate_suite(void)
     tcase_add_test(tc, check_skip_marker_and_shapes);
     tcase_add_test(tc, check_progress_bar_on_a_terminal);
     tcase_add_test(tc, gen_refuses_a_used_directory);
+    tcase_add_test(tc, check_unreadable_files_fail);
+    tcase_add_test(tc, check_reads_output_headers_first);
+    tcase_add_test(tc, check_finds_cases_below);
+    tcase_add_test(tc, manifest_names_escaped);
+    tcase_add_test(tc, gen_long_paths);
+    tcase_add_test(tc, gen_refuses_what_it_cannot_list);
+    tcase_add_test(tc, vectors_empty_dir_passed_over);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,6 +21,18 @@ void test_outcome_free(test_outcome *o);
 /* $SMATTN_CLI with the NULL-terminated arguments, stdout and stderr captured through
  * files in dir (stdout.txt, stderr.txt). */
 test_outcome test_cli_run(const char *dir, const char *const *args);
+/* The same with program prog (NULL: $SMATTN_CLI) run as user and group uid when the suite
+ * runs as root (as the suite's own user otherwise), under RLIMIT_NPROC = nproc when
+ * nproc > 0: a full process table for that user alone. The program and every file it reads
+ * must be reachable by uid (test_copy_public). A run that has not ended after 60 s dies of
+ * SIGALRM (code -1): a test of something that used to block fails instead of hanging. */
+test_outcome test_cli_run_as(const char *dir, const char *prog, const char *const *args,
+                             unsigned uid, long nproc);
+/* A copy of file src in directory dir, readable and executable by everyone; its path (a few
+ * rotating buffers). Fails the test if it cannot be made. */
+const char *test_copy_public(const char *dir, const char *src);
+/* A uid no account and no process of this machine uses, for test_cli_run_as. */
+unsigned test_spare_uid(void);
 
 /* The case named `name` of a JSON report (NULL if absent), and a case's field as text
  * (fails the test if absent). */
