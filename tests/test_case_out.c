@@ -397,20 +397,6 @@ static char *dir_state(const char *dir)
     return s;
 }
 
-/* A copy of the CLI that uid 65534 can run: the checkout may be out of its reach. */
-static void copy_cli(const char *cli, const char *to)
-{
-    FILE *in = fopen(cli, "rb"), *o = fopen(to, "wb");
-    ck_assert(in && o);
-    char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        ck_assert_int_eq(fwrite(buf, 1, n, o), n);
-    fclose(in);
-    ck_assert_int_eq(fclose(o), 0);
-    ck_assert_int_eq(chmod(to, 0755), 0);
-}
-
 /* A sticky shared OUT (mode 1777, as /tmp) holding a set root wrote, run into by another
  * user (65534): a file of that user can be replaced, one of root's cannot. The run refuses
  * before any change, naming the file, exit 2, one line: an lse.npy that would be replaced,
@@ -431,8 +417,8 @@ START_TEST(sticky_out_refused_before_any_change)
         ck_assert_int_eq(chmod(test_path(a, inputs[k]), 0644), 0);
     snprintf(bin, sizeof bin, "%s/bin", tmp);
     ck_assert_int_eq(mkdir(bin, 0755), 0);
-    snprintf(cli, sizeof cli, "%s/smattn", bin);
-    copy_cli(getenv("SMATTN_CLI"), cli);
+    /* a copy uid 65534 can run: the checkout may be out of its reach */
+    snprintf(cli, sizeof cli, "%s", test_copy_public(bin, getenv("SMATTN_CLI")));
     snprintf(out, sizeof out, "%s/shared", tmp);
     ck_assert_int_eq(mkdir(out, 0755), 0);
     ck_assert_int_eq(chmod(out, 01777), 0);

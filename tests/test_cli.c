@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
 #include "io/npy.h"
 #include "smattn.h"
@@ -141,26 +142,13 @@ static void free_result(run_result *r)
     free(r->err);
 }
 
-/* Copy the CLI into dir (which the caller made reachable by everyone) as dir/smattn, mode
- * 0755, and make the next run_as_nobody children run it: the checkout's own binary may lie
- * below a folder that nobody cannot enter. Cleared by the teardown's tree removal and
- * forget_cli_copy(). */
+/* Make the next run_as_nobody children run a copy of the CLI in dir (which the caller
+ * made reachable by everyone): the checkout's own binary may lie below a folder that
+ * nobody cannot enter. Undone by forget_cli_copy(). */
 static void copy_cli_for_nobody(const char *dir)
 {
-    char *dst = strdup(path_in(dir, "smattn"));
-    int in = open(cli(), O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
-    ck_assert_int_ge(in, 0);
-    ck_assert_int_ge(out, 0);
-    char buf[1 << 16];
-    ssize_t r;
-    while ((r = read(in, buf, sizeof buf)) > 0)
-        ck_assert_int_eq(write(out, buf, (size_t)r), r);
-    ck_assert_int_eq(r, 0);
-    close(in);
-    ck_assert_int_eq(close(out), 0);
-    ck_assert_int_eq(chmod(dst, 0755), 0);
     free(nobody_cli);
-    nobody_cli = dst;
+    nobody_cli = strdup(test_copy_public(dir, cli()));
 }
 
 static void forget_cli_copy(void)
