@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* json_strict.c: an RFC 8259 check of JSON text before json-c builds it, for what json-c
- * 0.16 lets through even with JSON_TOKENER_STRICT: single-quoted strings, duplicate keys
+/* json_strict.c: the strict JSON reader (smattn_io_parse_json): an RFC 8259 check of JSON
+ * text before json-c builds it, for what json-c 0.16 lets through even with
+ * JSON_TOKENER_STRICT: single-quoted strings, duplicate keys
  * (json-c keeps the last), integers beyond int64 (json-c saturates them to 2^64 - 1 or
  * INT64_MAX), a top level that is not an object, and \u0000 in a string (json-c keeps it,
  * but a C string ends there: RFC 8259 allows it, we refuse it). It checks the grammar only
  * (no tree); UTF-8 is left to json-c's JSON_TOKENER_VALIDATE_UTF8. */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,4 +395,45 @@ int smattn_io_json_check(const char *text, size_t len, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+json_object *smattn_io_parse_json(const char *text, size_t len, char *err, size_t errlen)
+{
+    if (len > INT_MAX / 2) {
+        smattn_io_err(err, errlen, "JSON text too large (%zu bytes)", len);
+        return NULL;
+    }
+    if (len && memchr(text, '\0', len)) {
+        smattn_io_err(err, errlen, "malformed JSON: contains a NUL byte");
+        return NULL;
+    }
+    if (smattn_io_json_check(text, len, err, errlen))
+        return NULL;
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        smattn_io_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_object *obj = json_tokener_parse_ex(tok, len ? text : "", (int)len);
+    enum json_tokener_error e = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    if (!obj && (e == json_tokener_continue || (e == json_tokener_success && end < len)))
+        smattn_io_err(err, errlen, "malformed JSON: unexpected end of text");
+    else if (!obj && e != json_tokener_success)
+        smattn_io_err(err, errlen, "malformed JSON at byte %zu: %s", end,
+                      json_tokener_error_desc(e));
+    else if (!obj)
+        smattn_io_err(err, errlen, "malformed JSON: empty, or null at the top level");
+    else {
+        while (end < len && strchr(" \t\r\n", text[end]))
+            end++;
+        if (end < len) {
+            smattn_io_err(err, errlen, "malformed JSON: trailing text at byte %zu", end);
+            json_object_put(obj);
+            obj = NULL;
+        }
+    }
+    json_tokener_free(tok);
+    return obj;
 }
