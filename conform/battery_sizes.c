@@ -89,7 +89,7 @@ void battery_nonfinite(builder *bd)
  * slot (fill_garbage): K and V of keys no row sees, Q of empty and padding rows, and, in
  * the cases with a bias, the bias at every hidden (row, key), so that a partly visible
  * tile holds garbage right next to the keys it must read. Quick takes the first two
- * shapes of each kind, the first with a bias and the second without. */
+ * shapes of each kind, the first with a bias, the second with neither a bias nor Dv != D. */
 void battery_tiled(builder *bd, int full)
 {
     static const int64_t sh[][4] = {/* S, T, D, Dv */
@@ -104,12 +104,14 @@ void battery_tiled(builder *bd, int full)
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t z = 0; z < nsh; z++) {
             int64_t S = sh[z][0], T = sh[z][1], B = k == 2 || k == 3 ? 2 : 1;
+            /* quick's second shape plain: Dv = D, no bias (a kernel without either runs it) */
+            int64_t dv = full || z == 0 ? sh[z][3] : sh[z][2];
             char name[64];
             snprintf(name, sizeof name, "%s_s%lld_t%lld_d%lld_dv%lld", kinds[k], (long long)S,
-                     (long long)T, (long long)sh[z][2], (long long)sh[z][3]);
+                     (long long)T, (long long)sh[z][2], (long long)dv);
             int64_t H = z == 0 ? 2 : 1; /* GQA on the smallest shape; the oracle's time */
             conform_case *c = bat_case_new(bd, "tiled", name, SMATTN_OP_ATTENTION, B, S, T, H, 1,
-                                           sh[z][2], sh[z][3], 2.0, 0);
+                                           sh[z][2], dv, 2.0, 0);
             if (!c)
                 return;
             smattn_problem *p = &c->prob;

@@ -271,9 +271,10 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
 
 /* O of row (b, h, i) in binary64 under another scale: a cheap first test of a scale that
  * might explain the outputs, before the oracle confirms it. 0, or -1 when the row holds a
- * non-finite input or sees nothing (no cheap answer: the oracle decides). */
+ * non-finite input or sees nothing (no cheap answer: the oracle decides). peak_lse (may be
+ * NULL): the row's largest score (or sink) and its LSE. */
 static int row_o_scaled(const smattn_problem *p, const smattn_inputs *in, double scale, int64_t b,
-                        int64_t h, int64_t i, double *o, double *peak)
+                        int64_t h, int64_t i, double *o, double peak_lse[2])
 {
     char buf[160];
     int64_t g = h / (p->Hq / p->Hkv), n = 0;
@@ -315,8 +316,8 @@ static int row_o_scaled(const smattn_problem *p, const smattn_inputs *in, double
         l += exp(zeta - m);
     for (int64_t c = 0; ok && c < p->Dv; c++)
         o[c] /= l, ok = isfinite(o[c]);
-    if (peak)
-        *peak = m;
+    if (peak_lse)
+        peak_lse[0] = m, peak_lse[1] = m + log(l);
     free(s);
     return ok ? 0 : -1;
 }
@@ -325,10 +326,10 @@ static int row_o_scaled(const smattn_problem *p, const smattn_inputs *in, double
  * 1/D for 1/sqrt(D), applied twice, 1/sqrt(Dv), the default where another was given, or
  * rounded to binary16 or bfloat16. Each candidate is tried first on the failing row in
  * binary64, then confirmed by the oracle and the bound on every O element. The scale, with
- * the name of the mistake in *what, or NaN. */
+ * the names of the mistakes it fits in what, or NaN. */
 static double other_scale(const smattn_problem *p, const smattn_inputs *in,
                           const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
-                          const int64_t ix[4], int64_t nO, const char **what)
+                          const int64_t ix[4], int64_t nO, char *what, size_t wcap)
 {
     struct {
         double s;
@@ -340,8 +341,8 @@ static double other_scale(const smattn_problem *p, const smattn_inputs *in,
     double bf16 = smattn__bits_to_double(smattn__round_bits(s0, SMATTN_BF16), SMATTN_BF16);
 #define CAND(x, w) (cand[nc].s = (x), cand[nc++].what = (w))
     CAND(1.0, "the scale left out");
-    CAND(1.0 / (double)p->D, "1/D instead of 1/sqrt(D)");
     CAND(s0 * s0, "the scale applied twice");
+    CAND(1.0 / (double)p->D, "1/D instead of 1/sqrt(D)");
     CAND(smattn_default_scale(p->Dv), "1/sqrt(Dv) instead of 1/sqrt(D)");
     CAND(smattn_default_scale(p->D), "the default 1/sqrt(D) instead of the problem's scale");
     CAND(f16, "the scale rounded to binary16");
@@ -369,7 +370,11 @@ static double other_scale(const smattn_problem *p, const smattn_inputs *in,
         q.scale = cand[k].s;
         if (ratio_under(&q, in, got, pm, flags, nO) <= 1) {
             free(row);
-            *what = cand[k].what;
+            /* one value, several mistakes: 1/sqrt(D) squared is 1/D */
+            size_t len = (size_t)snprintf(what, wcap, "%s", cand[k].what);
+            for (int e = k + 1; e < nc && len < wcap; e++)
+                if (cand[e].s == cand[k].s)
+                    len += (size_t)snprintf(what + len, wcap - len, ", or %s", cand[e].what);
             return cand[k].s;
         }
     }
@@ -436,8 +441,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         !strcmp(hid, "x = -inf")) {
         snprintf(out, cap,
                  "NaN at %s, a key hidden by x = -inf: the scale 0 times x = -inf is NaN, but an "
-                 "x of -inf hides its key whatever the scale (SPEC 3.5); the row's other keys "
-                 "are judged as if it were absent",
+                 "x of -inf hides its key whatever the scale (SPEC 3.5)",
                  where);
         return;
     }
@@ -472,8 +476,8 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         }
     }
     if (o_wrong && n == 0 && keys > 0) {
-        const char *what = NULL;
-        double s = other_scale(p, in, got, pm, flags, ix, nO, &what);
+        char what[200];
+        double s = other_scale(p, in, got, pm, flags, ix, nO, what, sizeof what);
         if (!isnan(s))
             n = (size_t)snprintf(out, cap,
                                  "scale: O follows scale %.9g (%s), not the problem's %.9g; ", s,
@@ -486,10 +490,17 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
      * row's own maximum. Named before a leak: with garbage in the row's hidden slots too,
      * a max that restarted at 0 after a masked tile is the likelier cause of 0/0. */
     char regime[300] = "";
-    double *row = att ? malloc((size_t)p->Dv * sizeof *row) : NULL, peak;
-    if (row && !row_o_scaled(p, in, p->scale, ix[0], ix[1], ix[2], row, &peak)) {
-        double range = pm->u_acc == 0x1p-11 ? 65504.0 : pm->u_acc <= 0x1p-53 ? DBL_MAX : (double)FLT_MAX;
-        if (fabs(peak) > log(range) - 1.5)
+    double *row = att ? malloc((size_t)p->Dv * sizeof *row) : NULL, pl[2];
+    if (row && !row_o_scaled(p, in, p->scale, ix[0], ix[1], ix[2], row, pl)) {
+        double range = pm->u_acc == 0x1p-11 ? 65504.0
+                       : pm->u_acc <= 0x1p-53 ? DBL_MAX
+                                              : (double)FLT_MAX;
+        double peak = pl[0], lse = (double)NAN;
+        if (got->lse.data) /* [B,Hq,S] */
+            lse = smattn_load(got->lse.data, got->lse.dtype, (ix[0] * p->Hq + ix[1]) * p->S + ix[2]);
+        /* a right LSE means right weights: then the shift is not the cause */
+        int lse_right = fabs(lse - pl[1]) <= 0x1p-10 * fmax(1.0, fabs(pl[1]));
+        if (fabs(peak) > log(range) - 1.5 && !lse_right)
             snprintf(regime, sizeof regime,
                      "; the row's visible scores peak at %.4g, where exp(s) %s in the kernel's "
                      "format: are the weights shifted by the row's own maximum (a running max "
