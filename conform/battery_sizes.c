@@ -158,7 +158,7 @@ void battery_long_rows(builder *bd, int full)
                                      {1024, 1000, 513, 128},
                                      {4097, 4097, 1025, 64}};
     /* no feature at all but length: a kernel that claims nothing runs the split path */
-    bat_finish(bd, bat_att(bd, "long", "decode_t700_d128_plain", 2, 1, 700, 2, 2, 128));
+    bat_finish(bd, bat_att(bd, "long", "decode_t600_d128_plain", 1, 1, 600, 1, 1, 128));
     size_t n = full ? 3 : 1;
     for (size_t k = 0; k < n; k++) {
         char name[64];
@@ -268,8 +268,8 @@ void battery_regimes(builder *bd)
 }
 
 /* The head dims kernels specialise on (64, 128, 256, and 80, which is none of the powers of
- * two), each on the two main paths: a causal prefill across a 64-row tile and a GQA decode
- * over 300 keys. A kernel that mishandles one head dim only (drops the scale on its
+ * two), each on the two main paths: a causal prefill across a 64-row tile and a GQA (4 : 1)
+ * decode over 300 keys. A kernel that mishandles one head dim only (drops the scale on its
  * D >= 128 path, say) fails here in quick. */
 void battery_head_dims(builder *bd)
 {
@@ -277,12 +277,12 @@ void battery_head_dims(builder *bd)
     for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
         char name[48];
         snprintf(name, sizeof name, "prefill_causal_d%lld", (long long)dims[k]);
-        conform_case *c = bat_att(bd, "head_dim", name, 1, 70, 70, 2, 2, dims[k]);
+        conform_case *c = bat_att(bd, "head_dim", name, 1, 70, 70, 1, 1, dims[k]);
         if (c)
             c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
         bat_finish(bd, c);
         snprintf(name, sizeof name, "decode_gqa_d%lld", (long long)dims[k]);
-        bat_finish(bd, bat_att(bd, "head_dim", name, 1, 1, 300, 4, 2, dims[k]));
+        bat_finish(bd, bat_att(bd, "head_dim", name, 1, 1, 300, 4, 1, dims[k]));
     }
 }
 
