@@ -792,6 +792,16 @@ static void softmax(builder *bd)
     if (c)
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     finish(bd, c);
+    /* scale 0: every score is 0, but an x of -inf still hides its key (SPEC 3.5), where
+     * 0 * -inf is NaN */
+    c = case_new(bd, "softmax", "scale0_neg_inf_entries", SMATTN_OP_SOFTMAX, 1, 3, 7, 1, 1, 0, 0,
+                 3.0, 0);
+    x = c ? MUT(c->in64.x.data) : NULL;
+    if (x) {
+        c->prob.scale = 0.0;
+        x[1] = x[4] = x[7] = x[2 * 7 + 6] = -HUGE_VAL;
+    }
+    finish(bd, c);
 }
 
 /* ---- random sweeps -------------------------------------------------------------------- */
@@ -900,6 +910,8 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     battery_nonfinite(&bd);
     extreme(&bd, full);
     battery_regimes(&bd);
+    battery_regimes_masked(&bd);
+    battery_head_dims(&bd);
     shapes(&bd, full);
     causal(&bd, full);
     window(&bd, full);

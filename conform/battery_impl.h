@@ -49,5 +49,7 @@ void battery_long_rows(builder *bd, int full);
 void battery_regimes(builder *bd);
 void battery_empty_rows_clean(builder *bd);
 void battery_sinks_large(builder *bd);
+void battery_head_dims(builder *bd);
+void battery_regimes_masked(builder *bd);
 
 #endif

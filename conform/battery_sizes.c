@@ -88,8 +88,8 @@ void battery_nonfinite(builder *bd)
  * D and Dv in {16, 64, 128}, for every kind of invisibility; NaN/inf fill every invisible
  * slot (fill_garbage): K and V of keys no row sees, Q of empty and padding rows, and, in
  * the cases with a bias, the bias at every hidden (row, key), so that a partly visible
- * tile holds garbage right next to the keys it must read. Quick takes the first shape of
- * each kind. */
+ * tile holds garbage right next to the keys it must read. Quick takes the first two
+ * shapes of each kind, the first with a bias, the second with neither a bias nor Dv != D. */
 void battery_tiled(builder *bd, int full)
 {
     static const int64_t sh[][4] = {/* S, T, D, Dv */
@@ -100,16 +100,18 @@ void battery_tiled(builder *bd, int full)
                                     {256, 256, 64, 64}};
     static const char *const kinds[] = {"causal_lr", "causal_ul", "kv_lens",
                                         "q_lens",    "window",    "mask"};
-    size_t nsh = full ? sizeof sh / sizeof sh[0] : 1;
+    size_t nsh = full ? sizeof sh / sizeof sh[0] : 2;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t z = 0; z < nsh; z++) {
             int64_t S = sh[z][0], T = sh[z][1], B = k == 2 || k == 3 ? 2 : 1;
+            /* quick's second shape plain: Dv = D, no bias (a kernel without either runs it) */
+            int64_t dv = full || z == 0 ? sh[z][3] : sh[z][2];
             char name[64];
             snprintf(name, sizeof name, "%s_s%lld_t%lld_d%lld_dv%lld", kinds[k], (long long)S,
-                     (long long)T, (long long)sh[z][2], (long long)sh[z][3]);
+                     (long long)T, (long long)sh[z][2], (long long)dv);
             int64_t H = z == 0 ? 2 : 1; /* GQA on the smallest shape; the oracle's time */
             conform_case *c = bat_case_new(bd, "tiled", name, SMATTN_OP_ATTENTION, B, S, T, H, 1,
-                                           sh[z][2], sh[z][3], 2.0, 0);
+                                           sh[z][2], dv, 2.0, 0);
             if (!c)
                 return;
             smattn_problem *p = &c->prob;
@@ -130,7 +132,10 @@ void battery_tiled(builder *bd, int full)
                 for (int64_t r = 0; m && r < p->B * p->Hq * S; r++) /* two keys no row sees */
                     m[r * T + T / 2] = m[r * T + T - 1] = 0;
             }
-            if (z % 2 == 1 || !full) /* half of them with a bias, garbage where hidden */
+            /* half of them with a bias, garbage where hidden; quick has each kind with and
+             * without one, so that a kernel without a bias (llama.cpp's f16 mask is a bool
+             * mask here) still runs every kind */
+            if (full ? z % 2 == 1 : z == 0)
                 bat_case_bias(bd, c, 1.0);
             bat_finish(bd, c);
         }
@@ -152,6 +157,8 @@ void battery_long_rows(builder *bd, int full)
                                      {512, 512, 257, 64},
                                      {1024, 1000, 513, 128},
                                      {4097, 4097, 1025, 64}};
+    /* no feature at all but length: a kernel that claims nothing runs the split path */
+    bat_finish(bd, bat_att(bd, "long", "decode_t600_d128_plain", 1, 1, 600, 1, 1, 128));
     size_t n = full ? 3 : 1;
     for (size_t k = 0; k < n; k++) {
         char name[64];
@@ -258,4 +265,76 @@ void battery_regimes(builder *bd)
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
         bat_finish(bd, c);
     }
+}
+
+/* The head dims kernels specialise on (64, 128, 256, and 80, which is none of the powers of
+ * two), each on the two main paths: a causal prefill across a 64-row tile and a GQA (4 : 1)
+ * decode over 300 keys. A kernel that mishandles one head dim only (drops the scale on its
+ * D >= 128 path, say) fails here in quick. */
+void battery_head_dims(builder *bd)
+{
+    static const int64_t dims[] = {64, 128, 256, 80};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "prefill_causal_d%lld", (long long)dims[k]);
+        conform_case *c = bat_att(bd, "head_dim", name, 1, 70, 70, 1, 1, dims[k]);
+        if (c)
+            c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        bat_finish(bd, c);
+        snprintf(name, sizeof name, "decode_gqa_d%lld", (long long)dims[k]);
+        bat_finish(bd, bat_att(bd, "head_dim", name, 1, 1, 300, 4, 1, dims[k]));
+    }
+}
+
+/* Value regimes crossed with masks: every visible score of a row in [v, v + 2] for v far
+ * below 0 (-95: weights through binary32's subnormals, e^-87.3 being its smallest normal;
+ * -110: below e^-103.3, its smallest subnormal; -1000) or far above (+1000), with whole key
+ * tiles hidden before, between and after the visible keys (keys [0, 128) and [200, 384) of
+ * 420 for a bool mask; a window of 200 behind with kv_lens 450 and 300 in decode; causal
+ * prefill, tiles past the diagonal). A kernel whose running max starts again from 0 after a
+ * fully masked tile, or that loses the max across tiles, gets weights that underflow to 0
+ * (0/0) or overflow here; with scores near 0 it passes. */
+void battery_regimes_masked(builder *bd)
+{
+    static const struct {
+        const char *tag;
+        double v;
+        int causal; /* also as a causal prefill */
+    } reg[] = {{"below95", -95.0, 0}, {"below110", -110.0, 1}, {"below1000", -1000.0, 0},
+               {"above1000", 1000.0, 1}};
+    for (size_t r = 0; r < sizeof reg / sizeof reg[0]; r++)
+        for (int kind = 0; kind < 3; kind++) {
+            if (kind == 2 && !reg[r].causal)
+                continue;
+            static const char *const kinds[3] = {"mask_prefill", "window_kv_lens_decode",
+                                                 "causal_prefill"};
+            static const int64_t shape[3][4] = {/* B, S, T, kv_lens */
+                                                {1, 66, 420, 0},
+                                                {2, 1, 520, 450},
+                                                {1, 130, 130, 0}};
+            char name[64];
+            snprintf(name, sizeof name, "masked_tiles_%s_%s", kinds[kind], reg[r].tag);
+            const int64_t *sh = shape[kind];
+            conform_case *c = bat_att(bd, "regimes", name, sh[0], sh[1], sh[2], 1, 1, 16);
+            if (!c)
+                return;
+            double *q = MUT(c->in64.q.data), *k = MUT(c->in64.k.data);
+            for (int64_t e = 0; e < c->count[T_Q]; e++) /* q = e_0: the score is k[0] scale */
+                q[e] = e % 16 == 0;
+            for (int64_t j = 0; j < sh[0] * sh[2]; j++)
+                k[j * 16] = (reg[r].v + (k[j * 16 + 1] + 2.0) / 2) / c->prob.scale;
+            if (kind == 0) {
+                unsigned char *m = bat_case_mask(bd, c);
+                for (int64_t e = 0; m && e < c->count[T_MASK]; e++) {
+                    int64_t j = e % sh[2];
+                    m[e] = !(j < 128 || (j >= 200 && j < 384));
+                }
+            } else if (kind == 1) {
+                bat_case_lens(bd, c, 0, (int64_t[]){sh[3], 300});
+                c->prob.window_left = 200;
+            } else {
+                c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+            }
+            bat_finish(bd, c);
+        }
 }

@@ -217,15 +217,17 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
                       int capture_fd, conform_result *r);
 
 /* Judge outputs `got` (O required for attention; LSE and P optional; any float dtype,
- * contiguous) of problem p against the oracle under precision model pm. `garbage` says
- * invisible slots hold NaN (named in messages). Fills status, figures and reason of r. */
+ * contiguous) of problem p against the oracle under precision model pm. `strided` says the
+ * rows of the inputs are padded and the padding, outside every tensor's view, holds NaN
+ * (named in messages; slots inside the views the judge inspects itself, row by row, for
+ * the leak hint). Fills status, figures and reason of r. */
 void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                   const smattn_precision *pm, int garbage, conform_result *r);
+                   const smattn_precision *pm, int strided, conform_result *r);
 /* The same with smattn__bound_flags flags (core/internal.h): SMATTN__BOUND_SINK_IN_MAX for
  * a kernel claiming SMATTN_CAP_SINK_IN_MAX. */
 void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
-                         int garbage, conform_result *r);
+                         int strided, conform_result *r);
 
 /* ---- reports ------------------------------------------------------------------------- */
 

@@ -2,9 +2,13 @@
 /* judge.c: a kernel's outputs against the exact oracle (smattn_ref, with the conventions
  * the kernel claims) under the SPEC 6 bound of its precision model (smattn_bound): the max
  * error/bound ratio and ulp error, and, for a failure, one sentence naming what was
- * violated (an empty-row convention, a masked key with weight, the causal alignment, a NaN
- * where the spec has a finite value). Elements with a finite exact value but bound +inf
- * (out of contract, SPEC 6.8) are counted and reported, not judged. */
+ * violated (an empty-row convention, a -inf sink taken as a term, a masked key with weight,
+ * the causal alignment, another scale, a NaN where the spec has a number, with a leak hint
+ * when a slot the row must not read holds NaN/inf). Elements with a finite exact value but
+ * bound +inf (rows out of contract, SPEC 6.8) are counted and not judged by size; they are
+ * held to what any kernel can meet there (O in the hull of the visible V rows, LSE not
+ * NaN, P in [0, 1]). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,18 +113,50 @@ static int slot_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t 
     return 0;
 }
 
-/* Do the inputs of row (b, h, i) hold a NaN or an infinity anywhere (its Q row, and K, V,
- * bias or X at any key)? An empty row reads none of them, so a NaN in its output with
- * dirty inputs is first of all a leak. */
-static int row_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
-                     int64_t i)
+/* Is the slot row (b, h, i) must not read at hidden key j non-finite: K or V of its KV
+ * head, the bias or X there? A -inf bias or x that is itself what hides the key is the
+ * mask, not garbage (SPEC 3.5): a kernel reads it to know the key is hidden. */
+static int hidden_slot_dirty(const smattn_problem *p, const smattn_inputs *in, int64_t b,
+                             int64_t h, int64_t i, int64_t j, const char *why)
 {
-    if (q_row_dirty(p, in, b, h, i))
-        return 1;
-    for (int64_t j = 0; j < p->T; j++)
-        if (slot_dirty(p, in, b, h, i, j))
+    int self_hidden = !strcmp(why, "a -inf bias") || !strcmp(why, "x = -inf");
+    if (in->bias.data) {
+        double z = load4(&in->bias, b, h, i, j);
+        if (!isfinite(z) && !(self_hidden && z == -HUGE_VAL))
+            return 1;
+    }
+    if (p->op == SMATTN_OP_SOFTMAX) {
+        double x = load4(&in->x, b, h, i, j);
+        return !isfinite(x) && !(self_hidden && x == -HUGE_VAL);
+    }
+    int64_t g = h / (p->Hq / p->Hkv);
+    for (int64_t d = 0; d < p->D; d++)
+        if (!isfinite(load4(&in->k, b, j, g, d)))
+            return 1;
+    for (int64_t d = 0; d < p->Dv; d++)
+        if (!isfinite(load4(&in->v, b, j, g, d)))
             return 1;
     return 0;
+}
+
+/* Could a NaN in row (b, h, i) come from a slot the row must not read: a hidden key whose
+ * K, V, bias or X holds a NaN or an infinity, or, for a row that sees no key, its own Q
+ * row? The leak hint is given on this evidence only, row by row: a case may hold
+ * non-finite values that no hidden slot of this row holds (a visible infinite K, the
+ * -inf entries that make a softmax row empty). */
+static int row_leak_evidence(const smattn_problem *p, const smattn_inputs *in, int64_t b,
+                             int64_t h, int64_t i)
+{
+    char buf[160];
+    int64_t seen = 0;
+    for (int64_t j = 0; j < p->T; j++) {
+        const char *why = hidden_by(p, in, b, h, i, j, buf, sizeof buf);
+        if (!why)
+            seen++;
+        else if (hidden_slot_dirty(p, in, b, h, i, j, why))
+            return 1;
+    }
+    return seen == 0 && q_row_dirty(p, in, b, h, i);
 }
 
 /* Would the oracle of problem q read a non-finite value at a slot that the claimed problem
@@ -233,9 +269,123 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
     return worst;
 }
 
-/* A sentence for the worst element: which convention or rule it breaks. */
+/* O of row (b, h, i) in binary64 under another scale: a cheap first test of a scale that
+ * might explain the outputs, before the oracle confirms it. 0, or -1 when the row holds a
+ * non-finite input or sees nothing (no cheap answer: the oracle decides). peak_lse (may be
+ * NULL): the row's largest score (or sink) and its LSE. */
+static int row_o_scaled(const smattn_problem *p, const smattn_inputs *in, double scale, int64_t b,
+                        int64_t h, int64_t i, double *o, double peak_lse[2])
+{
+    char buf[160];
+    int64_t g = h / (p->Hq / p->Hkv), n = 0;
+    double *s = malloc((size_t)p->T * sizeof *s), m = -HUGE_VAL, zeta = -HUGE_VAL, l = 0;
+    if (!s)
+        return -1;
+    if (in->sinks.data)
+        zeta = load4(&in->sinks, h, 0, 0, 0);
+    int ok = !isnan(zeta) && zeta != HUGE_VAL;
+    m = zeta;
+    for (int64_t j = 0; ok && j < p->T; j++) {
+        s[j] = -HUGE_VAL;
+        if (hidden_by(p, in, b, h, i, j, buf, sizeof buf))
+            continue;
+        double d = 0;
+        for (int64_t c = 0; c < p->D; c++)
+            d += load4(&in->q, b, i, h, c) * load4(&in->k, b, j, g, c);
+        d *= scale;
+        if (p->softcap > 0)
+            d = p->softcap * tanh(d / p->softcap);
+        if (in->bias.data)
+            d += load4(&in->bias, b, h, i, j);
+        ok = isfinite(d);
+        s[j] = d, n++;
+        m = d > m ? d : m;
+    }
+    ok = ok && (n > 0 || zeta > -HUGE_VAL);
+    for (int64_t c = 0; ok && c < p->Dv; c++)
+        o[c] = 0;
+    for (int64_t j = 0; ok && j < p->T; j++) {
+        if (s[j] == -HUGE_VAL)
+            continue;
+        double w = exp(s[j] - m);
+        l += w;
+        for (int64_t c = 0; c < p->Dv; c++)
+            o[c] += w * load4(&in->v, b, j, g, c);
+    }
+    if (ok && zeta > -HUGE_VAL)
+        l += exp(zeta - m);
+    for (int64_t c = 0; ok && c < p->Dv; c++)
+        o[c] /= l, ok = isfinite(o[c]);
+    if (peak_lse)
+        peak_lse[0] = m, peak_lse[1] = m + log(l);
+    free(s);
+    return ok ? 0 : -1;
+}
+
+/* A scale that explains the outputs where the problem's does not (SPEC 2.3): left out (1),
+ * 1/D for 1/sqrt(D), applied twice, 1/sqrt(Dv), the default where another was given, or
+ * rounded to binary16 or bfloat16. Each candidate is tried first on the failing row in
+ * binary64, then confirmed by the oracle and the bound on every O element. The scale, with
+ * the names of the mistakes it fits in what, or NaN. */
+static double other_scale(const smattn_problem *p, const smattn_inputs *in,
+                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                          const int64_t ix[4], int64_t nO, char *what, size_t wcap)
+{
+    struct {
+        double s;
+        const char *what;
+    } cand[7];
+    int nc = 0;
+    double s0 = p->scale;
+    double f16 = smattn__bits_to_double(smattn__round_bits(s0, SMATTN_F16), SMATTN_F16);
+    double bf16 = smattn__bits_to_double(smattn__round_bits(s0, SMATTN_BF16), SMATTN_BF16);
+#define CAND(x, w) (cand[nc].s = (x), cand[nc++].what = (w))
+    CAND(1.0, "the scale left out");
+    CAND(s0 * s0, "the scale applied twice");
+    CAND(1.0 / (double)p->D, "1/D instead of 1/sqrt(D)");
+    CAND(smattn_default_scale(p->Dv), "1/sqrt(Dv) instead of 1/sqrt(D)");
+    CAND(smattn_default_scale(p->D), "the default 1/sqrt(D) instead of the problem's scale");
+    CAND(f16, "the scale rounded to binary16");
+    CAND(bf16, "the scale rounded to bfloat16");
+#undef CAND
+    double *row = malloc((size_t)p->Dv * sizeof *row);
+    int64_t o0 = ((ix[0] * p->S + ix[2]) * p->Hq + ix[1]) * p->Dv; /* O [B,S,Hq,Dv] */
+    for (int k = 0; row && k < nc; k++) {
+        int seen = cand[k].s == s0 || !isfinite(cand[k].s);
+        for (int e = 0; e < k && !seen; e++)
+            seen = cand[e].s == cand[k].s;
+        if (seen || row_o_scaled(p, in, cand[k].s, ix[0], ix[1], ix[2], row, NULL))
+            continue;
+        double diff = 0, size = 0;
+        for (int64_t c = 0; c < p->Dv; c++) {
+            double g = smattn_load(got->o.data, got->o.dtype, o0 + c);
+            diff = fmax(diff, fabs(g - row[c]));
+            size = fmax(size, fabs(row[c]));
+            if (isnan(g))
+                diff = HUGE_VAL;
+        }
+        if (!(diff <= 0x1p-6 * size + 0x1p-1000)) /* far off: no need to ask the oracle */
+            continue;
+        smattn_problem q = *p;
+        q.scale = cand[k].s;
+        if (ratio_under(&q, in, got, pm, flags, nO) <= 1) {
+            free(row);
+            /* one value, several mistakes: 1/sqrt(D) squared is 1/D */
+            size_t len = (size_t)snprintf(what, wcap, "%s", cand[k].what);
+            for (int e = k + 1; e < nc && len < wcap; e++)
+                if (cand[e].s == cand[k].s)
+                    len += (size_t)snprintf(what + len, wcap - len, ", or %s", cand[e].what);
+            return cand[k].s;
+        }
+    }
+    free(row);
+    return (double)NAN;
+}
+
+/* A sentence for the worst element: which convention or rule it breaks. `strided`: the
+ * rows of the inputs are padded and the padding (outside every tensor's view) holds NaN. */
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                     const smattn_precision *pm, unsigned flags, int garbage, int t, int64_t e,
+                     const smattn_precision *pm, unsigned flags, int strided, int t, int64_t e,
                      double c, double x, double bound, double ratio, int64_t nO, char *out,
                      size_t cap)
 {
@@ -246,14 +396,29 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     fmt_value(x, xs, sizeof xs);
     int sink;
     int64_t keys = row_keys(p, in, ix[0], ix[1], ix[2], &sink);
-    if (keys == 0 && !sink && garbage && isnan(c) && !isnan(x) &&
-        row_dirty(p, in, ix[0], ix[1], ix[2])) {
-        snprintf(out, cap,
-                 "NaN at %s where the spec has %s (an empty row: no visible key, no sink); "
-                 "invisible slots of this case hold NaN/inf: did a masked or padded position "
-                 "leak in?",
-                 where, xs);
-        return;
+    int64_t Sb = p->q_lens ? p->q_lens[ix[0]] : p->S;
+    const char *leak = " slots this row must not read hold NaN/inf: did a masked or padded "
+                       "position leak in?";
+    const char *pad = " the padding of this case's rows holds NaN: are the strides followed?";
+    int evidence = isnan(c) && row_leak_evidence(p, in, ix[0], ix[1], ix[2]);
+    int att = p->op == SMATTN_OP_ATTENTION;
+    if (keys == 0 && !sink && isnan(c) && !isnan(x)) {
+        /* A sink of -inf adds no term (SPEC 3.4): taken as one, e^{-inf - (-inf)} is NaN
+         * without any slot of the row being read, so it comes before the leak. */
+        if (in->sinks.data && ix[2] < Sb && load4(&in->sinks, ix[1], 0, 0, 0) == -HUGE_VAL) {
+            snprintf(out, cap,
+                     "NaN at %s where the spec has %s: an empty row (no visible key, and the sink "
+                     "of head %lld is -inf, which adds no term: SPEC 3.4); a -inf sink taken as "
+                     "a term gives exp(-inf - (-inf)) = NaN",
+                     where, xs, (long long)ix[1]);
+            return;
+        }
+        if (evidence) {
+            snprintf(out, cap,
+                     "NaN at %s where the spec has %s (an empty row: no visible key, no sink);%s",
+                     where, xs, leak);
+            return;
+        }
     }
     if (keys == 0 && !sink) {
         const char *conv = t == 1 ? empty_lse_name(p->empty_lse) : empty_name(p->empty_rows);
@@ -272,13 +437,26 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     const char *hid = t == 2 && x == 0 && bound == 0
                           ? hidden_by(p, in, ix[0], ix[1], ix[2], ix[3], why, sizeof why)
                           : NULL;
+    if (hid && isnan(c) && p->op == SMATTN_OP_SOFTMAX && p->scale == 0 &&
+        !strcmp(hid, "x = -inf")) {
+        snprintf(out, cap,
+                 "NaN at %s, a key hidden by x = -inf: the scale 0 times x = -inf is NaN, but an "
+                 "x of -inf hides its key whatever the scale (SPEC 3.5)",
+                 where);
+        return;
+    }
     if (hid) {
         snprintf(out, cap, "masked key got weight: %s = %s, but key %lld is hidden by %s", where,
                  cs, (long long)ix[3], hid);
         return;
     }
     size_t n = 0;
-    if (p->op == SMATTN_OP_ATTENTION && p->causal != SMATTN_CAUSAL_NONE && got->o.data) {
+    /* Another causal alignment or scale is named only when O is wrong under the problem's
+     * and right under the other: with S = T the two alignments are one problem, and a
+     * wrong LSE alone says nothing of either. */
+    int o_wrong = p->op == SMATTN_OP_ATTENTION && got->o.data &&
+                  ratio_under(p, in, got, pm, flags, nO) > 1;
+    if (o_wrong && p->causal != SMATTN_CAUSAL_NONE) {
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
@@ -297,25 +475,60 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
                                      "j <= i + T_b - S_b + 1; ");
         }
     }
+    if (o_wrong && n == 0 && keys > 0) {
+        char what[200];
+        double s = other_scale(p, in, got, pm, flags, ix, nO, what, sizeof what);
+        if (!isnan(s))
+            n = (size_t)snprintf(out, cap,
+                                 "scale: O follows scale %.9g (%s), not the problem's %.9g; ", s,
+                                 what, p->scale);
+    }
     if (n >= cap)
         return;
+    /* Scores far from 0 (SPEC 6.1 A3): past log of the accumulation format's range, exp
+     * overflows, and past its negative, underflows, unless the weights are shifted by the
+     * row's own maximum. Named before a leak: with garbage in the row's hidden slots too,
+     * a max that restarted at 0 after a masked tile is the likelier cause of 0/0. */
+    char regime[300] = "";
+    double *row = att ? malloc((size_t)p->Dv * sizeof *row) : NULL, pl[2];
+    if (row && !row_o_scaled(p, in, p->scale, ix[0], ix[1], ix[2], row, pl)) {
+        double range = pm->u_acc == 0x1p-11 ? 65504.0
+                       : pm->u_acc <= 0x1p-53 ? DBL_MAX
+                                              : (double)FLT_MAX;
+        double peak = pl[0], lse = (double)NAN;
+        if (got->lse.data) /* [B,Hq,S] */
+            lse = smattn_load(got->lse.data, got->lse.dtype, (ix[0] * p->Hq + ix[1]) * p->S + ix[2]);
+        /* a right LSE means right weights: then the shift is not the cause */
+        int lse_right = fabs(lse - pl[1]) <= 0x1p-10 * fmax(1.0, fabs(pl[1]));
+        if (fabs(peak) > log(range) - 1.5 && !lse_right)
+            snprintf(regime, sizeof regime,
+                     "; the row's visible scores peak at %.4g, where exp(s) %s in the kernel's "
+                     "format: are the weights shifted by the row's own maximum (a running max "
+                     "that restarts at 0 after a fully masked tile, or none at all, gives %s)?",
+                     peak, peak > 0 ? "overflows" : "underflows", peak > 0 ? "inf/inf" : "0/0");
+    }
+    free(row);
+    const char *hint = evidence ? leak : strided && isnan(c) ? pad : "";
+    if (regime[0] && evidence)
+        hint = " slots this row must not read hold NaN/inf too: a leak is the other suspect";
     if (isfinite(x) && !isfinite(c))
-        snprintf(out + n, cap - n, "%s at %s where the spec has a finite value (%s)%s",
-                 isnan(c) ? "NaN" : "infinity", where, xs,
-                 garbage && isnan(c) ? "; invisible slots of this case hold NaN/inf: did a "
-                                       "masked or padded position leak in?"
-                                     : "");
+        snprintf(out + n, cap - n, "%s at %s where the spec has a finite value (%s)%s%s%s",
+                 isnan(c) ? "NaN" : "infinity", where, xs, regime, hint[0] ? ";" : "", hint);
     else if (isnan(x))
         snprintf(out + n, cap - n, "%s = %s where the spec has NaN (SPEC 4.2)", where, cs);
+    else if (isinf(x))
+        snprintf(out + n, cap - n, "%s at %s where the spec has %s (SPEC 4.2)%s%s",
+                 isnan(c) ? "NaN" : cs, where, x > 0 ? "+inf" : "-inf", hint[0] ? ";" : "",
+                 hint);
     else
-        snprintf(out + n, cap - n, "error/bound ratio %.4g at %s: got %s, exact %s, bound %.3g",
-                 ratio, where, cs, xs, bound);
+        snprintf(out + n, cap - n, "error/bound ratio %.4g at %s: got %s, exact %s, bound %.3g%s",
+                 ratio, where, cs, xs, bound, regime);
 }
 
 void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
-                   const smattn_precision *pm, int garbage, conform_result *r)
+                   const smattn_precision *pm, int strided, conform_result *r)
 {
-    conform_judge_flags(p, in, got, pm, 0, garbage, r);
+    conform_judge_flags(p, in, got, pm, 0, strided, r);
 }
 
 /* Row (b, h, i) of element e of output t, as an index into [B, Hq, S]. */
@@ -327,9 +540,106 @@ static int64_t row_of(const smattn_problem *p, int t, int64_t e)
     return (ix[0] * p->Hq + ix[1]) * p->S + ix[2];
 }
 
+/* ---- rows out of contract (SPEC 6.8): what any kernel can still meet ------------------- */
+
+/* The visible keys of the last row asked for, kept while its elements are checked. */
+typedef struct vis_row {
+    int64_t row, n, *keys;
+    int sink;
+} vis_row;
+
+static const int64_t *vis_keys(const smattn_problem *p, const smattn_inputs *in,
+                               const int64_t ix[4], vis_row *v)
+{
+    int64_t row = (ix[0] * p->Hq + ix[1]) * p->S + ix[2];
+    if (v->row == row)
+        return v->keys;
+    if (!v->keys && !(v->keys = malloc((size_t)(p->T ? p->T : 1) * sizeof *v->keys)))
+        return NULL;
+    char buf[160];
+    v->n = 0;
+    for (int64_t j = 0; j < p->T; j++)
+        if (!hidden_by(p, in, ix[0], ix[1], ix[2], j, buf, sizeof buf))
+            v->keys[v->n++] = j;
+    v->sink = in->sinks.data && load4(&in->sinks, ix[1], 0, 0, 0) > -HUGE_VAL;
+    v->row = row;
+    return v->keys;
+}
+
+/* gamma_k(u) (SPEC 1), +inf when k u >= 1. */
+static double gamma_k(double k, double u)
+{
+    double ku = k * u;
+    return ku < 1 ? ku / (1 - ku) : HUGE_VAL;
+}
+
+/* Does element (t, e) of a row out of contract (exact value x finite, or an LSE beyond
+ * binary64) break what any kernel can meet there (SPEC 6.8)? O is a convex combination of
+ * the visible V rows (and of 0 with a sink): c must lie in their hull, widened by the
+ * roundings of model pm (sums of k_a terms in N and L, nb - 1 rescalings of each, the
+ * exp, u_p, the output's rounding, and tiny per operation); an infinity only where that
+ * widened hull reaches the output format's overflow threshold. LSE must not be NaN; P must
+ * lie in [0, 1] widened likewise. 1 with a sentence in out, else 0. */
+static int oc_breach(const smattn_problem *p, const smattn_inputs *in, const smattn_precision *pm,
+                     smattn_dtype odt, int t, int64_t e, double c, double x, vis_row *v,
+                     char *out, size_t cap)
+{
+    int64_t ix[4];
+    char where[96], cs[40], xs[40];
+    locate(p, t, e, ix, where, sizeof where);
+    fmt_value(c, cs, sizeof cs);
+    fmt_value(x, xs, sizeof xs);
+    const smattn_format *f = &smattn__formats[odt];
+    double ovf = ldexp(2.0 - ldexp(1.0, 1 - f->prec), f->emax);
+    smattn_precision po = smattn_precision_of(odt);
+    double E = 2 * pm->exp_ulps * pm->u_acc;
+    const char *head = "in a row out of contract (SPEC 6.8: not judged by size, since its "
+                       "arithmetic may overflow), but";
+    if (t == 1) {
+        if (!isnan(c))
+            return 0;
+        snprintf(out, cap, "%s = NaN %s a NaN LSE is never right there: the exact value is %s",
+                 where, head, isinf(x) ? "finite (beyond binary64)" : xs);
+        return 1;
+    }
+    if (!vis_keys(p, in, ix, v))
+        return 0;
+    double nb = (double)(pm->blocks > 0 ? pm->blocks : 1);
+    double ka = pm->acc_len > 0 ? (double)pm->acc_len : (double)(v->n + v->sink);
+    if (t == 2) {
+        double hi = (1 + gamma_k(ka + 2 * nb + 4, pm->u_acc)) * (1 + E) * (1 + po.u_acc) + po.tiny;
+        if (c >= 0 && c <= hi)
+            return 0;
+        snprintf(out, cap, "%s = %s %s a weight is in [0, 1] (exact %s)", where, cs, head, xs);
+        return 1;
+    }
+    int64_t g = ix[1] / (p->Hq / p->Hkv);
+    double lo = v->sink ? 0 : HUGE_VAL, hi = v->sink ? 0 : -HUGE_VAL;
+    for (int64_t k = 0; k < v->n; k++) {
+        double vj = load4(&in->v, ix[0], v->keys[k], g, ix[3]);
+        lo = fmin(lo, vj), hi = fmax(hi, vj);
+    }
+    if (!(lo <= hi))
+        return 0; /* no term: nothing to say */
+    double big = fmax(fabs(lo), fabs(hi));
+    double rel = (1 + gamma_k(2 * ka + 2 * nb + 4, pm->u_acc)) * (1 + pm->u_p) * (1 + E) *
+                     (1 + po.u_acc) - 1;
+    double slack = rel * big + (ka + 4) * pm->tiny * big + po.tiny;
+    if (isnan(slack))
+        slack = HUGE_VAL;
+    double a = lo - slack, b = hi + slack;
+    if (!isnan(c) && (isinf(c) ? (c > 0 ? b >= ovf : a <= -ovf) : c >= a && c <= b))
+        return 0;
+    snprintf(out, cap,
+             "%s = %s %s O is a convex combination of the row's visible V values%s: in "
+             "[%.9g, %.9g] up to rounding (exact %s)",
+             where, cs, head, v->sink ? " and 0 (the sink)" : "", lo, hi, xs);
+    return 1;
+}
+
 void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
-                         int garbage, conform_result *r)
+                         int strided, conform_result *r)
 {
     r->max_ratio = r->max_ulp = 0;
     r->unbounded = r->unbounded_rows = r->elements = r->nonfinite = r->mismatched = 0;
@@ -378,12 +688,14 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
         int t;
         int64_t e;
         double c, x, b, ratio;
-    } worst = {-1, 0, 0, 0, 0, 0}, masked = worst, nonfinite = worst;
+    } worst = {-1, 0, 0, 0, 0, 0}, masked = worst, nonfinite = worst, breach = worst;
+    char breach_why[sizeof r->reason];
+    vis_row vis = {-1, 0, NULL, 0};
     /* Rows out of contract (SPEC 6.8), marked first: an LSE of such a row whose exact value
      * is beyond binary64 (the oracle stores +-inf) is finite in exact arithmetic, so it is
-     * not judged either (a kernel whose scores overflowed may give NaN there). O columns
-     * whose V holds an infinity stay judged: SPEC 4.2 makes them infinite whatever the
-     * weights, and a kernel can honour that without computing the scores. */
+     * held to the same as the row's finite values. O columns whose V holds an infinity
+     * stay judged: SPEC 4.2 makes them infinite whatever the weights, and a kernel can
+     * honour that without computing the scores. */
     int any_oc = 0;
     for (int t = 0; t < 3 && oc_rows; t++) {
         if (!gt[t]->data)
@@ -404,12 +716,20 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
             double c = smattn_load(gt[t]->data, gt[t]->dtype, e);
             double x = ((const double *)rt[t]->data)[e], b = ((const double *)bt[t]->data)[e];
             r->elements++;
-            if (isfinite(x) && b == HUGE_VAL) {
+            /* Out of contract: not judged by size, but held to what any kernel can meet. */
+            int oc = isfinite(x) && b == HUGE_VAL;
+            oc |= t == 1 && isinf(x) && any_oc && oc_rows[row_of(p, t, e)];
+            if (oc) {
                 r->unbounded++;
-                continue;
-            }
-            if (t == 1 && isinf(x) && any_oc && oc_rows[row_of(p, t, e)]) {
-                r->unbounded++;
+                char why[sizeof r->reason];
+                if (oc_breach(p, in, pm, gt[t]->dtype, t, e, c, x, &vis, why, sizeof why)) {
+                    r->nonfinite += !isfinite(c);
+                    if (breach.t < 0) {
+                        breach.t = t, breach.e = e, breach.c = c, breach.x = x, breach.b = b;
+                        breach.ratio = HUGE_VAL;
+                        snprintf(breach_why, sizeof breach_why, "%s", why);
+                    }
+                }
                 continue;
             }
             double ratio = smattn_error_ratio(c, x, b);
@@ -431,6 +751,7 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                 nonfinite.ratio = ratio;
         }
     }
+    free(vis.keys);
     r->max_ratio = worst.t < 0 ? 0 : worst.ratio;
     if (r->max_ratio > 1) {
         r->status = CONFORM_FAIL;
@@ -446,13 +767,37 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
         locate(p, worst.t, worst.e, r->worst_ix, where, sizeof where);
         r->worst_out = worst.t, r->worst_got = worst.c, r->worst_exact = worst.x;
         r->worst_bound = worst.b;
-        diagnose(p, in, got, pm, flags, garbage, worst.t, worst.e, worst.c, worst.x, worst.b,
+        diagnose(p, in, got, pm, flags, strided, worst.t, worst.e, worst.c, worst.x, worst.b,
                  worst.ratio, n[0], r->reason, sizeof r->reason);
         size_t len = strlen(r->reason);
-        if (r->unbounded_rows && len < sizeof r->reason)
+        int here = oc_rows && oc_rows[row_of(p, worst.t, worst.e)];
+        if (here && len < sizeof r->reason)
+            /* Judged in a row out of contract: an exact infinity or NaN (SPEC 4.2), or an
+             * element whose own bound is finite. */
             snprintf(r->reason + len, sizeof r->reason - len,
-                     " (and %lld rows out of contract, SPEC 6.8, not judged)",
+                     " (this row is out of contract, SPEC 6.8: its elements with bound +inf are "
+                     "held only to what any kernel can meet, but %s; %lld rows out of contract "
+                     "in all)",
+                     isfinite(worst.x) ? "this one's bound is finite, so it is judged"
+                                       : "an exact infinity or NaN is judged by class",
                      (long long)r->unbounded_rows);
+        else if (r->unbounded_rows && len < sizeof r->reason)
+            snprintf(r->reason + len, sizeof r->reason - len,
+                     " (and %lld rows out of contract, SPEC 6.8, held only to what any kernel "
+                     "can meet)",
+                     (long long)r->unbounded_rows);
+    } else if (breach.t >= 0) {
+        r->status = CONFORM_FAIL;
+        r->max_ratio = HUGE_VAL;
+        char where[96];
+        locate(p, breach.t, breach.e, r->worst_ix, where, sizeof where);
+        r->worst_out = breach.t, r->worst_got = breach.c, r->worst_exact = breach.x;
+        r->worst_bound = breach.b;
+        size_t len = strlen(breach_why);
+        memcpy(r->reason, breach_why, len + 1);
+        if (len < sizeof r->reason)
+            snprintf(r->reason + len, sizeof r->reason - len,
+                     " (%lld rows out of contract in all)", (long long)r->unbounded_rows);
     } else {
         r->status = CONFORM_PASS;
         if (worst.t >= 0) {
@@ -464,7 +809,8 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
         if (r->unbounded)
             snprintf(r->reason, sizeof r->reason,
                      "%lld rows out of contract (%lld elements with a finite exact value and "
-                     "bound +inf: SPEC 6.8), not judged",
+                     "bound +inf: SPEC 6.8), held only to what any kernel can meet (O in the "
+                     "hull of the visible V rows, LSE not NaN, P in [0, 1])",
                      (long long)r->unbounded_rows, (long long)r->unbounded);
     }
     free_f64(&ref);

@@ -209,6 +209,22 @@ static size_t categories(const conform_report *rep, category *cat, size_t cap)
 
 #define MAX_CATEGORIES 64
 
+/* The categories every case of which was skipped, ", "-separated into buf ("" if none):
+ * a verdict says nothing about them, so every report names them. Their number. */
+static size_t untested(const conform_report *rep, char *buf, size_t cap)
+{
+    category cat[MAX_CATEGORIES];
+    size_t nc = categories(rep, cat, MAX_CATEGORIES), k = 0, len = 0;
+    buf[0] = '\0';
+    for (size_t c = 0; c < nc; c++)
+        if (cat[c].cases > 0 && cat[c].skipped == cat[c].cases) {
+            if (len < cap)
+                len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? ", " : "", cat[c].name);
+            k++;
+        }
+    return k;
+}
+
 /* The length of the UTF-8 character at p (1 to 4), or 0 if p does not start a valid one
  * (RFC 3629: no overlong form, no surrogate, nothing above U+10FFFF), with its code point. */
 static size_t utf8_char(const unsigned char *p, unsigned *cp)
@@ -395,6 +411,13 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "baseline %s: no regression\n",
                     clean(rep->baseline_path, path, sizeof path));
     }
+    char gaps[1024];
+    size_t ngaps = untested(rep, gaps, sizeof gaps);
+    if (ngaps && (t.passed || t.failed))
+        fprintf(f,
+                "untested: every case of %zu categories was skipped (not claimed, declined or "
+                "not run), so the verdict says nothing of them: %s\n",
+                ngaps, gaps);
     if (t.passed == 0 && t.failed == 0)
         fprintf(f, "verdict: NOT CONFORMING (no case ran: every case was skipped)\n");
     else if (t.failed)
@@ -407,7 +430,9 @@ void conform_report_print(const conform_report *rep, FILE *f)
                                                             : "--require-precision",
                 t.passed, t.skipped);
     else
-        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped)\n", t.passed, t.skipped);
+        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped%s%s%s)\n", t.passed,
+                t.skipped, ngaps ? "; untested categories: " : "", ngaps ? gaps : "",
+                ngaps ? ", every case skipped" : "");
     /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
      * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
     size_t not_run = 0, by_option = 0, by_file = 0;
@@ -434,7 +459,8 @@ void conform_report_print(const conform_report *rep, FILE *f)
                     not_run);
         fprintf(f, "\n");
     }
-    /* Rows out of contract (SPEC 6.8) are not judged: say how many, and where. */
+    /* Rows out of contract (SPEC 6.8) are not judged by size, only held to what any kernel
+     * can meet there: say how many, and where. */
     size_t oc_cases = 0;
     long long oc_rows = 0;
     for (size_t k = 0; k < rep->n; k++)
@@ -443,8 +469,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
             oc_rows += (long long)rep->results[k].unbounded_rows;
         }
     if (oc_cases) {
-        fprintf(f, "out of contract (SPEC 6.8, not judged): %lld rows in %zu cases:", oc_rows,
-                oc_cases);
+        fprintf(f,
+                "out of contract (SPEC 6.8, not judged by size; O in the hull of V, LSE not "
+                "NaN, P in [0, 1]): %lld rows in %zu cases:",
+                oc_rows, oc_cases);
         size_t listed = 0;
         for (size_t k = 0; k < rep->n && listed < 5; k++)
             if (rep->results[k].status != CONFORM_SKIP && rep->results[k].unbounded_rows > 0) {
@@ -613,6 +641,14 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
     json_object_object_add(s, "failed", json_object_new_int64((int64_t)t.failed));
     json_object_object_add(s, "skipped", json_object_new_int64((int64_t)t.skipped));
     json_object_object_add(root, "summary", s);
+    /* every case of these categories was skipped: the verdict says nothing of them */
+    json_object *gaps = json_object_new_array();
+    category ucat[MAX_CATEGORIES];
+    size_t nu = categories(rep, ucat, MAX_CATEGORIES);
+    for (size_t c = 0; c < nu; c++)
+        if (ucat[c].cases > 0 && ucat[c].skipped == ucat[c].cases)
+            json_object_array_add(gaps, json_object_new_string(ucat[c].name));
+    json_object_object_add(root, "untested_categories", gaps);
     category cat[MAX_CATEGORIES];
     size_t nc = categories(rep, cat, MAX_CATEGORIES);
     json_object *cats = json_object_new_object();
@@ -744,6 +780,12 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
     fprintf(f, "\"/>\n");
     if (rep->vectors_dir)
         fprintf(f, "      <property name=\"golden_vectors\" value=\"%zu\"/>\n", rep->vectors);
+    char gaps[1024];
+    if (untested(rep, gaps, sizeof gaps)) { /* every case skipped: the verdict says nothing */
+        fprintf(f, "      <property name=\"untested_categories\" value=\"");
+        put_escaped(f, gaps);
+        fprintf(f, "\"/>\n");
+    }
     fprintf(f, "    </properties>\n");
     for (size_t k = 0; k < rep->n; k++) {
         const conform_result *r = &rep->results[k];
@@ -882,9 +924,16 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
     put_escaped(f, rep->kernel_name);
     fprintf(f, " ");
     put_escaped(f, rep->kernel_version);
-    fprintf(f, "</h1>\n<p>suite %s, seed %llu: <b class=\"%s\">%s</b></p>\n", rep->suite,
+    fprintf(f, "</h1>\n<p>suite %s, seed %llu: <b class=\"%s\">%s</b>", rep->suite,
             (unsigned long long)rep->seed, ok ? "pass" : "fail",
             ok ? "CONFORMING" : "NOT CONFORMING");
+    char gaps[1024];
+    if (untested(rep, gaps, sizeof gaps)) {
+        fprintf(f, "; <b class=\"untested\">untested categories</b> (every case skipped, so the "
+                   "verdict says nothing of them): ");
+        put_escaped(f, gaps);
+    }
+    fprintf(f, "</p>\n");
     char pm[300];
     pm_str(&rep->precision, pm, sizeof pm);
     fprintf(f, "<p>precision model%s: ",

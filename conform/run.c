@@ -426,7 +426,7 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     double secs = r->seconds;
     conform_judge_flags(p, &m.in, &out, &pm,
                         (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
-                        c->garbage || c->strided, r); /* keeps r->output */
+                        c->strided, r); /* keeps r->output */
     r->seconds = secs;
 done:
     for (int t = 0; t < 3; t++)

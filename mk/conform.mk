@@ -49,7 +49,8 @@ $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kern
 REASON_MODES := good empty_nan empty_leak zero_mask diag_hidden upper_left v_leak plus1 plus2 \
                 nan_out inf_out big_out ninf_masked v_inf_row_nan scale_err bad_model \
                 loose_model sink_max kv_f16 big_leak ftz fmax_all \
-                unwritten decline status
+                unwritten decline status sink_ninf inf_col_nan lse_off scale_drop scale_sq \
+                scale0_nan scale0_zero narrow decline_all
 REASONS      := $(patsubst %,$(FIXTURE_DIR)/reason_%.so,$(REASON_MODES))
 $(FIXTURE_DIR)/reason_%.so: tests/fixtures/reason_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)

@@ -75,7 +75,10 @@ void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const sma
         snprintf(out->reason, sizeof out->reason, "out of memory");
         return;
     }
-    conform_judge(p, in, got, pm, garbage, r);
+    /* The judge looks for NaN/inf in the slots a row must not read itself; `garbage` (any
+     * non-finite input) is no evidence of padding outside the arrays' views. */
+    (void)garbage;
+    conform_judge(p, in, got, pm, 0, r);
     out->status = (int)r->status;
     out->worst_out = r->worst_out;
     out->max_ratio = r->max_ratio, out->max_ulp = r->max_ulp;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* test_mutants.c: `smattn conform --suite quick` (SMATTN_CLI) accepts the example plugin and
  * the built-in kernel, and rejects every mutant of tests/mutants/ (exit 1, verdict "not
- * conforming") with a failed case in the category aimed at its bug. The plugins are those
+ * conforming") with a failed case in the category aimed at its bug; the mutants aimed at
+ * cases both suites hold fail those cases in full too. The plugins are those
  * of the CLI's build directory (make builds them as prerequisites of `tests`), so check-san
  * runs sanitized plugins under the sanitized checker. */
 #include <check.h>
@@ -25,6 +26,8 @@ static const struct {
     {"lse_no_max", "golden"},        {"masked_v_nan", "garbage"},
     {"no_max_sub", "extreme"},       {"scale_f16", "prefill"},
     {"upper_left", "causal"},        {"zero_mask", "causal"},
+    {"sink_overflow", "sinks"},      {"max_restart_zero", "regimes"},
+    {"scale_d128", "head_dim"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -54,15 +57,21 @@ static const char *build_dir(void)
     return dirname(dir);
 }
 
-/* Run `smattn conform --suite quick [--kernel K] --json tmp/report.json`; returns the exit
- * status and the parsed report (NULL if none was written). */
-static int conform(const char *kernel, json_object **report)
+/* Run `smattn conform --suite SUITE [--only PREFIX] [--kernel K] --json tmp/report.json`;
+ * returns the exit status and the parsed report (NULL if none was written). */
+static int conform_only(const char *suite, const char *only, const char *kernel,
+                        json_object **report)
 {
     char json[128];
     snprintf(json, sizeof json, "%s/report.json", tmp);
     unlink(json);
-    const char *argv[] = {getenv("SMATTN_CLI"), "conform", "--suite", "quick", "--json", json,
-                          kernel ? "--kernel" : NULL, kernel, NULL};
+    const char *argv[12] = {getenv("SMATTN_CLI"), "conform", "--suite", suite, "--json", json};
+    int n = 6;
+    if (only)
+        argv[n++] = "--only", argv[n++] = only;
+    if (kernel)
+        argv[n++] = "--kernel", argv[n++] = kernel;
+    argv[n] = NULL;
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -76,6 +85,11 @@ static int conform(const char *kernel, json_object **report)
     ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
     *report = json_object_from_file(json);
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+static int conform(const char *kernel, json_object **report)
+{
+    return conform_only("quick", NULL, kernel, report);
 }
 
 static const char *str_of(json_object *o, const char *key)
@@ -145,6 +159,28 @@ START_TEST(mutant_rejected)
 }
 END_TEST
 
+/* The mutants whose cases are the same in both suites fail full too (run on those cases
+ * only: the whole full suite costs a minute of oracle time). */
+static const struct {
+    const char *name, *only;
+} in_full[] = {{"sink_overflow", "sinks/large_sink_decode"},
+               {"max_restart_zero", "regimes/masked_tiles"}};
+
+START_TEST(mutant_rejected_full)
+{
+    char so[1200];
+    snprintf(so, sizeof so, "%s/mutants/%s.so", build_dir(), in_full[_i].name);
+    json_object *r = NULL;
+    int st = conform_only("full", in_full[_i].only, so, &r);
+    ck_assert_msg(r != NULL, "no JSON report for mutant %s (exit %d)", in_full[_i].name, st);
+    int total;
+    failed_in(r, "", &total);
+    ck_assert_msg(st == 1 && total > 0, "mutant %s on full %s*: exit %d, %d failed cases",
+                  in_full[_i].name, in_full[_i].only, st, total);
+    json_object_put(r);
+}
+END_TEST
+
 Suite *mutants_suite(void);
 Suite *mutants_suite(void)
 {
@@ -155,6 +191,8 @@ Suite *mutants_suite(void)
     tcase_add_test(tc, example_conforms);
     tcase_add_test(tc, builtin_conforms);
     tcase_add_loop_test(tc, mutant_rejected, 0, NMUTANTS);
+    tcase_add_loop_test(tc, mutant_rejected_full, 0,
+                        (int)(sizeof in_full / sizeof in_full[0]));
     suite_add_tcase(s, tc);
     return s;
 }

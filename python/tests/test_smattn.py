@@ -272,7 +272,7 @@ BUGGY = [
     ("causal_off_by_one", None, "causal alignment off by one: O follows keys "
                                 "j <= i + T_b - S_b + 1"),
     ("empty_nan", "empty_rows", "empty row (no visible key, no sink): O["),
-    ("v_unmasked", "garbage", "invisible slots of this case hold NaN/inf: did a masked or "
+    ("v_unmasked", "garbage", "slots this row must not read hold NaN/inf: did a masked or "
                               "padded position leak in?"),
     ("gqa_interleaved", "gqa", "error/bound ratio"),
     ("no_scale", "shapes", "error/bound ratio"),
