@@ -56,7 +56,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsub
 LIBS    := -lmpfr -lgmp -lm -pthread
 
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev zlib1g-dev pkg-config python3
-DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest
+DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest parallel python3-yaml
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
         check-exp format
 all: deps cli
 
@@ -139,7 +139,13 @@ check: deps-check
 
 check-unit: tests check-fuzz-replay
 	$(call say,TEST,$(TESTBIN))SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
-	$(if $(SAN),,@$(MAKE) --no-print-directory check-reach)
+	$(if $(SAN),,@$(MAKE) --no-print-directory check-reach check-shards)
+
+# The quick suite in 3 shards through GNU parallel (examples/at-scale/parallel.sh), merged,
+# against one unsharded run; gen's shards; the Slurm and Kubernetes recipes syntax-checked.
+check-shards: tests
+	@echo "  TEST  shards merged = the unsharded run (tests/shards/test_shards.sh)"
+	@tests/shards/test_shards.sh $(CLI)
 
 # The CLI suite again with the CLI inside a folder of mode 0700, as a checkout under /root
 # or a `mktemp -d` folder is: its tests that run the CLI as another user (nobody) must not

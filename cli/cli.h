@@ -45,5 +45,6 @@ int cmd_demo(int argc, char **argv);    /* cli/cmd_demo.c */
 int cmd_conform(int argc, char **argv); /* cli/cmd_conform.c */
 int cmd_gen(int argc, char **argv);     /* cli/cmd_conform.c */
 int cmd_check(int argc, char **argv);   /* cli/cmd_conform.c */
+int cmd_report(int argc, char **argv);  /* cli/cmd_conform.c */
 
 #endif

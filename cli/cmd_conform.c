@@ -21,13 +21,14 @@ enum { EXIT_HELP = -1 };
 
 typedef struct opts {
     const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
-    const char *precision, *dtype, *empty, *empty_lse, *require_precision, *skip;
-    int no_vectors, force; /* flags */
+    const char *precision, *dtype, *empty, *empty_lse, *require_precision, *skip, *shard_text;
+    int no_vectors, force, partial; /* flags */
+    conform_shard shard; /* --shard I/N (count 1: the whole suite) */
     uint64_t seed;
     double time_budget; /* 0: none */
     double case_timeout;
     double describe_timeout;
-    const char *pos[2];
+    const char *pos[64];
     int npos;
 } opts;
 
@@ -43,15 +44,24 @@ static const char *usage_of(const char *cmd)
 {
     if (!strcmp(cmd, "conform"))
         return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full] [--seed N]\n"
-               "         [--time S] [--case-timeout S] [--describe-timeout S] [--only PREFIX,...]\n"
+               "         [--shard I/N] [--time S] [--case-timeout S] [--describe-timeout S]\n"
+               "         [--only PREFIX,...]\n"
                "         [--json F] [--junit F] [--html F] [--baseline F]\n"
                "         [--require-precision f32|f16|bf16] [--vectors DIR | --no-vectors]\n";
     if (!strcmp(cmd, "gen"))
-        return "usage: smattn gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16]\n"
+        return "usage: smattn gen [--suite quick|full] [--seed N] [--shard I/N] [--dtype f32|f16|bf16]\n"
                "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero]\n"
                "         [--vectors DIR | --no-vectors] [--force] OUT\n";
+    if (!strcmp(cmd, "report"))
+        return "usage: smattn report merge OUT.json IN.json... [--partial] [--junit F] [--html F]\n"
+               "         [--baseline F]\n"
+               "  Merge the JSON reports of the shards of one run (--shard I/N of conform or\n"
+               "  check) into OUT.json: the report of the unsharded run. Refuses reports of\n"
+               "  different suites, seeds, kernels, precision models or smattn versions, a\n"
+               "  shard given twice and missing shards (--partial: merge what is there and\n"
+               "  name what is missing). Exit codes as for conform.\n";
     return "usage: smattn check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...]\n"
-           "         [--json F] [--junit F] [--html F] [--baseline F]\n";
+           "         [--shard I/N] [--json F] [--junit F] [--html F] [--baseline F]\n";
 }
 
 /* A time limit above this is no limit in practice (31 years), and stays a number that every
@@ -92,11 +102,13 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                                         "--only",
                                         "--describe-timeout",
                                         "--require-precision",
-                                        "--skip"};
+                                        "--skip",
+                                        "--shard"};
     const char **slots[] = {
         &o->kernel,  &o->suite,     &o->json,  &o->junit, &o->baseline,          &o->html,
         &o->vectors, &o->precision, &o->dtype, &o->empty, &o->empty_lse,         NULL,
-        NULL,        NULL,          &o->only,  NULL,      &o->require_precision, &o->skip};
+        NULL,        NULL,          &o->only,  NULL,      &o->require_precision, &o->skip,
+        &o->shard_text};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -136,12 +148,13 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
             } else {
                 *slots[k] = val;
             }
-        } else if (!strcmp(a, "--no-vectors") || !strcmp(a, "--force")) {
+        } else if (!strcmp(a, "--no-vectors") || !strcmp(a, "--force") ||
+                   !strcmp(a, "--partial")) {
             if (!strstr(allowed, a + 2)) {
                 snprintf(msg, sizeof msg, "option %s does not apply here", a);
                 return usage_error(cmd, msg);
             }
-            *(a[2] == 'n' ? &o->no_vectors : &o->force) = 1;
+            *(a[2] == 'n' ? &o->no_vectors : a[2] == 'f' ? &o->force : &o->partial) = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("%s(details: 'smattn help', conform/README.md)\n", usage_of(cmd));
             return EXIT_HELP;
@@ -161,6 +174,10 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     }
     if (!o->suite)
         o->suite = "quick";
+    o->shard.index = 0;
+    o->shard.count = 1;
+    if (o->shard_text && conform_shard_parse(o->shard_text, &o->shard, msg, sizeof msg))
+        return usage_error(cmd, msg);
     return EXIT_OK;
 }
 
@@ -259,15 +276,29 @@ static int selected(const char *only, const char *name)
     return 0;
 }
 
+/* The bar on a terminal: cases done of total, the time left at the rate so far (once a
+ * case has finished), the case being run. */
 static void progress(size_t done, size_t total, const char *name)
 {
+    static double t0;
+    if (done == 0 || t0 == 0)
+        t0 = cli_now_seconds();
     int width = 30, fill = total ? (int)((double)width * (double)done / (double)total) : width;
     char shown[41 * 4]; /* a case name from a manifest: escaped, the first 40 bytes of it */
     conform_text_clean(name, 0, shown, 41);
-    fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-40.40s", fill, "##############################",
-            width - fill, "", done, total, shown);
-    if (done == total)
-        fprintf(stderr, "\r%*s\r", width + 60, "");
+    char left[32] = "";
+    double el = cli_now_seconds() - t0;
+    if (done > 0 && done < total) {
+        double rest = el / (double)done * (double)(total - done);
+        snprintf(left, sizeof left, rest < 60 ? " (%.0f s left)" : " (%.0f min left)",
+                 rest < 60 ? rest : rest / 60);
+    }
+    fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-40.40s%-16s", fill, "##############################",
+            width - fill, "", done, total, shown, left);
+    if (done == total) {
+        fprintf(stderr, "\r%*s\r", width + 80, "");
+        t0 = 0;
+    }
     fflush(stderr);
 }
 
@@ -308,7 +339,7 @@ int cmd_conform(int argc, char **argv)
     opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_opts("conform",
-                        "kernel suite seed time case-timeout describe-timeout json junit "
+                        "kernel suite seed shard time case-timeout describe-timeout json junit "
                         "baseline html vectors no-vectors only require-precision",
                         0, argc, argv, &o);
     if (rc)
@@ -368,15 +399,19 @@ static int run_conform(const opts *op, conform_baseline *base)
     double t0 = cli_now_seconds();
     size_t nr = 0;
     int hangs = 0; /* cases in a row that hung: at CONFORM_MAX_HANGS the run stops */
+    size_t todo = 0;
+    for (size_t n = 0; n < b.n; n++)
+        todo += selected(o.only, b.cases[n].name) && conform_shard_has(&o.shard, b.cases[n].name);
     for (size_t n = 0; n < b.n; n++) {
-        if (!selected(o.only, b.cases[n].name))
+        if (!selected(o.only, b.cases[n].name) || !conform_shard_has(&o.shard, b.cases[n].name))
             continue;
         if (bar)
-            progress(n, b.n, b.cases[n].name);
+            progress(nr, todo, b.cases[n].name);
         double left = o.time_budget > 0 ? o.time_budget - (cli_now_seconds() - t0) : HUGE_VAL;
         conform_result *r = &res[nr++];
         if (left <= 0 || hangs >= CONFORM_MAX_HANGS) {
             memset(r, 0, sizeof *r);
+            r->index = (int64_t)n;
             snprintf(r->name, sizeof r->name, "%s", b.cases[n].name);
             snprintf(r->category, sizeof r->category, "%s", b.cases[n].category);
             r->caps = b.cases[n].caps;
@@ -390,6 +425,7 @@ static int run_conform(const opts *op, conform_baseline *base)
             continue;
         }
         conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, capture, r);
+        r->index = (int64_t)n; /* its place in the whole suite, whatever the shard */
         if (left < timeout && r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4)) {
             /* cut short by the budget, not by its own limit: not a verdict on the kernel */
             r->status = CONFORM_SKIP;
@@ -402,10 +438,10 @@ static int run_conform(const opts *op, conform_baseline *base)
             hangs = 0;
     }
     if (bar)
-        progress(b.n, b.n, "");
+        progress(todo, todo, "");
     if (capture >= 0)
         close(capture);
-    if (nr == 0 && o.only) {
+    if (nr == 0 && o.only && o.shard.count <= 1) {
         free(res);
         conform_battery_free(&b);
         conform_kernel_close(&k);
@@ -422,11 +458,18 @@ static int run_conform(const opts *op, conform_baseline *base)
     rep.n = nr;
     rep.precision = k.info.precision;
     rep.per_problem = k.has_precision;
+    rep.shard_index = o.shard.index;
+    rep.shard_count = o.shard.count;
+    rep.only = o.only;
     conform_conventions_str(&k.info, rep.conventions, sizeof rep.conventions);
     rep.vectors_dir = vdir;
     for (size_t j = 0; j < nr; j++)
         rep.vectors += !strcmp(res[j].category, "golden") && res[j].status != CONFORM_SKIP;
-    printf("smattn conform: %zu cases in %.2f s\n", nr, cli_now_seconds() - t0);
+    if (o.shard.count > 1)
+        printf("smattn conform: shard %u/%u: %zu of the suite's %zu cases in %.2f s\n",
+               o.shard.index, o.shard.count, nr, b.n, cli_now_seconds() - t0);
+    else
+        printf("smattn conform: %zu cases in %.2f s\n", nr, cli_now_seconds() - t0);
     if (hangs >= CONFORM_MAX_HANGS)
         printf("stopped: %d cases in a row hung; the rest were not run and the kernel is "
                "reported not conforming\n",
@@ -442,8 +485,8 @@ int cmd_gen(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("gen", "suite seed dtype empty empty-lse vectors no-vectors force", 1, argc,
-                        argv, &o);
+    int rc = parse_opts("gen", "suite seed shard dtype empty empty-lse vectors no-vectors force", 1,
+                        argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
@@ -470,6 +513,7 @@ int cmd_gen(int argc, char **argv)
         cli_error("gen", err);
         return EXIT_USAGE;
     }
+    conform_battery_keep_shard(&b, &o.shard);
     long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, o.suite,
                                o.seed, o.force, err, sizeof err);
     conform_battery_free(&b);
@@ -487,7 +531,7 @@ int cmd_check(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("check", "precision json junit baseline html skip", 1, argc, argv, &o);
+    int rc = parse_opts("check", "precision shard json junit baseline html skip", 1, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
@@ -523,8 +567,8 @@ static int run_check(const opts *op, smattn_precision pm, conform_baseline *base
                smattn_io_path(o.pos[0], qp), o.precision ? o.precision : "f32");
         fflush(stdout);
     }
-    if (conform_check_path(o.pos[0], &pm, o.skip, isatty(2) ? progress : NULL, &res, &n, err,
-                           sizeof err)) {
+    if (conform_check_path(o.pos[0], &pm, o.skip, &o.shard, isatty(2) ? progress : NULL, &res,
+                           &n, err, sizeof err)) {
         cli_error("check", err);
         return EXIT_USAGE;
     }
@@ -539,10 +583,75 @@ static int run_check(const opts *op, smattn_precision pm, conform_baseline *base
     rep.results = res;
     rep.n = n;
     rep.precision = pm;
+    rep.shard_index = o.shard.index;
+    rep.shard_count = o.shard.count;
     snprintf(rep.conventions, sizeof rep.conventions,
              "as written in each case.json (smattn gen "
              "--empty, --empty-lse)");
     rc = finish_report("check", &rep, &o, base);
     free(res);
+    return rc;
+}
+
+/* smattn report merge OUT.json IN.json...: the shard reports of one run merged into the
+ * report of the unsharded run (conform_report_merge), printed and written as conform writes
+ * its reports, gated by --baseline as conform is. */
+int cmd_report(int argc, char **argv)
+{
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        printf("%s", usage_of("report"));
+        return EXIT_OK;
+    }
+    if (argc < 1 || strcmp(argv[0], "merge"))
+        return usage_error("report", argc < 1 ? "missing subcommand (usage: smattn report merge "
+                                                "OUT.json IN.json...)"
+                                              : "unknown subcommand: want merge");
+    opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_opts("report", "junit html baseline partial", 64, argc - 1, argv + 1, &o);
+    if (rc)
+        return rc == EXIT_HELP ? EXIT_OK : rc;
+    if (o.npos < 2)
+        return usage_error("report", "want OUT.json and at least one IN.json");
+    o.json = o.pos[0];
+    /* the inputs first (a report named as OUT is read before it is replaced), then the
+     * paths to write, as conform checks them */
+    size_t n = (size_t)o.npos - 1;
+    conform_loaded *in = calloc(n, sizeof *in);
+    if (!in)
+        return cli_fail(EXIT_USAGE, "out of memory");
+    char err[1400];
+    size_t got = 0;
+    for (; got < n; got++)
+        if (conform_report_load(o.pos[1 + got], &in[got], err, sizeof err))
+            break;
+    conform_baseline base;
+    memset(&base, 0, sizeof base);
+    if (got == n) {
+        rc = check_paths("report", &o, &base);
+        conform_report rep;
+        conform_result *all = NULL;
+        char missing[512];
+        if (!rc && conform_report_merge(in, n, o.pos + 1, o.partial, &rep, &all, missing,
+                                        sizeof missing, err, sizeof err)) {
+            cli_error("report", err);
+            rc = EXIT_USAGE;
+        }
+        if (!rc) {
+            printf("smattn report merge: %zu reports, %zu cases\n", n, rep.n);
+            if (rep.missing_shards)
+                printf("partial: shards %s missing; their cases are not in this report\n",
+                       rep.missing_shards);
+            rc = finish_report("report", &rep, &o, &base); /* partial: never conforming */
+        }
+        free(all);
+    } else {
+        cli_error("report", err);
+        rc = EXIT_USAGE;
+    }
+    for (size_t k = 0; k < got; k++)
+        conform_loaded_free(&in[k]);
+    free(in);
+    conform_baseline_free(&base);
     return rc;
 }

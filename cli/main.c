@@ -34,9 +34,12 @@ static const char usage_text[] =
     "      golden vector DIR/*.json (default spec/vectors) through the oracle in all\n"
     "      four dtypes bit for bit, then check the fast kernel against the oracle on\n"
     "      three Qwen2.5-7B-shaped problems under the SPEC 6 bound (skipped with\n"
-    "      --vectors-only).\n"
-    "  conform [--kernel K.so|builtin] [--suite quick|full] [--seed N] [--time SECONDS]\n"
-    "          [--case-timeout SECONDS] [--describe-timeout SECONDS] [--only PREFIX,...]\n"
+    "      --vectors-only).\n";
+/* in two parts: C11 compilers need only take string literals of up to 4095 bytes */
+static const char usage_text2[] =
+    "  conform [--kernel K.so|builtin] [--suite quick|full] [--seed N] [--shard I/N]\n"
+    "          [--time SECONDS] [--case-timeout SECONDS] [--describe-timeout SECONDS]\n"
+    "          [--only PREFIX,...]\n"
     "          [--json F] [--junit F] [--html F] [--baseline F]\n"
     "          [--require-precision f32|f16|bf16] [--vectors DIR | --no-vectors]\n"
     "      Judge an attention kernel (a plugin, include/smattn_kernel.h; default: the\n"
@@ -52,18 +55,23 @@ static const char usage_text[] =
     "      or --require-precision failure), 2 bad usage, a kernel that cannot be\n"
     "      loaded, a baseline that is missing or not a valid report, or a report path\n"
     "      that cannot be written or names another report's file (all checked before\n"
-    "      the run).\n"
-    "  gen [--suite quick|full] [--seed N] [--dtype f32|f16|bf16] [--empty zero|nan|mean]\n"
-    "      [--empty-lse neg_inf|pos_inf|zero] [--vectors DIR | --no-vectors] [--force] OUT\n"
+    "      the run). --shard I/N runs shard I of N: the cases whose name hashes to I\n"
+    "      modulo N ('smattn report merge' joins the shards' JSON reports).\n"
+    "  gen [--suite quick|full] [--seed N] [--shard I/N] [--dtype f32|f16|bf16]\n"
+    "      [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero]\n"
+    "      [--vectors DIR | --no-vectors] [--force] OUT\n"
     "      Write the battery as case directories under OUT, with OUT/manifest.json. An\n"
     "      OUT that is not empty is refused unless --force, which clears each case\n"
     "      directory it writes.\n"
-    "  check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...] [--json F]\n"
-    "          [--junit F] [--html F] [--baseline F]\n"
+    "  check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...] [--shard I/N]\n"
+    "          [--json F] [--junit F] [--html F] [--baseline F]\n"
     "      Judge the o.npy (and lse.npy, p.npy if present) saved in each case directory\n"
     "      by the same rules as conform. A case directory holding a file 'skip' (its\n"
     "      first line the reason), or named with a --skip prefix, is counted as skipped.\n"
     "      Exit codes as for conform.\n"
+    "  report merge OUT.json IN.json... [--partial] [--junit F] [--html F] [--baseline F]\n"
+    "      Merge the JSON reports of the shards of one run (conform or check with\n"
+    "      --shard I/N) into the report of the unsharded run. Exit codes as for conform.\n"
     "  version    print the version\n"
     "  help [COMMAND]\n"
     "      print this text, or COMMAND's options ('smattn COMMAND --help' does too)\n"
@@ -110,6 +118,7 @@ int main(int argc, char **argv)
             return main(3, sub);
         }
         fputs(usage_text, stdout);
+        fputs(usage_text2, stdout);
         return EXIT_OK;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
@@ -140,6 +149,8 @@ int main(int argc, char **argv)
         return cmd_gen(argc - 2, argv + 2);
     if (!strcmp(cmd, "check"))
         return cmd_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "report"))
+        return cmd_report(argc - 2, argv + 2);
     char msg[128];
     snprintf(msg, sizeof msg, "unknown command '%.40s' (try 'smattn help')", cmd);
     return cli_fail(EXIT_INPUT, msg);

@@ -935,17 +935,32 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     return 0;
 }
 
+static void case_free(conform_case *c)
+{
+    for (int t = 0; t < 7; t++)
+        free((void *)(uintptr_t)tensor_of(c, t)->data);
+    free(c->lens[0]);
+    free(c->lens[1]);
+}
+
 void conform_battery_free(conform_battery *b)
 {
-    for (size_t k = 0; k < b->n; k++) {
-        conform_case *c = &b->cases[k];
-        for (int t = 0; t < 7; t++)
-            free((void *)(uintptr_t)tensor_of(c, t)->data);
-        free(c->lens[0]);
-        free(c->lens[1]);
-    }
+    for (size_t k = 0; k < b->n; k++)
+        case_free(&b->cases[k]);
     free(b->cases);
     memset(b, 0, sizeof *b);
+}
+
+void conform_battery_keep_shard(conform_battery *b, const conform_shard *sh)
+{
+    size_t kept = 0;
+    for (size_t k = 0; k < b->n; k++) {
+        if (conform_shard_has(sh, b->cases[k].name))
+            b->cases[kept++] = b->cases[k];
+        else
+            case_free(&b->cases[k]);
+    }
+    b->n = kept;
 }
 
 /* ---- materialising a case for a kernel ------------------------------------------------- */

@@ -177,6 +177,25 @@ const char *conform_cap_name(unsigned bit);
 /* The caps a problem uses (all but CAP_STRIDES, CAP_LSE, CAP_P). */
 uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in);
 
+/* ---- shards (--shard I/N) -------------------------------------------------------------- */
+
+/* Shard I of N holds the cases whose name hashes to I modulo N (conform_shard_hash, 64-bit
+ * FNV-1a of the name's bytes): the N shards partition any suite, whatever N, and the split
+ * does not depend on the order or number of the other cases. */
+#define CONFORM_SHARD_MAX 65536u
+typedef struct conform_shard {
+    unsigned index, count; /* 0 <= index < count; count 1: everything */
+} conform_shard;
+uint64_t conform_shard_hash(const char *name);
+int conform_shard_of(const char *name, unsigned n);
+/* Parse "I/N" (decimal, 0 <= I < N <= CONFORM_SHARD_MAX): 0, or -1 with a one-line err. */
+int conform_shard_parse(const char *s, conform_shard *sh, char *err, size_t errlen);
+/* Nonzero if the case named name belongs to shard sh (NULL or count 1: every case). */
+int conform_shard_has(const conform_shard *sh, const char *name);
+struct conform_battery;
+/* Keep only the cases of shard sh in b (the others freed), in their order. */
+void conform_battery_keep_shard(struct conform_battery *b, const conform_shard *sh);
+
 /* ---- results ------------------------------------------------------------------------- */
 
 typedef enum conform_status { CONFORM_PASS = 0, CONFORM_FAIL = 1, CONFORM_SKIP = 2 } conform_status;
@@ -205,6 +224,8 @@ typedef struct conform_result {
     char output[1024]; /* the first lines the kernel wrote to stdout/stderr in the case */
     int has_pm;        /* pm is the precision model the case was judged under */
     smattn_precision pm;
+    int64_t index;     /* the case's position in the whole suite (or listing), whatever the
+                          shard: merged shard reports are put back in this order */
 } conform_result;
 
 /* ---- running and judging ------------------------------------------------------------- */
@@ -254,6 +275,14 @@ typedef struct conform_report {
     const char *baseline_path;
     size_t regressions;
     char *regression_text; /* one line per regression; owned, may be NULL */
+    /* What makes the run a pure function of (suite, seed, shard), written into the JSON
+     * report so that `smattn report merge` can refuse pieces of different runs: the
+     * smattn version (NULL: this one), the shard (count 0 or 1: the whole suite), the
+     * --only filter (NULL: none) and, for a merged report, the shards missing from it. */
+    const char *smattn_version;
+    unsigned shard_index, shard_count;
+    const char *only;
+    const char *missing_shards; /* "" or NULL: none (a --partial merge names them) */
 } conform_report;
 
 typedef struct conform_totals {
@@ -336,24 +365,35 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
  * with one of the comma-separated prefixes of `skip`, is a skipped result. progress (may
  * be NULL) is called before each case and once at the end with done == total. */
 typedef void (*conform_progress_fn)(size_t done, size_t total, const char *name);
+/* shard (may be NULL): judge only the cases of that shard (by case name, as --shard). */
 int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
-                       conform_progress_fn progress, conform_result **res, size_t *n, char *err,
-                       size_t errlen);
+                       const conform_shard *shard, conform_progress_fn progress,
+                       conform_result **res, size_t *n, char *err, size_t errlen);
 
-/* ---- shards (--shard I/N) -------------------------------------------------------------- */
 
-/* Shard I of N holds the cases whose name hashes to I modulo N (conform_shard_hash, 64-bit
- * FNV-1a of the name's bytes): the N shards partition any suite, whatever N, and the split
- * does not depend on the order or number of the other cases. */
-#define CONFORM_SHARD_MAX 65536u
-typedef struct conform_shard {
-    unsigned index, count; /* 0 <= index < count; count 1: everything */
-} conform_shard;
-uint64_t conform_shard_hash(const char *name);
-int conform_shard_of(const char *name, unsigned n);
-/* Parse "I/N" (decimal, 0 <= I < N <= CONFORM_SHARD_MAX): 0, or -1 with a one-line err. */
-int conform_shard_parse(const char *s, conform_shard *sh, char *err, size_t errlen);
-/* Nonzero if the case named name belongs to shard sh (NULL or count 1: every case). */
-int conform_shard_has(const conform_shard *sh, const char *name);
+/* ---- merged reports (smattn report merge) ------------------------------------------------ */
+
+/* A JSON report of smattn conform or check read back (conform_report_load): the report and
+ * its results, every string owned. */
+typedef struct conform_loaded {
+    conform_report rep;
+    conform_result *results;
+    char *strings[8]; /* kernel name, version, path, suite, smattn version, only, vectors dir */
+} conform_loaded;
+/* A precision model as conform_report_json stores it; 0, or -1 if o is not one. */
+struct json_object;
+int conform_pm_from_json(struct json_object *o, smattn_precision *m);
+/* Read a JSON report written by conform_report_json (strict JSON, a regular file of at
+ * most CONFORM_BASELINE_MAX bytes); 0, or -1 with one line in err. */
+int conform_report_load(const char *path, conform_loaded *L, char *err, size_t errlen);
+void conform_loaded_free(conform_loaded *L);
+/* Merge shard reports into *out (its results malloc'd into *results, strings pointing into
+ * the inputs): refuses, with one line in err naming the reason, reports of different
+ * suites, seeds, --only filters, kernels, precision models, conventions or smattn
+ * versions, different shard counts, a shard given twice or a case in two of them, and
+ * missing shards unless partial (then out->missing_shards names them, in buf). */
+int conform_report_merge(conform_loaded *in, size_t n, const char *const *paths, int partial,
+                         conform_report *out, conform_result **results, char *buf, size_t bufcap,
+                         char *err, size_t errlen);
 
 #endif

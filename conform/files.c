@@ -724,8 +724,8 @@ static int list_cases(const char *root, entries *es, char *err, size_t errlen)
 }
 
 int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
-                       conform_progress_fn progress, conform_result **res, size_t *n, char *err,
-                       size_t errlen)
+                       const conform_shard *shard, conform_progress_fn progress,
+                       conform_result **res, size_t *n, char *err, size_t errlen)
 {
     *res = NULL;
     *n = 0;
@@ -749,15 +749,24 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
         snprintf(err, errlen, "out of memory");
         rc = -1;
     }
+    /* the shard's cases (--shard I/N), each keeping its index in the whole listing so that
+     * merged shard reports come back in the unsharded order */
+    size_t mine = 0, done = 0;
+    for (size_t k = 0; !rc && k < es.n; k++)
+        mine += conform_shard_has(shard, es.e[k].name) != 0;
     for (size_t k = 0; !rc && k < es.n; k++) {
+        if (!conform_shard_has(shard, es.e[k].name))
+            continue;
         if (progress)
-            progress(k, es.n, es.e[k].name);
-        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, &(*res)[k]);
+            progress(done, mine, es.e[k].name);
+        conform_result *r = &(*res)[done++];
+        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, r);
+        r->index = (int64_t)k;
     }
     if (!rc && progress)
-        progress(es.n, es.n, "");
+        progress(mine, mine, "");
     if (!rc)
-        *n = es.n;
+        *n = done;
     for (size_t k = 0; k < es.n; k++)
         free(es.e[k].dir), free(es.e[k].name), free(es.e[k].category);
     free(es.e);

@@ -31,11 +31,11 @@ conform_totals conform_report_totals(const conform_report *rep)
     return t;
 }
 
-/* Conforming: nothing failed and something ran. */
+/* Conforming: nothing failed, something ran, and no shard is missing (a partial merge). */
 int conform_report_conforming(const conform_report *rep)
 {
     conform_totals t = conform_report_totals(rep);
-    return t.failed == 0 && t.passed > 0;
+    return t.failed == 0 && t.passed > 0 && !(rep->missing_shards && rep->missing_shards[0]);
 }
 
 /* ---- categories, in order of first appearance ------------------------------------------ */
@@ -418,7 +418,11 @@ void conform_report_print(const conform_report *rep, FILE *f)
                 "untested: every case of %zu categories was skipped (not claimed, declined or "
                 "not run), so the verdict says nothing of them: %s\n",
                 ngaps, gaps);
-    if (t.passed == 0 && t.failed == 0)
+    if (rep->missing_shards && rep->missing_shards[0])
+        fprintf(f, "verdict: NOT CONFORMING (a partial merge: shards %s missing; of the rest "
+                   "%zu passed, %zu failed, %zu skipped)\n",
+                rep->missing_shards, t.passed, t.failed, t.skipped);
+    else if (t.passed == 0 && t.failed == 0)
         fprintf(f, "verdict: NOT CONFORMING (no case ran: every case was skipped)\n");
     else if (t.failed)
         fprintf(f, "verdict: NOT CONFORMING (%zu of %zu cases failed, %zu skipped)\n", t.failed,
@@ -508,7 +512,7 @@ static json_object *pm_json(const smattn_precision *m)
 
 /* A model stored by pm_json; 0, or -1 if o is not one (a field missing or not a number;
  * blocks and acc_len integers). */
-static int pm_from_json(json_object *o, smattn_precision *m)
+int conform_pm_from_json(json_object *o, smattn_precision *m)
 {
     json_object *v[7];
     for (int f = 0; f < 7; f++) {
@@ -622,6 +626,19 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
     json_object_object_add(root, "kernel", k);
     json_object_object_add(root, "suite", jstr(rep->suite));
     json_object_object_add(root, "seed", json_object_new_int64((int64_t)rep->seed));
+    /* what `smattn report merge` compares: the version, the shard, the --only filter */
+    char ver[32];
+    snprintf(ver, sizeof ver, "%d.%d.%d", SMATTN_VERSION_MAJOR, SMATTN_VERSION_MINOR,
+             SMATTN_VERSION_PATCH);
+    json_object_object_add(root, "smattn_version",
+                           jstr(rep->smattn_version ? rep->smattn_version : ver));
+    json_object *sh = json_object_new_object();
+    json_object_object_add(sh, "index", json_object_new_int64(rep->shard_count > 1 ? rep->shard_index : 0));
+    json_object_object_add(sh, "count", json_object_new_int64(rep->shard_count > 1 ? rep->shard_count : 1));
+    json_object_object_add(root, "shard", sh);
+    json_object_object_add(root, "only", rep->only ? jstr(rep->only) : NULL);
+    if (rep->missing_shards && rep->missing_shards[0])
+        json_object_object_add(root, "missing_shards", jstr(rep->missing_shards));
     json_object_object_add(root, "precision", pm_json(&rep->precision));
     json_object_object_add(root, "precision_per_problem",
                            json_object_new_boolean(rep->per_problem));
@@ -671,6 +688,7 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         const conform_result *r = &rep->results[n];
         json_object *o = json_object_new_object();
         json_object_object_add(o, "name", jstr(r->name));
+        json_object_object_add(o, "index", json_object_new_int64(r->index));
         json_object_object_add(o, "category", jstr(r->category));
         json_object_object_add(o, "status", jstr(status_names[r->status]));
         json_object_object_add(o, "max_ratio", num(r->max_ratio));
@@ -1051,7 +1069,7 @@ static const char *bad_case(json_object *c)
     smattn_precision pm;
     char perr[300];
     if (json_object_object_get_ex(c, "precision", &v) &&
-        (pm_from_json(v, &pm) || conform_precision_check(&pm, "", perr, sizeof perr)))
+        (conform_pm_from_json(v, &pm) || conform_precision_check(&pm, "", perr, sizeof perr)))
         return "has a \"precision\" that is not a valid model";
     return NULL;
 }
@@ -1093,7 +1111,7 @@ int conform_baseline_load(const char *path, conform_baseline *b, char *err, size
     /* Without the declared model the precision gate would be off, silently: refuse. */
     smattn_precision p0;
     char perr[300];
-    if (!json_object_object_get_ex(root, "precision", &bp) || pm_from_json(bp, &p0) ||
+    if (!json_object_object_get_ex(root, "precision", &bp) || conform_pm_from_json(bp, &p0) ||
         conform_precision_check(&p0, "", perr, sizeof perr)) {
         snprintf(err, errlen,
                  "baseline %s has no valid precision model (written by an older smattn, or "
@@ -1117,7 +1135,7 @@ void conform_baseline_compare(conform_report *rep, const conform_baseline *b)
     char line[1000], why[400];
     /* The declared model, field by field. */
     smattn_precision p0;
-    if (json_object_object_get_ex(b->root, "precision", &bp) && !pm_from_json(bp, &p0)) {
+    if (json_object_object_get_ex(b->root, "precision", &bp) && !conform_pm_from_json(bp, &p0)) {
         conform_precision_looser(&rep->precision, &p0, 0, why, sizeof why);
         if (why[0]) {
             snprintf(line, sizeof line,
@@ -1159,7 +1177,7 @@ void conform_baseline_compare(conform_report *rep, const conform_baseline *b)
         }
         smattn_precision pc;
         if (!line[0] && r && r->has_pm && json_object_object_get_ex(c, "precision", &v) &&
-            !pm_from_json(v, &pc)) {
+            !conform_pm_from_json(v, &pc)) {
             conform_precision_looser(&r->pm, &pc, 0, why, sizeof why);
             if (why[0])
                 snprintf(line, sizeof line,

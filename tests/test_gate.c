@@ -1243,6 +1243,8 @@ START_TEST(check_progress_bar_on_a_terminal)
     ck_assert_msg(strstr(term, "] 1/2 causal-lower_right_s16_t16") ||
                       strstr(term, "] 1/2 shapes-s1_t1_d1"),
                   "no progress bar on the terminal: '%s'", term);
+    /* with the time left once a case has finished */
+    ck_assert_msg(strstr(term, " s left)"), "no time left on the terminal: '%s'", term);
     free(term);
     outcome o = cli("check", tmp("sub"), NULL); /* stderr a file: no bar */
     ck_assert_ptr_null(strstr(o.err, "1/2"));
@@ -1500,6 +1502,102 @@ START_TEST(vectors_empty_dir_passed_over)
 }
 END_TEST
 
+/* Shards (--shard I/N) of one run merged by `smattn report merge` equal the unsharded run,
+ * case for case in its order; pieces of different runs, a shard given twice, a missing one
+ * (without --partial) and a case in the wrong shard are refused with the reason; a partial
+ * merge is never conforming; a merged report works as a baseline. */
+START_TEST(report_merge_of_shards)
+{
+    outcome o = cli("conform", "--only", "golden/,causal/", "--json", tmp("whole.json"), NULL);
+    ck_assert_msg(o.code == 0, "whole: exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    static const char *const shards[3][2] = {{"0/3", "s0.json"}, {"1/3", "s1.json"},
+                                             {"2/3", "s2.json"}};
+    for (int k = 0; k < 3; k++) {
+        o = cli("conform", "--only", "golden/,causal/", "--shard", shards[k][0], "--json",
+                tmp(shards[k][1]), NULL);
+        ck_assert_msg(o.code == 0 && strstr(o.out, "shard "), "shard %d: exit %d: %s", k, o.code,
+                      o.out);
+        outcome_free(&o);
+    }
+    char s0[600], s1[600], s2[600];
+    snprintf(s0, sizeof s0, "%s", tmp("s0.json"));
+    snprintf(s1, sizeof s1, "%s", tmp("s1.json"));
+    snprintf(s2, sizeof s2, "%s", tmp("s2.json"));
+    o = cli("report", "merge", tmp("merged.json"), s2, s0, s1, NULL);
+    ck_assert_msg(o.code == 0, "merge: exit %d: %s %s", o.code, o.out, o.err);
+    outcome_free(&o);
+    json_object *w = json_object_from_file(tmp("whole.json")),
+                *m = json_object_from_file(tmp("merged.json")), *wc, *mc;
+    ck_assert(w && m && json_object_object_get_ex(w, "cases", &wc) &&
+              json_object_object_get_ex(m, "cases", &mc));
+    size_t nw = json_object_array_length(wc);
+    ck_assert_uint_eq(nw, json_object_array_length(mc));
+    ck_assert_uint_gt(nw, 20);
+    for (size_t k = 0; k < nw; k++) {
+        json_object *a = json_object_array_get_idx(wc, k), *b = json_object_array_get_idx(mc, k);
+        ck_assert_str_eq(test_report_field(a, "name"), test_report_field(b, "name"));
+        ck_assert_str_eq(test_report_field(a, "status"), test_report_field(b, "status"));
+    }
+    json_object_put(w);
+    json_object_put(m);
+    /* a merged report as a baseline */
+    o = cli("conform", "--only", "golden/,causal/", "--baseline", tmp("merged.json"), NULL);
+    ck_assert_msg(o.code == 0 && strstr(o.out, "no regression"), "exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    /* refusals, one line each, nothing written */
+    o = cli("report", "merge", tmp("x.json"), s0, s2, NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "1 of 3 shards missing (1/3)"), "%s", o.err);
+    ck_assert(access(tmp("x.json"), F_OK) != 0);
+    outcome_free(&o);
+    o = cli("report", "merge", tmp("x.json"), s0, s0, s1, s2, NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "overlapping shards"), "%s", o.err);
+    outcome_free(&o);
+    o = cli("conform", "--only", "golden/,causal/", "--seed", "5", "--shard", "1/3", "--json",
+            tmp("t1.json"), NULL);
+    outcome_free(&o);
+    o = cli("report", "merge", tmp("x.json"), s0, tmp("t1.json"), s2, NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "their seeds differ"), "%s", o.err);
+    outcome_free(&o);
+    o = cli("conform", "--only", "golden/", "--shard", "1/3", "--json", tmp("u1.json"), NULL);
+    outcome_free(&o);
+    o = cli("report", "merge", tmp("x.json"), s0, tmp("u1.json"), s2, NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "their --only filters differ"), "%s", o.err);
+    outcome_free(&o);
+    o = cli("report", "merge", tmp("x.json"), s0, s1, tmp("whole.json"), NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "their shard counts differ"), "%s", o.err);
+    outcome_free(&o);
+    /* a case moved into another shard's report */
+    char *text = test_slurp(s1);
+    json_object *r1 = json_tokener_parse(text), *c1;
+    free(text);
+    ck_assert(r1 && json_object_object_get_ex(r1, "shard", &c1));
+    json_object_object_add(c1, "index", json_object_new_int64(2));
+    ck_assert_int_eq(json_object_to_file(tmp("moved.json"), r1), 0);
+    json_object_put(r1);
+    o = cli("report", "merge", tmp("x.json"), s0, tmp("moved.json"), "--partial", NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "does not belong to shard 2/3"), "%s", o.err);
+    outcome_free(&o);
+    /* --partial merges what is there, and is never conforming */
+    o = cli("report", "merge", tmp("p.json"), s0, s2, "--partial", NULL);
+    ck_assert_msg(o.code == 1 && strstr(o.out, "a partial merge: shards 1/3 missing"), "%d %s",
+                  o.code, o.out);
+    outcome_free(&o);
+    text = test_slurp(tmp("p.json"));
+    ck_assert_msg(strstr(text, "\"missing_shards\":\"1/3\"") &&
+                      strstr(text, "\"verdict\":\"not conforming\""),
+                  "p.json: %.300s", text);
+    free(text);
+    /* bad --shard values */
+    static const char *const bad[5] = {"3/3", "1", "-1/3", "0/0", "1/3x"};
+    for (int k = 0; k < 5; k++) {
+        o = cli("conform", "--shard", bad[k], NULL);
+        ck_assert_msg(o.code == 2 && strstr(o.err, "want I/N"), "%s: %s", bad[k], o.err);
+        outcome_free(&o);
+    }
+}
+END_TEST
+
 Suite *gate_suite(void);
 Suite *gate_suite(void)
 {
@@ -1543,6 +1641,7 @@ Suite *gate_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, vectors_found_or_an_error);
+    tcase_add_test(tc, report_merge_of_shards);
     tcase_add_test(tc, check_skip_marker_and_shapes);
     tcase_add_test(tc, check_progress_bar_on_a_terminal);
     tcase_add_test(tc, gen_refuses_a_used_directory);
