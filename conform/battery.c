@@ -62,7 +62,8 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "lse",
                                         "p",
                                         "dv",
-                                        "sink_in_max"};
+                                        "sink_in_max",
+                                        "deterministic"};
 
 const char *conform_cap_name(unsigned bit)
 {

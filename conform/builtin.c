@@ -23,7 +23,8 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
     info.caps = SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
                 SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
                 SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
-                SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV;
+                SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
+                SMATTN_CAP_DETERMINISTIC; /* bitwise at any thread count (smattn.h) */
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
@@ -37,17 +38,28 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
     return &info;
 }
 
+/* Threads for the next calls: 1 unless the checker asks for more (its determinism rerun). */
+static int builtin_threads = 1;
+
+int conform_builtin_threads(int n)
+{
+    if (n < 1)
+        return -1;
+    builtin_threads = n;
+    return 0;
+}
+
 int conform_builtin_attention(const smattn_problem *p, const smattn_inputs *in,
                               const smattn_outputs *out)
 {
-    smattn_opt_config cfg = {1, NULL};
+    smattn_opt_config cfg = {builtin_threads, NULL};
     return (int)smattn_attention(p, in, out, &cfg);
 }
 
 int conform_builtin_softmax(const smattn_problem *p, const smattn_inputs *in,
                             const smattn_outputs *out)
 {
-    smattn_opt_config cfg = {1, NULL};
+    smattn_opt_config cfg = {builtin_threads, NULL};
     return (int)smattn_softmax(p, in, out, &cfg);
 }
 

@@ -77,6 +77,7 @@ void conform_kernel_close(conform_kernel *k);
 typedef struct conform_entry {
     smattn_plugin_run_fn attention, softmax;
     smattn_plugin_precision_fn precision; /* NULL: info.precision */
+    smattn_plugin_threads_fn threads;     /* NULL: the plugin takes no thread count */
 } conform_entry;
 int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, size_t errlen);
 /* 0 if a precision model is in range (SPEC 6.1), else -1 with one line in err. */
@@ -107,6 +108,7 @@ int conform_builtin_attention(const smattn_problem *p, const smattn_inputs *in,
 int conform_builtin_softmax(const smattn_problem *p, const smattn_inputs *in,
                             const smattn_outputs *out);
 smattn_precision conform_builtin_precision(const smattn_problem *p);
+int conform_builtin_threads(int n);
 
 /* ---- the battery --------------------------------------------------------------------- */
 
@@ -226,6 +228,8 @@ typedef struct conform_result {
     smattn_precision pm;
     int64_t index;     /* the case's position in the whole suite (or listing), whatever the
                           shard: merged shard reports are put back in this order */
+    int rerun;         /* the case ran twice (threads 1 and 2 when the plugin takes a
+                          thread count): 1 the same bits, -1 other bits, 0 not compared */
 } conform_result;
 
 /* ---- running and judging ------------------------------------------------------------- */

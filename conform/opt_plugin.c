@@ -10,6 +10,12 @@ int smattn_plugin_attention(const smattn_problem *p, const smattn_inputs *in,
 int smattn_plugin_softmax(const smattn_problem *p, const smattn_inputs *in,
                           const smattn_outputs *out);
 smattn_precision smattn_plugin_precision(const smattn_problem *p);
+int smattn_plugin_threads(int n);
+
+int smattn_plugin_threads(int n)
+{
+    return conform_builtin_threads(n);
+}
 
 const smattn_plugin_info *smattn_plugin_describe(uint32_t host_abi)
 {

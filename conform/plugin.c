@@ -85,7 +85,7 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
-    uint32_t known = (SMATTN_CAP_SINK_IN_MAX << 1) - 1u; /* the highest bit this smattn knows */
+    uint32_t known = (SMATTN_CAP_DETERMINISTIC << 1) - 1u; /* the highest bit this smattn knows */
     if (info->caps & ~known) {
         snprintf(err, errlen,
                  "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,
@@ -399,6 +399,7 @@ int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, si
         e->attention = conform_builtin_attention;
         e->softmax = conform_builtin_softmax;
         e->precision = conform_builtin_precision;
+        e->threads = conform_builtin_threads;
         return 0;
     }
     dlerror();
@@ -411,6 +412,7 @@ int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, si
     SYM_AS(smattn_plugin_run_fn, h, SMATTN_PLUGIN_ATTENTION_SYMBOL, e->attention);
     SYM_AS(smattn_plugin_run_fn, h, SMATTN_PLUGIN_SOFTMAX_SYMBOL, e->softmax);
     SYM_AS(smattn_plugin_precision_fn, h, SMATTN_PLUGIN_PRECISION_SYMBOL, e->precision);
+    SYM_AS(smattn_plugin_threads_fn, h, SMATTN_PLUGIN_THREADS_SYMBOL, e->threads);
     if (!e->attention) {
         snprintf(err, errlen, "missing symbol %s", SMATTN_PLUGIN_ATTENTION_SYMBOL);
         return -1;

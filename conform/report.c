@@ -487,6 +487,25 @@ void conform_report_print(const conform_report *rep, FILE *f)
             }
         fprintf(f, "%s\n", oc_cases > listed ? ", ..." : "");
     }
+    /* Every case runs twice (conform/run.c): whether the bits stayed the same. A kernel
+     * claiming determinism fails on a change; any other is told here. */
+    size_t reran = 0, changed = 0;
+    for (size_t k = 0; k < rep->n; k++) {
+        reran += rep->results[k].rerun != 0;
+        changed += rep->results[k].rerun == -1;
+    }
+    if (changed) {
+        fprintf(f, "not deterministic: %zu of %zu cases run twice gave other bits the second "
+                   "time:", changed, reran);
+        size_t listed = 0;
+        for (size_t k = 0; k < rep->n && listed < 5; k++)
+            if (rep->results[k].rerun == -1) {
+                char nm[sizeof rep->results[k].name * 4];
+                fprintf(f, "%s %s", listed++ ? "," : "", clean(rep->results[k].name, nm, sizeof nm));
+            }
+        fprintf(f, "%s\n", changed > listed ? ", ..." : "");
+    } else if (reran)
+        fprintf(f, "deterministic: each of the %zu cases run twice gave the same bits\n", reran);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */
@@ -689,6 +708,8 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object *o = json_object_new_object();
         json_object_object_add(o, "name", jstr(r->name));
         json_object_object_add(o, "index", json_object_new_int64(r->index));
+        json_object_object_add(o, "rerun",
+                               r->rerun ? jstr(r->rerun > 0 ? "same bits" : "other bits") : NULL);
         json_object_object_add(o, "category", jstr(r->category));
         json_object_object_add(o, "status", jstr(status_names[r->status]));
         json_object_object_add(o, "max_ratio", num(r->max_ratio));

@@ -112,6 +112,8 @@ static const char *load_case(json_object *c, conform_result *r)
             return "names a feature smattn does not know";
         r->caps |= 1u << b;
     }
+    const char *rerun = str_of(c, "rerun");
+    r->rerun = !rerun ? 0 : !strcmp(rerun, "same bits") ? 1 : -1;
     json_object *pm = member(c, "precision");
     if (pm) {
         if (conform_pm_from_json(pm, &r->pm))

@@ -42,6 +42,8 @@ typedef struct child_report {
     volatile int stage;     /* IN_LOAD, IN_PRECISION, IN_KERNEL */
     volatile int returned;  /* the entry point returned */
     volatile int status;    /* its return value */
+    volatile int rerun;     /* the second run returned 0 into the second buffers */
+    volatile int threads;   /* the threads of the two runs (1, 2), or 0: the plugin's own */
     volatile int fault_sig; /* SIGSEGV / SIGBUS caught, with its address */
     void *volatile fault_addr;
     smattn_precision pm; /* the model for this problem (the hook's, or info.precision) */
@@ -274,11 +276,15 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         n[2] = 0;
     static const char *const names[3] = {"O", "LSE", "P"};
     static const char roles[3] = {'o', 'l', 'p'};
-    guarded g[3];
+    /* g: the outputs judged; g2: a second run's, compared bit for bit (determinism) */
+    guarded g[3], g2[3];
     memset(g, 0, sizeof g);
-    smattn_outputs out;
+    memset(g2, 0, sizeof g2);
+    smattn_outputs out, out2;
     memset(&out, 0, sizeof out);
+    memset(&out2, 0, sizeof out2);
     smattn_out_tensor *ot[3] = {&out.o, &out.lse, &out.p};
+    smattn_out_tensor *ot2[3] = {&out2.o, &out2.lse, &out2.p};
     size_t es = smattn_dtype_size((smattn_dtype)odt);
     child_report *rep =
         mmap(NULL, page_size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -286,14 +292,17 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
     for (int t = 0; t < 3 && ok; t++) {
         if (!n[t])
             continue;
-        if (guarded_alloc(&g[t], (size_t)n[t] * es)) {
+        if (guarded_alloc(&g[t], (size_t)n[t] * es) || guarded_alloc(&g2[t], (size_t)n[t] * es)) {
             ok = 0;
             break;
         }
         fill_pattern(g[t].data, (smattn_dtype)odt, n[t]);
+        fill_pattern(g2[t].data, (smattn_dtype)odt, n[t]);
         ot[t]->data = g[t].data;
         ot[t]->dtype = (smattn_dtype)odt;
         smattn_contiguous_strides(p, roles[t], ot[t]->stride);
+        *ot2[t] = *ot[t];
+        ot2[t]->data = g2[t].data;
     }
     if (!ok) {
         r->status = CONFORM_FAIL;
@@ -330,8 +339,16 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         rep->pm = e.precision ? e.precision(p) : k->info.precision;
         rep->stage = IN_KERNEL;
         smattn_plugin_run_fn fn = att ? e.attention : e.softmax;
+        /* twice, on 1 thread and then 2 when the plugin takes a thread count: the second
+         * run's bits are compared with the first's (SMATTN_CAP_DETERMINISTIC) */
+        int th = e.threads && e.threads(1) == 0;
         rep->status = fn ? fn(p, &m.in, &out) : SMATTN_ERR_UNSUPPORTED;
         rep->returned = 1;
+        if (rep->status == 0) {
+            th = th && e.threads(2) == 0;
+            rep->threads = th;
+            rep->rerun = fn(p, &m.in, &out2) == 0;
+        }
         _exit(0); /* no destructors, no atexit handlers of the plugin */
     }
     int ws = 0;
@@ -395,7 +412,8 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         goto done;
     }
     for (int t = 0; t < 3; t++)
-        if (n[t] && check_canaries(&g[t], names[t], r->reason, sizeof r->reason))
+        if (n[t] && (check_canaries(&g[t], names[t], r->reason, sizeof r->reason) ||
+                     check_canaries(&g2[t], names[t], r->reason, sizeof r->reason)))
             goto done;
     if (rep->status == SMATTN_ERR_UNSUPPORTED) {
         r->status = CONFORM_SKIP;
@@ -423,14 +441,34 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
         snprintf(r->reason, sizeof r->reason, "%s", perr);
         goto done;
     }
+    /* the second run: the same bits, byte for byte (a NaN's payload included) */
+    char diff[160] = "";
+    if (rep->rerun) {
+        r->rerun = 1;
+        for (int t = 0; t < 3 && r->rerun == 1; t++)
+            for (int64_t e = 0; e < n[t]; e++)
+                if (memcmp((const char *)g[t].data + (size_t)e * es,
+                           (const char *)g2[t].data + (size_t)e * es, es)) {
+                    r->rerun = -1;
+                    snprintf(diff, sizeof diff, "%s element %lld differs between two runs%s",
+                             names[t], (long long)e,
+                             rep->threads ? " (on 1 thread and on 2)" : "");
+                    break;
+                }
+    }
     double secs = r->seconds;
     conform_judge_flags(p, &m.in, &out, &pm,
                         (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
                         c->strided, r); /* keeps r->output */
     r->seconds = secs;
+    if (r->rerun == -1 && (k->info.caps & SMATTN_CAP_DETERMINISTIC) && r->status != CONFORM_FAIL) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "not deterministic: %s, although the kernel claims SMATTN_CAP_DETERMINISTIC", diff);
+    }
 done:
     for (int t = 0; t < 3; t++)
-        guarded_free(&g[t]);
+        guarded_free(&g[t]), guarded_free(&g2[t]);
     if (rep != MAP_FAILED)
         munmap(rep, page_size());
     conform_inst_free(&m);

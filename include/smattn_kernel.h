@@ -51,6 +51,10 @@ extern "C" {
 /* Optional: the precision model for one problem, when it depends on the shape (an online
  * softmax over key tiles rescales ceil(T / tile) times). Absent: info->precision. */
 #define SMATTN_PLUGIN_PRECISION_SYMBOL "smattn_plugin_precision"
+/* Optional: int smattn_plugin_threads(int n) sets the number of threads the later calls
+ * use (n >= 1) and returns 0, or nonzero if it does not take n. With it, the checker runs
+ * each case once on 1 thread and once on 2 and compares the bits. */
+#define SMATTN_PLUGIN_THREADS_SYMBOL "smattn_plugin_threads"
 
 /* What a kernel supports beyond the plain case (one batch or more, Hq == Hkv, no mask,
  * contiguous row-major tensors, O only). A case using a feature whose bit is clear is
@@ -75,7 +79,12 @@ enum smattn_plugin_caps {
      * above the keys, is computed with a positive exponent. The bound then covers rows
      * with large sinks too (SPEC 6.8: W = 2); without this bit such rows may be out of
      * contract and are only counted. */
-    SMATTN_CAP_SINK_IN_MAX = 1u << 14
+    SMATTN_CAP_SINK_IN_MAX = 1u << 14,
+    /* A property too: the same inputs give the same bits on every call, and at every thread
+     * count the plugin takes (smattn_plugin_threads). The checker runs every case twice and
+     * fails a kernel claiming this whose bits change; one that does not claim it is only
+     * marked in the reports. */
+    SMATTN_CAP_DETERMINISTIC = 1u << 15
 };
 
 /* A set of dtypes: bit (1u << smattn_dtype). */
@@ -103,6 +112,7 @@ typedef const smattn_plugin_info *(*smattn_plugin_describe_fn)(uint32_t host_abi
 typedef int (*smattn_plugin_run_fn)(const smattn_problem *prob, const smattn_inputs *in,
                                     const smattn_outputs *out);
 typedef smattn_precision (*smattn_plugin_precision_fn)(const smattn_problem *prob);
+typedef int (*smattn_plugin_threads_fn)(int n);
 
 #ifdef __cplusplus
 }

@@ -38,7 +38,8 @@ FIXTURE_DIR   := $(BUILD)/tests/fixtures
 FIXTURE_MODES := good segv hang oob status abi nosym badinfo badname ctor_abort dtor_segv \
                  describe_hang prec_segv prec_hang forker chatty loose stubborn \
                  hang_all prec_hang_all wide_exp big_tiny ftz huge_blocks huge_acc evilname \
-                 sinkmax unknown_cap nan_model badutf8 bomb bomb_nproc
+                 sinkmax unknown_cap nan_model badutf8 bomb bomb_nproc flaky flaky_claims \
+                 steady_claims
 FIXTURES      := $(patsubst %,$(FIXTURE_DIR)/fixture_%.so,$(FIXTURE_MODES))
 $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)

@@ -1598,6 +1598,38 @@ START_TEST(report_merge_of_shards)
 }
 END_TEST
 
+/* Every case runs twice (threads 1 and 2 where the plugin takes a thread count) and the
+ * bits are compared: a kernel claiming SMATTN_CAP_DETERMINISTIC whose bits change fails with
+ * the reason; one that does not claim it passes and is named; a steady one is told so. */
+START_TEST(determinism_rerun)
+{
+    outcome o = cli("conform", "--kernel", fixture("flaky_claims"), "--only", "shapes/", "--json",
+                    tmp("f.json"), NULL);
+    ck_assert_msg(o.code == 1 && strstr(o.out, "not deterministic: O element 0 differs between "
+                                               "two runs, although the kernel claims"),
+                  "exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    o = cli("conform", "--kernel", fixture("flaky"), "--only", "shapes/", "--json", tmp("g.json"),
+            NULL);
+    ck_assert_msg(o.code == 0 && strstr(o.out, "not deterministic: ") &&
+                      strstr(o.out, "cases run twice gave other bits the second time"),
+                  "exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    char *text = test_slurp(tmp("g.json"));
+    ck_assert_msg(strstr(text, "\"rerun\":\"other bits\""), "g.json: %.300s", text);
+    free(text);
+    o = cli("conform", "--kernel", fixture("steady_claims"), "--only", "shapes/", NULL);
+    ck_assert_msg(o.code == 0 && strstr(o.out, "deterministic: each of the"), "exit %d: %s",
+                  o.code, o.out);
+    outcome_free(&o);
+    /* the built-in kernel: on 1 thread and on 2, the same bits */
+    o = cli("conform", "--only", "tiled/,decode/,prefill/", NULL);
+    ck_assert_msg(o.code == 0 && strstr(o.out, "deterministic: each of the"), "exit %d: %s",
+                  o.code, o.out);
+    outcome_free(&o);
+}
+END_TEST
+
 Suite *gate_suite(void);
 Suite *gate_suite(void)
 {
@@ -1642,6 +1674,7 @@ Suite *gate_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, vectors_found_or_an_error);
     tcase_add_test(tc, report_merge_of_shards);
+    tcase_add_test(tc, determinism_rerun);
     tcase_add_test(tc, check_skip_marker_and_shapes);
     tcase_add_test(tc, check_progress_bar_on_a_terminal);
     tcase_add_test(tc, gen_refuses_a_used_directory);
