@@ -16,36 +16,6 @@
 #include "conform/battery_impl.h"
 #include "io/vector.h"
 
-/* ---- random numbers (splitmix64): every case draws from its own stream ---------------- */
-
-static uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [-a, a). */
-static double rng_sym(rng *r, double a)
-{
-    return ((double)(rng_next(r) >> 11) * 0x1p-52 - 1.0) * a;
-}
-
-/* Uniform integer in [lo, hi]. */
-static int64_t rng_int(rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
-}
-
-static uint64_t hash_name(const char *s, uint64_t seed)
-{
-    uint64_t h = 0xcbf29ce484222325u ^ seed;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
-    return h;
-}
-
 /* ---- features ------------------------------------------------------------------------ */
 
 static const char *const cap_names[] = {"causal_lower_right",
@@ -111,246 +81,6 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
     return c;
 }
 
-/* ---- building cases ------------------------------------------------------------------ */
-
-static void *zalloc(builder *bd, size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p)
-        bd->oom = 1;
-    return p;
-}
-
-static smattn_tensor *tensor_of(conform_case *c, int t)
-{
-    smattn_tensor *ts[] = {&c->in64.q,    &c->in64.k,    &c->in64.v,    &c->in64.x,
-                           &c->in64.bias, &c->in64.mask, &c->in64.sinks};
-    return ts[t];
-}
-
-static double *alloc_f64(builder *bd, conform_case *c, int t, int64_t n, const int64_t st[4])
-{
-    smattn_tensor *ts = tensor_of(c, t);
-    double *d = zalloc(bd, (size_t)n, sizeof(double));
-    ts->data = d;
-    ts->dtype = SMATTN_F64;
-    memcpy(ts->stride, st, sizeof ts->stride);
-    c->count[t] = n;
-    return d;
-}
-
-/* A new case with random Q, K, V (or X) in [-amp, amp) (V in [-1, 1)). pad > 0 pads every
- * innermost row of Q, K and V by pad elements holding NaN (strided layout). Returns NULL
- * when out of memory (bd->oom set). */
-static conform_case *case_new(builder *bd, const char *cat, const char *name, smattn_op op,
-                              int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
-                              int64_t Dv, double amp, int64_t pad)
-{
-    conform_battery *b = bd->b;
-    if (bd->oom)
-        return NULL;
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 64;
-        conform_case *nc = realloc(b->cases, cap * sizeof *nc);
-        if (!nc) {
-            bd->oom = 1;
-            return NULL;
-        }
-        b->cases = nc, b->cap = cap;
-    }
-    conform_case *c = &b->cases[b->n++];
-    memset(c, 0, sizeof *c);
-    snprintf(c->category, sizeof c->category, "%s", cat);
-    snprintf(c->name, sizeof c->name, "%s/%s", cat, name);
-    c->kv_dtype = c->q_dtype = c->out_dtype = SMATTN_F32;
-    c->garbage = 1;
-    bd->r.s = hash_name(c->name, bd->seed);
-    smattn_problem *p = &c->prob;
-    *p = smattn_problem_default();
-    p->op = op;
-    p->B = B, p->S = S, p->T = T, p->Hq = Hq, p->Hkv = Hkv, p->D = D, p->Dv = Dv;
-    p->scale = op == SMATTN_OP_ATTENTION ? smattn_default_scale(D) : 1.0;
-    if (op == SMATTN_OP_SOFTMAX) {
-        int64_t st[4];
-        smattn_contiguous_strides(p, 'x', st);
-        double *x = alloc_f64(bd, c, T_X, B * Hq * S * T, st);
-        for (int64_t e = 0; x && e < c->count[T_X]; e++)
-            x[e] = rng_sym(&bd->r, amp);
-        return bd->oom ? NULL : c;
-    }
-    c->strided = pad > 0;
-    struct {
-        int t;
-        int64_t rows, heads, dim;
-        double a;
-    } tens[3] = {{T_Q, S, Hq, D, amp}, {T_K, T, Hkv, D, amp}, {T_V, T, Hkv, Dv, 1.0}};
-    for (int k = 0; k < 3; k++) {
-        int64_t pitch = tens[k].dim + pad;
-        int64_t st[4] = {tens[k].rows * tens[k].heads * pitch, tens[k].heads * pitch, pitch, 1};
-        double *d = alloc_f64(bd, c, tens[k].t, B * st[0], st);
-        for (int64_t e = 0; d && e < c->count[tens[k].t]; e++)
-            d[e] = e % pitch < tens[k].dim ? rng_sym(&bd->r, tens[k].a) : ((double)NAN);
-    }
-    return bd->oom ? NULL : c;
-}
-
-/* An all-true bool mask [B,Hq,S,T] for the caller to clear entries of. */
-static unsigned char *case_mask(builder *bd, conform_case *c)
-{
-    const smattn_problem *p = &c->prob;
-    int64_t n = p->B * p->Hq * p->S * p->T;
-    unsigned char *m = zalloc(bd, (size_t)n, 1);
-    if (!m)
-        return NULL;
-    memset(m, 1, (size_t)n);
-    c->in64.mask.data = m;
-    c->in64.mask.dtype = SMATTN_BOOL;
-    smattn_contiguous_strides(p, 'b', c->in64.mask.stride);
-    c->count[T_MASK] = n;
-    return m;
-}
-
-/* A bias [B,Hq,S,T] uniform in [-amp, amp). */
-static double *case_bias(builder *bd, conform_case *c, double amp)
-{
-    const smattn_problem *p = &c->prob;
-    int64_t st[4];
-    smattn_contiguous_strides(p, 'b', st);
-    double *d = alloc_f64(bd, c, T_BIAS, p->B * p->Hq * p->S * p->T, st);
-    for (int64_t e = 0; d && e < c->count[T_BIAS]; e++)
-        d[e] = rng_sym(&bd->r, amp);
-    return d;
-}
-
-/* Sinks [Hq] uniform in [lo, hi). */
-static double *case_sinks(builder *bd, conform_case *c, double lo, double hi)
-{
-    int64_t st[4] = {1, 0, 0, 0};
-    double *d = alloc_f64(bd, c, T_SINKS, c->prob.Hq, st);
-    for (int64_t h = 0; d && h < c->prob.Hq; h++)
-        d[h] = lo + (hi - lo) * 0.5 * (rng_sym(&bd->r, 1.0) + 1.0);
-    return d;
-}
-
-/* kv_lens (which = 0) or q_lens (1) from vals[0..B). */
-static void case_lens(builder *bd, conform_case *c, int which, const int64_t *vals)
-{
-    int64_t *l = zalloc(bd, (size_t)c->prob.B, sizeof(int64_t));
-    if (!l)
-        return;
-    memcpy(l, vals, (size_t)c->prob.B * sizeof *l);
-    c->lens[which] = l;
-    if (which == 0)
-        c->prob.kv_lens = l;
-    else
-        c->prob.q_lens = l;
-}
-
-static double at(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    return ((const double *)
-                t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3]];
-}
-
-/* Key j of row (b, h, i) is visible: SPEC 3.1-3.3, the mask, and no -inf bias (or x). */
-static int key_visible(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
-                       int64_t i, int64_t j)
-{
-    if (!smattn_visible(p, in, b, h, i, j))
-        return 0;
-    if (in->bias.data && at(&in->bias, b, h, i, j) == -HUGE_VAL)
-        return 0;
-    if (p->op == SMATTN_OP_SOFTMAX && at(&in->x, b, h, i, j) == -HUGE_VAL)
-        return 0;
-    return 1;
-}
-
-/* Fill what no output may depend on with NaN and infinities (SPEC 3.6, 4.2): K at keys no
- * row of the KV head sees; V there too unless a row of the batch is empty (the mean
- * convention reads V at [0, T_b)); Q of rows that see no key; bias and X at positions
- * hidden by causality, window, lengths or the mask. */
-static int64_t fill_garbage(builder *bd, conform_case *c)
-{
-    int64_t filled = 0;
-    smattn_problem *p = &c->prob;
-    smattn_inputs *in = &c->in64;
-    static const double junk[3] = {((double)NAN), HUGE_VAL, -HUGE_VAL};
-    int64_t Hkv = p->op == SMATTN_OP_ATTENTION ? p->Hkv : p->Hq, G = p->Hq / Hkv;
-    unsigned char *seen = zalloc(bd, (size_t)(Hkv * p->T), 1);
-    if (!seen)
-        return 0;
-    for (int64_t b = 0; b < p->B; b++) {
-        memset(seen, 0, (size_t)(Hkv * p->T));
-        int any_empty = 0;
-        for (int64_t h = 0; h < p->Hq; h++)
-            for (int64_t i = 0; i < p->S; i++) {
-                int n = 0;
-                for (int64_t j = 0; j < p->T; j++) {
-                    int vis = key_visible(p, in, b, h, i, j);
-                    n += vis;
-                    seen[(h / G) * p->T + j] |= (unsigned char)vis;
-                    if (smattn_visible(p, in, b, h, i, j))
-                        continue;
-                    double *t = MUT(p->op == SMATTN_OP_SOFTMAX ? in->x.data : in->bias.data);
-                    const smattn_tensor *ts = p->op == SMATTN_OP_SOFTMAX ? &in->x : &in->bias;
-                    filled += t != NULL;
-                    if (t) /* NaN, +inf, -inf in turn: fmax skips a NaN, not a +inf */
-                        t[b * ts->stride[0] + h * ts->stride[1] + i * ts->stride[2] +
-                          j * ts->stride[3]] = junk[(i + j) % 3];
-                }
-                if (n == 0 && p->op == SMATTN_OP_ATTENTION) {
-                    any_empty |= !in->sinks.data || at(&in->sinks, h, 0, 0, 0) == -HUGE_VAL;
-                    double *q = MUT(in->q.data);
-                    filled += p->D;
-                    for (int64_t d = 0; d < p->D; d++)
-                        q[b * in->q.stride[0] + i * in->q.stride[1] + h * in->q.stride[2] +
-                          d * in->q.stride[3]] = junk[(i + d) % 3];
-                } else if (n == 0) {
-                    any_empty = 1;
-                }
-            }
-        if (p->op != SMATTN_OP_ATTENTION)
-            continue;
-        int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
-        for (int64_t g = 0; g < Hkv; g++)
-            for (int64_t j = 0; j < p->T; j++) {
-                if (seen[g * p->T + j])
-                    continue;
-                double *k = MUT(in->k.data), *v = MUT(in->v.data);
-                filled += p->D;
-                for (int64_t d = 0; d < p->D; d++)
-                    k[b * in->k.stride[0] + j * in->k.stride[1] + g * in->k.stride[2] +
-                      d * in->k.stride[3]] = junk[(j + d) % 3];
-                if (any_empty && j < Tb)
-                    continue;
-                for (int64_t d = 0; d < p->Dv; d++)
-                    v[b * in->v.stride[0] + j * in->v.stride[1] + g * in->v.stride[2] +
-                      d * in->v.stride[3]] = d % 2 ? ((double)NAN) : junk[(j + d) % 3];
-            }
-    }
-    free(seen);
-    return filled;
-}
-
-/* Close a case: garbage in invisible slots (unless turned off), then its features. */
-static void finish(builder *bd, conform_case *c)
-{
-    if (!c || bd->oom)
-        return;
-    if (c->garbage)
-        c->garbage = fill_garbage(bd, c) > 0;
-    c->caps = conform_problem_caps(&c->prob, &c->in64) | (c->strided ? SMATTN_CAP_STRIDES : 0u);
-}
-
-/* The plain attention case most edge cases start from. */
-static conform_case *att(builder *bd, const char *cat, const char *name, int64_t B, int64_t S,
-                         int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
-{
-    return case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hq, Hkv, D, D, 2.0, 0);
-}
-
-/* ---- golden vectors (SPEC 8) ---------------------------------------------------------- */
-
 static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor *src, int64_t n0,
                        int64_t n1, int64_t n2, int64_t n3, char role)
 {
@@ -362,12 +92,12 @@ static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor 
         st[0] = 1;
     int64_t n = n0 * n1 * n2 * n3;
     if (t == T_MASK) {
-        unsigned char *m = zalloc(bd, (size_t)n, 1);
+        unsigned char *m = bat_zalloc(bd, (size_t)n, 1);
         if (!m)
             return -1;
         c->in64.mask = (smattn_tensor){m, SMATTN_BOOL, {st[0], st[1], st[2], st[3]}};
         c->count[T_MASK] = n;
-    } else if (!alloc_f64(bd, c, t, n, st)) {
+    } else if (!bat_alloc_f64(bd, c, t, n, st)) {
         return -1;
     }
     for (int64_t a = 0; a < n0; a++)
@@ -381,7 +111,7 @@ static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor 
                         ((unsigned char *)(uintptr_t)c->in64.mask.data)[dst] =
                             ((const unsigned char *)src->data)[off] != 0;
                     else
-                        ((double *)(uintptr_t)tensor_of(c, t)->data)[dst] =
+                        ((double *)(uintptr_t)bat_tensor_of(c, t)->data)[dst] =
                             smattn_load(src->data, src->dtype, off);
                 }
     return 0;
@@ -392,12 +122,12 @@ static int copy_tensor(builder *bd, conform_case *c, int t, const smattn_tensor 
 static void add_loaded(builder *bd, const char *cat, const char *name, const smattn_problem *p,
                        const smattn_inputs *in, int garbage)
 {
-    conform_case *c = case_new(bd, cat, name, p->op, 1, 1, 1, 1, 1, 1, 1, 1.0, 0);
+    conform_case *c = bat_case_new(bd, cat, name, p->op, 1, 1, 1, 1, 1, 1, 1, 1.0, 0);
     if (!c)
         return;
     for (int t = 0; t < 7; t++) {
-        free((void *)(uintptr_t)tensor_of(c, t)->data);
-        tensor_of(c, t)->data = NULL;
+        free((void *)(uintptr_t)bat_tensor_of(c, t)->data);
+        bat_tensor_of(c, t)->data = NULL;
         c->count[t] = 0;
     }
     c->garbage = garbage;
@@ -415,12 +145,12 @@ static void add_loaded(builder *bd, const char *cat, const char *name, const sma
     rc |= copy_tensor(bd, c, T_MASK, &in->mask, p->B, p->Hq, p->S, p->T, 'b');
     rc |= copy_tensor(bd, c, T_SINKS, &in->sinks, p->Hq, 1, 1, 1, 's');
     if (p->kv_lens)
-        case_lens(bd, c, 0, p->kv_lens);
+        bat_case_lens(bd, c, 0, p->kv_lens);
     if (p->q_lens)
-        case_lens(bd, c, 1, p->q_lens);
+        bat_case_lens(bd, c, 1, p->q_lens);
     if (rc)
         bd->oom = 1;
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void add_vector(builder *bd, const char *path)
@@ -515,115 +245,115 @@ static int add_regressions(builder *bd, const char *dir, char *err, size_t errle
 
 static void empty_rows(builder *bd)
 {
-    conform_case *c = att(bd, "empty_rows", "mask_rows_false", 1, 4, 8, 2, 2, 8);
-    unsigned char *m = c ? case_mask(bd, c) : NULL;
+    conform_case *c = bat_att(bd, "empty_rows", "mask_rows_false", 1, 4, 8, 2, 2, 8);
+    unsigned char *m = c ? bat_case_mask(bd, c) : NULL;
     for (int64_t j = 0; m && j < 8; j++)
         m[1 * 8 + j] = m[3 * 8 + j] = m[(4 + 2) * 8 + j] = 0; /* head 0 rows 1, 3; head 1 row 2 */
-    finish(bd, c);
-    c = att(bd, "empty_rows", "causal_lr_s6_t3", 1, 6, 3, 2, 2, 8);
+    bat_finish(bd, c);
+    c = bat_att(bd, "empty_rows", "causal_lr_s6_t3", 1, 6, 3, 2, 2, 8);
     if (c)
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-    finish(bd, c);
-    c = att(bd, "empty_rows", "kv_lens_zero", 2, 3, 5, 2, 2, 8);
+    bat_finish(bd, c);
+    c = bat_att(bd, "empty_rows", "kv_lens_zero", 2, 3, 5, 2, 2, 8);
     if (c)
-        case_lens(bd, c, 0, (int64_t[]){0, 5});
-    finish(bd, c);
-    c = att(bd, "empty_rows", "bias_row_neg_inf", 1, 4, 6, 1, 1, 4);
-    double *bias = c ? case_bias(bd, c, 1.0) : NULL;
+        bat_case_lens(bd, c, 0, (int64_t[]){0, 5});
+    bat_finish(bd, c);
+    c = bat_att(bd, "empty_rows", "bias_row_neg_inf", 1, 4, 6, 1, 1, 4);
+    double *bias = c ? bat_case_bias(bd, c, 1.0) : NULL;
     for (int64_t j = 0; bias && j < 6; j++)
         bias[0 * 6 + j] = bias[2 * 6 + j] = -HUGE_VAL;
-    finish(bd, c);
-    c = att(bd, "empty_rows", "window_outside_kv_lens", 2, 4, 12, 1, 1, 4);
+    bat_finish(bd, c);
+    c = bat_att(bd, "empty_rows", "window_outside_kv_lens", 2, 4, 12, 1, 1, 4);
     if (c) { /* batch 0: T_b = 3, the window [d - 1, d + 1] around d = i + 8 sees nothing */
-        case_lens(bd, c, 0, (int64_t[]){3, 12});
-        case_lens(bd, c, 1, (int64_t[]){4, 4});
+        bat_case_lens(bd, c, 0, (int64_t[]){3, 12});
+        bat_case_lens(bd, c, 1, (int64_t[]){4, 4});
         c->prob.window_left = c->prob.window_right = 1;
     }
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void padding(builder *bd, int full)
 {
-    conform_case *c = att(bd, "padding", "kv_lens_b3", 3, 4, 16, 2, 2, 8);
+    conform_case *c = bat_att(bd, "padding", "kv_lens_b3", 3, 4, 16, 2, 2, 8);
     if (c)
-        case_lens(bd, c, 0, (int64_t[]){1, 7, 16});
-    finish(bd, c);
-    c = att(bd, "padding", "q_lens_b3", 3, 5, 6, 2, 2, 8);
+        bat_case_lens(bd, c, 0, (int64_t[]){1, 7, 16});
+    bat_finish(bd, c);
+    c = bat_att(bd, "padding", "q_lens_b3", 3, 5, 6, 2, 2, 8);
     if (c)
-        case_lens(bd, c, 1, (int64_t[]){4, 1, 0});
-    finish(bd, c);
-    c = att(bd, "padding", "causal_lr_both_lens", 2, 6, 20, 2, 1, 8);
+        bat_case_lens(bd, c, 1, (int64_t[]){4, 1, 0});
+    bat_finish(bd, c);
+    c = bat_att(bd, "padding", "causal_lr_both_lens", 2, 6, 20, 2, 1, 8);
     if (c) { /* the diagonal follows T_b - S_b per batch (SPEC 3.1) */
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-        case_lens(bd, c, 0, (int64_t[]){9, 20});
-        case_lens(bd, c, 1, (int64_t[]){3, 6});
+        bat_case_lens(bd, c, 0, (int64_t[]){9, 20});
+        bat_case_lens(bd, c, 1, (int64_t[]){3, 6});
     }
-    finish(bd, c);
+    bat_finish(bd, c);
     if (full) {
-        c = att(bd, "padding", "decode_cache_b4", 4, 1, 70, 4, 2, 32);
+        c = bat_att(bd, "padding", "decode_cache_b4", 4, 1, 70, 4, 2, 32);
         if (c)
-            case_lens(bd, c, 0, (int64_t[]){70, 1, 33, 64});
-        finish(bd, c);
+            bat_case_lens(bd, c, 0, (int64_t[]){70, 1, 33, 64});
+        bat_finish(bd, c);
     }
 }
 
 static void garbage(builder *bd)
 {
-    conform_case *c = att(bd, "garbage", "kv_cache_slots", 2, 1, 16, 2, 2, 8);
+    conform_case *c = bat_att(bd, "garbage", "kv_cache_slots", 2, 1, 16, 2, 2, 8);
     if (c)
-        case_lens(bd, c, 0, (int64_t[]){5, 11});
-    finish(bd, c);
-    c = att(bd, "garbage", "mask_columns", 1, 4, 9, 2, 2, 8);
-    unsigned char *m = c ? case_mask(bd, c) : NULL;
+        bat_case_lens(bd, c, 0, (int64_t[]){5, 11});
+    bat_finish(bd, c);
+    c = bat_att(bd, "garbage", "mask_columns", 1, 4, 9, 2, 2, 8);
+    unsigned char *m = c ? bat_case_mask(bd, c) : NULL;
     for (int64_t r = 0; m && r < 2 * 4; r++)
         m[r * 9 + 3] = m[r * 9 + 5] = 0;
-    finish(bd, c);
-    c = att(bd, "garbage", "bias_neg_inf_columns", 1, 3, 8, 1, 1, 8);
-    double *bias = c ? case_bias(bd, c, 2.0) : NULL;
+    bat_finish(bd, c);
+    c = bat_att(bd, "garbage", "bias_neg_inf_columns", 1, 3, 8, 1, 1, 8);
+    double *bias = c ? bat_case_bias(bd, c, 2.0) : NULL;
     for (int64_t i = 0; bias && i < 3; i++)
         bias[i * 8 + 2] = bias[i * 8 + 6] = -HUGE_VAL;
-    finish(bd, c);
-    c = att(bd, "garbage", "window_behind", 1, 4, 16, 1, 1, 8);
+    bat_finish(bd, c);
+    c = bat_att(bd, "garbage", "window_behind", 1, 4, 16, 1, 1, 8);
     if (c)
         c->prob.window_left = 2, c->prob.window_right = 0;
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void extreme(builder *bd, int full)
 {
     /* |q.k| up to ~ D a^2 / sqrt(D): e^s overflows binary32 without the max shift. */
-    conform_case *c = case_new(bd, "extreme", "large_scores", SMATTN_OP_ATTENTION, 1, 4, 16, 2, 2,
+    conform_case *c = bat_case_new(bd, "extreme", "large_scores", SMATTN_OP_ATTENTION, 1, 4, 16, 2, 2,
                                16, 16, 24.0, 0);
-    finish(bd, c);
-    c = att(bd, "extreme", "negative_scale", 1, 3, 12, 1, 1, 8);
+    bat_finish(bd, c);
+    c = bat_att(bd, "extreme", "negative_scale", 1, 3, 12, 1, 1, 8);
     if (c)
         c->prob.scale = -40.0;
-    finish(bd, c);
-    c = att(bd, "extreme", "one_sharp_key", 1, 2, 33, 1, 1, 8);
+    bat_finish(bd, c);
+    c = bat_att(bd, "extreme", "one_sharp_key", 1, 2, 33, 1, 1, 8);
     if (c) { /* key 17 scores ~ +90 over the others */
         double *k = MUT(c->in64.k.data), *q = MUT(c->in64.q.data);
         for (int64_t d = 0; d < 8; d++)
             q[d] = q[8 + d] = 4.0, k[17 * 8 + d] = 8.0;
     }
-    finish(bd, c);
-    c = case_new(bd, "extreme", "flat_tiny_values", SMATTN_OP_ATTENTION, 1, 3, 20, 1, 1, 8, 8,
+    bat_finish(bd, c);
+    c = bat_case_new(bd, "extreme", "flat_tiny_values", SMATTN_OP_ATTENTION, 1, 3, 20, 1, 1, 8, 8,
                  1e-20, 0);
     double *v = c ? MUT(c->in64.v.data) : NULL;
     for (int64_t e = 0; v && e < c->count[T_V]; e++)
         v[e] *= 1e-39; /* binary32 subnormals */
-    finish(bd, c);
-    c = att(bd, "extreme", "large_v", 1, 2, 10, 1, 1, 4);
+    bat_finish(bd, c);
+    c = bat_att(bd, "extreme", "large_v", 1, 2, 10, 1, 1, 4);
     v = c ? MUT(c->in64.v.data) : NULL;
     for (int64_t e = 0; v && e < c->count[T_V]; e++)
         v[e] *= 1e37;
-    finish(bd, c);
+    bat_finish(bd, c);
     if (full) {
-        c = case_new(bd, "extreme", "score_beyond_f32", SMATTN_OP_ATTENTION, 1, 2, 8, 1, 1, 4, 4,
+        c = bat_case_new(bd, "extreme", "score_beyond_f32", SMATTN_OP_ATTENTION, 1, 2, 8, 1, 1, 4, 4,
                      3e19, 0);
-        finish(bd, c);
-        c = case_new(bd, "extreme", "large_scores_long", SMATTN_OP_ATTENTION, 1, 8, 300, 2, 2, 64,
+        bat_finish(bd, c);
+        c = bat_case_new(bd, "extreme", "large_scores_long", SMATTN_OP_ATTENTION, 1, 8, 300, 2, 2, 64,
                      64, 8.0, 0);
-        finish(bd, c);
+        bat_finish(bd, c);
     }
 }
 
@@ -636,12 +366,12 @@ static void shapes(builder *bd, int full)
         char name[48];
         snprintf(name, sizeof name, "s%lld_t%lld_d%lld", (long long)sh[k][0], (long long)sh[k][1],
                  (long long)sh[k][2]);
-        finish(bd, att(bd, "shapes", name, 1, sh[k][0], sh[k][1], 2, 2, sh[k][2]));
+        bat_finish(bd, bat_att(bd, "shapes", name, 1, sh[k][0], sh[k][1], 2, 2, sh[k][2]));
     }
-    finish(bd, att(bd, "shapes", "s_gt_t_s9_t4", 1, 9, 4, 1, 1, 8));
+    bat_finish(bd, bat_att(bd, "shapes", "s_gt_t_s9_t4", 1, 9, 4, 1, 1, 8));
     conform_case *c =
-        case_new(bd, "shapes", "dv_ne_d", SMATTN_OP_ATTENTION, 2, 3, 9, 2, 2, 8, 5, 2.0, 0);
-    finish(bd, c);
+        bat_case_new(bd, "shapes", "dv_ne_d", SMATTN_OP_ATTENTION, 2, 3, 9, 2, 2, 8, 5, 2.0, 0);
+    bat_finish(bd, c);
 }
 
 static void causal(builder *bd, int full)
@@ -653,10 +383,10 @@ static void causal(builder *bd, int full)
             char name[48];
             snprintf(name, sizeof name, "%s_s%lld_t%lld", ul ? "upper_left" : "lower_right",
                      (long long)st[k][0], (long long)st[k][1]);
-            conform_case *c = att(bd, "causal", name, 1, st[k][0], st[k][1], 2, 2, 8);
+            conform_case *c = bat_att(bd, "causal", name, 1, st[k][0], st[k][1], 2, 2, 8);
             if (c)
                 c->prob.causal = ul ? SMATTN_CAUSAL_UPPER_LEFT : SMATTN_CAUSAL_LOWER_RIGHT;
-            finish(bd, c);
+            bat_finish(bd, c);
         }
 }
 
@@ -671,14 +401,14 @@ static void window(builder *bd, int full)
         char name[64];
         snprintf(name, sizeof name, "s%lld_t%lld_left%lld_right%lld", (long long)w[k][0],
                  (long long)w[k][1], (long long)w[k][2], (long long)w[k][3]);
-        conform_case *c = att(bd, "window", name, 1, w[k][0], w[k][1], 1, 1, 8);
+        conform_case *c = bat_att(bd, "window", name, 1, w[k][0], w[k][1], 1, 1, 8);
         if (c) {
             c->prob.window_left = w[k][2];
             c->prob.window_right = w[k][3] < 0 ? 0 : w[k][3];
             if (w[k][3] < 0)
                 c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT, c->prob.window_right = -1;
         }
-        finish(bd, c);
+        bat_finish(bd, c);
     }
 }
 
@@ -689,120 +419,120 @@ static void gqa(builder *bd, int full)
     for (size_t k = 0; k < n; k++) {
         char name[48];
         snprintf(name, sizeof name, "hq%lld_hkv%lld", (long long)h[k][0], (long long)h[k][1]);
-        conform_case *c = att(bd, "gqa", name, 1, k % 2 ? 1 : 3, 12, h[k][0], h[k][1], 8);
+        conform_case *c = bat_att(bd, "gqa", name, 1, k % 2 ? 1 : 3, 12, h[k][0], h[k][1], 8);
         if (c && k == 3)
             c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-        finish(bd, c);
+        bat_finish(bd, c);
     }
 }
 
 static void bias_cases(builder *bd)
 {
-    conform_case *c = att(bd, "bias", "random", 1, 4, 10, 2, 2, 8);
+    conform_case *c = bat_att(bd, "bias", "random", 1, 4, 10, 2, 2, 8);
     if (c)
-        case_bias(bd, c, 5.0);
-    finish(bd, c);
-    c = att(bd, "bias", "scattered_neg_inf", 1, 5, 12, 2, 2, 8);
-    double *b = c ? case_bias(bd, c, 1.0) : NULL;
+        bat_case_bias(bd, c, 5.0);
+    bat_finish(bd, c);
+    c = bat_att(bd, "bias", "scattered_neg_inf", 1, 5, 12, 2, 2, 8);
+    double *b = c ? bat_case_bias(bd, c, 1.0) : NULL;
     for (int64_t e = 0; b && e < c->count[T_BIAS]; e += 3)
         b[e] = -HUGE_VAL;
-    finish(bd, c);
-    c = att(bd, "bias", "huge_gap", 1, 2, 9, 1, 1, 4);
-    b = c ? case_bias(bd, c, 0.5) : NULL;
+    bat_finish(bd, c);
+    c = bat_att(bd, "bias", "huge_gap", 1, 2, 9, 1, 1, 4);
+    b = c ? bat_case_bias(bd, c, 0.5) : NULL;
     if (b)
         b[4] = 1e4, b[9 + 1] = -1e4;
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void sinks(builder *bd)
 {
-    conform_case *c = att(bd, "sinks", "random", 1, 4, 10, 3, 3, 8);
+    conform_case *c = bat_att(bd, "sinks", "random", 1, 4, 10, 3, 3, 8);
     if (c)
-        case_sinks(bd, c, -2.0, 2.0);
-    finish(bd, c);
-    c = att(bd, "sinks", "dominant", 1, 3, 8, 2, 1, 8);
-    double *s = c ? case_sinks(bd, c, 20.0, 30.0) : NULL;
+        bat_case_sinks(bd, c, -2.0, 2.0);
+    bat_finish(bd, c);
+    c = bat_att(bd, "sinks", "dominant", 1, 3, 8, 2, 1, 8);
+    double *s = c ? bat_case_sinks(bd, c, 20.0, 30.0) : NULL;
     if (s)
         s[1] = -HUGE_VAL; /* head 1: no sink */
-    finish(bd, c);
-    c = att(bd, "sinks", "with_empty_rows", 1, 5, 2, 2, 2, 8);
-    s = c ? case_sinks(bd, c, -1.0, 1.0) : NULL;
+    bat_finish(bd, c);
+    c = bat_att(bd, "sinks", "with_empty_rows", 1, 5, 2, 2, 2, 8);
+    s = c ? bat_case_sinks(bd, c, -1.0, 1.0) : NULL;
     if (s) { /* rows 0-2 see no key: head 0 has a finite sink (not empty), head 1 none */
         s[1] = -HUGE_VAL;
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     }
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void softcap(builder *bd)
 {
-    conform_case *c = case_new(bd, "softcap", "cap30_large_scores", SMATTN_OP_ATTENTION, 1, 4, 12,
+    conform_case *c = bat_case_new(bd, "softcap", "cap30_large_scores", SMATTN_OP_ATTENTION, 1, 4, 12,
                                2, 2, 16, 16, 6.0, 0);
     if (c)
         c->prob.softcap = 30.0;
-    finish(bd, c);
-    c = att(bd, "softcap", "cap1_causal", 1, 6, 6, 1, 1, 8);
+    bat_finish(bd, c);
+    c = bat_att(bd, "softcap", "cap1_causal", 1, 6, 6, 1, 1, 8);
     if (c)
         c->prob.softcap = 1.0, c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void dtypes(builder *bd)
 {
-    conform_case *c = att(bd, "dtype", "kv_f16", 1, 3, 20, 2, 2, 16);
+    conform_case *c = bat_att(bd, "dtype", "kv_f16", 1, 3, 20, 2, 2, 16);
     if (c)
         c->kv_dtype = SMATTN_F16;
-    finish(bd, c);
-    c = att(bd, "dtype", "kv_bf16", 1, 3, 20, 2, 2, 16);
+    bat_finish(bd, c);
+    c = bat_att(bd, "dtype", "kv_bf16", 1, 3, 20, 2, 2, 16);
     if (c)
         c->kv_dtype = SMATTN_BF16;
-    finish(bd, c);
+    bat_finish(bd, c);
     /* Q (X) and outputs in f16 / bf16: what inference stacks run (bf16 everywhere) */
-    c = att(bd, "dtype", "q_f16_out_f16", 1, 3, 20, 2, 2, 16);
+    c = bat_att(bd, "dtype", "q_f16_out_f16", 1, 3, 20, 2, 2, 16);
     if (c)
         c->q_dtype = c->out_dtype = SMATTN_F16;
-    finish(bd, c);
-    c = att(bd, "dtype", "all_bf16", 1, 3, 20, 4, 2, 16);
+    bat_finish(bd, c);
+    c = bat_att(bd, "dtype", "all_bf16", 1, 3, 20, 4, 2, 16);
     if (c)
         c->q_dtype = c->kv_dtype = c->out_dtype = SMATTN_BF16;
-    finish(bd, c);
-    c = case_new(bd, "dtype", "softmax_x_bf16_out_f16", SMATTN_OP_SOFTMAX, 1, 3, 9, 2, 2, 0, 0, 3.0, 0);
+    bat_finish(bd, c);
+    c = bat_case_new(bd, "dtype", "softmax_x_bf16_out_f16", SMATTN_OP_SOFTMAX, 1, 3, 9, 2, 2, 0, 0, 3.0, 0);
     if (c)
         c->q_dtype = SMATTN_BF16, c->out_dtype = SMATTN_F16;
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 static void strides(builder *bd)
 {
-    finish(bd, case_new(bd, "strides", "row_pitch_pad3", SMATTN_OP_ATTENTION, 2, 3, 11, 2, 2, 8, 8,
+    bat_finish(bd, bat_case_new(bd, "strides", "row_pitch_pad3", SMATTN_OP_ATTENTION, 2, 3, 11, 2, 2, 8, 8,
                         2.0, 3));
-    finish(bd, case_new(bd, "strides", "decode_pitch_pad5", SMATTN_OP_ATTENTION, 1, 1, 17, 4, 4, 5,
+    bat_finish(bd, bat_case_new(bd, "strides", "decode_pitch_pad5", SMATTN_OP_ATTENTION, 1, 1, 17, 4, 4, 5,
                         5, 2.0, 5));
 }
 
 static void softmax(builder *bd)
 {
-    finish(bd, case_new(bd, "softmax", "plain", SMATTN_OP_SOFTMAX, 1, 3, 8, 2, 2, 0, 0, 3.0, 0));
+    bat_finish(bd, bat_case_new(bd, "softmax", "plain", SMATTN_OP_SOFTMAX, 1, 3, 8, 2, 2, 0, 0, 3.0, 0));
     conform_case *c =
-        case_new(bd, "softmax", "neg_inf_entries", SMATTN_OP_SOFTMAX, 1, 3, 7, 1, 1, 0, 0, 3.0, 0);
+        bat_case_new(bd, "softmax", "neg_inf_entries", SMATTN_OP_SOFTMAX, 1, 3, 7, 1, 1, 0, 0, 3.0, 0);
     double *x = c ? MUT(c->in64.x.data) : NULL;
     for (int64_t j = 0; x && j < 7; j++) /* row 1 all -inf: an empty row */
         x[2 * j % 7] = -HUGE_VAL, x[7 + j] = -HUGE_VAL;
-    finish(bd, c);
-    c = case_new(bd, "softmax", "causal_lr", SMATTN_OP_SOFTMAX, 1, 6, 4, 2, 2, 0, 0, 2.0, 0);
+    bat_finish(bd, c);
+    c = bat_case_new(bd, "softmax", "causal_lr", SMATTN_OP_SOFTMAX, 1, 6, 4, 2, 2, 0, 0, 2.0, 0);
     if (c)
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-    finish(bd, c);
+    bat_finish(bd, c);
     /* scale 0: every score is 0, but an x of -inf still hides its key (SPEC 3.5), where
      * 0 * -inf is NaN */
-    c = case_new(bd, "softmax", "scale0_neg_inf_entries", SMATTN_OP_SOFTMAX, 1, 3, 7, 1, 1, 0, 0,
+    c = bat_case_new(bd, "softmax", "scale0_neg_inf_entries", SMATTN_OP_SOFTMAX, 1, 3, 7, 1, 1, 0, 0,
                  3.0, 0);
     x = c ? MUT(c->in64.x.data) : NULL;
     if (x) {
         c->prob.scale = 0.0;
         x[1] = x[4] = x[7] = x[2 * 7 + 6] = -HUGE_VAL;
     }
-    finish(bd, c);
+    bat_finish(bd, c);
 }
 
 /* ---- random sweeps -------------------------------------------------------------------- */
@@ -814,20 +544,20 @@ static void random_features(builder *bd, conform_case *c)
 {
     rng *r = &bd->r;
     smattn_problem *p = &c->prob;
-    if (rng_next(r) % 2 == 0)
+    if (bat_rng_next(r) % 2 == 0)
         return;
-    if (rng_next(r) % 2 == 0) {
+    if (bat_rng_next(r) % 2 == 0) {
         int64_t l[16];
         for (int64_t b = 0; b < p->B; b++)
-            l[b] = rng_int(r, p->S == 1 ? 1 : 0, p->T);
-        case_lens(bd, c, 0, l);
+            l[b] = bat_rng_int(r, p->S == 1 ? 1 : 0, p->T);
+        bat_case_lens(bd, c, 0, l);
     }
-    if (rng_next(r) % 4 == 0)
-        p->window_left = rng_int(r, 0, p->T);
-    if (rng_next(r) % 4 == 0)
-        p->softcap = 20.0 + (double)rng_int(r, 0, 30);
-    if (rng_next(r) % 4 == 0)
-        case_sinks(bd, c, -3.0, 3.0);
+    if (bat_rng_next(r) % 4 == 0)
+        p->window_left = bat_rng_int(r, 0, p->T);
+    if (bat_rng_next(r) % 4 == 0)
+        p->softcap = 20.0 + (double)bat_rng_int(r, 0, 30);
+    if (bat_rng_next(r) % 4 == 0)
+        bat_case_sinks(bd, c, -3.0, 3.0);
 }
 
 static void sweep(builder *bd, const char *cat, int count, int full)
@@ -835,26 +565,26 @@ static void sweep(builder *bd, const char *cat, int count, int full)
     for (int k = 0; k < count; k++) {
         char name[48];
         snprintf(name, sizeof name, "%03d", k);
-        rng r = {hash_name(name, bd->seed ^ hash_name(cat, 0))};
+        rng r = {bat_hash_name(name, bd->seed ^ bat_hash_name(cat, 0))};
         /* full: the oracle's cost, ~B Hq S T D, kept to a few seconds per case */
-        int64_t B = rng_int(&r, 1, 2), Hkv = rng_int(&r, 1, full ? 4 : 2);
-        int64_t G = rng_int(&r, 1, 4), D = head_dims[rng_int(&r, 0, full ? 6 : 3)];
+        int64_t B = bat_rng_int(&r, 1, 2), Hkv = bat_rng_int(&r, 1, full ? 4 : 2);
+        int64_t G = bat_rng_int(&r, 1, 4), D = head_dims[bat_rng_int(&r, 0, full ? 6 : 3)];
         int64_t S, T;
         if (!strcmp(cat, "prefill"))
-            S = T = rng_int(&r, 2, full ? 200 : 40);
+            S = T = bat_rng_int(&r, 2, full ? 200 : 40);
         else if (!strcmp(cat, "chunked"))
-            S = rng_int(&r, 2, full ? 48 : 12), T = S + rng_int(&r, 1, full ? 400 : 60);
+            S = bat_rng_int(&r, 2, full ? 48 : 12), T = S + bat_rng_int(&r, 1, full ? 400 : 60);
         else
-            S = 1, T = rng_int(&r, 1, full ? 2048 : 160);
+            S = 1, T = bat_rng_int(&r, 1, full ? 2048 : 160);
         conform_case *c =
-            case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hkv * G, Hkv, D, D, 2.5, 0);
+            bat_case_new(bd, cat, name, SMATTN_OP_ATTENTION, B, S, T, Hkv * G, Hkv, D, D, 2.5, 0);
         if (!c)
             return;
         bd->r = r;
-        if (strcmp(cat, "prefill") || rng_next(&bd->r) % 3)
+        if (strcmp(cat, "prefill") || bat_rng_next(&bd->r) % 3)
             c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
         random_features(bd, c);
-        finish(bd, c);
+        bat_finish(bd, c);
     }
 }
 
@@ -936,18 +666,11 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     return 0;
 }
 
-static void case_free(conform_case *c)
-{
-    for (int t = 0; t < 7; t++)
-        free((void *)(uintptr_t)tensor_of(c, t)->data);
-    free(c->lens[0]);
-    free(c->lens[1]);
-}
 
 void conform_battery_free(conform_battery *b)
 {
     for (size_t k = 0; k < b->n; k++)
-        case_free(&b->cases[k]);
+        bat_case_free(&b->cases[k]);
     free(b->cases);
     memset(b, 0, sizeof *b);
 }
@@ -959,7 +682,7 @@ void conform_battery_keep_shard(conform_battery *b, const conform_shard *sh)
         if (conform_shard_has(sh, b->cases[k].name))
             b->cases[kept++] = b->cases[k];
         else
-            case_free(&b->cases[k]);
+            bat_case_free(&b->cases[k]);
     }
     b->n = kept;
 }
@@ -1036,49 +759,4 @@ void conform_inst_free(conform_inst *m)
     for (int t = 0; t < 6; t++)
         free(m->owned[t]);
     memset(m, 0, sizeof *m);
-}
-
-/* ---- the builder for battery_sizes.c (conform/battery_impl.h) ---------------------------- */
-
-uint64_t bat_rng_next(rng *r)
-{
-    return rng_next(r);
-}
-
-conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op, int64_t B,
-                           int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
-                           double amp, int64_t pad)
-{
-    return case_new(bd, cat, name, op, B, S, T, Hq, Hkv, D, Dv, amp, pad);
-}
-
-conform_case *bat_att(builder *bd, const char *cat, const char *name, int64_t B, int64_t S,
-                      int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
-{
-    return att(bd, cat, name, B, S, T, Hq, Hkv, D);
-}
-
-unsigned char *bat_case_mask(builder *bd, conform_case *c)
-{
-    return case_mask(bd, c);
-}
-
-double *bat_case_bias(builder *bd, conform_case *c, double amp)
-{
-    return case_bias(bd, c, amp);
-}
-
-double *bat_case_sinks(builder *bd, conform_case *c, double lo, double hi)
-{
-    return case_sinks(bd, c, lo, hi);
-}
-
-void bat_case_lens(builder *bd, conform_case *c, int which, const int64_t *vals)
-{
-    case_lens(bd, c, which, vals);
-}
-
-void bat_finish(builder *bd, conform_case *c)
-{
-    finish(bd, c);
 }

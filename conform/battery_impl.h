@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* battery_impl.h: the battery's builder, shared by conform/battery.c (the builder, the
- * garbage fill, the categories up to issue 6) and conform/battery_sizes.c (the categories
- * at the sizes and values where kernels change path, issue 14). Not installed. */
+/* battery_impl.h: the battery's builder (conform/battery_case.c: a case's random inputs,
+ * masks, lengths and the garbage fill), shared by conform/battery.c (the suites and the
+ * first categories) and conform/battery_sizes.c (the categories at the sizes and values
+ * where kernels change path). Not installed. */
 #ifndef SMATTN_CONFORM_BATTERY_IMPL_H
 #define SMATTN_CONFORM_BATTERY_IMPL_H
 
@@ -25,12 +26,13 @@ typedef struct builder {
     int oom;
 } builder;
 
-/* battery.c's helpers (see there): the next random number of a stream; a new case with
- * random Q, K, V (or X) in [-amp, amp), V in [-1, 1); the plain attention case (amp 2); an
- * all-true bool mask; a random bias; sinks in [lo, hi); kv_lens (which 0) or q_lens (1);
- * closing a case (garbage fill, features). All return NULL / do nothing once out of
- * memory (bd->oom). */
+/* conform/battery_case.c: building a case (both battery.c and battery_sizes.c use it). */
 uint64_t bat_rng_next(rng *r);
+int64_t bat_rng_int(rng *r, int64_t lo, int64_t hi);
+uint64_t bat_hash_name(const char *s, uint64_t seed);
+void *bat_zalloc(builder *bd, size_t n, size_t size);
+smattn_tensor *bat_tensor_of(conform_case *c, int t);
+double *bat_alloc_f64(builder *bd, conform_case *c, int t, int64_t n, const int64_t st[4]);
 conform_case *bat_case_new(builder *bd, const char *cat, const char *name, smattn_op op, int64_t B,
                            int64_t S, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
                            double amp, int64_t pad);
@@ -41,6 +43,7 @@ double *bat_case_bias(builder *bd, conform_case *c, double amp);
 double *bat_case_sinks(builder *bd, conform_case *c, double lo, double hi);
 void bat_case_lens(builder *bd, conform_case *c, int which, const int64_t *vals);
 void bat_finish(builder *bd, conform_case *c);
+void bat_case_free(conform_case *c);
 
 /* battery_sizes.c's categories. */
 void battery_nonfinite(builder *bd);
