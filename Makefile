@@ -175,14 +175,14 @@ demo: deps cli
 	@echo; echo '4. smattn conform --suite quick: the built-in kernel through the conformance checker'; echo
 	@$(CLI) conform --suite quick
 
-# The oracle's speed (issue 2, point 6): small rows on one core, a full decode step on all.
+# The oracle's speed: small rows on one core, a full decode step on all.
 $(BUILD)/bench_ref: $(call obj,bench/bench_ref.c bench/bench_machine.c bench/peak_fma_avx2.c \
                     bench/peak_fma_avx512.c) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
 bench-ref: deps $(BUILD)/bench_ref
 	$(BUILD)/bench_ref 7
 
-# The optimised kernel's speed (issue 3): canonical Qwen2.5-7B shapes, the machine's FMA
+# The optimised kernel's speed: canonical Qwen2.5-7B shapes, the machine's FMA
 # peak and memory bandwidth measured in the same run, a scalar baseline run interleaved.
 THREADS    ?= 2
 ISA        ?=
@@ -193,7 +193,7 @@ $(BUILD)/bench/peak_fma_avx2.o: ISAFLAGS := -mavx2 -mfma
 $(BUILD)/bench/peak_fma_avx512.o: ISAFLAGS := -mavx512f -mavx2 -mfma
 $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS) -ldl
-# The peer in the same run (issue 17): oneDNN composed by plugins/onednn, built by
+# The peer in the same run: oneDNN composed by plugins/onednn, built by
 # mk/onednn.mk's `onednn` (which installs Debian's libdnnl-dev when missing); without it
 # the table says '-'. make check never needs oneDNN.
 bench: deps $(BUILD)/bench_opt

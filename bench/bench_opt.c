@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench_opt.c: speed of the optimised kernel (issue 3) on canonical Qwen2.5-7B attention
+/* bench_opt.c: speed of the optimised kernel on canonical Qwen2.5-7B attention
  * shapes (Hq = 28, Hkv = 4, D = Dv = 128, B = 1, causal lower_right), with f32 and f16
  * K/V, against the machine's FMA peak and STREAM bandwidth measured in the same run and
  * a plain scalar baseline timed interleaved with the kernel. Readable table on stdout,

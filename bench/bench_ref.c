@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench_ref.c: speed of the exact oracle on the two shapes of issue 2 (SPEC 5.2):
+/* bench_ref.c: speed of the exact oracle on its two reference shapes (SPEC 5.2):
  * small rows (T = 8, D = Dv = 16) on one thread, and one full Qwen2.5-7B decode step
  * (Hq = 28, Hkv = 4, D = Dv = 128, T = 4096) on every core. Medians of repeated runs. */
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* battery_sizes.c: the battery's cases at the sizes and values where real kernels change
- * path (issue 14): garbage at tile sizes (tiled), decode and long rows past the split-KV
+ * path: garbage at tile sizes (tiled), decode and long rows past the split-KV
  * chunk lengths (long), visible non-finite inputs (nonfinite), and value regimes at the ends
  * of exp's range and of the K/V dtypes (regimes); empty rows with clean inputs and sinks far
  * above the keys. conform/README.md has the matrix they
@@ -84,7 +84,7 @@ void battery_nonfinite(builder *bd)
     bat_finish(bd, c);
 }
 
-/* Garbage at the sizes where kernels tile (issue 14): S and T in {64, 65, 128, 200, 256},
+/* Garbage at the sizes where kernels tile: S and T in {64, 65, 128, 200, 256},
  * D and Dv in {16, 64, 128}, for every kind of invisibility; NaN/inf fill every invisible
  * slot (fill_garbage): K and V of keys no row sees, Q of empty and padding rows, and, in
  * the cases with a bias, the bias at every hidden (row, key), so that a partly visible

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* conform.h: the conformance checker behind `smattn conform`, `gen` and `check` (issue 6).
+/* conform.h: the conformance checker behind `smattn conform`, `gen` and `check`.
  *
  * Library code of the checker, linked into the CLI only (build/libsmattn_conform.a):
  *   plugin.c   load a kernel under test (a .so speaking include/smattn_kernel.h, or the

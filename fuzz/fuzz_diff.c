@@ -4,7 +4,7 @@
  * slots beyond kv_lens (masked for every query), and a repeated call (fuzz_diff_check). Any
  * difference is a MISMATCH report followed by abort().
  *
- * Speed (issue 5: >= 1,000 exec/s on one core): the oracle's cost grows with the elements
+ * Speed (>= 1,000 exec/s on one core): the oracle's cost grows with the elements
  * of P and most of the time went to a few large rows on its exact path, so problems are cut
  * to FUZZ_DIFF_MAX_P elements of P (fuzz_problem_shrink), and each input runs on one ISA,
  * chosen by the decoded seed, instead of on every ISA the CPU has. The long decode rows

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fuzz_dtypes.c: fuzz_diff's checks with f16/bf16 Q (or X), bias and outputs (issue 17).
+/* fuzz_dtypes.c: fuzz_diff's checks with f16/bf16 Q (or X), bias and outputs.
  * The problem is decoded and cut as in fuzz_diff (fuzz_problem_decode, fuzz_problem_shrink
  * to FUZZ_DIFF_MAX_P); then three more choices from the provider's tail (fuzz_take_dtypes:
  * Q or X, bias, and outputs, each f16, bf16 or f32, a missing byte giving f16) and Q/X and

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# mk/conform.mk: the conformance checker (issue 6; conform/README.md), included by the Makefile.
+# mk/conform.mk: the conformance checker (conform/README.md), included by the Makefile.
 #  - build/libsmattn_conform.a: conform/*.c but opt_plugin.c, linked into the CLI (with -ldl);
 #  - build/plugins/smattn_opt.so: the built-in kernel as a loadable plugin (position-independent
 #    objects of the library in build/pic/, only the smattn_plugin_* symbols exported);

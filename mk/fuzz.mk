@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
-# mk/fuzz.mk: the fuzzing rules (issue 5; fuzz/README.md), included by the Makefile.
+# mk/fuzz.mk: the fuzzing rules (fuzz/README.md), included by the Makefile.
 .PHONY: check-fuzz-replay check-fuzz-decode fuzz-build fuzz-build-fast fuzz-bins fuzz fuzz-seeds fuzz-merge fuzz-min \
         fuzz-speed fuzz-cov fuzz-afl-build fuzz-afl
 
-# ---- fuzzing (issue 5; fuzz/README.md) ---------------------------------------------------
+# ---- fuzzing (fuzz/README.md) ---------------------------------------------------
 # make check replays every target's corpus and regressions through a plain main built with
 # the same flags as the tests (so check-san replays them under ASan+UBSan too).
 FUZZ_TARGETS := fuzz_diff fuzz_diff_long fuzz_dtypes fuzz_ref_props fuzz_decode_prefill fuzz_api \

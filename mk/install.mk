@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # mk/install.mk: the shared library, smattn.pc, `make install` / `make uninstall` and the
-# install test (issue 16; README "Using smattn from C"). Included by the Makefile.
+# install test (README "Using smattn from C"). Included by the Makefile.
 #
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]     make uninstall (same variables)
 #

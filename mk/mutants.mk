@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# mk/mutants.mk: plugins under test (issue 6): the example kernel, its mutants, the oneDNN
+# mk/mutants.mk: plugins under test: the example kernel, its mutants, the oneDNN
 # adapter and the fuzz_plugin target. Included by the Makefile.
 .PHONY: plugins mutants-table fuzz-plugin deps-mutants
 

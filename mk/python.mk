@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# mk/python.mk: the Python package (python/, issue 16), included by the Makefile.
+# mk/python.mk: the Python package (python/), included by the Makefile.
 #  - $(PY_SHIM): python/_smattn_shim.c, the package's private judge and battery (conform/
 #    judge.c, battery.c, io/ and the oracle linked in statically, only smattn_py_* exported);
 #  - check-python: the pytest suite (python/tests/) against the build tree;

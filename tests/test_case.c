@@ -378,7 +378,7 @@ START_TEST(json_from_memory)
 }
 END_TEST
 
-/* RFC 8259 where json-c 0.16 is lax (issue 15): integers exact over all of int64, anything
+/* RFC 8259 where json-c 0.16 is lax: integers exact over all of int64, anything
  * beyond it out of range (not saturated), single quotes, duplicate keys (also spelled with
  * escapes, also nested), a top level that is not an object, leading zeros. */
 static void json_bad(const char *text, const char *needle)
@@ -418,7 +418,7 @@ START_TEST(json_strict_rfc8259)
     json_bad("{\"scale\": .5}", "malformed");
     json_bad("{\"scale\": 1,}", "expected a key");
     json_bad("{\"causal\": \"no\tne\"}", "control character");
-    /* issue 15 review: these said "a malformed number" */
+    /* These said "a malformed number" */
     json_bad("{\"window\": [1, 2,]}", "a trailing comma before ']'");
     json_bad("{\"window\": [1, ]}", "a trailing comma");
     json_bad("{\"scale\": ]}", "expected a value, not a closing bracket");
@@ -432,7 +432,7 @@ START_TEST(json_strict_rfc8259)
 }
 END_TEST
 
-/* Issue 15 review: every key used to malloc the rest of the text, so 200k keys in 2.6 MB
+/* Every key used to malloc the rest of the text, so 200k keys in 2.6 MB
  * asked for about 260 GB (a 13.8 MB file took 30 s and 4.6 GB). Under a 300 MB address-space
  * limit (not under ASan, whose shadow needs terabytes of it) the parse reports the first
  * unknown key, quickly, not "out of memory". */

@@ -302,7 +302,7 @@ static void put_sparse(const char *dir, const char *name, const char *descr, con
     close(fd);
 }
 
-/* Issue 15: every header and case.json are checked against each other before any data is
+/* Every header and case.json are checked against each other before any data is
  * read. A 2 GiB v.npy (a hole) whose KV head count differs from k.npy's, a 2 GiB mask.npy
  * that does not broadcast, and (opt) a 1 GiB f64 q.npy beside a 2 GiB k.npy are reported
  * by a child that never grew past 256 MiB (reading them first fills GiBs). */
@@ -335,7 +335,7 @@ START_TEST(headers_checked_before_data)
     ck_assert_msg(strstr(r.err, "opt: q.npy is f64"), "%s", r.err);
     ck_assert_msg(r.maxrss_kib < 256 * 1024, "peak %ld KiB: the data were read", r.maxrss_kib);
     free_result(&r);
-    /* Issue 15 review: an output too large to hold (p.npy of [1, 2^26, 2^26] f64: 4.5e15
+    /* An output too large to hold (p.npy of [1, 2^26, 2^26] f64: 4.5e15
      * elements) is found from the headers, not after reading 768 MiB of q, k, v */
     char *big = strdup(path_in(tmp, "bigp"));
     ck_assert_int_eq(mkdir(big, 0700), 0);
@@ -407,7 +407,7 @@ static void expect_bad_keeps(const char *const *args, const char *needle, const 
     free(now);
 }
 
-/* Issue 15: OUT's outputs are a set written whole or not at all. A target that is a
+/* OUT's outputs are a set written whole or not at all. A target that is a
  * directory (lse.npy), a full disk while p.npy is written: exit 2, OUT as it was (the old
  * o.npy not replaced, no temporaries). A run without --weights removes the p.npy of an
  * earlier run, a softmax removes o.npy; other files in OUT stay. */
@@ -473,7 +473,7 @@ START_TEST(outputs_committed_as_a_set)
 }
 END_TEST
 
-/* Issue 15: OUT is checked before any work: before the case is even read (the case here
+/* OUT is checked before any work: before the case is even read (the case here
  * is bad too, and OUT is what is reported), a missing parent, a path through a file, a
  * directory that takes no files (/proc/self, even for root), a file. Nothing is created. */
 START_TEST(out_checked_before_work)
@@ -498,7 +498,7 @@ START_TEST(out_checked_before_work)
 }
 END_TEST
 
-/* Issue 15: a path holding a newline (or another control character) gives one line,
+/* A path holding a newline (or another control character) gives one line,
  * the path quoted with the newline escaped: CASE, OUT, check's and demo's paths. */
 START_TEST(paths_with_newlines_one_line)
 {
@@ -717,7 +717,7 @@ START_TEST(opt_matches_ref)
 }
 END_TEST
 
-/* Issue 15: SMATTN_ISA naming no ISA is said once on stderr (one line), and the run goes
+/* SMATTN_ISA naming no ISA is said once on stderr (one line), and the run goes
  * on with the default; a valid one says nothing. */
 START_TEST(bogus_isa_env_said_once)
 {
@@ -732,7 +732,7 @@ START_TEST(bogus_isa_env_said_once)
                   "stderr '%s'", r.err);
     free_result(&r);
     check_npy(path_in(out, "o.npy"), SMATTN_NPY_F32, 3, (int64_t[]){5, 4, 6});
-    /* Issue 15 review: not when --isa overrides it (it said "using avx512" while scalar ran),
+    /* Not when --isa overrides it (it said "using avx512" while scalar ran),
      * not for --help, and bad input is the only line */
     setenv("SMATTN_ISA", "bogus", 1);
     r = run((const char *[]){"opt", c, out, "--isa", "scalar", NULL});
@@ -819,7 +819,7 @@ static void expect_erased(const char *term)
                   term);
 }
 
-/* Issue 15: long oracle work shows a progress bar when stderr is a terminal (here a
+/* Long oracle work shows a progress bar when stderr is a terminal (here a
  * decode of 32 rows against 16,000 keys on one thread, about 1.2 s: the bar shows from
  * 0.5 s, after each 4 rows), erased at the end; nothing when stderr is not a terminal. */
 START_TEST(ref_progress_on_a_terminal)
@@ -850,7 +850,7 @@ START_TEST(ref_progress_on_a_terminal)
 }
 END_TEST
 
-/* Issue 15 review: a decode (one row) against many keys showed no bar, progress being
+/* A decode (one row) against many keys showed no bar, progress being
  * counted in rows; the oracle now reports within a row. About 1.4 s on one thread. */
 START_TEST(ref_progress_within_a_row)
 {
@@ -973,7 +973,7 @@ START_TEST(version_and_help)
 }
 END_TEST
 
-/* Issue 15: every command takes --help (and -h): exit 0, its usage and options on stdout,
+/* Every command takes --help (and -h): exit 0, its usage and options on stdout,
  * nothing on stderr; demo does not read "--help" as its DIR. */
 START_TEST(every_command_takes_help)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test_gate.c: `smattn conform` and `check` as a gate no kernel slips through (issue 14):
+/* test_gate.c: `smattn conform` and `check` as a gate no kernel slips through:
  * no plugin code runs in the checker's process (each misbehaving fixture of
  * tests/fixtures/plugin_fixture.c gets its exit status and message, and none of its
  * processes outlives the run), the plugin's output is captured per case, the baseline

@@ -344,7 +344,7 @@ START_TEST(files_read_and_write)
 }
 END_TEST
 
-/* The header alone (issue 15: cost before work): a file whose header claims 64 GiB that
+/* The header alone (cost before work): a file whose header claims 64 GiB that
  * are a hole gives its shape with no data read; a truncated one is refused from its size;
  * the data read later must come from the same header. */
 START_TEST(header_first_then_data)

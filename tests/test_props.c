@@ -984,7 +984,7 @@ static int prop_garbage(pcase *c)
 
 /* The same property on a variant of the problem with softcap and sinks, where some keys are
  * hidden from every row of their KV head group by a -inf bias and others by the bool mask
- * (issue 15: with softcap, a +inf in K at a key hidden by its bias sent the row to the
+ * (with softcap, a +inf in K at a key hidden by its bias sent the row to the
  * binary64 path, because the softcap's non-finite test ran before the bias's -inf test). */
 static int prop_garbage_hidden(pcase *c)
 {

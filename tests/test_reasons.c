@@ -221,7 +221,7 @@ START_TEST(reason_is_right)
 }
 END_TEST
 
-/* The quick suite holds at least one case of every class issue 14 added (and the built-in
+/* The quick suite holds at least one case of every class of the sizes categories (and the built-in
  * kernel passes them): a kernel whose only bug sits on a tiled or split path must not pass
  * quick. */
 START_TEST(quick_has_every_class)

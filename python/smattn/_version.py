@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """_version.py: the package's version and the C library's soname, from the one VERSION file
-of the source tree (issue 16). VERSION holds one line, X.Y.Z, nothing else (the Makefile
+of the source tree. VERSION holds one line, X.Y.Z, nothing else (the Makefile
 rejects anything else); the soname is libsmattn.so.X (the ABI major, as mk/install.mk)."""
 import os
 import re

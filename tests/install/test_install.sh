@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# test_install.sh: `make install` into a temporary DESTDIR used as a user would (issue 16):
+# test_install.sh: `make install` into a temporary DESTDIR used as a user would:
 # the shared library exports exactly the functions of include/smattn.h, a C program builds
 # with `pkg-config --cflags --libs smattn` alone (and statically with --static) and runs,
 # the installed `smattn` runs from an empty directory with its installed data, the man
