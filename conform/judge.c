@@ -10,6 +10,7 @@
  * NaN, P in [0, 1]). */
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,6 +385,19 @@ static double other_scale(const smattn_problem *p, const smattn_inputs *in,
 
 /* A sentence for the worst element: which convention or rule it breaks. `strided`: the
  * rows of the inputs are padded and the padding (outside every tensor's view) holds NaN. */
+/* Append to a reason: a reason that does not fit ends in "..." rather than mid-word unseen. */
+static void reason_appendf(char *out, size_t cap, const char *fmt, ...)
+{
+    if (cap == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    if (w >= 0 && (size_t)w >= cap && cap > 4)
+        memcpy(out + cap - 4, "...", 4);
+}
+
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, unsigned flags, int strided, int t, int64_t e,
                      double c, double x, double bound, double ratio, int64_t nO, char *out,
@@ -512,16 +526,16 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     if (regime[0] && evidence)
         hint = " slots this row must not read hold NaN/inf too: a leak is the other suspect";
     if (isfinite(x) && !isfinite(c))
-        snprintf(out + n, cap - n, "%s at %s where the spec has a finite value (%s)%s%s%s",
+        reason_appendf(out + n, cap - n, "%s at %s where the spec has a finite value (%s)%s%s%s",
                  isnan(c) ? "NaN" : "infinity", where, xs, regime, hint[0] ? ";" : "", hint);
     else if (isnan(x))
-        snprintf(out + n, cap - n, "%s = %s where the spec has NaN (SPEC 4.2)", where, cs);
+        reason_appendf(out + n, cap - n, "%s = %s where the spec has NaN (SPEC 4.2)", where, cs);
     else if (isinf(x))
-        snprintf(out + n, cap - n, "%s at %s where the spec has %s (SPEC 4.2)%s%s",
+        reason_appendf(out + n, cap - n, "%s at %s where the spec has %s (SPEC 4.2)%s%s",
                  isnan(c) ? "NaN" : cs, where, x > 0 ? "+inf" : "-inf", hint[0] ? ";" : "",
                  hint);
     else
-        snprintf(out + n, cap - n, "error/bound ratio %.4g at %s: got %s, exact %s, bound %.3g%s",
+        reason_appendf(out + n, cap - n, "error/bound ratio %.4g at %s: got %s, exact %s, bound %.3g%s",
                  ratio, where, cs, xs, bound, regime);
 }
 
