@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* problem.c: the problem descriptor: defaults, strides, validation and visibility (SPEC 2-3). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -149,6 +150,8 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
 {
     if (!p || !in || !out)
         return SMATTN_ERR_NULL;
+    if (p->layout) /* ragged and paged layouts (SPEC 2.7) are not read yet: never ignored */
+        return SMATTN_ERR_UNSUPPORTED;
     if ((unsigned)p->op > SMATTN_OP_SOFTMAX || (unsigned)p->causal > SMATTN_CAUSAL_UPPER_LEFT ||
         (unsigned)p->empty_rows > SMATTN_EMPTY_MEAN || (unsigned)p->empty_lse > SMATTN_LSE_ZERO)
         return SMATTN_ERR_OPTION;
@@ -290,4 +293,13 @@ int smattn__ncpu(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+smattn_status smattn_validate_explain(const smattn_problem *p, const smattn_inputs *in,
+                                      const smattn_outputs *out, char *msg, size_t cap)
+{
+    smattn_status st = smattn_validate(p, in, out);
+    if (msg && cap)
+        snprintf(msg, cap, "%s", st == SMATTN_OK ? "" : smattn_status_str(st));
+    return st;
 }

@@ -21,6 +21,7 @@ static const char *const messages[] = {
     [SMATTN_ERR_UNSUPPORTED] = "valid, but not supported by this implementation",
     [SMATTN_ERR_ALIAS] = "an output overlaps itself, another output or an input",
     [SMATTN_ERR_INTERNAL] = "internal consistency check failed (a bug in smattn)",
+    [SMATTN_ERR_LAYOUT] = "ragged or paged layout is inconsistent",
 };
 
 static const char *const names[] = {
@@ -42,6 +43,7 @@ static const char *const names[] = {
     [SMATTN_ERR_UNSUPPORTED] = "SMATTN_ERR_UNSUPPORTED",
     [SMATTN_ERR_ALIAS] = "SMATTN_ERR_ALIAS",
     [SMATTN_ERR_INTERNAL] = "SMATTN_ERR_INTERNAL",
+    [SMATTN_ERR_LAYOUT] = "SMATTN_ERR_LAYOUT",
 };
 
 const char *smattn_status_str(smattn_status s)

@@ -59,7 +59,11 @@ typedef enum smattn_status {
     SMATTN_ERR_THREADS = 14,   /* a thread could not be started */
     SMATTN_ERR_UNSUPPORTED = 15, /* valid per the spec, but not supported by this entry point */
     SMATTN_ERR_ALIAS = 16,     /* an output overlaps itself, another output or an input */
-    SMATTN_ERR_INTERNAL = 17   /* an internal consistency check failed (a bug: report it) */
+    SMATTN_ERR_INTERNAL = 17,  /* an internal consistency check failed (a bug: report it) */
+    SMATTN_ERR_LAYOUT = 18     /* a ragged or paged layout is inconsistent (SPEC 2.7): a
+                                  cu_seqlens that decreases or does not end where it must, a
+                                  used block-table entry outside [0, num_pages), a length
+                                  past a sequence's slice or its table's capacity */
 } smattn_status;
 
 /* A sentence describing a status; never NULL (unknown codes get a generic sentence). */
@@ -142,7 +146,36 @@ typedef struct smattn_problem {
     const int64_t *q_lens;  /* [B] queries [q_lens[b], S) are padding; NULL: all S */
     smattn_empty empty_rows;
     smattn_empty_lse empty_lse;
+    /* Appended in 0.2: where each query and key lives (SPEC 2.7). NULL: dense and padded,
+     * as above. smattn_problem_default() sets it NULL, so callers that start from it (or
+     * zero the struct) keep their meaning. */
+    const struct smattn_layout *layout;
 } smattn_problem;
+
+/* Ragged (packed) and paged layouts (SPEC 2.7). A problem with a layout IS its dense,
+ * padded twin: B, S, T, the masks, q_lens/kv_lens, bias, sinks and P keep their dense
+ * meaning and shapes; only where Q/O/LSE rows and K/V keys are read and written changes.
+ *   cu_seqlens_q [B+1]: packed queries. Sequence b owns rows [cu[b], cu[b+1]) of
+ *     Q [1, total_q, Hq, D] and O [1, total_q, Hq, Dv] (stride[0] unused); LSE is
+ *     [1, Hq, total_q]. S_b = cu[b+1] - cu[b] <= S; prob->q_lens must be NULL.
+ *   cu_seqlens_k [B+1]: packed keys, K [1, total_k, Hkv, D], V [1, total_k, Hkv, Dv];
+ *     T_b = seqused_k ? seqused_k[b] : cu[b+1] - cu[b], <= T; prob->kv_lens must be NULL.
+ *   block_table [B x bt_stride] int32: paged keys. K [num_pages, page_size, Hkv, D] and
+ *     V [num_pages, page_size, Hkv, Dv] (NHD; HND is the same with other strides): key t
+ *     of sequence b is slot t % page_size of page block_table[b * bt_stride + t / page_size].
+ *     prob->kv_lens is required (T_b); T <= max_pages * page_size. Entries past the pages a
+ *     sequence uses are never read (they may hold -1), nor are unused slots or pages.
+ * cu_seqlens_k and block_table are exclusive; either may be combined with cu_seqlens_q. */
+typedef struct smattn_layout {
+    const int64_t *cu_seqlens_q; /* [B+1] or NULL: Q, O, LSE dense */
+    const int64_t *cu_seqlens_k; /* [B+1] or NULL */
+    const int64_t *seqused_k;    /* [B] or NULL; only with cu_seqlens_k */
+    const int32_t *block_table;  /* [B][bt_stride] or NULL */
+    int64_t bt_stride;           /* elements between rows of block_table, >= max_pages */
+    int64_t max_pages;           /* table columns, >= 1 with a block table */
+    int64_t num_pages;           /* pages in the K and V caches, >= 1 with a block table */
+    int64_t page_size;           /* slots per page, >= 1 (any size, not only powers of 2) */
+} smattn_layout;
 
 typedef struct smattn_inputs {
     smattn_tensor q, k, v;  /* attention */
@@ -176,6 +209,14 @@ smattn_status smattn_contiguous_strides(const smattn_problem *prob, char role, i
 SMATTN_NODISCARD smattn_status smattn_validate(const smattn_problem *prob,
                                                const smattn_inputs *in,
                                                const smattn_outputs *out);
+
+/* smattn_validate that also says why, in one line naming the field and, for a layout,
+ * the sequence and the entry ("block_table[2][5] = 97 is outside [0, 64)"); "" on
+ * SMATTN_OK. msg may be NULL when cap is 0; the line is cut to cap - 1 bytes. */
+SMATTN_NODISCARD smattn_status smattn_validate_explain(const smattn_problem *prob,
+                                                       const smattn_inputs *in,
+                                                       const smattn_outputs *out, char *msg,
+                                                       size_t cap);
 
 /* Visibility (SPEC 3.1-3.3): nonzero iff key j is visible to query i of batch b, head h,
  * before bias and data-dependent masking (causal, window, kv_lens, q_lens, bool mask).

@@ -45,7 +45,8 @@ class Problem(ctypes.Structure):
                 ("softcap", c_dbl), ("causal", ctypes.c_int), ("window_left", c_i64),
                 ("window_right", c_i64), ("kv_lens", ctypes.POINTER(c_i64)),
                 ("q_lens", ctypes.POINTER(c_i64)), ("empty_rows", ctypes.c_int),
-                ("empty_lse", ctypes.c_int)]
+                ("empty_lse", ctypes.c_int),
+                ("layout", ctypes.c_void_p)]
 
 
 class Inputs(ctypes.Structure):
