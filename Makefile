@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
         check-exp format
 all: deps cli
 
@@ -139,13 +139,19 @@ check: deps-check
 
 check-unit: tests check-fuzz-replay
 	$(call say,TEST,$(TESTBIN))SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
-	$(if $(SAN),,@$(MAKE) --no-print-directory check-reach check-shards)
+	$(if $(SAN),,@$(MAKE) --no-print-directory check-reach check-shards check-man)
 
 # The quick suite in 3 shards through GNU parallel (examples/at-scale/parallel.sh), merged,
 # against one unsharded run; gen's shards; the Slurm and Kubernetes recipes syntax-checked.
 check-shards: tests
 	@echo "  TEST  shards merged = the unsharded run (tests/shards/test_shards.sh)"
 	@tests/shards/test_shards.sh $(CLI)
+
+# The man pages against `smattn CMD --help` and include/smattn.h (tests/man/test_man.sh):
+# every option, function, type and status code is on its page. Under a second.
+check-man: $(CLI)
+	@echo "  TEST  man pages = smattn --help and smattn.h (tests/man/test_man.sh)"
+	@tests/man/test_man.sh $(CLI)
 
 # The CLI suite again with the CLI inside a folder of mode 0700, as a checkout under /root
 # or a `mktemp -d` folder is: its tests that run the CLI as another user (nobody) must not
