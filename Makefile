@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
         check-exp format
 all: deps cli
 
@@ -153,7 +153,7 @@ endif
 check-unit: tests check-fuzz-replay
 	$(call say,TEST,$(TESTBIN))CK_TIMEOUT_MULTIPLIER=$(CK_TIMEOUT_MULTIPLIER) \
 	  SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
-	$(if $(SAN)$(CHECK_UNIT_NO_EXTRA),,@$(MAKE) --no-print-directory check-reach check-shards check-man check-make)
+	$(if $(SAN)$(CHECK_UNIT_NO_EXTRA),,@$(MAKE) --no-print-directory check-reach check-shards check-man check-make check-examples)
 
 # The quick suite in 3 shards through GNU parallel (examples/at-scale/parallel.sh), merged,
 # against one unsharded run; gen's shards; the Slurm and Kubernetes recipes syntax-checked.
@@ -166,6 +166,12 @@ check-shards: tests
 check-man: $(CLI)
 	@echo "  TEST  man pages = smattn --help and smattn.h (tests/man/test_man.sh)"
 	@tests/man/test_man.sh $(CLI)
+
+# examples/conform-gate.yml parses, pins no ref this repository lacks, and its install
+# step refuses an empty SMATTN_REF and checks out a commit (tests/examples/). A second.
+check-examples:
+	@echo "  TEST  examples/conform-gate.yml (tests/examples/test_gate_yml.sh)"
+	@tests/examples/test_gate_yml.sh
 
 # CK_TIMEOUT_MULTIPLIER reaches the Check runner of check-unit and check-san (a stand-in
 # runner, nothing built or run). A second.
