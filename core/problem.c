@@ -102,6 +102,7 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
 
 typedef struct span {
     const unsigned char *lo, *hi; /* [lo, hi) bytes; lo == NULL: none */
+    const char *name;             /* for smattn_validate_explain */
 } span;
 
 static smattn_status check_tensor(int rank, const int64_t *n, const int64_t *s, smattn_dtype t,
@@ -356,8 +357,9 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
                 return fail(v, SMATTN_ERR_DTYPE, "%s: dtype %d is not a float type",
                             input_names[k], (int)t3[k]->dtype);
             if ((st = check_tensor(4, n3[k], t3[k]->stride, t3[k]->dtype, t3[k]->data,
-                                   &sp[nsp++])))
+                                   &sp[nsp])))
                 return fail(v, st, "%s: %s", input_names[k], smattn_status_str(st));
+            sp[nsp++].name = input_names[k];
         }
     } else {
         int64_t nx[4] = {p->B, p->Hq, p->S, p->T};
@@ -365,8 +367,9 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
             return fail(v, SMATTN_ERR_NULL, "X.data is NULL");
         if (!is_float(in->x.dtype))
             return fail(v, SMATTN_ERR_DTYPE, "X: dtype %d is not a float type", (int)in->x.dtype);
-        if ((st = check_tensor(4, nx, in->x.stride, in->x.dtype, in->x.data, &sp[nsp++])))
+        if ((st = check_tensor(4, nx, in->x.stride, in->x.dtype, in->x.data, &sp[nsp])))
             return fail(v, st, "X: %s", smattn_status_str(st));
+        sp[nsp++].name = "X";
     }
     int64_t nfull[4] = {p->B, p->Hq, p->S, p->T};
     if (in->bias.data) {
@@ -374,15 +377,17 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
             return fail(v, SMATTN_ERR_DTYPE, "bias: dtype %d is not a float type",
                         (int)in->bias.dtype);
         if ((st = check_tensor(4, nfull, in->bias.stride, in->bias.dtype, in->bias.data,
-                               &sp[nsp++])))
+                               &sp[nsp])))
             return fail(v, st, "bias: %s", smattn_status_str(st));
+        sp[nsp++].name = "bias";
     }
     if (in->mask.data) {
         if (in->mask.dtype != SMATTN_BOOL)
             return fail(v, SMATTN_ERR_DTYPE, "mask: dtype %d is not bool", (int)in->mask.dtype);
         if ((st = check_tensor(4, nfull, in->mask.stride, in->mask.dtype, in->mask.data,
-                               &sp[nsp++])))
+                               &sp[nsp])))
             return fail(v, st, "mask: %s", smattn_status_str(st));
+        sp[nsp++].name = "mask";
     }
     if (in->sinks.data) {
         int64_t ns[1] = {p->Hq};
@@ -390,8 +395,9 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
             return fail(v, SMATTN_ERR_DTYPE, "sinks: dtype %d is not a float type",
                         (int)in->sinks.dtype);
         if ((st = check_tensor(1, ns, in->sinks.stride, in->sinks.dtype, in->sinks.data,
-                               &sp[nsp++])))
+                               &sp[nsp])))
             return fail(v, st, "sinks: %s", smattn_status_str(st));
+        sp[nsp++].name = "sinks";
     }
     /* the lengths and the layout's arrays are inputs too: an output must not overwrite them */
     const smattn_layout *L = p->layout;
@@ -402,11 +408,13 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
                            ((size_t)p->B + 1) * 8, (size_t)p->B * 8, 0};
     if (L && L->block_table) /* the entries up to the last row's max_pages (fits: checked) */
         arr_bytes[5] = ((size_t)(p->B - 1) * (size_t)L->bt_stride + (size_t)L->max_pages) * 4;
+    static const char *const arr_names[6] = {"kv_lens", "q_lens", "cu_seqlens_q",
+                                             "cu_seqlens_k", "seqused_k", "block_table"};
     for (int k = 0; k < 6; k++)
         if (arr[k]) {
             sp[nsp].lo = arr[k];
             sp[nsp].hi = (const unsigned char *)arr[k] + arr_bytes[k];
-            nsp++;
+            sp[nsp++].name = arr_names[k];
         }
 
     /* Outputs. */
@@ -432,9 +440,8 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
             return fail(v, SMATTN_ERR_ALIAS, "%s overlaps itself (its strides)", output_names[k]);
         for (int j = 0; j < nsp; j++)
             if (spans_meet(sp[nsp], sp[j]))
-                return fail(v, SMATTN_ERR_ALIAS, "%s overlaps another tensor or array",
-                            output_names[k]);
-        nsp++;
+                return fail(v, SMATTN_ERR_ALIAS, "%s overlaps %s", output_names[k], sp[j].name);
+        sp[nsp++].name = output_names[k];
     }
     if (v->msg && v->cap)
         v->msg[0] = 0;
