@@ -259,9 +259,11 @@ static smattn_status check_layout(const verdict *v, const smattn_problem *p, int
         if (L->bt_stride < L->max_pages)
             return fail(v, SMATTN_ERR_LAYOUT, "bt_stride = %lld is below max_pages = %lld",
                         (long long)L->bt_stride, (long long)L->max_pages);
-        int64_t last; /* the table's last entry, (B - 1) bt_stride + max_pages - 1 */
+        /* the table's last entry, (B - 1) bt_stride + max_pages - 1: its index, and the
+         * table's size in bytes, fit in int64 */
+        int64_t last;
         if (__builtin_mul_overflow(p->B - 1, L->bt_stride, &last) ||
-            __builtin_add_overflow(last, L->max_pages - 1, &last))
+            __builtin_add_overflow(last, L->max_pages - 1, &last) || last >= INT64_MAX / 16)
             return fail(v, SMATTN_ERR_OVERFLOW, "block_table: B x bt_stride = %lld x %lld "
                         "entries do not fit in int64", (long long)p->B, (long long)L->bt_stride);
         /* max_pages, page_size <= 2^32: the product fits */
