@@ -731,6 +731,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     int64_t b, g0, qt, c;
     opt_unit_coords(job, item * hg, &b, &g0, &qt, &c);
     int64_t i0 = qt * nq;
+    /* rows i0 and up of a packed batch's sequence past S_b have no storage: with no P
+     * wanted (and no split-K partials to fill), such an item has nothing to do */
+    if (p->layout && !job->out->p.data && job->nchunks == 1 && !smattn__row_stored(p, b, i0))
+        return;
     int64_t k0, k1;
     smattn__chunk_keys(p->T, job->nchunks, OPT_CHUNK, c, &k0, &k1);
     int64_t kmin = INT64_MAX, kmax = 0;
