@@ -90,4 +90,11 @@ static inline int64_t smattn__key_run(const smattn_problem *p, int64_t t, int64_
     return left < n ? left : n;
 }
 
+/* The keys a run holds at most: a page, or all of a sequence (INT64_MAX). */
+static inline int64_t smattn__run_max(const smattn_problem *p)
+{
+    const smattn_layout *L = p->layout;
+    return L && L->block_table ? L->page_size : INT64_MAX;
+}
+
 #endif
