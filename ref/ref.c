@@ -289,6 +289,10 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
     memset(r->p_done, 0, (size_t)r->p->T);
     stats->rows++;
     r->was_empty = 0;
+    if (!r->out->p.data && !smattn__row_stored(r->p, r->b, r->i)) {
+        stats->rows_empty++; /* a packed batch's padding row, no P: nothing to write */
+        return SMATTN_OK;
+    }
     if (prepare(r, &st)) {
         stats->rows_empty += r->was_empty;
         return st;
