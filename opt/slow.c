@@ -91,16 +91,16 @@ void smattn__opt_write_empty(const opt_job *job, int64_t b, int64_t h, int64_t i
             put_o(job, b, h, i, c, nan ? (double)NAN : 0.0);
 }
 
-/* The weights of a row whose binary64 scores overflowed (|scale q.k| beyond DBL_MAX: a
- * finite scale up to DBL_MAX times |q.k| > 1; without softcap, which bounds the scores by
- * c). Each score is s_k = 2^e t_k + u_k, scale = sf 2^e (frexp), t_k = sf q.k (one
- * rounding), u_k the bias; the sink is t = 0, u = zeta. A difference s_k - s_r =
- * 2^e (t_k - t_r) + (u_k - u_r) never forms s: it is exact up to a few binary64 roundings
- * of its own size, so the maximum r, the weights e^{s_k - s_r} <= 1 (0 when the difference
- * is -inf) and L are those of the exact scores to binary64 accuracy wherever a weight is
- * not 0, and m = 2^e t_r + u_r is +-inf only where the exact LSE is beyond binary64 (it
- * then rounds to an infinity in every output format). t holds q.k, u the bias on entry;
- * w receives the weights. Returns m; *L the denominator, sink included. */
+/* The weights of a row whose binary64 scores overflowed (|scale q.k| beyond DBL_MAX, as for
+ * a scale near DBL_MAX and |q.k| > 1; never with softcap, which bounds the scores by c).
+ * Each score is s_k = 2^e t_k + u_k, scale = sf 2^e (frexp), t_k = sf q.k (one rounding),
+ * u_k the bias; the sink is t = 0, u = zeta. A difference s_k - s_r = 2^e (t_k - t_r) +
+ * (u_k - u_r) never forms s: it is exact up to a few binary64 roundings of its two terms,
+ * so the maximum r, the weights e^{s_k - s_r} <= 1 (0 when the difference is -inf) and L
+ * are those of the exact scores up to these roundings, and m = 2^e t_r + u_r is +-inf only
+ * where the exact LSE is beyond binary64 (it then rounds to an infinity in every output
+ * format). t holds q.k, u the bias on entry; w receives the weights. Returns m; *L the
+ * denominator, sink included (>= 1). */
 static double big_weights(const smattn_problem *p, double *t, const double *u, int64_t n,
                           int has_sink, double sink, double *w, double *L)
 {
@@ -115,10 +115,13 @@ static double big_weights(const smattn_problem *p, double *t, const double *u, i
         if (d > 0)
             r = k;
     }
+    /* The differences are rounded pairwise, so one the loop above left below r may come out
+     * a rounding above it: each is clamped to 0, so every weight is in [0, 1], r's is 1,
+     * and O is a convex combination of the V rows (and 0 for the sink) whatever cancels. */
     const double tr = r >= 0 ? t[r] : 0.0, ur = r >= 0 ? u[r] : sink;
-    double l = has_sink ? exp(ldexp(-tr, e) + (sink - ur)) : 0.0;
+    double l = has_sink ? exp(fmin(ldexp(-tr, e) + (sink - ur), 0.0)) : 0.0;
     for (int64_t k = 0; k < n; k++) {
-        w[k] = exp(ldexp(t[k] - tr, e) + (u[k] - ur));
+        w[k] = exp(fmin(ldexp(t[k] - tr, e) + (u[k] - ur), 0.0));
         l += w[k];
     }
     *L = l;
