@@ -620,11 +620,17 @@ static int oc_breach(const smattn_problem *p, const smattn_inputs *in, const sma
         return 0;
     double nb = (double)(pm->blocks > 0 ? pm->blocks : 1);
     double ka = pm->acc_len > 0 ? (double)pm->acc_len : (double)(v->n + v->sink);
+    /* a NaN or an infinity where the spec has a finite value is said to be one (SPEC 6.8:
+     * it fails whatever overflowed, unless, for O, the hull reaches the overflow threshold) */
+    const char *nonfinite = isfinite(c) ? ""
+                            : "; a NaN or an infinity where the spec has a finite value fails "
+                              "whatever overflowed";
     if (t == 2) {
         double hi = (1 + gamma_k(ka + 2 * nb + 4, pm->u_acc)) * (1 + E) * (1 + po.u_acc) + po.tiny;
         if (c >= 0 && c <= hi)
             return 0;
-        snprintf(out, cap, "%s = %s %s a weight is in [0, 1] (exact %s)", where, cs, head, xs);
+        snprintf(out, cap, "%s = %s %s a weight is in [0, 1] (exact %s)%s", where, cs, head, xs,
+                 nonfinite);
         return 1;
     }
     int64_t g = ix[1] / (p->Hq / p->Hkv);
@@ -646,8 +652,8 @@ static int oc_breach(const smattn_problem *p, const smattn_inputs *in, const sma
         return 0;
     snprintf(out, cap,
              "%s = %s %s O is a convex combination of the row's visible V values%s: in "
-             "[%.9g, %.9g] up to rounding (exact %s)",
-             where, cs, head, v->sink ? " and 0 (the sink)" : "", lo, hi, xs);
+             "[%.9g, %.9g] up to rounding (exact %s)%s",
+             where, cs, head, v->sink ? " and 0 (the sink)" : "", lo, hi, xs, nonfinite);
     return 1;
 }
 

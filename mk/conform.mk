@@ -19,6 +19,9 @@ $(CONFORM_LIB): $(call obj,$(CONFORM_SRC))
 
 $(CLI): $(CONFORM_LIB)
 $(CLI): LIBS += $(IOLIB) $(LIB) $(IO_LIBS) -lmpfr -lgmp -lm -ldl
+# tests/test_judge.c calls the judge itself: the test runner links the checker the same way
+$(TESTBIN): $(CONFORM_LIB)
+$(TESTBIN): LIBS += $(LIB) -lmpfr -lgmp -lm -ldl
 
 # Position-independent objects for the plugin; the kernel files keep their ISA flags.
 $(BUILD)/pic/%.o: %.c | deps

@@ -339,7 +339,7 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     const float sh = job->scale_hi, sl = job->scale_lo;
     const float cap = (float)p->softcap;
     float tmax = -HUGE_VALF;
-    if (!in->mask.data && !in->bias.data && !(cap > 0)) {
+    if (!in->mask.data && !in->bias.data && !(p->softcap > 0)) {
         /* visibility is the range [a, e) of the tile: scale everything with vectors, then
          * mask the ends (a tile on the causal diagonal or a window edge) */
         int64_t a = lo - kt > 0 ? lo - kt : 0, e = hi - kt < nk ? hi - kt : nk;
@@ -408,12 +408,12 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
             ok = bj != -HUGE_VALF;
         }
         float x = fmaf(s[jj], sh, s[jj] * sl);
-        if (ok && cap > 0) {
+        if (ok && p->softcap > 0) { /* cap may be 0: opt_softcap */
             /* softcap maps +-inf to +-cap: an infinite score (a non-finite k, or q.k beyond
              * FLT_MAX) cannot be told apart after it, so the binary64 path takes the row */
             if (isinf(x))
                 neg_inf = 1;
-            x = cap * tanhf(x / cap);
+            x = opt_softcap(x, cap);
         }
         if (ok && in->bias.data)
             x = x + bj;
@@ -895,7 +895,7 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
             else if (s[j] > m)
                 m = s[j];
         }
-    if (bad || !any || in->sinks.data) { /* NaN rules, empty rows and sinks: binary64 path */
+    if (bad || !any || opt_has_sink(in, h)) { /* NaN rules, empty rows, sinks: binary64 */
         smattn__opt_slow_row(job, b, h, i);
         return;
     }

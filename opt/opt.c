@@ -74,7 +74,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
             }
             float x = fmaf(dot, job->scale_hi, dot * job->scale_lo);
             if (p->softcap > 0)
-                x = (float)p->softcap * tanhf(x / (float)p->softcap);
+                x = opt_softcap(x, (float)p->softcap);
             int vis = 1;
             if (in->bias.data) {
                 float bj = opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
@@ -107,7 +107,7 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         return;
     }
     float M = m;
-    if (in->sinks.data && i < smattn__q_len(p, b)) {
+    if (opt_has_sink(in, h) && i < smattn__q_len(p, b)) {
         double sd = smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]);
         float sk = (float)sd;
         if (isnan(sd) || sd == HUGE_VAL || !isfinite(sk)) {
