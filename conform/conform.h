@@ -230,7 +230,31 @@ typedef struct conform_result {
                           shard: merged shard reports are put back in this order */
     int rerun;         /* the case ran twice (threads 1 and 2 when the plugin takes a
                           thread count): 1 the same bits, -1 other bits, 0 not compared */
+    /* The rows (b, h, i) judged, of rows_total = B Hq S (both 0: not judged at all); fewer
+     * than all when the check was sampled (--rows, conform/rows.c): then the verdict is on
+     * those rows only. */
+    int64_t rows_judged, rows_total;
 } conform_result;
+
+/* ---- sampled rows (--rows K, rows.c) ---------------------------------------------------- */
+
+/* A check of K query rows per (batch, head) instead of all of them: the oracle's cost is
+ * then O(K T D) per head. k 0: every row (the full check). */
+typedef struct conform_sample {
+    int64_t k;
+    uint64_t seed;
+} conform_sample;
+/* The rule, in words, for reports. */
+#define CONFORM_ROWS_RULE                                                                       \
+    "per (batch, head): rows 0 and S-1, rows 2^k-1 and 2^k below S (k >= 1), the rest up to K " \
+    "drawn by selection sampling from splitmix64 seeded by (seed, b, h)"
+/* The rows of S judged for (b, h) under K and seed, ascending, into out (room for S): the
+ * rule of CONFORM_ROWS_RULE, so at least the always-judged rows even when K is smaller,
+ * and every row when K >= S. Returns the count. */
+int64_t conform_rows_pick(int64_t S, int64_t K, uint64_t seed, int64_t b, int64_t h, int64_t *out);
+/* Every judged row of p as indices (b Hq + h) S + i, ascending, malloc'd (count in *n);
+ * NULL when out of memory. */
+int64_t *conform_rows_list(const smattn_problem *p, int64_t K, uint64_t seed, int64_t *n);
 
 /* ---- running and judging ------------------------------------------------------------- */
 
@@ -240,6 +264,9 @@ typedef struct conform_result {
  * becomes a failed or skipped result. */
 void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
                       int capture_fd, conform_result *r);
+/* The same, judged on the rows sample chooses (NULL or k 0: every row). */
+void conform_run_case_rows(const conform_kernel *k, const conform_case *c, double timeout,
+                           int capture_fd, const conform_sample *sample, conform_result *r);
 
 /* Judge outputs `got` (O required for attention; LSE and P optional; any float dtype,
  * contiguous) of problem p against the oracle under precision model pm. `strided` says the
@@ -253,6 +280,12 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
 void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                          int strided, conform_result *r);
+/* The same on the rows sample chooses (NULL or k 0: every row): the oracle and the bound
+ * run on those rows only, and only their elements are judged; r->rows_judged says how
+ * many. */
+void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
+                        const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                        int strided, const conform_sample *sample, conform_result *r);
 
 /* ---- reports ------------------------------------------------------------------------- */
 
@@ -287,6 +320,9 @@ typedef struct conform_report {
     unsigned shard_index, shard_count;
     const char *only;
     const char *missing_shards; /* "" or NULL: none (a --partial merge names them) */
+    /* --rows K with --seed: the sample of rows judged (k 0: every row), and of the results,
+     * the rows judged and the rows there are (conform_report_rows) */
+    conform_sample sample;
 } conform_report;
 
 typedef struct conform_totals {
@@ -294,6 +330,9 @@ typedef struct conform_totals {
 } conform_totals;
 
 conform_totals conform_report_totals(const conform_report *rep);
+/* The rows judged and the rows there are, over the results; sampled: fewer were judged. */
+void conform_report_rows(const conform_report *rep, int64_t *judged, int64_t *total);
+int conform_report_sampled(const conform_report *rep);
 int conform_report_conforming(const conform_report *rep);
 /* The summary table by category, the failures and the verdict line, on f. */
 void conform_report_print(const conform_report *rep, FILE *f);
@@ -373,6 +412,11 @@ typedef void (*conform_progress_fn)(size_t done, size_t total, const char *name)
 int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
                        const conform_shard *shard, conform_progress_fn progress,
                        conform_result **res, size_t *n, char *err, size_t errlen);
+/* The same, judged on the rows sample chooses (NULL or k 0: every row). */
+int conform_check_path_rows(const char *path, const smattn_precision *pm, const char *skip,
+                            const conform_shard *shard, const conform_sample *sample,
+                            conform_progress_fn progress, conform_result **res, size_t *n,
+                            char *err, size_t errlen);
 
 
 /* ---- merged reports (smattn report merge) ------------------------------------------------ */
