@@ -44,7 +44,7 @@ static int usage_error(const char *cmd, const char *msg)
 static const char *usage_of(const char *cmd)
 {
     if (!strcmp(cmd, "conform"))
-        return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full] [--seed N]\n"
+        return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full|huge] [--seed N]\n"
                "         [--shard I/N] [--rows K] [--time S] [--case-timeout S]\n"
                "         [--describe-timeout S] [--only PREFIX,...]\n"
                "         [--json F] [--junit F] [--html F] [--baseline F]\n"
@@ -181,8 +181,9 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
             return usage_error(cmd, msg);
         }
     }
-    if (o->suite && strcmp(o->suite, "quick") && strcmp(o->suite, "full")) {
-        snprintf(msg, sizeof msg, "--suite '%.40s': want quick or full", o->suite);
+    if (o->suite && strcmp(o->suite, "quick") && strcmp(o->suite, "full") &&
+        strcmp(o->suite, "huge")) {
+        snprintf(msg, sizeof msg, "--suite '%.40s': want quick, full or huge", o->suite);
         return usage_error(cmd, msg);
     }
     if (!o->suite)
@@ -373,6 +374,10 @@ static int run_conform(const opts *op, conform_baseline *base)
     opts o = *op;
     int rc;
     char vdir[1100];
+    if (!strcmp(o.suite, "huge") && o.rows == 0)
+        o.rows = CONFORM_HUGE_ROWS; /* the full oracle on these shapes would take hours */
+    if (!strcmp(o.suite, "huge") && o.case_timeout == 0)
+        o.case_timeout = CONFORM_HUGE_CASE_TIMEOUT;
     if ((rc = check_paths("conform", &o, base)) ||
         (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
         return rc;
@@ -392,7 +397,7 @@ static int run_conform(const opts *op, conform_baseline *base)
         conform_kernel_close(&k);
         return EXIT_USAGE;
     }
-    if (vdir[0] && golden_count(&b) == 0) {
+    if (vdir[0] && golden_count(&b) == 0 && strcmp(o.suite, "huge")) {
         char m[1300];
         snprintf(m, sizeof m, "no golden vector (*.json) in %s (--no-vectors runs without)", vdir);
         cli_error("conform", m);
@@ -508,6 +513,9 @@ int cmd_gen(int argc, char **argv)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
         return usage_error("gen", "missing OUT (usage: smattn gen [--suite quick|full] OUT)");
+    if (!strcmp(o.suite, "huge"))
+        return usage_error("gen", "--suite huge: its stride-0 and sparse views have no .npy "
+                                  "form (and would be gigabytes): run it with smattn conform");
     smattn_dtype t = SMATTN_F32;
     if (o.dtype && (cli_parse_dtype(o.dtype, &t) || t == SMATTN_F64))
         return usage_error("gen", "--dtype: want f32, f16 or bf16");

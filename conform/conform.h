@@ -128,6 +128,10 @@ typedef struct conform_case {
     smattn_dtype out_dtype; /* the same for O, LSE and P */
     int garbage;           /* invisible slots hold NaN or infinity on purpose */
     int strided;           /* rows padded (pitch > D), padding holds NaN */
+    int sparse;            /* Q, K, V are read only through their views (stride-0 broadcasts,
+                              strides past 2^31 elements over untouched memory): converted
+                              and checked by their views, not their count (suite huge) */
+    size_t mapped[7];      /* bytes of tensor t mapped by conform_map_zero (0: malloc'd) */
 } conform_case;
 
 typedef struct conform_battery {
@@ -143,7 +147,13 @@ typedef struct conform_battery {
  * 0 with the directory in out, or -1 with the places looked at in `looked` (datadir.c). */
 int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap);
 
-/* Build the suite "quick" or "full" for a seed; golden vectors come from vectors_dir
+/* The rows per (batch, head) a run of the suite "huge" judges when --rows does not say. */
+#define CONFORM_HUGE_ROWS 64
+/* And its per-case time limit when --case-timeout does not say (a kernel runs each case
+ * twice; 2^31 scores take seconds). */
+#define CONFORM_HUGE_CASE_TIMEOUT 300.0
+/* Build the suite "quick", "full" or "huge" (cases at sizes where 32-bit index arithmetic
+ * overflows, conform/battery_huge.c: to be judged on sampled rows, --rows) for a seed; golden vectors come from vectors_dir
  * ("": none; NULL: found next to the executable or in the working directory, none found
  * being no error here: the CLI locates them and makes that one). 0, or -1 with err. */
 int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
@@ -161,7 +171,13 @@ typedef struct conform_inst {
     smattn_problem prob;
     smattn_inputs in;
     void *owned[6];
+    size_t mapped[6]; /* bytes of owned[t] mapped by conform_map_zero (0: malloc'd) */
 } conform_inst;
+/* Zero memory reserved without being committed (MAP_NORESERVE): a page costs only when
+ * written, and a fork does not count the rest, so that a view may stride past 2^31
+ * elements over a few touched MiB (battery_huge.c). NULL on failure. */
+void *conform_map_zero(size_t bytes);
+void conform_unmap(void *p, size_t bytes);
 /* 0, or -1 when out of memory. qdt is used for Q, X, bias and sinks; kvdt for K and V. */
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
