@@ -5,6 +5,8 @@
  * judges (row 4 = 2^2) or on one it may leave out (row 5). */
 #define _DEFAULT_SOURCE 1
 #include <check.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <json.h>
 #include <math.h>
 #include <stdarg.h>
@@ -374,6 +376,52 @@ START_TEST(cli_sampled_merge)
 }
 END_TEST
 
+/* smattn check --rows on case directories: the oracle's own outputs pass sampled as whole;
+ * a wrong first row (always judged) fails the sampled check too. */
+START_TEST(cli_check_sampled)
+{
+    char v[400], out[200], first[600], sh[32];
+    snprintf(out, sizeof out, "%s", test_path(dir, "cases"));
+    /* the shard holding a case of S 7 (two heads), written as OUT/<name> */
+    const char *name = "shapes/s7_t65_d5";
+    snprintf(sh, sizeof sh, "%d/40", conform_shard_of(name, 40));
+    test_outcome o = cli("gen", "--suite", "quick", "--no-vectors", "--shard", sh, out, NULL);
+    ck_assert_msg(o.code == 0, "%s", o.err);
+    test_outcome_free(&o);
+    snprintf(first, sizeof first, "%s/shapes-s7_t65_d5", out); /* "/" becomes "-" */
+    o = cli("ref", first, first, "--dtype", "f32", NULL); /* exact outputs: conforming */
+    ck_assert_msg(o.code == 0, "%s: %s", first, o.err);
+    test_outcome_free(&o);
+    out[0] = '\0';
+    strcat(out, first);
+    o = cli("check", out, "--rows", "1", "--seed", "5", NULL);
+    ck_assert_msg(o.code == 0, "%s%s", o.out, o.err);
+    ck_assert_msg(strstr(verdict(o.out, v, sizeof v), "verdict: CONFORMING (sampled: "), "%s", v);
+    test_outcome_free(&o);
+    o = cli("check", out, NULL);
+    ck_assert_int_eq(o.code, 0);
+    test_outcome_free(&o);
+    /* O[0, 0, 0, 0] (row 0 of batch 0, head 0) made wrong; the set's marker removed so
+     * that the changed file is judged rather than refused */
+    char f[700];
+    snprintf(f, sizeof f, "%s/o.npy", first);
+    FILE *fp = fopen(f, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    unsigned char h[10];
+    ck_assert_int_eq(fread(h, 1, 10, fp), 10);
+    long data = 10 + (long)(h[8] | h[9] << 8); /* npy 1.0: the header's length at 8 */
+    float big = 1e3f;
+    ck_assert_int_eq(fseek(fp, data, SEEK_SET), 0);
+    ck_assert_int_eq(fwrite(&big, 4, 1, fp), 1);
+    fclose(fp);
+    unlink(test_path(first, ".smattn-set"));
+    o = cli("check", out, "--rows", "1", NULL);
+    ck_assert_int_eq(o.code, 1);
+    ck_assert_msg(strstr(verdict(o.out, v, sizeof v), "NOT CONFORMING (sampled: "), "%s", v);
+    test_outcome_free(&o);
+}
+END_TEST
+
 Suite *rows_suite(void);
 Suite *rows_suite(void)
 {
@@ -388,6 +436,7 @@ Suite *rows_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, cli_sampled_verdicts);
     tcase_add_test(tc, cli_sampled_merge);
+    tcase_add_test(tc, cli_check_sampled);
     suite_add_tcase(s, tc);
     return s;
 }
