@@ -104,7 +104,7 @@ void battery_huge(builder *bd)
         bat_finish(bd, c);
     }
     /* chunked prefill over 65536 keys: the causal diagonal at j = i + 65024 */
-    if ((c = huge_case(bd, "chunked_t65536", 1, 512, 65536, 4, 2, 16, -1))) {
+    if ((c = huge_case(bd, "chunked_t65536", 1, 512, 65536, 2, 1, 16, -1))) {
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
         bat_finish(bd, c);
     }

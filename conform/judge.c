@@ -64,8 +64,13 @@ static smattn_status ref_on(const smattn_problem *p, const smattn_inputs *in,
                             const smattn_outputs *out, const smattn_ref_config *cfg,
                             const row_set *rs)
 {
-    return rs && rs->list ? smattn__ref_rows(p, in, out, cfg, NULL, rs->list, rs->n)
-                          : smattn_ref(p, in, out, cfg, NULL);
+    if (!rs || !rs->list)
+        return smattn_ref(p, in, out, cfg, NULL);
+    /* a sample of a large problem: its rows are long, so on every core (the bits do not
+     * depend on the thread count) */
+    smattn_ref_config all = *cfg;
+    all.threads = 0;
+    return smattn__ref_rows(p, in, out, &all, NULL, rs->list, rs->n);
 }
 
 static smattn_status bound_on(const smattn_problem *p, const smattn_inputs *in,
