@@ -290,9 +290,19 @@ START_TEST(cli_sampled_verdicts)
 {
     char v[400];
     /* a correct kernel: the same verdict sampled and whole, and only sampled says so */
+    char jx[200], jh[200];
+    snprintf(jx, sizeof jx, "%s", test_path(dir, "g.xml"));
+    snprintf(jh, sizeof jh, "%s", test_path(dir, "g.html"));
     test_outcome o = cli("conform", "--kernel", fixture("good"), "--only", ONLY, "--rows", "1",
-                         "--json", test_path(dir, "g.json"), NULL);
+                         "--json", test_path(dir, "g.json"), "--junit", jx, "--html", jh, NULL);
     ck_assert_msg(o.code == 0, "%s%s", o.out, o.err);
+    /* JUnit and HTML say it too */
+    char *xml = test_slurp(jx), *html = test_slurp(jh);
+    ck_assert_msg(strstr(xml, "<property name=\"rows\" value=\"sampled: 19 of 23 rows judged"),
+                  "%s", xml);
+    ck_assert_msg(strstr(html, "CONFORMING (sampled: 19 of 23 rows judged"), "%s", html);
+    free(xml);
+    free(html);
     ck_assert_msg(strstr(verdict(o.out, v, sizeof v), "verdict: CONFORMING (sampled: "), "%s", v);
     ck_assert_msg(strstr(o.out, "rows: sampled, "), "%s", o.out);
     test_outcome_free(&o);
