@@ -87,7 +87,7 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
     }
     if (n1 < 0 || n2 < 0 || n3 < 0)
         return SMATTN_ERR_SHAPE;
-    /* computed with overflow checks (issue 15: T = 2^63 - 1 overflowed here) */
+    /* computed with overflow checks (T = 2^63 - 1 once overflowed here) */
     int64_t s1 = prod3(n2, n3, 1), s0 = prod3(n1, n2, n3);
     if (s1 < 0 || s0 < 0)
         return SMATTN_ERR_OVERFLOW;
