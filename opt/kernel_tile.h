@@ -168,9 +168,13 @@ static inline OPT_INLINE void TN(qk_keys)(const float *QP, int64_t qs, const cha
     for (int64_t jj = 0; jj < nk; jj += KO_KB) {
         const int64_t kb = nk - jj < KO_KB ? nk - jj : KO_KB;
         for (int64_t j = jj; VR && j < jj + kb; j++)
-            for (int64_t u = 0; u < hg; u++)
-                for (size_t o = 0; o < vbytes; o += 64)
-                    __builtin_prefetch(VR[u * OPT_BK + j] + o, 0, 2);
+            for (int64_t u = 0; u < hg; u++) {
+                const char *v = VR[u * OPT_BK + j];
+                for (size_t o = 0; o < vbytes; o += 128) { /* may hint a line past the row */
+                    __builtin_prefetch(v + o, 0, 2);
+                    __builtin_prefetch(v + o + 64, 0, 2);
+                }
+            }
         for (int64_t u = 0; u < hg; u++) {
             const TILE_T *k0 = (const TILE_T *)(const void *)KR[u * OPT_BK + jj];
 #if VLEN == 16
@@ -451,6 +455,8 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
         const int64_t ce = cs + cstep;
 #if VLEN == 16
         for (; c0 + 4 * VLEN <= ce; c0 += 4 * VLEN) {
+            if (pc && pc->rows <= 0) /* every row requested: no more tests per key */
+                pc = NULL;
             if (R - r0 == 3)
                 TN(pv_block4x4)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK,
                                 VIS + r0 * OPT_BK, PV_COLS(c0), ldv, nk, all, 3, pc);
@@ -461,6 +467,9 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
 #endif
         for (; c0 < ce; c0 += 2 * VLEN) {
             int cb = ce - c0 < 2 * VLEN ? 1 : 2;
+            if (pc && pc->rows <= 0) /* every row requested: no more tests per key (they
+                                      * were a sixth of a decode's P.V instructions) */
+                pc = NULL;
             if (R - r0 == 3)
                 TN(pv_block)(ACC + r0 * Dvp + c0, Dvp, P + r0 * OPT_BK, OPT_BK, VIS + r0 * OPT_BK,
                              4, PV_COLS(c0), ldv, nk, cb, all, pc, 3);
