@@ -152,7 +152,7 @@ static inline OPT_INLINE void TN(qk_8x2)(const float *qp, const TILE_T *k0p, con
         }                                                                                  \
     } while (0)
     int64_t d = 0;
-    for (; d + 2 * VLEN <= Dp; d += 2 * VLEN) { /* two steps per trip, as qk_8x1 */
+    for (; d + 2 * VLEN <= Dp; d += 2 * VLEN) { /* two steps (32 fma) per trip */
         QK_8X2_STEP(d);
         QK_8X2_STEP(d + VLEN);
     }
@@ -311,7 +311,7 @@ static inline OPT_INLINE void TN(pv_block)(float *acc, int64_t lda, const float 
             for (; j + 4 <= nk; j += 4) { /* four keys per trip: with one, the loop's own
                                            * instructions were a fifth of the body's */
                 if (pfc) /* one line per key */
-                    opt_pf_line(pfc), opt_pf_line(pfc), opt_pf_line(pfc), opt_pf_line(pfc);
+                    opt_pf_lines4(pfc);
                 PV_FULL_KEY(j);
                 PV_FULL_KEY(j + 1);
                 PV_FULL_KEY(j + 2);
@@ -387,8 +387,8 @@ static inline OPT_INLINE void TN(pv_block4x4)(float *acc, int64_t lda, const flo
             const TILE_T *vj = v + j * ldv;
             vf v0 = TILE_LOAD(vj), v1 = TILE_LOAD(vj + VLEN);
             vf v2 = TILE_LOAD(vj + 2 * VLEN), v3 = TILE_LOAD(vj + 3 * VLEN);
-            if (pfc) /* two lines per key */
-                opt_pf_line(pfc), opt_pf_line(pfc);
+            if (pfc && (j & 1)) /* two lines per key */
+                opt_pf_lines4(pfc);
             PV4_ROW_FMA(0, j);
             PV4_ROW_FMA(1, j);
             PV4_ROW_FMA(2, j);
