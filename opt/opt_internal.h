@@ -85,7 +85,28 @@ typedef struct opt_ws {
     float *mt, *sm;      /* [R] the current tile's new running max (-inf: no weights from
                           * this tile), its weights' sum */
     float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
+    const char **krows, **vrows; /* [hg][OPT_BK] a tile's K and V rows (opt_tile_rows) */
 } opt_ws;
+
+/* rows[jj] = the address of the row of key kt + jj (jj < nk) of KV head g in sequence b of
+ * K or V (t), found through the layout's locator (core/layout.h: dense, packed or paged):
+ * where the decode's keys-outer loop (kernel_body.h) finds every K and V row it reads, a
+ * tile's rows in one place. Keys that follow one another in memory (all of a dense tile, a
+ * page's run) step by the key stride. Strides are >= 0 (validated). */
+static inline void opt_tile_rows(const smattn_problem *p, const smattn_tensor *t, int64_t b,
+                                 int64_t kt, int64_t nk, int64_t g, const char **rows)
+{
+    const size_t e = smattn_dtype_size(t->dtype);
+    const size_t step = (size_t)t->stride[1] * e;
+    for (int64_t jj = 0; jj < nk;) {
+        const int64_t run = smattn__key_run(p, kt + jj, nk - jj);
+        const char *r0 =
+            (const char *)t->data + (size_t)smattn__key_off(p, t->stride, b, kt + jj, g, 0) * e;
+        for (int64_t u = 0; u < run; u++)
+            rows[jj + u] = r0 + (size_t)u * step;
+        jj += run;
+    }
+}
 
 struct opt_isa;
 

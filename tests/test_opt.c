@@ -597,6 +597,82 @@ START_TEST(opt_decode_kv_heads)
 }
 END_TEST
 
+/* A decode step of a GQA problem and of its MHA expansion (each KV head's rows repeated for
+ * its G query heads), bit for bit, on every ISA, K/V in f32, f16 and bf16, groups of 6, 7
+ * and 8 heads (the decode's 8-row score blocks with 2, 1 and no padding rows): the GQA run
+ * takes the keys-outer scores of items of several KV heads (qk_8x1 / qk_8x2, reduced by
+ * vf_hsum8 / vf_hsum16), the MHA run the 4-row blocks of qk_tile (vf_hsum8); every dot
+ * product must get the same tree. Threads 1 for the one, 2 for the other. */
+START_TEST(opt_decode_gqa_expansion)
+{
+    int fails = 0, runs = 0;
+    static const int64_t groups[] = {7, 8, 6};
+    for (int a = 0; a < 9; a++) {
+        const int64_t G = groups[a % 3], Hkv = 4, Hq = G * Hkv, B = 1 + a % 2;
+        const int64_t T = 2101 + 64 * (a % 4), D = a < 6 ? 128 : 64;
+        const smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + a / 3 % 3);
+        const size_t ek = smattn_dtype_size(kvt);
+        xorshift r = {4242 + (uint64_t)a};
+        tcase c, e;
+        memset(&c, 0, sizeof c);
+        c.p = smattn_problem_default();
+        c.p.B = B, c.p.S = 1, c.p.T = T, c.p.Hq = Hq, c.p.Hkv = Hkv, c.p.D = c.p.Dv = D;
+        c.p.scale = smattn_default_scale(D);
+        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        if (B == 2) { /* the second row's keys end mid-tile, on an odd key */
+            c.kvl[0] = T, c.kvl[1] = T - 333 - 2 * a;
+            c.p.kv_lens = c.kvl;
+        }
+        size_t nq = (size_t)(B * Hq * D), nkv = (size_t)(B * T * Hkv * D);
+        c.q = malloc(nq * 4), c.k = malloc(nkv * ek), c.v = malloc(nkv * ek);
+        for (size_t i = 0; i < nq; i++)
+            c.q[i] = (float)(4 * unif(&r) - 2);
+        for (size_t i = 0; i < nkv; i++) {
+            smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
+            smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
+        }
+        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        c.in.k = (smattn_tensor){c.k, kvt, {0}};
+        c.in.v = (smattn_tensor){c.v, kvt, {0}};
+        smattn_contiguous_strides(&c.p, 'q', c.in.q.stride);
+        smattn_contiguous_strides(&c.p, 'k', c.in.k.stride);
+        smattn_contiguous_strides(&c.p, 'v', c.in.v.stride);
+        e = c; /* the expansion: K/V rows [b, t, h] = [b, t, h / G] */
+        e.p.Hkv = Hq;
+        e.k = malloc(nkv * (size_t)G * ek), e.v = malloc(nkv * (size_t)G * ek);
+        for (int64_t bt = 0; bt < B * T; bt++)
+            for (int64_t h = 0; h < Hq; h++) {
+                size_t to = (size_t)((bt * Hq + h) * D) * ek, from = (size_t)((bt * Hkv + h / G) * D) * ek;
+                memcpy((char *)e.k + to, (char *)c.k + from, (size_t)D * ek);
+                memcpy((char *)e.v + to, (char *)c.v + from, (size_t)D * ek);
+            }
+        e.in.k = (smattn_tensor){e.k, kvt, {0}};
+        e.in.v = (smattn_tensor){e.v, kvt, {0}};
+        smattn_contiguous_strides(&e.p, 'k', e.in.k.stride);
+        smattn_contiguous_strides(&e.p, 'v', e.in.v.stride);
+        for (int k = 0; k < 3; k++) {
+            if (!smattn_opt_isa_available(isas[k]))
+                continue;
+            outbuf og, oe;
+            int sg = run_opt(&c, isas[k], 1, &og), se = run_opt(&e, isas[k], 2, &oe);
+            runs++;
+            if (sg || se || !same_bits(&og, &oe)) {
+                fprintf(stderr, "opt (%s): decode G = %lld, K/V %s, D = %lld, B = %lld: the MHA "
+                                "expansion differs (status %d / %d)\n",
+                        isas[k], (long long)G, smattn_dtype_name(kvt), (long long)D, (long long)B,
+                        sg, se);
+                fails++;
+            }
+            outbuf_free(&og), outbuf_free(&oe);
+        }
+        free(e.k), free(e.v);
+        gen_free(&c);
+    }
+    printf("opt decode GQA = MHA expansion: %d runs compared bit for bit\n", runs);
+    ck_assert_msg(fails == 0, "%d decode problems differ from their MHA expansion", fails);
+}
+END_TEST
+
 /* NaN and infinity in K/V slots no row can see (beyond kv_lens, or masked for every row by
  * a broadcast mask) change no output bit. */
 START_TEST(opt_masked_garbage_isolated)
@@ -1130,6 +1206,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_every_head_dim);
     tcase_add_test(tc, opt_kernel_paths);
     tcase_add_test(tc, opt_decode_kv_heads);
+    tcase_add_test(tc, opt_decode_gqa_expansion);
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_softmax_within_bound);
     tcase_add_test(tc, opt_half_dtypes);
