@@ -421,6 +421,19 @@ END_TEST
 
 /* ---- conventions (SPEC 9.2) ----------------------------------------------------------------- */
 
+static double check_kernel(const mcase *m, smattn_dtype t, uint64_t seed);
+static void to_kernel_dtypes(mcase *m);
+
+/* the oracle's expected row, then the kernel on the binary32 copy of the case (its class
+ * and bound against the oracle on that copy) */
+static void expect_both(mcase *m, double lse, double o, const char *what)
+{
+    expect_row(m, SMATTN_F32, lse, o, what);
+    to_kernel_dtypes(m);
+    check_kernel(m, SMATTN_F32, 0);
+    mcase_free(m);
+}
+
 START_TEST(test_conventions)
 {
     mcase m;
@@ -437,37 +450,33 @@ START_TEST(test_conventions)
                 expect_row(&m, SMATTN_F32, lse == 0 ? -inf : lse == 1 ? inf : 0.0, rows ? DNAN : 0.0,
                            "all empty");
                 check_oracle(&m, SMATTN_F64, "all empty", 0);
+                to_kernel_dtypes(&m);
+                check_kernel(&m, SMATTN_F16, 0);
                 mcase_free(&m);
             }
     /* an empty partial's O is never read (NaN there changes nothing) */
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){-inf, 2}, (double[]){DNAN, 3});
-    expect_row(&m, SMATTN_F32, 2.0, 3.0, "empty partial not read");
-    mcase_free(&m);
+    expect_both(&m, 2.0, 3.0, "empty partial not read");
     row_case(&m, 2, SMATTN_LSE_BASE_2, (double[]){inf, 2}, (double[]){DNAN, 3});
     m.p.empty_parts = SMATTN_LSE_POS_INF;
-    expect_row(&m, SMATTN_F32, 2.0, 3.0, "+inf empty partial not read");
-    mcase_free(&m);
+    expect_both(&m, 2.0, 3.0, "+inf empty partial not read");
     /* +inf under the -inf convention, and a NaN LSE: the row is NaN */
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){inf, 2}, (double[]){1, 3});
-    expect_row(&m, SMATTN_F32, DNAN, DNAN, "+inf LSE poisons");
-    mcase_free(&m);
+    expect_both(&m, DNAN, DNAN, "+inf LSE poisons");
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){DNAN, 2}, (double[]){1, 3});
-    expect_row(&m, SMATTN_F32, DNAN, DNAN, "NaN LSE poisons");
-    mcase_free(&m);
+    expect_both(&m, DNAN, DNAN, "NaN LSE poisons");
     /* O's non-finite values act per column, whatever the weight (even one below exp's range) */
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){0, -1e300}, (double[]){1, inf});
-    expect_row(&m, SMATTN_F32, 0.0, inf, "+inf O with a tiny weight");
-    mcase_free(&m);
+    expect_both(&m, 0.0, inf, "+inf O with a tiny weight");
+    row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){0, -200}, (double[]){1, -inf});
+    expect_both(&m, 0.0, -inf, "-inf O with a weight below binary32's range");
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){0, 0}, (double[]){-inf, inf});
-    expect_row(&m, SMATTN_F32, SKIP, DNAN, "+inf and -inf O");
-    mcase_free(&m);
+    expect_both(&m, SKIP, DNAN, "+inf and -inf O");
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){0, -1e300}, (double[]){1, DNAN});
-    expect_row(&m, SMATTN_F32, 0.0, DNAN, "NaN O");
-    mcase_free(&m);
+    expect_both(&m, 0.0, DNAN, "NaN O");
     /* the merged LSE rounds to infinity past the output's range */
     row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){1e300, 1e300}, (double[]){1, 1});
-    expect_row(&m, SMATTN_F32, inf, 1.0, "LSE overflows binary32");
-    mcase_free(&m);
+    expect_both(&m, inf, 1.0, "LSE overflows binary32");
 }
 END_TEST
 
@@ -594,6 +603,22 @@ static double check_kernel(const mcase *m, smattn_dtype t, uint64_t seed)
     return worst;
 }
 
+/* replace binary64 inputs by binary32 (rounded), which the kernel reads */
+static void to_kernel_dtypes(mcase *m)
+{
+    mcase m2;
+    mcase_make(&m2, m->p.N, m->p.B, m->p.S, m->p.Hq, m->p.Dv,
+               m->tin_o == SMATTN_F64 ? SMATTN_F32 : m->tin_o,
+               m->tin_l == SMATTN_F64 ? SMATTN_F32 : m->tin_l);
+    m2.p = m->p;
+    for (int64_t e = 0; e < m->p.N * m->no; e++)
+        smattn_store(m2.o_parts, m2.tin_o, e, smattn_load(m->o_parts, m->tin_o, e));
+    for (int64_t e = 0; e < m->p.N * m->nl; e++)
+        smattn_store(m2.lse_parts, m2.tin_l, e, smattn_load(m->lse_parts, m->tin_l, e));
+    mcase_free(m);
+    *m = m2;
+}
+
 START_TEST(test_kernel)
 {
     static const int64_t Ns[] = {1, 2, 7, 64, 65};
@@ -605,18 +630,8 @@ START_TEST(test_kernel)
         rng r = {seed};
         mcase m;
         random_case(&m, &r, Ns[k % 5], k % 4 == 3);
-        if (m.tin_o == SMATTN_F64 || m.tin_l == SMATTN_F64) { /* the kernel's dtypes */
-            mcase m2;
-            mcase_make(&m2, m.p.N, m.p.B, m.p.S, m.p.Hq, m.p.Dv,
-                       m.tin_o == SMATTN_F64 ? SMATTN_F32 : m.tin_o, SMATTN_F32);
-            m2.p = m.p;
-            for (int64_t e = 0; e < m.p.N * m.no; e++)
-                smattn_store(m2.o_parts, m2.tin_o, e, smattn_load(m.o_parts, m.tin_o, e));
-            for (int64_t e = 0; e < m.p.N * m.nl; e++)
-                smattn_store(m2.lse_parts, m2.tin_l, e, smattn_load(m.lse_parts, m.tin_l, e));
-            mcase_free(&m);
-            m = m2;
-        }
+        if (m.tin_o == SMATTN_F64 || m.tin_l == SMATTN_F64)
+            to_kernel_dtypes(&m);
         worst = fmax(worst, check_kernel(&m, kd[k % 3], seed));
         mcase_free(&m);
     }
