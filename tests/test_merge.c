@@ -412,6 +412,17 @@ START_TEST(test_oracle_exact)
     row_case(&m, 2, SMATTN_LSE_BASE_2, (double[]){mid, mid - 0x1p70}, (double[]){1, 1});
     expect_row(&m, SMATTN_F32, 1 + 0x1p-23, 1.0, "LSE above a midpoint, base 2");
     mcase_free(&m);
+    /* the overflow threshold of binary16 (65520) as an exact mean: infinity; and reached
+     * with irrational weights (the boundary is the threshold) */
+    row_case(&m, 2, SMATTN_LSE_BASE_E, (double[]){0, 0}, (double[]){65504, 65536});
+    expect_row(&m, SMATTN_F16, SKIP, HUGE_VAL, "binary16 threshold, exact mean");
+    mcase_free(&m);
+    row_case(&m, 3, SMATTN_LSE_BASE_E, (double[]){0, 0, 1}, (double[]){65520 + d, 65520 - d, 65520});
+    expect_row(&m, SMATTN_F16, SKIP, HUGE_VAL, "binary16 threshold, irrational weights");
+    mcase_free(&m);
+    row_case(&m, 3, SMATTN_LSE_BASE_E, (double[]){0, 0, 1}, (double[]){-65520 - d, -65520 + 2 * d, -65520});
+    expect_row(&m, SMATTN_F16, SKIP, -65504, "just inside binary16's negative threshold");
+    mcase_free(&m);
     /* one partial: its state exactly, also rounded to a narrower dtype */
     row_case(&m, 1, SMATTN_LSE_BASE_E, (double[]){mid3}, (double[]){mid});
     expect_row(&m, SMATTN_F32, 1 + 0x1p-22, 1.0, "N = 1");
