@@ -119,19 +119,33 @@ static void merge_row(const merge_job *job, merge_ws *ws, int64_t b, int64_t h, 
     memset(ws->acc, 0, (size_t)Dv * sizeof *ws->acc);
     for (int64_t n = 0; n < k; n++) {
         int64_t off = smattn__merge_o_off(in, ws->idx[n], b, i, h, 0);
-        if (ot->dtype == SMATTN_F32 && ot->stride[3] == 1)
-            memcpy(ws->row, (const unsigned char *)ot->data + off * 4, (size_t)Dv * sizeof *ws->row);
+        const float *x = ws->row;
+        if (ot->dtype == SMATTN_F32 && ot->stride[3] == 1 &&
+            (uintptr_t)ot->data % sizeof(float) == 0) /* read in place */
+            x = (const float *)ot->data + off;
         else
             for (int64_t c = 0; c < Dv; c++)
                 ws->row[c] = opt_load1(ot, off + c * ot->stride[3]);
-        job->isa->axpy(ws->acc, ws->row, ws->w[n], Dv);
+        job->isa->axpy(ws->acc, x, ws->w[n], Dv);
     }
-    int bad = job->isa->write_o(ws->o, ws->acc, L, Dv);
+    const smattn_out_tensor *o = &out->o;
+    const int64_t off0 = smattn__off4(o->stride, b, i, h, 0);
+    /* a contiguous binary32 row is written in place, any other through ws->o */
+    const int direct = o->dtype == SMATTN_F32 && o->stride[3] == 1 &&
+                       (uintptr_t)o->data % sizeof(float) == 0;
+    float *dst = direct ? (float *)o->data + off0 : ws->o;
+    int bad = job->isa->write_o(dst, ws->acc, L, Dv);
+    if (!direct && !bad && o->stride[3] == 1) { /* f16, bf16: the ISA's rounding stores */
+        job->isa->store_half(o->data, o->dtype, off0, ws->o, Dv);
+        return;
+    }
     for (int64_t c = 0; c < Dv; c++) {
-        float x = ws->o[c];
+        float x = direct ? opt_ld_f32(dst, c) : ws->o[c];
         if (bad && !isfinite(x))
             x = slow_column(job, ws, k, (double)m, b, h, i, c);
-        put(&out->o, smattn__off4(out->o.stride, b, i, h, c), x);
+        else if (direct)
+            continue;
+        put(o, off0 + c * o->stride[3], x);
     }
 }
 
