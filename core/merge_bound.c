@@ -65,7 +65,7 @@ static void bound_row(const smattn_merge_problem *P, const smattn_merge_inputs *
         poison |= cl == MERGE_POISON;
         if (cl == MERGE_FINITE) {
             w->idx[k] = n;
-            w->x[k++] = t;
+            w->x[k++] = (ld)t;
             tmax = (ld)t > tmax ? (ld)t : tmax;
         }
     }
@@ -78,9 +78,9 @@ static void bound_row(const smattn_merge_problem *P, const smattn_merge_inputs *
                          !poison && P->empty_rows == SMATTN_EMPTY_ZERO ? 0.0 : HUGE_VAL);
         return;
     }
-    const ld u = pm->u_acc, E = pm->exp_ulps;
+    const ld u = (ld)pm->u_acc, E = (ld)pm->exp_ulps;
     const ld eps_f = 2 * E * u, l_f = eps_f < 1 ? -log1pl(-eps_f) : HUGE_VALL;
-    const ld om = (1 + E) * pm->tiny; /* omega* */
+    const ld om = (1 + E) * (ld)pm->tiny; /* omega* */
     const ld ka = pm->acc_len > 0 ? (ld)pm->acc_len : (ld)k;
     /* exact weights relative to the maximum (natural units): x_n = s_n - M <= 0 */
     ld Ls = 0;
@@ -131,7 +131,7 @@ static void bound_row(const smattn_merge_problem *P, const smattn_merge_inputs *
         for (int64_t n = 0; n < k; n++) {
             double v = smattn_load(ot->data, ot->dtype, smattn__merge_o_off(in, w->idx[n], b, i, h, c));
             finite &= isfinite(v) != 0;
-            o += w->p[n] * v;
+            o += w->p[n] * (ld)v;
             Vc = fabsl((ld)v) > Vc ? fabsl((ld)v) : Vc;
             spo += w->p[n] * fabsl((ld)v);
             sro += w->pR[n] * fabsl((ld)v);
