@@ -30,7 +30,7 @@ extern "C" {
 #define SMATTN_VERSION_MAJOR 0
 #define SMATTN_VERSION_MINOR 1
 #define SMATTN_VERSION_PATCH 0
-#define SMATTN_SPEC_VERSION "1.0"
+#define SMATTN_SPEC_VERSION "1.1"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SMATTN_NODISCARD __attribute__((warn_unused_result))
