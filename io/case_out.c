@@ -20,10 +20,19 @@
 #include "io/case.h"
 #include "io/util.h"
 
-/* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B. */
+/* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B; with a
+ * packed q, o [total_q,Hq,Dv] and lse [Hq,total_q] (p stays [B,Hq,S,T]). */
 static int out_shape(const smattn_case *c, int which, int64_t shape[4])
 {
     const smattn_problem *p = &c->prob;
+    if (c->packed_q && which == 0) {
+        shape[0] = c->total_q, shape[1] = p->Hq, shape[2] = p->Dv;
+        return 3;
+    }
+    if (c->packed_q && which == 1) {
+        shape[0] = p->Hq, shape[1] = c->total_q;
+        return 2;
+    }
     int64_t full[3][4] = {
         {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
     int rank = which == 1 ? 3 : 4;
@@ -105,10 +114,19 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
         }
         ot[k]->dtype = t;
         smattn_contiguous_strides(&c->prob, roles[k], ot[k]->stride);
+        if (c->packed_q && k < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */
+            const int64_t *s = shape;
+            ot[k]->stride[0] = 0;
+            ot[k]->stride[1] = k == 0 ? s[1] * s[2] : s[1];
+            ot[k]->stride[2] = k == 0 ? s[2] : 1;
+            ot[k]->stride[3] = k == 0 ? 1 : 0;
+        }
     }
-    smattn_status st = smattn_validate(&c->prob, &c->in, out);
+    char why[512];
+    smattn_status st = smattn_validate_explain(&c->prob, &c->in, out, why, sizeof why);
     if (st != SMATTN_OK) {
-        smattn_io_err(err, errlen, "case: %s (%s)", smattn_status_str(st), smattn_status_name(st));
+        smattn_io_err(err, errlen, "case: %s (%s)", why[0] ? why : smattn_status_str(st),
+                      smattn_status_name(st));
         smattn_case_outputs_free(out);
     }
     return st;
