@@ -395,14 +395,12 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         snprintf(err, errlen, "%s: the path is too long", file);
         return -1;
     }
-    const smattn_problem *p = &c->prob;
-    int64_t want[3][4] = {
-        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
-    int rank = (t == 1 ? 3 : 4) - (c->rank == 3);
-    const int64_t *w = want[t] + (c->rank == 3);
+    int64_t w[4], stride[4];
+    int rank = smattn_case_out_layout(c, t, w, stride);
     static const char *const dn[3][4] = {
         {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
-    const char *const *names = dn[t] + (c->rank == 3);
+    static const char *const packed[2][3] = {{"total_q", "Hq", "Dv"}, {"Hq", "total_q", ""}};
+    const char *const *names = c->packed_q && t < 2 ? packed[t] : dn[t] + (c->rank == 3);
     /* The header first, checked against the case; the data only then (a wrong 2 GiB o.npy
      * was read whole before its shape was looked at). */
     if (smattn_npy_read_header(path, a, err, errlen)) {
@@ -452,10 +450,9 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         snprintf(err, errlen, "%s: out of memory", file);
         return -1;
     }
-    static const char roles[3] = {'o', 'l', 'p'};
     got->data = a->data;
     got->dtype = dt;
-    smattn_contiguous_strides(p, roles[t], got->stride);
+    memcpy(got->stride, stride, sizeof stride);
     return 0;
 }
 
@@ -498,6 +495,61 @@ static int skip_marker(const char *dir, char *out, size_t cap)
              text[0] ? text : "no reason given");
     free(text);
     return 1;
+}
+
+/* A ragged or paged case is judged as its dense, padded twin (SPEC 2.7): the inputs
+ * gathered into dense arrays, the outputs scattered into [B,S,Hq,Dv] and [B,Hq,S]. Rows
+ * the layout does not have (i >= S_b) are not the kernel's: they take the oracle's values,
+ * so that only the sequences' rows are judged; indices in the report are the twin's. */
+static void judge_twin(const smattn_case *c, const smattn_outputs *got, const smattn_precision *pm,
+                       conform_result *r)
+{
+    smattn_case_twin tw;
+    smattn_outputs fill, dense;
+    memset(&fill, 0, sizeof fill);
+    memset(&dense, 0, sizeof dense);
+    char why[300];
+    if (smattn_case_twin_make(c, &tw, why, sizeof why)) {
+        snprintf(r->reason, sizeof r->reason, "%s", why);
+        return;
+    }
+    const smattn_problem *p = &tw.prob;
+    int ok = 1, short_rows = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        short_rows |= p->q_lens[b] < p->S;
+    if (short_rows) {
+        /* in the kernel's dtypes: the oracle's rows, rounded once */
+        const int64_t n[2] = {p->B * p->S * p->Hq * p->Dv, p->B * p->Hq * p->S};
+        smattn_out_tensor *ft[2] = {&fill.o, &fill.lse};
+        const smattn_out_tensor *gt[2] = {&got->o, &got->lse};
+        for (int t = 0; t < 2 && ok; t++) {
+            if (!gt[t]->data)
+                continue;
+            ft[t]->dtype = gt[t]->dtype;
+            ft[t]->data = calloc((size_t)n[t], smattn_dtype_size(ft[t]->dtype));
+            ok = ft[t]->data != NULL;
+            smattn_contiguous_strides(p, t ? 'l' : 'o', ft[t]->stride);
+        }
+        smattn_ref_config cfg = {0};
+        smattn_status st = ok ? smattn_ref(p, &tw.in, &fill, &cfg, NULL) : SMATTN_ERR_NOMEM;
+        if (st != SMATTN_OK) {
+            snprintf(r->reason, sizeof r->reason, "the oracle failed on the dense twin: %s (%s)",
+                     smattn_status_str(st), smattn_status_name(st));
+            ok = 0;
+        }
+    }
+    smattn_status st;
+    if (ok && smattn_case_twin_outputs(c, got, short_rows ? &fill : NULL, &dense)) {
+        snprintf(r->reason, sizeof r->reason, "out of memory");
+    } else if (ok && (st = smattn_validate(p, &tw.in, &dense)) != SMATTN_OK) {
+        snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
+                 smattn_status_name(st));
+    } else if (ok)
+        conform_judge(p, &tw.in, &dense, pm, 0, r);
+    smattn_case_twin_outputs_free(&dense);
+    free(fill.o.data);
+    free(fill.lse.data);
+    smattn_case_twin_free(&tw);
 }
 
 static void check_one(const char *dir, const char *name, const char *category,
@@ -557,12 +609,12 @@ static void check_one(const char *dir, const char *name, const char *category,
         }
     }
     smattn_status st;
-    if (!bad && (st = smattn_validate(p, &c.in, &got)) != SMATTN_OK) {
+    if (!bad && c.has_layout)
+        judge_twin(&c, &got, pm, r);
+    else if (!bad && (st = smattn_validate(p, &c.in, &got)) != SMATTN_OK) {
         snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
                  smattn_status_name(st));
-        bad = 1;
-    }
-    if (!bad)
+    } else if (!bad)
         conform_judge(p, &c.in, &got, pm, 0, r); /* .npy files: no padding outside */
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);

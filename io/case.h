@@ -124,6 +124,11 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
                              const smattn_outputs *fill, smattn_outputs *dense);
 void smattn_case_twin_outputs_free(smattn_outputs *dense);
 
+/* Output which (0 o, 1 lse, 2 p) of the case: its shape in the files (rank returned: 3-D
+ * without B or 4-D; with a packed q o [total_q,Hq,Dv] and lse [Hq,total_q]) and the
+ * tensor strides of that array held contiguous. */
+int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], int64_t stride[4]);
+
 /* Which outputs to allocate. */
 enum { SMATTN_CASE_OUT_O = 1, SMATTN_CASE_OUT_LSE = 2, SMATTN_CASE_OUT_P = 4 };
 

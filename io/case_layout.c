@@ -141,9 +141,9 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
     memset(dense, 0, sizeof *dense);
     dense->p = got->p;
     const int64_t nO = p->B * p->S * p->Hq * p->Dv, nL = p->B * p->Hq * p->S;
-    if (got->o.data && !(dense->o.data = calloc((size_t)nO, sizeof(double))))
+    if (got->o.data && !(dense->o.data = calloc((size_t)nO, smattn_dtype_size(got->o.dtype))))
         goto nomem;
-    if (got->lse.data && !(dense->lse.data = calloc((size_t)nL, sizeof(double))))
+    if (got->lse.data && !(dense->lse.data = calloc((size_t)nL, smattn_dtype_size(got->lse.dtype))))
         goto nomem;
     for (int t = 0; t < 2; t++) {
         smattn_out_tensor *d = t ? &dense->lse : &dense->o;
@@ -151,9 +151,9 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
         const smattn_out_tensor *f = fill ? (t ? &fill->lse : &fill->o) : NULL;
         if (!d->data)
             continue;
-        d->dtype = SMATTN_F64;
+        d->dtype = g->dtype;
         smattn_contiguous_strides(p, t ? 'l' : 'o', d->stride);
-        double *out = d->data;
+        void *out = d->data;
         for (int64_t b = 0; b < p->B; b++) {
             int64_t Sb = seq_q_len(c, b);
             for (int64_t i = 0; i < p->S; i++)
@@ -161,14 +161,16 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
                     for (int64_t col = 0; col < (t ? 1 : p->Dv); col++) {
                         int64_t e = t ? (b * p->Hq + h) * p->S + i
                                       : ((b * p->S + i) * p->Hq + h) * p->Dv + col;
+                        double x = 0;
                         if (i < Sb)
-                            out[e] = got_at(c, g, t, b, i, h, col);
+                            x = got_at(c, g, t, b, i, h, col);
                         else if (f && f->data)
-                            out[e] = smattn_load(f->data, f->dtype,
-                                                 t ? b * f->stride[0] + h * f->stride[1] +
-                                                         i * f->stride[2]
-                                                   : b * f->stride[0] + i * f->stride[1] +
-                                                         h * f->stride[2] + col * f->stride[3]);
+                            x = smattn_load(f->data, f->dtype,
+                                            t ? b * f->stride[0] + h * f->stride[1] +
+                                                    i * f->stride[2]
+                                              : b * f->stride[0] + i * f->stride[1] +
+                                                    h * f->stride[2] + col * f->stride[3]);
+                        smattn_store(out, d->dtype, e, x); /* exact: x has d's dtype */
                     }
         }
     }

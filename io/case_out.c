@@ -42,6 +42,20 @@ static int out_shape(const smattn_case *c, int which, int64_t shape[4])
     return rank - drop;
 }
 
+int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], int64_t stride[4])
+{
+    static const char roles[3] = {'o', 'l', 'p'};
+    int rank = out_shape(c, which, shape);
+    smattn_contiguous_strides(&c->prob, roles[which], stride);
+    if (c->packed_q && which < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */
+        stride[0] = 0;
+        stride[1] = which == 0 ? shape[1] * shape[2] : shape[1];
+        stride[2] = which == 0 ? shape[2] : 1;
+        stride[3] = which == 0 ? 1 : 0;
+    }
+    return rank;
+}
+
 /* Element count of a shape, or -1 if it does not fit in int64 or size_t bytes. */
 static int64_t shape_count(const int64_t *shape, int rank, size_t es)
 {
@@ -85,7 +99,6 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
                                         smattn_outputs *out, char *err, size_t errlen)
 {
     static const char *const names[3] = {"o", "lse", "p"};
-    static const char roles[3] = {'o', 'l', 'p'};
     memset(out, 0, sizeof *out);
     smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
     size_t es = smattn_dtype_size(t);
@@ -96,8 +109,8 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
     for (int k = 0; k < 3; k++) {
         if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
             continue;
-        int64_t shape[4];
-        int rank = out_shape(c, k, shape);
+        int64_t shape[4], stride[4];
+        int rank = smattn_case_out_layout(c, k, shape, stride);
         int64_t n = shape_count(shape, rank, es);
         if (n < 0) {
             smattn_io_err(err, errlen, "%s.npy: the output has too many elements to allocate",
@@ -113,14 +126,7 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
             return SMATTN_ERR_NOMEM;
         }
         ot[k]->dtype = t;
-        smattn_contiguous_strides(&c->prob, roles[k], ot[k]->stride);
-        if (c->packed_q && k < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */
-            const int64_t *s = shape;
-            ot[k]->stride[0] = 0;
-            ot[k]->stride[1] = k == 0 ? s[1] * s[2] : s[1];
-            ot[k]->stride[2] = k == 0 ? s[2] : 1;
-            ot[k]->stride[3] = k == 0 ? 1 : 0;
-        }
+        memcpy(ot[k]->stride, stride, sizeof stride);
     }
     char why[512];
     smattn_status st = smattn_validate_explain(&c->prob, &c->in, out, why, sizeof why);
