@@ -386,12 +386,12 @@ static int check_layout_keys(const smattn_case *c, char *err, size_t errlen)
     int bt = present(&c->block_table), csr = j->kv_indptr || j->kv_indices || j->kv_last_page_len;
     if (exclusive(j->cu_seqlens_q != NULL, j->q_lens != NULL, "\"cu_seqlens_q\"", "\"q_lens\"",
                   "a packed sequence's length is its slice", err, errlen) ||
-        exclusive(j->cu_seqlens_k != NULL, j->kv_lens != NULL, "\"cu_seqlens_k\"", "\"kv_lens\"",
-                  "give \"seqused_k\" to use fewer keys than a slice holds", err, errlen) ||
         exclusive(j->cu_seqlens_k != NULL, bt, "\"cu_seqlens_k\"", "block_table.npy",
                   "keys are packed or paged, not both", err, errlen) ||
         exclusive(j->cu_seqlens_k != NULL, csr, "\"cu_seqlens_k\"", "\"kv_indptr\"",
                   "keys are packed or paged, not both", err, errlen) ||
+        exclusive(j->cu_seqlens_k != NULL, j->kv_lens != NULL, "\"cu_seqlens_k\"", "\"kv_lens\"",
+                  "give \"seqused_k\" to use fewer keys than a slice holds", err, errlen) ||
         exclusive(bt, csr, "block_table.npy", "\"kv_indptr\"",
                   "one form of the page table", err, errlen) ||
         exclusive(csr, j->kv_lens != NULL, "\"kv_indptr\"", "\"kv_lens\"",
