@@ -32,10 +32,10 @@ static void fail(const char *reader, const char *what, const uint8_t *data, size
     abort();
 }
 
-static void check_err(const char *reader, const char *err, const uint8_t *d, size_t n)
+static void check_err(const char *reader, const char *err, size_t cap, const uint8_t *d, size_t n)
 {
-    size_t len = strnlen(err, 256);
-    if (len == 0 || len == 256 || strchr(err, '\n'))
+    size_t len = strnlen(err, cap);
+    if (len == 0 || len == cap || strchr(err, '\n'))
         fail(reader, "an error without a one-line message", d, n);
 }
 
@@ -122,7 +122,7 @@ static void layout_case(const uint8_t *buf, size_t n)
     smattn_case c;
     char err[512] = "";
     if (smattn_case_load(dir, &c, err, sizeof err)) {
-        check_err("layout", err, buf, n);
+        check_err("layout", err, sizeof err, buf, n);
         return;
     }
     if (c.has_layout != (c.prob.layout != NULL) ||
@@ -180,7 +180,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 a.itemsize != smattn_npy_type_size(a.type))
                 fail("npy", "incoherent header", buf, n);
         } else {
-            check_err("npy", err, buf, n);
+            check_err("npy", err, sizeof err, buf, n);
         }
         memset(err, 0, sizeof err);
         memset(&a, 0, sizeof a);
@@ -197,7 +197,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)sum;
             smattn_npy_free(&a);
         } else {
-            check_err("npy", err, buf, n);
+            check_err("npy", err, sizeof err, buf, n);
             if (a.data)
                 fail("npy", "data left after a failure", buf, n);
         }
@@ -228,7 +228,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)sum;
             smattn_case_json_free(&cj);
         } else {
-            check_err("case_json", err, buf, n);
+            check_err("case_json", err, sizeof err, buf, n);
         }
     }
     free(buf);
