@@ -440,6 +440,36 @@ START_TEST(twin_gathers_sequences)
 }
 END_TEST
 
+/* ---- the library's line (needs the library's layouts) --------------------------------- */
+
+START_TEST(library_line_in_errors)
+{
+    char *d = make_tmpdir();
+    put_paged(d, 0, SMATTN_NPY_I32);
+    smattn_case c;
+    load_ok(d, &c);
+    smattn_outputs out;
+    char err[512];
+    ck_assert_int_eq(smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O |
+                                                   SMATTN_CASE_OUT_LSE | SMATTN_CASE_OUT_P,
+                                               &out, err, sizeof err),
+                     SMATTN_OK);
+    smattn_case_outputs_free(&out);
+    /* a used page that io would have refused, put in after loading: the library's line */
+    c.table[8] = 99;
+    ck_assert_int_eq(smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O, &out, err,
+                                               sizeof err),
+                     SMATTN_ERR_LAYOUT);
+    ck_assert_msg(strstr(err, "block_table[2][2] = 99 is outside [0, 6)") &&
+                      strstr(err, "(SMATTN_ERR_LAYOUT)") && !strchr(err, '\n'),
+                  "%s", err);
+    ck_assert_ptr_null(out.o.data);
+    smattn_case_free(&c);
+    test_rm_tree(d);
+    free(d);
+}
+END_TEST
+
 Suite *case_layout_suite(void);
 Suite *case_layout_suite(void)
 {
@@ -455,5 +485,8 @@ Suite *case_layout_suite(void)
     tcase_add_test(tc, bad_csr);
     tcase_add_test(tc, twin_gathers_sequences);
     suite_add_tcase(s, tc);
+    TCase *lib = tcase_create("library"); /* needs the library's layouts (SPEC 2.7) */
+    tcase_add_test(lib, library_line_in_errors);
+    suite_add_tcase(s, lib);
     return s;
 }

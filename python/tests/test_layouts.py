@@ -187,3 +187,15 @@ def test_reference_attention_match_twin_library(name):
     assert p.shape == (3, 4, 4, 10)
     smattn.assert_close(o, q, k, v, lse=lse, cu_seqlens_q=CU_Q, causal=True, precision="opt",
                         **kw)
+
+
+def test_library_line_library():
+    """A layout the library refuses is told by its line (smattn_validate_explain), naming the
+    entry; the table is spoiled after the package's own checks passed."""
+    q, kc, vc = arrays()
+    b = smattn._api._build(q, kc, vc, cu_seqlens_q=CU_Q, block_table=TABLE, kv_lens=KV_LENS)
+    b.ragged.table[2, 2] = 99  # the array the descriptor points at
+    out, *held = smattn._api._outputs(b, "float32", False)
+    with pytest.raises(ValueError, match=r"block_table\[2\]\[2\] = 99 is outside \[0, 6\) "
+                                         r"\(SMATTN_ERR_LAYOUT\)"):
+        smattn._api._validate(b, out)
