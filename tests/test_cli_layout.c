@@ -4,6 +4,7 @@
  * ref and opt write packed o.npy [total_q,Hq,Dv] and lse.npy [Hq,total_q] equal to the
  * oracle on the dense twin; check judges a layout case's saved outputs. */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,13 @@ static void setup(void)
 static void teardown(void)
 {
     test_rm_tree(tmp);
+}
+
+static const char *path_join(const char *a, const char *b)
+{
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", a, b);
+    return p;
 }
 
 static const char *in_tmp(const char *name)
@@ -231,6 +239,130 @@ START_TEST(check_judges_layout_outputs)
 }
 END_TEST
 
+/* ---- gen --layout: the battery's cases, packed and paged ----------------------------- */
+
+/* Element (b, i, h, c) of a dense tensor as binary64. */
+static double at4(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return smattn_load(t->data, t->dtype,
+                       a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3]);
+}
+
+static int same_value(double x, double y)
+{
+    return x == y || (isnan(x) && isnan(y));
+}
+
+/* The layout case's dense twin is the dense case on every row and key a sequence has: the
+ * same options, lengths, queries, keys, values, bias and mask there. */
+static void same_problem(const char *name, const smattn_case *dense, const smattn_case *lay)
+{
+    smattn_case_twin tw;
+    char err[256];
+    ck_assert_msg(smattn_case_twin_make(lay, &tw, err, sizeof err) == 0, "%s: %s", name, err);
+    const smattn_problem *d = &dense->prob, *t = &tw.prob;
+    ck_assert_msg(d->B == t->B && d->Hq == t->Hq && d->Hkv == t->Hkv && d->D == t->D &&
+                      d->Dv == t->Dv && d->scale == t->scale && d->causal == t->causal &&
+                      d->window_left == t->window_left && d->window_right == t->window_right &&
+                      d->softcap == t->softcap && d->empty_rows == t->empty_rows &&
+                      d->empty_lse == t->empty_lse && t->S <= d->S && t->T <= d->T,
+                  "%s: the options or shapes differ", name);
+    for (int64_t b = 0; b < d->B; b++) {
+        int64_t Sb = d->q_lens ? d->q_lens[b] : d->S, Tb = d->kv_lens ? d->kv_lens[b] : d->T;
+        ck_assert_msg(t->q_lens[b] == Sb && t->kv_lens[b] == Tb, "%s: lengths of %lld", name,
+                      (long long)b);
+        for (int64_t h = 0; h < d->Hq; h++)
+            for (int64_t i = 0; i < Sb; i++) {
+                for (int64_t c = 0; c < d->D; c++)
+                    ck_assert_msg(same_value(at4(&dense->in.q, b, i, h, c), at4(&tw.in.q, b, i, h, c)),
+                                  "%s: q[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)i,
+                                  (long long)h, (long long)c);
+                for (int64_t j = 0; j < Tb; j++) {
+                    if (dense->in.bias.data)
+                        ck_assert_msg(same_value(at4(&dense->in.bias, b, h, i, j),
+                                                 at4(&tw.in.bias, b, h, i, j)),
+                                      "%s: bias", name);
+                    if (dense->in.mask.data) {
+                        const smattn_tensor *m1 = &dense->in.mask, *m2 = &tw.in.mask;
+                        unsigned char x = ((const unsigned char *)m1->data)
+                            [b * m1->stride[0] + h * m1->stride[1] + i * m1->stride[2] + j * m1->stride[3]];
+                        unsigned char y = ((const unsigned char *)m2->data)
+                            [b * m2->stride[0] + h * m2->stride[1] + i * m2->stride[2] + j * m2->stride[3]];
+                        ck_assert_msg((x != 0) == (y != 0), "%s: mask", name);
+                    }
+                }
+            }
+        for (int64_t g = 0; g < d->Hkv; g++)
+            for (int64_t j = 0; j < Tb; j++) {
+                for (int64_t c = 0; c < d->D; c++)
+                    ck_assert_msg(same_value(at4(&dense->in.k, b, j, g, c), at4(&tw.in.k, b, j, g, c)),
+                                  "%s: k[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)j,
+                                  (long long)g, (long long)c);
+                for (int64_t c = 0; c < d->Dv; c++)
+                    ck_assert_msg(same_value(at4(&dense->in.v, b, j, g, c), at4(&tw.in.v, b, j, g, c)),
+                                  "%s: v", name);
+            }
+    }
+    ck_assert_msg((dense->in.sinks.data != NULL) == (tw.in.sinks.data != NULL), "%s: sinks", name);
+    smattn_case_twin_free(&tw);
+}
+
+START_TEST(gen_layouts_are_the_dense_cases)
+{
+    static const char *const layouts[3] = {"packed", "paged", "csr"};
+    const char *dense = in_tmp("dense");
+    test_outcome r = run3("gen", "--suite=quick", dense, NULL);
+    ck_assert_msg(r.code == 0, "%s", r.err);
+    test_outcome_free(&r);
+    for (int l = 0; l < 3; l++) {
+        char opt[32];
+        snprintf(opt, sizeof opt, "--layout=%s", layouts[l]);
+        const char *out = in_tmp(layouts[l]);
+        const char *args[] = {"gen", "--suite=quick", "--dtype=bf16", opt, out, NULL};
+        r = test_cli_run(tmp, args);
+        ck_assert_msg(r.code == 0, "%s", r.err);
+        test_outcome_free(&r);
+        /* the dense cases again in bf16, to compare like with like */
+        const char *dense16 = in_tmp("dense16");
+        if (l == 0) {
+            const char *a2[] = {"gen", "--suite=quick", "--dtype=bf16", dense16, NULL};
+            r = test_cli_run(tmp, a2);
+            ck_assert_int_eq(r.code, 0);
+            test_outcome_free(&r);
+        }
+        char *man = test_slurp(path_join(out, "manifest.json"));
+        ck_assert_msg(strstr(man, layouts[l]), "manifest names no layout");
+        free(man);
+        int laid = 0, total = 0;
+        DIR *dd = opendir(out);
+        ck_assert_ptr_nonnull(dd);
+        struct dirent *de;
+        while ((de = readdir(dd))) {
+            if (de->d_name[0] == '.' || !strcmp(de->d_name, "manifest.json"))
+                continue;
+            char a[512], b[512], err[512];
+            snprintf(a, sizeof a, "%s/%s", dense16, de->d_name);
+            snprintf(b, sizeof b, "%s/%s", out, de->d_name);
+            smattn_case cd, cl;
+            ck_assert_msg(smattn_case_load(a, &cd, err, sizeof err) == 0, "%s: %s", a, err);
+            ck_assert_msg(smattn_case_load(b, &cl, err, sizeof err) == 0, "%s: %s", b, err);
+            total++;
+            if (cl.has_layout) {
+                laid++;
+                ck_assert(cl.packed_q && (l == 0 ? cl.packed_k : cl.paged));
+                same_problem(de->d_name, &cd, &cl);
+            } else /* no query or no key at all, or a softmax: written dense */
+                ck_assert(cd.prob.op == SMATTN_OP_SOFTMAX || !cl.has_layout);
+            smattn_case_free(&cd);
+            smattn_case_free(&cl);
+        }
+        closedir(dd);
+        ck_assert_msg(laid > total / 2, "%s: only %d of %d cases with a layout", layouts[l], laid,
+                      total);
+    }
+}
+END_TEST
+
 /* ---- ref and opt: the library's layouts, end to end ----------------------------------- */
 
 /* OUT/name as f32 or f64 values, its shape checked. */
@@ -302,6 +434,7 @@ Suite *cli_layout_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_layout_exit_2);
     tcase_add_test(tc, check_judges_layout_outputs);
+    tcase_add_test(tc, gen_layouts_are_the_dense_cases);
     suite_add_tcase(s, tc);
     /* needs the library's layouts (smattn_ref, smattn_attention with a layout) */
     TCase *e2e = tcase_create("library");
