@@ -768,6 +768,14 @@ _DOC_ARGS = """
         when causal is off); -1 or None: unbounded (SPEC 3.3).
     kv_lens, q_lens: [B] integers: keys j >= kv_lens[b] and queries i >= q_lens[b] are
         padding (padded queries are empty rows; SPEC 3.2).
+    cu_seqlens_q: [B+1] integers; q is packed [total_q, Hq, D] (flash_attn_varlen_func) and
+        O is [total_q, Hq, Dv], LSE [Hq, total_q], P [B, Hq, S, T] (S, T: the longest
+        sequence's). cu_seqlens_k (with seqused_k [B]): k, v packed [total_k, Hkv, D].
+        block_table [B, max_pages] (int32/int64, with kv_lens): k, v are page caches
+        [num_pages, page_size, Hkv, D], or [num_pages, Hkv, page_size, D] with
+        kv_layout="HND". kv_indptr, kv_indices, kv_last_page_len (page_size optional,
+        checked against k): FlashInfer's paged form, turned into a block table and kv_lens.
+        Layouts take layout="bshd" only (SPEC 2.7).
     bias: additive, any float dtype, broadcast to [B, Hq, S, T] (NumPy rules, zero strides);
         -inf hides a key. mask: bool (or uint8), True = may attend, broadcast likewise.
         attn_mask (SDPA's keyword): a bool array is `mask`, a float array is `bias`.
