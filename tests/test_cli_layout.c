@@ -311,7 +311,12 @@ START_TEST(gen_layouts_are_the_dense_cases)
 {
     static const char *const layouts[3] = {"packed", "paged", "csr"};
     const char *dense = in_tmp("dense");
-    test_outcome r = run3("gen", "--suite=quick", dense, NULL);
+    test_outcome r = run3("gen", "--layout=ragged", dense, NULL);
+    ck_assert_msg(r.code == 2 && strstr(r.err, "--layout: want dense, packed, paged or csr"),
+                  "exit %d: %s", r.code, r.err);
+    ck_assert_int_ne(access(dense, F_OK), 0);
+    test_outcome_free(&r);
+    r = run3("gen", "--suite=quick", dense, NULL);
     ck_assert_msg(r.code == 0, "%s", r.err);
     test_outcome_free(&r);
     for (int l = 0; l < 3; l++) {
