@@ -637,8 +637,14 @@ def _isatty(f):
 
 
 def _validate(b, out):
-    """smattn_validate_explain: raises the status's exception with the library's line (it
-    names the field, and for a layout the sequence and entry)."""
+    """smattn_validate; for a layout, smattn_validate_explain: raises the status's exception,
+    for a layout with the library's line (it names the field, the sequence and the entry).
+    A dense problem keeps the status's sentence, as the CLI prints it."""
+    if b.ragged is None:
+        st = _lib.validate(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out))
+        if st != 0:
+            raise _status_error(st)
+        return
     msg = ctypes.create_string_buffer(512)
     st = _lib.validate_explain(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
                                msg, len(msg))
