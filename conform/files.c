@@ -175,7 +175,8 @@ static void put_list(FILE *f, const char *key, const int64_t *l, int64_t n)
 }
 
 /* Copy n elements of es bytes from src (strided by sst elements) to dst (contiguous). */
-static void copy_row(unsigned char *dst, const unsigned char *src, int64_t n, int64_t sst, size_t es)
+static void copy_row(unsigned char *dst, const unsigned char *src, int64_t n, int64_t sst,
+                     size_t es)
 {
     for (int64_t e = 0; e < n; e++)
         memcpy(dst + (size_t)e * es, src + (size_t)(e * sst) * es, es);
@@ -196,7 +197,8 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
     const size_t es = smattn_dtype_size(t);
     smattn_npy_type nt = smattn_npy_type_of(t);
     int64_t *cu_q = calloc((size_t)B + 1, sizeof *cu_q), *cu_k = calloc((size_t)B + 1, 8);
-    int64_t *tl = calloc((size_t)B, 8), *pg = calloc((size_t)B + 1, 8), *last = calloc((size_t)B, 8);
+    int64_t *tl = calloc((size_t)B, 8), *pg = calloc((size_t)B + 1, 8),
+            *last = calloc((size_t)B, 8);
     unsigned char *q = NULL, *k = NULL, *v = NULL, *bias = NULL, *mask = NULL;
     int32_t *table = NULL;
     int64_t *indices = NULL;
@@ -225,14 +227,16 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < cu_q[b + 1] - cu_q[b]; i++)
             for (int64_t h = 0; h < Hq; h++)
-                copy_row(q + (size_t)(((cu_q[b] + i) * Hq + h) * D) * es,
-                         (const unsigned char *)in->q.data +
-                             (size_t)(b * in->q.stride[0] + i * in->q.stride[1] +
-                                      h * in->q.stride[2]) * es,
-                         D, in->q.stride[3], es);
+                copy_row(
+                    q + (size_t)(((cu_q[b] + i) * Hq + h) * D) * es,
+                    (const unsigned char *)in->q.data +
+                        (size_t)(b * in->q.stride[0] + i * in->q.stride[1] + h * in->q.stride[2]) *
+                            es,
+                    D, in->q.stride[3], es);
     /* keys: packed [total_k, Hkv, .] or pages [npages, 16, Hkv, .] (NaN in unused slots) */
     const int64_t rows = layout == 1 ? tk : npages * GEN_PAGE_SIZE;
-    if (!(k = malloc((size_t)(rows * Hkv * D) * es)) || !(v = malloc((size_t)(rows * Hkv * Dv) * es)))
+    if (!(k = malloc((size_t)(rows * Hkv * D) * es)) ||
+        !(v = malloc((size_t)(rows * Hkv * Dv) * es)))
         goto nomem;
     for (int64_t e = 0; layout != 1 && e < rows * Hkv * D; e++)
         smattn_store(k, t, e, (double)NAN);
@@ -253,16 +257,18 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
                                       : (npages - 1 - (pg[b] + j / GEN_PAGE_SIZE)) * GEN_PAGE_SIZE +
                                             j % GEN_PAGE_SIZE;
             for (int64_t g = 0; g < Hkv; g++) {
-                copy_row(k + (size_t)((row * Hkv + g) * D) * es,
-                         (const unsigned char *)in->k.data +
-                             (size_t)(b * in->k.stride[0] + j * in->k.stride[1] +
-                                      g * in->k.stride[2]) * es,
-                         D, in->k.stride[3], es);
-                copy_row(v + (size_t)((row * Hkv + g) * Dv) * es,
-                         (const unsigned char *)in->v.data +
-                             (size_t)(b * in->v.stride[0] + j * in->v.stride[1] +
-                                      g * in->v.stride[2]) * es,
-                         Dv, in->v.stride[3], es);
+                copy_row(
+                    k + (size_t)((row * Hkv + g) * D) * es,
+                    (const unsigned char *)in->k.data +
+                        (size_t)(b * in->k.stride[0] + j * in->k.stride[1] + g * in->k.stride[2]) *
+                            es,
+                    D, in->k.stride[3], es);
+                copy_row(
+                    v + (size_t)((row * Hkv + g) * Dv) * es,
+                    (const unsigned char *)in->v.data +
+                        (size_t)(b * in->v.stride[0] + j * in->v.stride[1] + g * in->v.stride[2]) *
+                            es,
+                    Dv, in->v.stride[3], es);
             }
         }
     }
@@ -281,7 +287,8 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
                     copy_row(*cut[n] + (size_t)(((b * Hq + h) * S2 + i) * T2) * bes,
                              (const unsigned char *)bm[n]->data +
                                  (size_t)(b * bm[n]->stride[0] + h * bm[n]->stride[1] +
-                                          i * bm[n]->stride[2]) * bes,
+                                          i * bm[n]->stride[2]) *
+                                     bes,
                              T2, bm[n]->stride[3], bes);
     }
     int64_t sq[3] = {tq, Hq, D}, sk[4] = {layout == 1 ? tk : npages, GEN_PAGE_SIZE, Hkv, D};

@@ -55,8 +55,7 @@ static int put_f32(const char *dir, const char *name, int rank, const int64_t *s
 
 static void remove_layout_dirs(void)
 {
-    static const char *const files[5] = {"q.npy", "k.npy", "v.npy", "case.json",
-                                         "block_table.npy"};
+    static const char *const files[5] = {"q.npy", "k.npy", "v.npy", "case.json", "block_table.npy"};
     for (int t = 0; t < 4; t++) {
         char p[256];
         for (int f = 0; f < 5; f++) {
@@ -117,8 +116,8 @@ static void layout_case(const uint8_t *buf, size_t n)
     const uint8_t *text = buf + 1, *nul = memchr(text, 0, n - 1);
     size_t tlen = nul ? (size_t)(nul - text) : n - 1;
     put_or_remove(dir, "case.json", text, tlen, tlen > 0);
-    put_or_remove(dir, "block_table.npy", nul ? nul + 1 : NULL,
-                  nul ? n - 1 - tlen - 1 : 0, nul != NULL);
+    put_or_remove(dir, "block_table.npy", nul ? nul + 1 : NULL, nul ? n - 1 - tlen - 1 : 0,
+                  nul != NULL);
     smattn_case c;
     char err[512] = "";
     if (smattn_case_load(dir, &c, err, sizeof err)) {
@@ -126,15 +125,14 @@ static void layout_case(const uint8_t *buf, size_t n)
         return;
     }
     if (c.has_layout != (c.prob.layout != NULL) ||
-        (c.has_layout && (c.prob.layout != &c.layout || c.prob.B < 1 || c.prob.S < 1 ||
-                          c.prob.T < 1)))
+        (c.has_layout &&
+         (c.prob.layout != &c.layout || c.prob.B < 1 || c.prob.S < 1 || c.prob.T < 1)))
         fail("layout", "incoherent case", buf, n);
     smattn_case_twin tw;
     if (smattn_case_twin_make(&c, &tw, err, sizeof err) == 0) { /* reads every used key */
         smattn_outputs out;
-        smattn_status st = smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O |
-                                                         SMATTN_CASE_OUT_LSE, &out, err,
-                                                     sizeof err);
+        smattn_status st = smattn_case_outputs_alloc(
+            &c, SMATTN_F32, SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE, &out, err, sizeof err);
         /* what io accepted the library must not call inconsistent (UNSUPPORTED: a library
          * that does not read layouts yet) */
         if (st != SMATTN_OK && st != SMATTN_ERR_UNSUPPORTED && st != SMATTN_ERR_NOMEM)

@@ -339,8 +339,9 @@ static int check_cu(const int64_t *cu, size_t n, const char *key, int64_t B, con
                     int64_t total, const char *file, int64_t *maxlen, char *err, size_t errlen)
 {
     if ((uint64_t)n != (uint64_t)B + 1) {
-        smattn_io_err(err, errlen, "case.json: \"%s\" has %zu entries, want B + 1 = %lld (B from %s)",
-                      key, n, (long long)B + 1, bsrc);
+        smattn_io_err(err, errlen,
+                      "case.json: \"%s\" has %zu entries, want B + 1 = %lld (B from %s)", key, n,
+                      (long long)B + 1, bsrc);
         return -1;
     }
     if (cu[0] != 0) {
@@ -370,8 +371,8 @@ static int check_cu(const int64_t *cu, size_t n, const char *key, int64_t B, con
 }
 
 /* The two keys (or key and file) a and b exclude each other. */
-static int exclusive(int has_a, int has_b, const char *a, const char *b, const char *why,
-                     char *err, size_t errlen)
+static int exclusive(int has_a, int has_b, const char *a, const char *b, const char *why, char *err,
+                     size_t errlen)
 {
     if (!has_a || !has_b)
         return 0;
@@ -392,8 +393,8 @@ static int check_layout_keys(const smattn_case *c, char *err, size_t errlen)
                   "keys are packed or paged, not both", err, errlen) ||
         exclusive(j->cu_seqlens_k != NULL, j->kv_lens != NULL, "\"cu_seqlens_k\"", "\"kv_lens\"",
                   "give \"seqused_k\" to use fewer keys than a slice holds", err, errlen) ||
-        exclusive(bt, csr, "block_table.npy", "\"kv_indptr\"",
-                  "one form of the page table", err, errlen) ||
+        exclusive(bt, csr, "block_table.npy", "\"kv_indptr\"", "one form of the page table", err,
+                  errlen) ||
         exclusive(csr, j->kv_lens != NULL, "\"kv_indptr\"", "\"kv_lens\"",
                   "the lengths follow from \"kv_indptr\" and \"kv_last_page_len\"", err, errlen))
         return -1;
@@ -401,8 +402,9 @@ static int check_layout_keys(const smattn_case *c, char *err, size_t errlen)
         smattn_io_err(err, errlen,
                       "case.json: \"%s\" is missing (\"kv_indptr\", \"kv_indices\" and "
                       "\"kv_last_page_len\" come together)",
-                      !j->kv_indptr ? "kv_indptr" : !j->kv_indices ? "kv_indices"
-                                                                   : "kv_last_page_len");
+                      !j->kv_indptr    ? "kv_indptr"
+                      : !j->kv_indices ? "kv_indices"
+                                       : "kv_last_page_len");
         return -1;
     }
     if (j->seqused_k && !j->cu_seqlens_k) {
@@ -741,14 +743,13 @@ static int check_layout(smattn_case *c, char *err, size_t errlen)
                 return -1;
         const int ok = k->rank - 3;
         if (v->rank != k->rank) {
-            smattn_io_err(err, errlen, "v.npy: rank %d, but k.npy has rank %d", v->rank,
-                          k->rank);
+            smattn_io_err(err, errlen, "v.npy: rank %d, but k.npy has rank %d", v->rank, k->rank);
             return -1;
         }
         if (ok ? k->shape[0] != p->B : p->B != 1) {
             smattn_io_err(err, errlen, "k.npy: batch size %lld%s, but B = %lld from %s",
-                          (long long)(ok ? k->shape[0] : 1), ok ? "" : " (3-D)",
-                          (long long)p->B, bsrc);
+                          (long long)(ok ? k->shape[0] : 1), ok ? "" : " (3-D)", (long long)p->B,
+                          bsrc);
             return -1;
         }
         p->T = k->shape[ok];

@@ -86,8 +86,8 @@ typedef struct smattn_case {
     int has_layout, packed_q, packed_k, paged;
     int64_t total_q, total_k; /* rows of the packed q.npy / k.npy */
     smattn_layout layout;
-    int32_t *table;     /* owned: the block table as int32 [B][max_pages] */
-    int64_t *csr_lens;  /* owned: kv_lens from the CSR keys [B] */
+    int32_t *table;    /* owned: the block table as int32 [B][max_pages] */
+    int64_t *csr_lens; /* owned: kv_lens from the CSR keys [B] */
 } smattn_case;
 
 /* Load and check a case directory. Returns 0, or nonzero with one line in err such as

@@ -239,8 +239,8 @@ static int key_kv_indices(json_object *v, smattn_case_json *cj, char *err, size_
 
 static int key_kv_last_page_len(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
 {
-    return layout_list(v, "kv_last_page_len", &cj->kv_last_page_len, &cj->n_kv_last_page_len,
-                       err, errlen);
+    return layout_list(v, "kv_last_page_len", &cj->kv_last_page_len, &cj->n_kv_last_page_len, err,
+                       errlen);
 }
 
 static int key_kv_layout(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
@@ -305,13 +305,23 @@ static const struct {
     const char *name;
     key_fn fn;
 } case_keys[] = {
-    {"scale", key_scale},     {"causal", key_causal},         {"window", key_window},
-    {"kv_lens", key_kv_lens}, {"q_lens", key_q_lens},         {"softcap", key_softcap},
-    {"sinks", key_sinks},     {"empty_rows", key_empty_rows}, {"empty_lse", key_empty_lse},
-    {"bf16", key_bf16},       {"cu_seqlens_q", key_cu_seqlens_q},
-    {"cu_seqlens_k", key_cu_seqlens_k}, {"seqused_k", key_seqused_k},
-    {"kv_indptr", key_kv_indptr}, {"kv_indices", key_kv_indices},
-    {"kv_last_page_len", key_kv_last_page_len}, {"kv_layout", key_kv_layout},
+    {"scale", key_scale},
+    {"causal", key_causal},
+    {"window", key_window},
+    {"kv_lens", key_kv_lens},
+    {"q_lens", key_q_lens},
+    {"softcap", key_softcap},
+    {"sinks", key_sinks},
+    {"empty_rows", key_empty_rows},
+    {"empty_lse", key_empty_lse},
+    {"bf16", key_bf16},
+    {"cu_seqlens_q", key_cu_seqlens_q},
+    {"cu_seqlens_k", key_cu_seqlens_k},
+    {"seqused_k", key_seqused_k},
+    {"kv_indptr", key_kv_indptr},
+    {"kv_indices", key_kv_indices},
+    {"kv_last_page_len", key_kv_last_page_len},
+    {"kv_layout", key_kv_layout},
 };
 
 static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)

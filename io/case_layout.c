@@ -12,7 +12,7 @@
 static int64_t seq_q_len(const smattn_case *c, int64_t b)
 {
     const smattn_layout *l = &c->layout;
-    return c->packed_q ? l->cu_seqlens_q[b + 1] - l->cu_seqlens_q[b]
+    return c->packed_q      ? l->cu_seqlens_q[b + 1] - l->cu_seqlens_q[b]
            : c->prob.q_lens ? c->prob.q_lens[b]
                             : c->prob.S;
 }
@@ -44,8 +44,7 @@ static int64_t query_offset(const smattn_case *c, const smattn_tensor *t, int64_
                             int64_t h, int64_t d)
 {
     if (c->packed_q)
-        return (c->layout.cu_seqlens_q[b] + i) * t->stride[1] + h * t->stride[2] +
-               d * t->stride[3];
+        return (c->layout.cu_seqlens_q[b] + i) * t->stride[1] + h * t->stride[2] + d * t->stride[3];
     return b * t->stride[0] + i * t->stride[1] + h * t->stride[2] + d * t->stride[3];
 }
 
@@ -63,7 +62,8 @@ static void *gather(const smattn_case *c, const smattn_tensor *t, int keys, int6
         for (int64_t i = 0; i < len; i++)
             for (int64_t h = 0; h < H; h++)
                 for (int64_t e = 0; e < D; e++) {
-                    int64_t src = keys ? key_offset(c, t, b, i, h, e) : query_offset(c, t, b, i, h, e);
+                    int64_t src =
+                        keys ? key_offset(c, t, b, i, h, e) : query_offset(c, t, b, i, h, e);
                     memcpy(d + (size_t)(((b * n1 + i) * H + h) * D + e) * es,
                            (const unsigned char *)t->data + (size_t)src * es, es);
                 }

@@ -241,23 +241,35 @@ START_TEST(bad_cu_seqlens)
     } bad[] = {
         {"{\"cu_seqlens_q\": [8]}", "\"cu_seqlens_q\" has 1 entries; want B + 1 >= 2"},
         {"{\"cu_seqlens_q\": [1, 8]}", "\"cu_seqlens_q\"[0] = 1, want 0"},
-        {"{\"cu_seqlens_q\": [0, 5, 3, 8]}", "\"cu_seqlens_q\"[2] = 3 is less than \"cu_seqlens_q\"[1] = 5"},
+        {"{\"cu_seqlens_q\": [0, 5, 3, 8]}",
+         "\"cu_seqlens_q\"[2] = 3 is less than \"cu_seqlens_q\"[1] = 5"},
         {"{\"cu_seqlens_q\": [0, 3, 7]}", "\"cu_seqlens_q\"[2] = 7, want q.npy's row count 8"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"q_lens\": [1, 2]}", "\"cu_seqlens_q\" and \"q_lens\" cannot both"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 7]}", "\"cu_seqlens_k\" has 2 entries, want B + 1 = 3 (B from \"cu_seqlens_q\")"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 6]}", "\"cu_seqlens_k\"[2] = 6, want k.npy's row count 7"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"kv_lens\": [1, 1]}", "\"cu_seqlens_k\" and \"kv_lens\" cannot both"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"seqused_k\": [4]}", "\"seqused_k\" has 1 entries, want B = 2"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"seqused_k\": [4, 4]}", "\"seqused_k\"[1] = 4 is outside [0, 3]"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"seqused_k\": [-1, 1]}", "\"seqused_k\"[0] = -1 is outside [0, 4]"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"seqused_k\": [1, 1]}", "\"seqused_k\" needs \"cu_seqlens_k\""},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"kv_layout\": \"HND\"}", "\"kv_layout\" applies to page caches"},
-        {"{\"cu_seqlens_q\": [0, 3, 8], \"kv_layout\": \"NDH\"}", "\"kv_layout\" must be \"NHD\" or \"HND\""},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"q_lens\": [1, 2]}",
+         "\"cu_seqlens_q\" and \"q_lens\" cannot both"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 7]}",
+         "\"cu_seqlens_k\" has 2 entries, want B + 1 = 3 (B from \"cu_seqlens_q\")"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 6]}",
+         "\"cu_seqlens_k\"[2] = 6, want k.npy's row count 7"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"kv_lens\": [1, 1]}",
+         "\"cu_seqlens_k\" and \"kv_lens\" cannot both"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"seqused_k\": [4]}",
+         "\"seqused_k\" has 1 entries, want B = 2"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"seqused_k\": [4, 4]}",
+         "\"seqused_k\"[1] = 4 is outside [0, 3]"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"cu_seqlens_k\": [0, 4, 7], \"seqused_k\": [-1, 1]}",
+         "\"seqused_k\"[0] = -1 is outside [0, 4]"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"seqused_k\": [1, 1]}",
+         "\"seqused_k\" needs \"cu_seqlens_k\""},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"kv_layout\": \"HND\"}",
+         "\"kv_layout\" applies to page caches"},
+        {"{\"cu_seqlens_q\": [0, 3, 8], \"kv_layout\": \"NDH\"}",
+         "\"kv_layout\" must be \"NHD\" or \"HND\""},
         {"{\"cu_seqlens_q\": null}", "\"cu_seqlens_q\" must be an array of integers"},
         {"{\"cu_seqlens_q\": [0, 2.5, 8]}", "\"cu_seqlens_q\"[1] is not an integer"},
         {"{\"cu_seqlens_k\": [0, \"7\"]}", "\"cu_seqlens_k\"[1] is not an integer"},
         /* dense keys beside packed queries: k.npy 3-D means B = 1 */
-        {"{\"cu_seqlens_q\": [0, 3, 8]}", "k.npy: batch size 1 (3-D), but B = 2 from \"cu_seqlens_q\""},
+        {"{\"cu_seqlens_q\": [0, 3, 8]}",
+         "k.npy: batch size 1 (3-D), but B = 2 from \"cu_seqlens_q\""},
     };
     for (size_t n = 0; n < sizeof bad / sizeof bad[0]; n++) {
         put_text(d, "case.json", bad[n].json);
@@ -355,20 +367,33 @@ START_TEST(bad_csr)
     static const struct {
         const char *json, *needle;
     } bad[] = {
-        {"{\"kv_indptr\": [0, 1, 1, 1], \"kv_indices\": [0]}", "case.json: \"kv_last_page_len\" is missing"},
-        {"{\"kv_indices\": [0], \"kv_last_page_len\": [1, 0, 0]}", "case.json: \"kv_indptr\" is missing"},
-        {CSR("[0, 1, 1]", "[0]", "[1, 0, 0]") "}", "\"kv_indptr\" has 3 entries, want B + 1 = 4 (B from q.npy)"},
-        {CSR("[0, 1, 1, 2]", "[0]", "[1, 0, 0]") "}", "\"kv_indptr\"[3] = 2, want \"kv_indices\"'s row count 1"},
-        {CSR("[0, 2, 1, 2]", "[0, 1]", "[1, 0, 0]") "}", "\"kv_indptr\"[2] = 1 is less than \"kv_indptr\"[1] = 2"},
-        {CSR("[0, 1, 1, 1]", "[6]", "[1, 0, 0]") "}", "\"kv_indices\"[0] = 6 is outside [0, num_pages) = [0, 6)"},
+        {"{\"kv_indptr\": [0, 1, 1, 1], \"kv_indices\": [0]}",
+         "case.json: \"kv_last_page_len\" is missing"},
+        {"{\"kv_indices\": [0], \"kv_last_page_len\": [1, 0, 0]}",
+         "case.json: \"kv_indptr\" is missing"},
+        {CSR("[0, 1, 1]", "[0]", "[1, 0, 0]") "}",
+         "\"kv_indptr\" has 3 entries, want B + 1 = 4 (B from q.npy)"},
+        {CSR("[0, 1, 1, 2]", "[0]", "[1, 0, 0]") "}",
+         "\"kv_indptr\"[3] = 2, want \"kv_indices\"'s row count 1"},
+        {CSR("[0, 2, 1, 2]", "[0, 1]", "[1, 0, 0]") "}",
+         "\"kv_indptr\"[2] = 1 is less than \"kv_indptr\"[1] = 2"},
+        {CSR("[0, 1, 1, 1]", "[6]", "[1, 0, 0]") "}",
+         "\"kv_indices\"[0] = 6 is outside [0, num_pages) = [0, 6)"},
         {CSR("[0, 1, 1, 1]", "[-1]", "[1, 0, 0]") "}", "\"kv_indices\"[0] = -1 is outside"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0]") "}", "\"kv_last_page_len\" has 2 entries, want B = 3"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[5, 0, 0]") "}", "\"kv_last_page_len\"[0] = 5, want 1..page_size (sequence 0 has 1 pages)"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[0, 0, 0]") "}", "\"kv_last_page_len\"[0] = 0, want 1..page_size"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[1, 2, 0]") "}", "\"kv_last_page_len\"[1] = 2, want 0 (sequence 1 has 0 pages)"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0, 0]") ", \"kv_lens\": [1, 0, 0]}", "\"kv_indptr\" and \"kv_lens\" cannot both"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0, 0]") ", \"cu_seqlens_k\": [0, 1, 1, 1]}", "\"cu_seqlens_k\" and \"kv_indptr\" cannot both"},
-        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0, 0]") ", \"kv_layout\": 1}", "\"kv_layout\" must be \"NHD\" or \"HND\""},
+        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0]") "}",
+         "\"kv_last_page_len\" has 2 entries, want B = 3"},
+        {CSR("[0, 1, 1, 1]", "[0]", "[5, 0, 0]") "}",
+         "\"kv_last_page_len\"[0] = 5, want 1..page_size (sequence 0 has 1 pages)"},
+        {CSR("[0, 1, 1, 1]", "[0]", "[0, 0, 0]") "}",
+         "\"kv_last_page_len\"[0] = 0, want 1..page_size"},
+        {CSR("[0, 1, 1, 1]", "[0]", "[1, 2, 0]") "}",
+         "\"kv_last_page_len\"[1] = 2, want 0 (sequence 1 has 0 pages)"},
+        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0, 0]") ", \"kv_lens\": [1, 0, 0]}",
+         "\"kv_indptr\" and \"kv_lens\" cannot both"},
+        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0, 0]") ", \"cu_seqlens_k\": [0, 1, 1, 1]}",
+         "\"cu_seqlens_k\" and \"kv_indptr\" cannot both"},
+        {CSR("[0, 1, 1, 1]", "[0]", "[1, 0, 0]") ", \"kv_layout\": 1}",
+         "\"kv_layout\" must be \"NHD\" or \"HND\""},
     };
 #undef CSR
     for (size_t n = 0; n < sizeof bad / sizeof bad[0]; n++) {
@@ -450,16 +475,17 @@ START_TEST(library_line_in_errors)
     load_ok(d, &c);
     smattn_outputs out;
     char err[512];
-    ck_assert_int_eq(smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O |
-                                                   SMATTN_CASE_OUT_LSE | SMATTN_CASE_OUT_P,
-                                               &out, err, sizeof err),
-                     SMATTN_OK);
+    ck_assert_int_eq(
+        smattn_case_outputs_alloc(&c, SMATTN_F32,
+                                  SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE | SMATTN_CASE_OUT_P, &out,
+                                  err, sizeof err),
+        SMATTN_OK);
     smattn_case_outputs_free(&out);
     /* a used page that io would have refused, put in after loading: the library's line */
     c.table[8] = 99;
-    ck_assert_int_eq(smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O, &out, err,
-                                               sizeof err),
-                     SMATTN_ERR_LAYOUT);
+    ck_assert_int_eq(
+        smattn_case_outputs_alloc(&c, SMATTN_F32, SMATTN_CASE_OUT_O, &out, err, sizeof err),
+        SMATTN_ERR_LAYOUT);
     ck_assert_msg(strstr(err, "block_table[2][2] = 99 is outside [0, 6)") &&
                       strstr(err, "(SMATTN_ERR_LAYOUT)") && !strchr(err, '\n'),
                   "%s", err);

@@ -208,8 +208,8 @@ START_TEST(check_judges_layout_outputs)
         pack_outputs(&c, O, L, o, l);
         char path[512], err[256];
         snprintf(path, sizeof path, "%s/o.npy", dir);
-        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, (int64_t[]){c.total_q, p->Hq, p->Dv},
-                                   o, err, sizeof err) == 0);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, (int64_t[]){c.total_q, p->Hq, p->Dv}, o,
+                                   err, sizeof err) == 0);
         snprintf(path, sizeof path, "%s/lse.npy", dir);
         ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 2, (int64_t[]){p->Hq, c.total_q}, l, err,
                                    sizeof err) == 0);
@@ -219,8 +219,8 @@ START_TEST(check_judges_layout_outputs)
         /* one element of sequence 2's second query, packed row 5, wrong by 1e-3 */
         o[(5 * p->Hq + 1) * p->Dv + 2] += 1e-3f;
         snprintf(path, sizeof path, "%s/o.npy", dir);
-        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, (int64_t[]){c.total_q, p->Hq, p->Dv},
-                                   o, err, sizeof err) == 0);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, (int64_t[]){c.total_q, p->Hq, p->Dv}, o,
+                                   err, sizeof err) == 0);
         r = run3("check", dir, NULL, NULL);
         ck_assert_msg(r.code == 1 && strstr(r.out, "O[b=2,i=1,h=1,c=2]"), "%s: exit %d: %s%s",
                       kind_names[kind], r.code, r.out, r.err);
@@ -274,9 +274,10 @@ static void same_problem(const char *name, const smattn_case *dense, const smatt
         for (int64_t h = 0; h < d->Hq; h++)
             for (int64_t i = 0; i < Sb; i++) {
                 for (int64_t c = 0; c < d->D; c++)
-                    ck_assert_msg(same_value(at4(&dense->in.q, b, i, h, c), at4(&tw.in.q, b, i, h, c)),
-                                  "%s: q[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)i,
-                                  (long long)h, (long long)c);
+                    ck_assert_msg(
+                        same_value(at4(&dense->in.q, b, i, h, c), at4(&tw.in.q, b, i, h, c)),
+                        "%s: q[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)i,
+                        (long long)h, (long long)c);
                 for (int64_t j = 0; j < Tb; j++) {
                     if (dense->in.bias.data)
                         ck_assert_msg(same_value(at4(&dense->in.bias, b, h, i, j),
@@ -284,10 +285,12 @@ static void same_problem(const char *name, const smattn_case *dense, const smatt
                                       "%s: bias", name);
                     if (dense->in.mask.data) {
                         const smattn_tensor *m1 = &dense->in.mask, *m2 = &tw.in.mask;
-                        unsigned char x = ((const unsigned char *)m1->data)
-                            [b * m1->stride[0] + h * m1->stride[1] + i * m1->stride[2] + j * m1->stride[3]];
-                        unsigned char y = ((const unsigned char *)m2->data)
-                            [b * m2->stride[0] + h * m2->stride[1] + i * m2->stride[2] + j * m2->stride[3]];
+                        unsigned char x = ((const unsigned char *)
+                                               m1->data)[b * m1->stride[0] + h * m1->stride[1] +
+                                                         i * m1->stride[2] + j * m1->stride[3]];
+                        unsigned char y = ((const unsigned char *)
+                                               m2->data)[b * m2->stride[0] + h * m2->stride[1] +
+                                                         i * m2->stride[2] + j * m2->stride[3]];
                         ck_assert_msg((x != 0) == (y != 0), "%s: mask", name);
                     }
                 }
@@ -295,12 +298,14 @@ static void same_problem(const char *name, const smattn_case *dense, const smatt
         for (int64_t g = 0; g < d->Hkv; g++)
             for (int64_t j = 0; j < Tb; j++) {
                 for (int64_t c = 0; c < d->D; c++)
-                    ck_assert_msg(same_value(at4(&dense->in.k, b, j, g, c), at4(&tw.in.k, b, j, g, c)),
-                                  "%s: k[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)j,
-                                  (long long)g, (long long)c);
+                    ck_assert_msg(
+                        same_value(at4(&dense->in.k, b, j, g, c), at4(&tw.in.k, b, j, g, c)),
+                        "%s: k[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)j,
+                        (long long)g, (long long)c);
                 for (int64_t c = 0; c < d->Dv; c++)
-                    ck_assert_msg(same_value(at4(&dense->in.v, b, j, g, c), at4(&tw.in.v, b, j, g, c)),
-                                  "%s: v", name);
+                    ck_assert_msg(
+                        same_value(at4(&dense->in.v, b, j, g, c), at4(&tw.in.v, b, j, g, c)),
+                        "%s: v", name);
             }
     }
     ck_assert_msg((dense->in.sinks.data != NULL) == (tw.in.sinks.data != NULL), "%s: sinks", name);
@@ -403,8 +408,8 @@ START_TEST(ref_opt_match_dense_twin)
         for (int eng = 0; eng < 2; eng++) {
             const char *out = in_tmp(eng ? "out_opt" : "out_ref");
             test_outcome r = run3(eng ? "opt" : "ref", dir, out, eng ? NULL : "--dtype=f32");
-            ck_assert_msg(r.code == 0, "%s %s: exit %d: %s", eng ? "opt" : "ref",
-                          kind_names[kind], r.code, r.err);
+            ck_assert_msg(r.code == 0, "%s %s: exit %d: %s", eng ? "opt" : "ref", kind_names[kind],
+                          r.code, r.err);
             test_outcome_free(&r);
             double *go = read_out(out, "o.npy", 3, (int64_t[]){c.total_q, p->Hq, p->Dv});
             double *gl = read_out(out, "lse.npy", 2, (int64_t[]){p->Hq, c.total_q});
