@@ -723,14 +723,20 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
         short_rows |= p->q_lens[b] < p->S;
     if (short_rows) {
         /* in the kernel's dtypes: the oracle's rows, rounded once */
-        const int64_t n[2] = {p->B * p->S * p->Hq * p->Dv, p->B * p->Hq * p->S};
+        /* a size that does not fit is out of memory */
+        int64_t n[2], bs;
+        if (__builtin_mul_overflow(p->B, p->S, &bs) || __builtin_mul_overflow(bs, p->Hq, &n[1]) ||
+            __builtin_mul_overflow(n[1], p->Dv, &n[0]))
+            n[0] = n[1] = INT64_MAX;
         smattn_out_tensor *ft[2] = {&fill.o, &fill.lse};
         const smattn_out_tensor *gt[2] = {&got->o, &got->lse};
         for (int t = 0; t < 2 && ok; t++) {
             if (!gt[t]->data)
                 continue;
             ft[t]->dtype = gt[t]->dtype;
-            ft[t]->data = calloc((size_t)n[t], smattn_dtype_size(ft[t]->dtype));
+            ft[t]->data = n[t] == INT64_MAX || (uint64_t)n[t] > SIZE_MAX / 8
+                              ? NULL
+                              : calloc((size_t)n[t], smattn_dtype_size(ft[t]->dtype));
             ok = ft[t]->data != NULL;
             smattn_contiguous_strides(p, t ? 'l' : 'o', ft[t]->stride);
         }

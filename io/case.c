@@ -153,13 +153,14 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
     }
     if (present(&c->block_table)) {
         char *p = smattn_io_join_path(dir, "block_table.npy");
-        int rc = p ? smattn_npy_read_data(p, &c->block_table, err, errlen) : -1;
-        if (!p)
+        if (!p) {
             smattn_io_err(err, errlen, "out of memory");
+            return -1;
+        }
+        int rc = smattn_npy_read_data(p, &c->block_table, err, errlen);
         free(p);
         if (rc) {
-            if (p)
-                name_error(dir, "block_table.npy", err, errlen);
+            name_error(dir, "block_table.npy", err, errlen);
             return -1;
         }
         if (table_from_npy(c, err, errlen))

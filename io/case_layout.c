@@ -2,6 +2,7 @@
 /* case_layout.c: the dense, padded twin of a ragged or paged case (SPEC 2.7): its inputs
  * gathered into dense arrays and its outputs scattered into dense shapes, so that a layout
  * case can be judged by the dense rules (smattn check). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,13 +49,25 @@ static int64_t query_offset(const smattn_case *c, const smattn_tensor *t, int64_
     return b * t->stride[0] + i * t->stride[1] + h * t->stride[2] + d * t->stride[3];
 }
 
+/* a * b * c * d as a count of elements of es bytes, or -1 if it does not fit in int64 or
+ * in size_t bytes (a crafted case can ask for any shape). */
+static int64_t count4(int64_t a, int64_t b, int64_t c, int64_t d, size_t es)
+{
+    int64_t n;
+    if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) ||
+        __builtin_mul_overflow(n, d, &n) || n < 0 || (uint64_t)n > SIZE_MAX / (es ? es : 1))
+        return -1;
+    return n;
+}
+
 /* A dense copy [B, n1, H, D] of t (rows past each sequence's length zero), and its tensor. */
 static void *gather(const smattn_case *c, const smattn_tensor *t, int keys, int64_t n1, int64_t H,
                     int64_t D, smattn_tensor *out)
 {
     const smattn_problem *p = &c->prob;
     size_t es = smattn_dtype_size(t->dtype);
-    unsigned char *d = calloc((size_t)(p->B * n1 * H * D), es);
+    int64_t n = count4(p->B, n1, H, D, es);
+    unsigned char *d = n < 0 ? NULL : calloc((size_t)(n ? n : 1), es);
     if (!d)
         return NULL;
     for (int64_t b = 0; b < p->B; b++) {
@@ -140,10 +153,11 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
     const smattn_problem *p = &c->prob;
     memset(dense, 0, sizeof *dense);
     dense->p = got->p;
-    const int64_t nO = p->B * p->S * p->Hq * p->Dv, nL = p->B * p->Hq * p->S;
-    if (got->o.data && !(dense->o.data = calloc((size_t)nO, smattn_dtype_size(got->o.dtype))))
+    const size_t eo = smattn_dtype_size(got->o.dtype), el = smattn_dtype_size(got->lse.dtype);
+    const int64_t nO = count4(p->B, p->S, p->Hq, p->Dv, eo), nL = count4(p->B, p->Hq, p->S, 1, el);
+    if (got->o.data && (nO < 0 || !(dense->o.data = calloc((size_t)(nO ? nO : 1), eo))))
         goto nomem;
-    if (got->lse.data && !(dense->lse.data = calloc((size_t)nL, smattn_dtype_size(got->lse.dtype))))
+    if (got->lse.data && (nL < 0 || !(dense->lse.data = calloc((size_t)(nL ? nL : 1), el))))
         goto nomem;
     for (int t = 0; t < 2; t++) {
         smattn_out_tensor *d = t ? &dense->lse : &dense->o;
