@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long check-huge lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
         check-exp format
 all: deps cli
 
@@ -126,7 +126,7 @@ cli: $(CLI)
 # the benchmark programs too, so that make check keeps them compiling (none of them runs);
 # in the plain build only (the sanitizer build of them cost about a minute of make check)
 BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_read $(BUILD)/bench_shape \
-              $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp
+              $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp $(BUILD)/bench_layout
 tests: $(TESTBIN) $(CLI) $(if $(SAN),,$(BENCH_BINS))
 
 # The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
@@ -194,9 +194,18 @@ check-san: deps-check
 	  SMATTN_TEST_SCALE=1 check-unit
 
 # The property suite (tests/test_props.c) with 100x its random problems, then opt and ref
-# at 100x as well: run by hand before a release, not part of `make check`.
+# at 100x as well, then the suite huge (conform/battery_huge.c: T >= 65536, S T >= 2^31,
+# offsets past 2^31 elements) through the built-in kernel, judged on 64 sampled rows per
+# (batch, head), timed: run by hand before a release, not part of `make check`.
 check-long: tests
 	SMATTN_TEST_SCALE=100 SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN) props opt ref
+	@$(MAKE) --no-print-directory check-huge
+
+check-huge: cli
+	@echo "  TEST  smattn conform --suite huge --rows 64 (the built-in kernel; a few minutes)"
+	@t0=$$(date +%s); SMATTN_ROOT=$(CURDIR) $(CLI) conform --suite huge --rows 64 \
+	  --json $(BUILD)/huge.json; rc=$$?; \
+	  echo "  the suite huge took $$(( $$(date +%s) - t0 )) s (report: $(BUILD)/huge.json)"; exit $$rc
 
 # ThreadSanitizer on the threaded suites (the kernel's pool, the oracle's workers, the properties).
 check-tsan: deps-check
@@ -229,10 +238,18 @@ $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
 # The peer in the same run: oneDNN composed by plugins/onednn, built by
 # mk/onednn.mk's `onednn` (which installs Debian's libdnnl-dev when missing); without it
 # the table says '-'. make check never needs oneDNN.
-bench: deps $(BUILD)/bench_opt
+bench: deps $(BUILD)/bench_opt $(BUILD)/bench_layout
 	@$(MAKE) --no-print-directory onednn || echo "bench: no oneDNN peer (libdnnl-dev not installed)" >&2
 	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON) \
 	  $$(test -f /usr/include/oneapi/dnnl/dnnl.h && test -f $(ONEDNN_SO) && echo --peer $(ONEDNN_SO))
+	$(BUILD)/bench_layout --threads $(THREADS) $(if $(ISA),--isa $(ISA))
+
+# Ragged and paged layouts against the same problems dense (bench/bench_layout.c), alone:
+$(BUILD)/bench_layout: $(call obj,bench/bench_layout.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                       bench/peak_fma_avx512.c) $(LIB)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-layout: deps $(BUILD)/bench_layout
+	$(BUILD)/bench_layout --threads $(THREADS) $(if $(ISA),--isa $(ISA))
 
 # Where the kernel's time goes: the library and bench_opt rebuilt in build-phases/ with
 # -DSMATTN_PHASES (each thread times the phases of its work items), the same shapes.

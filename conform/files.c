@@ -706,7 +706,7 @@ static int skip_marker(const char *dir, char *out, size_t cap)
  * the layout does not have (i >= S_b) are not the kernel's: they take the oracle's values,
  * so that only the sequences' rows are judged; indices in the report are the twin's. */
 static void judge_twin(const smattn_case *c, const smattn_outputs *got, const smattn_precision *pm,
-                       conform_result *r)
+                       const conform_sample *sample, conform_result *r)
 {
     smattn_case_twin tw;
     smattn_outputs fill, dense;
@@ -755,7 +755,7 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
         snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
                  smattn_status_name(st));
     } else if (ok)
-        conform_judge(p, &tw.in, &dense, pm, 0, r);
+        conform_judge_rows(p, &tw.in, &dense, pm, 0, 0, sample, r);
     smattn_case_twin_outputs_free(&dense);
     free(fill.o.data);
     free(fill.lse.data);
@@ -763,7 +763,8 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
 }
 
 static void check_one(const char *dir, const char *name, const char *category,
-                      const smattn_precision *pm, const char *skip, conform_result *r)
+                      const smattn_precision *pm, const char *skip, const conform_sample *sample,
+                      conform_result *r)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -820,12 +821,12 @@ static void check_one(const char *dir, const char *name, const char *category,
     }
     smattn_status st;
     if (!bad && c.has_layout)
-        judge_twin(&c, &got, pm, r);
+        judge_twin(&c, &got, pm, sample, r);
     else if (!bad && (st = smattn_validate(p, &c.in, &got)) != SMATTN_OK) {
         snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
                  smattn_status_name(st));
     } else if (!bad)
-        conform_judge(p, &c.in, &got, pm, 0, r); /* .npy files: no padding outside */
+        conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding outside */
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);
     smattn_case_free(&c);
@@ -989,6 +990,14 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
                        const conform_shard *shard, conform_progress_fn progress,
                        conform_result **res, size_t *n, char *err, size_t errlen)
 {
+    return conform_check_path_rows(path, pm, skip, shard, NULL, progress, res, n, err, errlen);
+}
+
+int conform_check_path_rows(const char *path, const smattn_precision *pm, const char *skip,
+                            const conform_shard *shard, const conform_sample *sample,
+                            conform_progress_fn progress, conform_result **res, size_t *n,
+                            char *err, size_t errlen)
+{
     *res = NULL;
     *n = 0;
     entries es = {NULL, 0, 0};
@@ -1022,7 +1031,7 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
         if (progress)
             progress(done, mine, es.e[k].name);
         conform_result *r = &(*res)[done++];
-        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, r);
+        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, sample, r);
         r->index = (int64_t)k;
     }
     if (!rc && progress)

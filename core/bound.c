@@ -341,15 +341,44 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
     return smattn__bound_flags(prob, in, pm, fmt, bound, 0);
 }
 
+static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *in,
+                               const smattn_precision *pm, const smattn_outputs *fmt,
+                               const smattn_outputs *bound, unsigned flags, const int64_t *list,
+                               int64_t nlist);
+
 smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
                                   const smattn_precision *pm, const smattn_outputs *fmt,
                                   const smattn_outputs *bound, unsigned flags)
+{
+    return bound_run(prob, in, pm, fmt, bound, flags, NULL, 0);
+}
+
+smattn_status smattn__bound_rows(const smattn_problem *prob, const smattn_inputs *in,
+                                 const smattn_precision *pm, const smattn_outputs *fmt,
+                                 const smattn_outputs *bound, unsigned flags, const int64_t *rows,
+                                 int64_t nrows)
+{
+    if (nrows < 0 || (nrows > 0 && !rows))
+        return SMATTN_ERR_NULL;
+    return bound_run(prob, in, pm, fmt, bound, flags, rows, nrows);
+}
+
+/* Every row (list NULL), or the nlist rows of list. */
+static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *in,
+                               const smattn_precision *pm, const smattn_outputs *fmt,
+                               const smattn_outputs *bound, unsigned flags, const int64_t *list,
+                               int64_t nlist)
 {
     if (!prob || !in || !pm || !fmt || !bound)
         return SMATTN_ERR_NULL;
     smattn_status st = smattn_validate(prob, in, bound);
     if (st)
         return st;
+    const int64_t nrows = list ? nlist : prob->B * prob->Hq * prob->S;
+    for (int64_t k = 0; list && k < nlist; k++)
+        if (list[k] < 0 || list[k] >= prob->B * prob->Hq * prob->S ||
+            (k > 0 && list[k] <= list[k - 1]))
+            return SMATTN_ERR_SHAPE;
     const int att = prob->op == SMATTN_OP_ATTENTION;
     const smattn_out_tensor *bo = att ? &bound->o : NULL, *bl = &bound->lse, *bp = &bound->p;
     const int want_o = att && bo->data, want_l = bl->data != NULL, want_p = bp->data != NULL;
@@ -395,10 +424,14 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
     r.c = (ld)prob->softcap;
     const ld scale = (ld)prob->scale, big = fmaxl(1, fabsl(scale));
 
-    for (int64_t b = 0; b < prob->B; b++)
-        for (int64_t h = 0; h < prob->Hq; h++)
-            for (int64_t i = 0; i < prob->S; i++) {
+    for (int64_t k = 0; k < nrows; k++) {
+                const int64_t row = list ? list[k] : k; /* (b Hq + h) S + i */
+                const int64_t b = row / (prob->Hq * prob->S), h = (row / prob->S) % prob->Hq,
+                              i = row % prob->S;
                 const int64_t g = att ? smattn__kv_head(prob, h) : 0;
+                /* a packed batch's padding rows have no O or LSE (SPEC 2.7) */
+                const int stored = smattn__row_stored(prob, b, i);
+                const int row_o = want_o && stored, row_l = want_l && stored;
                 int64_t lo, hi;
                 smattn__key_range(prob, b, i, &lo, &hi);
                 /* SPEC 3.4-3.6: the visible set; row-poisoning inputs (SPEC 4.2). */
@@ -441,12 +474,12 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                 }
                 r.n = r.nk + r.has_sink;
                 int empty = r.n == 0, mean = 0;
-                const int64_t lrow = want_l ? smattn__off4(bl->stride, b, h, i, 0) : 0;
+                const int64_t lrow = row_l ? smattn__lse_off(prob, bl->stride, b, h, i) : 0;
                 /* Scores (exact up to long double rounding: SPEC 6.9). */
                 if (r.nk > 0 && att) { /* q enters only through visible scores (SPEC 4.2) */
                     for (int64_t d = 0; d < D; d++) {
                         double qv = smattn_load(in->q.data, in->q.dtype,
-                                                smattn__off4(in->q.stride, b, i, h, d));
+                                                smattn__row_off(prob, in->q.stride, b, i, h, d));
                         if (!isfinite(qv))
                             nanrow = 1;
                         qd[d] = (ld)qv;
@@ -467,10 +500,10 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                 if (empty || nanrow) {
                     /* SPEC 6.7 / 6.8: exact zeros get 0, non-finite exact values +inf. */
                     double vo = nanrow || prob->empty_rows == SMATTN_EMPTY_NAN ? HUGE_VAL : 0;
-                    if (want_o)
+                    if (row_o)
                         for (int64_t c = 0; c < Dv; c++)
-                            put(bo, smattn__off4(bo->stride, b, i, h, c), vo);
-                    if (want_l) {
+                            put(bo, smattn__row_off(prob, bo->stride, b, i, h, c), vo);
+                    if (row_l) {
                         double vl = nanrow || prob->empty_lse != SMATTN_LSE_ZERO ? HUGE_VAL : 0;
                         put(bl, lrow, vl);
                     }
@@ -492,7 +525,7 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                         int kbad = 0;
                         for (int64_t d = 0; d < D; d++) {
                             double kv = smattn_load(in->k.data, in->k.dtype,
-                                                    smattn__off4(in->k.stride, b, j, g, d));
+                                                    smattn__key_off(prob, in->k.stride, b, j, g, d));
                             if (!isfinite(kv))
                                 kbad = 1;
                             ld pr = qd[d] * (ld)kv;
@@ -523,10 +556,10 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                     r.abig[t] = abs_sum;
                 }
                 if (nanrow) { /* a non-finite K row found late: redo as a NaN row */
-                    if (want_o)
+                    if (row_o)
                         for (int64_t c = 0; c < Dv; c++)
-                            put(bo, smattn__off4(bo->stride, b, i, h, c), HUGE_VAL);
-                    if (want_l)
+                            put(bo, smattn__row_off(prob, bo->stride, b, i, h, c), HUGE_VAL);
+                    if (row_l)
                         put(bl, lrow, HUGE_VAL);
                     if (want_p) {
                         for (int64_t j = 0; j < T; j++)
@@ -567,9 +600,9 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                 row_common(&r, &mk, &rk);
                 row_common(&r, &me, &re);
                 const int out = rk.out || re.out;
-                if (want_l && mean) { /* SPEC 3.4: the sentinel, exact */
+                if (row_l && mean) { /* SPEC 3.4: the sentinel, exact */
                     put(bl, lrow, prob->empty_lse == SMATTN_LSE_ZERO ? 0 : HUGE_VAL);
-                } else if (want_l) {
+                } else if (row_l) {
                     ld Bk = rk.Blse;
                     if (out)
                         put(bl, lrow, HUGE_VAL);
@@ -589,15 +622,15 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                         put(bp, smattn__off4(bp->stride, b, h, i, r.idx[t]), v);
                     }
                 }
-                if (want_o) {
+                if (row_o) {
                     /* Load the visible V rows once; classify columns (SPEC 4.2). */
                     for (int64_t t = 0; t < r.nk; t++)
                         for (int64_t c = 0; c < Dv; c++)
                             Vrow[t * Dv + c] = (ld)smattn_load(
                                 in->v.data, in->v.dtype,
-                                smattn__off4(in->v.stride, b, r.idx[t], g, c));
+                                smattn__key_off(prob, in->v.stride, b, r.idx[t], g, c));
                     for (int64_t c = 0; c < Dv; c++) {
-                        const int64_t off = smattn__off4(bo->stride, b, i, h, c);
+                        const int64_t off = smattn__row_off(prob, bo->stride, b, i, h, c);
                         int bad = 0;
                         ld Nsum = 0;
                         for (int64_t t = 0; t < r.nk; t++) {

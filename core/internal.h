@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "core/layout.h" /* the locator of ragged and paged layouts (SPEC 2.7) */
 #include "core/mask.h" /* SMATTN_MAX_DIM, smattn__off4 and the proved integer logic */
 #include "smattn.h"
 
@@ -36,6 +37,18 @@ void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bit
 smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
                                   const smattn_precision *pm, const smattn_outputs *fmt,
                                   const smattn_outputs *bound, unsigned flags);
+/* The same on listed rows only (the others' bound elements are not written): rows are
+ * indices (b Hq + h) S + i, strictly ascending (else SMATTN_ERR_SHAPE). For judging a
+ * sample of the rows of a large problem (smattn check --rows); the cost is the rows'. */
+smattn_status smattn__bound_rows(const smattn_problem *prob, const smattn_inputs *in,
+                                 const smattn_precision *pm, const smattn_outputs *fmt,
+                                 const smattn_outputs *bound, unsigned flags, const int64_t *rows,
+                                 int64_t nrows);
+/* ref/rows.c: smattn_ref on listed rows only, the same rule for rows (the others' output
+ * elements are not written), each row evaluated as smattn_ref evaluates it. */
+smattn_status smattn__ref_rows(const smattn_problem *p, const smattn_inputs *in,
+                               const smattn_outputs *out, const smattn_ref_config *cfg,
+                               smattn_ref_stats *stats, const int64_t *rows, int64_t nrows);
 
 /* The query length S_b and key length T_b of batch b (SPEC 3.2). */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b);

@@ -216,6 +216,10 @@ START_TEST(check_judges_layout_outputs)
         test_outcome r = run3("check", dir, NULL, NULL);
         ck_assert_msg(r.code == 0, "%s: exit %d: %s%s", kind_names[kind], r.code, r.out, r.err);
         test_outcome_free(&r);
+        r = run3("check", dir, "--rows=1", NULL); /* sampled rows of the twin */
+        ck_assert_msg(r.code == 0, "%s: --rows: exit %d: %s%s", kind_names[kind], r.code, r.out,
+                      r.err);
+        test_outcome_free(&r);
         /* one element of sequence 2's second query, packed row 5, wrong by 1e-3 */
         o[(5 * p->Hq + 1) * p->Dv + 2] += 1e-3f;
         snprintf(path, sizeof path, "%s/o.npy", dir);

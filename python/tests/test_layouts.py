@@ -97,6 +97,24 @@ def test_check_judges_packed_outputs(name):
     assert not rep.passed and rep.worst.output == "LSE" and rep.worst.index == (3, 6)
 
 
+def test_check_rows_sampled():
+    """check(rows=K, seed=N) on a layout judges the sampled rows of the twin (rows 0, S-1,
+    the powers of two around them and K more per sequence and head), not every row."""
+    r = np.random.default_rng(9)
+    q = r.standard_normal((64, 2, 8)).astype(np.float32)
+    k = r.standard_normal((50, 1, 8)).astype(np.float32)
+    v = r.standard_normal((50, 1, 8)).astype(np.float32)
+    kw = dict(cu_seqlens_q=[0, 40, 64], cu_seqlens_k=[0, 30, 50], causal=True)
+    Q, K, V, ql, kvl = _ragged.Ragged(q, k, v, kw).twin(q, k, v)
+    O, L = smattn.reference(Q, K, V, q_lens=ql, kv_lens=kvl, causal=True, dtype="float32")
+    o = np.concatenate([O[0, :40], O[1, :24]])
+    lse = np.concatenate([L[0, :, :40], L[1, :, :24]], axis=1)
+    full = smattn.check(o, q, k, v, lse=lse, **kw)
+    rep = smattn.check(o, q, k, v, lse=lse, rows=1, seed=3, **kw)
+    assert full.passed and full.rows_judged == full.rows_total == 2 * 2 * 40
+    assert rep.passed and 0 < rep.rows_judged < rep.rows_total
+
+
 def test_check_dense_q_paged_keys():
     """Decode: dense q [B, 1, Hq, D] over a paged cache; outputs dense."""
     _, kc, vc = arrays()
