@@ -28,6 +28,7 @@ enum { EXIT_HELP = -1 };
 typedef struct opts {
     const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
     const char *precision, *dtype, *empty, *empty_lse, *require_precision, *skip, *shard_text;
+    const char *layout; /* gen --layout */
     int no_vectors, force, partial; /* flags */
     conform_shard shard; /* --shard I/N (count 1: the whole suite) */
     uint64_t seed;
@@ -58,7 +59,11 @@ static const char *usage_of(const char *cmd)
     if (!strcmp(cmd, "gen"))
         return "usage: smattn gen [--suite quick|full] [--seed N] [--shard I/N] [--dtype f32|f16|bf16]\n"
                "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero]\n"
-               "         [--vectors DIR | --no-vectors] [--force] OUT\n";
+               "         [--layout dense|packed|paged|csr] [--vectors DIR | --no-vectors]\n"
+               "         [--force] OUT\n"
+               "  --layout: attention cases with packed queries (cu_seqlens_q) and packed keys\n"
+               "  (cu_seqlens_k), a paged cache (block_table.npy, pages of 16) or FlashInfer's\n"
+               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense\n";
     if (!strcmp(cmd, "report"))
         return "usage: smattn report merge OUT.json IN.json... [--partial] [--junit F] [--html F]\n"
                "         [--baseline F]\n"
@@ -112,12 +117,13 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                                         "--require-precision",
                                         "--skip",
                                         "--shard",
-                                        "--rows"};
+                                        "--rows",
+                                        "--layout"};
     const char **slots[] = {
         &o->kernel,  &o->suite,     &o->json,  &o->junit, &o->baseline,          &o->html,
         &o->vectors, &o->precision, &o->dtype, &o->empty, &o->empty_lse,         NULL,
         NULL,        NULL,          &o->only,  NULL,      &o->require_precision, &o->skip,
-        &o->shard_text, NULL};
+        &o->shard_text, NULL, &o->layout};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -514,8 +520,8 @@ int cmd_gen(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("gen", "suite seed shard dtype empty empty-lse vectors no-vectors force", 1,
-                        argc, argv, &o);
+    int rc = parse_opts("gen", "suite seed shard dtype empty empty-lse layout vectors no-vectors force",
+                        1, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
@@ -537,6 +543,12 @@ int cmd_gen(int argc, char **argv)
         return usage_error("gen", "--empty: want zero, nan or mean");
     if (l == 3)
         return usage_error("gen", "--empty-lse: want neg_inf, pos_inf or zero");
+    static const char *const lay[4] = {"dense", "packed", "paged", "csr"};
+    int y = 0;
+    while (o.layout && y < 4 && strcmp(o.layout, lay[y]))
+        y++;
+    if (y == 4)
+        return usage_error("gen", "--layout: want dense, packed, paged or csr");
     char err[1200], vdir[1100];
     if ((rc = vectors_for("gen", &o, vdir, sizeof vdir)))
         return rc;
@@ -546,7 +558,7 @@ int cmd_gen(int argc, char **argv)
         return EXIT_USAGE;
     }
     conform_battery_keep_shard(&b, &o.shard);
-    long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, o.suite,
+    long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, y, o.suite,
                                o.seed, o.force, err, sizeof err);
     conform_battery_free(&b);
     if (n < 0) {

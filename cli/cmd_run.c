@@ -28,8 +28,9 @@ typedef struct run_args {
 static const char ref_help[] =
     "usage: smattn ref CASE OUT [--dtype f64|f32|f16|bf16] [--weights] [--threads N]\n"
     "  Run the exact oracle on the case directory CASE (q.npy k.npy v.npy, or x.npy for a\n"
-    "  softmax; optional bias.npy mask.npy sinks.npy case.json; SPEC 7) and write\n"
-    "  OUT/o.npy and OUT/lse.npy (softmax: p.npy and lse.npy), correctly rounded, as a set:\n"
+    "  softmax; optional bias.npy mask.npy sinks.npy block_table.npy case.json; SPEC 7) and\n"
+    "  write OUT/o.npy and OUT/lse.npy (softmax: p.npy and lse.npy), correctly rounded, as a\n"
+    "  set (ragged and paged cases, SPEC 7.1: o.npy [total_q,Hq,Dv], lse.npy [Hq,total_q]):\n"
     "  all or none, marked whole in OUT/.smattn-set (SPEC 7.2); an o/lse/p.npy of an earlier\n"
     "  run that this run does not write is removed. OUT is created if missing; a run into\n"
     "  an OUT another run is writing waits for it. A merge case (o_parts.npy, lse_parts.npy;\n"

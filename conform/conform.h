@@ -410,12 +410,17 @@ void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t c
 /* ---- case directories (gen / check) -------------------------------------------------- */
 
 /* Write every case of b that a file can express under OUT/<name>/ (inputs in dtype t, the
- * conventions given) and OUT/manifest.json. Returns the number written, or -1 with err. */
+ * conventions given) and OUT/manifest.json. Returns the number written, or -1 with err.
+ * layout 0 writes the cases dense; 1, 2, 3 write each attention case with at least one
+ * query and one key with its queries packed (cu_seqlens_q) and its keys packed
+ * (cu_seqlens_k), paged (block_table.npy, pages of 16 in reverse order, NaN in unused
+ * slots) or paged in FlashInfer's CSR form (SPEC 7.1): the same problem on every row a
+ * sequence has. */
 /* A non-empty OUT is refused unless force, and then each case directory written is
  * removed first, so that no file of an earlier run (an old o.npy, a skip marker) stays. */
 long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,
-                       smattn_empty empty, smattn_empty_lse empty_lse, const char *suite,
-                       uint64_t seed, int force, char *err, size_t errlen);
+                       smattn_empty empty, smattn_empty_lse empty_lse, int layout,
+                       const char *suite, uint64_t seed, int force, char *err, size_t errlen);
 /* Judge CASE_OR_DIR: one case directory, or a directory of them (manifest.json or every
  * subdirectory holding q.npy or x.npy). Results are malloc'd into *res (count *n).
  * 0, or -1 with err for an unusable path (a case whose o.npy is missing or malformed is a

@@ -6,7 +6,16 @@
  * clear status, and smattn_ref and the kernel must give that same status, except
  * SMATTN_ERR_UNSUPPORTED from the kernel for valid dtypes it does not take. Buffers hold
  * 8 bytes per element of the original shape; a corrupted descriptor that validates but
- * reaches beyond them is only validated, never run. */
+ * reaches beyond them is only validated, never run.
+ *
+ * Layouts (SPEC 2.7): one byte more from the tail, read after the decoder (a missing byte
+ * reads 0: none, so the older inputs keep their meaning), attaches a layout that describes
+ * the same memory: packed queries (cu_seqlens_q), packed keys (cu_seqlens_k with
+ * seqused_k), paged keys (a block table over the K/V buffers cut in pages of a divisor of
+ * T, in reverse order), or packed queries with either; then up to four corruptions of its
+ * lists, table entries and geometry, or a length array it excludes. The statuses must
+ * agree as above (SMATTN_ERR_LAYOUT among them), and a valid layout is run only when every
+ * element it addresses lies inside the buffers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +28,14 @@
 enum { T_Q, T_K, T_V, T_X, T_BIAS, T_MASK, T_SINKS, T_O, T_LSE, T_P, T_N };
 static const char *const tname[T_N] = {"q", "k", "v", "x", "bias", "mask", "sinks", "o", "lse", "p"};
 
+/* A layout over the case's buffers; B <= 64 and T <= 64 (the decoder's budget). */
+typedef struct api_layout {
+    smattn_layout l;
+    int kind; /* 0 none; bits: 1 packed q, 2 packed k, 4 paged */
+    int64_t cu_q[66], cu_k[66], used[65], kv[65];
+    int32_t table[64 * 64];
+} api_layout;
+
 typedef struct api_case {
     smattn_problem p;
     smattn_inputs in;
@@ -29,6 +46,7 @@ typedef struct api_case {
     void *buf[T_N];
     size_t bytes[T_N];
     int64_t lens[2][2];
+    api_layout lay;
 } api_case;
 
 static int64_t pick_i64(fuzz_provider *dp, int64_t orig)
@@ -153,6 +171,99 @@ static void corrupt(api_case *c, fuzz_provider *dp)
     }
 }
 
+/* Attach layout kind k (1 packed q, 2 packed k, 3 paged, 4 packed q and k, 5 packed q
+ * and paged) describing the same elements as the dense problem. */
+static void attach_layout(api_case *c, int k, fuzz_provider *dp)
+{
+    static const int kinds[6] = {0, 1, 2, 4, 3, 5};
+    smattn_problem *p = &c->p;
+    api_layout *a = &c->lay;
+    a->kind = kinds[k];
+    if (!a->kind || p->op != SMATTN_OP_ATTENTION || p->B < 1 || p->B > 64 || p->T < 1 ||
+        p->T > 64 || p->S < 1 || p->S > (INT64_C(1) << 20))
+        return;
+    memset(&a->l, 0, sizeof a->l);
+    const int64_t B = p->B, S = p->S, T = p->T;
+    if (a->kind & 1) { /* rows b*S .. of Q and O; LSE [1, Hq, B*S] */
+        for (int64_t b = 0; b <= B; b++)
+            a->cu_q[b] = b * S;
+        a->l.cu_seqlens_q = a->cu_q;
+        p->q_lens = NULL;
+        c->out.lse.stride[0] = 0, c->out.lse.stride[1] = B * S, c->out.lse.stride[2] = 1;
+    }
+    if (a->kind & 2) {
+        for (int64_t b = 0; b <= B; b++)
+            a->cu_k[b] = b * T;
+        a->l.cu_seqlens_k = a->cu_k;
+        if (p->kv_lens) {
+            for (int64_t b = 0; b < B; b++)
+                a->used[b] = b < 2 ? p->kv_lens[b] : T;
+            a->l.seqused_k = a->used;
+        }
+        p->kv_lens = NULL;
+    }
+    if (a->kind & 4) { /* pages of ps slots, a divisor of T, handed out in reverse */
+        int64_t divs[64], nd = 0;
+        for (int64_t d = 1; d <= T; d++)
+            if (T % d == 0)
+                divs[nd++] = d;
+        const int64_t ps = divs[fuzz_take(dp, (uint32_t)nd)], per = T / ps, np = B * per;
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t q = 0; q < per; q++)
+                a->table[b * per + q] = (int32_t)(np - 1 - (b * per + q));
+            a->kv[b] = p->kv_lens && b < 2 ? p->kv_lens[b] : T;
+        }
+        a->l.block_table = a->table;
+        a->l.bt_stride = a->l.max_pages = per;
+        a->l.num_pages = np;
+        a->l.page_size = ps;
+        p->kv_lens = a->kv;
+        for (int t = 0; t < 2; t++) { /* [B,T,..] -> [pages, ps, ..] */
+            smattn_tensor *x = t ? &c->in.v : &c->in.k;
+            x->stride[0] = ps * x->stride[1];
+        }
+    }
+    p->layout = &a->l;
+}
+
+/* One corruption of an attached layout: a list or table entry, the geometry, or a length
+ * array the layout excludes. */
+static void corrupt_layout(api_case *c, fuzz_provider *dp)
+{
+    api_layout *a = &c->lay;
+    smattn_problem *p = &c->p;
+    const int64_t B = p->B >= 1 && p->B <= 64 ? p->B : 1;
+    uint32_t e = fuzz_take(dp, (uint32_t)B + 1);
+    switch (fuzz_take(dp, 6)) {
+    case 0: a->cu_q[e] = pick_i64(dp, a->cu_q[e]); break;
+    case 1: a->cu_k[e] = pick_i64(dp, a->cu_k[e]); break;
+    case 2: a->used[e % B] = pick_i64(dp, a->used[e % B]); break;
+    case 3: {
+        int64_t n = a->l.max_pages > 0 && a->l.max_pages <= 64 ? B * a->l.max_pages : 1;
+        static const int64_t v[] = {-1, 0, INT32_MAX, INT32_MIN, 1};
+        uint32_t k = fuzz_take(dp, 6), at = fuzz_take(dp, (uint32_t)n);
+        a->table[at] = (int32_t)(k < 5 ? v[k] : a->l.num_pages);
+        break;
+    }
+    case 4: {
+        int64_t *g[4] = {&a->l.bt_stride, &a->l.max_pages, &a->l.num_pages, &a->l.page_size};
+        int64_t *x = g[fuzz_take(dp, 4)];
+        *x = pick_i64(dp, *x);
+        break;
+    }
+    default: /* a length array the layout excludes, or both kinds of keys */
+        if (fuzz_take(dp, 2))
+            p->q_lens = c->lens[1];
+        else if (a->l.cu_seqlens_k && !a->l.block_table) {
+            a->l.block_table = a->table;
+            a->l.bt_stride = a->l.max_pages = a->l.page_size = a->l.num_pages = 1;
+            a->table[0] = 0;
+        } else
+            p->kv_lens = NULL;
+        break;
+    }
+}
+
 /* Does every element the descriptor addresses lie inside the buffers? (Only asked of a
  * descriptor that validated, so dims are >= 1 and offsets fit in int64.) */
 static int fits_one(const void *data, const int64_t *stride, int rank, const int64_t *n,
@@ -182,6 +293,16 @@ static int fits(const api_case *c)
             o[4] = {p->B, p->S, p->Hq, p->Dv}, s[1] = {p->Hq};
     const smattn_inputs *in = &c->in;
     const smattn_outputs *out = &c->out;
+    int64_t lse[3] = {p->B, p->Hq, p->S};
+    const smattn_layout *l = p->layout;
+    if (l && l->cu_seqlens_q) { /* [1, total_q, ...]: the batch stride is not used */
+        q[0] = o[0] = lse[0] = 1;
+        q[1] = o[1] = lse[2] = l->cu_seqlens_q[p->B];
+    }
+    if (l && l->cu_seqlens_k)
+        k[0] = v[0] = 1, k[1] = v[1] = l->cu_seqlens_k[p->B];
+    else if (l && l->block_table)
+        k[0] = v[0] = l->num_pages, k[1] = v[1] = l->page_size;
     return (!att || (fits_one(in->q.data, in->q.stride, 4, q, in->q.dtype, c) &&
                      fits_one(in->k.data, in->k.stride, 4, k, in->k.dtype, c) &&
                      fits_one(in->v.data, in->v.stride, 4, v, in->v.dtype, c) &&
@@ -190,7 +311,7 @@ static int fits(const api_case *c)
            fits_one(in->bias.data, in->bias.stride, 4, full, in->bias.dtype, c) &&
            fits_one(in->mask.data, in->mask.stride, 4, full, in->mask.dtype, c) &&
            fits_one(in->sinks.data, in->sinks.stride, 1, s, in->sinks.dtype, c) &&
-           fits_one(out->lse.data, out->lse.stride, 3, full, out->lse.dtype, c) &&
+           fits_one(out->lse.data, out->lse.stride, 3, lse, out->lse.dtype, c) &&
            fits_one(out->p.data, out->p.stride, 4, full, out->p.dtype, c);
 }
 
@@ -237,6 +358,19 @@ static void report(const api_case *c, const fuzz_problem *fp, const char *what, 
         fprintf(stderr, "  kv_lens %lld %lld\n", (long long)p->kv_lens[0], (long long)p->kv_lens[1]);
     if (p->q_lens)
         fprintf(stderr, "  q_lens %lld %lld\n", (long long)p->q_lens[0], (long long)p->q_lens[1]);
+    if (p->layout) {
+        const smattn_layout *l = p->layout;
+        fprintf(stderr,
+                "  layout: cu_seqlens_q %s cu_seqlens_k %s seqused_k %s block_table %s "
+                "bt_stride %lld max_pages %lld num_pages %lld page_size %lld\n",
+                l->cu_seqlens_q ? "set" : "NULL", l->cu_seqlens_k ? "set" : "NULL",
+                l->seqused_k ? "set" : "NULL", l->block_table ? "set" : "NULL",
+                (long long)l->bt_stride, (long long)l->max_pages, (long long)l->num_pages,
+                (long long)l->page_size);
+        for (int64_t b = 0; b <= p->B && b <= 64 && b < 4; b++)
+            fprintf(stderr, "  cu_q[%lld] %lld cu_k[%lld] %lld\n", (long long)b,
+                    (long long)c->lay.cu_q[b], (long long)b, (long long)c->lay.cu_k[b]);
+    }
     for (int t = 0; t < T_N; t++) {
         const void *d;
         int dt;
@@ -309,6 +443,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_provider_init(&ops_dp, ops, (size_t)nops * 8);
     for (int i = 0; i < nops; i++)
         corrupt(&c, &ops_dp);
+    /* a layout: chosen after the decoder (whose raw copy takes the front bytes) */
+    attach_layout(&c, (int)fuzz_take(&dp, 6), &dp);
+    if (c.p.layout)
+        for (int i = 0, nl = (int)fuzz_take(&dp, 5); i < nl; i++)
+            corrupt_layout(&c, &dp);
     /* kv_lens and q_lens hold B entries by contract: after a change of B, give them B
      * entries (0, a valid length) when B is small, and drop them when it is not */
     if ((c.p.kv_lens || c.p.q_lens) && c.p.B > 2) {
@@ -321,7 +460,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     smattn_status v = smattn_validate(c.pp, c.pin, c.pout);
-    if ((int)v < 0 || v > SMATTN_ERR_LAYOUT || v == SMATTN_ERR_INTERNAL)
+    if ((int)v < 0 || v > SMATTN_ERR_LAYOUT || v == SMATTN_ERR_INTERNAL ||
+        (v == SMATTN_ERR_LAYOUT && !c.p.layout))
         report(&c, &fp, "validate status", v, v);
     if (v == SMATTN_OK && !fits(&c))
         goto done; /* valid, but beyond the harness's buffers: nothing safe to run */

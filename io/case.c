@@ -128,6 +128,8 @@ static int present(const smattn_npy *a)
     return a->itemsize != 0;
 }
 
+static int table_from_npy(smattn_case *c, char *err, size_t errlen);
+
 /* The data of every present array, read only once every header has been checked. */
 static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
@@ -148,6 +150,21 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
             name_error(dir, names[n], err, errlen);
             return -1;
         }
+    }
+    if (present(&c->block_table)) {
+        char *p = smattn_io_join_path(dir, "block_table.npy");
+        if (!p) {
+            smattn_io_err(err, errlen, "out of memory");
+            return -1;
+        }
+        int rc = smattn_npy_read_data(p, &c->block_table, err, errlen);
+        free(p);
+        if (rc) {
+            name_error(dir, "block_table.npy", err, errlen);
+            return -1;
+        }
+        if (table_from_npy(c, err, errlen))
+            return -1;
     }
     /* Every check has passed: no present array is empty, so each has data now. */
     c->in.q.data = c->q.data;
@@ -305,6 +322,466 @@ static int check_attention(smattn_case *c, char *err, size_t errlen)
             return -1;
         strides_34(arr[n], ten[n]->stride);
     }
+    return 0;
+}
+
+/* ---- layouts (SPEC 2.7, 7.1) ----------------------------------------------------------- */
+
+/* Whether case.json or the directory describes a ragged or paged layout. */
+static int json_has_layout(const smattn_case_json *j)
+{
+    return j->cu_seqlens_q || j->cu_seqlens_k || j->seqused_k || j->kv_indptr || j->kv_indices ||
+           j->kv_last_page_len || j->has_kv_layout;
+}
+
+/* A cu_seqlens list: B + 1 entries, 0 first, never decreasing, its last the packed row
+ * count of file; the longest sequence in *maxlen. */
+static int check_cu(const int64_t *cu, size_t n, const char *key, int64_t B, const char *bsrc,
+                    int64_t total, const char *file, int64_t *maxlen, char *err, size_t errlen)
+{
+    if ((uint64_t)n != (uint64_t)B + 1) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"%s\" has %zu entries, want B + 1 = %lld (B from %s)", key, n,
+                      (long long)B + 1, bsrc);
+        return -1;
+    }
+    if (cu[0] != 0) {
+        smattn_io_err(err, errlen, "case.json: \"%s\"[0] = %lld, want 0", key, (long long)cu[0]);
+        return -1;
+    }
+    *maxlen = 0;
+    for (size_t b = 0; b + 1 < n; b++) {
+        if (cu[b + 1] < cu[b]) {
+            smattn_io_err(err, errlen,
+                          "case.json: \"%s\"[%zu] = %lld is less than \"%s\"[%zu] = %lld "
+                          "(sequence %zu would have a negative length)",
+                          key, b + 1, (long long)cu[b + 1], key, b, (long long)cu[b], b);
+            return -1;
+        }
+        if (cu[b + 1] - cu[b] > *maxlen)
+            *maxlen = cu[b + 1] - cu[b];
+    }
+    if (cu[n - 1] != total) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"%s\"[%zu] = %lld, want %s's row count %lld (the last entry "
+                      "is the number of packed rows)",
+                      key, n - 1, (long long)cu[n - 1], file, (long long)total);
+        return -1;
+    }
+    return 0;
+}
+
+/* The two keys (or key and file) a and b exclude each other. */
+static int exclusive(int has_a, int has_b, const char *a, const char *b, const char *why, char *err,
+                     size_t errlen)
+{
+    if (!has_a || !has_b)
+        return 0;
+    smattn_io_err(err, errlen, "case.json: %s and %s cannot both be given (%s)", a, b, why);
+    return -1;
+}
+
+/* The combinations of layout keys and files that mean something (SPEC 7.1). */
+static int check_layout_keys(const smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_case_json *j = &c->json;
+    int bt = present(&c->block_table), csr = j->kv_indptr || j->kv_indices || j->kv_last_page_len;
+    if (exclusive(j->cu_seqlens_q != NULL, j->q_lens != NULL, "\"cu_seqlens_q\"", "\"q_lens\"",
+                  "a packed sequence's length is its slice", err, errlen) ||
+        exclusive(j->cu_seqlens_k != NULL, bt, "\"cu_seqlens_k\"", "block_table.npy",
+                  "keys are packed or paged, not both", err, errlen) ||
+        exclusive(j->cu_seqlens_k != NULL, csr, "\"cu_seqlens_k\"", "\"kv_indptr\"",
+                  "keys are packed or paged, not both", err, errlen) ||
+        exclusive(j->cu_seqlens_k != NULL, j->kv_lens != NULL, "\"cu_seqlens_k\"", "\"kv_lens\"",
+                  "give \"seqused_k\" to use fewer keys than a slice holds", err, errlen) ||
+        exclusive(bt, csr, "block_table.npy", "\"kv_indptr\"", "one form of the page table", err,
+                  errlen) ||
+        exclusive(csr, j->kv_lens != NULL, "\"kv_indptr\"", "\"kv_lens\"",
+                  "the lengths follow from \"kv_indptr\" and \"kv_last_page_len\"", err, errlen))
+        return -1;
+    if (csr && !(j->kv_indptr && j->kv_indices && j->kv_last_page_len)) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"%s\" is missing (\"kv_indptr\", \"kv_indices\" and "
+                      "\"kv_last_page_len\" come together)",
+                      !j->kv_indptr    ? "kv_indptr"
+                      : !j->kv_indices ? "kv_indices"
+                                       : "kv_last_page_len");
+        return -1;
+    }
+    if (j->seqused_k && !j->cu_seqlens_k) {
+        smattn_io_err(err, errlen, "case.json: \"seqused_k\" needs \"cu_seqlens_k\"");
+        return -1;
+    }
+    if (j->has_kv_layout && !bt && !csr) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"kv_layout\" applies to page caches (block_table.npy or "
+                      "\"kv_indptr\")");
+        return -1;
+    }
+    if (bt && !j->kv_lens) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"kv_lens\" is required with block_table.npy (each "
+                      "sequence's key count)");
+        return -1;
+    }
+    return 0;
+}
+
+/* B as the first source that gives it states it: "cu_seqlens_q", or q.npy. */
+static int64_t layout_batch(const smattn_case *c, const char **src)
+{
+    if (c->packed_q) {
+        *src = "\"cu_seqlens_q\"";
+        return (int64_t)c->json.n_cu_seqlens_q - 1;
+    }
+    *src = c->q.rank == 4 ? "q.npy" : "q.npy (3-D: B = 1)";
+    return c->q.rank == 4 ? c->q.shape[0] : 1;
+}
+
+/* max_pages * page_size, saturated. */
+static int64_t page_capacity(int64_t max_pages, int64_t page_size)
+{
+    return max_pages > 0 && page_size > INT64_MAX / max_pages ? INT64_MAX : max_pages * page_size;
+}
+
+/* The FlashInfer form: kv_indptr [B+1], kv_indices, kv_last_page_len [B] into a block
+ * table and kv_lens (kv_len_b = (pages_b - 1) * page_size + last_b; no page: 0). */
+static int table_from_csr(smattn_case *c, const char *bsrc, char *err, size_t errlen)
+{
+    const smattn_case_json *j = &c->json;
+    const int64_t B = c->prob.B, ps = c->layout.page_size, np = c->layout.num_pages;
+    int64_t maxp = 0;
+    if (check_cu(j->kv_indptr, j->n_kv_indptr, "kv_indptr", B, bsrc, (int64_t)j->n_kv_indices,
+                 "\"kv_indices\"", &maxp, err, errlen))
+        return -1;
+    if ((uint64_t)j->n_kv_last_page_len != (uint64_t)B) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"kv_last_page_len\" has %zu entries, want B = %lld (B from %s)",
+                      j->n_kv_last_page_len, (long long)B, bsrc);
+        return -1;
+    }
+    for (size_t e = 0; e < j->n_kv_indices; e++)
+        if (j->kv_indices[e] < 0 || j->kv_indices[e] >= np || j->kv_indices[e] > INT32_MAX) {
+            smattn_io_err(err, errlen,
+                          "case.json: \"kv_indices\"[%zu] = %lld is outside [0, num_pages) = "
+                          "[0, %lld) (num_pages from k.npy)",
+                          e, (long long)j->kv_indices[e], (long long)np);
+            return -1;
+        }
+    const int64_t cols = maxp > 0 ? maxp : 1;
+    c->table = malloc((size_t)B * (size_t)cols * sizeof *c->table);
+    c->csr_lens = malloc((size_t)B * sizeof *c->csr_lens);
+    if (!c->table || !c->csr_lens) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t pages = j->kv_indptr[b + 1] - j->kv_indptr[b], last = j->kv_last_page_len[b];
+        if (pages == 0 ? last != 0 : last < 1 || last > ps) {
+            smattn_io_err(err, errlen,
+                          "case.json: \"kv_last_page_len\"[%lld] = %lld, want %s (sequence %lld "
+                          "has %lld pages)",
+                          (long long)b, (long long)last, pages == 0 ? "0" : "1..page_size",
+                          (long long)b, (long long)pages);
+            return -1;
+        }
+        if (pages > 0 && pages - 1 > (INT64_MAX - last) / ps) {
+            smattn_io_err(err, errlen,
+                          "case.json: sequence %lld's key count (%lld pages of %lld) does not fit "
+                          "in int64",
+                          (long long)b, (long long)pages, (long long)ps);
+            return -1;
+        }
+        c->csr_lens[b] = pages ? (pages - 1) * ps + last : 0;
+        for (int64_t p = 0; p < cols; p++)
+            c->table[b * cols + p] = p < pages ? (int32_t)j->kv_indices[j->kv_indptr[b] + p] : -1;
+    }
+    c->layout.max_pages = c->layout.bt_stride = cols;
+    c->layout.block_table = c->table;
+    return 0;
+}
+
+/* block_table.npy, read: every entry fits in int32, the pages each sequence uses lie in
+ * [0, num_pages); copied into c->table in C order. */
+static int table_from_npy(smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_npy *a = &c->block_table;
+    const int64_t B = a->shape[0], cols = a->shape[1], ps = c->layout.page_size;
+    c->table = malloc((size_t)B * (size_t)cols * sizeof *c->table);
+    if (!c->table) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t used = c->prob.kv_lens[b] / ps + (c->prob.kv_lens[b] % ps != 0);
+        for (int64_t p = 0; p < cols; p++) {
+            int64_t off = b * a->stride[0] + p * a->stride[1], v;
+            if (a->type == SMATTN_NPY_I32) {
+                int32_t w;
+                memcpy(&w, (const char *)a->data + off * 4, 4);
+                v = w;
+            } else {
+                memcpy(&v, (const char *)a->data + off * 8, 8);
+                if (v < INT32_MIN || v > INT32_MAX) {
+                    smattn_io_err(err, errlen,
+                                  "block_table.npy: entry [%lld][%lld] = %lld does not fit in "
+                                  "int32",
+                                  (long long)b, (long long)p, (long long)v);
+                    return -1;
+                }
+            }
+            if (p < used && (v < 0 || v >= c->layout.num_pages)) {
+                smattn_io_err(err, errlen,
+                              "block_table.npy: entry [%lld][%lld] = %lld is outside [0, "
+                              "num_pages) = [0, %lld) (sequence %lld uses %lld pages)",
+                              (long long)b, (long long)p, (long long)v,
+                              (long long)c->layout.num_pages, (long long)b, (long long)used);
+                return -1;
+            }
+            c->table[b * cols + p] = (int32_t)v;
+        }
+    }
+    c->layout.block_table = c->table;
+    return 0;
+}
+
+/* The page caches k.npy, v.npy [num_pages,page_size,Hkv,D] (NHD) or [num_pages,Hkv,
+ * page_size,D] (HND): the geometry into c->layout, the strides as the tensor [pages,
+ * slots, Hkv, D] wants them. */
+static int check_pages(smattn_case *c, char *err, size_t errlen)
+{
+    const int hnd = c->json.kv_hnd, ds = hnd ? 2 : 1, dh = hnd ? 1 : 2;
+    const char *want = hnd ? "[num_pages,Hkv,page_size,D] (kv_layout HND)"
+                           : "[num_pages,page_size,Hkv,D] (kv_layout NHD)";
+    const smattn_npy *kv[2] = {&c->k, &c->v};
+    const char *kvn[2] = {"k.npy", "v.npy"};
+    for (int n = 0; n < 2; n++)
+        if (kv[n]->rank != 4) {
+            char s[128];
+            shape_str(kv[n], s, sizeof s);
+            smattn_io_err(err, errlen, "%s: shape %s has rank %d; a page cache is %s", kvn[n], s,
+                          kv[n]->rank, want);
+            return -1;
+        } else if (nonempty_dims(kv[n], kvn[n], err, errlen))
+            return -1;
+    smattn_problem *p = &c->prob;
+    c->layout.num_pages = c->k.shape[0];
+    c->layout.page_size = c->k.shape[ds];
+    p->Hkv = c->k.shape[dh];
+    if (same_dim(&c->k, "k.npy", 3, p->D, "q.npy's head dim", err, errlen) ||
+        same_dim(&c->v, "v.npy", 0, c->layout.num_pages, "k.npy's num_pages", err, errlen) ||
+        same_dim(&c->v, "v.npy", ds, c->layout.page_size, "k.npy's page_size", err, errlen) ||
+        same_dim(&c->v, "v.npy", dh, p->Hkv, "k.npy's KV head count Hkv =", err, errlen))
+        return -1;
+    p->Dv = c->v.shape[3];
+    smattn_tensor *t[2] = {&c->in.k, &c->in.v};
+    for (int n = 0; n < 2; n++) {
+        t[n]->stride[0] = kv[n]->stride[0];
+        t[n]->stride[1] = kv[n]->stride[ds];
+        t[n]->stride[2] = kv[n]->stride[dh];
+        t[n]->stride[3] = kv[n]->stride[3];
+    }
+    return 0;
+}
+
+/* block_table.npy's header: [B, max_pages] of i4 or i8. */
+static int check_table_header(smattn_case *c, const char *bsrc, char *err, size_t errlen)
+{
+    const smattn_npy *a = &c->block_table;
+    if (a->type != SMATTN_NPY_I32 && a->type != SMATTN_NPY_I64) {
+        smattn_io_err(err, errlen,
+                      "block_table.npy: dtype '%s' is not an integer type (want '<i4' or '<i8')",
+                      a->descr);
+        return -1;
+    }
+    if (a->rank != 2) {
+        char s[128];
+        shape_str(a, s, sizeof s);
+        smattn_io_err(err, errlen, "block_table.npy: shape %s has rank %d; want [B,max_pages]", s,
+                      a->rank);
+        return -1;
+    }
+    if (nonempty_dims(a, "block_table.npy", err, errlen))
+        return -1;
+    if (a->shape[0] != c->prob.B) {
+        smattn_io_err(err, errlen, "block_table.npy: %lld rows, want B = %lld (B from %s)",
+                      (long long)a->shape[0], (long long)c->prob.B, bsrc);
+        return -1;
+    }
+    c->layout.max_pages = c->layout.bt_stride = a->shape[1];
+    const int64_t cap = page_capacity(a->shape[1], c->layout.page_size);
+    const int64_t *kl = c->json.kv_lens;
+    if ((uint64_t)c->json.n_kv_lens != (uint64_t)c->prob.B) {
+        smattn_io_err(err, errlen, "case.json: \"kv_lens\" has %zu entries, want B = %lld",
+                      c->json.n_kv_lens, (long long)c->prob.B);
+        return -1;
+    }
+    for (int64_t b = 0; b < c->prob.B; b++)
+        if (kl[b] < 0 || kl[b] > cap) {
+            smattn_io_err(err, errlen,
+                          "case.json: \"kv_lens\"[%lld] = %lld is outside [0, max_pages * "
+                          "page_size] = [0, %lld] (block_table.npy's capacity)",
+                          (long long)b, (long long)kl[b], (long long)cap);
+            return -1;
+        }
+    return 0;
+}
+
+/* An attention case with a layout: B, S, T, the heads and the tensors' strides from
+ * case.json's layout keys, block_table.npy and the q/k/v headers. */
+static int check_layout(smattn_case *c, char *err, size_t errlen)
+{
+    smattn_case_json *j = &c->json;
+    smattn_problem *p = &c->prob;
+    const smattn_npy *q = &c->q, *k = &c->k, *v = &c->v;
+    if (check_layout_keys(c, err, errlen))
+        return -1;
+    c->has_layout = 1;
+    c->packed_q = j->cu_seqlens_q != NULL;
+    c->packed_k = j->cu_seqlens_k != NULL;
+    c->paged = present(&c->block_table) || j->kv_indptr;
+    p->op = SMATTN_OP_ATTENTION;
+    if (c->packed_q && j->n_cu_seqlens_q < 2) {
+        smattn_io_err(err, errlen, "case.json: \"cu_seqlens_q\" has %zu entries; want B + 1 >= 2",
+                      j->n_cu_seqlens_q);
+        return -1;
+    }
+    if (c->packed_q ? q->rank != 3 : q->rank != 3 && q->rank != 4) {
+        char s[128];
+        shape_str(q, s, sizeof s);
+        smattn_io_err(err, errlen, "q.npy: shape %s has rank %d; want %s", s, q->rank,
+                      c->packed_q ? "[total_q,Hq,D] with \"cu_seqlens_q\""
+                                  : "[B,S,Hq,D] or [S,Hq,D]");
+        return -1;
+    }
+    if (nonempty_dims(q, "q.npy", err, errlen))
+        return -1;
+    const char *bsrc;
+    p->B = layout_batch(c, &bsrc);
+    const int oq = q->rank - 3;
+    p->Hq = q->shape[oq + 1];
+    p->D = q->shape[oq + 2];
+    int64_t maxq = 0;
+    if (c->packed_q) {
+        c->total_q = q->shape[0];
+        if (check_cu(j->cu_seqlens_q, j->n_cu_seqlens_q, "cu_seqlens_q", p->B, bsrc, c->total_q,
+                     "q.npy", &maxq, err, errlen))
+            return -1;
+        p->S = maxq > 0 ? maxq : 1;
+    } else
+        p->S = q->shape[oq];
+    /* keys: packed, paged or dense */
+    if (c->packed_k) {
+        const smattn_npy *kv[2] = {k, v};
+        const char *kvn[2] = {"k.npy", "v.npy"};
+        for (int n = 0; n < 2; n++)
+            if (kv[n]->rank != 3) {
+                char s[128];
+                shape_str(kv[n], s, sizeof s);
+                smattn_io_err(err, errlen,
+                              "%s: shape %s has rank %d; with \"cu_seqlens_k\" want "
+                              "[total_k,Hkv,%s]",
+                              kvn[n], s, kv[n]->rank, n ? "Dv" : "D");
+                return -1;
+            } else if (nonempty_dims(kv[n], kvn[n], err, errlen))
+                return -1;
+        c->total_k = k->shape[0];
+        p->Hkv = k->shape[1];
+        if (same_dim(k, "k.npy", 2, p->D, "q.npy's head dim", err, errlen) ||
+            same_dim(v, "v.npy", 0, c->total_k, "k.npy's total_k", err, errlen) ||
+            same_dim(v, "v.npy", 1, p->Hkv, "k.npy's KV head count Hkv =", err, errlen))
+            return -1;
+        p->Dv = v->shape[2];
+        int64_t maxk = 0;
+        if (check_cu(j->cu_seqlens_k, j->n_cu_seqlens_k, "cu_seqlens_k", p->B, bsrc, c->total_k,
+                     "k.npy", &maxk, err, errlen))
+            return -1;
+        if (j->seqused_k) {
+            if ((uint64_t)j->n_seqused_k != (uint64_t)p->B) {
+                smattn_io_err(err, errlen,
+                              "case.json: \"seqused_k\" has %zu entries, want B = %lld (B from %s)",
+                              j->n_seqused_k, (long long)p->B, bsrc);
+                return -1;
+            }
+            maxk = 0;
+            for (size_t b = 0; b < j->n_seqused_k; b++) {
+                int64_t have = j->cu_seqlens_k[b + 1] - j->cu_seqlens_k[b];
+                if (j->seqused_k[b] < 0 || j->seqused_k[b] > have) {
+                    smattn_io_err(err, errlen,
+                                  "case.json: \"seqused_k\"[%zu] = %lld is outside [0, %lld] "
+                                  "(sequence %zu's slice of \"cu_seqlens_k\")",
+                                  b, (long long)j->seqused_k[b], (long long)have, b);
+                    return -1;
+                }
+                maxk = j->seqused_k[b] > maxk ? j->seqused_k[b] : maxk;
+            }
+        }
+        p->T = maxk > 0 ? maxk : 1;
+        strides_34(k, c->in.k.stride);
+        strides_34(v, c->in.v.stride);
+    } else if (c->paged) {
+        if (check_pages(c, err, errlen))
+            return -1;
+        int64_t maxk = 0;
+        if (j->kv_indptr) {
+            if (table_from_csr(c, bsrc, err, errlen))
+                return -1;
+            for (int64_t b = 0; b < p->B; b++)
+                maxk = c->csr_lens[b] > maxk ? c->csr_lens[b] : maxk;
+        } else {
+            if (check_table_header(c, bsrc, err, errlen))
+                return -1;
+            for (int64_t b = 0; b < p->B; b++)
+                maxk = j->kv_lens[b] > maxk ? j->kv_lens[b] : maxk;
+        }
+        p->T = maxk > 0 ? maxk : 1;
+    } else { /* dense keys beside packed queries */
+        const smattn_npy *kv[2] = {k, v};
+        const char *kvn[2] = {"k.npy", "v.npy"};
+        for (int n = 0; n < 2; n++)
+            if (rank_3_or_4(kv[n], kvn[n], "[B,T,Hkv,D] or [T,Hkv,D]", err, errlen) ||
+                nonempty_dims(kv[n], kvn[n], err, errlen))
+                return -1;
+        const int ok = k->rank - 3;
+        if (v->rank != k->rank) {
+            smattn_io_err(err, errlen, "v.npy: rank %d, but k.npy has rank %d", v->rank, k->rank);
+            return -1;
+        }
+        if (ok ? k->shape[0] != p->B : p->B != 1) {
+            smattn_io_err(err, errlen, "k.npy: batch size %lld%s, but B = %lld from %s",
+                          (long long)(ok ? k->shape[0] : 1), ok ? "" : " (3-D)", (long long)p->B,
+                          bsrc);
+            return -1;
+        }
+        p->T = k->shape[ok];
+        p->Hkv = k->shape[ok + 1];
+        if (same_dim(k, "k.npy", ok + 2, p->D, "q.npy's head dim", err, errlen) ||
+            (ok && same_dim(v, "v.npy", 0, p->B, "k.npy's batch size B =", err, errlen)) ||
+            same_dim(v, "v.npy", ok, p->T, "k.npy's key count T =", err, errlen) ||
+            same_dim(v, "v.npy", ok + 1, p->Hkv, "k.npy's KV head count Hkv =", err, errlen))
+            return -1;
+        p->Dv = v->shape[ok + 2];
+        strides_34(k, c->in.k.stride);
+        strides_34(v, c->in.v.stride);
+    }
+    if (p->Hq % p->Hkv != 0) {
+        smattn_io_err(err, errlen, "k.npy: Hq (%lld) is not a multiple of Hkv (%lld)",
+                      (long long)p->Hq, (long long)p->Hkv);
+        return -1;
+    }
+    c->rank = c->packed_q ? 4 : q->rank;
+    const unsigned bits[3] = {SMATTN_CASE_Q, SMATTN_CASE_K, SMATTN_CASE_V};
+    const smattn_npy *arr[3] = {q, k, v};
+    const char *names[3] = {"q.npy", "k.npy", "v.npy"}, *keys[3] = {"q", "k", "v"};
+    smattn_tensor *ten[3] = {&c->in.q, &c->in.k, &c->in.v};
+    for (int n = 0; n < 3; n++)
+        if (float_dtype(arr[n], names[n], keys[n], (c->json.bf16 & bits[n]) != 0, &ten[n]->dtype,
+                        err, errlen))
+            return -1;
+    strides_34(q, c->in.q.stride);
+    c->layout.cu_seqlens_q = j->cu_seqlens_q;
+    c->layout.cu_seqlens_k = j->cu_seqlens_k;
+    c->layout.seqused_k = j->seqused_k;
     return 0;
 }
 
@@ -527,11 +1004,19 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
         return -1;
     /* Every header and case.json first, cross-checked; no data byte before that. */
     c->prob = smattn_problem_default();
+    if (load_header(dir, "block_table.npy", 0, &c->block_table, err, errlen))
+        return -1;
+    const int layout = json_has_layout(&c->json) || present(&c->block_table);
     if (op == SMATTN_OP_ATTENTION) {
         if (load_header(dir, "q.npy", 1, &c->q, err, errlen) ||
             load_header(dir, "k.npy", 1, &c->k, err, errlen) ||
-            load_header(dir, "v.npy", 1, &c->v, err, errlen) || check_attention(c, err, errlen))
+            load_header(dir, "v.npy", 1, &c->v, err, errlen) ||
+            (layout ? check_layout(c, err, errlen) : check_attention(c, err, errlen)))
             return -1;
+    } else if (layout) {
+        smattn_io_err(err, errlen, "%s: a softmax case (x.npy) has no ragged or paged layout",
+                      present(&c->block_table) ? "block_table.npy" : "case.json");
+        return -1;
     } else if (load_header(dir, "x.npy", 1, &c->x, err, errlen) || check_softmax(c, err, errlen))
         return -1;
     if (load_header(dir, "bias.npy", 0, &c->bias, err, errlen) ||
@@ -545,6 +1030,11 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
         check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen))
         return -1;
     apply_json(c);
+    if (c->has_layout) {
+        c->prob.layout = &c->layout;
+        if (c->csr_lens)
+            c->prob.kv_lens = c->csr_lens;
+    }
     return 0;
 }
 
@@ -578,6 +1068,9 @@ void smattn_case_free(smattn_case *c)
     smattn_npy *arr[7] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->mask, &c->sinks};
     for (int n = 0; n < 7; n++)
         smattn_npy_free(arr[n]);
+    smattn_npy_free(&c->block_table);
+    free(c->table);
+    free(c->csr_lens);
     smattn_case_json_free(&c->json);
     memset(c, 0, sizeof *c);
 }

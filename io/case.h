@@ -9,8 +9,17 @@
  * arrays are used in place through their strides. Every error is one line that names the
  * file and the problem.
  *
- * io/case_json.c parses case.json, io/case.c loads and checks the arrays, io/case_out.c
- * allocates and writes the outputs.
+ * Ragged and paged layouts (SPEC 2.7, 7.1): case.json's "cu_seqlens_q" packs q.npy
+ * [total_q,Hq,D] (and o.npy [total_q,Hq,Dv], lse.npy [Hq,total_q]); "cu_seqlens_k" (with
+ * "seqused_k") packs k.npy/v.npy [total_k,Hkv,D]; block_table.npy [B,max_pages] (i4 or
+ * i8), or the FlashInfer keys "kv_indptr", "kv_indices", "kv_last_page_len", make
+ * k.npy/v.npy page caches [num_pages,page_size,Hkv,D] ("kv_layout": "NHD") or
+ * [num_pages,Hkv,page_size,D] ("HND"). The problem is the dense, padded twin: S and T are
+ * the longest sequence's (at least 1), bias and mask broadcast to [B,Hq,S,T], p.npy is
+ * [B,Hq,S,T].
+ *
+ * io/case_json.c parses case.json, io/case.c loads and checks the arrays, io/case_layout.c
+ * the layouts, io/case_out.c allocates and writes the outputs.
  */
 #ifndef SMATTN_IO_CASE_H
 #define SMATTN_IO_CASE_H
@@ -45,6 +54,13 @@ typedef struct smattn_case_json {
     smattn_empty empty_rows;
     smattn_empty_lse empty_lse;
     unsigned bf16; /* SMATTN_CASE_* bits */
+    /* Layouts (SPEC 7.1); NULL: not given. */
+    int64_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
+    size_t n_cu_seqlens_q, n_cu_seqlens_k, n_seqused_k;
+    int64_t *kv_indptr, *kv_indices, *kv_last_page_len; /* FlashInfer's paged CSR form */
+    size_t n_kv_indptr, n_kv_indices, n_kv_last_page_len;
+    int has_kv_layout; /* "kv_layout" given */
+    int kv_hnd;        /* "kv_layout": "HND" (1) or "NHD" (0, the default) */
 } smattn_case_json;
 
 /* Defaults: no key given (what an absent case.json means). */
@@ -56,13 +72,22 @@ int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, c
                            size_t errlen);
 void smattn_case_json_free(smattn_case_json *cj);
 
-/* A loaded case. prob and in point into the owned arrays below. */
+/* A loaded case. prob and in point into the owned arrays below, and prob.layout into the
+ * case itself: a case is used where it was loaded, never copied. */
 typedef struct smattn_case {
     smattn_problem prob;
     smattn_inputs in;
-    int rank; /* 3 or 4: the rank convention of q/k/v (or x) and the outputs */
+    int rank; /* 3 or 4: the rank convention of q/k/v (or x) and the outputs (for a packed
+                 q, of p.npy: 4; o.npy and lse.npy are then packed) */
     smattn_case_json json;
     smattn_npy q, k, v, x, bias, mask, sinks; /* data NULL: absent */
+    /* Layouts: prob.layout is &layout when the case has one (has_layout), else NULL. */
+    smattn_npy block_table; /* block_table.npy; itemsize 0: absent */
+    int has_layout, packed_q, packed_k, paged;
+    int64_t total_q, total_k; /* rows of the packed q.npy / k.npy */
+    smattn_layout layout;
+    int32_t *table;    /* owned: the block table as int32 [B][max_pages] */
+    int64_t *csr_lens; /* owned: kv_lens from the CSR keys [B] */
 } smattn_case;
 
 /* Load and check a case directory. Returns 0, or nonzero with one line in err such as
@@ -76,6 +101,33 @@ int smattn_case_load(const char *dir, smattn_case *c, char *err, size_t errlen);
 int smattn_case_open(const char *dir, smattn_case *c, char *err, size_t errlen);
 int smattn_case_read(const char *dir, smattn_case *c, char *err, size_t errlen);
 void smattn_case_free(smattn_case *c);
+
+/* The dense, padded twin of a layout case whose data is read (SPEC 2.7): q, k, v copied
+ * into dense [B,S,Hq,D] / [B,T,Hkv,D] arrays of their dtypes (padding zero), q_lens and
+ * kv_lens the sequences' lengths, no layout. The twin's prob and in point into *tw and c
+ * (bias, mask, sinks): free tw before c. Returns 0, or -1 with one line in err. */
+typedef struct smattn_case_twin {
+    smattn_problem prob;
+    smattn_inputs in;
+    void *q, *k, *v;
+    int64_t *q_lens, *kv_lens;
+} smattn_case_twin;
+int smattn_case_twin_make(const smattn_case *c, smattn_case_twin *tw, char *err, size_t errlen);
+void smattn_case_twin_free(smattn_case_twin *tw);
+/* Outputs of a layout case (got: as smattn_case_outputs_alloc lays them out, or as read
+ * back from o.npy/lse.npy in the case's shapes) scattered into the twin's dense shapes:
+ * O [B,S,Hq,Dv] and LSE [B,Hq,S] contiguous in binary64; P is shared (dense already). Rows
+ * the layout does not have (i >= S_b) take fill's values (fill: dense outputs of the twin,
+ * or NULL: +0). dense->o and lse are owned, p is got's: free with
+ * smattn_case_twin_outputs_free. 0, or -1 (out of memory). */
+int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
+                             const smattn_outputs *fill, smattn_outputs *dense);
+void smattn_case_twin_outputs_free(smattn_outputs *dense);
+
+/* Output which (0 o, 1 lse, 2 p) of the case: its shape in the files (rank returned: 3-D
+ * without B or 4-D; with a packed q o [total_q,Hq,Dv] and lse [Hq,total_q]) and the
+ * tensor strides of that array held contiguous. */
+int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], int64_t stride[4]);
 
 /* Which outputs to allocate. */
 enum { SMATTN_CASE_OUT_O = 1, SMATTN_CASE_OUT_LSE = 2, SMATTN_CASE_OUT_P = 4 };

@@ -25,7 +25,15 @@ void smattn_case_json_free(smattn_case_json *cj)
     free(cj->kv_lens);
     free(cj->q_lens);
     free(cj->sinks);
+    free(cj->cu_seqlens_q);
+    free(cj->cu_seqlens_k);
+    free(cj->seqused_k);
+    free(cj->kv_indptr);
+    free(cj->kv_indices);
+    free(cj->kv_last_page_len);
     cj->kv_lens = cj->q_lens = NULL;
+    cj->cu_seqlens_q = cj->cu_seqlens_k = cj->seqused_k = NULL;
+    cj->kv_indptr = cj->kv_indices = cj->kv_last_page_len = NULL;
     cj->sinks = NULL;
 }
 
@@ -192,6 +200,60 @@ static int key_q_lens(json_object *v, smattn_case_json *cj, char *err, size_t er
     return json_int_array(v, "q_lens", &cj->q_lens, &cj->n_q_lens, err, errlen);
 }
 
+/* The layout keys (SPEC 7.1): lists of integers. null is refused (unlike kv_lens): a key
+ * that names a layout either describes it or is absent. */
+static int layout_list(json_object *v, const char *key, int64_t **out, size_t *n, char *err,
+                       size_t errlen)
+{
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen, "\"%s\" must be an array of integers", key);
+        return -1;
+    }
+    return json_int_array(v, key, out, n, err, errlen);
+}
+
+static int key_cu_seqlens_q(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return layout_list(v, "cu_seqlens_q", &cj->cu_seqlens_q, &cj->n_cu_seqlens_q, err, errlen);
+}
+
+static int key_cu_seqlens_k(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return layout_list(v, "cu_seqlens_k", &cj->cu_seqlens_k, &cj->n_cu_seqlens_k, err, errlen);
+}
+
+static int key_seqused_k(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return layout_list(v, "seqused_k", &cj->seqused_k, &cj->n_seqused_k, err, errlen);
+}
+
+static int key_kv_indptr(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return layout_list(v, "kv_indptr", &cj->kv_indptr, &cj->n_kv_indptr, err, errlen);
+}
+
+static int key_kv_indices(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return layout_list(v, "kv_indices", &cj->kv_indices, &cj->n_kv_indices, err, errlen);
+}
+
+static int key_kv_last_page_len(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return layout_list(v, "kv_last_page_len", &cj->kv_last_page_len, &cj->n_kv_last_page_len, err,
+                       errlen);
+}
+
+static int key_kv_layout(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"NHD", "HND"};
+    int k;
+    if (json_choice(v, "kv_layout", names, 2, &k, err, errlen))
+        return -1;
+    cj->has_kv_layout = 1;
+    cj->kv_hnd = k;
+    return 0;
+}
+
 static int key_sinks(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
 {
     if (!json_object_is_type(v, json_type_array)) {
@@ -243,10 +305,23 @@ static const struct {
     const char *name;
     key_fn fn;
 } case_keys[] = {
-    {"scale", key_scale},     {"causal", key_causal},         {"window", key_window},
-    {"kv_lens", key_kv_lens}, {"q_lens", key_q_lens},         {"softcap", key_softcap},
-    {"sinks", key_sinks},     {"empty_rows", key_empty_rows}, {"empty_lse", key_empty_lse},
+    {"scale", key_scale},
+    {"causal", key_causal},
+    {"window", key_window},
+    {"kv_lens", key_kv_lens},
+    {"q_lens", key_q_lens},
+    {"softcap", key_softcap},
+    {"sinks", key_sinks},
+    {"empty_rows", key_empty_rows},
+    {"empty_lse", key_empty_lse},
     {"bf16", key_bf16},
+    {"cu_seqlens_q", key_cu_seqlens_q},
+    {"cu_seqlens_k", key_cu_seqlens_k},
+    {"seqused_k", key_seqused_k},
+    {"kv_indptr", key_kv_indptr},
+    {"kv_indices", key_kv_indices},
+    {"kv_last_page_len", key_kv_last_page_len},
+    {"kv_layout", key_kv_layout},
 };
 
 static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)
@@ -268,7 +343,9 @@ static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_
             shown[n] = 0;
             smattn_io_err(err, errlen,
                           "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
-                          "softcap, sinks, empty_rows, empty_lse, bf16)",
+                          "softcap, sinks, empty_rows, empty_lse, bf16, cu_seqlens_q, "
+                          "cu_seqlens_k, seqused_k, kv_indptr, kv_indices, kv_last_page_len, "
+                          "kv_layout)",
                           shown);
             return -1;
         }

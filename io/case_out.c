@@ -20,10 +20,19 @@
 #include "io/case.h"
 #include "io/util.h"
 
-/* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B. */
+/* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B; with a
+ * packed q, o [total_q,Hq,Dv] and lse [Hq,total_q] (p stays [B,Hq,S,T]). */
 static int out_shape(const smattn_case *c, int which, int64_t shape[4])
 {
     const smattn_problem *p = &c->prob;
+    if (c->packed_q && which == 0) {
+        shape[0] = c->total_q, shape[1] = p->Hq, shape[2] = p->Dv;
+        return 3;
+    }
+    if (c->packed_q && which == 1) {
+        shape[0] = p->Hq, shape[1] = c->total_q;
+        return 2;
+    }
     int64_t full[3][4] = {
         {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
     int rank = which == 1 ? 3 : 4;
@@ -31,6 +40,20 @@ static int out_shape(const smattn_case *c, int which, int64_t shape[4])
     for (int r = drop; r < rank; r++)
         shape[r - drop] = full[which][r];
     return rank - drop;
+}
+
+int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], int64_t stride[4])
+{
+    static const char roles[3] = {'o', 'l', 'p'};
+    int rank = out_shape(c, which, shape);
+    smattn_contiguous_strides(&c->prob, roles[which], stride);
+    if (c->packed_q && which < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */
+        stride[0] = 0;
+        stride[1] = which == 0 ? shape[1] * shape[2] : shape[1];
+        stride[2] = which == 0 ? shape[2] : 1;
+        stride[3] = which == 0 ? 1 : 0;
+    }
+    return rank;
 }
 
 /* Element count of a shape, or -1 if it does not fit in int64 or size_t bytes. */
@@ -76,7 +99,6 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
                                         smattn_outputs *out, char *err, size_t errlen)
 {
     static const char *const names[3] = {"o", "lse", "p"};
-    static const char roles[3] = {'o', 'l', 'p'};
     memset(out, 0, sizeof *out);
     smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
     size_t es = smattn_dtype_size(t);
@@ -87,8 +109,8 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
     for (int k = 0; k < 3; k++) {
         if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
             continue;
-        int64_t shape[4];
-        int rank = out_shape(c, k, shape);
+        int64_t shape[4], stride[4];
+        int rank = smattn_case_out_layout(c, k, shape, stride);
         int64_t n = shape_count(shape, rank, es);
         if (n < 0) {
             smattn_io_err(err, errlen, "%s.npy: the output has too many elements to allocate",
@@ -104,11 +126,13 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
             return SMATTN_ERR_NOMEM;
         }
         ot[k]->dtype = t;
-        smattn_contiguous_strides(&c->prob, roles[k], ot[k]->stride);
+        memcpy(ot[k]->stride, stride, sizeof stride);
     }
-    smattn_status st = smattn_validate(&c->prob, &c->in, out);
+    char why[512];
+    smattn_status st = smattn_validate_explain(&c->prob, &c->in, out, why, sizeof why);
     if (st != SMATTN_OK) {
-        smattn_io_err(err, errlen, "case: %s (%s)", smattn_status_str(st), smattn_status_name(st));
+        smattn_io_err(err, errlen, "case: %s (%s)", why[0] ? why : smattn_status_str(st),
+                      smattn_status_name(st));
         smattn_case_outputs_free(out);
     }
     return st;

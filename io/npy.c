@@ -51,7 +51,8 @@ static const type_info npy_types[] = {
     {"f8", SMATTN_NPY_F64, 8, "f64"},   {"f4", SMATTN_NPY_F32, 4, "f32"},
     {"f2", SMATTN_NPY_F16, 2, "f16"},   {"u2", SMATTN_NPY_U16, 2, "u16"},
     {"V2", SMATTN_NPY_BF16, 2, "bf16"}, {"b1", SMATTN_NPY_BOOL, 1, "bool"},
-    {"u1", SMATTN_NPY_U8, 1, "u8"},
+    {"u1", SMATTN_NPY_U8, 1, "u8"},     {"i4", SMATTN_NPY_I32, 4, "i32"},
+    {"i8", SMATTN_NPY_I64, 8, "i64"},
 };
 #define NPY_NTYPES (sizeof npy_types / sizeof npy_types[0])
 
@@ -293,7 +294,7 @@ static int parse_descr(cursor *c, smattn_npy *a, char *err, size_t errlen)
                 ti = &npy_types[k];
     if (!ti) {
         set_err(err, errlen,
-                "header: dtype '%s' is not supported (want f8, f4, f2, u2, V2, b1 or u1)", d);
+                "header: dtype '%s' is not supported (want f8, f4, f2, u2, V2, b1, u1, i4 or i8)", d);
         return -1;
     }
     /* '|' means "no byte order": right for one-byte types and numpy's void bfloat16 only. */

@@ -25,7 +25,9 @@ typedef enum smattn_npy_type {
     SMATTN_NPY_U16 = 3,  /* 'u2': raw bit patterns (bfloat16 when the case says so) */
     SMATTN_NPY_BF16 = 4, /* '|V2' / '<V2': ml_dtypes bfloat16 as np.save writes it */
     SMATTN_NPY_BOOL = 5, /* 'b1' */
-    SMATTN_NPY_U8 = 6    /* 'u1' */
+    SMATTN_NPY_U8 = 6,   /* 'u1' */
+    SMATTN_NPY_I32 = 7,  /* 'i4': block tables (SPEC 7.1) */
+    SMATTN_NPY_I64 = 8   /* 'i8': block tables */
 } smattn_npy_type;
 
 typedef struct smattn_npy {

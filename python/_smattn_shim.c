@@ -5,6 +5,7 @@
  * only, and the checker is internal, so the package ships its own copy of it. Every struct
  * here is mirrored in python/smattn/_lib.py, which checks the sizes smattn_py_abi reports
  * before any other call. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,7 @@ typedef struct smattn_py_case {
 } smattn_py_case;
 
 int smattn_py_abi(int64_t sizes[8]);
+void smattn_py_layout_abi(int64_t out[9]);
 void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, int garbage, smattn_py_result *out);
 void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
@@ -64,6 +66,21 @@ int smattn_py_abi(int64_t sizes[8])
     sizes[6] = (int64_t)sizeof(smattn_tensor);
     sizes[7] = (int64_t)sizeof(smattn_out_tensor);
     return SMATTN_PY_ABI;
+}
+
+/* sizeof(smattn_layout) and the offsets of its eight fields, for the test that
+ * smattn._lib.Layout mirrors the header. */
+void smattn_py_layout_abi(int64_t out[9])
+{
+    out[0] = (int64_t)sizeof(smattn_layout);
+    out[1] = (int64_t)offsetof(smattn_layout, cu_seqlens_q);
+    out[2] = (int64_t)offsetof(smattn_layout, cu_seqlens_k);
+    out[3] = (int64_t)offsetof(smattn_layout, seqused_k);
+    out[4] = (int64_t)offsetof(smattn_layout, block_table);
+    out[5] = (int64_t)offsetof(smattn_layout, bt_stride);
+    out[6] = (int64_t)offsetof(smattn_layout, max_pages);
+    out[7] = (int64_t)offsetof(smattn_layout, num_pages);
+    out[8] = (int64_t)offsetof(smattn_layout, page_size);
 }
 
 /* conform_judge on outputs `got` (contiguous, SPEC 2.1 layouts). The caller has validated

@@ -201,7 +201,7 @@ START_TEST(malformed_headers_rejected)
                        "unknown key 'x'");
     expect_dict_reject("{'descr': '<c16', 'fortran_order': False, 'shape': ()}", 16,
                        "not supported");
-    expect_dict_reject("{'descr': '<i8', 'fortran_order': False, 'shape': ()}", 8, "not supported");
+    expect_dict_reject("{'descr': '<i2', 'fortran_order': False, 'shape': ()}", 2, "not supported");
     expect_dict_reject("{'descr': '|f8', 'fortran_order': False, 'shape': ()}", 8, "byte order");
     expect_dict_reject("{'descr': '>V2', 'fortran_order': False, 'shape': ()}", 2, "big-endian");
     expect_dict_reject("{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': ()}", 8,

@@ -243,7 +243,7 @@ static void gen_case_files(const char *dir)
     int kept = 0;
     char name[64], err[256];
     uint8_t out[4096];
-    for (int t = SMATTN_NPY_F64; t <= SMATTN_NPY_U8; t++)
+    for (int t = SMATTN_NPY_F64; t <= SMATTN_NPY_I64; t++)
         for (int rank = 0; rank <= SMATTN_NPY_MAX_RANK; rank++) {
             int64_t shape[SMATTN_NPY_MAX_RANK] = {2, 3, 1, 2, 1};
             size_t cnt = 1;
@@ -290,6 +290,52 @@ static void gen_case_files(const char *dir)
     for (size_t i = 0; i < sizeof json / sizeof json[0]; i++) {
         snprintf(name, sizeof name, "json-%zu", i);
         put(dir, name, (const uint8_t *)json[i], strlen(json[i] + 1) + 1);
+        kept++;
+    }
+    /* layout cases (first byte 7 mod 8): the template (fuzz_case_files.c), case.json, and
+     * after a NUL the block table's .npy */
+    static const struct {
+        int tmpl;
+        const char *json;
+        int table; /* 0 none, 1 i4 [3,3], 2 i8 [3,3] with an entry beyond int32, 3 i8 [3,3] */
+    } lay[] = {
+        {0, "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"causal\": \"lower_right\"}", 1},
+        {1, "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"kv_layout\": \"HND\"}", 3},
+        {0, "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10]}", 2},
+        {2, "{\"cu_seqlens_q\": [0, 3, 4, 8], \"cu_seqlens_k\": [0, 5, 6, 13], \"seqused_k\": [5, 0, 6]}", 0},
+        {0, "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_indptr\": [0, 2, 3, 6], \"kv_indices\": [0, 1, 2, 3, 4, 5], \"kv_last_page_len\": [1, 3, 2]}", 0},
+        {3, "{\"kv_indptr\": [0, 2, 2, 5], \"kv_indices\": [5, 1, 0, 2, 4], \"kv_last_page_len\": [3, 0, 4], \"window\": [6, -1]}", 0},
+        {3, "{\"kv_lens\": [1, 12, 0]}", 1},
+    };
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
+        size_t n = 0, jl = strlen(lay[i].json);
+        out[n++] = 7;
+        out[n++] = (uint8_t)lay[i].tmpl;
+        memcpy(out + n, lay[i].json, jl);
+        n += jl;
+        if (lay[i].table) {
+            int64_t t64[9] = {0, 1, -1, 2, -1, -1, 3, 4, 5};
+            int32_t t32[9];
+            for (int k = 0; k < 9; k++)
+                t32[k] = (int32_t)t64[k];
+            if (lay[i].table == 2)
+                t64[5] = INT64_C(1) << 33;
+            size_t len;
+            unsigned char *e =
+                smattn_npy_encode(lay[i].table == 1 ? SMATTN_NPY_I32 : SMATTN_NPY_I64, 2,
+                                  (int64_t[]){3, 3}, lay[i].table == 1 ? (void *)t32 : (void *)t64,
+                                  &len, err, sizeof err);
+            if (!e || n + 1 + len > sizeof out) {
+                fprintf(stderr, "gen_seeds: %s\n", err);
+                exit(1);
+            }
+            out[n++] = 0;
+            memcpy(out + n, e, len);
+            n += len;
+            free(e);
+        }
+        snprintf(name, sizeof name, "layout-%zu", i);
+        put(dir, name, out, n);
         kept++;
     }
     printf("gen_seeds: %d inputs in %s\n", kept, dir);

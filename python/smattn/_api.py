@@ -3,6 +3,7 @@
 layouts of torch.nn.functional.scaled_dot_product_attention and flash_attn_func turned into
 one smattn_problem (SPEC 2) and passed to the C library by pointer and strides."""
 import ctypes
+import dataclasses
 import math
 import operator
 import os
@@ -14,7 +15,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _ragged
 
 F64, F32, F16, BF16, BOOL = 0, 1, 2, 3, 4
 _NP_OF = {F64: np.float64, F32: np.float32, F16: np.float16, BF16: np.uint16}
@@ -186,6 +187,7 @@ class _Built:
     softmax: bool = False
     visible_mask: Optional[np.ndarray] = None  # the bool mask, [B, Hq, S, T] (for visible())
     lens: tuple = (None, None)  # kv_lens, q_lens as int64 arrays, or None
+    ragged: Optional["_ragged.Ragged"] = None  # a ragged or paged layout (SPEC 2.7)
 
 
 def _pick(name, value, alias_name, alias_value):
@@ -199,8 +201,17 @@ def _pick(name, value, alias_name, alias_value):
 def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
            bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
            empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
-           softmax_scale=None, window_size=None):
+           softmax_scale=None, window_size=None, **ragged):
     keep = []
+    unknown = sorted(set(ragged) - set(_ragged.ARGS))
+    if unknown:
+        raise TypeError("unexpected keyword argument %r" % unknown[0])
+    if _ragged.given(ragged):
+        return _build_ragged(q, k, v, scale=scale, causal=causal, window=window,
+                             kv_lens=kv_lens, q_lens=q_lens, bias=bias, mask=mask, sinks=sinks,
+                             softcap=softcap, empty_rows=empty_rows, empty_lse=empty_lse,
+                             layout=layout, is_causal=is_causal, attn_mask=attn_mask,
+                             softmax_scale=softmax_scale, window_size=window_size, **ragged)
     layout = _layout(layout)
     scale = _pick("scale", scale, "softmax_scale", softmax_scale)
     window = _pick("window", window, "window_size", window_size)
@@ -262,6 +273,54 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
     return _Built(prob, inp, keep, layout, rank == 4, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
                   False, mask, lens)
+
+
+def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
+                  bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
+                  empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
+                  softmax_scale=None, window_size=None, **ragged):
+    """A problem with a ragged or paged layout (SPEC 2.7): the dense, padded twin's B, S,
+    T and options, Q/O/LSE packed with cu_seqlens_q, K/V packed with cu_seqlens_k or paged
+    (block_table, or FlashInfer's kv_indptr/kv_indices/kv_last_page_len)."""
+    keep = []
+    scale = _pick("scale", scale, "softmax_scale", softmax_scale)
+    window = _pick("window", window, "window_size", window_size)
+    if is_causal is not None:
+        if causal is not None:
+            raise TypeError("give causal or is_causal, not both")
+        causal = "upper_left" if is_causal else None
+    if attn_mask is not None:
+        am = _asarray(attn_mask, "attn_mask")
+        if am.dtype == np.bool_:
+            mask = _pick("mask", mask, "attn_mask", am)
+        else:
+            bias = _pick("bias", bias, "attn_mask", am)
+    q, k, v = (_required(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    batched = ragged.get("cu_seqlens_q") is None and q.ndim == 4
+    for a, n in ((q, "q"), (k, "k"), (v, "v")):
+        if 0 in a.shape:
+            raise _status_error(2, "%s: shape %s has an empty dimension: " % (n, tuple(a.shape)))
+    r = _ragged.Ragged(q, k, v, dict(ragged, q_lens=q_lens, kv_lens=kv_lens, layout=layout))
+    B, S, T, Hq, Hkv, D, Dv = r.B, r.S, r.T, r.Hq, r.Hkv, r.D, r.Dv
+    if v.shape[-1] != Dv or (r.paged and v.shape[0] != k.shape[0]):
+        raise ValueError("v: shape %s does not match k" % (tuple(v.shape),))
+    prob = _lib.problem_default()
+    prob.op = 0
+    prob.B, prob.S, prob.T, prob.Hq, prob.Hkv, prob.D, prob.Dv = B, S, T, Hq, Hkv, D, Dv
+    prob.scale = _lib.default_scale(D) if scale is None else _number(scale, "scale")
+    inp = _lib.Inputs()
+    canon = (0, 1, 2, 3)
+    q = _tensor(inp.q, q if q.ndim == 4 else q[None], _dtype_code(q, "q"), canon, keep)
+    kv_axes = (0, 2, 1, 3) if r.paged and r.hnd else canon
+    k = _tensor(inp.k, k if k.ndim == 4 else k[None], _dtype_code(k, "k"), kv_axes, keep)
+    v = _tensor(inp.v, v if v.ndim == 4 else v[None], _dtype_code(v, "v"), kv_axes, keep)
+    if r.paged:
+        kv_lens = r.kv_lens
+    bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
+                                bias, mask, sinks, softcap, empty_rows, empty_lse)
+    prob.layout = ctypes.addressof(r.descriptor(keep))
+    return _Built(prob, inp, keep, "bshd", batched, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
+                  False, mask, lens, r)
 
 
 def _build_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
@@ -425,7 +484,10 @@ def _widest(b):
 
 
 def _shapes(b):
-    """O, LSE and P shapes in the caller's layout (3-D inputs: no batch axis); softmax: no O."""
+    """O, LSE and P shapes in the caller's layout (3-D inputs: no batch axis); softmax: no O.
+    With cu_seqlens_q: O [total_q, Hq, Dv], LSE [Hq, total_q], P [B, Hq, S, T]."""
+    if b.ragged is not None and b.ragged.cu_q is not None:
+        return (b.ragged.total_q, b.Hq, b.Dv), (b.Hq, b.ragged.total_q), (b.B, b.Hq, b.S, b.T)
     o = (b.B, b.S, b.Hq, b.Dv) if b.layout == "bshd" else (b.B, b.Hq, b.S, b.Dv)
     lse, p = (b.B, b.Hq, b.S), (b.B, b.Hq, b.S, b.T)
     if not b.batched:
@@ -445,8 +507,9 @@ def _outputs(b, dtype, weights, lse=True):
 
     def batch(a):
         return a if a is None or b.batched else a[None]
+    packed = b.ragged is not None and b.ragged.cu_q is not None  # P stays [B, Hq, S, T]
     for t, a, axes in ((out.o, batch(o), ax_o), (out.lse, batch(ls), (0, 1, 2, None)),
-                       (out.p, batch(p), (0, 1, 2, 3))):
+                       (out.p, p if packed else batch(p), (0, 1, 2, 3))):
         if a is None:
             continue
         st = _element_strides(a)
@@ -478,7 +541,7 @@ def _ref_chunks(b, budget):
     of its own (query head h reads KV head h // G)."""
     G = 1 if b.softmax else b.Hq // b.Hkv
     per_head = b.S * b.T * (b.D + b.Dv)
-    if b.B * b.Hq * per_head <= budget:
+    if b.B * b.Hq * per_head <= budget or b.ragged is not None:  # a layout: one call
         return [(0, b.B, 0, b.Hq)]
     heads = max(1, budget // per_head)
     if heads >= b.Hq:
@@ -574,12 +637,29 @@ def _isatty(f):
         return False
 
 
+def _validate(b, out):
+    """smattn_validate; for a layout, smattn_validate_explain: raises the status's exception,
+    for a layout with the library's line (it names the field, the sequence and the entry).
+    A dense problem keeps the status's sentence, as the CLI prints it."""
+    if b.ragged is None:
+        st = _lib.validate(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out))
+        if st != 0:
+            raise _status_error(st)
+        return
+    msg = ctypes.create_string_buffer(512)
+    st = _lib.validate_explain(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
+                               msg, len(msg))
+    if st != 0:
+        line = msg.value.decode(errors="replace")
+        if line and line != _lib.status_str(st).decode():
+            raise _status_error(st).__class__("%s (%s)" % (line, _lib.status_name(st).decode()))
+        raise _status_error(st)
+
+
 def _ref_run(b, out, threads, progress, what):
     """smattn_ref on b into out: one call when the work is small and nobody watches, else
     chunks in a worker thread (see above). Raises the status's exception."""
-    st = _lib.validate(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out))
-    if st != 0:
-        raise _status_error(st)
+    _validate(b, out)
     cores = os.cpu_count() or 1
     budget = _REF_CHUNK_UNITS * max(1, min(threads or cores, cores))
     chunks = _ref_chunks(b, budget)
@@ -658,6 +738,8 @@ def _run(engine, q, k, v, dtype, weights, threads, isa, kw, progress=None):
             return p, lse
         return (o, lse, p) if weights else (o, lse)
     cfg = _lib.OptConfig(threads, isa.encode() if isa else None)
+    if b.ragged is not None:  # a bad layout is told by the library's line, not the kernel's
+        _validate(b, out)
     st = _lib.attention(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
                         ctypes.byref(cfg))
     if st != 0:
@@ -693,6 +775,14 @@ _DOC_ARGS = """
         when causal is off); -1 or None: unbounded (SPEC 3.3).
     kv_lens, q_lens: [B] integers: keys j >= kv_lens[b] and queries i >= q_lens[b] are
         padding (padded queries are empty rows; SPEC 3.2).
+    cu_seqlens_q: [B+1] integers; q is packed [total_q, Hq, D] (flash_attn_varlen_func) and
+        O is [total_q, Hq, Dv], LSE [Hq, total_q], P [B, Hq, S, T] (S, T: the longest
+        sequence's). cu_seqlens_k (with seqused_k [B]): k, v packed [total_k, Hkv, D].
+        block_table [B, max_pages] (int32/int64, with kv_lens): k, v are page caches
+        [num_pages, page_size, Hkv, D], or [num_pages, Hkv, page_size, D] with
+        kv_layout="HND". kv_indptr, kv_indices, kv_last_page_len (page_size optional,
+        checked against k): FlashInfer's paged form, turned into a block table and kv_lens.
+        Layouts take layout="bshd" only (SPEC 2.7).
     bias: additive, any float dtype, broadcast to [B, Hq, S, T] (NumPy rules, zero strides);
         -inf hides a key. mask: bool (or uint8), True = may attend, broadcast likewise.
         attn_mask (SDPA's keyword): a bool array is `mask`, a float array is `bias`.
@@ -723,11 +813,16 @@ def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
               empty_lse="neg_inf", dtype=None, weights=False, layout="bshd",
               threads=0, progress=None, is_causal=None, attn_mask=None, softmax_scale=None,
-              window_size=None):
+              window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+              block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
+              kv_last_page_len=None, page_size=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size)
+              softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+              seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
+              kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
+              page_size=page_size)
     return _run("ref", q, k, v, dtype, weights, threads, None, kw, progress)
 
 
@@ -750,11 +845,16 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
               empty_lse="neg_inf", dtype=None, weights=False, layout="bshd",
               threads=0, isa=None, is_causal=None, attn_mask=None, softmax_scale=None,
-              window_size=None):
+              window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+              block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
+              kv_last_page_len=None, page_size=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size)
+              softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+              seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
+              kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
+              page_size=page_size)
     return _run("opt", q, k, v, dtype, weights, threads, isa, kw)
 
 
@@ -1032,18 +1132,66 @@ def _layout_hint(other):
             "read them as layout=%r, %s)" % (other, what[other], other, here, what[here]))
 
 
+_CODE_NAMES = {F64: "float64", F32: "float32", F16: "float16", BF16: "bfloat16"}
+
+
+def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
+    """check() of a ragged or paged problem: judged as its dense, padded twin (SPEC 2.7).
+    Rows a sequence does not have are filled with the oracle's values in the output's dtype
+    (they are not the kernel's); the worst element is reported in the caller's indices."""
+    r = b.ragged
+    so, sl, sp = _shapes(b)
+    got = {}
+    for arr, name, shape in ((o, "o", so), (lse, "lse", sl), (p, "p", sp)):
+        if arr is None:
+            continue
+        a = _asarray(arr, name)
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError("%s: shape %s, want %s" % (name, tuple(a.shape), list(shape)))
+        got[name] = a
+    Q, K, V, q_lens, kv_lens = r.twin(*(np.asarray(x) for x in (q, k, v)))
+    tkw = {n: x for n, x in kw.items() if n not in _ragged.ARGS}
+    tkw.update(q_lens=q_lens, kv_lens=kv_lens if kv_lens is not None else kw.get("kv_lens"),
+               layout="bshd")
+    bt = _build(Q, K, V, **tkw)
+    O, L = got.get("o"), got.get("lse")
+    if r.cu_q is not None:
+        fill = {}
+        for name in ("o", "lse"):
+            if name not in got:
+                continue
+            code = _dtype_code(got[name], name)
+            fo, fl = reference(Q, K, V, dtype=_CODE_NAMES[code], **tkw)
+            f = fo if name == "o" else fl
+            fill[name] = f.view(got[name].dtype) if f.dtype != got[name].dtype else f
+        O, L = r.dense_out(O, L, fill.get("o"), fill.get("lse"))
+    rep = _judge(bt, O, L, got.get("p"), precision, rows, seed)
+    if rep.worst is not None and rep.worst.output in ("O", "LSE"):
+        w = rep.worst
+        rep = dataclasses.replace(rep, worst=dataclasses.replace(
+            w, index=r.packed_index(w.index, w.output)))
+    return rep
+
+
 def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, causal=None,
           window=None, kv_lens=None, q_lens=None, bias=None, mask=None, sinks=None,
           softcap=0, empty_rows="zero", empty_lse="neg_inf", layout="bshd", is_causal=None,
-          attn_mask=None, softmax_scale=None, window_size=None, rows=None, seed=0):
+          attn_mask=None, softmax_scale=None, window_size=None, rows=None, seed=0,
+          cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, kv_layout=None,
+          kv_indptr=None, kv_indices=None, kv_last_page_len=None, page_size=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size)
+              softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+              seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
+              kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
+              page_size=page_size)
     b = _build(q, k, v, **kw)
     if o is None:
         raise TypeError("o: None; want the kernel's O (check judges O, and LSE and P when "
                         "given)")
+    if b.ragged is not None:
+        return _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows, seed)
     try:
         r = _judge(b, o, lse, p, precision, rows, seed)
     except ValueError as e:  # an output's shape: is it the other layout's?
@@ -1106,7 +1254,7 @@ def check_softmax(p, x, *, lse=None, precision="float32", scale=None, causal=Non
 _CHECK_ARGS = frozenset(("lse", "p", "precision", "scale", "causal", "window", "kv_lens",
                          "q_lens", "bias", "mask", "sinks", "softcap", "empty_rows",
                          "empty_lse", "layout", "is_causal", "attn_mask", "softmax_scale",
-                         "window_size", "rows", "seed"))
+                         "window_size", "rows", "seed") + _ragged.ARGS)
 
 
 def _mismatch_message(r, msg):

@@ -49,6 +49,15 @@ class Problem(ctypes.Structure):
                 ("layout", ctypes.c_void_p)]
 
 
+class Layout(ctypes.Structure):
+    """smattn_layout (smattn.h, SPEC 2.7): ragged (cu_seqlens) and paged (block table)
+    layouts; Problem.layout points at one (ctypes.addressof) or is None."""
+    _fields_ = [("cu_seqlens_q", ctypes.POINTER(c_i64)), ("cu_seqlens_k", ctypes.POINTER(c_i64)),
+                ("seqused_k", ctypes.POINTER(c_i64)),
+                ("block_table", ctypes.POINTER(ctypes.c_int32)), ("bt_stride", c_i64),
+                ("max_pages", c_i64), ("num_pages", c_i64), ("page_size", c_i64)]
+
+
 class Inputs(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("x", Tensor), ("bias", Tensor),
                 ("mask", Tensor), ("sinks", Tensor)]
@@ -133,6 +142,8 @@ status_name = _proto("smattn_status_name", ctypes.c_char_p, ctypes.c_int)
 default_scale = _proto("smattn_default_scale", c_dbl, c_i64)
 problem_default = _proto("smattn_problem_default", Problem)
 validate = _proto("smattn_validate", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs))
+validate_explain = _proto("smattn_validate_explain", ctypes.c_int, _P(Problem), _P(Inputs),
+                          _P(Outputs), ctypes.c_char_p, ctypes.c_size_t)
 ref = _proto("smattn_ref", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs), _P(RefConfig),
              ctypes.c_void_p)
 # smattn_progress_fn: (done, total, arg), called from the thread that called smattn_ref_progress

@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: MIT
+"""test_layouts.py: ragged (cu_seqlens) and paged (block table, FlashInfer's CSR form)
+layouts from Python (SPEC 2.7): the ctypes Layout mirrors smattn.h, bad arguments are named
+with their entry, check() and assert_close() judge packed outputs, and reference() and
+attention() on a layout equal the oracle on the dense twin (those need the library's
+layouts: test names end in _library)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import smattn
+from smattn import _lib, _ragged
+
+CU_Q = [0, 3, 4, 8]
+KV_LENS = [5, 3, 10]
+TABLE = np.array([[0, 1, -1], [2, -1, -1], [3, 4, 5]], dtype=np.int32)
+# the same pages as FlashInfer's CSR form (kv_len = (pages - 1) * 4 + last)
+INDPTR, INDICES, LAST = [0, 2, 3, 6], [0, 1, 2, 3, 4, 5], [1, 3, 2]
+
+
+def arrays(hnd=False, dtype=np.float32):
+    r = np.random.default_rng(5)
+    q = r.standard_normal((8, 4, 16)).astype(dtype)
+    kc = r.standard_normal((6, 4, 2, 16)).astype(dtype)
+    vc = r.standard_normal((6, 4, 2, 8)).astype(dtype)
+    if hnd:  # the same cache, [num_pages, Hkv, page_size, D]
+        kc, vc = np.ascontiguousarray(kc.transpose(0, 2, 1, 3)), \
+            np.ascontiguousarray(vc.transpose(0, 2, 1, 3))
+    return q, kc, vc
+
+
+def packed_k():
+    """The paged example's keys packed: k [total_k, Hkv, D] with cu_seqlens_k."""
+    q, kc, vc = arrays()
+    ks, vs, cu = [], [], [0]
+    for b, n in enumerate(KV_LENS):
+        j = np.arange(n)
+        ks.append(kc[TABLE[b, j // 4], j % 4])
+        vs.append(vc[TABLE[b, j // 4], j % 4])
+        cu.append(cu[-1] + n + 1)  # one unused key after each slice (seqused_k)
+        ks.append(np.full((1, 2, 16), np.nan, np.float32))
+        vs.append(np.full((1, 2, 8), np.nan, np.float32))
+    return q, np.concatenate(ks), np.concatenate(vs), cu
+
+
+LAYOUTS = {
+    "paged_nhd": lambda: (arrays(), dict(block_table=TABLE, kv_lens=KV_LENS)),
+    "paged_hnd": lambda: (arrays(True), dict(block_table=TABLE, kv_lens=KV_LENS,
+                                             kv_layout="HND")),
+    "csr": lambda: (arrays(), dict(kv_indptr=INDPTR, kv_indices=INDICES,
+                                   kv_last_page_len=LAST)),
+    "packed": lambda: (packed_k()[:3], dict(cu_seqlens_k=packed_k()[3], seqused_k=KV_LENS)),
+}
+
+
+def twin_outputs(q, k, v, kw, dtype="float32"):
+    """The oracle on the dense twin, packed back: o [total_q, Hq, Dv], lse [Hq, total_q]."""
+    r = _ragged.Ragged(q, k, v, dict(kw, cu_seqlens_q=CU_Q))
+    Q, K, V, ql, kvl = r.twin(q, k, v)
+    O, L = smattn.reference(Q, K, V, q_lens=ql, kv_lens=kvl, causal=True, dtype=dtype)
+    o = np.concatenate([O[b, :ql[b]] for b in range(3)])
+    lse = np.concatenate([L[b, :, :ql[b]] for b in range(3)], axis=1)
+    return o, lse
+
+
+def test_layout_struct_matches_header():
+    """_lib.Layout has smattn_layout's size and field offsets (the shim reports them)."""
+    s = _lib.shim()
+    s.smattn_py_layout_abi.restype = None
+    s.smattn_py_layout_abi.argtypes = [ctypes.POINTER(ctypes.c_int64 * 9)]
+    got = (ctypes.c_int64 * 9)()
+    s.smattn_py_layout_abi(ctypes.byref(got))
+    want = [ctypes.sizeof(_lib.Layout)] + [getattr(_lib.Layout, f).offset
+                                           for f, _ in _lib.Layout._fields_]
+    assert list(got) == want
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_check_judges_packed_outputs(name):
+    """check() and assert_close() on packed outputs: a pass, then one wrong element named by
+    its packed index (row 5 is sequence 2's second query)."""
+    (q, k, v), kw = LAYOUTS[name]()
+    o, lse = twin_outputs(q, k, v, kw)
+    rep = smattn.check(o, q, k, v, lse=lse, cu_seqlens_q=CU_Q, causal=True, **kw)
+    assert rep.passed, rep.reason
+    smattn.assert_close(o, q, k, v, lse=lse, cu_seqlens_q=CU_Q, causal=True, **kw)
+    bad = o.copy()
+    bad[5, 1, 2] += 1e-3
+    rep = smattn.check(bad, q, k, v, lse=lse, cu_seqlens_q=CU_Q, causal=True, **kw)
+    assert not rep.passed and rep.worst.output == "O" and rep.worst.index == (5, 1, 2)
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 /"):
+        smattn.assert_close(bad, q, k, v, cu_seqlens_q=CU_Q, causal=True, **kw)
+    bad_lse = lse.copy()
+    bad_lse[3, 6] += 1e-3
+    rep = smattn.check(o, q, k, v, lse=bad_lse, cu_seqlens_q=CU_Q, causal=True, **kw)
+    assert not rep.passed and rep.worst.output == "LSE" and rep.worst.index == (3, 6)
+
+
+def test_check_rows_sampled():
+    """check(rows=K, seed=N) on a layout judges the sampled rows of the twin (rows 0, S-1,
+    the powers of two around them and K more per sequence and head), not every row."""
+    r = np.random.default_rng(9)
+    q = r.standard_normal((64, 2, 8)).astype(np.float32)
+    k = r.standard_normal((50, 1, 8)).astype(np.float32)
+    v = r.standard_normal((50, 1, 8)).astype(np.float32)
+    kw = dict(cu_seqlens_q=[0, 40, 64], cu_seqlens_k=[0, 30, 50], causal=True)
+    Q, K, V, ql, kvl = _ragged.Ragged(q, k, v, kw).twin(q, k, v)
+    O, L = smattn.reference(Q, K, V, q_lens=ql, kv_lens=kvl, causal=True, dtype="float32")
+    o = np.concatenate([O[0, :40], O[1, :24]])
+    lse = np.concatenate([L[0, :, :40], L[1, :, :24]], axis=1)
+    full = smattn.check(o, q, k, v, lse=lse, **kw)
+    rep = smattn.check(o, q, k, v, lse=lse, rows=1, seed=3, **kw)
+    assert full.passed and full.rows_judged == full.rows_total == 2 * 2 * 40
+    assert rep.passed and 0 < rep.rows_judged < rep.rows_total
+
+
+def test_check_dense_q_paged_keys():
+    """Decode: dense q [B, 1, Hq, D] over a paged cache; outputs dense."""
+    _, kc, vc = arrays()
+    q = np.random.default_rng(2).standard_normal((3, 1, 4, 16)).astype(np.float32)
+    r = _ragged.Ragged(q, kc, vc, dict(block_table=TABLE, kv_lens=KV_LENS))
+    _, K, V, _, kvl = r.twin(q, kc, vc)
+    o, lse = smattn.reference(q, K, V, kv_lens=kvl, dtype="float32")
+    assert smattn.check(o, q, kc, vc, lse=lse, block_table=TABLE, kv_lens=KV_LENS)
+    o[2, 0, 3, 1] += 1e-3
+    rep = smattn.check(o, q, kc, vc, kv_indptr=INDPTR, kv_indices=INDICES,
+                       kv_last_page_len=LAST)
+    assert not rep.passed and rep.worst.index == (2, 0, 3, 1)
+
+
+BAD = [
+    (dict(cu_seqlens_q=[0, 3, 2, 8]), ValueError,
+     r"cu_seqlens_q\[2\] = 2 is less than cu_seqlens_q\[1\] = 3"),
+    (dict(cu_seqlens_q=[1, 3, 4, 8]), ValueError, r"cu_seqlens_q\[0\] = 1, want 0"),
+    (dict(cu_seqlens_q=[0, 3, 4, 7]), ValueError, r"cu_seqlens_q\[3\] = 7, want q's total_q = 8"),
+    (dict(cu_seqlens_q=CU_Q, q_lens=[1, 1, 1]), TypeError, "give cu_seqlens_q or q_lens"),
+    (dict(cu_seqlens_q=[0, 3.5, 8]), TypeError, "cu_seqlens_q: dtype 'float64'"),
+    (dict(kv_lens=None), TypeError, "kv_lens is required with block_table"),
+    (dict(kv_lens=[5, 3, 13]), ValueError,
+     r"kv_lens\[2\] = 13 is outside \[0, max_pages \* page_size\] = \[0, 12\]"),
+    (dict(block_table=np.array([[0, 1, -1], [2, -1, -1], [3, 6, 5]])), ValueError,
+     r"block_table\[2\]\[1\] = 6 is outside \[0, num_pages\) = \[0, 6\)"),
+    (dict(block_table=np.array([[0, 1, -1], [2, -1, 2 ** 40], [3, 4, 5]])), OverflowError,
+     r"block_table\[1\]\[2\] = 1099511627776 does not fit in int32"),
+    (dict(block_table=TABLE.astype(np.float32)), TypeError, "block_table: dtype 'float32'"),
+    (dict(block_table=TABLE[:2]), ValueError, r"block_table: shape \(2, 3\), want \[B, max_pages\]"),
+    (dict(kv_layout="NDH"), ValueError, "kv_layout 'NDH': want 'NHD'"),
+    (dict(page_size=8), ValueError, "page_size 8 does not match k's page size 4"),
+    (dict(block_table=None, kv_lens=None, kv_indptr=INDPTR, kv_indices=INDICES), TypeError,
+     "kv_last_page_len missing"),
+    (dict(block_table=None, kv_lens=None, kv_indptr=INDPTR, kv_indices=[0, 1, 2, 3, 4, 9],
+          kv_last_page_len=LAST), ValueError,
+     r"kv_indices\[5\] = 9 is outside \[0, num_pages\) = \[0, 6\)"),
+    (dict(block_table=None, kv_lens=None, kv_indptr=INDPTR, kv_indices=INDICES,
+          kv_last_page_len=[1, 5, 2]), ValueError,
+     r"kv_last_page_len\[1\] = 5, want 1..page_size"),
+    (dict(block_table=None, kv_lens=None, kv_indptr=[0, 2, 2, 6], kv_indices=INDICES,
+          kv_last_page_len=[1, 1, 2]), ValueError,
+     r"kv_last_page_len\[1\] = 1, want 0 \(sequence 1 has 0 pages\)"),
+    (dict(kv_indptr=INDPTR, kv_indices=INDICES, kv_last_page_len=LAST), TypeError,
+     "give block_table or kv_indptr"),
+    (dict(block_table=None, kv_lens=None, seqused_k=[1, 1, 1]), TypeError,
+     "seqused_k needs cu_seqlens_k"),
+    (dict(layout="bhsd"), ValueError, "ragged and paged layouts are given as bshd"),
+]
+
+
+@pytest.mark.parametrize("bad,exc,msg", BAD)
+def test_bad_layouts_named(bad, exc, msg):
+    """Each bad argument is refused with its name and entry, by check() and reference()."""
+    q, kc, vc = arrays()
+    kw = dict(cu_seqlens_q=CU_Q, block_table=TABLE, kv_lens=KV_LENS)
+    kw.update(bad)
+    kw = {n: x for n, x in kw.items() if x is not None}
+    o = np.zeros((8, 4, 8), np.float32)
+    with pytest.raises(exc, match=msg):
+        smattn.check(o, q, kc, vc, **kw)
+    with pytest.raises(exc, match=msg):
+        smattn.reference(q, kc, vc, **kw)
+
+
+def test_csr_is_a_block_table():
+    """kv_indptr/kv_indices/kv_last_page_len make the block table and kv_lens FlashInfer
+    means, an empty sequence (no page) included."""
+    q, kc, vc = arrays()
+    r = _ragged.Ragged(q, kc, vc, dict(cu_seqlens_q=CU_Q, kv_indptr=[0, 2, 2, 5],
+                                       kv_indices=[5, 1, 0, 2, 4], kv_last_page_len=[3, 0, 4]))
+    assert r.kv_lens.tolist() == [7, 0, 12]
+    assert r.table.tolist() == [[5, 1, -1], [-1, -1, -1], [0, 2, 4]]
+    lay = r.descriptor([])
+    assert lay.max_pages == lay.bt_stride == 3 and lay.page_size == 4 and lay.num_pages == 6
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_reference_attention_match_twin_library(name):
+    """reference() on a layout equals the oracle on its dense twin bit for bit, attention()
+    passes check(); needs the library's layouts (SPEC 2.7)."""
+    (q, k, v), kw = LAYOUTS[name]()
+    o_want, lse_want = twin_outputs(q, k, v, kw)
+    o, lse = smattn.reference(q, k, v, cu_seqlens_q=CU_Q, causal=True, dtype="float32", **kw)
+    assert o.shape == (8, 4, 8) and lse.shape == (4, 8)
+    assert np.array_equal(o, o_want) and np.array_equal(lse, lse_want)
+    o, lse, p = smattn.attention(q, k, v, cu_seqlens_q=CU_Q, causal=True, weights=True, **kw)
+    assert p.shape == (3, 4, 4, 10)
+    smattn.assert_close(o, q, k, v, lse=lse, cu_seqlens_q=CU_Q, causal=True, precision="opt",
+                        **kw)
+
+
+def test_library_line_library():
+    """A layout the library refuses is told by its line (smattn_validate_explain), naming the
+    entry; the table is spoiled after the package's own checks passed."""
+    q, kc, vc = arrays()
+    b = smattn._api._build(q, kc, vc, cu_seqlens_q=CU_Q, block_table=TABLE, kv_lens=KV_LENS)
+    b.ragged.table[2, 2] = 99  # the array the descriptor points at
+    out, *held = smattn._api._outputs(b, "float32", False)
+    with pytest.raises(ValueError, match=r"block_table\[2\]\[2\] = 99 is outside \[0, 6\) "
+                                         r"\(SMATTN_ERR_LAYOUT\)"):
+        smattn._api._validate(b, out)

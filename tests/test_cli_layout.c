@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: MIT */
+/* test_cli_layout.c: smattn ref, opt and check on ragged and paged case directories (SPEC
+ * 7.1): a bad layout is exit 2 with one line naming the key and entry and nothing written;
+ * ref and opt write packed o.npy [total_q,Hq,Dv] and lse.npy [Hq,total_q] equal to the
+ * oracle on the dense twin; check judges a layout case's saved outputs. */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/case.h"
+#include "tests/support/cli_run.h"
+#include "tests/support/fs.h"
+
+static char tmp[64];
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/smattn_clil_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+
+static void teardown(void)
+{
+    test_rm_tree(tmp);
+}
+
+static const char *path_join(const char *a, const char *b)
+{
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", a, b);
+    return p;
+}
+
+static const char *in_tmp(const char *name)
+{
+    static char p[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
+    return p[k];
+}
+
+static void put_text(const char *dir, const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+    fclose(f);
+}
+
+/* An f32 array of pseudo-random values in [-1, 1) (a fixed stream per seed). */
+static void put_f32(const char *dir, const char *name, int rank, const int64_t *shape,
+                    unsigned seed)
+{
+    int64_t n = 1;
+    for (int r = 0; r < rank; r++)
+        n *= shape[r];
+    float *x = malloc((size_t)n * sizeof *x);
+    uint32_t s = seed * 2654435761u + 1;
+    for (int64_t e = 0; e < n; e++) {
+        s = s * 1664525u + 1013904223u;
+        x[e] = (float)((double)(s >> 8) / 8388608.0 - 1.0);
+    }
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    ck_assert_msg(smattn_npy_write(p, SMATTN_NPY_F32, rank, shape, x, err, sizeof err) == 0, "%s",
+                  err);
+    free(x);
+}
+
+/* Kinds of layout case: packed q with pages (NHD, HND), packed q and k, the CSR form. */
+enum { K_PAGED_NHD, K_PAGED_HND, K_PACKED, K_CSR, K_COUNT };
+static const char *const kind_names[K_COUNT] = {"paged_nhd", "paged_hnd", "packed", "csr"};
+
+static void make_case(const char *dir, int kind)
+{
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    put_f32(dir, "q.npy", 3, (int64_t[]){8, 4, 16}, 1);
+    if (kind == K_PACKED) {
+        put_f32(dir, "k.npy", 3, (int64_t[]){13, 2, 16}, 2);
+        put_f32(dir, "v.npy", 3, (int64_t[]){13, 2, 8}, 3);
+        put_text(dir, "case.json",
+                 "{\"cu_seqlens_q\": [0, 3, 4, 8], \"cu_seqlens_k\": [0, 5, 6, 13], \"seqused_k\": "
+                 "[5, 0, 6], \"causal\": \"lower_right\"}");
+        return;
+    }
+    const int hnd = kind == K_PAGED_HND;
+    put_f32(dir, "k.npy", 4, hnd ? (int64_t[]){6, 2, 4, 16} : (int64_t[]){6, 4, 2, 16}, 2);
+    put_f32(dir, "v.npy", 4, hnd ? (int64_t[]){6, 2, 4, 8} : (int64_t[]){6, 4, 2, 8}, 3);
+    if (kind == K_CSR) {
+        put_text(dir, "case.json",
+                 "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_indptr\": [0, 2, 3, 6], \"kv_indices\": "
+                 "[4, 1, 0, 5, 3, 2], \"kv_last_page_len\": [1, 3, 2], \"window\": [6, -1]}");
+        return;
+    }
+    int32_t bt[9] = {0, 1, -1, 2, -1, -1, 3, 4, 5};
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/block_table.npy", dir);
+    ck_assert(smattn_npy_write(p, SMATTN_NPY_I32, 2, (int64_t[]){3, 3}, bt, err, sizeof err) == 0);
+    put_text(dir, "case.json",
+             hnd ? "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"kv_layout\": "
+                   "\"HND\", \"causal\": \"lower_right\"}"
+                 : "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"causal\": "
+                   "\"lower_right\"}");
+}
+
+/* The oracle on the case's dense twin, in f32: O [B,S,Hq,Dv] and LSE [B,Hq,S]. */
+static void twin_oracle(const char *dir, smattn_case *c, smattn_case_twin *tw, float **o, float **l)
+{
+    char err[512];
+    ck_assert_msg(smattn_case_load(dir, c, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(smattn_case_twin_make(c, tw, err, sizeof err) == 0, "%s", err);
+    const smattn_problem *p = &tw->prob;
+    smattn_outputs out = {0};
+    *o = calloc((size_t)(p->B * p->S * p->Hq * p->Dv), sizeof **o);
+    *l = calloc((size_t)(p->B * p->Hq * p->S), sizeof **l);
+    out.o = (smattn_out_tensor){*o, SMATTN_F32, {0}};
+    out.lse = (smattn_out_tensor){*l, SMATTN_F32, {0}};
+    smattn_contiguous_strides(p, 'o', out.o.stride);
+    smattn_contiguous_strides(p, 'l', out.lse.stride);
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref(p, &tw->in, &out, &cfg, NULL), SMATTN_OK);
+}
+
+/* Row (b, i) of the twin is packed row cu_q[b] + i. */
+static void pack_outputs(const smattn_case *c, const float *O, const float *L, float *o, float *l)
+{
+    const smattn_problem *p = &c->prob;
+    const int64_t *cu = c->layout.cu_seqlens_q;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t i = 0; i < cu[b + 1] - cu[b]; i++)
+            for (int64_t h = 0; h < p->Hq; h++) {
+                for (int64_t e = 0; e < p->Dv; e++)
+                    o[((cu[b] + i) * p->Hq + h) * p->Dv + e] =
+                        O[((b * p->S + i) * p->Hq + h) * p->Dv + e];
+                l[h * c->total_q + cu[b] + i] = L[(b * p->Hq + h) * p->S + i];
+            }
+}
+
+static test_outcome run3(const char *a, const char *b, const char *c, const char *d)
+{
+    const char *args[] = {a, b, c, d, NULL};
+    return test_cli_run(tmp, args);
+}
+
+/* ---- bad cases: exit 2, one line, nothing written -------------------------------------- */
+
+START_TEST(bad_layout_exit_2)
+{
+    const char *dir = in_tmp("bad"), *out = in_tmp("out");
+    make_case(dir, K_PAGED_NHD);
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"cu_seqlens_q\": [0, 3, 5, 8], \"kv_lens\": [5, 3, 13]}",
+         "\"kv_lens\"[2] = 13 is outside [0, max_pages * page_size] = [0, 12]"},
+        {"{\"cu_seqlens_q\": [0, 3, 2, 8], \"kv_lens\": [5, 3, 10]}",
+         "\"cu_seqlens_q\"[2] = 2 is less than \"cu_seqlens_q\"[1] = 3"},
+        {"{\"cu_seqlens_q\": [0, 3, 4, 8]}", "\"kv_lens\" is required with block_table.npy"},
+    };
+    for (size_t n = 0; n < sizeof bad / sizeof bad[0]; n++)
+        for (int opt = 0; opt < 2; opt++) {
+            put_text(dir, "case.json", bad[n].json);
+            test_outcome r = run3(opt ? "opt" : "ref", dir, out, NULL);
+            ck_assert_msg(r.code == 2, "exit %d: %s", r.code, r.err);
+            ck_assert_msg(strstr(r.err, bad[n].needle), "'%s' lacks '%s'", r.err, bad[n].needle);
+            ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s",
+                          r.err);
+            ck_assert_int_ne(access(out, F_OK), 0);
+            test_outcome_free(&r);
+        }
+    /* an i8 table entry outside int32, in an unused slot */
+    int64_t bt[9] = {0, 1, -1, 2, -1, (int64_t)1 << 40, 3, 4, 5};
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/block_table.npy", dir);
+    ck_assert(smattn_npy_write(p, SMATTN_NPY_I64, 2, (int64_t[]){3, 3}, bt, err, sizeof err) == 0);
+    put_text(dir, "case.json", "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10]}");
+    test_outcome r = run3("ref", dir, out, NULL);
+    ck_assert_msg(r.code == 2 && strstr(r.err, "block_table.npy: entry [1][2] = 1099511627776 "
+                                               "does not fit in int32"),
+                  "exit %d: %s", r.code, r.err);
+    ck_assert_int_ne(access(out, F_OK), 0);
+    test_outcome_free(&r);
+}
+END_TEST
+
+/* ---- check: saved outputs of a layout case judged ------------------------------------- */
+
+START_TEST(check_judges_layout_outputs)
+{
+    for (int kind = 0; kind < K_COUNT; kind++) {
+        const char *dir = in_tmp(kind_names[kind]);
+        make_case(dir, kind);
+        smattn_case c;
+        smattn_case_twin tw;
+        float *O, *L;
+        twin_oracle(dir, &c, &tw, &O, &L);
+        const smattn_problem *p = &c.prob;
+        float *o = calloc((size_t)(c.total_q * p->Hq * p->Dv), sizeof *o);
+        float *l = calloc((size_t)(c.total_q * p->Hq), sizeof *l);
+        pack_outputs(&c, O, L, o, l);
+        char path[512], err[256];
+        snprintf(path, sizeof path, "%s/o.npy", dir);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, (int64_t[]){c.total_q, p->Hq, p->Dv}, o,
+                                   err, sizeof err) == 0);
+        snprintf(path, sizeof path, "%s/lse.npy", dir);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 2, (int64_t[]){p->Hq, c.total_q}, l, err,
+                                   sizeof err) == 0);
+        test_outcome r = run3("check", dir, NULL, NULL);
+        ck_assert_msg(r.code == 0, "%s: exit %d: %s%s", kind_names[kind], r.code, r.out, r.err);
+        test_outcome_free(&r);
+        r = run3("check", dir, "--rows=1", NULL); /* sampled rows of the twin */
+        ck_assert_msg(r.code == 0, "%s: --rows: exit %d: %s%s", kind_names[kind], r.code, r.out,
+                      r.err);
+        test_outcome_free(&r);
+        /* one element of sequence 2's second query, packed row 5, wrong by 1e-3 */
+        o[(5 * p->Hq + 1) * p->Dv + 2] += 1e-3f;
+        snprintf(path, sizeof path, "%s/o.npy", dir);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, (int64_t[]){c.total_q, p->Hq, p->Dv}, o,
+                                   err, sizeof err) == 0);
+        r = run3("check", dir, NULL, NULL);
+        ck_assert_msg(r.code == 1 && strstr(r.out, "O[b=2,i=1,h=1,c=2]"), "%s: exit %d: %s%s",
+                      kind_names[kind], r.code, r.out, r.err);
+        test_outcome_free(&r);
+        /* o.npy in the dense shape is not this case's */
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 4, (int64_t[]){p->B, p->S, p->Hq, p->Dv},
+                                   O, err, sizeof err) == 0);
+        r = run3("check", dir, NULL, NULL);
+        ck_assert_msg(r.code == 1 && strstr(r.out, "want [total_q,Hq,Dv] = [8,4,8]"),
+                      "%s: exit %d: %s%s", kind_names[kind], r.code, r.out, r.err);
+        test_outcome_free(&r);
+        free(o), free(l), free(O), free(L);
+        smattn_case_twin_free(&tw);
+        smattn_case_free(&c);
+    }
+}
+END_TEST
+
+/* ---- gen --layout: the battery's cases, packed and paged ----------------------------- */
+
+/* Element (b, i, h, c) of a dense tensor as binary64. */
+static double at4(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return smattn_load(t->data, t->dtype,
+                       a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3]);
+}
+
+static int same_value(double x, double y)
+{
+    return x == y || (isnan(x) && isnan(y));
+}
+
+/* The layout case's dense twin is the dense case on every row and key a sequence has: the
+ * same options, lengths, queries, keys, values, bias and mask there. */
+static void same_problem(const char *name, const smattn_case *dense, const smattn_case *lay)
+{
+    smattn_case_twin tw;
+    char err[256];
+    ck_assert_msg(smattn_case_twin_make(lay, &tw, err, sizeof err) == 0, "%s: %s", name, err);
+    const smattn_problem *d = &dense->prob, *t = &tw.prob;
+    ck_assert_msg(d->B == t->B && d->Hq == t->Hq && d->Hkv == t->Hkv && d->D == t->D &&
+                      d->Dv == t->Dv && d->scale == t->scale && d->causal == t->causal &&
+                      d->window_left == t->window_left && d->window_right == t->window_right &&
+                      d->softcap == t->softcap && d->empty_rows == t->empty_rows &&
+                      d->empty_lse == t->empty_lse && t->S <= d->S && t->T <= d->T,
+                  "%s: the options or shapes differ", name);
+    for (int64_t b = 0; b < d->B; b++) {
+        int64_t Sb = d->q_lens ? d->q_lens[b] : d->S, Tb = d->kv_lens ? d->kv_lens[b] : d->T;
+        ck_assert_msg(t->q_lens[b] == Sb && t->kv_lens[b] == Tb, "%s: lengths of %lld", name,
+                      (long long)b);
+        for (int64_t h = 0; h < d->Hq; h++)
+            for (int64_t i = 0; i < Sb; i++) {
+                for (int64_t c = 0; c < d->D; c++)
+                    ck_assert_msg(
+                        same_value(at4(&dense->in.q, b, i, h, c), at4(&tw.in.q, b, i, h, c)),
+                        "%s: q[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)i,
+                        (long long)h, (long long)c);
+                for (int64_t j = 0; j < Tb; j++) {
+                    if (dense->in.bias.data)
+                        ck_assert_msg(same_value(at4(&dense->in.bias, b, h, i, j),
+                                                 at4(&tw.in.bias, b, h, i, j)),
+                                      "%s: bias", name);
+                    if (dense->in.mask.data) {
+                        const smattn_tensor *m1 = &dense->in.mask, *m2 = &tw.in.mask;
+                        unsigned char x = ((const unsigned char *)
+                                               m1->data)[b * m1->stride[0] + h * m1->stride[1] +
+                                                         i * m1->stride[2] + j * m1->stride[3]];
+                        unsigned char y = ((const unsigned char *)
+                                               m2->data)[b * m2->stride[0] + h * m2->stride[1] +
+                                                         i * m2->stride[2] + j * m2->stride[3]];
+                        ck_assert_msg((x != 0) == (y != 0), "%s: mask", name);
+                    }
+                }
+            }
+        for (int64_t g = 0; g < d->Hkv; g++)
+            for (int64_t j = 0; j < Tb; j++) {
+                for (int64_t c = 0; c < d->D; c++)
+                    ck_assert_msg(
+                        same_value(at4(&dense->in.k, b, j, g, c), at4(&tw.in.k, b, j, g, c)),
+                        "%s: k[%lld,%lld,%lld,%lld]", name, (long long)b, (long long)j,
+                        (long long)g, (long long)c);
+                for (int64_t c = 0; c < d->Dv; c++)
+                    ck_assert_msg(
+                        same_value(at4(&dense->in.v, b, j, g, c), at4(&tw.in.v, b, j, g, c)),
+                        "%s: v", name);
+            }
+    }
+    ck_assert_msg((dense->in.sinks.data != NULL) == (tw.in.sinks.data != NULL), "%s: sinks", name);
+    smattn_case_twin_free(&tw);
+}
+
+START_TEST(gen_layouts_are_the_dense_cases)
+{
+    static const char *const layouts[3] = {"packed", "paged", "csr"};
+    const char *dense = in_tmp("dense");
+    test_outcome r = run3("gen", "--layout=ragged", dense, NULL);
+    ck_assert_msg(r.code == 2 && strstr(r.err, "--layout: want dense, packed, paged or csr"),
+                  "exit %d: %s", r.code, r.err);
+    ck_assert_int_ne(access(dense, F_OK), 0);
+    test_outcome_free(&r);
+    r = run3("gen", "--suite=quick", dense, NULL);
+    ck_assert_msg(r.code == 0, "%s", r.err);
+    test_outcome_free(&r);
+    for (int l = 0; l < 3; l++) {
+        char opt[32];
+        snprintf(opt, sizeof opt, "--layout=%s", layouts[l]);
+        const char *out = in_tmp(layouts[l]);
+        const char *args[] = {"gen", "--suite=quick", "--dtype=bf16", opt, out, NULL};
+        r = test_cli_run(tmp, args);
+        ck_assert_msg(r.code == 0, "%s", r.err);
+        test_outcome_free(&r);
+        /* the dense cases again in bf16, to compare like with like */
+        const char *dense16 = in_tmp("dense16");
+        if (l == 0) {
+            const char *a2[] = {"gen", "--suite=quick", "--dtype=bf16", dense16, NULL};
+            r = test_cli_run(tmp, a2);
+            ck_assert_int_eq(r.code, 0);
+            test_outcome_free(&r);
+        }
+        char *man = test_slurp(path_join(out, "manifest.json"));
+        ck_assert_msg(strstr(man, layouts[l]), "manifest names no layout");
+        free(man);
+        int laid = 0, total = 0;
+        DIR *dd = opendir(out);
+        ck_assert_ptr_nonnull(dd);
+        struct dirent *de;
+        while ((de = readdir(dd))) {
+            if (de->d_name[0] == '.' || !strcmp(de->d_name, "manifest.json"))
+                continue;
+            char a[512], b[512], err[512];
+            snprintf(a, sizeof a, "%s/%s", dense16, de->d_name);
+            snprintf(b, sizeof b, "%s/%s", out, de->d_name);
+            smattn_case cd, cl;
+            ck_assert_msg(smattn_case_load(a, &cd, err, sizeof err) == 0, "%s: %s", a, err);
+            ck_assert_msg(smattn_case_load(b, &cl, err, sizeof err) == 0, "%s: %s", b, err);
+            total++;
+            if (cl.has_layout) {
+                laid++;
+                ck_assert(cl.packed_q && (l == 0 ? cl.packed_k : cl.paged));
+                same_problem(de->d_name, &cd, &cl);
+            } else /* no query or no key at all, or a softmax: written dense */
+                ck_assert(cd.prob.op == SMATTN_OP_SOFTMAX || !cl.has_layout);
+            smattn_case_free(&cd);
+            smattn_case_free(&cl);
+        }
+        closedir(dd);
+        ck_assert_msg(laid > total / 2, "%s: only %d of %d cases with a layout", layouts[l], laid,
+                      total);
+    }
+}
+END_TEST
+
+/* ---- ref and opt: the library's layouts, end to end ----------------------------------- */
+
+/* OUT/name as f32 or f64 values, its shape checked. */
+static double *read_out(const char *out, const char *name, int rank, const int64_t *shape)
+{
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/%s", out, name);
+    smattn_npy a;
+    ck_assert_msg(smattn_npy_read(p, &a, err, sizeof err) == 0, "%s: %s", name, err);
+    ck_assert_int_eq(a.rank, rank);
+    for (int r = 0; r < rank; r++)
+        ck_assert_int_eq(a.shape[r], shape[r]);
+    double *x = malloc((size_t)a.count * sizeof *x);
+    for (int64_t e = 0; e < a.count; e++)
+        x[e] = smattn_load(a.data, a.type == SMATTN_NPY_F64 ? SMATTN_F64 : SMATTN_F32, e);
+    smattn_npy_free(&a);
+    return x;
+}
+
+START_TEST(ref_opt_match_dense_twin)
+{
+    for (int kind = 0; kind < K_COUNT; kind++) {
+        const char *dir = in_tmp(kind_names[kind]);
+        make_case(dir, kind);
+        smattn_case c;
+        smattn_case_twin tw;
+        float *O, *L;
+        twin_oracle(dir, &c, &tw, &O, &L);
+        const smattn_problem *p = &c.prob;
+        const int64_t no = c.total_q * p->Hq * p->Dv, nl = c.total_q * p->Hq;
+        float *o = calloc((size_t)no, sizeof *o), *l = calloc((size_t)nl, sizeof *l);
+        pack_outputs(&c, O, L, o, l);
+        for (int eng = 0; eng < 2; eng++) {
+            const char *out = in_tmp(eng ? "out_opt" : "out_ref");
+            test_outcome r = run3(eng ? "opt" : "ref", dir, out, eng ? NULL : "--dtype=f32");
+            ck_assert_msg(r.code == 0, "%s %s: exit %d: %s", eng ? "opt" : "ref", kind_names[kind],
+                          r.code, r.err);
+            test_outcome_free(&r);
+            double *go = read_out(out, "o.npy", 3, (int64_t[]){c.total_q, p->Hq, p->Dv});
+            double *gl = read_out(out, "lse.npy", 2, (int64_t[]){p->Hq, c.total_q});
+            /* ref: bit for bit the twin's oracle; opt: close to it */
+            for (int64_t e = 0; e < no; e++) {
+                double want = (double)o[e];
+                ck_assert_msg(eng ? fabs(go[e] - want) <= 1e-4 : go[e] == want,
+                              "%s %s: O element %lld: %a vs %a", eng ? "opt" : "ref",
+                              kind_names[kind], (long long)e, go[e], want);
+            }
+            for (int64_t e = 0; e < nl; e++) {
+                double want = (double)l[e];
+                ck_assert_msg(eng ? gl[e] == want || fabs(gl[e] - want) <= 1e-4 : gl[e] == want,
+                              "%s %s: LSE element %lld: %a vs %a", eng ? "opt" : "ref",
+                              kind_names[kind], (long long)e, gl[e], want);
+            }
+            free(go), free(gl);
+        }
+        free(o), free(l), free(O), free(L);
+        smattn_case_twin_free(&tw);
+        smattn_case_free(&c);
+    }
+}
+END_TEST
+
+Suite *cli_layout_suite(void);
+Suite *cli_layout_suite(void)
+{
+    Suite *s = suite_create("cli_layout");
+    TCase *tc = tcase_create("io");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, bad_layout_exit_2);
+    tcase_add_test(tc, check_judges_layout_outputs);
+    tcase_add_test(tc, gen_layouts_are_the_dense_cases);
+    suite_add_tcase(s, tc);
+    /* needs the library's layouts (smattn_ref, smattn_attention with a layout) */
+    TCase *e2e = tcase_create("library");
+    tcase_add_checked_fixture(e2e, setup, teardown);
+    tcase_set_timeout(e2e, 120);
+    tcase_add_test(e2e, ref_opt_match_dense_twin);
+    suite_add_tcase(s, e2e);
+    return s;
+}
