@@ -37,6 +37,13 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                                   const smattn_precision *pm, const smattn_outputs *fmt,
                                   const smattn_outputs *bound, unsigned flags);
 
+/* smattn_validate for the backward (SPEC 9): the problem and inputs as smattn_validate
+ * checks them, then dO, dLSE and the three gradients (shapes, strides, dtypes, overflow,
+ * aliasing); the softmax op and the reserved dbias/dsinks: SMATTN_ERR_UNSUPPORTED. */
+smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
+                                        const smattn_grad_inputs *gin,
+                                        const smattn_grad_outputs *gout);
+
 /* The query length S_b and key length T_b of batch b (SPEC 3.2). */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b);
 int64_t smattn__kv_len(const smattn_problem *p, int64_t b);

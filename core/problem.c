@@ -145,11 +145,10 @@ static int is_float(smattn_dtype t)
     return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
 
-smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
-                              const smattn_outputs *out)
+/* The problem and its inputs (SPEC 2, 3); the spans of the inputs read go to sp[*nsp...]. */
+static smattn_status check_problem_inputs(const smattn_problem *p, const smattn_inputs *in,
+                                          span *sp, int *nspp)
 {
-    if (!p || !in || !out)
-        return SMATTN_ERR_NULL;
     if (p->layout) /* ragged and paged layouts (SPEC 2.7) are not read yet: never ignored */
         return SMATTN_ERR_UNSUPPORTED;
     if ((unsigned)p->op > SMATTN_OP_SOFTMAX || (unsigned)p->causal > SMATTN_CAUSAL_UPPER_LEFT ||
@@ -177,9 +176,7 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
     }
 
     /* Inputs. */
-    span sp[10];
-    memset(sp, 0, sizeof sp);
-    int nsp = 0;
+    int nsp = *nspp;
     smattn_status st;
     if (att) {
         int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
@@ -228,6 +225,23 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
                                &sp[nsp++])))
             return st;
     }
+    *nspp = nsp;
+    return SMATTN_OK;
+}
+
+smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out)
+{
+    if (!p || !in || !out)
+        return SMATTN_ERR_NULL;
+    span sp[10];
+    memset(sp, 0, sizeof sp);
+    int nsp = 0;
+    smattn_status st = check_problem_inputs(p, in, sp, &nsp);
+    if (st)
+        return st;
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    int64_t nfull[4] = {p->B, p->Hq, p->S, p->T};
     const int ninputs = nsp;
 
     /* Outputs. */
@@ -256,6 +270,61 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
         nsp++;
     }
     (void)ninputs;
+    return SMATTN_OK;
+}
+
+smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
+                                        const smattn_grad_inputs *gin,
+                                        const smattn_grad_outputs *gout)
+{
+    if (!p || !in || !gin || !gout)
+        return SMATTN_ERR_NULL;
+    span sp[16];
+    memset(sp, 0, sizeof sp);
+    int nsp = 0;
+    smattn_status st = check_problem_inputs(p, in, sp, &nsp);
+    if (st)
+        return st;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
+    if (gout->dbias.data || gout->dsinks.data)
+        return SMATTN_ERR_UNSUPPORTED; /* reserved outputs (SPEC 9.1) */
+    /* Gradient inputs: dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional. */
+    int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
+    int64_t nl[4] = {p->B, p->Hq, p->S, 1};
+    if (!gin->dout.data)
+        return SMATTN_ERR_NULL;
+    if (!is_float(gin->dout.dtype))
+        return SMATTN_ERR_DTYPE;
+    if ((st = check_tensor(4, no, gin->dout.stride, gin->dout.dtype, gin->dout.data, &sp[nsp++])))
+        return st;
+    if (gin->dlse.data) {
+        if (!is_float(gin->dlse.dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(3, nl, gin->dlse.stride, gin->dlse.dtype, gin->dlse.data,
+                               &sp[nsp++])))
+            return st;
+    }
+    /* Outputs: dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv], all required. */
+    int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
+    int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
+    int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
+    const smattn_out_tensor *ot[3] = {&gout->dq, &gout->dk, &gout->dv};
+    const int64_t *on[3] = {nq, nk, nv};
+    for (int k = 0; k < 3; k++) {
+        if (!ot[k]->data)
+            return SMATTN_ERR_NULL;
+        if (!is_float(ot[k]->dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(4, on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data, &sp[nsp])))
+            return st;
+        if (!self_disjoint(4, on[k], ot[k]->stride))
+            return SMATTN_ERR_ALIAS;
+        for (int j = 0; j < nsp; j++)
+            if (spans_meet(sp[nsp], sp[j]))
+                return SMATTN_ERR_ALIAS;
+        nsp++;
+    }
     return SMATTN_OK;
 }
 

@@ -279,6 +279,39 @@ SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
                                                    smattn_ref_stats *stats,
                                                    smattn_progress_fn progress, void *arg);
 
+/* The exact backward (SPEC 9), appended in 0.2. Gradients of a loss with respect to the
+ * attention inputs, given the gradient dO of its output O (and optionally dLSE of its LSE):
+ *   dout [B,S,Hq,Dv] (required), dlse [B,Hq,S] (optional: data NULL means dLSE = 0), any
+ *   float dtype, strides >= 0 as for the inputs of SPEC 2.1.
+ *   dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv] (required), any float dtype; dk and dv
+ *   hold the sums over each KV head's group of query heads (SPEC 2.2). dbias and dsinks
+ *   are reserved: their data must be NULL (else SMATTN_ERR_UNSUPPORTED).
+ * No output may overlap itself, another output, or any input (SMATTN_ERR_ALIAS). */
+typedef struct smattn_grad_inputs {
+    smattn_tensor dout; /* dO */
+    smattn_tensor dlse; /* dLSE, optional */
+} smattn_grad_inputs;
+
+typedef struct smattn_grad_outputs {
+    smattn_out_tensor dq, dk, dv;
+    smattn_out_tensor dbias, dsinks; /* reserved (SPEC 9.1): must be absent */
+} smattn_grad_outputs;
+
+/* Every element of dq, dk and dv is the exact value of SPEC 9.1 (with the conventions of
+ * 9.2) rounded to nearest-even in its dtype (SPEC 9.3). Attention problems only (softmax:
+ * SMATTN_ERR_UNSUPPORTED), no layout (a non-NULL prob->layout: SMATTN_ERR_UNSUPPORTED).
+ * cfg and stats as for smattn_ref (stats->rows counts query rows; rows_rational the KV
+ * units with an element decided on the exact path). Statuses: validation's, NOMEM,
+ * THREADS, OPTION, and SMATTN_ERR_PRECISION only where SPEC 9.3 allows it (softcap, or an
+ * exact expansion larger than the oracle's limit); never a wrong rounding. Deterministic,
+ * independent of the thread count. */
+SMATTN_NODISCARD smattn_status smattn_ref_backward(const smattn_problem *prob,
+                                                   const smattn_inputs *in,
+                                                   const smattn_grad_inputs *gin,
+                                                   const smattn_grad_outputs *gout,
+                                                   const smattn_ref_config *cfg,
+                                                   smattn_ref_stats *stats);
+
 
 /* ---------------------------------------------------------------------------------------
  * The error bound (SPEC 6) and the error metrics shared by tests, fuzzers and the checker.
