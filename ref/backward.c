@@ -21,74 +21,6 @@
  * numbers per term); beyond it the element stays with the Ziv loop (SPEC 9.3). */
 #define BW_TERM_CAP ((int64_t)1 << 18)
 
-enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
-enum { CL_NAN = 1, CL_POS = 2, CL_NEG = 4 };
-
-typedef struct bw_row {
-    int64_t h, i;
-    int kind;
-    int dsnan;           /* RK_NORMAL: dS undefined (non-finite dO, dLSE or visible V) */
-    int64_t n;           /* visible keys (RK_MEAN: T_b) */
-    int64_t *idx;        /* [n] ascending */
-    int has_sink;
-    double sink;
-    double *q, *dout;    /* [D], [Dv] */
-    unsigned char *dcls; /* [Dv] class of dO_c */
-    mpfr_t *s, *dp, *x;  /* [n] exact score (softcap: scale q.k), dP, dP + dLSE */
-    double *bias;        /* [n] softcap: the bias added after the cap */
-    int64_t G;           /* groups of equal scores; the sink is one, or merged in one */
-    int64_t *order;      /* [n] key positions, group by group */
-    int64_t *gfirst, *gkeys, *gcnt; /* [n + 1] */
-    int64_t *gid;        /* [n] group of each key position */
-    int64_t sink_group;  /* group holding the sink, or -1 */
-    mpfr_t *C;           /* [n + 1] group sums of dP */
-    mpfr_t *texp;        /* [n + 1] exact group exponent minus top (no softcap) */
-    int delta_rat;       /* all C_a / gcnt_a equal: Delta = C_0 / gcnt_0 exactly */
-    mpfr_t top;          /* the largest score or sink, exact (no softcap) */
-    mpfr_t *Plo, *Phi, *Ulo, *Uhi; /* [n] intervals of P_j and dU_j at the current level */
-    unsigned char *Uzero;          /* [n] dU_j is exactly 0 */
-    int alloc;           /* arrays allocated for this many keys */
-} bw_row;
-
-typedef struct bw_job bw_job;
-
-typedef struct bw_unit {
-    const bw_job *job;
-    const smattn_problem *p;
-    int64_t b, g, gs, R, T, D, Dv;
-    int softcap;
-    bw_row *rows;
-    int64_t *kstart, *krow, *kpos; /* contributions per key: rows and key positions (-1 mean) */
-    unsigned char *kpoison;        /* [T] dK_j and dV_j NaN */
-    unsigned char *knan;           /* [T] dK_j NaN */
-    unsigned char *vcls;           /* [T * Dv] */
-    uint64_t *qbits, *kbits, *vbits;
-    unsigned char *qdone, *kdone, *vdone, *tried;
-    int64_t ncap;
-    mpfr_t *tl, *th;               /* [ncap] term intervals */
-    mpfr_ptr *pl, *ph;
-    mpfr_t *El, *Eh;               /* [T + 1] group exponentials */
-    mpfr_t a, b2, c, d, lo, hi, tmp;
-    long prec_used;
-    int64_t exact_elems, empty_rows;
-    mpfr_t *prod;                  /* [max(D, Dv)] exact products */
-    mpfr_ptr *pp;
-} bw_unit;
-
-struct bw_job {
-    const smattn_problem *p;
-    const smattn_inputs *in;
-    const smattn_grad_inputs *gin;
-    const smattn_grad_outputs *gout;
-    const smattn_ref_config *cfg;
-    int64_t units;
-    atomic_llong next;
-    pthread_mutex_t lock;
-    int64_t fail_unit;
-    smattn_status fail;
-    smattn_ref_stats stats;
-};
-
 /* ---- loading ----------------------------------------------------------------------------- */
 
 static double ld(const smattn_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
@@ -124,7 +56,7 @@ static void row_free(bw_row *r)
     free(r->idx), free(r->q), free(r->dout), free(r->dcls), free(r->s), free(r->dp);
     free(r->x), free(r->bias), free(r->order), free(r->gfirst), free(r->gkeys), free(r->gcnt);
     free(r->gid), free(r->C), free(r->texp), free(r->Plo), free(r->Phi), free(r->Ulo);
-    free(r->Uhi), free(r->Uzero);
+    free(r->Uhi), free(r->Uzero), free(r->fP), free(r->fPr), free(r->fS), free(r->fSr);
     memset(r, 0, sizeof *r);
 }
 
@@ -151,9 +83,14 @@ static int row_alloc(bw_row *r, int64_t n, int64_t D, int64_t Dv)
     r->Ulo = malloc(N * sizeof *r->Ulo);
     r->Uhi = malloc(N * sizeof *r->Uhi);
     r->Uzero = calloc(N, 1);
+    r->fP = malloc(N * sizeof(double));
+    r->fPr = malloc(N * sizeof(double));
+    r->fS = malloc(N * sizeof(double));
+    r->fSr = malloc(N * sizeof(double));
     if (!r->idx || !r->q || !r->dout || !r->dcls || !r->s || !r->dp || !r->x || !r->bias ||
         !r->order || !r->gfirst || !r->gkeys || !r->gcnt || !r->gid || !r->C || !r->texp ||
-        !r->Plo || !r->Phi || !r->Ulo || !r->Uhi || !r->Uzero) {
+        !r->Plo || !r->Phi || !r->Ulo || !r->Uhi || !r->Uzero || !r->fP || !r->fPr || !r->fS ||
+        !r->fSr) {
         row_free(r);
         return -1;
     }
@@ -213,7 +150,8 @@ static int sort_keys(bw_row *r, int softcap)
     return 0;
 }
 
-/* Visibility, classes, exact scores and dP, groups (SPEC 9.1, 9.2). Returns a status. */
+/* Visibility and the row's kind (SPEC 9.2): the conventions, the NaN rows, and whether dS
+ * is defined (finite dO, dLSE and visible V). Returns a status. */
 static smattn_status row_prepare(bw_unit *u, bw_row *r)
 {
     const bw_job *job = u->job;
@@ -293,6 +231,22 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
         r->dcls[c] = (unsigned char)cls_of(r->dout[c]);
         r->dsnan |= r->dcls[c] != 0;
     }
+    r->lam = lam;
+    for (int64_t jj = 0; jj < r->n && !r->dsnan; jj++)
+        for (int64_t c = 0; c < u->Dv; c++)
+            r->dsnan |= !isfinite(ld(&in->v, b, r->idx[jj], u->g, c));
+    return SMATTN_OK;
+}
+
+/* Exact scores and dP, groups of equal scores, the rational-Delta test (SPEC 9.3). */
+static smattn_status row_exact(bw_unit *u, bw_row *r)
+{
+    const bw_job *job = u->job;
+    const smattn_problem *p = u->p;
+    const smattn_inputs *in = job->in;
+    const int64_t b = u->b, h = r->h, i = r->i;
+    const double lam = r->lam;
+    r->exact_ready = 1;
     double *buf = malloc((size_t)(u->D > u->Dv ? u->D : u->Dv) * sizeof *buf);
     if (!buf)
         return SMATTN_ERR_NOMEM;
@@ -319,12 +273,8 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
             }
             mpfr_swap(u->tmp, r->s[jj]);
         }
-        int vbad = 0;
-        for (int64_t c = 0; c < u->Dv; c++) {
+        for (int64_t c = 0; c < u->Dv; c++)
             buf[c] = ld(&in->v, b, j, u->g, c);
-            vbad |= !isfinite(buf[c]);
-        }
-        r->dsnan |= vbad;
         if (!r->dsnan) {
             if (exact_dot(u, r->dp[jj], r->dout, buf, u->Dv)) {
                 free(buf);
@@ -1006,6 +956,27 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
     for (int64_t k = 0; k < u->ncap; k++)
         mpfr_inits2(64, u->tl[k], u->th[k], (mpfr_ptr)0);
 
+    /* the binary64 phase, then the rows the MPFR phase needs: an undecided dQ, or a key
+     * with an undecided gradient (every row that sees such a key) */
+    if (!job->cfg->no_fast_phase && !u->softcap && smattn__bw_fast_unit(u))
+        return SMATTN_ERR_NOMEM;
+    for (int64_t r = 0; r < R; r++) {
+        bw_row *row = &u->rows[r];
+        row->needed = 0;
+        if (row->kind != RK_NORMAL)
+            continue;
+        for (int64_t d = 0; d < D && !row->needed; d++)
+            row->needed = !u->qdone[r * D + d];
+        for (int64_t jj = 0; jj < row->n && !row->needed; jj++) {
+            int64_t j = row->idx[jj];
+            for (int64_t d = 0; d < D && !row->needed; d++)
+                row->needed = !u->kdone[j * D + d];
+            for (int64_t c = 0; c < Dv && !row->needed; c++)
+                row->needed = !u->vdone[j * Dv + c];
+        }
+        if (row->needed && (st = row_exact(u, row)))
+            return st;
+    }
     /* the Ziv loop (SPEC 9.3) */
     int all = 0, level = 0;
     for (mpfr_prec_t prec = job->cfg->fixed_prec > 0 ? job->cfg->fixed_prec : BW_START_PREC;
@@ -1013,7 +984,7 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
         if (u->prec_used < prec)
             u->prec_used = prec;
         for (int64_t r = 0; r < R; r++)
-            if (u->rows[r].kind == RK_NORMAL)
+            if (u->rows[r].kind == RK_NORMAL && u->rows[r].needed)
                 row_level(u, &u->rows[r], prec);
         all = 1;
         int exact_now = level >= BW_EXACT_AFTER && !u->softcap;
@@ -1158,6 +1129,7 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
     stats->rows += u.R;
     stats->rows_empty += u.empty_rows;
     stats->rows_rational += u.exact_elems;
+    stats->rows_fast += u.fast_elems;
     if (u.prec_used > stats->max_prec_used)
         stats->max_prec_used = u.prec_used;
     unit_free(&u);
@@ -1192,6 +1164,7 @@ static void *bw_worker(void *arg)
     job->stats.rows += stats.rows;
     job->stats.rows_empty += stats.rows_empty;
     job->stats.rows_rational += stats.rows_rational;
+    job->stats.rows_fast += stats.rows_fast;
     if (stats.max_prec_used > job->stats.max_prec_used)
         job->stats.max_prec_used = stats.max_prec_used;
     pthread_mutex_unlock(&job->lock);

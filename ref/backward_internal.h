@@ -5,11 +5,14 @@
 #ifndef SMATTN_REF_BACKWARD_INTERNAL_H
 #define SMATTN_REF_BACKWARD_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <mpfr.h>
 
 #include "core/internal.h"
+
 
 /* One term c e^tau; both exact (MPFR numbers whose precision holds every bit). */
 typedef struct bw_term {
@@ -47,6 +50,86 @@ int smattn__bwp_equal(const bw_poly *a, const bw_poly *b);
  * rounded as a rational. */
 int smattn__bwp_decide(const bw_poly *num, const bw_poly *den, smattn_dtype t, long start_prec,
                        long max_prec, uint64_t *bits, long *prec_used, int *rational);
+
+/* What a row adds (SPEC 9.2): SKIP nothing (dQ +0); NORMAL its gradients; POISON NaN at
+ * its visible keys and in dQ; EMPTY_NAN NaN at every key and in dQ; MEAN dO / T_b to dV. */
+enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
+enum { CL_NAN = 1, CL_POS = 2, CL_NEG = 4 };
+
+typedef struct bw_row {
+    int64_t h, i;
+    int kind;
+    int dsnan;           /* RK_NORMAL: dS undefined (non-finite dO, dLSE or visible V) */
+    int64_t n;           /* visible keys (RK_MEAN: T_b) */
+    int64_t *idx;        /* [n] ascending */
+    int has_sink;
+    double sink;
+    double *q, *dout;    /* [D], [Dv] */
+    unsigned char *dcls; /* [Dv] class of dO_c */
+    mpfr_t *s, *dp, *x;  /* [n] exact score (softcap: scale q.k), dP, dP + dLSE */
+    double *bias;        /* [n] softcap: the bias added after the cap */
+    int64_t G;           /* groups of equal scores; the sink is one, or merged in one */
+    int64_t *order;      /* [n] key positions, group by group */
+    int64_t *gfirst, *gkeys, *gcnt; /* [n + 1] */
+    int64_t *gid;        /* [n] group of each key position */
+    int64_t sink_group;  /* group holding the sink, or -1 */
+    mpfr_t *C;           /* [n + 1] group sums of dP */
+    mpfr_t *texp;        /* [n + 1] exact group exponent minus top (no softcap) */
+    int delta_rat;       /* all C_a / gcnt_a equal: Delta = C_0 / gcnt_0 exactly */
+    mpfr_t top;          /* the largest score or sink, exact (no softcap) */
+    mpfr_t *Plo, *Phi, *Ulo, *Uhi; /* [n] intervals of P_j and dU_j at the current level */
+    unsigned char *Uzero;          /* [n] dU_j is exactly 0 */
+    int alloc;           /* arrays allocated for this many keys */
+    double lam;          /* dLSE of the row (0 without one) */
+    int needed;          /* the MPFR phase must evaluate the row */
+    int exact_ready;     /* row_exact has run */
+    int fast_bad;        /* the fast phase could not bound the row */
+    double *fP, *fPr, *fS, *fSr; /* [n] fast phase: P_j and dS_j with absolute error bounds */
+} bw_row;
+
+typedef struct bw_job bw_job;
+
+typedef struct bw_unit {
+    const bw_job *job;
+    const smattn_problem *p;
+    int64_t b, g, gs, R, T, D, Dv;
+    int softcap;
+    bw_row *rows;
+    int64_t *kstart, *krow, *kpos; /* contributions per key: rows and key positions (-1 mean) */
+    unsigned char *kpoison;        /* [T] dK_j and dV_j NaN */
+    unsigned char *knan;           /* [T] dK_j NaN */
+    unsigned char *vcls;           /* [T * Dv] */
+    uint64_t *qbits, *kbits, *vbits;
+    unsigned char *qdone, *kdone, *vdone, *tried;
+    int64_t ncap;
+    mpfr_t *tl, *th;               /* [ncap] term intervals */
+    mpfr_ptr *pl, *ph;
+    mpfr_t *El, *Eh;               /* [T + 1] group exponentials */
+    mpfr_t a, b2, c, d, lo, hi, tmp;
+    long prec_used;
+    int64_t exact_elems, empty_rows;
+    mpfr_t *prod;                  /* [max(D, Dv)] exact products */
+    mpfr_ptr *pp;
+    int64_t fast_elems;            /* elements decided by the fast phase */
+} bw_unit;
+
+struct bw_job {
+    const smattn_problem *p;
+    const smattn_inputs *in;
+    const smattn_grad_inputs *gin;
+    const smattn_grad_outputs *gout;
+    const smattn_ref_config *cfg;
+    int64_t units;
+    atomic_llong next;
+    pthread_mutex_t lock;
+    int64_t fail_unit;
+    smattn_status fail;
+    smattn_ref_stats stats;
+};
+
+/* backward_fast.c: the binary64 phase (SPEC 9.3): decides every element whose enclosure
+ * rounds one way, marks the rows the MPFR phase still needs. 0, or -1 on allocation failure. */
+int smattn__bw_fast_unit(bw_unit *u);
 
 /* Exact helpers (the precision of rop is set to hold the exact result). 0 on success. */
 int smattn__bw_exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b);
