@@ -57,6 +57,7 @@ static void row_free(bw_row *r)
     free(r->x), free(r->bias), free(r->order), free(r->gfirst), free(r->gkeys), free(r->gcnt);
     free(r->gid), free(r->C), free(r->texp), free(r->Plo), free(r->Phi), free(r->Ulo);
     free(r->Uhi), free(r->Uzero), free(r->fP), free(r->fPr), free(r->fS), free(r->fSr);
+    free(r->g6);
     memset(r, 0, sizeof *r);
 }
 
@@ -87,10 +88,11 @@ static int row_alloc(bw_row *r, int64_t n, int64_t D, int64_t Dv)
     r->fPr = malloc(N * sizeof(double));
     r->fS = malloc(N * sizeof(double));
     r->fSr = malloc(N * sizeof(double));
+    r->g6 = malloc(6 * N * sizeof(double));
     if (!r->idx || !r->q || !r->dout || !r->dcls || !r->s || !r->dp || !r->x || !r->bias ||
         !r->order || !r->gfirst || !r->gkeys || !r->gcnt || !r->gid || !r->C || !r->texp ||
         !r->Plo || !r->Phi || !r->Ulo || !r->Uhi || !r->Uzero || !r->fP || !r->fPr || !r->fS ||
-        !r->fSr) {
+        !r->fSr || !r->g6) {
         row_free(r);
         return -1;
     }
@@ -844,6 +846,28 @@ static void unit_free(bw_unit *u)
     mpfr_clears(u->a, u->b2, u->c, u->d, u->lo, u->hi, u->tmp, (mpfr_ptr)0);
 }
 
+/* The rows the later phases must evaluate: an undecided dQ, or a key with an undecided
+ * gradient (then every row that sees the key). */
+static void mark_needed(bw_unit *u)
+{
+    const int64_t D = u->D, Dv = u->Dv;
+    for (int64_t r = 0; r < u->R; r++) {
+        bw_row *row = &u->rows[r];
+        row->needed = 0;
+        if (row->kind != RK_NORMAL)
+            continue;
+        for (int64_t d = 0; d < D && !row->needed; d++)
+            row->needed = !u->qdone[r * D + d];
+        for (int64_t jj = 0; jj < row->n && !row->needed; jj++) {
+            int64_t j = row->idx[jj];
+            for (int64_t d = 0; d < D && !row->needed; d++)
+                row->needed = !u->kdone[j * D + d];
+            for (int64_t c = 0; c < Dv && !row->needed; c++)
+                row->needed = !u->vdone[j * Dv + c];
+        }
+    }
+}
+
 static smattn_status unit_run(bw_unit *u, long max_prec)
 {
     const bw_job *job = u->job;
@@ -960,27 +984,25 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
      * with an undecided gradient (every row that sees such a key) */
     if (!job->cfg->no_fast_phase && !u->softcap && smattn__bw_fast_unit(u))
         return SMATTN_ERR_NOMEM;
-    for (int64_t r = 0; r < R; r++) {
-        bw_row *row = &u->rows[r];
-        row->needed = 0;
-        if (row->kind != RK_NORMAL)
-            continue;
-        for (int64_t d = 0; d < D && !row->needed; d++)
-            row->needed = !u->qdone[r * D + d];
-        for (int64_t jj = 0; jj < row->n && !row->needed; jj++) {
-            int64_t j = row->idx[jj];
-            for (int64_t d = 0; d < D && !row->needed; d++)
-                row->needed = !u->kdone[j * D + d];
-            for (int64_t c = 0; c < Dv && !row->needed; c++)
-                row->needed = !u->vdone[j * Dv + c];
-        }
-        if (row->needed && (st = row_exact(u, row)))
-            return st;
+    mark_needed(u);
+    if (!job->cfg->no_fast_phase && !u->softcap) {
+        if (smattn__bw_dd_unit(u))
+            return SMATTN_ERR_NOMEM;
+        mark_needed(u);
     }
-    /* the Ziv loop (SPEC 9.3) */
-    int all = 0, level = 0;
+    for (int64_t r = 0; r < R; r++)
+        if (u->rows[r].needed && (st = row_exact(u, &u->rows[r])))
+            return st;
+    /* the Ziv loop (SPEC 9.3), over what the fast tiers left */
+    int all = 1, level = 0;
+    for (int64_t e = 0; e < R * D && all; e++)
+        all = u->qdone[e];
+    for (int64_t e = 0; e < T * D && all; e++)
+        all = u->kdone[e];
+    for (int64_t e = 0; e < T * Dv && all; e++)
+        all = u->vdone[e];
     for (mpfr_prec_t prec = job->cfg->fixed_prec > 0 ? job->cfg->fixed_prec : BW_START_PREC;
-         prec <= max_prec; prec *= 2, level++) {
+         !all && prec <= max_prec; prec *= 2, level++) {
         if (u->prec_used < prec)
             u->prec_used = prec;
         for (int64_t r = 0; r < R; r++)

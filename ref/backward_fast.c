@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ref/backward_internal.h"
+#include "ref/dd.h"
 #include "ref/ref_internal.h"
 
 #define U 0x1p-53      /* binary64 unit roundoff */
@@ -279,5 +280,269 @@ int smattn__bw_fast_unit(bw_unit *u)
 out:
     mpfr_clear(x53);
     free(K), free(V), free(sh), free(sr), free(eh), free(er), free(acc), free(qa), free(kbad);
+    return ret;
+}
+
+/* ---- the double-double tier -------------------------------------------------------------- */
+
+#define U2 0x1p-106
+/* Absolute slack per operation: covers an error-free product whose low part underflows
+ * (products below 2^-968, dd.h) and subnormal roundings. */
+#define SLACK 0x1p-1000
+
+/* a * b for double-doubles: |result - ab| <= 10 u^2 |ab| (+ SLACK), charged as 16 u^2. */
+static dd dd_mul(dd a, dd b)
+{
+    dd p = dd_two_prod(a.hi, b.hi);
+    double t = a.hi * b.lo + a.lo * b.hi + a.lo * b.lo;
+    return dd_fast_two_sum(p.hi, p.lo + t);
+}
+
+static dd dd_norm(double hi, double lo)
+{
+    return fabs(lo) > fabs(hi) ? dd_two_sum(hi, lo) : dd_fast_two_sum(hi, lo);
+}
+
+/* Dot2 (Ogita, Rump, Oishi 2005) of exact binary64 vectors: the high parts summed by
+ * two_sum, every low part into a second double; error <= (2n+4)(n+2) u^2 sum|a b|. */
+static dd dot2(const double *a, const double *b, int64_t n, double *err)
+{
+    double hi = 0, lo = 0, A = 0;
+    for (int64_t d = 0; d < n; d++) {
+        dd pr = dd_two_prod(a[d], b[d]);
+        dd t = dd_two_sum(hi, pr.hi);
+        hi = t.hi;
+        lo += t.lo + pr.lo;
+        A += fabs(pr.hi);
+    }
+    double N = (double)n;
+    *err = (2 * N + 4) * (N + 2) * U2 * A * 1.01 + (N + 1) * SLACK;
+    return dd_norm(hi, lo);
+}
+
+/* P_j and dS_j of a row as double-doubles with bounds into r->g6. 0, or 1 (out of range). */
+static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, double *se,
+                  mpfr_ptr fx, mpfr_ptr fe)
+{
+    const smattn_inputs *in = u->job->in;
+    const int64_t n = r->n, D = u->D, Dv = u->Dv;
+    const double scale = u->p->scale;
+    double m = -HUGE_VAL;
+    for (int64_t jj = 0; jj < n; jj++) {
+        int64_t j = r->idx[jj];
+        smattn__ref_load_vec(buf, &in->k, smattn__off4(in->k.stride, u->b, j, u->g, 0),
+                             in->k.stride[3], D);
+        double err;
+        dd s = dot2(r->q, buf, D, &err);
+        s = dd_mul_d(s, scale);
+        err = err * fabs(scale) + 4 * U2 * fabs(s.hi) + SLACK;
+        if (in->bias.data) {
+            double bj = smattn_load(in->bias.data, in->bias.dtype,
+                                    smattn__off4(in->bias.stride, u->b, r->h, r->i, j));
+            s = dd_add(s, (dd){bj, 0.0});
+            err += 8 * U2 * (fabs(s.hi) + fabs(bj)) + SLACK;
+        }
+        if (!isfinite(s.hi) || !isfinite(err) || fabs(s.hi) > 0x1p900)
+            return 1;
+        sh[jj] = s.hi, sl[jj] = s.lo, se[jj] = err * 1.01;
+        m = fmax(m, s.hi);
+    }
+    if (r->has_sink)
+        m = fmax(m, r->sink);
+    /* e_j = exp(s_j - m) (MPFR at 128 bits, split), into the P slots of g6 for now */
+    dd L = {0, 0};
+    double RL = 0;
+    for (int64_t jj = 0; jj <= n; jj++) {
+        dd x;
+        double ex;
+        if (jj == n) {
+            if (!r->has_sink)
+                break;
+            x = dd_two_sum(r->sink, -m);
+            ex = 0;
+        } else {
+            x = dd_add(dd_two_sum(sh[jj], -m), (dd){sl[jj], 0.0});
+            ex = se[jj] + 4 * U2 * (fabs(x.hi) + fabs(sh[jj])) + SLACK;
+        }
+        if (!(ex <= 0x1p-20))
+            return 1;
+        double eh = 0, el = 0, er;
+        if (x.hi < -600) {
+            er = 0x1p-865; /* e^-600 < 2^-865: dropped, bounded */
+        } else {
+            mpfr_set_d(fx, x.hi, MPFR_RNDN);
+            mpfr_add_d(fx, fx, x.lo, MPFR_RNDN);
+            mpfr_exp(fe, fx, MPFR_RNDN);
+            eh = mpfr_get_d(fe, MPFR_RNDN);
+            mpfr_sub_d(fe, fe, eh, MPFR_RNDN);
+            el = mpfr_get_d(fe, MPFR_RNDN);
+            double e1 = ex + 0x1p-126 * fabs(x.hi);
+            er = (e1 * (1 + e1) * 1.01 + 0x1p-104) * eh * 1.01 + SLACK;
+        }
+        if (jj < n)
+            r->g6[6 * jj] = eh, r->g6[6 * jj + 1] = el, r->g6[6 * jj + 2] = er;
+        L = dd_add(L, (dd){eh, el});
+        RL += er;
+    }
+    RL = (RL + (double)(n + 2) * 8 * U2 * L.hi) * 1.01 + SLACK;
+    double Lmin = L.hi * (1 - 0x1p-50) - RL;
+    if (!(Lmin > 0.5))
+        return 1;
+    /* dP_j (into sh/sl/se) and N = sum e_j dP_j */
+    dd N = {0, 0}, q = {0, 0};
+    double RN = 0, AN = 0, rq = 0;
+    if (!r->dsnan) {
+        for (int64_t jj = 0; jj < n; jj++) {
+            smattn__ref_load_vec(buf, &in->v, smattn__off4(in->v.stride, u->b, r->idx[jj], u->g, 0),
+                                 in->v.stride[3], Dv);
+            double rdp;
+            dd dp = dot2(r->dout, buf, Dv, &rdp);
+            if (!isfinite(dp.hi) || fabs(dp.hi) > 0x1p900)
+                return 1;
+            sh[jj] = dp.hi, sl[jj] = dp.lo, se[jj] = rdp;
+            dd e = {r->g6[6 * jj], r->g6[6 * jj + 1]};
+            double er = r->g6[6 * jj + 2];
+            dd t = dd_mul(e, dp);
+            N = dd_add(N, t);
+            AN += fabs(t.hi);
+            RN += e.hi * 1.01 * rdp + fabs(dp.hi) * 1.01 * er + er * rdp + 16 * U2 * fabs(t.hi) + SLACK;
+        }
+        RN = (RN + (double)(n + 1) * 8 * U2 * AN) * 1.01;
+        q = dd_div(N, L);
+        rq = ((RN + fabs(q.hi) * 1.01 * RL) / Lmin + 8 * U2 * fabs(q.hi) + SLACK) * 1.01;
+        if (!isfinite(q.hi) || !isfinite(rq))
+            return 1;
+    }
+    for (int64_t jj = 0; jj < n; jj++) {
+        double *g = &r->g6[6 * jj];
+        dd e = {g[0], g[1]};
+        double er = g[2];
+        dd P = dd_div(e, L);
+        double rP = ((er + fabs(P.hi) * 1.01 * RL) / Lmin + 8 * U2 * fabs(P.hi) + SLACK) * 1.01;
+        g[0] = P.hi, g[1] = P.lo, g[2] = rP;
+        if (r->dsnan)
+            continue;
+        dd dp = {sh[jj], sl[jj]};
+        dd x = dd_add(dp, (dd){r->lam, 0.0});
+        double rx = se[jj] + 8 * U2 * (fabs(dp.hi) + fabs(r->lam)) + SLACK;
+        dd y = dd_add(x, (dd){-q.hi, -q.lo}); /* bounded relative to |dP| + |Delta| */
+        double ry = (rx + rq + 8 * U2 * (fabs(x.hi) + fabs(q.hi)) + SLACK) * 1.01;
+        dd S = dd_mul(P, y);
+        double aP = fabs(P.hi) * 1.01, ay = fabs(y.hi) * 1.01;
+        double rS = (aP * ry + ay * rP + rP * ry + 16 * U2 * fabs(S.hi) + SLACK) * 1.01;
+        if (!isfinite(S.hi) || !isfinite(rS))
+            return 1;
+        g[3] = S.hi, g[4] = S.lo, g[5] = rS;
+    }
+    return 0;
+}
+
+/* Sum of w_m f_m over terms (w double-double with bound, f exact), times s; decide. */
+typedef struct dd_acc {
+    dd v;
+    double R, A;
+    int64_t n;
+} dd_acc;
+
+static void acc_term(dd_acc *a, double wh, double wl, double rw, double f)
+{
+    dd t = dd_mul_d((dd){wh, wl}, f);
+    a->v = dd_add(a->v, t);
+    a->R += fabs(f) * rw + 4 * U2 * fabs(t.hi) + SLACK;
+    a->A += fabs(t.hi);
+    a->n++;
+}
+
+static int acc_decide(dd_acc *a, double s, smattn_dtype t, uint64_t *bits)
+{
+    double R = (a->R + (double)(a->n + 1) * 8 * U2 * a->A) * 1.01;
+    dd v = a->v;
+    if (s != 1) {
+        v = dd_mul_d(v, s);
+        R = (fabs(s) * R + 4 * U2 * fabs(v.hi) + SLACK) * 1.01;
+    }
+    return smattn__ref_decide_dd(v.hi, v.lo, R * (1 + 0x1p-40), t, bits);
+}
+
+int smattn__bw_dd_unit(bw_unit *u)
+{
+    const bw_job *job = u->job;
+    const smattn_inputs *in = job->in;
+    const smattn_grad_outputs *go = job->gout;
+    const int64_t T = u->T, D = u->D, Dv = u->Dv, R = u->R;
+    const double scale = u->p->scale;
+    int64_t W = D > Dv ? D : Dv;
+    double *buf = malloc((size_t)W * sizeof *buf);
+    double *sh = malloc((size_t)T * sizeof *sh), *sl = malloc((size_t)T * sizeof *sl);
+    double *se = malloc((size_t)T * sizeof *se);
+    mpfr_t fx, fe;
+    mpfr_inits2(128, fx, fe, (mpfr_ptr)0);
+    int ret = -1;
+    if (!buf || !sh || !sl || !se)
+        goto out;
+    for (int64_t r = 0; r < R; r++) {
+        bw_row *row = &u->rows[r];
+        row->dd_ok = row->kind == RK_NORMAL && row->needed &&
+                     !dd_row(u, row, buf, sh, sl, se, fx, fe);
+        if (!row->dd_ok || row->dsnan)
+            continue;
+        for (int64_t d = 0; d < D; d++) {
+            int64_t e = r * D + d;
+            if (u->qdone[e])
+                continue;
+            dd_acc a = {{0, 0}, 0, 0, 0};
+            for (int64_t jj = 0; jj < row->n; jj++) {
+                const double *g = &row->g6[6 * jj];
+                double k = smattn_load(in->k.data, in->k.dtype,
+                                       smattn__off4(in->k.stride, u->b, row->idx[jj], u->g, d));
+                acc_term(&a, g[3], g[4], g[5], k);
+            }
+            u->qdone[e] = (unsigned char)acc_decide(&a, scale, go->dq.dtype, &u->qbits[e]);
+            u->fast_elems += u->qdone[e];
+        }
+    }
+    for (int which = 1; which <= 2; which++) {
+        int64_t Wd = which == 1 ? D : Dv;
+        unsigned char *done = which == 1 ? u->kdone : u->vdone;
+        uint64_t *bits = which == 1 ? u->kbits : u->vbits;
+        smattn_dtype dt = which == 1 ? go->dk.dtype : go->dv.dtype;
+        for (int64_t j = 0; j < T; j++)
+            for (int64_t d = 0; d < Wd; d++) {
+                int64_t e = j * Wd + d;
+                if (done[e])
+                    continue;
+                dd_acc a = {{0, 0}, 0, 0, 0};
+                int ok = 1;
+                for (int64_t m = u->kstart[j]; m < u->kstart[j + 1] && ok; m++) {
+                    const bw_row *row = &u->rows[u->krow[m]];
+                    if (row->kind == RK_MEAN) {
+                        if (which == 2) {
+                            dd t = dd_div((dd){row->dout[d], 0.0}, (dd){(double)row->n, 0.0});
+                            a.v = dd_add(a.v, t);
+                            a.R += 8 * U2 * fabs(t.hi) + SLACK;
+                            a.A += fabs(t.hi);
+                            a.n++;
+                        }
+                        continue;
+                    }
+                    ok = row->dd_ok;
+                    if (!ok)
+                        break;
+                    const double *g = &row->g6[6 * u->kpos[m]];
+                    if (which == 1)
+                        acc_term(&a, g[3], g[4], g[5], row->q[d]);
+                    else
+                        acc_term(&a, g[0], g[1], g[2], row->dout[d]);
+                }
+                if (!ok)
+                    continue;
+                done[e] = (unsigned char)acc_decide(&a, which == 1 ? scale : 1.0, dt, &bits[e]);
+                u->fast_elems += done[e];
+            }
+    }
+    ret = 0;
+out:
+    mpfr_clears(fx, fe, (mpfr_ptr)0);
+    free(buf), free(sh), free(sl), free(se);
     return ret;
 }

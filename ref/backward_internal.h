@@ -85,6 +85,8 @@ typedef struct bw_row {
     int exact_ready;     /* row_exact has run */
     int fast_bad;        /* the fast phase could not bound the row */
     double *fP, *fPr, *fS, *fSr; /* [n] fast phase: P_j and dS_j with absolute error bounds */
+    double *g6;          /* [6n] double-double tier: P_j (hi, lo, bound), dS_j (hi, lo, bound) */
+    int dd_ok;           /* the double-double tier bounded the row */
 } bw_row;
 
 typedef struct bw_job bw_job;
@@ -130,6 +132,9 @@ struct bw_job {
 /* backward_fast.c: the binary64 phase (SPEC 9.3): decides every element whose enclosure
  * rounds one way, marks the rows the MPFR phase still needs. 0, or -1 on allocation failure. */
 int smattn__bw_fast_unit(bw_unit *u);
+/* The double-double tier, for the rows marked needed: decides most of what the binary64
+ * phase left (cancellation, near-boundaries, binary64 outputs). 0, or -1 (memory). */
+int smattn__bw_dd_unit(bw_unit *u);
 
 /* Exact helpers (the precision of rop is set to hold the exact result). 0 on success. */
 int smattn__bw_exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b);
