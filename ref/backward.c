@@ -61,13 +61,36 @@ static void row_free(bw_row *r)
     memset(r, 0, sizeof *r);
 }
 
+/* What every row needs: its visible keys (up to T) and its q, dO. */
 static int row_alloc(bw_row *r, int64_t n, int64_t D, int64_t Dv)
 {
-    size_t N = (size_t)(n ? n : 1), N1 = N + 1;
+    size_t N = (size_t)(n ? n : 1);
     r->idx = malloc(N * sizeof *r->idx);
     r->q = malloc((size_t)D * sizeof *r->q);
     r->dout = malloc((size_t)Dv * sizeof *r->dout);
     r->dcls = malloc((size_t)Dv);
+    if (!r->idx || !r->q || !r->dout || !r->dcls) {
+        row_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* The binary64 tier's P and dS of a normal row's n visible keys. */
+static int row_alloc_fast(bw_row *r)
+{
+    size_t N = (size_t)(r->n ? r->n : 1);
+    r->fP = malloc(N * sizeof(double));
+    r->fPr = malloc(N * sizeof(double));
+    r->fS = malloc(N * sizeof(double));
+    r->fSr = malloc(N * sizeof(double));
+    return !r->fP || !r->fPr || !r->fS || !r->fSr ? -1 : 0;
+}
+
+/* The MPFR phase's data, only for the rows it evaluates (SPEC 9.3 items 3-5). */
+static int row_alloc_exact(bw_row *r)
+{
+    size_t N = (size_t)(r->n ? r->n : 1), N1 = N + 1;
     r->s = malloc(N * sizeof *r->s);
     r->dp = malloc(N * sizeof *r->dp);
     r->x = malloc(N * sizeof *r->x);
@@ -84,18 +107,10 @@ static int row_alloc(bw_row *r, int64_t n, int64_t D, int64_t Dv)
     r->Ulo = malloc(N * sizeof *r->Ulo);
     r->Uhi = malloc(N * sizeof *r->Uhi);
     r->Uzero = calloc(N, 1);
-    r->fP = malloc(N * sizeof(double));
-    r->fPr = malloc(N * sizeof(double));
-    r->fS = malloc(N * sizeof(double));
-    r->fSr = malloc(N * sizeof(double));
-    r->g6 = malloc(6 * N * sizeof(double));
-    if (!r->idx || !r->q || !r->dout || !r->dcls || !r->s || !r->dp || !r->x || !r->bias ||
-        !r->order || !r->gfirst || !r->gkeys || !r->gcnt || !r->gid || !r->C || !r->texp ||
-        !r->Plo || !r->Phi || !r->Ulo || !r->Uhi || !r->Uzero || !r->fP || !r->fPr || !r->fS ||
-        !r->fSr || !r->g6) {
-        row_free(r);
-        return -1;
-    }
+    if (!r->s || !r->dp || !r->x || !r->bias || !r->order || !r->gfirst || !r->gkeys ||
+        !r->gcnt || !r->gid || !r->C || !r->texp || !r->Plo || !r->Phi || !r->Ulo || !r->Uhi ||
+        !r->Uzero)
+        return -1; /* row_free releases what was allocated */
     for (size_t k = 0; k < N; k++)
         mpfr_inits2(64, r->s[k], r->dp[k], r->x[k], r->Plo[k], r->Phi[k], r->Ulo[k], r->Uhi[k],
                     (mpfr_ptr)0);
@@ -248,6 +263,8 @@ static smattn_status row_exact(bw_unit *u, bw_row *r)
     const smattn_inputs *in = job->in;
     const int64_t b = u->b, h = r->h, i = r->i;
     const double lam = r->lam;
+    if (row_alloc_exact(r))
+        return SMATTN_ERR_NOMEM;
     r->exact_ready = 1;
     double *buf = malloc((size_t)(u->D > u->Dv ? u->D : u->Dv) * sizeof *buf);
     if (!buf)
@@ -886,6 +903,8 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
         row->i = r % p->S;
         if ((st = row_prepare(u, row)))
             return st;
+        if (row->kind == RK_NORMAL && row_alloc_fast(row))
+            return SMATTN_ERR_NOMEM;
     }
     /* contributions per key */
     u->kstart = calloc((size_t)T + 1, sizeof *u->kstart);

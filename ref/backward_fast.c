@@ -482,8 +482,12 @@ int smattn__bw_dd_unit(bw_unit *u)
         goto out;
     for (int64_t r = 0; r < R; r++) {
         bw_row *row = &u->rows[r];
-        row->dd_ok = row->kind == RK_NORMAL && row->needed &&
-                     !dd_row(u, row, buf, sh, sl, se, fx, fe);
+        row->dd_ok = 0;
+        if (row->kind != RK_NORMAL || !row->needed)
+            continue;
+        if (!row->g6 && !(row->g6 = malloc((size_t)(6 * (row->n ? row->n : 1)) * sizeof(double))))
+            goto out;
+        row->dd_ok = !dd_row(u, row, buf, sh, sl, se, fx, fe);
         if (!row->dd_ok || row->dsnan)
             continue;
         for (int64_t d = 0; d < D; d++) {
