@@ -38,7 +38,7 @@ missing=$(printf '%s\n' "$files" | grep -E '\.(c|h|sh|py|mk|map|ya?ml|toml|[13])
 # 1. Exported symbols: exactly the functions declared in include/smattn.h.
 declared=$(sed -n 's/^[A-Za-z_][A-Za-z0-9_ *]*[ *]\(smattn_[a-z0-9_]*\)(.*/\1/p' include/smattn.h |
            sort -u)
-exported=$(nm -D --defined-only "$BUILD/libsmattn.so.$VERSION" | awk '$3 != "SMATTN_0" {print $3}' |
+exported=$(nm -D --defined-only "$BUILD/libsmattn.so.$VERSION" | awk '$3 !~ /^SMATTN_[0-9.]+$/ {print $3}' |
            sed 's/@.*//' | sort -u)
 [ -n "$declared" ] || fail "no function found in include/smattn.h"
 if [ "$declared" != "$exported" ]; then
