@@ -287,8 +287,8 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         return st;
     if (p->op != SMATTN_OP_ATTENTION)
         return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
-    if (gout->dbias.data || gout->dsinks.data)
-        return SMATTN_ERR_UNSUPPORTED; /* reserved outputs (SPEC 9.1) */
+    if (gout->dsinks.data)
+        return SMATTN_ERR_UNSUPPORTED; /* reserved output (SPEC 9.6) */
     /* Gradient inputs: dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional. */
     int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
     int64_t nl[4] = {p->B, p->Hq, p->S, 1};
@@ -309,9 +309,17 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
     int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
     int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
     int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
-    const smattn_out_tensor *ot[3] = {&gout->dq, &gout->dk, &gout->dv};
-    const int64_t *on[3] = {nq, nk, nv};
-    for (int k = 0; k < 3; k++) {
+    int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
+    /* dBias: the full shape [B,Hq,S,T]; a stride 0 on a dimension of extent > 1 would ask
+     * for the sum over it (a broadcast bias's own shape), not computed yet (SPEC 9.6) */
+    for (int k = 0; gout->dbias.data && k < 4; k++)
+        if (gout->dbias.stride[k] == 0 && nb[k] > 1)
+            return SMATTN_ERR_UNSUPPORTED;
+    const smattn_out_tensor *ot[4] = {&gout->dq, &gout->dk, &gout->dv, &gout->dbias};
+    const int64_t *on[4] = {nq, nk, nv, nb};
+    for (int k = 0; k < 4; k++) {
+        if (k == 3 && !ot[k]->data)
+            continue; /* dBias is optional */
         if (!ot[k]->data)
             return SMATTN_ERR_NULL;
         if (!is_float(ot[k]->dtype))

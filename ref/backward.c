@@ -52,12 +52,14 @@ static void row_free(bw_row *r)
         for (int64_t k = 0; k < n + 1; k++)
             mpfr_clears(r->C[k], r->texp[k], (mpfr_ptr)0);
         mpfr_clear(r->top);
+        for (int64_t k = 0; r->Slo && k < n; k++)
+            mpfr_clears(r->Slo[k], r->Shi[k], (mpfr_ptr)0);
     }
     free(r->idx), free(r->q), free(r->dout), free(r->dcls), free(r->s), free(r->dp);
     free(r->x), free(r->bias), free(r->order), free(r->gfirst), free(r->gkeys), free(r->gcnt);
     free(r->gid), free(r->C), free(r->texp), free(r->Plo), free(r->Phi), free(r->Ulo);
     free(r->Uhi), free(r->Uzero), free(r->fP), free(r->fPr), free(r->fS), free(r->fSr);
-    free(r->g6);
+    free(r->g6), free(r->Slo), free(r->Shi);
     memset(r, 0, sizeof *r);
 }
 
@@ -87,8 +89,9 @@ static int row_alloc_fast(bw_row *r)
     return !r->fP || !r->fPr || !r->fS || !r->fSr ? -1 : 0;
 }
 
-/* The MPFR phase's data, only for the rows it evaluates (SPEC 9.3 items 3-5). */
-static int row_alloc_exact(bw_row *r)
+/* The MPFR phase's data, only for the rows it evaluates (SPEC 9.3 items 3-5); dS apart
+ * from dU only under softcap. */
+static int row_alloc_exact(bw_row *r, int softcap)
 {
     size_t N = (size_t)(r->n ? r->n : 1), N1 = N + 1;
     r->s = malloc(N * sizeof *r->s);
@@ -118,6 +121,17 @@ static int row_alloc_exact(bw_row *r)
         mpfr_inits2(64, r->C[k], r->texp[k], (mpfr_ptr)0);
     mpfr_init2(r->top, 64);
     r->alloc = (int64_t)N;
+    if (softcap) {
+        r->Slo = malloc(N * sizeof *r->Slo);
+        r->Shi = malloc(N * sizeof *r->Shi);
+        if (!r->Slo || !r->Shi) {
+            free(r->Slo), free(r->Shi);
+            r->Slo = r->Shi = NULL;
+            return -1;
+        }
+        for (size_t k = 0; k < N; k++)
+            mpfr_inits2(64, r->Slo[k], r->Shi[k], (mpfr_ptr)0);
+    }
     return 0;
 }
 
@@ -263,7 +277,7 @@ static smattn_status row_exact(bw_unit *u, bw_row *r)
     const smattn_inputs *in = job->in;
     const int64_t b = u->b, h = r->h, i = r->i;
     const double lam = r->lam;
-    if (row_alloc_exact(r))
+    if (row_alloc_exact(r, u->softcap))
         return SMATTN_ERR_NOMEM;
     r->exact_ready = 1;
     double *buf = malloc((size_t)(u->D > u->Dv ? u->D : u->Dv) * sizeof *buf);
@@ -530,6 +544,10 @@ static void row_level(bw_unit *u, bw_row *r, mpfr_prec_t prec)
         mpfr_mul(yl, yl, mpfr_sgn(yl) >= 0 ? r->Plo[jj] : r->Phi[jj], MPFR_RNDD);
         mpfr_mul(yh, yh, mpfr_sgn(yh) >= 0 ? r->Phi[jj] : r->Plo[jj], MPFR_RNDU);
         if (u->softcap) { /* sech^2 is even and decreasing in |sigma/c| */
+            mpfr_set_prec(r->Slo[jj], prec);
+            mpfr_set_prec(r->Shi[jj], prec);
+            mpfr_set(r->Slo[jj], yl, MPFR_RNDN); /* exact: same precision */
+            mpfr_set(r->Shi[jj], yh, MPFR_RNDN);
             double cap = u->p->softcap;
             mpfr_ptr hl = u->b2;
             mpfr_set_prec(hl, prec);
@@ -720,7 +738,8 @@ static int acc_combine(bw_acc *c, bw_ex *e)
 }
 
 /* The exact path for one element (SPEC 9.3). which: 0 dQ (row, d), 1 dK (key, d), 2 dV (key,
- * c). Returns 1 decided, 0 not (too big: the Ziv loop goes on), -1 memory. */
+ * c), 3 dBias (row, key position). Returns 1 decided, 0 not (too big: the Ziv loop goes on),
+ * -1 memory. */
 static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtype t, long maxp,
                       uint64_t *bits)
 {
@@ -755,9 +774,11 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
     } else {
         bw_poly L, N;
         smattn__bwp_init(&L), smattn__bwp_init(&N);
-        for (int64_t m = u->kstart[idx]; m < u->kstart[idx + 1] && !rc; m++) {
-            const bw_row *r = &u->rows[u->krow[m]];
-            int64_t jj = u->kpos[m];
+        /* dK, dV: the rows that see key idx; dBias (which 3): row idx, key position d */
+        int64_t m0 = which == 3 ? 0 : u->kstart[idx], m1 = which == 3 ? 1 : u->kstart[idx + 1];
+        for (int64_t m = m0; m < m1 && !rc; m++) {
+            const bw_row *r = which == 3 ? &u->rows[idx] : &u->rows[u->krow[m]];
+            int64_t jj = which == 3 ? d : u->kpos[m];
             smattn__bwp_reset(&e.A);
             smattn__bwp_reset(&e.Dn);
             if (r->kind == RK_MEAN) { /* dV += dO / T_b */
@@ -775,8 +796,8 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
                 mpfr_set_prec(sc, 53);
                 mpfr_set_d(sc, u->p->scale, MPFR_RNDN);
             } else {
-                double f = which == 1 ? r->q[d] : r->dout[d];
-                if (f == 0 || (which == 1 && r->Uzero[jj]))
+                double f = which == 1 ? r->q[d] : which == 2 ? r->dout[d] : 1.0;
+                if (f == 0 || (which != 2 && r->Uzero[jj]))
                     continue;
                 if (row_poly(u, r, 0, 0, &L, w, tmp)) {
                     rc = -1;
@@ -789,8 +810,11 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
                     if (smattn__bwp_push(&e.A, r->texp[ga], tmp) ||
                         smattn__bwp_add_scaled(&e.Dn, &L, e.one))
                         rc = -1;
-                } else { /* scale q_d dS_j = scale q_d e^{t_a} (x_j L - N) / L^2 */
-                    smattn__bw_exact_mul(w, tmp, sc);
+                } else { /* scale q_d dS_j = scale q_d e^{t_a} (x_j L - N) / L^2; dBias: dS_j */
+                    if (which == 3)
+                        mpfr_set(w, tmp, MPFR_RNDN); /* 1, exact */
+                    else
+                        smattn__bw_exact_mul(w, tmp, sc);
                     if (row_poly(u, r, 1, 0, &N, e.c1, e.c2)) {
                         rc = -1;
                         break;
@@ -848,7 +872,7 @@ static void unit_free(bw_unit *u)
     free(u->rows);
     free(u->kstart), free(u->krow), free(u->kpos), free(u->kpoison), free(u->knan);
     free(u->vcls), free(u->qbits), free(u->kbits), free(u->vbits), free(u->qdone);
-    free(u->kdone), free(u->vdone), free(u->tried);
+    free(u->kdone), free(u->vdone), free(u->tried), free(u->bbits), free(u->bdone);
     if (u->tl)
         for (int64_t k = 0; k < u->ncap; k++)
             mpfr_clears(u->tl[k], u->th[k], (mpfr_ptr)0);
@@ -881,6 +905,8 @@ static void mark_needed(bw_unit *u)
                 row->needed = !u->kdone[j * D + d];
             for (int64_t c = 0; c < Dv && !row->needed; c++)
                 row->needed = !u->vdone[j * Dv + c];
+            if (u->want_bias && !row->needed)
+                row->needed = !u->bdone[r * u->T + j];
         }
     }
 }
@@ -917,7 +943,14 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
     u->kdone = calloc((size_t)(T * D), 1);
     u->vbits = calloc((size_t)(T * Dv), sizeof *u->vbits);
     u->vdone = calloc((size_t)(T * Dv), 1);
-    u->tried = calloc((size_t)(R * D + T * D + T * Dv), 1);
+    u->tried = calloc((size_t)(R * D + T * D + T * Dv + (u->want_bias ? R * T : 0)), 1);
+    if (u->want_bias) {
+        u->bbits = calloc((size_t)(R * T), sizeof *u->bbits);
+        u->bdone = malloc((size_t)(R * T));
+        if (!u->bbits || !u->bdone)
+            return SMATTN_ERR_NOMEM;
+        memset(u->bdone, 1, (size_t)(R * T)); /* +0 unless a rule below says otherwise */
+    }
     if (!u->kstart || !u->kpoison || !u->knan || !u->vcls || !u->qbits || !u->qdone ||
         !u->kbits || !u->kdone || !u->vbits || !u->vdone || !u->tried)
         return SMATTN_ERR_NOMEM;
@@ -970,6 +1003,19 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
             }
     }
     free(fill);
+    for (int64_t r = 0; r < R && u->want_bias; r++) { /* dBias (SPEC 9.2) */
+        const bw_row *row = &u->rows[r];
+        uint64_t nanb = smattn__ref_nan_bits(go->dbias.dtype);
+        if (row->kind == RK_EMPTY_NAN)
+            for (int64_t j = 0; j < T; j++)
+                u->bbits[r * T + j] = nanb;
+        if (row->kind == RK_POISON || (row->kind == RK_NORMAL && row->dsnan))
+            for (int64_t jj = 0; jj < row->n; jj++)
+                u->bbits[r * T + row->idx[jj]] = nanb;
+        if (row->kind == RK_NORMAL && !row->dsnan)
+            for (int64_t jj = 0; jj < row->n; jj++)
+                u->bdone[r * T + row->idx[jj]] = 0;
+    }
     for (int64_t j = 0; j < T; j++) {
         if (u->kstart[j + 1] - u->kstart[j] > maxk)
             maxk = u->kstart[j + 1] - u->kstart[j];
@@ -1020,6 +1066,8 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
         all = u->kdone[e];
     for (int64_t e = 0; e < T * Dv && all; e++)
         all = u->vdone[e];
+    for (int64_t e = 0; u->want_bias && e < R * T && all; e++)
+        all = u->bdone[e];
     for (mpfr_prec_t prec = job->cfg->fixed_prec > 0 ? job->cfg->fixed_prec : BW_START_PREC;
          !all && prec <= max_prec; prec *= 2, level++) {
         if (u->prec_used < prec)
@@ -1109,6 +1157,35 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
                     all &= done[e];
                 }
         }
+        /* dBias: dS_j of each row and visible key */
+        for (int64_t r = 0; r < R && u->want_bias; r++) {
+            bw_row *row = &u->rows[r];
+            if (row->kind != RK_NORMAL || !row->needed || row->dsnan)
+                continue;
+            for (int64_t jj = 0; jj < row->n; jj++) {
+                int64_t e = r * T + row->idx[jj];
+                if (u->bdone[e])
+                    continue;
+                if (row->Uzero[jj]) {
+                    u->bbits[e] = 0;
+                    u->bdone[e] = 1;
+                    continue;
+                }
+                mpfr_srcptr lo = u->softcap ? row->Slo[jj] : row->Ulo[jj];
+                mpfr_srcptr hi = u->softcap ? row->Shi[jj] : row->Uhi[jj];
+                u->bdone[e] = (unsigned char)decide_iv(lo, hi, go->dbias.dtype, &u->bbits[e], u->tmp);
+                int64_t te = R * D + T * D + T * Dv + e;
+                if (!u->bdone[e] && exact_now && !u->tried[te]) {
+                    u->tried[te] = 1;
+                    int rc = exact_elem(u, 3, r, jj, go->dbias.dtype, max_prec, &u->bbits[e]);
+                    if (rc < 0)
+                        return SMATTN_ERR_NOMEM;
+                    u->bdone[e] = (unsigned char)rc;
+                    u->exact_elems += rc;
+                }
+                all &= u->bdone[e];
+            }
+        }
         if (all)
             break;
     }
@@ -1121,6 +1198,13 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
             smattn__store_bits(go->dq.data, go->dq.dtype,
                                smattn__off4(go->dq.stride, u->b, row->i, row->h, d),
                                u->qbits[r * D + d]);
+    }
+    for (int64_t r = 0; r < R && u->want_bias; r++) {
+        const bw_row *row = &u->rows[r];
+        for (int64_t j = 0; j < T; j++)
+            smattn__store_bits(go->dbias.data, go->dbias.dtype,
+                               smattn__off4(go->dbias.stride, u->b, row->h, row->i, j),
+                               u->bbits[r * T + j]);
     }
     for (int64_t j = 0; j < T; j++) {
         for (int64_t d = 0; d < D; d++)
@@ -1148,6 +1232,7 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
     u.D = p->D;
     u.Dv = p->Dv;
     u.softcap = p->softcap > 0;
+    u.want_bias = job->gout->dbias.data != NULL;
     mpfr_inits2(64, u.a, u.b2, u.c, u.d, u.lo, u.hi, u.tmp, (mpfr_ptr)0);
     int64_t W = u.D > u.Dv ? u.D : u.Dv;
     u.El = malloc((size_t)(u.T + 1) * sizeof *u.El);

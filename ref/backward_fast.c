@@ -199,6 +199,14 @@ int smattn__bw_fast_unit(bw_unit *u)
         }
         if (row->dsnan)
             continue;
+        for (int64_t jj = 0; jj < row->n && u->want_bias; jj++) { /* dBias = dS */
+            int64_t e = r * T + row->idx[jj];
+            if (!u->bdone[e]) {
+                u->bdone[e] = (unsigned char)fast_decide(row->fS[jj], row->fSr[jj],
+                                                         go->dbias.dtype, &u->bbits[e]);
+                u->fast_elems += u->bdone[e];
+            }
+        }
         double *qv = qa, *qr = qa + D, *qs = qa + 2 * D;
         memset(qa, 0, (size_t)(3 * D) * sizeof *qa);
         for (int64_t jj = 0; jj < row->n; jj++) {
@@ -490,6 +498,15 @@ int smattn__bw_dd_unit(bw_unit *u)
         row->dd_ok = !dd_row(u, row, buf, sh, sl, se, fx, fe);
         if (!row->dd_ok || row->dsnan)
             continue;
+        for (int64_t jj = 0; jj < row->n && u->want_bias; jj++) { /* dBias = dS */
+            int64_t e = r * T + row->idx[jj];
+            const double *g = &row->g6[6 * jj];
+            if (!u->bdone[e]) {
+                u->bdone[e] = (unsigned char)smattn__ref_decide_dd(g[3], g[4], g[5] * (1 + 0x1p-40),
+                                                                  go->dbias.dtype, &u->bbits[e]);
+                u->fast_elems += u->bdone[e];
+            }
+        }
         for (int64_t d = 0; d < D; d++) {
             int64_t e = r * D + d;
             if (u->qdone[e])

@@ -79,6 +79,7 @@ typedef struct bw_row {
     mpfr_t top;          /* the largest score or sink, exact (no softcap) */
     mpfr_t *Plo, *Phi, *Ulo, *Uhi; /* [n] intervals of P_j and dU_j at the current level */
     unsigned char *Uzero;          /* [n] dU_j is exactly 0 */
+    mpfr_t *Slo, *Shi;             /* [n] softcap only: dS_j before the cap's derivative */
     int alloc;           /* arrays allocated for this many keys */
     double lam;          /* dLSE of the row (0 without one) */
     int needed;          /* the MPFR phase must evaluate the row */
@@ -113,6 +114,9 @@ typedef struct bw_unit {
     mpfr_t *prod;                  /* [max(D, Dv)] exact products */
     mpfr_ptr *pp;
     int64_t fast_elems;            /* elements decided by the fast phase */
+    int want_bias;                 /* dBias is asked for */
+    uint64_t *bbits;               /* [R * T] dBias of each row and key */
+    unsigned char *bdone;
 } bw_unit;
 
 struct bw_job {

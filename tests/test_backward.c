@@ -20,9 +20,10 @@ typedef struct tc {
     double *q, *k, *v, *bias, *sinks, *dout, *dlse;
     unsigned char *mask;
     int64_t kv_lens[4];
-    double *dq, *dk, *dv;
+    double *dq, *dk, *dv, *dbias;
+    int want_dbias;   /* ask for dBias (full shape) */
     smattn_dtype odt; /* output dtype */
-    unsigned char *obuf[3];
+    unsigned char *obuf[4];
 } tc;
 
 static int64_t nq(const tc *c) { return c->p.B * c->p.S * c->p.Hq * c->p.D; }
@@ -67,8 +68,8 @@ static void tc_init(tc *c, int64_t B, int64_t S, int64_t T, int64_t Hq, int64_t 
 static void tc_free(tc *c)
 {
     free(c->q), free(c->k), free(c->v), free(c->bias), free(c->sinks), free(c->dout);
-    free(c->dlse), free(c->mask), free(c->dq), free(c->dk), free(c->dv);
-    for (int k = 0; k < 3; k++)
+    free(c->dlse), free(c->mask), free(c->dq), free(c->dk), free(c->dv), free(c->dbias);
+    for (int k = 0; k < 4; k++)
         free(c->obuf[k]);
 }
 
@@ -128,11 +129,15 @@ static void tc_tensors(tc *c, smattn_inputs *in, smattn_grad_inputs *gin, smattn
         gin->dlse = (smattn_tensor){c->dlse, SMATTN_F64, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(p, 'l', gin->dlse.stride), SMATTN_OK);
     }
-    int64_t n[3] = {nq(c), nk(c), nv(c)};
+    int64_t n[4] = {nq(c), nk(c), nv(c), nfull(c)};
     size_t es = smattn_dtype_size(c->odt);
-    for (int k = 0; k < 3; k++)
-        if (!c->obuf[k])
+    for (int k = 0; k < 4; k++)
+        if (!c->obuf[k] && (k < 3 || c->want_dbias))
             c->obuf[k] = malloc((size_t)n[k] * es);
+    if (c->want_dbias) {
+        go->dbias = (smattn_out_tensor){c->obuf[3], c->odt, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(p, 'b', go->dbias.stride), SMATTN_OK);
+    }
     go->dq = (smattn_out_tensor){c->obuf[0], c->odt, {0}};
     go->dk = (smattn_out_tensor){c->obuf[1], c->odt, {0}};
     go->dv = (smattn_out_tensor){c->obuf[2], c->odt, {0}};
@@ -156,9 +161,9 @@ static smattn_status tc_run(tc *c, int threads, smattn_ref_stats *stats)
     cfg.threads = threads;
     cfg.no_fast_phase = g_no_fast;
     smattn_status st = smattn_ref_backward(&c->p, &in, &gin, &go, &cfg, stats);
-    double **dst[3] = {&c->dq, &c->dk, &c->dv};
-    int64_t n[3] = {nq(c), nk(c), nv(c)};
-    for (int k = 0; k < 3; k++) {
+    double **dst[4] = {&c->dq, &c->dk, &c->dv, &c->dbias};
+    int64_t n[4] = {nq(c), nk(c), nv(c), nfull(c)};
+    for (int k = 0; k < (c->want_dbias ? 4 : 3); k++) {
         free(*dst[k]);
         *dst[k] = malloc((size_t)n[k] * sizeof(double));
         for (int64_t x = 0; x < n[k]; x++)
@@ -181,7 +186,7 @@ static uint64_t bits64(double x)
 
 typedef struct fwd {
     const tc *c;
-    mpfr_t *q, *k, *v; /* the inputs as MPFR, perturbable */
+    mpfr_t *q, *k, *v, *bias; /* the inputs as MPFR, perturbable (bias: NULL without one) */
 } fwd;
 
 static void fwd_init(fwd *f, const tc *c)
@@ -196,6 +201,12 @@ static void fwd_init(fwd *f, const tc *c)
         mpfr_init2(f->k[x], FP), mpfr_set_d(f->k[x], c->k[x], MPFR_RNDN);
     for (int64_t x = 0; x < nv(c); x++)
         mpfr_init2(f->v[x], FP), mpfr_set_d(f->v[x], c->v[x], MPFR_RNDN);
+    f->bias = NULL;
+    if (c->bias) {
+        f->bias = malloc((size_t)nfull(c) * sizeof *f->bias);
+        for (int64_t x = 0; x < nfull(c); x++)
+            mpfr_init2(f->bias[x], FP), mpfr_set_d(f->bias[x], c->bias[x], MPFR_RNDN);
+    }
 }
 
 static void fwd_free(fwd *f)
@@ -206,7 +217,9 @@ static void fwd_free(fwd *f)
         mpfr_clear(f->k[x]);
     for (int64_t x = 0; x < nv(f->c); x++)
         mpfr_clear(f->v[x]);
-    free(f->q), free(f->k), free(f->v);
+    for (int64_t x = 0; f->bias && x < nfull(f->c); x++)
+        mpfr_clear(f->bias[x]);
+    free(f->q), free(f->k), free(f->v), free(f->bias);
 }
 
 /* loss = sum over rows of dO . O + dLSE LSE (SPEC 4.1, 3.4 zero and mean conventions),
@@ -251,7 +264,7 @@ static void fwd_loss(const fwd *f, mpfr_ptr loss)
                         mpfr_mul_d(s[j], s[j], p->softcap, MPFR_RNDN);
                     }
                     if (c->bias)
-                        mpfr_add_d(s[j], s[j], c->bias[bi], MPFR_RNDN);
+                        mpfr_add(s[j], s[j], f->bias[bi], MPFR_RNDN);
                 }
                 const double *dO = &c->dout[((b * p->S + i) * p->Hq + h) * Dv];
                 if (n == 0 && !has_sink) {
@@ -373,8 +386,8 @@ static void check_against_diffs(tc *c)
     g_no_fast = 1;
     ck_assert_int_eq(tc_run(c, 0, &stats), SMATTN_OK);
     g_no_fast = 0;
-    double *slow[3] = {c->dq, c->dk, c->dv};
-    c->dq = c->dk = c->dv = NULL;
+    double *slow[4] = {c->dq, c->dk, c->dv, c->dbias};
+    c->dq = c->dk = c->dv = c->dbias = NULL;
     ck_assert_int_eq(tc_run(c, 0, &stats), SMATTN_OK);
     for (int64_t x = 0; x < nq(c); x++)
         ck_assert_msg(bits64(slow[0][x]) == bits64(c->dq[x]), "dq[%" PRId64 "] fast/slow", x);
@@ -382,7 +395,9 @@ static void check_against_diffs(tc *c)
         ck_assert_msg(bits64(slow[1][x]) == bits64(c->dk[x]), "dk[%" PRId64 "] fast/slow", x);
     for (int64_t x = 0; x < nv(c); x++)
         ck_assert_msg(bits64(slow[2][x]) == bits64(c->dv[x]), "dv[%" PRId64 "] fast/slow", x);
-    free(slow[0]), free(slow[1]), free(slow[2]);
+    for (int64_t x = 0; c->want_dbias && x < nfull(c); x++)
+        ck_assert_msg(bits64(slow[3][x]) == bits64(c->dbias[x]), "dbias[%" PRId64 "] fast/slow", x);
+    free(slow[0]), free(slow[1]), free(slow[2]), free(slow[3]);
     fwd f;
     fwd_init(&f, c);
     mpfr_t g;
@@ -399,6 +414,10 @@ static void check_against_diffs(tc *c)
     for (int64_t x = 0; x < nv(c); x++) {
         fwd_diff(&f, f.v, x, g);
         bad += !check_elem("dv", x, c->dv[x], g, &unsure);
+    }
+    for (int64_t x = 0; c->want_dbias && c->bias && x < nfull(c); x++) {
+        fwd_diff(&f, f.bias, x, g); /* a -inf bias stays -inf: derivative 0 */
+        bad += !check_elem("dbias", x, c->dbias[x], g, &unsure);
     }
     mpfr_clear(g);
     fwd_free(&f);
@@ -426,6 +445,7 @@ START_TEST(diff_gqa_masks_bias_sinks_dlse)
     tc_add_mask(&c, 4);
     tc_add_sinks(&c);
     tc_add_dlse(&c);
+    c.want_dbias = 1;
     check_against_diffs(&c);
     tc_free(&c);
 }
@@ -440,6 +460,7 @@ START_TEST(diff_softcap_window)
     c.p.window_right = 1;
     tc_add_bias(&c);
     tc_add_dlse(&c);
+    c.want_dbias = 1; /* dBias is dS, not dU: the bias comes after the cap */
     check_against_diffs(&c);
     tc_free(&c);
 }
@@ -513,7 +534,10 @@ START_TEST(trap_do_orthogonal)
         for (int64_t r = 0; r < 4; r++)
             c.dout[r * 2] = 0, c.dout[r * 2 + 1] = 1.5 + (double)r;
         c.odt = dts[t];
+        c.want_dbias = 1;
         ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+        for (int64_t x = 0; x < nfull(&c); x++)
+            ck_assert_msg(bits64(c.dbias[x]) == 0, "dbias[%" PRId64 "] = %a", x, c.dbias[x]);
         for (int64_t x = 0; x < nq(&c); x++)
             ck_assert_msg(bits64(c.dq[x]) == 0, "dq[%" PRId64 "] = %a", x, c.dq[x]);
         for (int64_t x = 0; x < nk(&c); x++)
@@ -826,7 +850,14 @@ START_TEST(nan_conventions)
     c.p.kv_lens = c.kv_lens;
     /* batch 1: S = 2 > T_1 = 1 with lower-right causality: row 0 is empty */
     c.dout[0 * 2 + 1] = NAN; /* batch 0, row 0, column 1 */
+    c.want_dbias = 1;
     ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+    /* dBias [B=2][Hq=1][S=2][T=3]: b0 row 0 NaN at its keys 0, 1 and +0 at key 2; b0 row 1
+     * finite; b1 row 0 (empty, nan) NaN at every key; b1 row 1 sees key 0 only */
+    ck_assert(isnan(c.dbias[0]) && isnan(c.dbias[1]) && bits64(c.dbias[2]) == 0);
+    ck_assert(isfinite(c.dbias[3]) && isfinite(c.dbias[4]) && isfinite(c.dbias[5]));
+    ck_assert(isnan(c.dbias[6]) && isnan(c.dbias[7]) && isnan(c.dbias[8]));
+    ck_assert(isfinite(c.dbias[9]) && bits64(c.dbias[10]) == 0 && bits64(c.dbias[11]) == 0);
     ck_assert(isnan(c.dq[0]) && isnan(c.dq[1]));      /* b0 row 0: dO NaN */
     ck_assert(isfinite(c.dq[2]) && isfinite(c.dq[3])); /* b0 row 1 */
     /* b0 row 0 sees key 0 and 1 (lower-right, S=2, T=3): dK NaN there, key 2 from row 1 */
@@ -872,6 +903,14 @@ START_TEST(validation)
     ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_ALIAS);
     o2 = go;
     o2.dq.stride[2] = 0; /* overlaps itself */
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_ALIAS);
+    o2 = go;
+    double dbias_buf[12];
+    o2.dbias = (smattn_out_tensor){dbias_buf, SMATTN_F64, {12, 6, 3, 1}};
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_OK);
+    o2.dbias.stride[1] = 0; /* a reduction over heads: not yet */
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_UNSUPPORTED);
+    o2.dbias = (smattn_out_tensor){go.dq.data, SMATTN_F64, {12, 6, 3, 1}}; /* over dQ */
     ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_ALIAS);
     o2 = go;
     double sink_grad[2];
