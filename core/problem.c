@@ -287,8 +287,6 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         return st;
     if (p->op != SMATTN_OP_ATTENTION)
         return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
-    if (gout->dsinks.data)
-        return SMATTN_ERR_UNSUPPORTED; /* reserved output (SPEC 9.6) */
     /* Gradient inputs: dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional. */
     int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
     int64_t nl[4] = {p->B, p->Hq, p->S, 1};
@@ -327,6 +325,20 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         if ((st = check_tensor(4, on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data, &sp[nsp])))
             return st;
         if (!self_disjoint(4, on[k], ot[k]->stride))
+            return SMATTN_ERR_ALIAS;
+        for (int j = 0; j < nsp; j++)
+            if (spans_meet(sp[nsp], sp[j]))
+                return SMATTN_ERR_ALIAS;
+        nsp++;
+    }
+    if (gout->dsinks.data) { /* dSinks [Hq], optional */
+        int64_t ns[1] = {p->Hq};
+        if (!is_float(gout->dsinks.dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(1, ns, gout->dsinks.stride, gout->dsinks.dtype, gout->dsinks.data,
+                               &sp[nsp])))
+            return st;
+        if (!self_disjoint(1, ns, gout->dsinks.stride))
             return SMATTN_ERR_ALIAS;
         for (int j = 0; j < nsp; j++)
             if (spans_meet(sp[nsp], sp[j]))

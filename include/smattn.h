@@ -287,8 +287,8 @@ SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
  *   hold the sums over each KV head's group of query heads (SPEC 2.2).
  *   dbias [B,Hq,S,T] (optional, with or without a bias input): dS, +0 where the key is not
  *   visible; a stride 0 on a dimension of extent > 1 (the sum over a broadcast dimension) is
- *   SMATTN_ERR_UNSUPPORTED for now. dsinks is reserved: its data must be NULL (else
- *   SMATTN_ERR_UNSUPPORTED).
+ *   SMATTN_ERR_UNSUPPORTED for now. dsinks [Hq] (optional): the sum over batches and queries
+ *   of P_sink (dLSE - Delta); +0 for a head without a sink (absent or -inf).
  * No output may overlap itself, another output, or any input (SMATTN_ERR_ALIAS). */
 typedef struct smattn_grad_inputs {
     smattn_tensor dout; /* dO */
@@ -298,10 +298,10 @@ typedef struct smattn_grad_inputs {
 typedef struct smattn_grad_outputs {
     smattn_out_tensor dq, dk, dv;
     smattn_out_tensor dbias;  /* optional, full shape (SPEC 9.1) */
-    smattn_out_tensor dsinks; /* reserved (SPEC 9.6): must be absent */
+    smattn_out_tensor dsinks; /* optional, [Hq] (SPEC 9.1) */
 } smattn_grad_outputs;
 
-/* Every element of dq, dk, dv (and dbias) is the exact value of SPEC 9.1 (with the conventions of
+/* Every element of dq, dk, dv (and dbias, dsinks) is the exact value of SPEC 9.1 (with the conventions of
  * 9.2) rounded to nearest-even in its dtype (SPEC 9.3). Attention problems only (softmax:
  * SMATTN_ERR_UNSUPPORTED), no layout (a non-NULL prob->layout: SMATTN_ERR_UNSUPPORTED).
  * cfg and stats as for smattn_ref (stats: rows and rows_empty count query rows, rows_fast

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ref/backward_internal.h"
+#include "ref/dd.h"
 #include "ref/ref_internal.h"
 
 #define BW_DEFAULT_MAX_PREC 16384L
@@ -51,7 +52,7 @@ static void row_free(bw_row *r)
                         (mpfr_ptr)0);
         for (int64_t k = 0; k < n + 1; k++)
             mpfr_clears(r->C[k], r->texp[k], (mpfr_ptr)0);
-        mpfr_clear(r->top);
+        mpfr_clears(r->top, r->PSlo, r->PShi, r->Dlo, r->Dhi, (mpfr_ptr)0);
         for (int64_t k = 0; r->Slo && k < n; k++)
             mpfr_clears(r->Slo[k], r->Shi[k], (mpfr_ptr)0);
     }
@@ -119,7 +120,7 @@ static int row_alloc_exact(bw_row *r, int softcap)
                     (mpfr_ptr)0);
     for (size_t k = 0; k < N1; k++)
         mpfr_inits2(64, r->C[k], r->texp[k], (mpfr_ptr)0);
-    mpfr_init2(r->top, 64);
+    mpfr_inits2(64, r->top, r->PSlo, r->PShi, r->Dlo, r->Dhi, (mpfr_ptr)0);
     r->alloc = (int64_t)N;
     if (softcap) {
         r->Slo = malloc(N * sizeof *r->Slo);
@@ -188,11 +189,13 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
     const bw_job *job = u->job;
     const smattn_problem *p = u->p;
     const smattn_inputs *in = job->in;
-    const int64_t b = u->b, h = r->h, i = r->i;
+    const int64_t b = r->b, h = r->h, i = r->i;
     r->kind = RK_SKIP;
     r->dsnan = 0;
     r->n = 0;
     r->has_sink = 0;
+    r->sink_bad = 0;
+    r->lam = 0;
     int empty = 0, nan = 0;
     if (i >= smattn__q_len(p, b)) {
         empty = 1;
@@ -209,7 +212,7 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
         if (in->sinks.data) {
             double s = smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]);
             if (isnan(s) || s == HUGE_VAL)
-                nan = 1;
+                nan = r->sink_bad = 1;
             else if (s != -HUGE_VAL)
                 r->has_sink = 1, r->sink = s;
         }
@@ -247,8 +250,12 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
         r->kind = RK_POISON;
         return SMATTN_OK;
     }
-    if (r->n == 0)
-        return SMATTN_OK; /* the sink alone: O = +0 whatever q is; no gradient but dsinks */
+    if (r->n == 0) { /* the sink alone: O = +0 whatever q is; no gradient but dsinks */
+        const smattn_tensor *t = &job->gin->dlse;
+        if (t->data)
+            r->lam = smattn_load(t->data, t->dtype, b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
+        return SMATTN_OK;
+    }
     r->kind = RK_NORMAL;
     /* dO, dLSE and V at the visible keys: a non-finite one leaves dS undefined */
     double lam = 0;
@@ -275,7 +282,7 @@ static smattn_status row_exact(bw_unit *u, bw_row *r)
     const bw_job *job = u->job;
     const smattn_problem *p = u->p;
     const smattn_inputs *in = job->in;
-    const int64_t b = u->b, h = r->h, i = r->i;
+    const int64_t b = r->b, h = r->h, i = r->i;
     const double lam = r->lam;
     if (row_alloc_exact(r, u->softcap))
         return SMATTN_ERR_NOMEM;
@@ -506,6 +513,21 @@ static void row_level(bw_unit *u, bw_row *r, mpfr_prec_t prec)
         mpfr_div(u->El[k], u->El[k], Lh, MPFR_RNDD);
         mpfr_div(u->Eh[k], u->Eh[k], Ll, MPFR_RNDU);
     }
+    if (r->has_sink && !r->dsnan) { /* for dsinks: P of the sink and Delta */
+        mpfr_set_prec(r->PSlo, prec);
+        mpfr_set_prec(r->PShi, prec);
+        mpfr_set(r->PSlo, u->El[r->sink_group], MPFR_RNDD);
+        mpfr_set(r->PShi, u->Eh[r->sink_group], MPFR_RNDU);
+        mpfr_set_prec(r->Dlo, prec);
+        mpfr_set_prec(r->Dhi, prec);
+        if (r->delta_rat) {
+            mpfr_div_si(r->Dlo, r->C[0], (long)r->gcnt[0], MPFR_RNDD);
+            mpfr_div_si(r->Dhi, r->C[0], (long)r->gcnt[0], MPFR_RNDU);
+        } else {
+            mpfr_set(r->Dlo, Dl, MPFR_RNDD);
+            mpfr_set(r->Dhi, Dh, MPFR_RNDU);
+        }
+    }
     for (int64_t jj = 0; jj < r->n; jj++) {
         int64_t k = r->gid[jj];
         mpfr_set_prec(r->Plo[jj], prec);
@@ -645,7 +667,7 @@ static int row_poly(bw_unit *u, const bw_row *r, int kind, int64_t d, bw_poly *o
         } else {
             for (int64_t m = 0; m < r->gkeys[a]; m++) {
                 int64_t jj = r->order[r->gfirst[a] + m];
-                double k = ld(&u->job->in->k, u->b, r->idx[jj], u->g, d);
+                double k = ld(&u->job->in->k, r->b, r->idx[jj], u->g, d);
                 mpfr_set_prec(u->b2, 53);
                 mpfr_set_d(u->b2, k, MPFR_RNDN);
                 if (kind == 2) {
@@ -925,6 +947,7 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
         bw_row *row = &u->rows[r];
         if (row_alloc(row, T, D, Dv))
             return SMATTN_ERR_NOMEM;
+        row->b = u->b;
         row->h = u->g * u->gs + r / p->S;
         row->i = r % p->S;
         if ((st = row_prepare(u, row)))
@@ -1217,6 +1240,265 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
     return SMATTN_OK;
 }
 
+/* ---- dsinks: one unit per query head, its rows over every batch (SPEC 9.1) -------------- */
+
+enum { SK_NONE, SK_NAN, SK_LAMBDA, SK_ROW };
+
+/* What row r adds to dsink_h (SPEC 9.2): nothing, NaN, its dLSE (the sink alone), or
+ * P_sink (dLSE - Delta). */
+static int sink_term(const bw_row *r)
+{
+    if (r->sink_bad)
+        return SK_NAN;
+    if (!r->has_sink)
+        return SK_NONE;
+    if (r->kind == RK_POISON || (r->kind == RK_NORMAL && r->dsnan))
+        return SK_NAN;
+    return r->kind == RK_NORMAL ? SK_ROW : SK_LAMBDA;
+}
+
+/* The exact expansion of dsink_h (SPEC 9.3 item 5): the sink alone adds lambda / 1, a row
+ * e^{t_sink} (lambda L - N) / L^2. 1 decided, 0 not, -1 memory. */
+static int exact_sink(bw_unit *u, const unsigned char *kind, smattn_dtype t, long maxp,
+                      uint64_t *bits)
+{
+    bw_ex e;
+    ex_init(&e);
+    bw_acc acc;
+    memset(&acc, 0, sizeof acc);
+    bw_poly L, N;
+    smattn__bwp_init(&L), smattn__bwp_init(&N);
+    mpfr_t w, tmp, zero;
+    mpfr_inits2(64, w, tmp, zero, (mpfr_ptr)0);
+    mpfr_set_zero(zero, 1);
+    int rc = 0, ret = -1;
+    for (int64_t r = 0; r < u->R && !rc; r++) {
+        const bw_row *row = &u->rows[r];
+        if (kind[r] != SK_LAMBDA && kind[r] != SK_ROW)
+            continue;
+        if (row->lam == 0 && kind[r] == SK_LAMBDA)
+            continue;
+        smattn__bwp_reset(&e.A);
+        smattn__bwp_reset(&e.Dn);
+        mpfr_set_prec(tmp, 53);
+        mpfr_set_d(tmp, row->lam, MPFR_RNDN);
+        if (kind[r] == SK_LAMBDA) {
+            if (smattn__bwp_push(&e.A, zero, tmp) || smattn__bwp_push(&e.Dn, zero, e.one))
+                rc = -1;
+        } else {
+            if (row_poly(u, row, 0, 0, &L, w, e.c2) || row_poly(u, row, 1, 0, &N, w, e.c2)) {
+                rc = -1;
+                break;
+            }
+            smattn__bwp_reset(&e.t1);
+            mpfr_set_prec(e.c2, 2);
+            mpfr_set_si(e.c2, -1, MPFR_RNDN);
+            if (smattn__bwp_add_scaled(&e.t1, &L, tmp) ||
+                smattn__bwp_add_scaled(&e.t1, &N, e.c2) || smattn__bwp_normalize(&e.t1)) {
+                rc = -1;
+                break;
+            }
+            smattn__bwp_reset(&e.t2);
+            if (smattn__bwp_push(&e.t2, row->texp[row->sink_group], e.one)) {
+                rc = -1;
+                break;
+            }
+            if ((rc = smattn__bwp_mul(&e.A, &e.t2, &e.t1, BW_TERM_CAP)) ||
+                (rc = smattn__bwp_mul(&e.Dn, &L, &L, BW_TERM_CAP)))
+                break;
+        }
+        if (!rc && (smattn__bwp_normalize(&e.A) || smattn__bwp_normalize(&e.Dn) ||
+                    acc_add(&acc, &e.A, &e.Dn, e.one)))
+            rc = -1;
+    }
+    if (!rc)
+        rc = acc_combine(&acc, &e);
+    if (rc == -2) {
+        ret = 0;
+    } else if (rc == 0) {
+        long pu = 0;
+        int rational = 0;
+        ret = smattn__bwp_decide(&e.num, &e.den, t, BW_START_PREC, maxp, bits, &pu, &rational);
+        if (pu > u->prec_used)
+            u->prec_used = pu;
+    }
+    smattn__bwp_clear(&L), smattn__bwp_clear(&N);
+    mpfr_clears(w, tmp, zero, (mpfr_ptr)0);
+    acc_free(&acc);
+    ex_clear(&e);
+    return ret;
+}
+
+static smattn_status sink_run(bw_unit *u, int64_t h, long max_prec)
+{
+    const bw_job *job = u->job;
+    const smattn_problem *p = u->p;
+    const smattn_out_tensor *out = &job->gout->dsinks;
+    const int64_t R = u->R, S = p->S;
+    const int fast = !job->cfg->no_fast_phase && !u->softcap;
+    smattn_status st = SMATTN_OK;
+    unsigned char *kind = calloc((size_t)R, 1);
+    u->rows = calloc((size_t)R, sizeof *u->rows);
+    if (!kind || !u->rows) {
+        free(kind);
+        return SMATTN_ERR_NOMEM;
+    }
+    int cls = 0, any = 0;
+    for (int64_t r = 0; r < R; r++) {
+        bw_row *row = &u->rows[r];
+        if (row_alloc(row, u->T, u->D, u->Dv)) {
+            free(kind);
+            return SMATTN_ERR_NOMEM;
+        }
+        row->b = r / S;
+        row->h = h;
+        row->i = r % S;
+        if ((st = row_prepare(u, row)) || (row->kind == RK_NORMAL && row_alloc_fast(row))) {
+            free(kind);
+            return st ? st : SMATTN_ERR_NOMEM;
+        }
+        kind[r] = (unsigned char)sink_term(row);
+        if (kind[r] == SK_NAN)
+            cls |= CL_NAN;
+        if (kind[r] == SK_LAMBDA && !isfinite(row->lam))
+            cls |= isnan(row->lam) ? CL_NAN : row->lam > 0 ? CL_POS : CL_NEG;
+        any |= kind[r] == SK_ROW || (kind[r] == SK_LAMBDA && row->lam != 0);
+    }
+    uint64_t bits = 0;
+    int done = cls || !any; /* a class, or nothing but exact zeros: +0 */
+    if (cls)
+        bits = cls_bits(cls, out->dtype);
+    /* binary64 tier */
+    for (int64_t b = 0; fast && !done && b < p->B; b++)
+        if (smattn__bw_fast_rows(u, b, &u->rows[b * S], S)) {
+            free(kind);
+            return SMATTN_ERR_NOMEM;
+        }
+    if (fast && !done) {
+        double v = 0, Rr = 0, A = 0;
+        int ok = 1;
+        for (int64_t r = 0; r < R && ok; r++) {
+            const bw_row *row = &u->rows[r];
+            double t, rt;
+            if (kind[r] == SK_LAMBDA) {
+                t = row->lam, rt = 0;
+            } else if (kind[r] == SK_ROW) {
+                ok = !row->fast_bad;
+                double y = row->lam - row->fD;
+                double ry = (row->fDr + 0x1p-52 * fabs(y) + 0x1p-1074) * (1 + 0x1p-40);
+                t = row->fPs * y;
+                rt = row->fPs * ry + fabs(y) * row->fPsr + row->fPsr * ry + 0x1p-52 * fabs(t) + 0x1p-1074;
+            } else {
+                continue;
+            }
+            v += t, A += fabs(t), Rr += rt;
+        }
+        if (ok) {
+            double g = (double)(R + 1) * 0x1p-53 / (1 - (double)(R + 1) * 0x1p-53);
+            double bound = (Rr * (1 + 0x1p-40) + g * A) * (1 + 2 * g) * (1 + 0x1p-40) + 0x1p-1074;
+            double lo = nextafter(v - bound, -HUGE_VAL), hi = nextafter(v + bound, HUGE_VAL);
+            if (isfinite(v) && isfinite(bound) && (lo > 0 || hi < 0)) {
+                uint64_t x = smattn__round_bits(lo, out->dtype), y = smattn__round_bits(hi, out->dtype);
+                if (x == y)
+                    bits = x, done = 1, u->fast_elems++;
+            }
+        }
+    }
+    /* double-double tier */
+    if (fast && !done) {
+        for (int64_t r = 0; r < R; r++)
+            u->rows[r].needed = kind[r] == SK_ROW;
+        if (smattn__bw_dd_rows(u, u->rows, R)) {
+            free(kind);
+            return SMATTN_ERR_NOMEM;
+        }
+        dd v = {0, 0};
+        double Rr = 0, A = 0;
+        int ok = 1;
+        for (int64_t r = 0; r < R && ok; r++) {
+            const bw_row *row = &u->rows[r];
+            dd t;
+            double rt;
+            if (kind[r] == SK_LAMBDA) {
+                t = (dd){row->lam, 0}, rt = 0;
+            } else if (kind[r] == SK_ROW) {
+                ok = row->dd_ok;
+                if (!ok)
+                    break;
+                dd y = dd_add((dd){row->lam, 0}, (dd){-row->gD[0], -row->gD[1]});
+                double ry = (row->gD[2] + 8 * 0x1p-106 * (fabs(row->lam) + fabs(row->gD[0])) + 0x1p-1000) * 1.01;
+                dd P = {row->gPs[0], row->gPs[1]};
+                double pd = fabs(P.hi) * 1.01, yd = fabs(y.hi) * 1.01;
+                /* the product of two double-doubles: 16 u^2 (ref/backward_fast.c) */
+                dd pr = dd_two_prod(P.hi, y.hi);
+                t = dd_fast_two_sum(pr.hi, pr.lo + (P.hi * y.lo + P.lo * y.hi + P.lo * y.lo));
+                rt = (pd * ry + yd * row->gPs[2] + row->gPs[2] * ry + 16 * 0x1p-106 * fabs(t.hi) + 0x1p-1000) * 1.01;
+            } else {
+                continue;
+            }
+            v = dd_add(v, t);
+            Rr += rt, A += fabs(t.hi);
+        }
+        if (ok) {
+            double bound = (Rr + (double)(R + 1) * 8 * 0x1p-106 * A) * 1.01 * (1 + 0x1p-40);
+            done = smattn__ref_decide_dd(v.hi, v.lo, bound, out->dtype, &bits);
+            u->fast_elems += done;
+        }
+    }
+    /* MPFR: intervals, then the exact expansion */
+    for (int64_t r = 0; r < R && !done; r++)
+        if (kind[r] == SK_ROW && (st = row_exact(u, &u->rows[r]))) {
+            free(kind);
+            return st;
+        }
+    int level = 0;
+    for (mpfr_prec_t prec = job->cfg->fixed_prec > 0 ? job->cfg->fixed_prec : BW_START_PREC;
+         !done && prec <= max_prec; prec *= 2, level++) {
+        if (u->prec_used < prec)
+            u->prec_used = prec;
+        for (int64_t r = 0; r < R; r++) /* row_level borrows tl, th: all rows first */
+            if (kind[r] == SK_ROW)
+                row_level(u, &u->rows[r], prec);
+        int64_t nt = 0;
+        for (int64_t r = 0; r < R; r++) {
+            bw_row *row = &u->rows[r];
+            if (kind[r] != SK_LAMBDA && kind[r] != SK_ROW)
+                continue;
+            mpfr_set_prec(u->tl[nt], prec);
+            mpfr_set_prec(u->th[nt], prec);
+            if (kind[r] == SK_LAMBDA) {
+                mpfr_set_d(u->tl[nt], row->lam, MPFR_RNDD);
+                mpfr_set_d(u->th[nt], row->lam, MPFR_RNDU);
+            } else {
+                mpfr_d_sub(u->tl[nt], row->lam, row->Dhi, MPFR_RNDD);
+                mpfr_d_sub(u->th[nt], row->lam, row->Dlo, MPFR_RNDU);
+                mul_pos_iv(u->tl[nt], u->th[nt], row->PSlo, row->PShi);
+            }
+            u->pl[nt] = u->tl[nt];
+            u->ph[nt] = u->th[nt];
+            nt++;
+        }
+        sum_terms(u, nt, 1.0, prec);
+        done = decide_iv(u->lo, u->hi, out->dtype, &bits, u->tmp);
+        if (!done && level >= BW_EXACT_AFTER && !u->softcap) {
+            int rc = exact_sink(u, kind, out->dtype, max_prec, &bits);
+            if (rc < 0) {
+                free(kind);
+                return SMATTN_ERR_NOMEM;
+            }
+            done = rc;
+            u->exact_elems += rc;
+            if (!done) /* too big for an expansion: the intervals go on */
+                continue;
+        }
+    }
+    free(kind);
+    if (!done)
+        return SMATTN_ERR_PRECISION;
+    smattn__store_bits(out->data, out->dtype, h * out->stride[0], bits);
+    return SMATTN_OK;
+}
+
 static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stats)
 {
     const smattn_problem *p = job->p;
@@ -1224,10 +1506,11 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
     memset(&u, 0, sizeof u);
     u.job = job;
     u.p = p;
-    u.b = unit / p->Hkv;
-    u.g = unit % p->Hkv;
+    int64_t sink_head = unit >= p->B * p->Hkv ? unit - p->B * p->Hkv : -1;
+    u.b = sink_head < 0 ? unit / p->Hkv : 0;
     u.gs = p->Hq / p->Hkv;
-    u.R = u.gs * p->S;
+    u.g = sink_head < 0 ? unit % p->Hkv : sink_head / u.gs;
+    u.R = sink_head < 0 ? u.gs * p->S : p->B * p->S;
     u.T = p->T;
     u.D = p->D;
     u.Dv = p->Dv;
@@ -1250,10 +1533,29 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
         for (int64_t k = 0; k < W; k++)
             mpfr_init2(u.prod[k], 106);
         long maxp = job->cfg->max_prec > 0 ? job->cfg->max_prec : BW_DEFAULT_MAX_PREC;
-        st = unit_run(&u, maxp);
+        if (sink_head < 0) {
+            st = unit_run(&u, maxp);
+        } else { /* term scratch for the rows of the head */
+            u.ncap = (u.R > u.T ? u.R : u.T) + 1; /* a head's rows, or row_level's groups */
+            u.tl = malloc((size_t)u.ncap * sizeof *u.tl);
+            u.th = malloc((size_t)u.ncap * sizeof *u.th);
+            u.pl = malloc((size_t)u.ncap * sizeof *u.pl);
+            u.ph = malloc((size_t)u.ncap * sizeof *u.ph);
+            if (!u.tl || !u.th || !u.pl || !u.ph) {
+                free(u.tl), free(u.th);
+                u.tl = u.th = NULL;
+                st = SMATTN_ERR_NOMEM;
+            } else {
+                for (int64_t k = 0; k < u.ncap; k++)
+                    mpfr_inits2(64, u.tl[k], u.th[k], (mpfr_ptr)0);
+                st = sink_run(&u, sink_head, maxp);
+            }
+        }
     }
-    stats->rows += u.R;
-    stats->rows_empty += u.empty_rows;
+    if (sink_head < 0) { /* a dsinks unit evaluates rows counted by their own units */
+        stats->rows += u.R;
+        stats->rows_empty += u.empty_rows;
+    }
     stats->rows_rational += u.exact_elems;
     stats->rows_fast += u.fast_elems;
     if (u.prec_used > stats->max_prec_used)
@@ -1323,7 +1625,7 @@ smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *
     job.gin = gin;
     job.gout = gout;
     job.cfg = cfg;
-    job.units = p->B * p->Hkv;
+    job.units = p->B * p->Hkv + (gout->dsinks.data ? p->Hq : 0);
     atomic_init(&job.next, 0);
     job.fail_unit = -1;
     if (pthread_mutex_init(&job.lock, NULL))

@@ -83,7 +83,7 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
         rs = up(fabs(scale) * rs + 2 * U * fabs(s2) + ETA);
         if (in->bias.data) {
             double bj = smattn_load(in->bias.data, in->bias.dtype,
-                                    smattn__off4(in->bias.stride, u->b, r->h, r->i, j));
+                                    smattn__off4(in->bias.stride, r->b, r->h, r->i, j));
             s2 += bj;
             rs = up(rs + 2 * U * fabs(s2) + ETA);
         }
@@ -97,7 +97,7 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
     if (r->has_sink && r->sink > m)
         m = r->sink;
     /* e_j = exp(s_j - m): MPFR rounds the exponential once to 53 bits (SPEC 5.2) */
-    double L = 0, RL = 0;
+    double L = 0, RL = 0, es = 0, res = 0;
     for (int64_t jj = 0; jj <= n; jj++) {
         double x, rx;
         if (jj == n) {
@@ -118,6 +118,8 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
         double re = up((e + ETA) * (1 + 4 * U) * rx * (1 + rx) + 2 * U * e + ETA);
         if (jj < n)
             eh[jj] = e, er[jj] = re;
+        else
+            es = e, res = re;
         L += e;
         RL += re;
     }
@@ -142,6 +144,9 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
         if (!isfinite(q) || !isfinite(rq))
             return 1;
     }
+    r->fD = q, r->fDr = rq;
+    r->fPs = es / L;
+    r->fPsr = up((res + r->fPs * RL) / Lmin + 2 * U * r->fPs + ETA);
     for (int64_t jj = 0; jj < n; jj++) {
         double P = eh[jj] / L;
         double rP = up((er[jj] + P * RL) / Lmin + 2 * U * P + ETA);
@@ -338,7 +343,7 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
     double m = -HUGE_VAL;
     for (int64_t jj = 0; jj < n; jj++) {
         int64_t j = r->idx[jj];
-        smattn__ref_load_vec(buf, &in->k, smattn__off4(in->k.stride, u->b, j, u->g, 0),
+        smattn__ref_load_vec(buf, &in->k, smattn__off4(in->k.stride, r->b, j, u->g, 0),
                              in->k.stride[3], D);
         double err;
         dd s = dot2(r->q, buf, D, &err);
@@ -346,7 +351,7 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
         err = err * fabs(scale) + 4 * U2 * fabs(s.hi) + SLACK;
         if (in->bias.data) {
             double bj = smattn_load(in->bias.data, in->bias.dtype,
-                                    smattn__off4(in->bias.stride, u->b, r->h, r->i, j));
+                                    smattn__off4(in->bias.stride, r->b, r->h, r->i, j));
             s = dd_add(s, (dd){bj, 0.0});
             err += 8 * U2 * (fabs(s.hi) + fabs(bj)) + SLACK;
         }
@@ -358,8 +363,8 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
     if (r->has_sink)
         m = fmax(m, r->sink);
     /* e_j = exp(s_j - m) (MPFR at 128 bits, split), into the P slots of g6 for now */
-    dd L = {0, 0};
-    double RL = 0;
+    dd L = {0, 0}, es = {0, 0};
+    double RL = 0, res = 0;
     for (int64_t jj = 0; jj <= n; jj++) {
         dd x;
         double ex;
@@ -389,6 +394,8 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
         }
         if (jj < n)
             r->g6[6 * jj] = eh, r->g6[6 * jj + 1] = el, r->g6[6 * jj + 2] = er;
+        else
+            es = (dd){eh, el}, res = er;
         L = dd_add(L, (dd){eh, el});
         RL += er;
     }
@@ -401,7 +408,7 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
     double RN = 0, AN = 0, rq = 0;
     if (!r->dsnan) {
         for (int64_t jj = 0; jj < n; jj++) {
-            smattn__ref_load_vec(buf, &in->v, smattn__off4(in->v.stride, u->b, r->idx[jj], u->g, 0),
+            smattn__ref_load_vec(buf, &in->v, smattn__off4(in->v.stride, r->b, r->idx[jj], u->g, 0),
                                  in->v.stride[3], Dv);
             double rdp;
             dd dp = dot2(r->dout, buf, Dv, &rdp);
@@ -421,6 +428,10 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
         if (!isfinite(q.hi) || !isfinite(rq))
             return 1;
     }
+    r->gD[0] = q.hi, r->gD[1] = q.lo, r->gD[2] = rq;
+    dd Ps = dd_div(es, L);
+    r->gPs[0] = Ps.hi, r->gPs[1] = Ps.lo;
+    r->gPs[2] = ((res + fabs(Ps.hi) * 1.01 * RL) / Lmin + 8 * U2 * fabs(Ps.hi) + SLACK) * 1.01;
     for (int64_t jj = 0; jj < n; jj++) {
         double *g = &r->g6[6 * jj];
         dd e = {g[0], g[1]};
@@ -560,6 +571,63 @@ int smattn__bw_dd_unit(bw_unit *u)
                 done[e] = (unsigned char)acc_decide(&a, which == 1 ? scale : 1.0, dt, &bits[e]);
                 u->fast_elems += done[e];
             }
+    }
+    ret = 0;
+out:
+    mpfr_clears(fx, fe, (mpfr_ptr)0);
+    free(buf), free(sh), free(sl), free(se);
+    return ret;
+}
+
+/* ---- the tiers for a set of rows of one batch (a dsinks unit) --------------------------- */
+
+int smattn__bw_fast_rows(bw_unit *u, int64_t b, bw_row *rows, int64_t nrows)
+{
+    const smattn_inputs *in = u->job->in;
+    const int64_t T = u->T, D = u->D, Dv = u->Dv;
+    int ret = -1;
+    double *K = malloc((size_t)(T * D) * sizeof *K), *V = malloc((size_t)(T * Dv) * sizeof *V);
+    double *sh = malloc((size_t)T * sizeof *sh), *sr = malloc((size_t)T * sizeof *sr);
+    double *eh = malloc((size_t)T * sizeof *eh), *er = malloc((size_t)T * sizeof *er);
+    mpfr_t x53;
+    mpfr_init2(x53, 53);
+    if (!K || !V || !sh || !sr || !eh || !er)
+        goto out;
+    for (int64_t j = 0; j < T; j++) {
+        smattn__ref_load_vec(&K[j * D], &in->k, smattn__off4(in->k.stride, b, j, u->g, 0),
+                             in->k.stride[3], D);
+        smattn__ref_load_vec(&V[j * Dv], &in->v, smattn__off4(in->v.stride, b, j, u->g, 0),
+                             in->v.stride[3], Dv);
+    }
+    for (int64_t r = 0; r < nrows; r++)
+        if (rows[r].kind == RK_NORMAL)
+            rows[r].fast_bad = fast_row(u, &rows[r], K, V, sh, sr, eh, er, x53);
+    ret = 0;
+out:
+    mpfr_clear(x53);
+    free(K), free(V), free(sh), free(sr), free(eh), free(er);
+    return ret;
+}
+
+int smattn__bw_dd_rows(bw_unit *u, bw_row *rows, int64_t nrows)
+{
+    const int64_t T = u->T, W = u->D > u->Dv ? u->D : u->Dv;
+    double *buf = malloc((size_t)W * sizeof *buf);
+    double *sh = malloc((size_t)T * sizeof *sh), *sl = malloc((size_t)T * sizeof *sl);
+    double *se = malloc((size_t)T * sizeof *se);
+    mpfr_t fx, fe;
+    mpfr_inits2(128, fx, fe, (mpfr_ptr)0);
+    int ret = -1;
+    if (!buf || !sh || !sl || !se)
+        goto out;
+    for (int64_t r = 0; r < nrows; r++) {
+        bw_row *row = &rows[r];
+        row->dd_ok = 0;
+        if (row->kind != RK_NORMAL || !row->needed)
+            continue;
+        if (!row->g6 && !(row->g6 = malloc((size_t)(6 * (row->n ? row->n : 1)) * sizeof(double))))
+            goto out;
+        row->dd_ok = !dd_row(u, row, buf, sh, sl, se, fx, fe);
     }
     ret = 0;
 out:

@@ -57,7 +57,7 @@ enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
 enum { CL_NAN = 1, CL_POS = 2, CL_NEG = 4 };
 
 typedef struct bw_row {
-    int64_t h, i;
+    int64_t b, h, i;     /* the row; b is the unit's batch except in a dsinks unit */
     int kind;
     int dsnan;           /* RK_NORMAL: dS undefined (non-finite dO, dLSE or visible V) */
     int64_t n;           /* visible keys (RK_MEAN: T_b) */
@@ -88,6 +88,11 @@ typedef struct bw_row {
     double *fP, *fPr, *fS, *fSr; /* [n] fast phase: P_j and dS_j with absolute error bounds */
     double *g6;          /* [6n] double-double tier: P_j (hi, lo, bound), dS_j (hi, lo, bound) */
     int dd_ok;           /* the double-double tier bounded the row */
+    /* dsinks (SPEC 9.1): P of the sink and Delta, per tier */
+    int sink_bad;        /* the sink is NaN or +inf (a NaN row) */
+    double fPs, fPsr, fD, fDr;     /* binary64 tier: values and bounds */
+    double gPs[3], gD[3];          /* double-double tier: hi, lo, bound */
+    mpfr_t PSlo, PShi, Dlo, Dhi;   /* MPFR phase: intervals (Delta exact when rational) */
 } bw_row;
 
 typedef struct bw_job bw_job;
@@ -139,6 +144,10 @@ int smattn__bw_fast_unit(bw_unit *u);
 /* The double-double tier, for the rows marked needed: decides most of what the binary64
  * phase left (cancellation, near-boundaries, binary64 outputs). 0, or -1 (memory). */
 int smattn__bw_dd_unit(bw_unit *u);
+/* The two tiers on rows of batch b only (a dsinks unit): fast_row on every normal row, and
+ * dd_row on the normal rows marked needed. 0, or -1 (memory). */
+int smattn__bw_fast_rows(bw_unit *u, int64_t b, bw_row *rows, int64_t nrows);
+int smattn__bw_dd_rows(bw_unit *u, bw_row *rows, int64_t nrows);
 
 /* Exact helpers (the precision of rop is set to hold the exact result). 0 on success. */
 int smattn__bw_exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b);

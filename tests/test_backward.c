@@ -20,10 +20,11 @@ typedef struct tc {
     double *q, *k, *v, *bias, *sinks, *dout, *dlse;
     unsigned char *mask;
     int64_t kv_lens[4];
-    double *dq, *dk, *dv, *dbias;
+    double *dq, *dk, *dv, *dbias, *dsinks;
     int want_dbias;   /* ask for dBias (full shape) */
+    int want_dsinks;  /* ask for dSinks */
     smattn_dtype odt; /* output dtype */
-    unsigned char *obuf[4];
+    unsigned char *obuf[5];
 } tc;
 
 static int64_t nq(const tc *c) { return c->p.B * c->p.S * c->p.Hq * c->p.D; }
@@ -69,7 +70,8 @@ static void tc_free(tc *c)
 {
     free(c->q), free(c->k), free(c->v), free(c->bias), free(c->sinks), free(c->dout);
     free(c->dlse), free(c->mask), free(c->dq), free(c->dk), free(c->dv), free(c->dbias);
-    for (int k = 0; k < 4; k++)
+    free(c->dsinks);
+    for (int k = 0; k < 5; k++)
         free(c->obuf[k]);
 }
 
@@ -129,11 +131,13 @@ static void tc_tensors(tc *c, smattn_inputs *in, smattn_grad_inputs *gin, smattn
         gin->dlse = (smattn_tensor){c->dlse, SMATTN_F64, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(p, 'l', gin->dlse.stride), SMATTN_OK);
     }
-    int64_t n[4] = {nq(c), nk(c), nv(c), nfull(c)};
+    int64_t n[5] = {nq(c), nk(c), nv(c), nfull(c), c->p.Hq};
     size_t es = smattn_dtype_size(c->odt);
-    for (int k = 0; k < 4; k++)
-        if (!c->obuf[k] && (k < 3 || c->want_dbias))
+    for (int k = 0; k < 5; k++)
+        if (!c->obuf[k] && (k < 3 || (k == 3 && c->want_dbias) || (k == 4 && c->want_dsinks)))
             c->obuf[k] = malloc((size_t)n[k] * es);
+    if (c->want_dsinks)
+        go->dsinks = (smattn_out_tensor){c->obuf[4], c->odt, {1, 0, 0, 0}};
     if (c->want_dbias) {
         go->dbias = (smattn_out_tensor){c->obuf[3], c->odt, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(p, 'b', go->dbias.stride), SMATTN_OK);
@@ -161,9 +165,11 @@ static smattn_status tc_run(tc *c, int threads, smattn_ref_stats *stats)
     cfg.threads = threads;
     cfg.no_fast_phase = g_no_fast;
     smattn_status st = smattn_ref_backward(&c->p, &in, &gin, &go, &cfg, stats);
-    double **dst[4] = {&c->dq, &c->dk, &c->dv, &c->dbias};
-    int64_t n[4] = {nq(c), nk(c), nv(c), nfull(c)};
-    for (int k = 0; k < (c->want_dbias ? 4 : 3); k++) {
+    double **dst[5] = {&c->dq, &c->dk, &c->dv, &c->dbias, &c->dsinks};
+    int64_t n[5] = {nq(c), nk(c), nv(c), nfull(c), c->p.Hq};
+    for (int k = 0; k < 5; k++) {
+        if ((k == 3 && !c->want_dbias) || (k == 4 && !c->want_dsinks))
+            continue;
         free(*dst[k]);
         *dst[k] = malloc((size_t)n[k] * sizeof(double));
         for (int64_t x = 0; x < n[k]; x++)
@@ -186,7 +192,7 @@ static uint64_t bits64(double x)
 
 typedef struct fwd {
     const tc *c;
-    mpfr_t *q, *k, *v, *bias; /* the inputs as MPFR, perturbable (bias: NULL without one) */
+    mpfr_t *q, *k, *v, *bias, *sinks; /* the inputs as MPFR, perturbable (NULL if absent) */
 } fwd;
 
 static void fwd_init(fwd *f, const tc *c)
@@ -201,6 +207,12 @@ static void fwd_init(fwd *f, const tc *c)
         mpfr_init2(f->k[x], FP), mpfr_set_d(f->k[x], c->k[x], MPFR_RNDN);
     for (int64_t x = 0; x < nv(c); x++)
         mpfr_init2(f->v[x], FP), mpfr_set_d(f->v[x], c->v[x], MPFR_RNDN);
+    f->sinks = NULL;
+    if (c->sinks) {
+        f->sinks = malloc((size_t)c->p.Hq * sizeof *f->sinks);
+        for (int64_t h = 0; h < c->p.Hq; h++)
+            mpfr_init2(f->sinks[h], FP), mpfr_set_d(f->sinks[h], c->sinks[h], MPFR_RNDN);
+    }
     f->bias = NULL;
     if (c->bias) {
         f->bias = malloc((size_t)nfull(c) * sizeof *f->bias);
@@ -219,7 +231,9 @@ static void fwd_free(fwd *f)
         mpfr_clear(f->v[x]);
     for (int64_t x = 0; f->bias && x < nfull(f->c); x++)
         mpfr_clear(f->bias[x]);
-    free(f->q), free(f->k), free(f->v), free(f->bias);
+    for (int64_t h = 0; f->sinks && h < f->c->p.Hq; h++)
+        mpfr_clear(f->sinks[h]);
+    free(f->q), free(f->k), free(f->v), free(f->bias), free(f->sinks);
 }
 
 /* loss = sum over rows of dO . O + dLSE LSE (SPEC 4.1, 3.4 zero and mean conventions),
@@ -283,11 +297,11 @@ static void fwd_loss(const fwd *f, mpfr_ptr loss)
                 for (int64_t j = 0; j < T; j++)
                     if (vis[j] && mpfr_cmp(s[j], m) > 0)
                         mpfr_set(m, s[j], MPFR_RNDN);
-                if (has_sink && mpfr_cmp_d(m, c->sinks[h]) < 0)
-                    mpfr_set_d(m, c->sinks[h], MPFR_RNDN);
+                if (has_sink && mpfr_cmp(m, f->sinks[h]) < 0)
+                    mpfr_set(m, f->sinks[h], MPFR_RNDN);
                 mpfr_set_zero(L, 1);
                 if (has_sink) {
-                    mpfr_d_sub(x, c->sinks[h], m, MPFR_RNDN);
+                    mpfr_sub(x, f->sinks[h], m, MPFR_RNDN);
                     mpfr_exp(x, x, MPFR_RNDN);
                     mpfr_add(L, L, x, MPFR_RNDN);
                 }
@@ -386,8 +400,8 @@ static void check_against_diffs(tc *c)
     g_no_fast = 1;
     ck_assert_int_eq(tc_run(c, 0, &stats), SMATTN_OK);
     g_no_fast = 0;
-    double *slow[4] = {c->dq, c->dk, c->dv, c->dbias};
-    c->dq = c->dk = c->dv = c->dbias = NULL;
+    double *slow[5] = {c->dq, c->dk, c->dv, c->dbias, c->dsinks};
+    c->dq = c->dk = c->dv = c->dbias = c->dsinks = NULL;
     ck_assert_int_eq(tc_run(c, 0, &stats), SMATTN_OK);
     for (int64_t x = 0; x < nq(c); x++)
         ck_assert_msg(bits64(slow[0][x]) == bits64(c->dq[x]), "dq[%" PRId64 "] fast/slow", x);
@@ -397,7 +411,9 @@ static void check_against_diffs(tc *c)
         ck_assert_msg(bits64(slow[2][x]) == bits64(c->dv[x]), "dv[%" PRId64 "] fast/slow", x);
     for (int64_t x = 0; c->want_dbias && x < nfull(c); x++)
         ck_assert_msg(bits64(slow[3][x]) == bits64(c->dbias[x]), "dbias[%" PRId64 "] fast/slow", x);
-    free(slow[0]), free(slow[1]), free(slow[2]), free(slow[3]);
+    for (int64_t h = 0; c->want_dsinks && h < c->p.Hq; h++)
+        ck_assert_msg(bits64(slow[4][h]) == bits64(c->dsinks[h]), "dsinks[%" PRId64 "] fast/slow", h);
+    free(slow[0]), free(slow[1]), free(slow[2]), free(slow[3]), free(slow[4]);
     fwd f;
     fwd_init(&f, c);
     mpfr_t g;
@@ -414,6 +430,10 @@ static void check_against_diffs(tc *c)
     for (int64_t x = 0; x < nv(c); x++) {
         fwd_diff(&f, f.v, x, g);
         bad += !check_elem("dv", x, c->dv[x], g, &unsure);
+    }
+    for (int64_t h = 0; c->want_dsinks && c->sinks && h < c->p.Hq; h++) {
+        fwd_diff(&f, f.sinks, h, g);
+        bad += !check_elem("dsinks", h, c->dsinks[h], g, &unsure);
     }
     for (int64_t x = 0; c->want_dbias && c->bias && x < nfull(c); x++) {
         fwd_diff(&f, f.bias, x, g); /* a -inf bias stays -inf: derivative 0 */
@@ -446,6 +466,7 @@ START_TEST(diff_gqa_masks_bias_sinks_dlse)
     tc_add_sinks(&c);
     tc_add_dlse(&c);
     c.want_dbias = 1;
+    c.want_dsinks = 1;
     check_against_diffs(&c);
     tc_free(&c);
 }
@@ -678,6 +699,41 @@ START_TEST(trap_far_key_near_midpoint)
             ck_assert(st.rows_rational > 0);
         tc_free(&c);
     }
+}
+END_TEST
+
+/* dSinks across batches: two batches with the same inputs and opposite dO and dLSE give
+ * opposite irrational terms P_sink (dLSE - Delta) whose sum is 0 exactly (+0); a row that
+ * sees no key but its sink adds its dLSE exactly; a NaN sink makes its head's dsink NaN. */
+START_TEST(dsinks_traps)
+{
+    tc c;
+    tc_init(&c, 2, 2, 4, 2, 1, 3, 2, 27);
+    tc_add_sinks(&c);
+    tc_add_dlse(&c);
+    tc_add_mask(&c, 1000000);
+    memset(c.mask, 1, (size_t)nfull(&c));
+    int64_t half = nq(&c) / 2, halfo = no(&c) / 2, halfl = nl(&c) / 2;
+    memcpy(c.q + half, c.q, (size_t)half * sizeof(double));
+    memcpy(c.k + nk(&c) / 2, c.k, (size_t)(nk(&c) / 2) * sizeof(double));
+    memcpy(c.v + nv(&c) / 2, c.v, (size_t)(nv(&c) / 2) * sizeof(double));
+    for (int64_t x = 0; x < halfo; x++)
+        c.dout[halfo + x] = -c.dout[x];
+    for (int64_t x = 0; x < halfl; x++)
+        c.dlse[halfl + x] = -c.dlse[x];
+    c.want_dsinks = 1;
+    ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+    ck_assert_msg(bits64(c.dsinks[0]) == 0 && bits64(c.dsinks[1]) == 0, "dsinks %a %a", c.dsinks[0],
+                  c.dsinks[1]);
+    /* head 1, batch 0: both rows see no key: they add dLSE (their P_sink is 1, Delta 0);
+     * batch 1 stays as it was, so the head's dsink is the batch-0 rows' dLSE plus the
+     * batch-1 rows' terms, checked against the derivative */
+    memset(&c.mask[(0 * 2 + 1) * 2 * 4], 0, 2 * 4);
+    check_against_diffs(&c);
+    c.sinks[0] = NAN;
+    ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+    ck_assert(isnan(c.dsinks[0]) && isfinite(c.dsinks[1]));
+    tc_free(&c);
 }
 END_TEST
 
@@ -915,7 +971,12 @@ START_TEST(validation)
     o2 = go;
     double sink_grad[2];
     o2.dsinks = (smattn_out_tensor){sink_grad, SMATTN_F64, {1, 0, 0, 0}};
-    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_OK);
+    ck_assert_uint_eq(bits64(sink_grad[0]), 0); /* no sink input: the gradient of a -inf sink */
+    o2.dsinks.dtype = SMATTN_BOOL;
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_DTYPE);
+    o2.dsinks = (smattn_out_tensor){go.dv.data, SMATTN_F64, {1, 0, 0, 0}}; /* over dV */
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_ALIAS);
     smattn_problem p2 = c.p;
     smattn_layout lay;
     memset(&lay, 0, sizeof lay);
@@ -951,6 +1012,7 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, trap_cross_row_midpoint);
     tcase_add_test(tcs, trap_rational_dq_midpoint);
     tcase_add_test(tcs, trap_far_key_near_midpoint);
+    tcase_add_test(tcs, dsinks_traps);
     tcase_add_test(tcs, dk_sums_to_zero);
     tcase_add_test(tcs, masked_keys_exact_zero);
     tcase_add_test(tcs, gqa_equals_mha_group_sums);
