@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-san check-tsan check-long lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
         check-exp format
 all: deps cli
 
@@ -125,8 +125,9 @@ lib: $(LIB)
 cli: $(CLI)
 # the benchmark programs too, so that make check keeps them compiling (none of them runs);
 # in the plain build only (the sanitizer build of them cost about a minute of make check)
-BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_ref_backward $(BUILD)/bench_read $(BUILD)/bench_shape \
-              $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp
+BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_ref_backward $(BUILD)/bench_read \
+              $(BUILD)/bench_shape $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp \
+              $(BUILD)/bench_layout
 tests: $(TESTBIN) $(CLI) $(if $(SAN),,$(BENCH_BINS))
 
 # The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
@@ -137,9 +138,23 @@ check: deps-check
 	@$(MAKE) --no-print-directory check-python
 	@$(MAKE) --no-print-directory check-san
 
+# Check's time limits (tcase_set_timeout) scaled for the machine: Check multiplies them by
+# CK_TIMEOUT_MULTIPLIER. By default 3 under a sanitizer (ASan+UBSan runs the suites 2-3x
+# slower) and 1 otherwise, times the load per core when it is above 1 (the 1-minute load
+# average over nproc, rounded up): a loaded shared machine once stopped make check on a
+# timeout in the sanitizer build. `make check CK_TIMEOUT_MULTIPLIER=N` (or the variable in
+# the environment) sets it (tests/make/test_ck_timeout.sh checks that it reaches the runner).
+CK_TIMEOUT_BASE ?= $(if $(SAN),3,1)
+ifeq ($(origin CK_TIMEOUT_MULTIPLIER),undefined)
+CK_TIMEOUT_MULTIPLIER := $(shell awk -v b=$(CK_TIMEOUT_BASE) -v n=$$(nproc 2>/dev/null || echo 1) \
+  '{ r = $$1 / (n > 0 ? n : 1); m = r > 1 ? b * r : b; print (m == int(m) ? m : int(m) + 1) }' \
+  /proc/loadavg 2>/dev/null || echo $(CK_TIMEOUT_BASE))
+endif
+
 check-unit: tests check-fuzz-replay
-	$(call say,TEST,$(TESTBIN))SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
-	$(if $(SAN),,@$(MAKE) --no-print-directory check-reach check-shards)
+	$(call say,TEST,$(TESTBIN))CK_TIMEOUT_MULTIPLIER=$(CK_TIMEOUT_MULTIPLIER) \
+	  SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
+	$(if $(SAN)$(CHECK_UNIT_NO_EXTRA),,@$(MAKE) --no-print-directory check-reach check-shards check-man check-make check-examples)
 
 # The quick suite in 3 shards through GNU parallel (examples/at-scale/parallel.sh), merged,
 # against one unsharded run; gen's shards; the Slurm and Kubernetes recipes syntax-checked.
@@ -147,13 +162,32 @@ check-shards: tests
 	@echo "  TEST  shards merged = the unsharded run (tests/shards/test_shards.sh)"
 	@tests/shards/test_shards.sh $(CLI)
 
+# The man pages against `smattn CMD --help` and include/smattn.h (tests/man/test_man.sh):
+# every option, function, type and status code is on its page. Under a second.
+check-man: $(CLI)
+	@echo "  TEST  man pages = smattn --help and smattn.h (tests/man/test_man.sh)"
+	@tests/man/test_man.sh $(CLI)
+
+# examples/conform-gate.yml parses, pins no ref this repository lacks, and its install
+# step refuses an empty SMATTN_REF and checks out a commit (tests/examples/). A second.
+check-examples:
+	@echo "  TEST  examples/conform-gate.yml (tests/examples/test_gate_yml.sh)"
+	@tests/examples/test_gate_yml.sh
+
+# CK_TIMEOUT_MULTIPLIER reaches the Check runner of check-unit and check-san (a stand-in
+# runner, nothing built or run). A second.
+check-make:
+	@echo "  TEST  CK_TIMEOUT_MULTIPLIER reaches the runner (tests/make/test_ck_timeout.sh)"
+	@MAKE='$(MAKE)' tests/make/test_ck_timeout.sh
+
 # The CLI suite again with the CLI inside a folder of mode 0700, as a checkout under /root
 # or a `mktemp -d` folder is: its tests that run the CLI as another user (nobody) must not
 # depend on who can reach the checkout. About 10 s.
 check-reach: tests
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && mkdir -m 700 "$$d/private" && \
 	  cp $(CLI) "$$d/private/smattn" && echo "  TEST  cli suite, the CLI in a 0700 folder" && \
-	  SMATTN_CLI="$$d/private/smattn" SMATTN_ROOT=$(CURDIR) $(TESTBIN) cli
+	  CK_TIMEOUT_MULTIPLIER=$(CK_TIMEOUT_MULTIPLIER) SMATTN_CLI="$$d/private/smattn" \
+	  SMATTN_ROOT=$(CURDIR) $(TESTBIN) cli
 
 check-san: deps-check
 	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 \
@@ -201,10 +235,18 @@ $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
 # The peer in the same run: oneDNN composed by plugins/onednn, built by
 # mk/onednn.mk's `onednn` (which installs Debian's libdnnl-dev when missing); without it
 # the table says '-'. make check never needs oneDNN.
-bench: deps $(BUILD)/bench_opt
+bench: deps $(BUILD)/bench_opt $(BUILD)/bench_layout
 	@$(MAKE) --no-print-directory onednn || echo "bench: no oneDNN peer (libdnnl-dev not installed)" >&2
 	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON) \
 	  $$(test -f /usr/include/oneapi/dnnl/dnnl.h && test -f $(ONEDNN_SO) && echo --peer $(ONEDNN_SO))
+	$(BUILD)/bench_layout --threads $(THREADS) $(if $(ISA),--isa $(ISA))
+
+# Ragged and paged layouts against the same problems dense (bench/bench_layout.c), alone:
+$(BUILD)/bench_layout: $(call obj,bench/bench_layout.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                       bench/peak_fma_avx512.c) $(LIB)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-layout: deps $(BUILD)/bench_layout
+	$(BUILD)/bench_layout --threads $(THREADS) $(if $(ISA),--isa $(ISA))
 
 # Where the kernel's time goes: the library and bench_opt rebuilt in build-phases/ with
 # -DSMATTN_PHASES (each thread times the phases of its work items), the same shapes.

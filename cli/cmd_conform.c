@@ -16,6 +16,12 @@
 #include "io/util.h"
 
 enum { EXIT_FAIL = EXIT_MISMATCH, EXIT_USAGE = EXIT_INPUT };
+
+/* Where `make install` puts conform/README.md (DOCDIR/conform/README.md); mk/install.mk
+ * sets it from PREFIX (or DOCDIR), as SMATTN_DATADIR. */
+#ifndef SMATTN_DOCDIR
+#define SMATTN_DOCDIR "/usr/local/share/doc/smattn"
+#endif
 /* parse_opts: --help was given and answered; the command exits 0. */
 enum { EXIT_HELP = -1 };
 
@@ -156,7 +162,8 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
             }
             *(a[2] == 'n' ? &o->no_vectors : a[2] == 'f' ? &o->force : &o->partial) = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("%s(details: 'smattn help', conform/README.md)\n", usage_of(cmd));
+            printf("%s(details: 'smattn help', " SMATTN_DOCDIR "/conform/README.md)\n",
+                   usage_of(cmd));
             return EXIT_HELP;
         } else if (a[0] == '-' && a[1] != '\0') {
             snprintf(msg, sizeof msg, "unknown option '%.40s'", a);

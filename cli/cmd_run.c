@@ -41,11 +41,15 @@ static const char ref_help[] =
     "3 the oracle failed.\n";
 
 static const char opt_help[] =
-    "usage: smattn opt CASE OUT [--threads N] [--isa scalar|avx2|avx512] [--weights]\n"
+    "usage: smattn opt CASE OUT [--dtype f32|f16|bf16] [--threads N] [--isa scalar|avx2|avx512]\n"
+    "                  [--weights]\n"
     "  The case and outputs of 'smattn ref', computed by the optimised kernel\n"
-    "  (smattn_attention, or smattn_softmax for x.npy) and written as f32, as a set. The\n"
-    "  kernel takes q (or x) and bias in f32, k and v in f32, f16 or bf16.\n"
+    "  (smattn_attention, or smattn_softmax for x.npy) and written in --dtype, as a set.\n"
+    "  The kernel takes every input (q, k, v, x, bias, sinks) in f32, f16 or bf16; an f64\n"
+    "  input exits with 2.\n"
     "options:\n"
+    "  --dtype T     output dtype: f32 (default), f16, bf16 (written as '<u2' bits); f16\n"
+    "                and bf16 are the f32 results rounded once (no f64: the kernel is f32)\n"
     "  --isa I       force an ISA the CPU has: scalar, avx2, avx512 (default: the active\n"
     "                one; the environment variable SMATTN_ISA may set it)\n"
     "  --weights     also write OUT/p.npy\n"

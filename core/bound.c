@@ -399,6 +399,9 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
         for (int64_t h = 0; h < prob->Hq; h++)
             for (int64_t i = 0; i < prob->S; i++) {
                 const int64_t g = att ? smattn__kv_head(prob, h) : 0;
+                /* a packed batch's padding rows have no O or LSE (SPEC 2.7) */
+                const int stored = smattn__row_stored(prob, b, i);
+                const int row_o = want_o && stored, row_l = want_l && stored;
                 int64_t lo, hi;
                 smattn__key_range(prob, b, i, &lo, &hi);
                 /* SPEC 3.4-3.6: the visible set; row-poisoning inputs (SPEC 4.2). */
@@ -441,12 +444,12 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                 }
                 r.n = r.nk + r.has_sink;
                 int empty = r.n == 0, mean = 0;
-                const int64_t lrow = want_l ? smattn__off4(bl->stride, b, h, i, 0) : 0;
+                const int64_t lrow = row_l ? smattn__lse_off(prob, bl->stride, b, h, i) : 0;
                 /* Scores (exact up to long double rounding: SPEC 6.9). */
                 if (r.nk > 0 && att) { /* q enters only through visible scores (SPEC 4.2) */
                     for (int64_t d = 0; d < D; d++) {
                         double qv = smattn_load(in->q.data, in->q.dtype,
-                                                smattn__off4(in->q.stride, b, i, h, d));
+                                                smattn__row_off(prob, in->q.stride, b, i, h, d));
                         if (!isfinite(qv))
                             nanrow = 1;
                         qd[d] = (ld)qv;
@@ -467,10 +470,10 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                 if (empty || nanrow) {
                     /* SPEC 6.7 / 6.8: exact zeros get 0, non-finite exact values +inf. */
                     double vo = nanrow || prob->empty_rows == SMATTN_EMPTY_NAN ? HUGE_VAL : 0;
-                    if (want_o)
+                    if (row_o)
                         for (int64_t c = 0; c < Dv; c++)
-                            put(bo, smattn__off4(bo->stride, b, i, h, c), vo);
-                    if (want_l) {
+                            put(bo, smattn__row_off(prob, bo->stride, b, i, h, c), vo);
+                    if (row_l) {
                         double vl = nanrow || prob->empty_lse != SMATTN_LSE_ZERO ? HUGE_VAL : 0;
                         put(bl, lrow, vl);
                     }
@@ -492,7 +495,7 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                         int kbad = 0;
                         for (int64_t d = 0; d < D; d++) {
                             double kv = smattn_load(in->k.data, in->k.dtype,
-                                                    smattn__off4(in->k.stride, b, j, g, d));
+                                                    smattn__key_off(prob, in->k.stride, b, j, g, d));
                             if (!isfinite(kv))
                                 kbad = 1;
                             ld pr = qd[d] * (ld)kv;
@@ -523,10 +526,10 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                     r.abig[t] = abs_sum;
                 }
                 if (nanrow) { /* a non-finite K row found late: redo as a NaN row */
-                    if (want_o)
+                    if (row_o)
                         for (int64_t c = 0; c < Dv; c++)
-                            put(bo, smattn__off4(bo->stride, b, i, h, c), HUGE_VAL);
-                    if (want_l)
+                            put(bo, smattn__row_off(prob, bo->stride, b, i, h, c), HUGE_VAL);
+                    if (row_l)
                         put(bl, lrow, HUGE_VAL);
                     if (want_p) {
                         for (int64_t j = 0; j < T; j++)
@@ -567,9 +570,9 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                 row_common(&r, &mk, &rk);
                 row_common(&r, &me, &re);
                 const int out = rk.out || re.out;
-                if (want_l && mean) { /* SPEC 3.4: the sentinel, exact */
+                if (row_l && mean) { /* SPEC 3.4: the sentinel, exact */
                     put(bl, lrow, prob->empty_lse == SMATTN_LSE_ZERO ? 0 : HUGE_VAL);
-                } else if (want_l) {
+                } else if (row_l) {
                     ld Bk = rk.Blse;
                     if (out)
                         put(bl, lrow, HUGE_VAL);
@@ -589,15 +592,15 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
                         put(bp, smattn__off4(bp->stride, b, h, i, r.idx[t]), v);
                     }
                 }
-                if (want_o) {
+                if (row_o) {
                     /* Load the visible V rows once; classify columns (SPEC 4.2). */
                     for (int64_t t = 0; t < r.nk; t++)
                         for (int64_t c = 0; c < Dv; c++)
                             Vrow[t * Dv + c] = (ld)smattn_load(
                                 in->v.data, in->v.dtype,
-                                smattn__off4(in->v.stride, b, r.idx[t], g, c));
+                                smattn__key_off(prob, in->v.stride, b, r.idx[t], g, c));
                     for (int64_t c = 0; c < Dv; c++) {
-                        const int64_t off = smattn__off4(bo->stride, b, i, h, c);
+                        const int64_t off = smattn__row_off(prob, bo->stride, b, i, h, c);
                         int bad = 0;
                         ld Nsum = 0;
                         for (int64_t t = 0; t < r.nk; t++) {

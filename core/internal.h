@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "core/layout.h" /* the locator of ragged and paged layouts (SPEC 2.7) */
 #include "core/mask.h" /* SMATTN_MAX_DIM, smattn__off4 and the proved integer logic */
 #include "smattn.h"
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* problem.c: the problem descriptor: defaults, strides, validation and visibility (SPEC 2-3). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,13 +40,21 @@ double smattn_default_scale(int64_t D)
     return c;
 }
 
+/* S_b and T_b (SPEC 3.2, 2.7): a layout's slices and seqused_k stand for q_lens and
+ * kv_lens (which are then NULL); a block table reads kv_lens. */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b)
 {
+    const smattn_layout *L = p->layout;
+    if (L && L->cu_seqlens_q)
+        return L->cu_seqlens_q[b + 1] - L->cu_seqlens_q[b];
     return p->q_lens ? p->q_lens[b] : p->S;
 }
 
 int64_t smattn__kv_len(const smattn_problem *p, int64_t b)
 {
+    const smattn_layout *L = p->layout;
+    if (L && L->cu_seqlens_k)
+        return L->seqused_k ? L->seqused_k[b] : L->cu_seqlens_k[b + 1] - L->cu_seqlens_k[b];
     return p->kv_lens ? p->kv_lens[b] : p->T;
 }
 
@@ -93,6 +102,7 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
 
 typedef struct span {
     const unsigned char *lo, *hi; /* [lo, hi) bytes; lo == NULL: none */
+    const char *name;             /* for smattn_validate_explain */
 } span;
 
 static smattn_status check_tensor(int rank, const int64_t *n, const int64_t *s, smattn_dtype t,
@@ -145,112 +155,293 @@ static int is_float(smattn_dtype t)
     return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
 
-/* The problem and its inputs (SPEC 2, 3); the spans of the inputs read go to sp[*nsp...]. */
-static smattn_status check_problem_inputs(const smattn_problem *p, const smattn_inputs *in,
-                                          span *sp, int *nspp)
+/* The validation's verdict: the status, and for smattn_validate_explain one line naming
+ * the field (cut to cap - 1 bytes). */
+typedef struct verdict {
+    char *msg;
+    size_t cap;
+} verdict;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static smattn_status fail(const verdict *v, smattn_status st, const char *fmt, ...)
 {
-    if (p->layout) /* ragged and paged layouts (SPEC 2.7) are not read yet: never ignored */
-        return SMATTN_ERR_UNSUPPORTED;
-    if ((unsigned)p->op > SMATTN_OP_SOFTMAX || (unsigned)p->causal > SMATTN_CAUSAL_UPPER_LEFT ||
-        (unsigned)p->empty_rows > SMATTN_EMPTY_MEAN || (unsigned)p->empty_lse > SMATTN_LSE_ZERO)
-        return SMATTN_ERR_OPTION;
+    if (v->msg && v->cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(v->msg, v->cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+/* The lengths of a cu_seqlens array [B+1] (SPEC 2.7): starts at 0, never decreases, each
+ * slice at most `most` long (when most >= 0); *total = cu[B]. */
+static smattn_status check_cu(const verdict *v, const char *name, const int64_t *cu, int64_t B,
+                              int64_t most, const char *bound_name, int64_t *total)
+{
+    if (cu[0] != 0)
+        return fail(v, SMATTN_ERR_LAYOUT, "%s[0] = %lld is not 0", name, (long long)cu[0]);
+    for (int64_t b = 0; b < B; b++) {
+        if (cu[b + 1] < cu[b])
+            return fail(v, SMATTN_ERR_LAYOUT, "%s[%lld] = %lld is below %s[%lld] = %lld", name,
+                        (long long)(b + 1), (long long)cu[b + 1], name, (long long)b,
+                        (long long)cu[b]);
+        /* cu[b + 1] - cu[b] >= 0 cannot overflow: cu[b] >= 0 */
+        if (most >= 0 && cu[b + 1] - cu[b] > most)
+            return fail(v, SMATTN_ERR_LAYOUT,
+                        "sequence %lld: %s[%lld] - %s[%lld] = %lld is more than %s = %lld",
+                        (long long)b, name, (long long)(b + 1), name, (long long)b,
+                        (long long)(cu[b + 1] - cu[b]), bound_name, (long long)most);
+    }
+    *total = cu[B];
+    if (*total > SMATTN_MAX_DIM)
+        return fail(v, SMATTN_ERR_OVERFLOW, "%s[%lld] = %lld: more rows than 2^32", name,
+                    (long long)B, (long long)*total);
+    return SMATTN_OK;
+}
+
+/* The layout's own consistency (SPEC 2.7). Sets the extents of dims 0-1 of Q/O/LSE
+ * (qrows) and of K/V (krows) as the tensors are checked. */
+static smattn_status check_layout(const verdict *v, const smattn_problem *p, int64_t qn[2],
+                                  int64_t kn[2])
+{
+    const smattn_layout *L = p->layout;
+    qn[0] = p->B, qn[1] = p->S, kn[0] = p->B, kn[1] = p->T;
+    if (!L)
+        return SMATTN_OK;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return fail(v, SMATTN_ERR_UNSUPPORTED, "layout: only attention reads a layout "
+                                               "(the softmax input X is dense)");
+    if (L->cu_seqlens_k && L->block_table)
+        return fail(v, SMATTN_ERR_LAYOUT, "layout: cu_seqlens_k and block_table are exclusive");
+    if (L->seqused_k && !L->cu_seqlens_k)
+        return fail(v, SMATTN_ERR_LAYOUT, "layout: seqused_k without cu_seqlens_k");
+    smattn_status st;
+    int64_t total;
+    if (L->cu_seqlens_q) {
+        if (p->q_lens)
+            return fail(v, SMATTN_ERR_LAYOUT, "layout: q_lens must be NULL with cu_seqlens_q "
+                                              "(S_b is the slice length)");
+        if ((st = check_cu(v, "cu_seqlens_q", L->cu_seqlens_q, p->B, p->S, "S", &total)))
+            return st;
+        qn[0] = 1, qn[1] = total > 0 ? total : 1;
+    }
+    if (L->cu_seqlens_k) {
+        if (p->kv_lens)
+            return fail(v, SMATTN_ERR_LAYOUT, "layout: kv_lens must be NULL with cu_seqlens_k "
+                                              "(T_b is seqused_k or the slice length)");
+        if ((st = check_cu(v, "cu_seqlens_k", L->cu_seqlens_k, p->B, L->seqused_k ? -1 : p->T,
+                           "T", &total)))
+            return st;
+        for (int64_t b = 0; L->seqused_k && b < p->B; b++) {
+            int64_t u = L->seqused_k[b], n = L->cu_seqlens_k[b + 1] - L->cu_seqlens_k[b];
+            if (u < 0 || u > n || u > p->T)
+                return fail(v, SMATTN_ERR_LAYOUT,
+                            "seqused_k[%lld] = %lld is outside [0, %lld] (its slice holds %lld "
+                            "keys, T = %lld)",
+                            (long long)b, (long long)u, (long long)(n < p->T ? n : p->T),
+                            (long long)n, (long long)p->T);
+        }
+        kn[0] = 1, kn[1] = total > 0 ? total : 1;
+    }
+    if (L->block_table) {
+        if (L->page_size < 1 || L->page_size > SMATTN_MAX_DIM)
+            return fail(v, SMATTN_ERR_LAYOUT, "page_size = %lld is outside [1, 2^32]",
+                        (long long)L->page_size);
+        if (L->num_pages < 1 || L->num_pages > SMATTN_MAX_DIM)
+            return fail(v, SMATTN_ERR_LAYOUT, "num_pages = %lld is outside [1, 2^32]",
+                        (long long)L->num_pages);
+        if (L->max_pages < 1 || L->max_pages > SMATTN_MAX_DIM)
+            return fail(v, SMATTN_ERR_LAYOUT, "max_pages = %lld is outside [1, 2^32]",
+                        (long long)L->max_pages);
+        if (L->bt_stride < L->max_pages)
+            return fail(v, SMATTN_ERR_LAYOUT, "bt_stride = %lld is below max_pages = %lld",
+                        (long long)L->bt_stride, (long long)L->max_pages);
+        /* the table's last entry, (B - 1) bt_stride + max_pages - 1: its index, and the
+         * table's size in bytes, fit in int64 */
+        int64_t last;
+        if (__builtin_mul_overflow(p->B - 1, L->bt_stride, &last) ||
+            __builtin_add_overflow(last, L->max_pages - 1, &last) || last >= INT64_MAX / 16)
+            return fail(v, SMATTN_ERR_OVERFLOW, "block_table: B x bt_stride = %lld x %lld "
+                        "entries do not fit in int64", (long long)p->B, (long long)L->bt_stride);
+        /* max_pages, page_size <= 2^32: the product fits */
+        if (p->T > L->max_pages * L->page_size)
+            return fail(v, SMATTN_ERR_LAYOUT,
+                        "T = %lld is more than max_pages x page_size = %lld x %lld",
+                        (long long)p->T, (long long)L->max_pages, (long long)L->page_size);
+        if (!p->kv_lens)
+            return fail(v, SMATTN_ERR_LAYOUT, "layout: a block_table needs kv_lens (T_b)");
+        for (int64_t b = 0; b < p->B; b++) {
+            int64_t Tb = p->kv_lens[b];
+            if (Tb < 0 || Tb > p->T)
+                return fail(v, SMATTN_ERR_LENGTHS, "kv_lens[%lld] = %lld is outside [0, %lld]",
+                            (long long)b, (long long)Tb, (long long)p->T);
+            int64_t used = (Tb + L->page_size - 1) / L->page_size; /* <= max_pages */
+            for (int64_t k = 0; k < used; k++) {
+                int32_t e = L->block_table[b * L->bt_stride + k];
+                if (e < 0 || e >= L->num_pages)
+                    return fail(v, SMATTN_ERR_LAYOUT, "block_table[%lld][%lld] = %ld is outside "
+                                "[0, %lld)", (long long)b, (long long)k, (long)e,
+                                (long long)L->num_pages);
+            }
+        }
+        kn[0] = L->num_pages, kn[1] = L->page_size;
+    }
+    return SMATTN_OK;
+}
+
+static const char *const input_names[] = {"Q", "K", "V"};
+static const char *const output_names[] = {"O", "LSE", "P"};
+
+/* The problem and its inputs (SPEC 2, 3): the spans read go to sp[*nspp...], the extents
+ * of Q/O/LSE's first two dimensions to qn. */
+static smattn_status validate_inputs(const smattn_problem *p, const smattn_inputs *in,
+                                     const verdict *v, span *sp, int *nspp, int64_t qn[2])
+{
+    if ((unsigned)p->op > SMATTN_OP_SOFTMAX)
+        return fail(v, SMATTN_ERR_OPTION, "op = %d is unknown", (int)p->op);
+    if ((unsigned)p->causal > SMATTN_CAUSAL_UPPER_LEFT)
+        return fail(v, SMATTN_ERR_OPTION, "causal = %d is unknown", (int)p->causal);
+    if ((unsigned)p->empty_rows > SMATTN_EMPTY_MEAN)
+        return fail(v, SMATTN_ERR_OPTION, "empty_rows = %d is unknown", (int)p->empty_rows);
+    if ((unsigned)p->empty_lse > SMATTN_LSE_ZERO)
+        return fail(v, SMATTN_ERR_OPTION, "empty_lse = %d is unknown", (int)p->empty_lse);
     const int att = p->op == SMATTN_OP_ATTENTION;
     int64_t dims[7] = {p->B, p->S, p->T, p->Hq, att ? p->Hkv : 1, att ? p->D : 1,
                        att ? p->Dv : 1};
+    static const char *const dim_names[7] = {"B", "S", "T", "Hq", "Hkv", "D", "Dv"};
     for (int k = 0; k < 7; k++)
         if (dims[k] < 1 || dims[k] > SMATTN_MAX_DIM)
-            return SMATTN_ERR_SHAPE;
+            return fail(v, SMATTN_ERR_SHAPE, "%s = %lld is outside [1, 2^32]", dim_names[k],
+                        (long long)dims[k]);
     if (att && p->Hq % p->Hkv != 0)
-        return SMATTN_ERR_HEADS;
+        return fail(v, SMATTN_ERR_HEADS, "Hq = %lld is not a multiple of Hkv = %lld",
+                    (long long)p->Hq, (long long)p->Hkv);
     if (!isfinite(p->scale))
-        return SMATTN_ERR_SCALE;
+        return fail(v, SMATTN_ERR_SCALE, "scale = %g is not finite", p->scale);
     if (!(p->softcap >= 0) || !isfinite(p->softcap))
-        return SMATTN_ERR_SOFTCAP;
+        return fail(v, SMATTN_ERR_SOFTCAP, "softcap = %g is negative, NaN or infinite",
+                    p->softcap);
     if (p->window_left < -1 || p->window_right < -1)
-        return SMATTN_ERR_WINDOW;
+        return fail(v, SMATTN_ERR_WINDOW, "window_%s = %lld is below -1",
+                    p->window_left < -1 ? "left" : "right",
+                    (long long)(p->window_left < -1 ? p->window_left : p->window_right));
+    smattn_status st;
+    int64_t kn[2];
+    if ((st = check_layout(v, p, qn, kn)))
+        return st;
     for (int64_t b = 0; (p->kv_lens || p->q_lens) && b < p->B; b++) {
         if (p->kv_lens && (p->kv_lens[b] < 0 || p->kv_lens[b] > p->T))
-            return SMATTN_ERR_LENGTHS;
+            return fail(v, SMATTN_ERR_LENGTHS, "kv_lens[%lld] = %lld is outside [0, %lld]",
+                        (long long)b, (long long)p->kv_lens[b], (long long)p->T);
         if (p->q_lens && (p->q_lens[b] < 0 || p->q_lens[b] > p->S))
-            return SMATTN_ERR_LENGTHS;
+            return fail(v, SMATTN_ERR_LENGTHS, "q_lens[%lld] = %lld is outside [0, %lld]",
+                        (long long)b, (long long)p->q_lens[b], (long long)p->S);
     }
 
-    /* Inputs. */
+    /* Inputs. Q/O/LSE and K/V take their extents from the layout (SPEC 2.7): the whole
+     * packed or paged tensor is checked, so every offset the locator forms fits int64. */
     int nsp = *nspp;
-    smattn_status st;
     if (att) {
-        int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
-        int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
-        int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
+        int64_t nq[4] = {qn[0], qn[1], p->Hq, p->D};
+        int64_t nk[4] = {kn[0], kn[1], p->Hkv, p->D};
+        int64_t nv[4] = {kn[0], kn[1], p->Hkv, p->Dv};
         const smattn_tensor *t3[3] = {&in->q, &in->k, &in->v};
         const int64_t *n3[3] = {nq, nk, nv};
         for (int k = 0; k < 3; k++) {
             if (!t3[k]->data)
-                return SMATTN_ERR_NULL;
+                return fail(v, SMATTN_ERR_NULL, "%s.data is NULL", input_names[k]);
             if (!is_float(t3[k]->dtype))
-                return SMATTN_ERR_DTYPE;
+                return fail(v, SMATTN_ERR_DTYPE, "%s: dtype %d is not a float type",
+                            input_names[k], (int)t3[k]->dtype);
             if ((st = check_tensor(4, n3[k], t3[k]->stride, t3[k]->dtype, t3[k]->data,
-                                   &sp[nsp++])))
-                return st;
+                                   &sp[nsp])))
+                return fail(v, st, "%s: %s", input_names[k], smattn_status_str(st));
+            sp[nsp++].name = input_names[k];
         }
     } else {
         int64_t nx[4] = {p->B, p->Hq, p->S, p->T};
         if (!in->x.data)
-            return SMATTN_ERR_NULL;
+            return fail(v, SMATTN_ERR_NULL, "X.data is NULL");
         if (!is_float(in->x.dtype))
-            return SMATTN_ERR_DTYPE;
-        if ((st = check_tensor(4, nx, in->x.stride, in->x.dtype, in->x.data, &sp[nsp++])))
-            return st;
+            return fail(v, SMATTN_ERR_DTYPE, "X: dtype %d is not a float type", (int)in->x.dtype);
+        if ((st = check_tensor(4, nx, in->x.stride, in->x.dtype, in->x.data, &sp[nsp])))
+            return fail(v, st, "X: %s", smattn_status_str(st));
+        sp[nsp++].name = "X";
     }
     int64_t nfull[4] = {p->B, p->Hq, p->S, p->T};
     if (in->bias.data) {
         if (!is_float(in->bias.dtype))
-            return SMATTN_ERR_DTYPE;
+            return fail(v, SMATTN_ERR_DTYPE, "bias: dtype %d is not a float type",
+                        (int)in->bias.dtype);
         if ((st = check_tensor(4, nfull, in->bias.stride, in->bias.dtype, in->bias.data,
-                               &sp[nsp++])))
-            return st;
+                               &sp[nsp])))
+            return fail(v, st, "bias: %s", smattn_status_str(st));
+        sp[nsp++].name = "bias";
     }
     if (in->mask.data) {
         if (in->mask.dtype != SMATTN_BOOL)
-            return SMATTN_ERR_DTYPE;
+            return fail(v, SMATTN_ERR_DTYPE, "mask: dtype %d is not bool", (int)in->mask.dtype);
         if ((st = check_tensor(4, nfull, in->mask.stride, in->mask.dtype, in->mask.data,
-                               &sp[nsp++])))
-            return st;
+                               &sp[nsp])))
+            return fail(v, st, "mask: %s", smattn_status_str(st));
+        sp[nsp++].name = "mask";
     }
     if (in->sinks.data) {
         int64_t ns[1] = {p->Hq};
         if (!is_float(in->sinks.dtype))
-            return SMATTN_ERR_DTYPE;
+            return fail(v, SMATTN_ERR_DTYPE, "sinks: dtype %d is not a float type",
+                        (int)in->sinks.dtype);
         if ((st = check_tensor(1, ns, in->sinks.stride, in->sinks.dtype, in->sinks.data,
-                               &sp[nsp++])))
-            return st;
+                               &sp[nsp])))
+            return fail(v, st, "sinks: %s", smattn_status_str(st));
+        sp[nsp++].name = "sinks";
     }
+    /* the lengths and the layout's arrays are inputs too: an output must not overwrite them */
+    const smattn_layout *L = p->layout;
+    const void *arr[6] = {p->kv_lens, p->q_lens, L ? L->cu_seqlens_q : NULL,
+                          L ? L->cu_seqlens_k : NULL, L ? L->seqused_k : NULL,
+                          L ? L->block_table : NULL};
+    size_t arr_bytes[6] = {(size_t)p->B * 8, (size_t)p->B * 8, ((size_t)p->B + 1) * 8,
+                           ((size_t)p->B + 1) * 8, (size_t)p->B * 8, 0};
+    if (L && L->block_table) /* the entries up to the last row's max_pages (fits: checked) */
+        arr_bytes[5] = ((size_t)(p->B - 1) * (size_t)L->bt_stride + (size_t)L->max_pages) * 4;
+    static const char *const arr_names[6] = {"kv_lens", "q_lens", "cu_seqlens_q",
+                                             "cu_seqlens_k", "seqused_k", "block_table"};
+    for (int k = 0; k < 6; k++)
+        if (arr[k]) {
+            sp[nsp].lo = arr[k];
+            sp[nsp].hi = (const unsigned char *)arr[k] + arr_bytes[k];
+            sp[nsp++].name = arr_names[k];
+        }
     *nspp = nsp;
     return SMATTN_OK;
 }
 
-smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
-                              const smattn_outputs *out)
+static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out, const verdict *v)
 {
     if (!p || !in || !out)
-        return SMATTN_ERR_NULL;
-    span sp[10];
+        return fail(v, SMATTN_ERR_NULL, "%s is NULL", !p ? "prob" : !in ? "in" : "out");
+    span sp[16];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
-    smattn_status st = check_problem_inputs(p, in, sp, &nsp);
+    int64_t qn[2];
+    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn);
     if (st)
         return st;
     const int att = p->op == SMATTN_OP_ATTENTION;
     int64_t nfull[4] = {p->B, p->Hq, p->S, p->T};
-    const int ninputs = nsp;
 
     /* Outputs. */
     if (att && !out->o.data)
-        return SMATTN_ERR_NULL;
+        return fail(v, SMATTN_ERR_NULL, "O.data is NULL (attention needs O)");
     if (!att && !out->p.data && !out->lse.data)
-        return SMATTN_ERR_NULL;
-    int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
-    int64_t nl[4] = {p->B, p->Hq, p->S, 1};
+        return fail(v, SMATTN_ERR_NULL, "P.data and LSE.data are NULL (softmax needs one)");
+    int64_t no[4] = {qn[0], qn[1], p->Hq, p->Dv};
+    int64_t nl[4] = {qn[0], p->Hq, qn[1], 1};
     const smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
     const int64_t *on[3] = {no, nl, nfull};
     const int orank[3] = {4, 3, 4};
@@ -258,92 +449,100 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
         if (!ot[k]->data || (k == 0 && !att))
             continue;
         if (!is_float(ot[k]->dtype))
-            return SMATTN_ERR_DTYPE;
+            return fail(v, SMATTN_ERR_DTYPE, "%s: dtype %d is not a float type", output_names[k],
+                        (int)ot[k]->dtype);
         if ((st = check_tensor(orank[k], on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data,
                                &sp[nsp])))
-            return st;
+            return fail(v, st, "%s: %s", output_names[k], smattn_status_str(st));
         if (!self_disjoint(orank[k], on[k], ot[k]->stride))
-            return SMATTN_ERR_ALIAS;
+            return fail(v, SMATTN_ERR_ALIAS, "%s overlaps itself (its strides)", output_names[k]);
         for (int j = 0; j < nsp; j++)
             if (spans_meet(sp[nsp], sp[j]))
-                return SMATTN_ERR_ALIAS;
-        nsp++;
+                return fail(v, SMATTN_ERR_ALIAS, "%s overlaps %s", output_names[k], sp[j].name);
+        sp[nsp++].name = output_names[k];
     }
-    (void)ninputs;
+    if (v->msg && v->cap)
+        v->msg[0] = 0;
     return SMATTN_OK;
 }
 
+smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out)
+{
+    verdict v = {NULL, 0};
+    return validate(p, in, out, &v);
+}
+
+/* The backward's descriptor (SPEC 9.4): the problem and inputs as smattn_validate checks
+ * them, then dO, dLSE and the gradients, each output disjoint from itself and from every
+ * input and output. */
 smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
                                         const smattn_grad_inputs *gin,
                                         const smattn_grad_outputs *gout)
 {
+    verdict vv = {NULL, 0}, *v = &vv;
     if (!p || !in || !gin || !gout)
         return SMATTN_ERR_NULL;
-    span sp[16];
+    if (p->layout)
+        return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 9.6) */
+    span sp[20];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
-    smattn_status st = check_problem_inputs(p, in, sp, &nsp);
+    int64_t qn[2];
+    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn);
     if (st)
         return st;
     if (p->op != SMATTN_OP_ATTENTION)
         return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
-    /* Gradient inputs: dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional. */
+    /* dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional */
     int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
     int64_t nl[4] = {p->B, p->Hq, p->S, 1};
     if (!gin->dout.data)
         return SMATTN_ERR_NULL;
     if (!is_float(gin->dout.dtype))
         return SMATTN_ERR_DTYPE;
-    if ((st = check_tensor(4, no, gin->dout.stride, gin->dout.dtype, gin->dout.data, &sp[nsp++])))
+    if ((st = check_tensor(4, no, gin->dout.stride, gin->dout.dtype, gin->dout.data, &sp[nsp])))
         return st;
+    sp[nsp++].name = "dO";
     if (gin->dlse.data) {
         if (!is_float(gin->dlse.dtype))
             return SMATTN_ERR_DTYPE;
         if ((st = check_tensor(3, nl, gin->dlse.stride, gin->dlse.dtype, gin->dlse.data,
-                               &sp[nsp++])))
+                               &sp[nsp])))
             return st;
+        sp[nsp++].name = "dLSE";
     }
-    /* Outputs: dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv], all required. */
+    /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required; dBias [B,Hq,S,T] and
+     * dSinks [Hq] optional. A dBias stride 0 on a dimension of extent > 1 would ask for the
+     * sum over it (a broadcast bias's own shape), not computed yet (SPEC 9.6). */
     int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
     int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
     int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
     int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
-    /* dBias: the full shape [B,Hq,S,T]; a stride 0 on a dimension of extent > 1 would ask
-     * for the sum over it (a broadcast bias's own shape), not computed yet (SPEC 9.6) */
+    int64_t ns[4] = {p->Hq, 1, 1, 1};
     for (int k = 0; gout->dbias.data && k < 4; k++)
         if (gout->dbias.stride[k] == 0 && nb[k] > 1)
             return SMATTN_ERR_UNSUPPORTED;
-    const smattn_out_tensor *ot[4] = {&gout->dq, &gout->dk, &gout->dv, &gout->dbias};
-    const int64_t *on[4] = {nq, nk, nv, nb};
-    for (int k = 0; k < 4; k++) {
-        if (k == 3 && !ot[k]->data)
-            continue; /* dBias is optional */
+    const smattn_out_tensor *ot[5] = {&gout->dq, &gout->dk, &gout->dv, &gout->dbias,
+                                      &gout->dsinks};
+    const int64_t *on[5] = {nq, nk, nv, nb, ns};
+    static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
+    for (int k = 0; k < 5; k++) {
+        int rank = k == 4 ? 1 : 4;
+        if (k >= 3 && !ot[k]->data)
+            continue; /* dBias and dSinks are optional */
         if (!ot[k]->data)
             return SMATTN_ERR_NULL;
         if (!is_float(ot[k]->dtype))
             return SMATTN_ERR_DTYPE;
-        if ((st = check_tensor(4, on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data, &sp[nsp])))
+        if ((st = check_tensor(rank, on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data, &sp[nsp])))
             return st;
-        if (!self_disjoint(4, on[k], ot[k]->stride))
+        if (!self_disjoint(rank, on[k], ot[k]->stride))
             return SMATTN_ERR_ALIAS;
         for (int j = 0; j < nsp; j++)
             if (spans_meet(sp[nsp], sp[j]))
                 return SMATTN_ERR_ALIAS;
-        nsp++;
-    }
-    if (gout->dsinks.data) { /* dSinks [Hq], optional */
-        int64_t ns[1] = {p->Hq};
-        if (!is_float(gout->dsinks.dtype))
-            return SMATTN_ERR_DTYPE;
-        if ((st = check_tensor(1, ns, gout->dsinks.stride, gout->dsinks.dtype, gout->dsinks.data,
-                               &sp[nsp])))
-            return st;
-        if (!self_disjoint(1, ns, gout->dsinks.stride))
-            return SMATTN_ERR_ALIAS;
-        for (int j = 0; j < nsp; j++)
-            if (spans_meet(sp[nsp], sp[j]))
-                return SMATTN_ERR_ALIAS;
-        nsp++;
+        sp[nsp++].name = names[k];
     }
     return SMATTN_OK;
 }
@@ -387,8 +586,6 @@ int smattn__ncpu(void)
 smattn_status smattn_validate_explain(const smattn_problem *p, const smattn_inputs *in,
                                       const smattn_outputs *out, char *msg, size_t cap)
 {
-    smattn_status st = smattn_validate(p, in, out);
-    if (msg && cap)
-        snprintf(msg, cap, "%s", st == SMATTN_OK ? "" : smattn_status_str(st));
-    return st;
+    verdict v = {msg, msg ? cap : 0};
+    return validate(p, in, out, &v);
 }

@@ -321,7 +321,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     smattn_status v = smattn_validate(c.pp, c.pin, c.pout);
-    if ((int)v < 0 || v > SMATTN_ERR_INTERNAL || v == SMATTN_ERR_INTERNAL)
+    if ((int)v < 0 || v > SMATTN_ERR_LAYOUT || v == SMATTN_ERR_INTERNAL)
         report(&c, &fp, "validate status", v, v);
     if (v == SMATTN_OK && !fits(&c))
         goto done; /* valid, but beyond the harness's buffers: nothing safe to run */

@@ -165,7 +165,9 @@ typedef struct smattn_problem {
  *     of sequence b is slot t % page_size of page block_table[b * bt_stride + t / page_size].
  *     prob->kv_lens is required (T_b); T <= max_pages * page_size. Entries past the pages a
  *     sequence uses are never read (they may hold -1), nor are unused slots or pages.
- * cu_seqlens_k and block_table are exclusive; either may be combined with cu_seqlens_q. */
+ * cu_seqlens_k and block_table are exclusive; either may be combined with cu_seqlens_q.
+ * A packed batch's padding rows [S_b, S) have no O or LSE (their row of P is the twin's).
+ * The softmax op reads no layout: a problem with one is SMATTN_ERR_UNSUPPORTED. */
 typedef struct smattn_layout {
     const int64_t *cu_seqlens_q; /* [B+1] or NULL: Q, O, LSE dense */
     const int64_t *cu_seqlens_k; /* [B+1] or NULL */

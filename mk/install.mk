@@ -48,7 +48,7 @@ all: $(SHLIB)
 # objects are rebuilt when PREFIX (or PKGDATADIR) changes, through $(BUILD)/datadir.txt.
 $(BUILD)/datadir.txt: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(PKGDATADIR)' > $@.tmp && (cmp -s $@.tmp $@ || mv $@.tmp $@); rm -f $@.tmp
+	@echo '$(PKGDATADIR) $(DOCDIR)' > $@.tmp && (cmp -s $@.tmp $@ || mv $@.tmp $@); rm -f $@.tmp
 $(BUILD)/installdirs.txt: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(PKGDATADIR)' > $@.tmp && \
@@ -58,7 +58,7 @@ FORCE:
 $(call obj,$(CLI_SRC) $(CONFORM_SRC)) $(patsubst %.c,$(BUILD)/pic/%.o,$(CONFORM_SRC)): \
   $(BUILD)/datadir.txt
 $(call obj,$(CLI_SRC) $(CONFORM_SRC)) $(patsubst %.c,$(BUILD)/pic/%.o,$(CONFORM_SRC)): \
-  CFLAGS_BASE += -DSMATTN_DATADIR='"$(PKGDATADIR)"'
+  CFLAGS_BASE += -DSMATTN_DATADIR='"$(PKGDATADIR)"' -DSMATTN_DOCDIR='"$(DOCDIR)"'
 
 # ---- smattn.pc ------------------------------------------------------------------------
 # Libs.private rather than Requires.private: mpfr.pc is not shipped everywhere MPFR is (it
@@ -86,6 +86,9 @@ VECTORS  := $(wildcard spec/vectors/*.json) spec/vectors/README.md
 # the battery's fuzzer finds (conform/regressions/<case>/), found by the installed smattn
 REGRESSIONS := $(patsubst %/,%,$(dir $(wildcard conform/regressions/*/case.json)))
 DOCS     := README.md CHANGELOG.md LICENSE spec/SPEC.md examples/example_kernel.c
+# kept in their folders under DOCDIR (each folder has its README.md): the checker's manual
+# (named by `smattn conform --help`), the Python package's, the examples
+DOC_TREES := conform/README.md python/README.md $(sort $(shell find examples -type f 2>/dev/null))
 
 # One after the other, so that the directory lists below are exact: install-c first (lib/
 # is then its own), uninstall-python first (lib/ is empty when uninstall-c removes it).
@@ -114,7 +117,8 @@ uninstall-python::
 install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
 	$(call say,INST,$(DESTDIR)$(PREFIX))set -e; \
 	new=$$($(call new_dirs,'$(BINDIR)' '$(LIBDIR)' '$(INCLUDEDIR)' '$(PKGCONFIGDIR)' \
-	  '$(PKGDATADIR)/vectors' '$(MANDIR)/man1' '$(MANDIR)/man3' '$(DOCDIR)')); \
+	  '$(PKGDATADIR)/vectors' '$(MANDIR)/man1' '$(MANDIR)/man3' '$(DOCDIR)' \
+	  $(foreach d,$(sort $(dir $(DOC_TREES))),'$(DOCDIR)/$(d:/=)'))); \
 	$(INSTALL) -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(INCLUDEDIR)' \
 	  '$(DESTDIR)$(PKGCONFIGDIR)' '$(DESTDIR)$(PKGDATADIR)/vectors' \
 	  '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man3' '$(DESTDIR)$(DOCDIR)'; \
@@ -134,7 +138,9 @@ install-c: $(SHLIB) $(LIB) $(CLI) $(BUILD)/smattn.pc $(MANPAGES)
 	  sed -e 's|/usr/local/share/smattn|$(PKGDATADIR)|g' -e 's|/usr/local/share/doc/smattn|$(DOCDIR)|g' \
 	    -e '/^\.TH /s|"smattn [^"]*"|"smattn $(VERSION)"|' $$m > '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; \
 	  chmod 644 '$(DESTDIR)$(MANDIR)'/man$${m##*.}/$${m##*/}; done; \
-	$(INSTALL) -m 644 $(DOCS) '$(DESTDIR)$(DOCDIR)/'
+	$(INSTALL) -m 644 $(DOCS) '$(DESTDIR)$(DOCDIR)/'; \
+	for f in $(DOC_TREES); do $(INSTALL) -D -m $$(test -x $$f && echo 755 || echo 644) \
+	  $$f '$(DESTDIR)$(DOCDIR)/'$$f; done
 	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
 	  ldconfig; fi
 

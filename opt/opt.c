@@ -34,14 +34,15 @@ static void put(const smattn_out_tensor *t, int64_t off, float x)
         smattn_store(t->data, t->dtype, off, isnan(x) ? (double)NAN : (double)(x + 0.0f));
 }
 
-static int64_t o_off(const smattn_outputs *out, int64_t b, int64_t i, int64_t h, int64_t c)
+/* O and LSE through the layout's locator (SPEC 2.7) */
+static int64_t o_off(const opt_job *job, int64_t b, int64_t i, int64_t h, int64_t c)
 {
-    return smattn__off4(out->o.stride, b, i, h, c);
+    return smattn__row_off(job->p, job->out->o.stride, b, i, h, c);
 }
 
-static int64_t lse_off(const smattn_outputs *out, int64_t b, int64_t h, int64_t i)
+static int64_t lse_off(const opt_job *job, int64_t b, int64_t h, int64_t i)
 {
-    return b * out->lse.stride[0] + h * out->lse.stride[1] + i * out->lse.stride[2];
+    return smattn__lse_off(job->p, job->out->lse.stride, b, h, i);
 }
 
 static float opt_exp(const opt_job *job, float x)
@@ -66,9 +67,9 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
             float dot = 0.0f;
             for (int64_t d = 0; d < p->D; d++) {
                 float q = (float)smattn_load(in->q.data, in->q.dtype,
-                                             smattn__off4(in->q.stride, b, i, h, d));
+                                             smattn__row_off(p, in->q.stride, b, i, h, d));
                 float k = (float)smattn_load(in->k.data, in->k.dtype,
-                                             smattn__off4(in->k.stride, b, j, g, d));
+                                             smattn__key_off(p, in->k.stride, b, j, g, d));
                 dot = fmaf(q, k, dot);
             }
             float x = fmaf(dot, job->scale_hi, dot * job->scale_lo);
@@ -99,6 +100,8 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
     const smattn_outputs *out = job->out;
+    if (!out->p.data && !smattn__row_stored(p, b, i))
+        return; /* a packed batch's padding row, no P: nothing to write (SPEC 2.7) */
     if (slow) {
         smattn__opt_slow_row(job, b, h, i);
         return;
@@ -126,6 +129,8 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         smattn__opt_slow_row(job, b, h, i); /* the mean convention, or a NaN */
         return;
     }
+    if (!smattn__row_stored(p, b, i)) /* a packed padding row: only P (SPEC 2.7) */
+        goto p_only;
     /* write, then send the row to the binary64 path if anything was not finite (it
      * rewrites the whole row): one pass, no dependency chain */
     int bad = !isfinite(l);
@@ -135,14 +140,14 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
          * then rounded once per element */
         bad |= job->isa->write_o(acc, acc, l, p->Dv);
         if (!bad && os == 1)
-            job->isa->store_half(out->o.data, out->o.dtype, o_off(out, b, i, h, 0), acc, p->Dv);
+            job->isa->store_half(out->o.data, out->o.dtype, o_off(job, b, i, h, 0), acc, p->Dv);
         else if (!bad)
             for (int64_t c = 0; c < p->Dv; c++)
-                put(&out->o, o_off(out, b, i, h, c), acc[c]);
+                put(&out->o, o_off(job, b, i, h, c), acc[c]);
     } else if (os == 1) {
-        bad |= job->isa->write_o((float *)out->o.data + o_off(out, b, i, h, 0), acc, l, p->Dv);
+        bad |= job->isa->write_o((float *)out->o.data + o_off(job, b, i, h, 0), acc, l, p->Dv);
     } else {
-        float *o = (float *)out->o.data + o_off(out, b, i, h, 0);
+        float *o = (float *)out->o.data + o_off(job, b, i, h, 0);
         for (int64_t c = 0; c < p->Dv; c++) {
             float x = acc[c] / l + 0.0f;
             bad |= !isfinite(x);
@@ -154,7 +159,8 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         return;
     }
     if (out->lse.data)
-        put(&out->lse, lse_off(out, b, h, i), M + logf(l));
+        put(&out->lse, lse_off(job, b, h, i), M + logf(l));
+p_only:
     if (out->p.data)
         write_p_attention(job, b, h, i, M, l);
 }
@@ -168,7 +174,7 @@ void smattn__opt_finish_softmax_row(const opt_job *job, int64_t b, int64_t h, in
         return;
     }
     if (out->lse.data)
-        put(&out->lse, lse_off(out, b, h, i), m + logf(l));
+        put(&out->lse, lse_off(job, b, h, i), m + logf(l));
     if (out->p.data)
         for (int64_t j = 0; j < job->p->T; j++)
             put(&out->p, smattn__off4(out->p.stride, b, h, i, j), vis[j] ? e[j] / l : 0.0f);

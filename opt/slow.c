@@ -22,14 +22,15 @@ static void put(const smattn_out_tensor *t, int64_t off, double x)
 static void put_lse(const opt_job *job, int64_t b, int64_t h, int64_t i, double x)
 {
     const smattn_out_tensor *t = &job->out->lse;
-    if (t->data)
-        put(t, b * t->stride[0] + h * t->stride[1] + i * t->stride[2], x);
+    if (t->data && smattn__row_stored(job->p, b, i)) /* no LSE for a packed padding row */
+        put(t, smattn__lse_off(job->p, t->stride, b, h, i), x);
 }
 
 static void put_o(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t c, double x)
 {
     const smattn_out_tensor *t = &job->out->o;
-    put(t, smattn__off4(t->stride, b, i, h, c), x);
+    if (smattn__row_stored(job->p, b, i)) /* no O for a packed padding row (SPEC 2.7) */
+        put(t, smattn__row_off(job->p, t->stride, b, i, h, c), x);
 }
 
 static void put_p(const opt_job *job, int64_t b, int64_t h, int64_t i, int64_t j, double x)
@@ -49,7 +50,7 @@ static double empty_lse(const smattn_problem *p)
 static double vval(const opt_job *job, int64_t b, int64_t j, int64_t g, int64_t c)
 {
     const smattn_tensor *t = &job->in->v;
-    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, b, j, g, c));
+    return smattn_load(t->data, t->dtype, smattn__key_off(job->p, t->stride, b, j, g, c));
 }
 
 /* O_c = sum_j w_j v_jc / L over keys idx[0..n), with the V column classes of SPEC 4.2. */
@@ -140,8 +141,8 @@ void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
         if (att) {
             x = 0;
             for (int64_t d = 0; d < p->D; d++) {
-                double q = smattn_load(in->q.data, in->q.dtype, smattn__off4(in->q.stride, b, i, h, d));
-                double kk = smattn_load(in->k.data, in->k.dtype, smattn__off4(in->k.stride, b, j, g, d));
+                double q = smattn_load(in->q.data, in->q.dtype, smattn__row_off(p, in->q.stride, b, i, h, d));
+                double kk = smattn_load(in->k.data, in->k.dtype, smattn__key_off(p, in->k.stride, b, j, g, d));
                 if (!isfinite(q) || !isfinite(kk))
                     nan = 1;
                 x += q * kk;

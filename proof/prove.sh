@@ -16,7 +16,8 @@ export WHY3CONFIG=$PWD/$out/why3.conf
   cat "$out/why3-detect.log" >&2; exit 1; }
 rc=0
 summary=""
-for f in "$mask" proof/lemmas_offsets.c proof/lemmas_heads.c proof/lemmas_ceil.c; do
+for f in "$mask" proof/lemmas_offsets.c proof/lemmas_heads.c proof/lemmas_ceil.c \
+         proof/lemmas_layout.c; do
   log=$out/$(basename "$f" .c).log
   frama-c -wp -wp-rte -wp-prover z3,cvc4 -wp-timeout "${PROVE_TIMEOUT:-30}" \
     -wp-par "${PROVE_PAR:-2}" -cpp-extra-args="-Iinclude -I." "$f" \
@@ -45,5 +46,6 @@ echo "  offsets fit int64 (max_offset, off4, lemmas):  $(count \
   'smattn_max_offset|smattn_off4|lemma_term_|lemma_offset_')"
 echo "  tiling: cover once, skip only empty:           $(count \
   'smattn_chunk_|smattn_clip_|smattn_hull_|smattn_tile_|smattn_qtile_|lemma_ceil_')"
+echo "  layouts: pages, slots, packed rows in span:  $(count 'lemma_layout_|lemma_page_|lemma_used_|lemma_slot_|lemma_paged_|lemma_packed_')"
 if [ $rc -eq 0 ]; then echo "prove: every goal proved"; else echo "prove: FAILED" >&2; fi
 exit $rc

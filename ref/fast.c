@@ -65,7 +65,8 @@ static void score(ref_row *r, int64_t jj)
     if (r->att) {
         double hi = 0, lo = 0, A = 0;
         const smattn_tensor *kt = &r->in->k;
-        smattn__ref_load_vec(r->buf, kt, smattn__off4(kt->stride, r->b, j, r->g, 0), kt->stride[3], r->D);
+        smattn__ref_load_vec(r->buf, kt, smattn__key_off(r->p, kt->stride, r->b, j, r->g, 0),
+                             kt->stride[3], r->D);
         for (int64_t d = 0; d < r->D; d++) {
             dd pr = dd_two_prod(r->qd[d], r->buf[d]);
             dd t = dd_two_sum(hi, pr.hi);
@@ -213,7 +214,7 @@ int smattn__ref_fast_row(ref_row *r)
             r->acc[c] = 0;
         const smattn_tensor *vt = &r->in->v;
         for (int64_t jj = 0; jj < n; jj++) {
-            smattn__ref_load_vec(r->buf, vt, smattn__off4(vt->stride, r->b, r->idx[jj], r->g, 0),
+            smattn__ref_load_vec(r->buf, vt, smattn__key_off(r->p, vt->stride, r->b, r->idx[jj], r->g, 0),
                          vt->stride[3], Dv);
             double eh = r->e_hi[jj], el = r->e_lo[jj];
             for (int64_t c = 0; c < Dv; c++) {

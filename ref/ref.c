@@ -19,13 +19,13 @@
 double smattn__ref_k(const ref_row *r, int64_t j, int64_t d)
 {
     const smattn_tensor *t = &r->in->k;
-    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, j, r->g, d));
+    return smattn_load(t->data, t->dtype, smattn__key_off(r->p, t->stride, r->b, j, r->g, d));
 }
 
 double smattn__ref_v(const ref_row *r, int64_t j, int64_t c)
 {
     const smattn_tensor *t = &r->in->v;
-    return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, j, r->g, c));
+    return smattn_load(t->data, t->dtype, smattn__key_off(r->p, t->stride, r->b, j, r->g, c));
 }
 
 double smattn__ref_x(const ref_row *r, int64_t j)
@@ -70,18 +70,22 @@ void smattn__ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, i
 
 /* ---- writing ----------------------------------------------------------------------------- */
 
+/* O and LSE of a row without storage (a packed batch's padding rows, SPEC 2.7) are not
+ * written; P keeps the dense twin's shape. */
 static void put_o(const ref_row *r, int64_t c, uint64_t bits)
 {
     const smattn_out_tensor *t = &r->out->o;
-    smattn__store_bits(t->data, t->dtype, smattn__off4(t->stride, r->b, r->i, r->h, c), bits);
+    if (smattn__row_stored(r->p, r->b, r->i))
+        smattn__store_bits(t->data, t->dtype,
+                           smattn__row_off(r->p, t->stride, r->b, r->i, r->h, c), bits);
 }
 
 static void put_lse(const ref_row *r, uint64_t bits)
 {
     const smattn_out_tensor *t = &r->out->lse;
-    if (t->data)
-        smattn__store_bits(t->data, t->dtype,
-                           r->b * t->stride[0] + r->h * t->stride[1] + r->i * t->stride[2], bits);
+    if (t->data && smattn__row_stored(r->p, r->b, r->i))
+        smattn__store_bits(t->data, t->dtype, smattn__lse_off(r->p, t->stride, r->b, r->h, r->i),
+                           bits);
 }
 
 static void put_p(const ref_row *r, int64_t j, uint64_t bits)
@@ -216,7 +220,8 @@ static int prepare(ref_row *r, smattn_status *st)
     if (!nan && r->att && r->n > 0)
         for (int64_t d = 0; d < r->D; d++) {
             const smattn_tensor *t = &in->q;
-            r->qd[d] = smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->i, r->h, d));
+            r->qd[d] = smattn_load(t->data, t->dtype,
+                                   smattn__row_off(p, t->stride, r->b, r->i, r->h, d));
             if (!isfinite(r->qd[d]))
                 nan = 1;
         }
@@ -284,6 +289,10 @@ static smattn_status run_row(ref_row *r, const smattn_ref_config *cfg, smattn_re
     memset(r->p_done, 0, (size_t)r->p->T);
     stats->rows++;
     r->was_empty = 0;
+    if (!r->out->p.data && !smattn__row_stored(r->p, r->b, r->i)) {
+        stats->rows_empty++; /* a packed batch's padding row, no P: nothing to write */
+        return SMATTN_OK;
+    }
     if (prepare(r, &st)) {
         stats->rows_empty += r->was_empty;
         return st;

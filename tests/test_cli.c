@@ -1007,6 +1007,57 @@ START_TEST(every_command_takes_help)
 }
 END_TEST
 
+/* `smattn ref --help` and `smattn opt --help` name, in their usage line, exactly the
+ * --dtype values the command takes: each listed one writes o.npy in that dtype, each other
+ * one is refused (opt's help once had no --dtype although opt takes f32, f16 and bf16). */
+START_TEST(help_names_the_dtypes_taken)
+{
+    NEED_CLI();
+    char *c = strdup(make_f32_cases());
+    static const char *const cmds[] = {"ref", "opt"};
+    static const char *const dts[] = {"f64", "f32", "f16", "bf16"};
+    static const smattn_npy_type types[] = {SMATTN_NPY_F64, SMATTN_NPY_F32, SMATTN_NPY_F16,
+                                            SMATTN_NPY_U16};
+    for (int k = 0; k < 2; k++) {
+        run_result r = run((const char *[]){cmds[k], "--help", NULL});
+        ck_assert_int_eq(r.status, 0);
+        const char *u = strstr(r.out, "[--dtype ");
+        const char *opts_at = strstr(r.out, "\noptions:");
+        ck_assert_msg(u && opts_at && u < opts_at, "%s --help: no [--dtype ...] in its usage: '%s'",
+                      cmds[k], r.out);
+        char list[64];
+        ck_assert(sscanf(u, "[--dtype %63[^]]]", list) == 1);
+        int listed_default = 0;
+        for (int d = 0; d < 4; d++) {
+            char bar[70];
+            snprintf(bar, sizeof bar, "|%s|", list);
+            char want[16];
+            snprintf(want, sizeof want, "|%s|", dts[d]);
+            int listed = strstr(bar, want) != NULL;
+            char name[16];
+            snprintf(name, sizeof name, "out_%s", dts[d]);
+            char *out = strdup(path_in(tmp, name));
+            run_result o = run((const char *[]){cmds[k], c, out, "--dtype", dts[d], NULL});
+            ck_assert_msg((o.status == 0) == listed, "%s --dtype %s: exit %d (help lists '%s'): %s",
+                          cmds[k], dts[d], o.status, list, o.err);
+            if (listed)
+                check_npy(path_in(out, "o.npy"), types[d], 3, (int64_t[]){5, 4, 6});
+            else
+                ck_assert_msg(strstr(o.err, "--dtype"), "%s --dtype %s: '%s'", cmds[k], dts[d], o.err);
+            listed_default += listed;
+            free_result(&o);
+            test_rm_tree(out);
+            free(out);
+        }
+        ck_assert_int_ge(listed_default, 1);
+        /* the options part describes --dtype too */
+        ck_assert_msg(strstr(r.out, "\n  --dtype "), "%s --help: --dtype not described", cmds[k]);
+        free_result(&r);
+    }
+    free(c);
+}
+END_TEST
+
 /* A one-element softmax: P = 1 and LSE = 0 exactly in every dtype. */
 static void put_vector(const char *dir, const char *name, const char *p_f16)
 {
@@ -1133,6 +1184,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, ref_progress_within_a_row);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, every_command_takes_help);
+    tcase_add_test(tc, help_names_the_dtypes_taken);
     tcase_add_test(tc, demo_replays_vectors);
     tcase_add_test(tc, demo_golden_vectors);
     tcase_add_test(tc, demo_finds_vectors);

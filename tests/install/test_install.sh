@@ -151,6 +151,29 @@ print("python", smattn.__version__, "max error/bound %.4f" % r.max_ratio)
 ' 2>&1) || { echo "$pyout" >&2; fail "the installed Python package"; }
 echo "test_install: installed Python package: $pyout"
 
+# 5c. README's commands for a PREFIX outside the search paths (its "export ..." block, with
+# $HOME/.local standing for the staged prefix) import the installed package from an empty
+# directory: PYTHONPATH names the right site directory.
+block=$(awk '/^export PKG_CONFIG_PATH=\$HOME\/.local/ {on = 1} on && /^```/ {exit} on' README.md)
+grep -q '^export PYTHONPATH=' <<<"$block" || fail "README's PREFIX section does not set PYTHONPATH"
+readme_out=$(cd "$W" && env -u SMATTN_ROOT -u SMATTN_SHIM -u PYTHONPATH PYTHONDONTWRITEBYTECODE=1 \
+    SMATTN_LIBRARY="$P/lib/libsmattn.so.0" HOME="$STAGE/home" \
+    bash -ec "$(sed "s|\$HOME/.local|$P|g" <<<"$block")" 2>&1) ||
+    { echo "$readme_out" >&2; fail "README's PREFIX commands (PYTHONPATH) did not import the installed smattn"; }
+[ "$(tail -1 <<<"$readme_out")" = "$VERSION" ] || fail "README's PREFIX commands printed '$readme_out'"
+echo "test_install: README's PYTHONPATH for a PREFIX imports smattn $readme_out"
+
+# 5d. The manuals and examples under share/doc/smattn, and `smattn conform --help` names the
+# installed conform/README.md (DOCDIR, computed from PREFIX as the data directory is).
+for f in conform/README.md python/README.md examples/README.md examples/example_kernel.c \
+         examples/conform-gate.yml $(git ls-files examples 2>/dev/null); do
+    cmp -s "$f" "$P/share/doc/smattn/$f" || fail "make install did not install $f as $PREFIX/share/doc/smattn/$f"
+done
+[ -x "$P/share/doc/smattn/examples/at-scale/parallel.sh" ] || fail "examples/at-scale/parallel.sh installed without its x bit"
+chelp=$(cd "$W" && env -u SMATTN_ROOT "$S" conform --help) || fail "installed smattn conform --help"
+grep -qF "$PREFIX/share/doc/smattn/conform/README.md" <<<"$chelp" ||
+    { echo "$chelp" | tail -2 >&2; fail "smattn conform --help does not name $PREFIX/share/doc/smattn/conform/README.md"; }
+
 # 6. Uninstall: no file, link or directory that install created is left; what was there before
 # (bin/other-tool, an empty include/) stays.
 $MAKE --no-print-directory -s uninstall DESTDIR="$D" PREFIX="$PREFIX" BUILD="$BUILD" >/dev/null

@@ -33,6 +33,20 @@ print("test_shards: %d cases in 3 shards merged = the unsharded run (%s)" % (len
 PY
 grep -q "<testsuites" "$tmp/shards/merged.xml" || fail "no JUnit file from the merge"
 
+# 1b. the documents that count the quick suite's cases say what it has
+"$py" - "$tmp/whole.json" "$root" <<'PY' || fail "a document miscounts the quick suite"
+import json, re, sys
+n = len(json.load(open(sys.argv[1]))["cases"])
+root = sys.argv[2]
+claims = [("README.md", r"`smattn conform --suite quick` \((\d+) cases"),
+          ("conform/README.md", r"quick: (\d+) small cases"),
+          ("man/smattn.1", r"quick \(the default\): (\d+) small cases")]
+for path, pat in claims:
+    m = re.search(pat, open(root + "/" + path).read())
+    assert m, "%s: no count of the quick suite (pattern %s)" % (path, pat)
+    assert int(m.group(1)) == n, "%s says %s cases, the quick suite has %d" % (path, m.group(1), n)
+PY
+
 # 2. gen --shard: the three shards' case directories are the unsharded gen's, once each
 "$cli" gen --suite quick "$tmp/gen" >/dev/null
 for i in 0 1 2; do "$cli" gen --suite quick --shard "$i/3" "$tmp/gen$i" >/dev/null; done
