@@ -32,7 +32,9 @@ int main(int argc, char **argv)
     int threads = argc > 2 ? atoi(argv[2]) : 0;
     smattn_dtype odt = SMATTN_F32;
     if (argc > 3)
-        odt = !strcmp(argv[3], "f64") ? SMATTN_F64 : !strcmp(argv[3], "bf16") ? SMATTN_BF16 : SMATTN_F32;
+        odt = !strcmp(argv[3], "f64")    ? SMATTN_F64
+              : !strcmp(argv[3], "bf16") ? SMATTN_BF16
+                                         : SMATTN_F32;
     smattn_problem p = smattn_problem_default();
     p.B = 1, p.S = 1, p.T = T, p.Hq = 28, p.Hkv = 4, p.D = 128, p.Dv = 128;
     p.scale = smattn_default_scale(128);
@@ -55,9 +57,12 @@ int main(int argc, char **argv)
     go.dq = (smattn_out_tensor){dq, odt, {0}};
     go.dk = (smattn_out_tensor){dk, odt, {0}};
     go.dv = (smattn_out_tensor){dv, odt, {0}};
-    if (smattn_contiguous_strides(&p, 'q', in.q.stride) || smattn_contiguous_strides(&p, 'k', in.k.stride) ||
-        smattn_contiguous_strides(&p, 'v', in.v.stride) || smattn_contiguous_strides(&p, 'o', gin.dout.stride) ||
-        smattn_contiguous_strides(&p, 'q', go.dq.stride) || smattn_contiguous_strides(&p, 'k', go.dk.stride) ||
+    if (smattn_contiguous_strides(&p, 'q', in.q.stride) ||
+        smattn_contiguous_strides(&p, 'k', in.k.stride) ||
+        smattn_contiguous_strides(&p, 'v', in.v.stride) ||
+        smattn_contiguous_strides(&p, 'o', gin.dout.stride) ||
+        smattn_contiguous_strides(&p, 'q', go.dq.stride) ||
+        smattn_contiguous_strides(&p, 'k', go.dk.stride) ||
         smattn_contiguous_strides(&p, 'v', go.dv.stride))
         return 1;
     smattn_ref_config cfg;
@@ -71,8 +76,8 @@ int main(int argc, char **argv)
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     printf("backward decode T=%lld Hq=28 Hkv=4 D=128 out=%s threads=%d: %.3f s, status %d, "
            "fast-phase elements %lld, exact-path elements %lld, max precision %ld\n",
-           (long long)T, smattn_dtype_name(odt), threads, secs, (int)s, (long long)st.rows_fast, (long long)st.rows_rational,
-           st.max_prec_used);
+           (long long)T, smattn_dtype_name(odt), threads, secs, (int)s, (long long)st.rows_fast,
+           (long long)st.rows_rational, st.max_prec_used);
     free(q), free(k), free(v), free(dout), free(dq), free(dk), free(dv);
     return s != SMATTN_OK;
 }

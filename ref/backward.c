@@ -111,9 +111,8 @@ static int row_alloc_exact(bw_row *r, int softcap)
     r->Ulo = malloc(N * sizeof *r->Ulo);
     r->Uhi = malloc(N * sizeof *r->Uhi);
     r->Uzero = calloc(N, 1);
-    if (!r->s || !r->dp || !r->x || !r->bias || !r->order || !r->gfirst || !r->gkeys ||
-        !r->gcnt || !r->gid || !r->C || !r->texp || !r->Plo || !r->Phi || !r->Ulo || !r->Uhi ||
-        !r->Uzero)
+    if (!r->s || !r->dp || !r->x || !r->bias || !r->order || !r->gfirst || !r->gkeys || !r->gcnt ||
+        !r->gid || !r->C || !r->texp || !r->Plo || !r->Phi || !r->Ulo || !r->Uhi || !r->Uzero)
         return -1; /* row_free releases what was allocated */
     for (size_t k = 0; k < N; k++)
         mpfr_inits2(64, r->s[k], r->dp[k], r->x[k], r->Plo[k], r->Phi[k], r->Ulo[k], r->Uhi[k],
@@ -253,7 +252,8 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
     if (r->n == 0) { /* the sink alone: O = +0 whatever q is; no gradient but dsinks */
         const smattn_tensor *t = &job->gin->dlse;
         if (t->data)
-            r->lam = smattn_load(t->data, t->dtype, b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
+            r->lam = smattn_load(t->data, t->dtype,
+                                 b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
         return SMATTN_OK;
     }
     r->kind = RK_NORMAL;
@@ -261,7 +261,8 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
     double lam = 0;
     if (job->gin->dlse.data) {
         const smattn_tensor *t = &job->gin->dlse;
-        lam = smattn_load(t->data, t->dtype, b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
+        lam =
+            smattn_load(t->data, t->dtype, b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
         r->dsnan |= !isfinite(lam);
     }
     for (int64_t c = 0; c < u->Dv; c++) {
@@ -296,8 +297,7 @@ static smattn_status row_exact(bw_unit *u, bw_row *r)
         int64_t j = r->idx[jj];
         for (int64_t d = 0; d < u->D; d++)
             buf[d] = ld(&in->k, b, j, u->g, d);
-        if (exact_dot(u, u->tmp, r->q, buf, u->D) ||
-            smattn__bw_exact_mul(r->s[jj], u->tmp, u->a)) {
+        if (exact_dot(u, u->tmp, r->q, buf, u->D) || smattn__bw_exact_mul(r->s[jj], u->tmp, u->a)) {
             free(buf);
             return SMATTN_ERR_INTERNAL;
         }
@@ -722,8 +722,7 @@ static int acc_add(bw_acc *c, const bw_poly *A, const bw_poly *D, mpfr_srcptr on
     }
     smattn__bwp_reset(&c->A[c->n]);
     smattn__bwp_reset(&c->D[c->n]);
-    if (smattn__bwp_add_scaled(&c->A[c->n], A, one) ||
-        smattn__bwp_add_scaled(&c->D[c->n], D, one))
+    if (smattn__bwp_add_scaled(&c->A[c->n], A, one) || smattn__bwp_add_scaled(&c->D[c->n], D, one))
         return -1;
     c->n++;
     return 0;
@@ -792,7 +791,8 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
                 smattn__bwp_add_scaled(&e.num, &e.t2, tmp) || smattn__bwp_normalize(&e.num))
                 rc = -1;
         }
-        smattn__bwp_clear(&L), smattn__bwp_clear(&N), smattn__bwp_clear(&Wx), smattn__bwp_clear(&Bk);
+        smattn__bwp_clear(&L), smattn__bwp_clear(&N), smattn__bwp_clear(&Wx),
+            smattn__bwp_clear(&Bk);
     } else {
         bw_poly L, N;
         smattn__bwp_init(&L), smattn__bwp_init(&N);
@@ -974,8 +974,8 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
             return SMATTN_ERR_NOMEM;
         memset(u->bdone, 1, (size_t)(R * T)); /* +0 unless a rule below says otherwise */
     }
-    if (!u->kstart || !u->kpoison || !u->knan || !u->vcls || !u->qbits || !u->qdone ||
-        !u->kbits || !u->kdone || !u->vbits || !u->vdone || !u->tried)
+    if (!u->kstart || !u->kpoison || !u->knan || !u->vcls || !u->qbits || !u->qdone || !u->kbits ||
+        !u->kdone || !u->vbits || !u->vdone || !u->tried)
         return SMATTN_ERR_NOMEM;
     int64_t total = 0;
     for (int64_t r = 0; r < R; r++) {
@@ -1119,7 +1119,8 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
                     u->ph[jj] = u->th[jj];
                 }
                 sum_terms(u, row->n, p->scale, prec);
-                u->qdone[e] = (unsigned char)decide_iv(u->lo, u->hi, go->dq.dtype, &u->qbits[e], u->tmp);
+                u->qdone[e] =
+                    (unsigned char)decide_iv(u->lo, u->hi, go->dq.dtype, &u->qbits[e], u->tmp);
                 if (!u->qdone[e] && exact_now && !u->tried[e]) {
                     u->tried[e] = 1;
                     int rc = exact_elem(u, 0, r, d, go->dq.dtype, max_prec, &u->qbits[e]);
@@ -1160,7 +1161,8 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
                                 continue;
                             mul_d_iv(u->tl[nt], u->th[nt], row->Ulo[jj], row->Uhi[jj], row->q[d]);
                         } else {
-                            mul_d_iv(u->tl[nt], u->th[nt], row->Plo[jj], row->Phi[jj], row->dout[d]);
+                            mul_d_iv(u->tl[nt], u->th[nt], row->Plo[jj], row->Phi[jj],
+                                     row->dout[d]);
                         }
                         u->pl[nt] = u->tl[nt];
                         u->ph[nt] = u->th[nt];
@@ -1196,7 +1198,8 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
                 }
                 mpfr_srcptr lo = u->softcap ? row->Slo[jj] : row->Ulo[jj];
                 mpfr_srcptr hi = u->softcap ? row->Shi[jj] : row->Uhi[jj];
-                u->bdone[e] = (unsigned char)decide_iv(lo, hi, go->dbias.dtype, &u->bbits[e], u->tmp);
+                u->bdone[e] =
+                    (unsigned char)decide_iv(lo, hi, go->dbias.dtype, &u->bbits[e], u->tmp);
                 int64_t te = R * D + T * D + T * Dv + e;
                 if (!u->bdone[e] && exact_now && !u->tried[te]) {
                     u->tried[te] = 1;
@@ -1293,8 +1296,8 @@ static int exact_sink(bw_unit *u, const unsigned char *kind, smattn_dtype t, lon
             smattn__bwp_reset(&e.t1);
             mpfr_set_prec(e.c2, 2);
             mpfr_set_si(e.c2, -1, MPFR_RNDN);
-            if (smattn__bwp_add_scaled(&e.t1, &L, tmp) ||
-                smattn__bwp_add_scaled(&e.t1, &N, e.c2) || smattn__bwp_normalize(&e.t1)) {
+            if (smattn__bwp_add_scaled(&e.t1, &L, tmp) || smattn__bwp_add_scaled(&e.t1, &N, e.c2) ||
+                smattn__bwp_normalize(&e.t1)) {
                 rc = -1;
                 break;
             }
@@ -1387,7 +1390,8 @@ static smattn_status sink_run(bw_unit *u, int64_t h, long max_prec)
                 double y = row->lam - row->fD;
                 double ry = (row->fDr + 0x1p-52 * fabs(y) + 0x1p-1074) * (1 + 0x1p-40);
                 t = row->fPs * y;
-                rt = row->fPs * ry + fabs(y) * row->fPsr + row->fPsr * ry + 0x1p-52 * fabs(t) + 0x1p-1074;
+                rt = row->fPs * ry + fabs(y) * row->fPsr + row->fPsr * ry + 0x1p-52 * fabs(t) +
+                     0x1p-1074;
             } else {
                 continue;
             }
@@ -1398,7 +1402,8 @@ static smattn_status sink_run(bw_unit *u, int64_t h, long max_prec)
             double bound = (Rr * (1 + 0x1p-40) + g * A) * (1 + 2 * g) * (1 + 0x1p-40) + 0x1p-1074;
             double lo = nextafter(v - bound, -HUGE_VAL), hi = nextafter(v + bound, HUGE_VAL);
             if (isfinite(v) && isfinite(bound) && (lo > 0 || hi < 0)) {
-                uint64_t x = smattn__round_bits(lo, out->dtype), y = smattn__round_bits(hi, out->dtype);
+                uint64_t x = smattn__round_bits(lo, out->dtype),
+                         y = smattn__round_bits(hi, out->dtype);
                 if (x == y)
                     bits = x, done = 1, u->fast_elems++;
             }
@@ -1426,13 +1431,17 @@ static smattn_status sink_run(bw_unit *u, int64_t h, long max_prec)
                 if (!ok)
                     break;
                 dd y = dd_add((dd){row->lam, 0}, (dd){-row->gD[0], -row->gD[1]});
-                double ry = (row->gD[2] + 8 * 0x1p-106 * (fabs(row->lam) + fabs(row->gD[0])) + 0x1p-1000) * 1.01;
+                double ry =
+                    (row->gD[2] + 8 * 0x1p-106 * (fabs(row->lam) + fabs(row->gD[0])) + 0x1p-1000) *
+                    1.01;
                 dd P = {row->gPs[0], row->gPs[1]};
                 double pd = fabs(P.hi) * 1.01, yd = fabs(y.hi) * 1.01;
                 /* the product of two double-doubles: 16 u^2 (ref/backward_fast.c) */
                 dd pr = dd_two_prod(P.hi, y.hi);
                 t = dd_fast_two_sum(pr.hi, pr.lo + (P.hi * y.lo + P.lo * y.hi + P.lo * y.lo));
-                rt = (pd * ry + yd * row->gPs[2] + row->gPs[2] * ry + 16 * 0x1p-106 * fabs(t.hi) + 0x1p-1000) * 1.01;
+                rt = (pd * ry + yd * row->gPs[2] + row->gPs[2] * ry + 16 * 0x1p-106 * fabs(t.hi) +
+                      0x1p-1000) *
+                     1.01;
             } else {
                 continue;
             }
@@ -1535,7 +1544,7 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
         long maxp = job->cfg->max_prec > 0 ? job->cfg->max_prec : BW_DEFAULT_MAX_PREC;
         if (sink_head < 0) {
             st = unit_run(&u, maxp);
-        } else { /* term scratch for the rows of the head */
+        } else {                                  /* term scratch for the rows of the head */
             u.ncap = (u.R > u.T ? u.R : u.T) + 1; /* a head's rows, or row_level's groups */
             u.tl = malloc((size_t)u.ncap * sizeof *u.tl);
             u.th = malloc((size_t)u.ncap * sizeof *u.th);
@@ -1603,9 +1612,8 @@ static void *bw_worker(void *arg)
 }
 
 smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *in,
-                                  const smattn_grad_inputs *gin,
-                                  const smattn_grad_outputs *gout, const smattn_ref_config *cfg,
-                                  smattn_ref_stats *stats)
+                                  const smattn_grad_inputs *gin, const smattn_grad_outputs *gout,
+                                  const smattn_ref_config *cfg, smattn_ref_stats *stats)
 {
     smattn_status st = smattn__validate_backward(p, in, gin, gout);
     if (st)
@@ -1615,8 +1623,10 @@ smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *
     if (!cfg)
         cfg = &defcfg;
     if (cfg->threads < 0 ||
-        (cfg->max_prec != 0 && (cfg->max_prec < SMATTN_REF_PREC_MIN || cfg->max_prec > SMATTN_REF_PREC_MAX)) ||
-        (cfg->fixed_prec != 0 && (cfg->fixed_prec < SMATTN_REF_PREC_MIN || cfg->fixed_prec > SMATTN_REF_PREC_MAX)))
+        (cfg->max_prec != 0 &&
+         (cfg->max_prec < SMATTN_REF_PREC_MIN || cfg->max_prec > SMATTN_REF_PREC_MAX)) ||
+        (cfg->fixed_prec != 0 &&
+         (cfg->fixed_prec < SMATTN_REF_PREC_MIN || cfg->fixed_prec > SMATTN_REF_PREC_MAX)))
         return SMATTN_ERR_OPTION;
     bw_job job;
     memset(&job, 0, sizeof job);

@@ -11,8 +11,8 @@
 #include "ref/dd.h"
 #include "ref/ref_internal.h"
 
-#define U 0x1p-53      /* binary64 unit roundoff */
-#define ETA 0x1p-1074  /* absolute error of a rounding below the normal range */
+#define U 0x1p-53     /* binary64 unit roundoff */
+#define ETA 0x1p-1074 /* absolute error of a rounding below the normal range */
 /* Each bound below is evaluated in binary64 with a handful of roundings (each a factor at
  * most 1 + u); multiplying by INFL covers them many times over. */
 #define INFL (1 + 0x1p-40)
@@ -69,8 +69,8 @@ static double dot(const double *a, const double *b, int64_t n, double *err)
 
 /* P_j (every row) and dS_j (rows where it is defined) with bounds, into the row's fP, fPr,
  * fS, fSr. Returns 0, or 1 when a bound is not finite or too wide to be useful. */
-static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, double *sh,
-                    double *sr, double *eh, double *er, mpfr_ptr x53)
+static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, double *sh, double *sr,
+                    double *eh, double *er, mpfr_ptr x53)
 {
     const smattn_inputs *in = u->job->in;
     const int64_t n = r->n, D = u->D, Dv = u->Dv;
@@ -136,7 +136,8 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
             double t = eh[jj] * dp[jj];
             N += t;
             AN += fabs(t);
-            RN += eh[jj] * rdp[jj] + fabs(dp[jj]) * er[jj] + er[jj] * rdp[jj] + 2 * U * fabs(t) + ETA;
+            RN +=
+                eh[jj] * rdp[jj] + fabs(dp[jj]) * er[jj] + er[jj] * rdp[jj] + 2 * U * fabs(t) + ETA;
         }
         RN = sum_bound(up(RN), AN, n);
         q = N / L;
@@ -207,8 +208,8 @@ int smattn__bw_fast_unit(bw_unit *u)
         for (int64_t jj = 0; jj < row->n && u->want_bias; jj++) { /* dBias = dS */
             int64_t e = r * T + row->idx[jj];
             if (!u->bdone[e]) {
-                u->bdone[e] = (unsigned char)fast_decide(row->fS[jj], row->fSr[jj],
-                                                         go->dbias.dtype, &u->bbits[e]);
+                u->bdone[e] = (unsigned char)fast_decide(row->fS[jj], row->fSr[jj], go->dbias.dtype,
+                                                         &u->bbits[e]);
                 u->fast_elems += u->bdone[e];
             }
         }
@@ -420,7 +421,8 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
             dd t = dd_mul(e, dp);
             N = dd_add(N, t);
             AN += fabs(t.hi);
-            RN += e.hi * 1.01 * rdp + fabs(dp.hi) * 1.01 * er + er * rdp + 16 * U2 * fabs(t.hi) + SLACK;
+            RN += e.hi * 1.01 * rdp + fabs(dp.hi) * 1.01 * er + er * rdp + 16 * U2 * fabs(t.hi) +
+                  SLACK;
         }
         RN = (RN + (double)(n + 1) * 8 * U2 * AN) * 1.01;
         q = dd_div(N, L);
@@ -514,7 +516,7 @@ int smattn__bw_dd_unit(bw_unit *u)
             const double *g = &row->g6[6 * jj];
             if (!u->bdone[e]) {
                 u->bdone[e] = (unsigned char)smattn__ref_decide_dd(g[3], g[4], g[5] * (1 + 0x1p-40),
-                                                                  go->dbias.dtype, &u->bbits[e]);
+                                                                   go->dbias.dtype, &u->bbits[e]);
                 u->fast_elems += u->bdone[e];
             }
         }

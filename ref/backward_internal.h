@@ -13,7 +13,6 @@
 
 #include "core/internal.h"
 
-
 /* One term c e^tau; both exact (MPFR numbers whose precision holds every bit). */
 typedef struct bw_term {
     mpfr_t tau, c;
@@ -57,42 +56,42 @@ enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
 enum { CL_NAN = 1, CL_POS = 2, CL_NEG = 4 };
 
 typedef struct bw_row {
-    int64_t b, h, i;     /* the row; b is the unit's batch except in a dsinks unit */
+    int64_t b, h, i; /* the row; b is the unit's batch except in a dsinks unit */
     int kind;
-    int dsnan;           /* RK_NORMAL: dS undefined (non-finite dO, dLSE or visible V) */
-    int64_t n;           /* visible keys (RK_MEAN: T_b) */
-    int64_t *idx;        /* [n] ascending */
+    int dsnan;    /* RK_NORMAL: dS undefined (non-finite dO, dLSE or visible V) */
+    int64_t n;    /* visible keys (RK_MEAN: T_b) */
+    int64_t *idx; /* [n] ascending */
     int has_sink;
     double sink;
-    double *q, *dout;    /* [D], [Dv] */
-    unsigned char *dcls; /* [Dv] class of dO_c */
-    mpfr_t *s, *dp, *x;  /* [n] exact score (softcap: scale q.k), dP, dP + dLSE */
-    double *bias;        /* [n] softcap: the bias added after the cap */
-    int64_t G;           /* groups of equal scores; the sink is one, or merged in one */
-    int64_t *order;      /* [n] key positions, group by group */
+    double *q, *dout;               /* [D], [Dv] */
+    unsigned char *dcls;            /* [Dv] class of dO_c */
+    mpfr_t *s, *dp, *x;             /* [n] exact score (softcap: scale q.k), dP, dP + dLSE */
+    double *bias;                   /* [n] softcap: the bias added after the cap */
+    int64_t G;                      /* groups of equal scores; the sink is one, or merged in one */
+    int64_t *order;                 /* [n] key positions, group by group */
     int64_t *gfirst, *gkeys, *gcnt; /* [n + 1] */
-    int64_t *gid;        /* [n] group of each key position */
-    int64_t sink_group;  /* group holding the sink, or -1 */
-    mpfr_t *C;           /* [n + 1] group sums of dP */
-    mpfr_t *texp;        /* [n + 1] exact group exponent minus top (no softcap) */
-    int delta_rat;       /* all C_a / gcnt_a equal: Delta = C_0 / gcnt_0 exactly */
-    mpfr_t top;          /* the largest score or sink, exact (no softcap) */
-    mpfr_t *Plo, *Phi, *Ulo, *Uhi; /* [n] intervals of P_j and dU_j at the current level */
-    unsigned char *Uzero;          /* [n] dU_j is exactly 0 */
-    mpfr_t *Slo, *Shi;             /* [n] softcap only: dS_j before the cap's derivative */
-    int alloc;           /* arrays allocated for this many keys */
-    double lam;          /* dLSE of the row (0 without one) */
-    int needed;          /* the MPFR phase must evaluate the row */
-    int exact_ready;     /* row_exact has run */
-    int fast_bad;        /* the fast phase could not bound the row */
-    double *fP, *fPr, *fS, *fSr; /* [n] fast phase: P_j and dS_j with absolute error bounds */
-    double *g6;          /* [6n] double-double tier: P_j (hi, lo, bound), dS_j (hi, lo, bound) */
-    int dd_ok;           /* the double-double tier bounded the row */
+    int64_t *gid;                   /* [n] group of each key position */
+    int64_t sink_group;             /* group holding the sink, or -1 */
+    mpfr_t *C;                      /* [n + 1] group sums of dP */
+    mpfr_t *texp;                   /* [n + 1] exact group exponent minus top (no softcap) */
+    int delta_rat;                  /* all C_a / gcnt_a equal: Delta = C_0 / gcnt_0 exactly */
+    mpfr_t top;                     /* the largest score or sink, exact (no softcap) */
+    mpfr_t *Plo, *Phi, *Ulo, *Uhi;  /* [n] intervals of P_j and dU_j at the current level */
+    unsigned char *Uzero;           /* [n] dU_j is exactly 0 */
+    mpfr_t *Slo, *Shi;              /* [n] softcap only: dS_j before the cap's derivative */
+    int alloc;                      /* arrays allocated for this many keys */
+    double lam;                     /* dLSE of the row (0 without one) */
+    int needed;                     /* the MPFR phase must evaluate the row */
+    int exact_ready;                /* row_exact has run */
+    int fast_bad;                   /* the fast phase could not bound the row */
+    double *fP, *fPr, *fS, *fSr;    /* [n] fast phase: P_j and dS_j with absolute error bounds */
+    double *g6; /* [6n] double-double tier: P_j (hi, lo, bound), dS_j (hi, lo, bound) */
+    int dd_ok;  /* the double-double tier bounded the row */
     /* dsinks (SPEC 9.1): P of the sink and Delta, per tier */
-    int sink_bad;        /* the sink is NaN or +inf (a NaN row) */
-    double fPs, fPsr, fD, fDr;     /* binary64 tier: values and bounds */
-    double gPs[3], gD[3];          /* double-double tier: hi, lo, bound */
-    mpfr_t PSlo, PShi, Dlo, Dhi;   /* MPFR phase: intervals (Delta exact when rational) */
+    int sink_bad;                /* the sink is NaN or +inf (a NaN row) */
+    double fPs, fPsr, fD, fDr;   /* binary64 tier: values and bounds */
+    double gPs[3], gD[3];        /* double-double tier: hi, lo, bound */
+    mpfr_t PSlo, PShi, Dlo, Dhi; /* MPFR phase: intervals (Delta exact when rational) */
 } bw_row;
 
 typedef struct bw_job bw_job;
@@ -110,17 +109,17 @@ typedef struct bw_unit {
     uint64_t *qbits, *kbits, *vbits;
     unsigned char *qdone, *kdone, *vdone, *tried;
     int64_t ncap;
-    mpfr_t *tl, *th;               /* [ncap] term intervals */
+    mpfr_t *tl, *th; /* [ncap] term intervals */
     mpfr_ptr *pl, *ph;
-    mpfr_t *El, *Eh;               /* [T + 1] group exponentials */
+    mpfr_t *El, *Eh; /* [T + 1] group exponentials */
     mpfr_t a, b2, c, d, lo, hi, tmp;
     long prec_used;
     int64_t exact_elems, empty_rows;
-    mpfr_t *prod;                  /* [max(D, Dv)] exact products */
+    mpfr_t *prod; /* [max(D, Dv)] exact products */
     mpfr_ptr *pp;
-    int64_t fast_elems;            /* elements decided by the fast phase */
-    int want_bias;                 /* dBias is asked for */
-    uint64_t *bbits;               /* [R * T] dBias of each row and key */
+    int64_t fast_elems; /* elements decided by the fast phase */
+    int want_bias;      /* dBias is asked for */
+    uint64_t *bbits;    /* [R * T] dBias of each row and key */
     unsigned char *bdone;
 } bw_unit;
 

@@ -146,7 +146,7 @@ int smattn__bwp_normalize(bw_poly *p)
             continue;
         }
         if (m > 0 && mpfr_zero_p(p->t[m - 1].c))
-            m--; /* the previous exponent's coefficients cancelled */
+            m--;      /* the previous exponent's coefficients cancelled */
         if (m != k) { /* swap the handles: term k's storage moves to m and back */
             mpfr_swap(p->t[m].tau, p->t[k].tau);
             mpfr_swap(p->t[m].c, p->t[k].c);
@@ -321,8 +321,8 @@ int smattn__bwp_decide(const bw_poly *num, const bw_poly *den, smattn_dtype t, l
         return 1;
     }
     dec_ws w;
-    mpfr_inits2(64, w.nlo, w.nhi, w.dlo, w.dhi, w.lo, w.hi, w.a, w.b, w.x, w.c, w.d, w.tmp,
-                w.B, w.shift, w.shd, w.f, (mpfr_ptr)0);
+    mpfr_inits2(64, w.nlo, w.nhi, w.dlo, w.dhi, w.lo, w.hi, w.a, w.b, w.x, w.c, w.d, w.tmp, w.B,
+                w.shift, w.shd, w.f, (mpfr_ptr)0);
     int ret = 0;
     /* Rational iff num = B den for a rational B (the e^tau being linearly independent over
      * the rationals): same exponents, proportional coefficients. */
@@ -365,7 +365,8 @@ int smattn__bwp_decide(const bw_poly *num, const bw_poly *den, smattn_dtype t, l
         mpfr_set_prec(w.d, prec);
         mpfr_mul(w.c, w.lo, mpfr_sgn(w.lo) >= 0 ? w.a : w.b, MPFR_RNDD);
         mpfr_mul(w.d, w.hi, mpfr_sgn(w.hi) >= 0 ? w.b : w.a, MPFR_RNDU);
-        uint64_t x = smattn__ref_round_mpfr(w.c, t, w.tmp), y = smattn__ref_round_mpfr(w.d, t, w.tmp);
+        uint64_t x = smattn__ref_round_mpfr(w.c, t, w.tmp),
+                 y = smattn__ref_round_mpfr(w.d, t, w.tmp);
         if (x == y) {
             *bits = x;
             ret = 1;

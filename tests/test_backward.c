@@ -27,12 +27,30 @@ typedef struct tc {
     unsigned char *obuf[5];
 } tc;
 
-static int64_t nq(const tc *c) { return c->p.B * c->p.S * c->p.Hq * c->p.D; }
-static int64_t nk(const tc *c) { return c->p.B * c->p.T * c->p.Hkv * c->p.D; }
-static int64_t nv(const tc *c) { return c->p.B * c->p.T * c->p.Hkv * c->p.Dv; }
-static int64_t no(const tc *c) { return c->p.B * c->p.S * c->p.Hq * c->p.Dv; }
-static int64_t nfull(const tc *c) { return c->p.B * c->p.Hq * c->p.S * c->p.T; }
-static int64_t nl(const tc *c) { return c->p.B * c->p.Hq * c->p.S; }
+static int64_t nq(const tc *c)
+{
+    return c->p.B * c->p.S * c->p.Hq * c->p.D;
+}
+static int64_t nk(const tc *c)
+{
+    return c->p.B * c->p.T * c->p.Hkv * c->p.D;
+}
+static int64_t nv(const tc *c)
+{
+    return c->p.B * c->p.T * c->p.Hkv * c->p.Dv;
+}
+static int64_t no(const tc *c)
+{
+    return c->p.B * c->p.S * c->p.Hq * c->p.Dv;
+}
+static int64_t nfull(const tc *c)
+{
+    return c->p.B * c->p.Hq * c->p.S * c->p.T;
+}
+static int64_t nl(const tc *c)
+{
+    return c->p.B * c->p.Hq * c->p.S;
+}
 
 /* Deterministic pseudo-random values: small dyadic numbers, so every input is exact. */
 static uint64_t rng_state;
@@ -187,8 +205,8 @@ static uint64_t bits64(double x)
 
 /* ---- an independent forward in MPFR, for central differences ---------------------------- */
 
-#define FP 512    /* working precision of the test's forward */
-#define HEXP -90  /* h = 2^HEXP */
+#define FP 512   /* working precision of the test's forward */
+#define HEXP -90 /* h = 2^HEXP */
 
 typedef struct fwd {
     const tc *c;
@@ -261,7 +279,8 @@ static void fwd_loss(const fwd *f, mpfr_ptr loss)
                 int has_sink = c->sinks && c->sinks[h] != -HUGE_VAL;
                 for (int64_t j = 0; j < T; j++) {
                     int64_t bi = ((b * p->Hq + h) * p->S + i) * T + j;
-                    vis[j] = smattn_visible(p, &in, b, h, i, j) && !(c->bias && c->bias[bi] == -HUGE_VAL);
+                    vis[j] = smattn_visible(p, &in, b, h, i, j) &&
+                             !(c->bias && c->bias[bi] == -HUGE_VAL);
                     if (!vis[j])
                         continue;
                     n++;
@@ -286,7 +305,8 @@ static void fwd_loss(const fwd *f, mpfr_ptr loss)
                         for (int64_t cc = 0; cc < Dv; cc++) {
                             mpfr_set_zero(o, 1);
                             for (int64_t j = 0; j < Tb; j++)
-                                mpfr_add(o, o, f->v[((b * T + j) * p->Hkv + g) * Dv + cc], MPFR_RNDN);
+                                mpfr_add(o, o, f->v[((b * T + j) * p->Hkv + g) * Dv + cc],
+                                         MPFR_RNDN);
                             mpfr_div_si(o, o, (long)Tb, MPFR_RNDN);
                             mpfr_mul_d(o, o, dO[cc], MPFR_RNDN);
                             mpfr_add(loss, loss, o, MPFR_RNDN);
@@ -412,7 +432,8 @@ static void check_against_diffs(tc *c)
     for (int64_t x = 0; c->want_dbias && x < nfull(c); x++)
         ck_assert_msg(bits64(slow[3][x]) == bits64(c->dbias[x]), "dbias[%" PRId64 "] fast/slow", x);
     for (int64_t h = 0; c->want_dsinks && h < c->p.Hq; h++)
-        ck_assert_msg(bits64(slow[4][h]) == bits64(c->dsinks[h]), "dsinks[%" PRId64 "] fast/slow", h);
+        ck_assert_msg(bits64(slow[4][h]) == bits64(c->dsinks[h]), "dsinks[%" PRId64 "] fast/slow",
+                      h);
     free(slow[0]), free(slow[1]), free(slow[2]), free(slow[3]), free(slow[4]);
     fwd f;
     fwd_init(&f, c);
@@ -525,7 +546,7 @@ START_TEST(golden_example)
     ck_assert_int_eq(tc_run(&c, 1, NULL), SMATTN_OK);
     const double dq[] = {0x1.ceed07ce9d628p-5, 0x1.0fa6a74a9eeecp-3, 0x1.62f2ff0d15e0ep-1,
                          -0x1.785d3b4af7c4dp-3};
-    const double dk[] = {-0x1.1007c52b2d671p-4, 0x1.4e70a7881f027p-2, 0x1.c6042e902c0abp-1,
+    const double dk[] = {-0x1.1007c52b2d671p-4, 0x1.4e70a7881f027p-2,  0x1.c6042e902c0abp-1,
                          0x1.4a8df7fa16341p-5,  -0x1.240335eac65ddp-1, 0x1.107b32f13c6e1p-3};
     const double dv[] = {0x1.f1ed713a0609fp-3, 0x1.128cf44a080a0p-2, 0x1.b5b5f6e1c3356p-2,
                          0x1.4f48d867c4fb6p-1, 0x1.28a9a8409ce2dp-1, 0x1.3b856b99b7fcdp-4};
@@ -596,8 +617,8 @@ START_TEST(trap_dS_sums_to_zero)
             mpfr_mul_d(w, w, with_dlse ? c.dlse[i] : 0.0, MPFR_RNDN);
             want = mpfr_get_d(w, MPFR_RNDN);
             mpfr_clear(w);
-            ck_assert_msg(bits64(c.dq[i * 3 + 2]) == bits64(want + 0.0), "row %" PRId64 ": %a != %a",
-                          i, c.dq[i * 3 + 2], want);
+            ck_assert_msg(bits64(c.dq[i * 3 + 2]) == bits64(want + 0.0),
+                          "row %" PRId64 ": %a != %a", i, c.dq[i * 3 + 2], want);
         }
         if (!with_dlse)
             ck_assert(st.rows_rational > 0); /* the exact path decided the zeros */
@@ -777,8 +798,8 @@ START_TEST(masked_keys_exact_zero)
     tc_add_bias(&c);
     for (int64_t h = 0; h < 2; h++)
         for (int64_t i = 0; i < 3; i++) {
-            c.mask[(h * 3 + i) * 6 + 1] = 0;          /* key 1 masked */
-            c.bias[(h * 3 + i) * 6 + 3] = -HUGE_VAL;  /* key 3 -inf bias */
+            c.mask[(h * 3 + i) * 6 + 1] = 0;         /* key 1 masked */
+            c.bias[(h * 3 + i) * 6 + 3] = -HUGE_VAL; /* key 3 -inf bias */
         }
     int64_t dead[] = {1, 3, 5};
     for (int t = 0; t < 3; t++) {
@@ -832,9 +853,11 @@ START_TEST(gqa_equals_mha_group_sums)
                     for (int64_t h = 2 * kv; h < 2 * kv + 2; h++) {
                         double b = mx[(j * 4 + h) * W + d];
                         mpfr_add_d(s, s, b, MPFR_RNDN);
-                        mpfr_add_d(slack, slack, 0.5 * (nextafter(fabs(b), HUGE_VAL) - fabs(b)), MPFR_RNDN);
+                        mpfr_add_d(slack, slack, 0.5 * (nextafter(fabs(b), HUGE_VAL) - fabs(b)),
+                                   MPFR_RNDN);
                     }
-                    ck_assert_msg(mpfr_cmpabs(s, slack) <= 0, "%s j %" PRId64, which ? "dv" : "dk", j);
+                    ck_assert_msg(mpfr_cmpabs(s, slack) <= 0, "%s j %" PRId64, which ? "dv" : "dk",
+                                  j);
                     mpfr_clears(s, slack, (mpfr_ptr)0);
                 }
     }
@@ -914,14 +937,14 @@ START_TEST(nan_conventions)
     ck_assert(isfinite(c.dbias[3]) && isfinite(c.dbias[4]) && isfinite(c.dbias[5]));
     ck_assert(isnan(c.dbias[6]) && isnan(c.dbias[7]) && isnan(c.dbias[8]));
     ck_assert(isfinite(c.dbias[9]) && bits64(c.dbias[10]) == 0 && bits64(c.dbias[11]) == 0);
-    ck_assert(isnan(c.dq[0]) && isnan(c.dq[1]));      /* b0 row 0: dO NaN */
+    ck_assert(isnan(c.dq[0]) && isnan(c.dq[1]));       /* b0 row 0: dO NaN */
     ck_assert(isfinite(c.dq[2]) && isfinite(c.dq[3])); /* b0 row 1 */
     /* b0 row 0 sees key 0 and 1 (lower-right, S=2, T=3): dK NaN there, key 2 from row 1 */
     ck_assert(isnan(c.dk[0]) && isnan(c.dk[2]) && isfinite(c.dk[4]));
     ck_assert(isfinite(c.dv[0]) && isnan(c.dv[1]));
-    ck_assert(isnan(c.dq[4]) && isnan(c.dq[5]));      /* b1 row 0: empty */
+    ck_assert(isnan(c.dq[4]) && isnan(c.dq[5])); /* b1 row 0: empty */
     for (int64_t x = 6; x < 12; x++)
-        ck_assert(isnan(c.dk[x]) && isnan(c.dv[x]));  /* every key of batch 1 */
+        ck_assert(isnan(c.dk[x]) && isnan(c.dv[x])); /* every key of batch 1 */
     tc_free(&c);
 }
 END_TEST
