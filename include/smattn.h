@@ -308,10 +308,10 @@ typedef struct smattn_grad_outputs {
  * only (softmax: SMATTN_ERR_UNSUPPORTED), no layout (a non-NULL prob->layout:
  * SMATTN_ERR_UNSUPPORTED). cfg and stats as for smattn_ref (stats: rows and rows_empty
  * count query rows, rows_fast the elements decided by the binary64 and double-double tiers,
- * rows_rational those decided by an exact expansion; no_fast_phase skips both tiers). Statuses: validation's, NOMEM,
- * THREADS, OPTION, and SMATTN_ERR_PRECISION only where SPEC 9.3 allows it (softcap, or an
- * exact expansion larger than the oracle's limit); never a wrong rounding. Deterministic,
- * independent of the thread count. */
+ * rows_rational those decided by an exact expansion; no_fast_phase skips both tiers).
+ * Statuses: validation's, NOMEM, THREADS, OPTION, and SMATTN_ERR_PRECISION only where
+ * SPEC 9.3 allows it (softcap, or an exact expansion larger than the oracle's limit); never
+ * a wrong rounding. Deterministic, independent of the thread count. */
 SMATTN_NODISCARD smattn_status smattn_ref_backward(const smattn_problem *prob,
                                                    const smattn_inputs *in,
                                                    const smattn_grad_inputs *gin,
