@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_ref_backward.c: speed of the exact backward oracle (SPEC 9) on a decode step
  * (S = 1, Hq = 28, Hkv = 4, D = Dv = 128, T keys; f32 inputs, dO and outputs) on every core,
- * or on the threads given. Usage: bench_ref_backward [T] [threads] [f64|f32|bf16]. */
+ * or on the threads given. Usage: bench_ref_backward [T] [threads] [f64|f32|bf16] [orth].
+ * "orth": dO is orthogonal to the differences of V's rows (column 0 of V constant, dO = e_0),
+ * so every dQ and dK is an exact zero that only the MPFR phase decides (SPEC 9.3 item 3). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,12 @@ int main(int argc, char **argv)
     p.scale = smattn_default_scale(128);
     size_t nq = (size_t)(p.Hq * p.D), nk = (size_t)(T * p.Hkv * p.D);
     float *q = randf(nq, 1.0), *k = randf(nk, 1.0), *v = randf(nk, 1.0), *dout = randf(nq, 1.0);
+    if (argc > 4 && !strcmp(argv[4], "orth")) {
+        for (size_t x = 0; x < nq; x++)
+            dout[x] = x % (size_t)p.Dv == 0 ? 1.0f : 0.0f;
+        for (size_t x = 0; x < nk; x += (size_t)p.Dv)
+            v[x] = 0.5f; /* column 0 of every key's V */
+    }
     size_t es = smattn_dtype_size(odt);
     void *dq = malloc(nq * es), *dk = malloc(nk * es), *dv = malloc(nk * es);
     if (!q || !k || !v || !dout || !dq || !dk || !dv)
