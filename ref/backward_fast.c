@@ -168,10 +168,31 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
     return 0;
 }
 
+/* K and V of the keys some normal row of rows[0..nrows) sees, into K [T x D] and V [T x Dv];
+ * the other keys are never read (SPEC 3.6). seen [T] is zeroed scratch, zeroed again. */
+static void load_seen(bw_unit *u, int64_t b, const bw_row *rows, int64_t nrows, double *K,
+                      double *V, unsigned char *seen)
+{
+    const smattn_inputs *in = u->job->in;
+    const int64_t T = u->T, D = u->D, Dv = u->Dv;
+    for (int64_t r = 0; r < nrows; r++)
+        if (rows[r].kind == RK_NORMAL)
+            for (int64_t jj = 0; jj < rows[r].n; jj++)
+                seen[rows[r].idx[jj]] = 1;
+    for (int64_t j = 0; j < T; j++) {
+        if (!seen[j])
+            continue;
+        seen[j] = 0;
+        smattn__ref_load_vec(&K[j * D], &in->k, smattn__off4(in->k.stride, b, j, u->g, 0),
+                             in->k.stride[3], D);
+        smattn__ref_load_vec(&V[j * Dv], &in->v, smattn__off4(in->v.stride, b, j, u->g, 0),
+                             in->v.stride[3], Dv);
+    }
+}
+
 int smattn__bw_fast_unit(bw_unit *u)
 {
     const bw_job *job = u->job;
-    const smattn_inputs *in = job->in;
     const smattn_grad_outputs *go = job->gout;
     const int64_t T = u->T, D = u->D, Dv = u->Dv, R = u->R;
     const double scale = u->p->scale;
@@ -186,12 +207,7 @@ int smattn__bw_fast_unit(bw_unit *u)
     mpfr_init2(x53, 53);
     if (!K || !V || !sh || !sr || !eh || !er || !acc || !qa || !kbad)
         goto out;
-    for (int64_t j = 0; j < T; j++) { /* any garbage at invisible keys is loaded, never used */
-        smattn__ref_load_vec(&K[j * D], &in->k, smattn__off4(in->k.stride, u->b, j, u->g, 0),
-                             in->k.stride[3], D);
-        smattn__ref_load_vec(&V[j * Dv], &in->v, smattn__off4(in->v.stride, u->b, j, u->g, 0),
-                             in->v.stride[3], Dv);
-    }
+    load_seen(u, u->b, u->rows, R, K, V, kbad);
     /* rows: P and dS, then dQ */
     for (int64_t r = 0; r < R; r++) {
         bw_row *row = &u->rows[r];
@@ -585,7 +601,6 @@ out:
 
 int smattn__bw_fast_rows(bw_unit *u, int64_t b, bw_row *rows, int64_t nrows)
 {
-    const smattn_inputs *in = u->job->in;
     const int64_t T = u->T, D = u->D, Dv = u->Dv;
     int ret = -1;
     double *K = malloc((size_t)(T * D) * sizeof *K), *V = malloc((size_t)(T * Dv) * sizeof *V);
@@ -595,12 +610,11 @@ int smattn__bw_fast_rows(bw_unit *u, int64_t b, bw_row *rows, int64_t nrows)
     mpfr_init2(x53, 53);
     if (!K || !V || !sh || !sr || !eh || !er)
         goto out;
-    for (int64_t j = 0; j < T; j++) {
-        smattn__ref_load_vec(&K[j * D], &in->k, smattn__off4(in->k.stride, b, j, u->g, 0),
-                             in->k.stride[3], D);
-        smattn__ref_load_vec(&V[j * Dv], &in->v, smattn__off4(in->v.stride, b, j, u->g, 0),
-                             in->v.stride[3], Dv);
-    }
+    unsigned char *seen = calloc((size_t)T, 1);
+    if (!seen)
+        goto out;
+    load_seen(u, b, rows, nrows, K, V, seen);
+    free(seen);
     for (int64_t r = 0; r < nrows; r++)
         if (rows[r].kind == RK_NORMAL)
             rows[r].fast_bad = fast_row(u, &rows[r], K, V, sh, sr, eh, er, x53);
