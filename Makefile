@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long check-huge lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
         check-exp format
 all: deps cli
 
@@ -195,9 +195,18 @@ check-san: deps-check
 	  SMATTN_TEST_SCALE=1 check-unit
 
 # The property suite (tests/test_props.c) with 100x its random problems, then opt and ref
-# at 100x as well: run by hand before a release, not part of `make check`.
+# at 100x as well, then the suite huge (conform/battery_huge.c: T >= 65536, S T >= 2^31,
+# offsets past 2^31 elements) through the built-in kernel, judged on 64 sampled rows per
+# (batch, head), timed: run by hand before a release, not part of `make check`.
 check-long: tests
 	SMATTN_TEST_SCALE=100 SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN) props opt ref
+	@$(MAKE) --no-print-directory check-huge
+
+check-huge: cli
+	@echo "  TEST  smattn conform --suite huge --rows 64 (the built-in kernel; a few minutes)"
+	@t0=$$(date +%s); SMATTN_ROOT=$(CURDIR) $(CLI) conform --suite huge --rows 64 \
+	  --json $(BUILD)/huge.json; rc=$$?; \
+	  echo "  the suite huge took $$(( $$(date +%s) - t0 )) s (report: $(BUILD)/huge.json)"; exit $$rc
 
 # ThreadSanitizer on the threaded suites (the kernel's pool, the oracle's workers, the properties).
 check-tsan: deps-check

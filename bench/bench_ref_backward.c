@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* bench_ref_backward.c: speed of the exact backward oracle (SPEC 9) on a decode step
+/* bench_ref_backward.c: speed of the exact backward oracle (SPEC 10) on a decode step
  * (S = 1, Hq = 28, Hkv = 4, D = Dv = 128, T keys; f32 inputs, dO and outputs) on every core,
  * or on the threads given. Usage: bench_ref_backward [T] [threads] [f64|f32|bf16] [orth].
  * "orth": dO is orthogonal to the differences of V's rows (column 0 of V constant, dO = e_0),
- * so every dQ and dK is an exact zero that only the MPFR phase decides (SPEC 9.3 item 3). */
+ * so every dQ and dK is an exact zero that only the MPFR phase decides (SPEC 10.3 item 3). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -31,6 +31,7 @@ typedef struct opts {
     int no_vectors, force, partial; /* flags */
     conform_shard shard; /* --shard I/N (count 1: the whole suite) */
     uint64_t seed;
+    int64_t rows;       /* --rows K: K query rows judged per (batch, head); 0: every row */
     double time_budget; /* 0: none */
     double case_timeout;
     double describe_timeout;
@@ -49,9 +50,9 @@ static int usage_error(const char *cmd, const char *msg)
 static const char *usage_of(const char *cmd)
 {
     if (!strcmp(cmd, "conform"))
-        return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full] [--seed N]\n"
-               "         [--shard I/N] [--time S] [--case-timeout S] [--describe-timeout S]\n"
-               "         [--only PREFIX,...]\n"
+        return "usage: smattn conform [--kernel K.so|builtin] [--suite quick|full|huge] [--seed N]\n"
+               "         [--shard I/N] [--rows K] [--time S] [--case-timeout S]\n"
+               "         [--describe-timeout S] [--only PREFIX,...]\n"
                "         [--json F] [--junit F] [--html F] [--baseline F]\n"
                "         [--require-precision f32|f16|bf16] [--vectors DIR | --no-vectors]\n";
     if (!strcmp(cmd, "gen"))
@@ -67,7 +68,8 @@ static const char *usage_of(const char *cmd)
                "  shard given twice and missing shards (--partial: merge what is there and\n"
                "  name what is missing). Exit codes as for conform.\n";
     return "usage: smattn check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...]\n"
-           "         [--shard I/N] [--json F] [--junit F] [--html F] [--baseline F]\n";
+           "         [--shard I/N] [--rows K [--seed N]] [--json F] [--junit F] [--html F]\n"
+           "         [--baseline F]\n";
 }
 
 /* A time limit above this is no limit in practice (31 years), and stays a number that every
@@ -109,12 +111,13 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                                         "--describe-timeout",
                                         "--require-precision",
                                         "--skip",
-                                        "--shard"};
+                                        "--shard",
+                                        "--rows"};
     const char **slots[] = {
         &o->kernel,  &o->suite,     &o->json,  &o->junit, &o->baseline,          &o->html,
         &o->vectors, &o->precision, &o->dtype, &o->empty, &o->empty_lse,         NULL,
         NULL,        NULL,          &o->only,  NULL,      &o->require_precision, &o->skip,
-        &o->shard_text};
+        &o->shard_text, NULL};
     char msg[200];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -141,6 +144,16 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                     return usage_error(cmd, msg);
                 }
                 o->seed = s;
+            } else if (!strcmp(names[k], "--rows")) {
+                char *end;
+                errno = 0;
+                long long r = strtoll(val, &end, 10);
+                if (end == val || *end || errno || r < 1) {
+                    snprintf(msg, sizeof msg,
+                             "--rows '%.40s': want a number of rows per (batch, head) >= 1", val);
+                    return usage_error(cmd, msg);
+                }
+                o->rows = r;
             } else if (!strcmp(names[k], "--time") || !strcmp(names[k], "--case-timeout") ||
                        !strcmp(names[k], "--describe-timeout")) {
                 double *dst = names[k][2] == 't'   ? &o->time_budget
@@ -175,8 +188,9 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
             return usage_error(cmd, msg);
         }
     }
-    if (o->suite && strcmp(o->suite, "quick") && strcmp(o->suite, "full")) {
-        snprintf(msg, sizeof msg, "--suite '%.40s': want quick or full", o->suite);
+    if (o->suite && strcmp(o->suite, "quick") && strcmp(o->suite, "full") &&
+        strcmp(o->suite, "huge")) {
+        snprintf(msg, sizeof msg, "--suite '%.40s': want quick, full or huge", o->suite);
         return usage_error(cmd, msg);
     }
     if (!o->suite)
@@ -346,8 +360,8 @@ int cmd_conform(int argc, char **argv)
     opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_opts("conform",
-                        "kernel suite seed shard time case-timeout describe-timeout json junit "
-                        "baseline html vectors no-vectors only require-precision",
+                        "kernel suite seed shard rows time case-timeout describe-timeout json "
+                        "junit baseline html vectors no-vectors only require-precision",
                         0, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
@@ -367,6 +381,10 @@ static int run_conform(const opts *op, conform_baseline *base)
     opts o = *op;
     int rc;
     char vdir[1100];
+    if (!strcmp(o.suite, "huge") && o.rows == 0)
+        o.rows = CONFORM_HUGE_ROWS; /* the full oracle on these shapes would take hours */
+    if (!strcmp(o.suite, "huge") && o.case_timeout == 0)
+        o.case_timeout = CONFORM_HUGE_CASE_TIMEOUT;
     if ((rc = check_paths("conform", &o, base)) ||
         (rc = vectors_for("conform", &o, vdir, sizeof vdir)))
         return rc;
@@ -386,7 +404,7 @@ static int run_conform(const opts *op, conform_baseline *base)
         conform_kernel_close(&k);
         return EXIT_USAGE;
     }
-    if (vdir[0] && golden_count(&b) == 0) {
+    if (vdir[0] && golden_count(&b) == 0 && strcmp(o.suite, "huge")) {
         char m[1300];
         snprintf(m, sizeof m, "no golden vector (*.json) in %s (--no-vectors runs without)", vdir);
         cli_error("conform", m);
@@ -431,7 +449,9 @@ static int run_conform(const opts *op, conform_baseline *base)
                          o.time_budget);
             continue;
         }
-        conform_run_case(&k, &b.cases[n], timeout < left ? timeout : left, capture, r);
+        conform_sample sample = {o.rows, o.seed};
+        conform_run_case_rows(&k, &b.cases[n], timeout < left ? timeout : left, capture, &sample,
+                              r);
         r->index = (int64_t)n; /* its place in the whole suite, whatever the shard */
         if (left < timeout && r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4)) {
             /* cut short by the budget, not by its own limit: not a verdict on the kernel */
@@ -468,6 +488,8 @@ static int run_conform(const opts *op, conform_baseline *base)
     rep.shard_index = o.shard.index;
     rep.shard_count = o.shard.count;
     rep.only = o.only;
+    rep.sample.k = o.rows;
+    rep.sample.seed = o.seed;
     conform_conventions_str(&k.info, rep.conventions, sizeof rep.conventions);
     rep.vectors_dir = vdir;
     for (size_t j = 0; j < nr; j++)
@@ -498,6 +520,9 @@ int cmd_gen(int argc, char **argv)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
         return usage_error("gen", "missing OUT (usage: smattn gen [--suite quick|full] OUT)");
+    if (!strcmp(o.suite, "huge"))
+        return usage_error("gen", "--suite huge: its stride-0 and sparse views have no .npy "
+                                  "form (and would be gigabytes): run it with smattn conform");
     smattn_dtype t = SMATTN_F32;
     if (o.dtype && (cli_parse_dtype(o.dtype, &t) || t == SMATTN_F64))
         return usage_error("gen", "--dtype: want f32, f16 or bf16");
@@ -538,12 +563,15 @@ int cmd_check(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("check", "precision shard json junit baseline html skip", 1, argc, argv, &o);
+    int rc = parse_opts("check", "precision shard rows seed json junit baseline html skip", 1, argc,
+                        argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
     if (o.npos != 1)
         return usage_error("check", "missing CASE_OR_DIR (usage: smattn check CASE_OR_DIR "
                                     "[--precision f32|f16|bf16|f64])");
+    if (o.seed && !o.rows)
+        return usage_error("check", "--seed chooses the rows of --rows K: give --rows too");
     smattn_dtype t = SMATTN_F32;
     if (o.precision && cli_parse_dtype(o.precision, &t))
         return usage_error("check", "--precision: want f64, f32, f16 or bf16");
@@ -574,8 +602,9 @@ static int run_check(const opts *op, smattn_precision pm, conform_baseline *base
                smattn_io_path(o.pos[0], qp), o.precision ? o.precision : "f32");
         fflush(stdout);
     }
-    if (conform_check_path(o.pos[0], &pm, o.skip, &o.shard, isatty(2) ? progress : NULL, &res,
-                           &n, err, sizeof err)) {
+    conform_sample sample = {o.rows, o.seed};
+    if (conform_check_path_rows(o.pos[0], &pm, o.skip, &o.shard, &sample,
+                                isatty(2) ? progress : NULL, &res, &n, err, sizeof err)) {
         cli_error("check", err);
         return EXIT_USAGE;
     }
@@ -592,6 +621,8 @@ static int run_check(const opts *op, smattn_precision pm, conform_baseline *base
     rep.precision = pm;
     rep.shard_index = o.shard.index;
     rep.shard_count = o.shard.count;
+    rep.sample = sample;
+    rep.seed = o.seed;
     snprintf(rep.conventions, sizeof rep.conventions,
              "as written in each case.json (smattn gen "
              "--empty, --empty-lse)");

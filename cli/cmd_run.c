@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/merge.h"
 #include "io/case.h"
+#include "io/merge_case.h"
 #include "smattn.h"
 
 /* Which implementation a case runs through. */
@@ -30,7 +32,8 @@ static const char ref_help[] =
     "  OUT/o.npy and OUT/lse.npy (softmax: p.npy and lse.npy), correctly rounded, as a set:\n"
     "  all or none, marked whole in OUT/.smattn-set (SPEC 7.2); an o/lse/p.npy of an earlier\n"
     "  run that this run does not write is removed. OUT is created if missing; a run into\n"
-    "  an OUT another run is writing waits for it.\n"
+    "  an OUT another run is writing waits for it. A merge case (o_parts.npy, lse_parts.npy;\n"
+    "  SPEC 9) gives the merged o.npy and lse.npy of its partial states.\n"
     "options:\n"
     "  --dtype T     output dtype: f64 (default), f32, f16, bf16 (written as '<u2' bits)\n"
     "  --weights     also write OUT/p.npy, the attention weights\n"
@@ -44,7 +47,8 @@ static const char opt_help[] =
     "usage: smattn opt CASE OUT [--dtype f32|f16|bf16] [--threads N] [--isa scalar|avx2|avx512]\n"
     "                  [--weights]\n"
     "  The case and outputs of 'smattn ref', computed by the optimised kernel\n"
-    "  (smattn_attention, or smattn_softmax for x.npy) and written in --dtype, as a set.\n"
+    "  (smattn_attention, or smattn_softmax for x.npy; smattn_merge for a merge case) and\n"
+    "  written in --dtype, as a set.\n"
     "  The kernel takes every input (q, k, v, x, bias, sinks) in f32, f16 or bf16; an f64\n"
     "  input exits with 2.\n"
     "options:\n"
@@ -226,6 +230,9 @@ static int cmd_run(engine eng, int argc, char **argv)
     /* OUT first: a path that cannot take the outputs is found before any work. */
     if (pr < 0 || smattn_case_out_check(ra.out_dir, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
+    if (smattn_merge_case_is(ra.case_dir)) /* o_parts.npy, lse_parts.npy (SPEC 7.1, 9) */
+        return cli_run_merge(eng == ENGINE_OPT, ra.case_dir, ra.out_dir, ra.dtype, ra.weights,
+                             ra.threads, ra.isa);
     smattn_case c;
     if (smattn_case_open(ra.case_dir, &c, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);

@@ -600,11 +600,21 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
 {
     memset(b, 0, sizeof *b);
     int full = suite && !strcmp(suite, "full");
-    if (!full && suite && strcmp(suite, "quick")) {
-        snprintf(err, errlen, "unknown suite '%.40s' (want quick or full)", suite);
+    int huge = suite && !strcmp(suite, "huge");
+    if (!full && !huge && suite && strcmp(suite, "quick")) {
+        snprintf(err, errlen, "unknown suite '%.40s' (want quick, full or huge)", suite);
         return -1;
     }
     builder bd = {b, seed, {seed}, 0};
+    if (huge) { /* the large shapes alone (battery_huge.c) */
+        battery_huge(&bd);
+        if (bd.oom) {
+            conform_battery_free(b);
+            snprintf(err, errlen, "out of memory building the battery");
+            return -1;
+        }
+        return 0;
+    }
     char vdir[1100];
     if (vectors_dir && vectors_dir[0]) {
         if (!is_dir(vectors_dir)) {
@@ -689,6 +699,19 @@ void conform_battery_keep_shard(conform_battery *b, const conform_shard *sh)
 
 /* ---- materialising a case for a kernel ------------------------------------------------- */
 
+/* The extents of the view of tensor t (0 Q, 1 K, 2 V in materialise's order) of an
+ * attention problem; 0 for the others (a sparse case has Q, K and V only). */
+static int view_extents(const smattn_problem *p, int t, int64_t ext[4])
+{
+    if (p->op != SMATTN_OP_ATTENTION || t > 2)
+        return 0;
+    ext[0] = p->B;
+    ext[1] = t == 0 ? p->S : p->T;
+    ext[2] = t == 0 ? p->Hq : p->Hkv;
+    ext[3] = t == 2 ? p->Dv : p->D;
+    return 1;
+}
+
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m)
 {
@@ -706,13 +729,28 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
             continue;
         smattn_dtype dt = (t == 1 || t == 2) ? kvdt : qdt;
         int64_t n = c->count[idx[t]];
-        void *buf = malloc((size_t)(n ? n : 1) * smattn_dtype_size(dt));
+        /* sparse: reserved, so that the memory the views never reach stays untouched */
+        size_t bytes = (size_t)(n ? n : 1) * smattn_dtype_size(dt);
+        void *buf = c->sparse ? conform_map_zero(bytes) : malloc(bytes);
         if (!buf) {
             conform_inst_free(m);
             return -1;
         }
-        for (int64_t e = 0; e < n; e++)
-            smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
+        m->mapped[t] = c->sparse ? bytes : 0;
+        int64_t ext[4];
+        if (c->sparse && view_extents(&c->prob, t, ext)) {
+            const int64_t *st = src[t]->stride;
+            for (int64_t a = 0; a < ext[0]; a++)
+                for (int64_t i = 0; i < ext[1]; i++)
+                    for (int64_t h = 0; h < ext[2]; h++)
+                        for (int64_t d = 0; d < ext[3]; d++) {
+                            int64_t e = a * st[0] + i * st[1] + h * st[2] + d * st[3];
+                            smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
+                        }
+        } else {
+            for (int64_t e = 0; e < n; e++)
+                smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
+        }
         m->owned[t] = buf;
         dst[t]->data = buf;
         dst[t]->dtype = dt;
@@ -732,6 +770,28 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
         if (!src[t]->data || dt == SMATTN_F64)
             continue;
         const double *d = src[t]->data;
+        int64_t ext[4];
+        if (c->sparse && view_extents(&c->prob, t, ext)) {
+            /* the view's elements only: each is random in a range every dtype holds */
+            const int64_t *st = src[t]->stride;
+            for (int64_t a = 0; a < ext[0]; a++)
+                for (int64_t i = 0; i < ext[1]; i++)
+                    for (int64_t h = 0; h < ext[2]; h++)
+                        for (int64_t k = 0; k < ext[3]; k++) {
+                            double x = d[a * st[0] + i * st[1] + h * st[2] + k * st[3]];
+                            unsigned char buf[8];
+                            smattn_store(buf, dt, 0, x);
+                            double r = smattn_load(buf, dt, 0);
+                            if (isfinite(x) && x != 0 && (!isfinite(r) || r == 0)) {
+                                snprintf(why, cap,
+                                         "%s holds %.3g, which does not survive %s: the "
+                                         "converted case would not be this case",
+                                         names[t], x, smattn_dtype_name(dt));
+                                return -1;
+                            }
+                        }
+            continue;
+        }
         for (int64_t e = 0; e < c->count[idx[t]]; e++) {
             if (!isfinite(d[e]) || d[e] == 0)
                 continue; /* garbage and zeros convert as they are */
@@ -757,6 +817,9 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
 void conform_inst_free(conform_inst *m)
 {
     for (int t = 0; t < 6; t++)
-        free(m->owned[t]);
+        if (m->mapped[t])
+            conform_unmap(m->owned[t], m->mapped[t]);
+        else
+            free(m->owned[t]);
     memset(m, 0, sizeof *m);
 }

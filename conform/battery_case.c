@@ -281,8 +281,13 @@ conform_case *bat_att(builder *bd, const char *cat, const char *name, int64_t B,
 
 void bat_case_free(conform_case *c)
 {
-    for (int t = 0; t < 7; t++)
-        free((void *)(uintptr_t)bat_tensor_of(c, t)->data);
+    for (int t = 0; t < 7; t++) {
+        void *d = (void *)(uintptr_t)bat_tensor_of(c, t)->data;
+        if (c->mapped[t])
+            conform_unmap(d, c->mapped[t]);
+        else
+            free(d);
+    }
     free(c->lens[0]);
     free(c->lens[1]);
 }

@@ -55,4 +55,7 @@ void battery_sinks_large(builder *bd);
 void battery_head_dims(builder *bd);
 void battery_regimes_masked(builder *bd);
 
+/* battery_huge.c: the suite "huge". */
+void battery_huge(builder *bd);
+
 #endif

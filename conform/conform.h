@@ -128,6 +128,10 @@ typedef struct conform_case {
     smattn_dtype out_dtype; /* the same for O, LSE and P */
     int garbage;           /* invisible slots hold NaN or infinity on purpose */
     int strided;           /* rows padded (pitch > D), padding holds NaN */
+    int sparse;            /* Q, K, V are read only through their views (stride-0 broadcasts,
+                              strides past 2^31 elements over untouched memory): converted
+                              and checked by their views, not their count (suite huge) */
+    size_t mapped[7];      /* bytes of tensor t mapped by conform_map_zero (0: malloc'd) */
 } conform_case;
 
 typedef struct conform_battery {
@@ -143,7 +147,13 @@ typedef struct conform_battery {
  * 0 with the directory in out, or -1 with the places looked at in `looked` (datadir.c). */
 int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap);
 
-/* Build the suite "quick" or "full" for a seed; golden vectors come from vectors_dir
+/* The rows per (batch, head) a run of the suite "huge" judges when --rows does not say. */
+#define CONFORM_HUGE_ROWS 64
+/* And its per-case time limit when --case-timeout does not say (a kernel runs each case
+ * twice; 2^31 scores take seconds). */
+#define CONFORM_HUGE_CASE_TIMEOUT 300.0
+/* Build the suite "quick", "full" or "huge" (cases at sizes where 32-bit index arithmetic
+ * overflows, conform/battery_huge.c: to be judged on sampled rows, --rows) for a seed; golden vectors come from vectors_dir
  * ("": none; NULL: found next to the executable or in the working directory, none found
  * being no error here: the CLI locates them and makes that one). 0, or -1 with err. */
 int conform_battery_build(conform_battery *b, const char *suite, uint64_t seed,
@@ -161,7 +171,13 @@ typedef struct conform_inst {
     smattn_problem prob;
     smattn_inputs in;
     void *owned[6];
+    size_t mapped[6]; /* bytes of owned[t] mapped by conform_map_zero (0: malloc'd) */
 } conform_inst;
+/* Zero memory reserved without being committed (MAP_NORESERVE): a page costs only when
+ * written, and a fork does not count the rest, so that a view may stride past 2^31
+ * elements over a few touched MiB (battery_huge.c). NULL on failure. */
+void *conform_map_zero(size_t bytes);
+void conform_unmap(void *p, size_t bytes);
 /* 0, or -1 when out of memory. qdt is used for Q, X, bias and sinks; kvdt for K and V. */
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
@@ -230,7 +246,31 @@ typedef struct conform_result {
                           shard: merged shard reports are put back in this order */
     int rerun;         /* the case ran twice (threads 1 and 2 when the plugin takes a
                           thread count): 1 the same bits, -1 other bits, 0 not compared */
+    /* The rows (b, h, i) judged, of rows_total = B Hq S (both 0: not judged at all); fewer
+     * than all when the check was sampled (--rows, conform/rows.c): then the verdict is on
+     * those rows only. */
+    int64_t rows_judged, rows_total;
 } conform_result;
+
+/* ---- sampled rows (--rows K, rows.c) ---------------------------------------------------- */
+
+/* A check of K query rows per (batch, head) instead of all of them: the oracle's cost is
+ * then O(K T D) per head. k 0: every row (the full check). */
+typedef struct conform_sample {
+    int64_t k;
+    uint64_t seed;
+} conform_sample;
+/* The rule, in words, for reports. */
+#define CONFORM_ROWS_RULE                                                                       \
+    "per (batch, head): rows 0 and S-1, rows 2^k-1 and 2^k below S (k >= 1), the rest up to K " \
+    "drawn by selection sampling from splitmix64 seeded by (seed, b, h)"
+/* The rows of S judged for (b, h) under K and seed, ascending, into out (room for S): the
+ * rule of CONFORM_ROWS_RULE, so at least the always-judged rows even when K is smaller,
+ * and every row when K >= S. Returns the count. */
+int64_t conform_rows_pick(int64_t S, int64_t K, uint64_t seed, int64_t b, int64_t h, int64_t *out);
+/* Every judged row of p as indices (b Hq + h) S + i, ascending, malloc'd (count in *n);
+ * NULL when out of memory. */
+int64_t *conform_rows_list(const smattn_problem *p, int64_t K, uint64_t seed, int64_t *n);
 
 /* ---- running and judging ------------------------------------------------------------- */
 
@@ -240,6 +280,9 @@ typedef struct conform_result {
  * becomes a failed or skipped result. */
 void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
                       int capture_fd, conform_result *r);
+/* The same, judged on the rows sample chooses (NULL or k 0: every row). */
+void conform_run_case_rows(const conform_kernel *k, const conform_case *c, double timeout,
+                           int capture_fd, const conform_sample *sample, conform_result *r);
 
 /* Judge outputs `got` (O required for attention; LSE and P optional; any float dtype,
  * contiguous) of problem p against the oracle under precision model pm. `strided` says the
@@ -253,6 +296,12 @@ void conform_judge(const smattn_problem *p, const smattn_inputs *in, const smatt
 void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                          int strided, conform_result *r);
+/* The same on the rows sample chooses (NULL or k 0: every row): the oracle and the bound
+ * run on those rows only, and only their elements are judged; r->rows_judged says how
+ * many. */
+void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
+                        const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                        int strided, const conform_sample *sample, conform_result *r);
 
 /* ---- reports ------------------------------------------------------------------------- */
 
@@ -287,6 +336,9 @@ typedef struct conform_report {
     unsigned shard_index, shard_count;
     const char *only;
     const char *missing_shards; /* "" or NULL: none (a --partial merge names them) */
+    /* --rows K with --seed: the sample of rows judged (k 0: every row), and of the results,
+     * the rows judged and the rows there are (conform_report_rows) */
+    conform_sample sample;
 } conform_report;
 
 typedef struct conform_totals {
@@ -294,6 +346,9 @@ typedef struct conform_totals {
 } conform_totals;
 
 conform_totals conform_report_totals(const conform_report *rep);
+/* The rows judged and the rows there are, over the results; sampled: fewer were judged. */
+void conform_report_rows(const conform_report *rep, int64_t *judged, int64_t *total);
+int conform_report_sampled(const conform_report *rep);
 int conform_report_conforming(const conform_report *rep);
 /* The summary table by category, the failures and the verdict line, on f. */
 void conform_report_print(const conform_report *rep, FILE *f);
@@ -373,6 +428,11 @@ typedef void (*conform_progress_fn)(size_t done, size_t total, const char *name)
 int conform_check_path(const char *path, const smattn_precision *pm, const char *skip,
                        const conform_shard *shard, conform_progress_fn progress,
                        conform_result **res, size_t *n, char *err, size_t errlen);
+/* The same, judged on the rows sample chooses (NULL or k 0: every row). */
+int conform_check_path_rows(const char *path, const smattn_precision *pm, const char *skip,
+                            const conform_shard *shard, const conform_sample *sample,
+                            conform_progress_fn progress, conform_result **res, size_t *n,
+                            char *err, size_t errlen);
 
 
 /* ---- merged reports (smattn report merge) ------------------------------------------------ */

@@ -501,7 +501,8 @@ static int skip_marker(const char *dir, char *out, size_t cap)
 }
 
 static void check_one(const char *dir, const char *name, const char *category,
-                      const smattn_precision *pm, const char *skip, conform_result *r)
+                      const smattn_precision *pm, const char *skip, const conform_sample *sample,
+                      conform_result *r)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -563,7 +564,7 @@ static void check_one(const char *dir, const char *name, const char *category,
         bad = 1;
     }
     if (!bad)
-        conform_judge(p, &c.in, &got, pm, 0, r); /* .npy files: no padding outside */
+        conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding outside */
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);
     smattn_case_free(&c);
@@ -727,6 +728,14 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
                        const conform_shard *shard, conform_progress_fn progress,
                        conform_result **res, size_t *n, char *err, size_t errlen)
 {
+    return conform_check_path_rows(path, pm, skip, shard, NULL, progress, res, n, err, errlen);
+}
+
+int conform_check_path_rows(const char *path, const smattn_precision *pm, const char *skip,
+                            const conform_shard *shard, const conform_sample *sample,
+                            conform_progress_fn progress, conform_result **res, size_t *n,
+                            char *err, size_t errlen)
+{
     *res = NULL;
     *n = 0;
     entries es = {NULL, 0, 0};
@@ -760,7 +769,7 @@ int conform_check_path(const char *path, const smattn_precision *pm, const char 
         if (progress)
             progress(done, mine, es.e[k].name);
         conform_result *r = &(*res)[done++];
-        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, r);
+        check_one(es.e[k].dir, es.e[k].name, es.e[k].category, pm, skip, sample, r);
         r->index = (int64_t)k;
     }
     if (!rc && progress)

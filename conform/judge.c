@@ -36,6 +36,51 @@ static double load4(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int
                        a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3]);
 }
 
+/* The rows judged: every row (list NULL), or the list of a sampled check (--rows) with its
+ * membership by row index (b Hq + h) S + i. */
+typedef struct row_set {
+    const int64_t *list;
+    int64_t n;
+    const unsigned char *in;
+} row_set;
+
+/* The row (b Hq + h) S + i of element e of output t (0 O, 1 LSE, 2 P; SPEC 2.1 layouts). */
+static int64_t elem_row(const smattn_problem *p, int t, int64_t e)
+{
+    if (t == 0) { /* O [B,S,Hq,Dv] */
+        int64_t r = e / p->Dv, h = r % p->Hq, bi = r / p->Hq;
+        return ((bi / p->S) * p->Hq + h) * p->S + bi % p->S;
+    }
+    return t == 1 ? e : e / p->T; /* LSE [B,Hq,S], P [B,Hq,S,T] */
+}
+
+static int judged(const row_set *rs, const smattn_problem *p, int t, int64_t e)
+{
+    return !rs || !rs->in || rs->in[elem_row(p, t, e)];
+}
+
+/* The oracle and the bound on the rows of rs. */
+static smattn_status ref_on(const smattn_problem *p, const smattn_inputs *in,
+                            const smattn_outputs *out, const smattn_ref_config *cfg,
+                            const row_set *rs)
+{
+    if (!rs || !rs->list)
+        return smattn_ref(p, in, out, cfg, NULL);
+    /* a sample of a large problem: its rows are long, so on every core (the bits do not
+     * depend on the thread count) */
+    smattn_ref_config all = *cfg;
+    all.threads = 0;
+    return smattn__ref_rows(p, in, out, &all, NULL, rs->list, rs->n);
+}
+
+static smattn_status bound_on(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_precision *pm, const smattn_outputs *fmt,
+                              const smattn_outputs *bnd, unsigned flags, const row_set *rs)
+{
+    return rs && rs->list ? smattn__bound_rows(p, in, pm, fmt, bnd, flags, rs->list, rs->n)
+                          : smattn__bound_flags(p, in, pm, fmt, bnd, flags);
+}
+
 /* Why key j is hidden from row (b, h, i), or NULL if it is visible. */
 static const char *hidden_by(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
                              int64_t i, int64_t j, char *buf, size_t cap)
@@ -165,12 +210,13 @@ static int row_leak_evidence(const smattn_problem *p, const smattn_inputs *in, i
  * kernel that "follows q" may only be reading garbage that q's oracle reads too (NaN
  * matches NaN): q is no explanation. */
 static int alt_reads_garbage(const smattn_problem *p, const smattn_problem *q,
-                             const smattn_inputs *in)
+                             const smattn_inputs *in, const row_set *rs)
 {
     char b1[160], b2[160];
-    for (int64_t b = 0; b < p->B; b++)
-        for (int64_t h = 0; h < p->Hq; h++)
-            for (int64_t i = 0; i < p->S; i++) {
+    const int64_t rows = rs && rs->list ? rs->n : p->B * p->Hq * p->S;
+    for (int64_t k = 0; k < rows; k++) {
+                const int64_t row = rs && rs->list ? rs->list[k] : k;
+                const int64_t b = row / (p->Hq * p->S), h = (row / p->S) % p->Hq, i = row % p->S;
                 int64_t np = 0, nq = 0;
                 for (int64_t j = 0; j < p->T; j++) {
                     int vp = hidden_by(p, in, b, h, i, j, b1, sizeof b1) == NULL;
@@ -249,17 +295,19 @@ static void free_f64(smattn_outputs *o)
 /* The max error/bound ratio of got's O against problem q's oracle; +inf on any failure. */
 static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
                           const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
-                          int64_t nO)
+                          int64_t nO, const row_set *rs)
 {
     smattn_outputs only = {got->o, {0}, {0}}, ref, bnd;
     int64_t n[3] = {nO, 0, 0};
     double worst = HUGE_VAL;
     smattn_ref_config cfg = {1, 0, 0, 0};
     if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
-        smattn_ref(q, in, &ref, &cfg, NULL) == SMATTN_OK &&
-        smattn__bound_flags(q, in, pm, &only, &bnd, flags) == SMATTN_OK) {
+        ref_on(q, in, &ref, &cfg, rs) == SMATTN_OK &&
+        bound_on(q, in, pm, &only, &bnd, flags, rs) == SMATTN_OK) {
         worst = 0;
         for (int64_t e = 0; e < nO; e++) {
+            if (!judged(rs, q, 0, e))
+                continue;
             double r = smattn_error_ratio(smattn_load(got->o.data, got->o.dtype, e),
                                           ((double *)ref.o.data)[e], ((double *)bnd.o.data)[e]);
             worst = r > worst ? r : worst;
@@ -330,7 +378,8 @@ static int row_o_scaled(const smattn_problem *p, const smattn_inputs *in, double
  * the names of the mistakes it fits in what, or NaN. */
 static double other_scale(const smattn_problem *p, const smattn_inputs *in,
                           const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
-                          const int64_t ix[4], int64_t nO, char *what, size_t wcap)
+                          const int64_t ix[4], int64_t nO, const row_set *rs, char *what,
+                          size_t wcap)
 {
     struct {
         double s;
@@ -369,7 +418,7 @@ static double other_scale(const smattn_problem *p, const smattn_inputs *in,
             continue;
         smattn_problem q = *p;
         q.scale = cand[k].s;
-        if (ratio_under(&q, in, got, pm, flags, nO) <= 1) {
+        if (ratio_under(&q, in, got, pm, flags, nO, rs) <= 1) {
             free(row);
             /* one value, several mistakes: 1/sqrt(D) squared is 1/D */
             size_t len = (size_t)snprintf(what, wcap, "%s", cand[k].what);
@@ -400,8 +449,8 @@ static void reason_appendf(char *out, size_t cap, const char *fmt, ...)
 
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, unsigned flags, int strided, int t, int64_t e,
-                     double c, double x, double bound, double ratio, int64_t nO, char *out,
-                     size_t cap)
+                     double c, double x, double bound, double ratio, int64_t nO,
+                     const row_set *rs, char *out, size_t cap)
 {
     int64_t ix[4];
     char where[96], cs[40], xs[40];
@@ -469,12 +518,12 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
      * and right under the other: with S = T the two alignments are one problem, and a
      * wrong LSE alone says nothing of either. */
     int o_wrong = p->op == SMATTN_OP_ATTENTION && got->o.data &&
-                  ratio_under(p, in, got, pm, flags, nO) > 1;
+                  ratio_under(p, in, got, pm, flags, nO, rs) > 1;
     if (o_wrong && p->causal != SMATTN_CAUSAL_NONE) {
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, flags, nO) <= 1)
+        if (!alt_reads_garbage(p, &q, in, rs) && ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
             n = (size_t)snprintf(
                 out, cap, "causal alignment: O follows %s, but %s is claimed; ",
                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
@@ -483,7 +532,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
-            if (!alt_reads_garbage(p, &q, in) && ratio_under(&q, in, got, pm, flags, nO) <= 1)
+            if (!alt_reads_garbage(p, &q, in, rs) && ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
@@ -491,7 +540,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
     }
     if (o_wrong && n == 0 && keys > 0) {
         char what[200];
-        double s = other_scale(p, in, got, pm, flags, ix, nO, what, sizeof what);
+        double s = other_scale(p, in, got, pm, flags, ix, nO, rs, what, sizeof what);
         if (!isnan(s))
             n = (size_t)snprintf(out, cap,
                                  "scale: O follows scale %.9g (%s), not the problem's %.9g; ", s,
@@ -620,11 +669,17 @@ static int oc_breach(const smattn_problem *p, const smattn_inputs *in, const sma
         return 0;
     double nb = (double)(pm->blocks > 0 ? pm->blocks : 1);
     double ka = pm->acc_len > 0 ? (double)pm->acc_len : (double)(v->n + v->sink);
+    /* a NaN or an infinity where the spec has a finite value is said to be one (SPEC 6.8:
+     * it fails whatever overflowed, unless, for O, the hull reaches the overflow threshold) */
+    const char *nonfinite = isfinite(c) ? ""
+                            : "; a NaN or an infinity where the spec has a finite value fails "
+                              "whatever overflowed";
     if (t == 2) {
         double hi = (1 + gamma_k(ka + 2 * nb + 4, pm->u_acc)) * (1 + E) * (1 + po.u_acc) + po.tiny;
         if (c >= 0 && c <= hi)
             return 0;
-        snprintf(out, cap, "%s = %s %s a weight is in [0, 1] (exact %s)", where, cs, head, xs);
+        snprintf(out, cap, "%s = %s %s a weight is in [0, 1] (exact %s)%s", where, cs, head, xs,
+                 nonfinite);
         return 1;
     }
     int64_t g = ix[1] / (p->Hq / p->Hkv);
@@ -646,14 +701,61 @@ static int oc_breach(const smattn_problem *p, const smattn_inputs *in, const sma
         return 0;
     snprintf(out, cap,
              "%s = %s %s O is a convex combination of the row's visible V values%s: in "
-             "[%.9g, %.9g] up to rounding (exact %s)",
-             where, cs, head, v->sink ? " and 0 (the sink)" : "", lo, hi, xs);
+             "[%.9g, %.9g] up to rounding (exact %s)%s",
+             where, cs, head, v->sink ? " and 0 (the sink)" : "", lo, hi, xs, nonfinite);
     return 1;
 }
 
 void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                          int strided, conform_result *r)
+{
+    conform_judge_rows(p, in, got, pm, flags, strided, NULL, r);
+}
+
+static void judge_set(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                      const smattn_precision *pm, unsigned flags, int strided, const row_set *rs,
+                      conform_result *r);
+
+void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
+                        const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                        int strided, const conform_sample *sample, conform_result *r)
+{
+    const int64_t total = p->B * p->Hq * p->S;
+    row_set rs = {NULL, 0, NULL};
+    int64_t *list = NULL;
+    unsigned char *member = NULL;
+    r->rows_total = total;
+    r->rows_judged = total;
+    if (sample && sample->k > 0) {
+        int64_t n = 0;
+        list = conform_rows_list(p, sample->k, sample->seed, &n);
+        member = calloc((size_t)total + 1, 1);
+        if (!list || !member) {
+            free(list);
+            free(member);
+            r->status = CONFORM_SKIP;
+            r->rows_judged = 0;
+            snprintf(r->reason, sizeof r->reason,
+                     "the oracle or the bound failed: %s (%s)", smattn_status_str(SMATTN_ERR_NOMEM),
+                     smattn_status_name(SMATTN_ERR_NOMEM));
+            return;
+        }
+        if (n < total) { /* fewer than all: sampled (else the full check, as it is) */
+            for (int64_t k = 0; k < n; k++)
+                member[list[k]] = 1;
+            rs.list = list, rs.n = n, rs.in = member;
+            r->rows_judged = n;
+        }
+    }
+    judge_set(p, in, got, pm, flags, strided, &rs, r);
+    free(list);
+    free(member);
+}
+
+static void judge_set(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                      const smattn_precision *pm, unsigned flags, int strided, const row_set *rs,
+                      conform_result *r)
 {
     r->max_ratio = r->max_ulp = 0;
     r->unbounded = r->unbounded_rows = r->elements = r->nonfinite = r->mismatched = 0;
@@ -667,9 +769,9 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
     smattn_ref_config cfg = {1, 0, 0, 0};
     smattn_status st = SMATTN_ERR_NOMEM;
     if (!alloc_f64(p, got, &ref, n) && !alloc_f64(p, got, &bnd, n)) {
-        st = smattn_ref(p, in, &ref, &cfg, NULL);
+        st = ref_on(p, in, &ref, &cfg, rs);
         if (st == SMATTN_OK)
-            st = smattn__bound_flags(p, in, pm, got, &bnd, flags);
+            st = bound_on(p, in, pm, got, &bnd, flags, rs);
     }
     if (st == SMATTN_ERR_OPTION) { /* the model the kernel claims for this problem */
         r->status = CONFORM_FAIL;
@@ -715,6 +817,8 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
         if (!gt[t]->data)
             continue;
         for (int64_t e = 0; e < n[t]; e++) {
+            if (!judged(rs, p, t, e))
+                continue;
             double x = ((const double *)rt[t]->data)[e], b = ((const double *)bt[t]->data)[e];
             if (isfinite(x) && b == HUGE_VAL) {
                 int64_t row = row_of(p, t, e);
@@ -727,6 +831,8 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
         if (!gt[t]->data)
             continue;
         for (int64_t e = 0; e < n[t]; e++) {
+            if (!judged(rs, p, t, e))
+                continue;
             double c = smattn_load(gt[t]->data, gt[t]->dtype, e);
             double x = ((const double *)rt[t]->data)[e], b = ((const double *)bt[t]->data)[e];
             r->elements++;
@@ -782,7 +888,7 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
         r->worst_out = worst.t, r->worst_got = worst.c, r->worst_exact = worst.x;
         r->worst_bound = worst.b;
         diagnose(p, in, got, pm, flags, strided, worst.t, worst.e, worst.c, worst.x, worst.b,
-                 worst.ratio, n[0], r->reason, sizeof r->reason);
+                 worst.ratio, n[0], rs, r->reason, sizeof r->reason);
         size_t len = strlen(r->reason);
         int here = oc_rows && oc_rows[row_of(p, worst.t, worst.e)];
         if (here && len < sizeof r->reason)

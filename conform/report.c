@@ -31,6 +31,38 @@ conform_totals conform_report_totals(const conform_report *rep)
     return t;
 }
 
+void conform_report_rows(const conform_report *rep, int64_t *judged, int64_t *total)
+{
+    *judged = *total = 0;
+    for (size_t k = 0; k < rep->n; k++) {
+        *judged += rep->results[k].rows_judged;
+        *total += rep->results[k].rows_total;
+    }
+}
+
+/* Sampled: a case judged fewer rows than it has (--rows); its verdict is not the full one. */
+int conform_report_sampled(const conform_report *rep)
+{
+    for (size_t k = 0; k < rep->n; k++)
+        if (rep->results[k].rows_judged < rep->results[k].rows_total)
+            return 1;
+    return 0;
+}
+
+/* "sampled: J of M rows judged (--rows K, seed N); " for a sampled report, else "". */
+static const char *sampled_str(const conform_report *rep, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!conform_report_sampled(rep))
+        return buf;
+    int64_t j, m;
+    conform_report_rows(rep, &j, &m);
+    snprintf(buf, cap, "sampled: %lld of %lld rows judged (--rows %lld, seed %llu); ",
+             (long long)j, (long long)m, (long long)rep->sample.k,
+             (unsigned long long)rep->sample.seed);
+    return buf;
+}
+
 /* Conforming: nothing failed, something ran, and no shard is missing (a partial merge). */
 int conform_report_conforming(const conform_report *rep)
 {
@@ -358,6 +390,18 @@ void conform_report_print(const conform_report *rep, FILE *f)
         fprintf(f, "golden vectors: %zu ran%s%s\n", rep->vectors,
                 rep->vectors_dir[0] ? " from " : " (none: --no-vectors)",
                 clean(rep->vectors_dir, path, sizeof path));
+    if (rep->sample.k > 0 || conform_report_sampled(rep)) {
+        int64_t j, m;
+        conform_report_rows(rep, &j, &m);
+        if (conform_report_sampled(rep))
+            fprintf(f, "rows: sampled, %lld of %lld judged (--rows %lld, seed %llu: %s); the "
+                       "rows left out were not judged\n",
+                    (long long)j, (long long)m, (long long)rep->sample.k,
+                    (unsigned long long)rep->sample.seed, CONFORM_ROWS_RULE);
+        else
+            fprintf(f, "rows: all %lld judged (--rows %lld covers every row)\n", (long long)m,
+                    (long long)rep->sample.k);
+    }
     fprintf(f, "\n");
     fprintf(f, "  %-12s %6s %6s %6s %6s  %14s %12s\n", "category", "cases", "pass", "fail", "skip",
             "max err/bound", "max ulp");
@@ -411,30 +455,31 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "baseline %s: no regression\n",
                     clean(rep->baseline_path, path, sizeof path));
     }
-    char gaps[1024];
+    char gaps[1024], smp[200];
     size_t ngaps = untested(rep, gaps, sizeof gaps);
+    sampled_str(rep, smp, sizeof smp);
     if (ngaps && (t.passed || t.failed))
         fprintf(f,
                 "untested: every case of %zu categories was skipped (not claimed, declined or "
                 "not run), so the verdict says nothing of them: %s\n",
                 ngaps, gaps);
     if (rep->missing_shards && rep->missing_shards[0])
-        fprintf(f, "verdict: NOT CONFORMING (a partial merge: shards %s missing; of the rest "
+        fprintf(f, "verdict: NOT CONFORMING (%sa partial merge: shards %s missing; of the rest "
                    "%zu passed, %zu failed, %zu skipped)\n",
-                rep->missing_shards, t.passed, t.failed, t.skipped);
+                smp, rep->missing_shards, t.passed, t.failed, t.skipped);
     else if (t.passed == 0 && t.failed == 0)
         fprintf(f, "verdict: NOT CONFORMING (no case ran: every case was skipped)\n");
     else if (t.failed)
-        fprintf(f, "verdict: NOT CONFORMING (%zu of %zu cases failed, %zu skipped)\n", t.failed,
-                t.cases, t.skipped);
+        fprintf(f, "verdict: NOT CONFORMING (%s%zu of %zu cases failed, %zu skipped)\n", smp,
+                t.failed, t.cases, t.skipped);
     else if (rep->regressions || rep->precision_failures)
-        fprintf(f, "verdict: NOT CONFORMING (%s; every case passed: %zu, %zu skipped)\n",
+        fprintf(f, "verdict: NOT CONFORMING (%s%s; every case passed: %zu, %zu skipped)\n", smp,
                 rep->regressions && rep->precision_failures ? "baseline regression, --require-precision"
                 : rep->regressions                          ? "baseline regression"
                                                             : "--require-precision",
                 t.passed, t.skipped);
     else
-        fprintf(f, "verdict: CONFORMING (%zu cases passed, %zu skipped%s%s%s)\n", t.passed,
+        fprintf(f, "verdict: CONFORMING (%s%zu cases passed, %zu skipped%s%s%s)\n", smp, t.passed,
                 t.skipped, ngaps ? "; untested categories: " : "", ngaps ? gaps : "",
                 ngaps ? ", every case skipped" : "");
     /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
@@ -668,8 +713,24 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object_object_add(v, "ran", json_object_new_int64((int64_t)rep->vectors));
         json_object_object_add(root, "vectors", v);
     }
+    /* a sampled run is never the full check: its verdict says so */
+    int sampled = conform_report_sampled(rep);
     json_object_object_add(root, "verdict",
-                           jstr(conform_report_conforming(rep) ? "conforming" : "not conforming"));
+                           jstr(conform_report_conforming(rep)
+                                    ? (sampled ? "conforming (sampled rows)" : "conforming")
+                                    : (sampled ? "not conforming (sampled rows)" : "not conforming")));
+    if (rep->sample.k > 0 || sampled) { /* which rows: the rule and its inputs reproduce them */
+        int64_t j, m;
+        conform_report_rows(rep, &j, &m);
+        json_object *ro = json_object_new_object();
+        json_object_object_add(ro, "sampled", json_object_new_boolean(sampled));
+        json_object_object_add(ro, "per_head", json_object_new_int64(rep->sample.k));
+        json_object_object_add(ro, "seed", json_object_new_int64((int64_t)rep->sample.seed));
+        json_object_object_add(ro, "rule", jstr(CONFORM_ROWS_RULE));
+        json_object_object_add(ro, "judged", json_object_new_int64(j));
+        json_object_object_add(ro, "total", json_object_new_int64(m));
+        json_object_object_add(root, "rows", ro);
+    }
     conform_totals t = conform_report_totals(rep);
     json_object *s = json_object_new_object();
     json_object_object_add(s, "cases", json_object_new_int64((int64_t)t.cases));
@@ -726,6 +787,8 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
             json_object_object_add(shape, dims[d], json_object_new_int64(r->shape[d]));
         json_object_object_add(o, "shape", shape);
         json_object_object_add(o, "elements", json_object_new_int64(r->elements));
+        json_object_object_add(o, "rows_judged", json_object_new_int64(r->rows_judged));
+        json_object_object_add(o, "rows_total", json_object_new_int64(r->rows_total));
         json_object_object_add(o, "unbounded", json_object_new_int64(r->unbounded));
         json_object_object_add(o, "unbounded_rows", json_object_new_int64(r->unbounded_rows));
         json_object_object_add(o, "nonfinite", json_object_new_int64(r->nonfinite));
@@ -819,6 +882,15 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
     fprintf(f, "\"/>\n");
     if (rep->vectors_dir)
         fprintf(f, "      <property name=\"golden_vectors\" value=\"%zu\"/>\n", rep->vectors);
+    char smp[200];
+    if (sampled_str(rep, smp, sizeof smp)[0]) { /* the verdict is on those rows only */
+        smp[strlen(smp) - 2] = '\0';
+        fprintf(f, "      <property name=\"rows\" value=\"");
+        put_escaped(f, smp);
+        fprintf(f, ": ");
+        put_escaped(f, CONFORM_ROWS_RULE);
+        fprintf(f, "\"/>\n");
+    }
     char gaps[1024];
     if (untested(rep, gaps, sizeof gaps)) { /* every case skipped: the verdict says nothing */
         fprintf(f, "      <property name=\"untested_categories\" value=\"");
@@ -963,9 +1035,17 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
     put_escaped(f, rep->kernel_name);
     fprintf(f, " ");
     put_escaped(f, rep->kernel_version);
-    fprintf(f, "</h1>\n<p>suite %s, seed %llu: <b class=\"%s\">%s</b>", rep->suite,
+    char smp[200];
+    sampled_str(rep, smp, sizeof smp);
+    if (smp[0])
+        smp[strlen(smp) - 2] = '\0';
+    fprintf(f, "</h1>\n<p>suite %s, seed %llu: <b class=\"%s\">%s%s%s%s</b>", rep->suite,
             (unsigned long long)rep->seed, ok ? "pass" : "fail",
-            ok ? "CONFORMING" : "NOT CONFORMING");
+            ok ? "CONFORMING" : "NOT CONFORMING", smp[0] ? " (" : "", smp, smp[0] ? ")" : "");
+    if (smp[0]) {
+        fprintf(f, "<br>rows judged: ");
+        put_escaped(f, CONFORM_ROWS_RULE);
+    }
     char gaps[1024];
     if (untested(rep, gaps, sizeof gaps)) {
         fprintf(f, "; <b class=\"untested\">untested categories</b> (every case skipped, so the "

@@ -94,6 +94,11 @@ static const char *load_case(json_object *c, conform_result *r)
     for (int k = 0; k < 4; k++)
         if (int_of(c, counts[k], 0, INT64_MAX, dst[k]))
             return "has an element count that is not an integer >= 0";
+    /* the rows judged (--rows); absent in reports from before sampling: every row */
+    if (member(c, "rows_judged") &&
+        (int_of(c, "rows_total", 0, INT64_MAX, &r->rows_total) ||
+         int_of(c, "rows_judged", 0, r->rows_total, &r->rows_judged)))
+        return "has \"rows_judged\" or \"rows_total\" that are not integers 0 <= judged <= total";
     json_object *shape = member(c, "shape");
     static const char *const dims[7] = {"B", "S", "T", "Hq", "Hkv", "D", "Dv"};
     for (int d = 0; d < 7; d++)
@@ -153,6 +158,11 @@ int conform_report_load(const char *path, conform_loaded *L, char *err, size_t e
     else if (int_of(root, "seed", 0, INT64_MAX, &seed) ||
              conform_pm_from_json(member(root, "precision"), &L->rep.precision))
         bad = "has no seed or precision model";
+    json_object *rows = member(root, "rows");
+    int64_t rk = 0, rseed = 0;
+    if (!bad && rows &&
+        (int_of(rows, "per_head", 1, INT64_MAX, &rk) || int_of(rows, "seed", INT64_MIN, INT64_MAX, &rseed)))
+        bad = "has a \"rows\" without an integer per_head >= 1 and seed";
     for (int s = 0; !bad && s < 8; s++)
         if (dup_into(&L->strings[s], strs[s]))
             bad = "out of memory";
@@ -185,6 +195,8 @@ int conform_report_load(const char *path, conform_loaded *L, char *err, size_t e
     json_object *pp = member(root, "precision_per_problem");
     r->per_problem = pp && json_object_get_boolean(pp);
     r->seed = (uint64_t)seed;
+    r->sample.k = rk;
+    r->sample.seed = (uint64_t)rseed;
     r->shard_index = (unsigned)si;
     r->shard_count = (unsigned)sc;
     r->results = L->results;
@@ -248,6 +260,8 @@ int conform_report_merge(conform_loaded *in, size_t n, const char *const *paths,
                                    a->per_problem != b->per_problem
                                ? "precision models"
                            : strcmp(a->conventions, b->conventions) ? "conventions"
+                           : a->sample.k != b->sample.k || a->sample.seed != b->sample.seed
+                               ? "--rows samples"
                            : a->shard_count != b->shard_count       ? "shard counts"
                                                                     : NULL;
         if (what) {

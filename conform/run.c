@@ -236,6 +236,12 @@ static const char *unclaimed(const conform_kernel *k, const conform_case *c, cha
 void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
                       int capture_fd, conform_result *r)
 {
+    conform_run_case_rows(k, c, timeout, capture_fd, NULL, r);
+}
+
+void conform_run_case_rows(const conform_kernel *k, const conform_case *c, double timeout,
+                           int capture_fd, const conform_sample *sample, conform_result *r)
+{
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", c->name);
     snprintf(r->category, sizeof r->category, "%s", c->category);
@@ -457,9 +463,9 @@ void conform_run_case(const conform_kernel *k, const conform_case *c, double tim
                 }
     }
     double secs = r->seconds;
-    conform_judge_flags(p, &m.in, &out, &pm,
-                        (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
-                        c->strided, r); /* keeps r->output */
+    conform_judge_rows(p, &m.in, &out, &pm,
+                       (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
+                       c->strided, sample, r); /* keeps r->output */
     r->seconds = secs;
     if (r->rerun == -1 && (k->info.caps & SMATTN_CAP_DETERMINISTIC) && r->status != CONFORM_FAIL) {
         r->status = CONFORM_FAIL;

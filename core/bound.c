@@ -341,15 +341,44 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
     return smattn__bound_flags(prob, in, pm, fmt, bound, 0);
 }
 
+static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *in,
+                               const smattn_precision *pm, const smattn_outputs *fmt,
+                               const smattn_outputs *bound, unsigned flags, const int64_t *list,
+                               int64_t nlist);
+
 smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
                                   const smattn_precision *pm, const smattn_outputs *fmt,
                                   const smattn_outputs *bound, unsigned flags)
+{
+    return bound_run(prob, in, pm, fmt, bound, flags, NULL, 0);
+}
+
+smattn_status smattn__bound_rows(const smattn_problem *prob, const smattn_inputs *in,
+                                 const smattn_precision *pm, const smattn_outputs *fmt,
+                                 const smattn_outputs *bound, unsigned flags, const int64_t *rows,
+                                 int64_t nrows)
+{
+    if (nrows < 0 || (nrows > 0 && !rows))
+        return SMATTN_ERR_NULL;
+    return bound_run(prob, in, pm, fmt, bound, flags, rows, nrows);
+}
+
+/* Every row (list NULL), or the nlist rows of list. */
+static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *in,
+                               const smattn_precision *pm, const smattn_outputs *fmt,
+                               const smattn_outputs *bound, unsigned flags, const int64_t *list,
+                               int64_t nlist)
 {
     if (!prob || !in || !pm || !fmt || !bound)
         return SMATTN_ERR_NULL;
     smattn_status st = smattn_validate(prob, in, bound);
     if (st)
         return st;
+    const int64_t nrows = list ? nlist : prob->B * prob->Hq * prob->S;
+    for (int64_t k = 0; list && k < nlist; k++)
+        if (list[k] < 0 || list[k] >= prob->B * prob->Hq * prob->S ||
+            (k > 0 && list[k] <= list[k - 1]))
+            return SMATTN_ERR_SHAPE;
     const int att = prob->op == SMATTN_OP_ATTENTION;
     const smattn_out_tensor *bo = att ? &bound->o : NULL, *bl = &bound->lse, *bp = &bound->p;
     const int want_o = att && bo->data, want_l = bl->data != NULL, want_p = bp->data != NULL;
@@ -395,9 +424,10 @@ smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_input
     r.c = (ld)prob->softcap;
     const ld scale = (ld)prob->scale, big = fmaxl(1, fabsl(scale));
 
-    for (int64_t b = 0; b < prob->B; b++)
-        for (int64_t h = 0; h < prob->Hq; h++)
-            for (int64_t i = 0; i < prob->S; i++) {
+    for (int64_t k = 0; k < nrows; k++) {
+                const int64_t row = list ? list[k] : k; /* (b Hq + h) S + i */
+                const int64_t b = row / (prob->Hq * prob->S), h = (row / prob->S) % prob->Hq,
+                              i = row % prob->S;
                 const int64_t g = att ? smattn__kv_head(prob, h) : 0;
                 /* a packed batch's padding rows have no O or LSE (SPEC 2.7) */
                 const int stored = smattn__row_stored(prob, b, i);

@@ -37,8 +37,20 @@ void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bit
 smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
                                   const smattn_precision *pm, const smattn_outputs *fmt,
                                   const smattn_outputs *bound, unsigned flags);
+/* The same on listed rows only (the others' bound elements are not written): rows are
+ * indices (b Hq + h) S + i, strictly ascending (else SMATTN_ERR_SHAPE). For judging a
+ * sample of the rows of a large problem (smattn check --rows); the cost is the rows'. */
+smattn_status smattn__bound_rows(const smattn_problem *prob, const smattn_inputs *in,
+                                 const smattn_precision *pm, const smattn_outputs *fmt,
+                                 const smattn_outputs *bound, unsigned flags, const int64_t *rows,
+                                 int64_t nrows);
+/* ref/rows.c: smattn_ref on listed rows only, the same rule for rows (the others' output
+ * elements are not written), each row evaluated as smattn_ref evaluates it. */
+smattn_status smattn__ref_rows(const smattn_problem *p, const smattn_inputs *in,
+                               const smattn_outputs *out, const smattn_ref_config *cfg,
+                               smattn_ref_stats *stats, const int64_t *rows, int64_t nrows);
 
-/* smattn_validate for the backward (SPEC 9): the problem and inputs as smattn_validate
+/* smattn_validate for the backward (SPEC 10): the problem and inputs as smattn_validate
  * checks them, then dO, dLSE and the three gradients (shapes, strides, dtypes, overflow,
  * aliasing); the softmax op and the reserved dbias/dsinks: SMATTN_ERR_UNSUPPORTED. */
 smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,

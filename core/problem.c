@@ -87,7 +87,7 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
     }
     if (n1 < 0 || n2 < 0 || n3 < 0)
         return SMATTN_ERR_SHAPE;
-    /* computed with overflow checks (issue 15: T = 2^63 - 1 overflowed here) */
+    /* computed with overflow checks (T = 2^63 - 1 once overflowed here) */
     int64_t s1 = prod3(n2, n3, 1), s0 = prod3(n1, n2, n3);
     if (s1 < 0 || s0 < 0)
         return SMATTN_ERR_OVERFLOW;
@@ -473,7 +473,7 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
     return validate(p, in, out, &v);
 }
 
-/* The backward's descriptor (SPEC 9.4): the problem and inputs as smattn_validate checks
+/* The backward's descriptor (SPEC 10.4): the problem and inputs as smattn_validate checks
  * them, then dO, dLSE and the gradients, each output disjoint from itself and from every
  * input and output. */
 smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
@@ -484,7 +484,7 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
     if (!p || !in || !gin || !gout)
         return SMATTN_ERR_NULL;
     if (p->layout)
-        return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 9.6) */
+        return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 10.6) */
     span sp[20];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
@@ -514,7 +514,7 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
     }
     /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required; dBias [B,Hq,S,T] and
      * dSinks [Hq] optional. A dBias stride 0 on a dimension of extent > 1 would ask for the
-     * sum over it (a broadcast bias's own shape), not computed yet (SPEC 9.6). */
+     * sum over it (a broadcast bias's own shape), not computed yet (SPEC 10.6). */
     int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
     int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
     int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};

@@ -30,7 +30,7 @@ extern "C" {
 #define SMATTN_VERSION_MAJOR 0
 #define SMATTN_VERSION_MINOR 1
 #define SMATTN_VERSION_PATCH 0
-#define SMATTN_SPEC_VERSION "1.0"
+#define SMATTN_SPEC_VERSION "1.1"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SMATTN_NODISCARD __attribute__((warn_unused_result))
@@ -281,7 +281,7 @@ SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
                                                    smattn_ref_stats *stats,
                                                    smattn_progress_fn progress, void *arg);
 
-/* The exact backward (SPEC 9), appended in 0.2. Gradients of a loss with respect to the
+/* The exact backward (SPEC 10), appended in 0.2. Gradients of a loss with respect to the
  * attention inputs, given the gradient dO of its output O (and optionally dLSE of its LSE):
  *   dout [B,S,Hq,Dv] (required), dlse [B,Hq,S] (optional: data NULL means dLSE = 0), any
  *   float dtype, strides >= 0 as for the inputs of SPEC 2.1.
@@ -299,18 +299,18 @@ typedef struct smattn_grad_inputs {
 
 typedef struct smattn_grad_outputs {
     smattn_out_tensor dq, dk, dv;
-    smattn_out_tensor dbias;  /* optional, full shape (SPEC 9.1) */
-    smattn_out_tensor dsinks; /* optional, [Hq] (SPEC 9.1) */
+    smattn_out_tensor dbias;  /* optional, full shape (SPEC 10.1) */
+    smattn_out_tensor dsinks; /* optional, [Hq] (SPEC 10.1) */
 } smattn_grad_outputs;
 
-/* Every element of dq, dk, dv (and dbias, dsinks) is the exact value of SPEC 9.1 (with the
- * conventions of 9.2) rounded to nearest-even in its dtype (SPEC 9.3). Attention problems
+/* Every element of dq, dk, dv (and dbias, dsinks) is the exact value of SPEC 10.1 (with the
+ * conventions of 10.2) rounded to nearest-even in its dtype (SPEC 10.3). Attention problems
  * only (softmax: SMATTN_ERR_UNSUPPORTED), no layout (a non-NULL prob->layout:
  * SMATTN_ERR_UNSUPPORTED). cfg and stats as for smattn_ref (stats: rows and rows_empty
  * count query rows, rows_fast the elements decided by the binary64 and double-double tiers,
  * rows_rational those decided by an exact expansion; no_fast_phase skips both tiers).
  * Statuses: validation's, NOMEM, THREADS, OPTION, and SMATTN_ERR_PRECISION only where
- * SPEC 9.3 allows it (softcap, or an exact expansion larger than the oracle's limit); never
+ * SPEC 10.3 allows it (softcap, or an exact expansion larger than the oracle's limit); never
  * a wrong rounding. Deterministic, independent of the thread count. */
 SMATTN_NODISCARD smattn_status smattn_ref_backward(const smattn_problem *prob,
                                                    const smattn_inputs *in,
@@ -435,6 +435,88 @@ int smattn_opt_isa_available(const char *name);
  * dtype loads NaN and stores nothing. */
 double smattn_load(const void *base, smattn_dtype t, int64_t offset);
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x);
+
+/* ---------------------------------------------------------------------------------------
+ * Merging partial attention states (SPEC 9). Split-KV, cascade and context-parallel
+ * attention compute N partial states (O_n, LSE_n), each over a disjoint set of keys of the
+ * same row, and merge them: LSE = log_b sum_n b^LSE_n, O = sum_n b^(LSE_n - LSE) O_n.
+ * Shapes: o_parts [N,B,S,Hq,Dv], lse_parts [N,B,Hq,S]; outputs O [B,S,Hq,Dv] and LSE
+ * [B,Hq,S] (the forward's). Appended in 0.2.
+ * ------------------------------------------------------------------------------------- */
+/* The base of every LSE of a merge: e (FlashAttention, vLLM, xformers, smattn_ref) or 2
+ * (FlashInfer's cascade states). */
+typedef enum smattn_lse_base {
+    SMATTN_LSE_BASE_E = 0,
+    SMATTN_LSE_BASE_2 = 1
+} smattn_lse_base;
+
+typedef struct smattn_merge_problem {
+    int64_t N, B, S, Hq, Dv;        /* each in [1, 2^32] (SMATTN_ERR_SHAPE) */
+    smattn_lse_base lse_base;       /* base of lse_parts and of the merged LSE */
+    smattn_empty_lse empty_parts;   /* how an empty partial's LSE is written: NEG_INF (the
+                                       identity (0, -inf); FlashInfer, vLLM) or POS_INF
+                                       (FlashAttention-2's kernels); ZERO: SMATTN_ERR_OPTION */
+    smattn_empty empty_rows;        /* O of a row whose partials are all empty: ZERO or NAN;
+                                       MEAN: SMATTN_ERR_OPTION (partials carry no keys) */
+    smattn_empty_lse empty_lse;     /* the merged LSE of such a row (SPEC 3.4's sentinels) */
+} smattn_merge_problem;
+
+/* Partial n's O is o_parts at element offset n * o_part_stride plus the [B,S,Hq,Dv]
+ * offset of o_parts.stride; its LSE likewise with lse_parts.stride[0..2] over [B,Hq,S]
+ * (stride[3] unused). Strides >= 0; 0 broadcasts. */
+typedef struct smattn_merge_inputs {
+    smattn_tensor o_parts;
+    int64_t o_part_stride;
+    smattn_tensor lse_parts;
+    int64_t lse_part_stride;
+} smattn_merge_inputs;
+
+/* A merge problem with lse_base e, empty partials -inf, empty rows zero with LSE -inf.
+ * Shapes are zero: the caller sets them. */
+smattn_merge_problem smattn_merge_problem_default(void);
+
+/* Check a merge descriptor (SPEC 9.1): NULL pointers (SMATTN_ERR_NULL; o_parts, lse_parts,
+ * and at least one of out->o and out->lse), shapes, strides, int64 overflow of every
+ * offset, dtypes (float; SMATTN_ERR_DTYPE), options (SMATTN_ERR_OPTION, also out->p given),
+ * outputs overlapping themselves, each other or an input (SMATTN_ERR_ALIAS). */
+SMATTN_NODISCARD smattn_status smattn_merge_validate(const smattn_merge_problem *prob,
+                                                     const smattn_merge_inputs *in,
+                                                     const smattn_outputs *out);
+
+/* The exact merge (ref/, SPEC 9.3): every output element correctly rounded to nearest-even
+ * in its dtype (f64, f32, f16, bf16), deterministic, independent of the thread count. cfg
+ * (threads, max_prec; the other fields are ignored) may be NULL. Fails only with a
+ * validation status, SMATTN_ERR_NOMEM, SMATTN_ERR_THREADS or SMATTN_ERR_PRECISION (a
+ * decision the precision limit did not reach; never a wrong rounding). */
+SMATTN_NODISCARD smattn_status smattn_ref_merge(const smattn_merge_problem *prob,
+                                                const smattn_merge_inputs *in,
+                                                const smattn_outputs *out,
+                                                const smattn_ref_config *cfg);
+
+/* The fast merge (opt/, SPEC 9.4): binary32 arithmetic, the partials' maximum subtracted
+ * first, rows over threads, the columns by the active ISA's vectors. Inputs and outputs
+ * f32, f16 or bf16 (f64: SMATTN_ERR_UNSUPPORTED). Within smattn_merge_bound for the model
+ * smattn_merge_opt_precision(); bitwise identical for every thread count and every ISA. */
+SMATTN_NODISCARD smattn_status smattn_merge(const smattn_merge_problem *prob,
+                                            const smattn_merge_inputs *in,
+                                            const smattn_outputs *out,
+                                            const smattn_opt_config *cfg);
+
+/* The merge kernel model (SPEC 9.4) of smattn_merge: u_acc = 2^-24, exp_ulps 2, acc_len
+ * 0 (serial), tiny 2^-126. Only u_acc, exp_ulps, acc_len and tiny mean anything to a merge. */
+smattn_precision smattn_merge_opt_precision(void);
+
+/* Per-element bounds (binary64, into bound->o / bound->lse, dtype F64, shapes as out) on
+ * |computed - exact| for a merge kernel obeying pm whose outputs have the dtypes of fmt
+ * (SPEC 9.5), covering comparison against the oracle's binary64 result. +inf for elements
+ * whose exact value is not finite or whose column is out of contract; 0 for exact zeros of
+ * empty rows. Status: validation's (fmt as the outputs), SMATTN_ERR_DTYPE, SMATTN_ERR_OPTION
+ * (pm out of range). */
+SMATTN_NODISCARD smattn_status smattn_merge_bound(const smattn_merge_problem *prob,
+                                                  const smattn_merge_inputs *in,
+                                                  const smattn_precision *pm,
+                                                  const smattn_outputs *fmt,
+                                                  const smattn_outputs *bound);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@
 
 #include "smattn.h"
 
-#define SMATTN_NPY_MAX_RANK 4
+#define SMATTN_NPY_MAX_RANK 5 /* 5: a merge case's o_parts [N,B,S,Hq,Dv] (SPEC 7.1) */
 
 /* The element types this project reads and writes. */
 typedef enum smattn_npy_type {

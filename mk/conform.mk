@@ -19,6 +19,10 @@ $(CONFORM_LIB): $(call obj,$(CONFORM_SRC))
 
 $(CLI): $(CONFORM_LIB)
 $(CLI): LIBS += $(IOLIB) $(LIB) $(IO_LIBS) -lmpfr -lgmp -lm -ldl
+# The test runner links the checker too (tests/test_judge.c calls the judge, tests/test_rows.c
+# the row choice of conform/rows.c).
+$(TESTBIN): $(CONFORM_LIB)
+$(TESTBIN): LIBS += $(IOLIB) $(LIB) $(IO_LIBS) -lmpfr -lgmp -lm -ldl
 
 # Position-independent objects for the plugin; the kernel files keep their ISA flags.
 $(BUILD)/pic/%.o: %.c | deps
@@ -39,7 +43,7 @@ FIXTURE_MODES := good segv hang oob status abi nosym badinfo badname ctor_abort 
                  describe_hang prec_segv prec_hang forker chatty loose stubborn \
                  hang_all prec_hang_all wide_exp big_tiny ftz huge_blocks huge_acc evilname \
                  sinkmax unknown_cap nan_model badutf8 bomb bomb_nproc flaky flaky_claims \
-                 steady_claims
+                 steady_claims row_bug row_bug_hidden
 FIXTURES      := $(patsubst %,$(FIXTURE_DIR)/fixture_%.so,$(FIXTURE_MODES))
 $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)

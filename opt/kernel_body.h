@@ -159,6 +159,26 @@ static inline void opt_pf_line(opt_pfcur *c)
     }
 }
 
+/* Four lines of the cursor's row at once (the same rate per call as four opt_pf_line, a
+ * quarter of the tests: in the decode's P.V those were 56 instructions per key and head
+ * with AVX2); may hint up to three lines past a row's end: a hint never faults */
+static inline void opt_pf_lines4(opt_pfcur *c)
+{
+    if (c->rows <= 0)
+        return;
+    const char *a = c->row + c->col;
+    __builtin_prefetch(a, 0, 2);
+    __builtin_prefetch(a + 64, 0, 2);
+    __builtin_prefetch(a + 128, 0, 2);
+    __builtin_prefetch(a + 192, 0, 2);
+    c->col += 256;
+    if (c->col >= c->rowbytes) {
+        c->col = 0;
+        c->row += c->stride;
+        c->rows--;
+    }
+}
+
 /* The keys of one block of the keys-in-lanes scores (qkt_tile: QKT_KB vectors), and the
  * panel width of the transposed key tile: KT[j / QKT_W][d][j % QKT_W], so that a block's
  * columns over every d are contiguous (8 KiB with AVX2) and stay in L1 through the unit's
@@ -168,6 +188,11 @@ static inline void opt_pf_line(opt_pfcur *c)
 /* The column panel of a staged V tile (stage_v): the columns of one pv_tile column pass,
  * pv_block4x4's with AVX-512, pv_block's two vectors otherwise. */
 #define PV_PANEL (VLEN == 16 ? 4 * VLEN : 2 * VLEN)
+
+/* Keys per step of the decode's keys-outer scores (kernel_tile.h's qk_keys): two with
+ * AVX-512 (qk_8x2: 16 dot products reduced together by vf_hsum16), one otherwise (AVX2's
+ * 16 registers hold 8 accumulators, and vf_hsum8 already reduces 8 dot products at once). */
+#define KO_KB (VLEN == 16 ? 2 : 1)
 
 /* KTN(qk_tile, f16): the instance of a micro-kernel for one storage type of K/V */
 #define KTN_CAT2(a, b) a##_##b
@@ -339,7 +364,7 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     const float sh = job->scale_hi, sl = job->scale_lo;
     const float cap = (float)p->softcap;
     float tmax = -HUGE_VALF;
-    if (!in->mask.data && !in->bias.data && !(cap > 0)) {
+    if (!in->mask.data && !in->bias.data && !(p->softcap > 0)) {
         /* visibility is the range [a, e) of the tile: scale everything with vectors, then
          * mask the ends (a tile on the causal diagonal or a window edge) */
         int64_t a = lo - kt > 0 ? lo - kt : 0, e = hi - kt < nk ? hi - kt : nk;
@@ -408,12 +433,12 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
             ok = bj != -HUGE_VALF;
         }
         float x = fmaf(s[jj], sh, s[jj] * sl);
-        if (ok && cap > 0) {
+        if (ok && p->softcap > 0) { /* cap may be 0: opt_softcap */
             /* softcap maps +-inf to +-cap: an infinite score (a non-finite k, or q.k beyond
              * FLT_MAX) cannot be told apart after it, so the binary64 path takes the row */
             if (isinf(x))
                 neg_inf = 1;
-            x = cap * tanhf(x / cap);
+            x = opt_softcap(x, cap);
         }
         if (ok && in->bias.data)
             x = x + bj;
@@ -783,33 +808,34 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
 #if VLEN > 1
         if (keys_outer) {
             OPT_PH_BEGIN(t_scores);
-            const int64_t D = p->D;
-            const size_t es = smattn_dtype_size(kt_->dtype);
             const smattn_tensor *vt_ = &job->in->v;
-            const size_t ev = smattn_dtype_size(vt_->dtype);
-            const size_t vbytes = (size_t)p->Dv * ev;
-            for (int64_t jj = 0; jj < nk; jj++) {
-                /* this key's V rows, for the P.V that follows: requested here, in address
-                 * order with K, they are in L2 when the per-head P.V reads them */
-                for (int64_t u = 0; u < hg && vt_->stride[3] == 1; u++) {
-                    const char *vp = (const char *)vt_->data +
-                                     (size_t)smattn__key_off(p, vt_->stride, b, kt + jj, g0 + u, 0) * ev;
-                    for (size_t o = 0; o < vbytes; o += 64)
-                        __builtin_prefetch(vp + o, 0, 2);
-                }
-                for (int64_t u = 0; u < hg; u++) {
-                    const char *k = (const char *)kt_->data +
-                                    (size_t)smattn__key_off(p, kt_->stride, b, kt + jj, g0 + u, 0) * es;
-                    const float *qp = ws->qp + u * Rp * D;
-                    float *sc = ws->s + u * Rp * OPT_BK + jj;
-                    if (kt_->dtype == SMATTN_F32)
-                        KTN(qk_8x1, f32)(qp, (const float *)(const void *)k, D, sc, OPT_BK);
-                    else if (kt_->dtype == SMATTN_F16)
-                        KTN(qk_8x1, f16)(qp, (const uint16_t *)(const void *)k, D, sc, OPT_BK);
-                    else
-                        KTN(qk_8x1, bf16)(qp, (const uint16_t *)(const void *)k, D, sc, OPT_BK);
-                }
+            const size_t vbytes = (size_t)p->Dv * smattn_dtype_size(vt_->dtype);
+            const int vpf = vt_->stride[3] == 1;
+            const char **const KR = ws->krows, **const VR = ws->vrows;
+            for (int64_t u = 0; u < hg; u++) {
+                opt_tile_rows(p, kt_, b, kt, nk, g0 + u, KR + u * OPT_BK);
+                opt_tile_rows(p, vt_, b, kt, nk, g0 + u, VR + u * OPT_BK);
             }
+            const int64_t qs = Rp * p->D, ss = Rp * OPT_BK;
+            const char *const *vr = vpf ? VR : NULL;
+#define QK_KEYS(SUF, NR) KTN(qk_keys, SUF)(ws->qp, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, NR)
+            if (kt_->dtype == SMATTN_F32) {
+                if (R == 7)
+                    QK_KEYS(f32, 7);
+                else
+                    QK_KEYS(f32, 8);
+            } else if (kt_->dtype == SMATTN_F16) {
+                if (R == 7)
+                    QK_KEYS(f16, 7);
+                else
+                    QK_KEYS(f16, 8);
+            } else {
+                if (R == 7)
+                    QK_KEYS(bf16, 7);
+                else
+                    QK_KEYS(bf16, 8);
+            }
+#undef QK_KEYS
             OPT_PH_END(OPT_PH_SCORES, t_scores);
         }
 #endif
@@ -895,7 +921,7 @@ static void KN(softmax_row)(const opt_job *job, int64_t b, int64_t h, int64_t i,
             else if (s[j] > m)
                 m = s[j];
         }
-    if (bad || !any || in->sinks.data) { /* NaN rules, empty rows and sinks: binary64 path */
+    if (bad || !any || opt_has_sink(in, h)) { /* NaN rules, empty rows, sinks: binary64 */
         smattn__opt_slow_row(job, b, h, i);
         return;
     }

@@ -74,7 +74,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
             }
             float x = fmaf(dot, job->scale_hi, dot * job->scale_lo);
             if (p->softcap > 0)
-                x = (float)p->softcap * tanhf(x / (float)p->softcap);
+                x = opt_softcap(x, (float)p->softcap);
             int vis = 1;
             if (in->bias.data) {
                 float bj = opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
@@ -107,7 +107,7 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
         return;
     }
     float M = m;
-    if (in->sinks.data && i < smattn__q_len(p, b)) {
+    if (opt_has_sink(in, h) && i < smattn__q_len(p, b)) {
         double sd = smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]);
         float sk = (float)sd;
         if (isnan(sd) || sd == HUGE_VAL || !isfinite(sk)) {
@@ -221,6 +221,7 @@ static void ws_free(opt_ws *w)
     free(w->q), free(w->qp), free(w->kt), free(w->ktt), free(w->v), free(w->s), free(w->vis), free(w->acc);
     free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
     free(w->mt), free(w->sm), free(w->dm);
+    free((void *)w->krows), free((void *)w->vrows);
 }
 
 static int ws_alloc(opt_ws *w, const opt_job *job)
@@ -247,8 +248,10 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->mt = malloc(R * sizeof(float));
     w->sm = malloc(R * sizeof(float));
     w->dm = calloc(R + 16, sizeof(float)); /* the padding read by whole vectors stays 0 */
+    w->krows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->krows);
+    w->vrows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->vrows);
     if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
-        !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm) {
+        !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm || !w->krows || !w->vrows) {
         ws_free(w);
         return -1;
     }

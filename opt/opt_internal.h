@@ -3,6 +3,7 @@
 #ifndef SMATTN_OPT_INTERNAL_H
 #define SMATTN_OPT_INTERNAL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -37,6 +38,24 @@ static inline float opt_load1(const smattn_tensor *t, int64_t off)
                                   : (float)smattn_load(t->data, t->dtype, off);
 }
 
+/* The softcap c tanh(x / c) of SPEC 2.4 in binary32, cap = (float)c, for c > 0. A c below
+ * binary32's range (cap = 0: c <= 2^-150) still caps: |c tanh(x / c)| < c <= 2^-150 rounds
+ * to 0, so a finite x becomes +-0 (correctly rounded) and a NaN or an infinity NaN (x * 0;
+ * the callers send an infinite x to the binary64 path before). */
+static inline float opt_softcap(float x, float cap)
+{
+    return cap > 0 ? cap * tanhf(x / cap) : x * 0.0f;
+}
+
+/* Does head h have a sink that joins the denominator? A sink of -inf is no sink (SPEC 2.5:
+ * its weight e^-inf is 0), so such a head keeps the float32 path and its bits; a NaN or
+ * +inf one does (the binary64 path applies SPEC 4.2 to it). */
+static inline int opt_has_sink(const smattn_inputs *in, int64_t h)
+{
+    return in->sinks.data &&
+           smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]) != -HUGE_VAL;
+}
+
 /* Key tile: a multiple of every VLEN (1, 8, 16) and of the 2-vector micro-tile. */
 #define OPT_BK 64
 /* Keys per split-K chunk for decode-like shapes (SPEC-free: a performance choice that
@@ -66,7 +85,28 @@ typedef struct opt_ws {
     float *mt, *sm;      /* [R] the current tile's new running max (-inf: no weights from
                           * this tile), its weights' sum */
     float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
+    const char **krows, **vrows; /* [hg][OPT_BK] a tile's K and V rows (opt_tile_rows) */
 } opt_ws;
+
+/* rows[jj] = the address of the row of key kt + jj (jj < nk) of KV head g in sequence b of
+ * K or V (t), found through the layout's locator (core/layout.h: dense, packed or paged):
+ * where the decode's keys-outer loop (kernel_body.h) finds every K and V row it reads, a
+ * tile's rows in one place. Keys that follow one another in memory (all of a dense tile, a
+ * page's run) step by the key stride. Strides are >= 0 (validated). */
+static inline void opt_tile_rows(const smattn_problem *p, const smattn_tensor *t, int64_t b,
+                                 int64_t kt, int64_t nk, int64_t g, const char **rows)
+{
+    const size_t e = smattn_dtype_size(t->dtype);
+    const size_t step = (size_t)t->stride[1] * e;
+    for (int64_t jj = 0; jj < nk;) {
+        const int64_t run = smattn__key_run(p, kt + jj, nk - jj);
+        const char *r0 =
+            (const char *)t->data + (size_t)smattn__key_off(p, t->stride, b, kt + jj, g, 0) * e;
+        for (int64_t u = 0; u < run; u++)
+            rows[jj + u] = r0 + (size_t)u * step;
+        jj += run;
+    }
+}
 
 struct opt_isa;
 
@@ -161,6 +201,9 @@ const opt_isa *smattn__isa_from_env(const char *e, int *state);
 /* The exact-enough path for one row (opt/slow.c): binary64 arithmetic, every rule of
  * SPEC 3-4; used for rows whose float32 evaluation met a non-finite value. */
 void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i);
+/* Rows the binary64 path has taken since the process started (all threads): tests read it
+ * to see which path a problem takes, without timing anything. */
+long long smattn__opt_slow_rows(void);
 
 /* Helpers shared by the kernels and the slow path (opt.c, slow.c). */
 void smattn__opt_write_empty(const opt_job *job, int64_t b, int64_t h, int64_t i);

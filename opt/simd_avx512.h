@@ -50,6 +50,47 @@ static inline void vf_hsum8(const vf a[8], float *out)
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1)));
     _mm_storeu_ps(out + 4, _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1)));
 }
+/* r[p] = vf_hsum(a[p]) for p < 16, as one vector: each sum by vf_hsum's tree (lanes l and
+ * l + 8, then adjacent pairs twice, then the two halves; a + b = b + a exactly, so only the
+ * tree counts), so a dot product's bits do not depend on which reduction computed it.
+ * 30 shuffles and 15 adds for 16 sums, where vf_hsum8 takes about 40 instructions for 8:
+ * the decode's scores (8 rows x 2 keys per call) reduce through it. The pairs below are
+ * chosen so that the sums come out in order: lane p of the last step holds the tree of
+ * a[p] (the fold puts a[p] and a[p + 4] side by side, p % 8 < 4). */
+static inline vf vf_hsum16(const vf a[16])
+{
+#define HSUM16_FOLD(x, y) /* [x_l + x_l+8 | y_l + y_l+8], l < 8 */                            \
+    _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE))
+#define HSUM16_PAIRS(x, y) /* per 128 bits: x0 + x1, x2 + x3, y0 + y1, y2 + y3 (hadd) */     \
+    _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD))
+    const vf f0 = HSUM16_FOLD(a[0], a[4]), f1 = HSUM16_FOLD(a[1], a[5]);
+    const vf f2 = HSUM16_FOLD(a[2], a[6]), f3 = HSUM16_FOLD(a[3], a[7]);
+    const vf f4 = HSUM16_FOLD(a[8], a[12]), f5 = HSUM16_FOLD(a[9], a[13]);
+    const vf f6 = HSUM16_FOLD(a[10], a[14]), f7 = HSUM16_FOLD(a[11], a[15]);
+    const vf g0 = HSUM16_PAIRS(f0, f1), g1 = HSUM16_PAIRS(f2, f3);
+    const vf g2 = HSUM16_PAIRS(f4, f5), g3 = HSUM16_PAIRS(f6, f7);
+    const vf k0 = HSUM16_PAIRS(g0, g1), k1 = HSUM16_PAIRS(g2, g3);
+#undef HSUM16_FOLD
+#undef HSUM16_PAIRS
+    /* 128-bit lanes of k0: sums of a0-3 (first half of each tree), a0-3 (second half),
+     * a4-7, a4-7; k1 the same for a8-15 */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(k0, k1, 0x88), _mm512_shuffle_f32x4(k0, k1, 0xDD));
+}
+/* s[r * lds + c] = t[2 r + c] for c < 2 and r < n (7 or 8): a pair of sums per row */
+static inline void vf_store_pairs(float *s, int64_t lds, vf t, int n)
+{
+    const __m128 x0 = _mm512_castps512_ps128(t), x1 = _mm512_extractf32x4_ps(t, 1);
+    const __m128 x2 = _mm512_extractf32x4_ps(t, 2), x3 = _mm512_extractf32x4_ps(t, 3);
+    _mm_storel_pi((__m64 *)(void *)s, x0);
+    _mm_storeh_pi((__m64 *)(void *)(s + lds), x0);
+    _mm_storel_pi((__m64 *)(void *)(s + 2 * lds), x1);
+    _mm_storeh_pi((__m64 *)(void *)(s + 3 * lds), x1);
+    _mm_storel_pi((__m64 *)(void *)(s + 4 * lds), x2);
+    _mm_storeh_pi((__m64 *)(void *)(s + 5 * lds), x2);
+    _mm_storel_pi((__m64 *)(void *)(s + 6 * lds), x3);
+    if (n > 7)
+        _mm_storeh_pi((__m64 *)(void *)(s + 7 * lds), x3);
+}
 /* NaN-aware horizontal max: NaN if any lane is NaN */
 static inline float vf_hmax(vf a)
 {

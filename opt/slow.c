@@ -5,9 +5,17 @@
  * scores cannot overflow), every rule of SPEC 3-4, outputs rounded once to their dtype. Its
  * error is far inside the float32 bound of SPEC 6. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "opt/opt_internal.h"
+
+static atomic_llong slow_rows;
+
+long long smattn__opt_slow_rows(void)
+{
+    return atomic_load_explicit(&slow_rows, memory_order_relaxed);
+}
 
 /* f32 as before; f16 and bf16 rounded once from the binary64 result (SPEC 2.6), a NaN as
  * the positive quiet NaN (SPEC 4.3). */
@@ -84,16 +92,54 @@ void smattn__opt_write_empty(const opt_job *job, int64_t b, int64_t h, int64_t i
             put_o(job, b, h, i, c, nan ? (double)NAN : 0.0);
 }
 
+/* The weights of a row whose binary64 scores overflowed (|scale q.k| beyond DBL_MAX, as for
+ * a scale near DBL_MAX and |q.k| > 1; never with softcap, which bounds the scores by c).
+ * Each score is s_k = 2^e t_k + u_k, scale = sf 2^e (frexp), t_k = sf q.k (one rounding),
+ * u_k the bias; the sink is t = 0, u = zeta. A difference s_k - s_r = 2^e (t_k - t_r) +
+ * (u_k - u_r) never forms s: it is exact up to a few binary64 roundings of its two terms,
+ * so the maximum r, the weights e^{s_k - s_r} <= 1 (0 when the difference is -inf) and L
+ * are those of the exact scores up to these roundings, and m = 2^e t_r + u_r is +-inf only
+ * where the exact LSE is beyond binary64 (it then rounds to an infinity in every output
+ * format). t holds q.k, u the bias on entry; w receives the weights. Returns m; *L the
+ * denominator, sink included (>= 1). */
+static double big_weights(const smattn_problem *p, double *t, const double *u, int64_t n,
+                          int has_sink, double sink, double *w, double *L)
+{
+    int e;
+    const double sf = frexp(p->scale, &e);
+    int64_t r = -1; /* the maximum: a key, or -1 for the sink (or nothing yet) */
+    for (int64_t k = 0; k < n; k++) {
+        t[k] *= sf;
+        double d = r >= 0 ? ldexp(t[k] - t[r], e) + (u[k] - u[r])
+                   : has_sink ? ldexp(t[k], e) + (u[k] - sink)
+                              : HUGE_VAL;
+        if (d > 0)
+            r = k;
+    }
+    /* The differences are rounded pairwise, so one the loop above left below r may come out
+     * a rounding above it: each is clamped to 0, so every weight is in [0, 1], r's is 1,
+     * and O is a convex combination of the V rows (and 0 for the sink) whatever cancels. */
+    const double tr = r >= 0 ? t[r] : 0.0, ur = r >= 0 ? u[r] : sink;
+    double l = has_sink ? exp(fmin(ldexp(-tr, e) + (sink - ur), 0.0)) : 0.0;
+    for (int64_t k = 0; k < n; k++) {
+        w[k] = exp(fmin(ldexp(t[k] - tr, e) + (u[k] - ur), 0.0));
+        l += w[k];
+    }
+    *L = l;
+    return ldexp(tr, e) + ur;
+}
+
 void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
 {
+    atomic_fetch_add_explicit(&slow_rows, 1, memory_order_relaxed);
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
     const int att = p->op == SMATTN_OP_ATTENTION;
     const int64_t T = p->T, g = att ? smattn__kv_head(p, h) : 0;
     int64_t *idx = malloc((size_t)T * sizeof *idx);
-    double *s = malloc((size_t)T * sizeof *s);
-    if (!idx || !s) { /* cannot happen for sizes validate accepted; write NaN, not garbage */
-        free(idx), free(s);
+    double *s = malloc((size_t)T * sizeof *s), *t = malloc(2 * (size_t)T * sizeof *t);
+    if (!idx || !s || !t) { /* cannot happen for sizes validate accepted; write NaN, not garbage */
+        free(idx), free(s), free(t);
         put_lse(job, b, h, i, (double)NAN);
         if (att)
             for (int64_t c = 0; c < p->Dv; c++)
@@ -150,6 +196,8 @@ void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
         } else if (!isfinite(x)) {
             nan = 1;
         }
+        t[k] = x; /* q.k and the bias, for big_weights */
+        t[T + k] = 0.0;
         x *= p->scale;
         if (p->softcap > 0)
             x = p->softcap * tanh(x / p->softcap);
@@ -158,6 +206,7 @@ void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
             if (!isfinite(bj))
                 nan = 1;
             x += bj;
+            t[T + k] = bj;
         }
         s[k] = x;
     }
@@ -172,13 +221,21 @@ void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
             put_p(job, b, h, i, idx[k], (double)NAN);
         goto done;
     }
-    double m = has_sink ? sink : -HUGE_VAL;
+    int big = 0; /* finite inputs, a score beyond binary64: the scale times q.k overflowed */
     for (int64_t k = 0; k < n; k++)
-        m = s[k] > m ? s[k] : m;
-    double L = has_sink ? exp(sink - m) : 0.0;
-    for (int64_t k = 0; k < n; k++) {
-        s[k] = exp(s[k] - m);
-        L += s[k];
+        big |= !isfinite(s[k]);
+    double m, L;
+    if (big) {
+        m = big_weights(p, t, t + T, n, has_sink, sink, s, &L);
+    } else {
+        m = has_sink ? sink : -HUGE_VAL;
+        for (int64_t k = 0; k < n; k++)
+            m = s[k] > m ? s[k] : m;
+        L = has_sink ? exp(sink - m) : 0.0;
+        for (int64_t k = 0; k < n; k++) {
+            s[k] = exp(s[k] - m);
+            L += s[k];
+        }
     }
     put_lse(job, b, h, i, m + log(L));
     for (int64_t j = 0; j < T; j++)
@@ -210,4 +267,5 @@ empty:
 done:
     free(idx);
     free(s);
+    free(t);
 }

@@ -46,6 +46,6 @@ echo "  offsets fit int64 (max_offset, off4, lemmas):  $(count \
   'smattn_max_offset|smattn_off4|lemma_term_|lemma_offset_')"
 echo "  tiling: cover once, skip only empty:           $(count \
   'smattn_chunk_|smattn_clip_|smattn_hull_|smattn_tile_|smattn_qtile_|lemma_ceil_')"
-echo "  layouts: pages, slots, packed rows in span:  $(count 'lemma_layout_|lemma_page_|lemma_used_|lemma_slot_|lemma_paged_|lemma_packed_')"
+echo "  layouts: pages, slots, packed rows in span:    $(count 'lemma_layout_|lemma_page_|lemma_used_|lemma_slot_|lemma_paged_|lemma_packed_')"
 if [ $rc -eq 0 ]; then echo "prove: every goal proved"; else echo "prove: FAILED" >&2; fi
 exit $rc

@@ -10,7 +10,7 @@
 
 #include "conform/conform.h"
 
-#define SMATTN_PY_ABI 2
+#define SMATTN_PY_ABI 3
 
 /* conform_result's figures and the element its reason names (conform.h). */
 typedef struct smattn_py_result {
@@ -21,6 +21,7 @@ typedef struct smattn_py_result {
     int64_t worst_ix[4];
     double worst_got, worst_exact, worst_bound;
     char reason[512];
+    int64_t rows_judged, rows_total; /* of a sampled check (rows_k > 0): fewer judged */
 } smattn_py_result;
 
 /* One battery case as the package reads it: the binary64 inputs (mask: bool) in the
@@ -42,6 +43,9 @@ typedef struct smattn_py_case {
 int smattn_py_abi(int64_t sizes[8]);
 void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, int garbage, smattn_py_result *out);
+void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
+                          const smattn_outputs *got, const smattn_precision *pm, int garbage,
+                          int64_t rows_k, uint64_t seed, smattn_py_result *out);
 void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors,
                             const char *regressions, char *err, size_t errlen);
 int64_t smattn_py_battery_size(const void *b);
@@ -67,6 +71,15 @@ int smattn_py_abi(int64_t sizes[8])
 void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, int garbage, smattn_py_result *out)
 {
+    smattn_py_judge_rows(p, in, got, pm, garbage, 0, 0, out);
+}
+
+/* The same on rows_k query rows per (batch, head) chosen by seed (conform/rows.c; 0: every
+ * row): the oracle's cost is that of the rows judged. */
+void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
+                          const smattn_outputs *got, const smattn_precision *pm, int garbage,
+                          int64_t rows_k, uint64_t seed, smattn_py_result *out)
+{
     conform_result *r = calloc(1, sizeof *r);
     memset(out, 0, sizeof *out);
     if (!r) {
@@ -78,7 +91,9 @@ void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const sma
     /* The judge looks for NaN/inf in the slots a row must not read itself; `garbage` (any
      * non-finite input) is no evidence of padding outside the arrays' views. */
     (void)garbage;
-    conform_judge(p, in, got, pm, 0, r);
+    conform_sample sample = {rows_k, seed};
+    conform_judge_rows(p, in, got, pm, 0, 0, &sample, r);
+    out->rows_judged = r->rows_judged, out->rows_total = r->rows_total;
     out->status = (int)r->status;
     out->worst_out = r->worst_out;
     out->max_ratio = r->max_ratio, out->max_ulp = r->max_ulp;

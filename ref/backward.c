@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* backward.c: the exact backward oracle (SPEC 9): the rows of each KV head's group, exact
+/* backward.c: the exact backward oracle (SPEC 10): the rows of each KV head's group, exact
  * scores and dP, the structural exact zeros, an interval Ziv loop over every gradient, and
  * the exact expansion (bw_poly.c) for whatever the intervals leave undecided. */
 #include <math.h>
@@ -19,7 +19,7 @@
  * almost always is by then. */
 #define BW_EXACT_AFTER 2
 /* The most terms an exact expansion may hold before merging (memory: two exact MPFR
- * numbers per term); beyond it the element stays with the Ziv loop (SPEC 9.3). */
+ * numbers per term); beyond it the element stays with the Ziv loop (SPEC 10.3). */
 #define BW_TERM_CAP ((int64_t)1 << 18)
 
 /* ---- loading ----------------------------------------------------------------------------- */
@@ -90,7 +90,7 @@ static int row_alloc_fast(bw_row *r)
     return !r->fP || !r->fPr || !r->fS || !r->fSr ? -1 : 0;
 }
 
-/* The MPFR phase's data, only for the rows it evaluates (SPEC 9.3 items 3-5); dS apart
+/* The MPFR phase's data, only for the rows it evaluates (SPEC 10.3 items 3-5); dS apart
  * from dU only under softcap. */
 static int row_alloc_exact(bw_row *r, int softcap)
 {
@@ -181,7 +181,7 @@ static int sort_keys(bw_row *r, int softcap)
     return 0;
 }
 
-/* Visibility and the row's kind (SPEC 9.2): the conventions, the NaN rows, and whether dS
+/* Visibility and the row's kind (SPEC 10.2): the conventions, the NaN rows, and whether dS
  * is defined (finite dO, dLSE and visible V). Returns a status. */
 static smattn_status row_prepare(bw_unit *u, bw_row *r)
 {
@@ -277,7 +277,7 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
     return SMATTN_OK;
 }
 
-/* Exact scores and dP, groups of equal scores, the rational-Delta test (SPEC 9.3). */
+/* Exact scores and dP, groups of equal scores, the rational-Delta test (SPEC 10.3). */
 static smattn_status row_exact(bw_unit *u, bw_row *r)
 {
     const bw_job *job = u->job;
@@ -376,7 +376,7 @@ static smattn_status row_exact(bw_unit *u, bw_row *r)
                 return SMATTN_ERR_INTERNAL;
         }
     }
-    /* C_a and the rational-Delta test (SPEC 9.3) */
+    /* C_a and the rational-Delta test (SPEC 10.3) */
     r->delta_rat = 0;
     if (!r->dsnan) {
         for (int64_t a = 0; a < r->G; a++) {
@@ -418,7 +418,7 @@ static void mul_pos_iv(mpfr_ptr xl, mpfr_ptr xh, mpfr_srcptr yl, mpfr_srcptr yh)
     mpfr_mul(xh, xh, mpfr_sgn(xh) >= 0 ? yh : yl, MPFR_RNDU);
 }
 
-/* P_j and dU_j of a normal row as intervals at precision prec (SPEC 9.3). */
+/* P_j and dU_j of a normal row as intervals at precision prec (SPEC 10.3). */
 static void row_level(bw_unit *u, bw_row *r, mpfr_prec_t prec)
 {
     const int64_t G = r->G;
@@ -758,7 +758,7 @@ static int acc_combine(bw_acc *c, bw_ex *e)
     return smattn__bwp_normalize(&e->num) || smattn__bwp_normalize(&e->den) ? -1 : 0;
 }
 
-/* The exact path for one element (SPEC 9.3). which: 0 dQ (row, d), 1 dK (key, d), 2 dV (key,
+/* The exact path for one element (SPEC 10.3). which: 0 dQ (row, d), 1 dK (key, d), 2 dV (key,
  * c), 3 dBias (row, key position). Returns 1 decided, 0 not (too big: the Ziv loop goes on),
  * -1 memory. */
 static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtype t, long maxp,
@@ -1026,7 +1026,7 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
             }
     }
     free(fill);
-    for (int64_t r = 0; r < R && u->want_bias; r++) { /* dBias (SPEC 9.2) */
+    for (int64_t r = 0; r < R && u->want_bias; r++) { /* dBias (SPEC 10.2) */
         const bw_row *row = &u->rows[r];
         uint64_t nanb = smattn__ref_nan_bits(go->dbias.dtype);
         if (row->kind == RK_EMPTY_NAN)
@@ -1081,7 +1081,7 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
     for (int64_t r = 0; r < R; r++)
         if (u->rows[r].needed && (st = row_exact(u, &u->rows[r])))
             return st;
-    /* the Ziv loop (SPEC 9.3), over what the fast tiers left */
+    /* the Ziv loop (SPEC 10.3), over what the fast tiers left */
     int all = 1, level = 0;
     for (int64_t e = 0; e < R * D && all; e++)
         all = u->qdone[e];
@@ -1243,11 +1243,11 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
     return SMATTN_OK;
 }
 
-/* ---- dsinks: one unit per query head, its rows over every batch (SPEC 9.1) -------------- */
+/* ---- dsinks: one unit per query head, its rows over every batch (SPEC 10.1) -------------- */
 
 enum { SK_NONE, SK_NAN, SK_LAMBDA, SK_ROW };
 
-/* What row r adds to dsink_h (SPEC 9.2): nothing, NaN, its dLSE (the sink alone), or
+/* What row r adds to dsink_h (SPEC 10.2): nothing, NaN, its dLSE (the sink alone), or
  * P_sink (dLSE - Delta). */
 static int sink_term(const bw_row *r)
 {
@@ -1260,7 +1260,7 @@ static int sink_term(const bw_row *r)
     return r->kind == RK_NORMAL ? SK_ROW : SK_LAMBDA;
 }
 
-/* The exact expansion of dsink_h (SPEC 9.3 item 5): the sink alone adds lambda / 1, a row
+/* The exact expansion of dsink_h (SPEC 10.3 item 5): the sink alone adds lambda / 1, a row
  * e^{t_sink} (lambda L - N) / L^2. 1 decided, 0 not, -1 memory. */
 static int exact_sink(bw_unit *u, const unsigned char *kind, smattn_dtype t, long maxp,
                       uint64_t *bits)

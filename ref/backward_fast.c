@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* backward_fast.c: the backward oracle's binary64 phase (SPEC 9.3). Every quantity is a
+/* backward_fast.c: the backward oracle's binary64 phase (SPEC 10.3). Every quantity is a
  * binary64 value with a rigorous bound on its distance to the exact real (mid-radius
  * arithmetic, Rump's style); an element is decided only when its whole enclosure rounds to
  * one value of the output dtype and excludes 0. Everything else goes to the MPFR phase. */

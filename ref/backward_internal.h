@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* backward_internal.h: the exact backward's expansions (SPEC 9.3): sparse exponential
+/* backward_internal.h: the exact backward's expansions (SPEC 10.3): sparse exponential
  * polynomials sum_k c_k e^{tau_k} with exact dyadic exponents and coefficients, and the
  * exact decision of the rounding of a ratio of two of them. */
 #ifndef SMATTN_REF_BACKWARD_INTERNAL_H
@@ -41,7 +41,7 @@ int smattn__bwp_equal(const bw_poly *a, const bw_poly *b);
 
 /* The correct rounding to t of X = num / den, exactly: den must be normalised with only
  * positive coefficients (so den > 0), num normalised. An exact zero gives +0; a rational X
- * (num = B den, SPEC 9.3) is rounded exactly; otherwise X is irrational (Lindemann-
+ * (num = B den, SPEC 10.3) is rounded exactly; otherwise X is irrational (Lindemann-
  * Weierstrass), never a rounding boundary, and an interval Ziv loop from start_prec
  * decides it, with the sign of num - B den deciding a boundary B the interval cannot
  * leave. Returns 1 with *bits set, 0 when max_prec was reached, -1 on allocation failure.
@@ -50,7 +50,7 @@ int smattn__bwp_equal(const bw_poly *a, const bw_poly *b);
 int smattn__bwp_decide(const bw_poly *num, const bw_poly *den, smattn_dtype t, long start_prec,
                        long max_prec, uint64_t *bits, long *prec_used, int *rational);
 
-/* What a row adds (SPEC 9.2): SKIP nothing (dQ +0); NORMAL its gradients; POISON NaN at
+/* What a row adds (SPEC 10.2): SKIP nothing (dQ +0); NORMAL its gradients; POISON NaN at
  * its visible keys and in dQ; EMPTY_NAN NaN at every key and in dQ; MEAN dO / T_b to dV. */
 enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
 enum { CL_NAN = 1, CL_POS = 2, CL_NEG = 4 };
@@ -87,7 +87,7 @@ typedef struct bw_row {
     double *fP, *fPr, *fS, *fSr;    /* [n] fast phase: P_j and dS_j with absolute error bounds */
     double *g6; /* [6n] double-double tier: P_j (hi, lo, bound), dS_j (hi, lo, bound) */
     int dd_ok;  /* the double-double tier bounded the row */
-    /* dsinks (SPEC 9.1): P of the sink and Delta, per tier */
+    /* dsinks (SPEC 10.1): P of the sink and Delta, per tier */
     int sink_bad;                /* the sink is NaN or +inf (a NaN row) */
     double fPs, fPsr, fD, fDr;   /* binary64 tier: values and bounds */
     double gPs[3], gD[3];        /* double-double tier: hi, lo, bound */
@@ -137,7 +137,7 @@ struct bw_job {
     smattn_ref_stats stats;
 };
 
-/* backward_fast.c: the binary64 phase (SPEC 9.3): decides every element whose enclosure
+/* backward_fast.c: the binary64 phase (SPEC 10.3): decides every element whose enclosure
  * rounds one way, marks the rows the MPFR phase still needs. 0, or -1 on allocation failure. */
 int smattn__bw_fast_unit(bw_unit *u);
 /* The double-double tier, for the rows marked needed: decides most of what the binary64

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bw_poly.c: exact sparse exponential polynomials and the exact rounding of their ratios,
- * the backward oracle's exact path (SPEC 9.3). */
+ * the backward oracle's exact path (SPEC 10.3). */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>

@@ -170,6 +170,7 @@ typedef struct ref_job {
     const smattn_outputs *out;
     const smattn_ref_config *cfg;
     int64_t rows;
+    const int64_t *list;    /* the rows to evaluate (ref/rows.c), or NULL: rows 0..rows-1 */
     atomic_llong next;
     atomic_llong done;      /* rows finished, for progress */
     pthread_t caller;       /* the thread of smattn_ref: the only one that calls progress */
@@ -438,7 +439,8 @@ static void *worker(void *arg)
             if (start >= job->rows)
                 break;
             int64_t end = start + chunk < job->rows ? start + chunk : job->rows;
-            for (int64_t row = start; row < end; row++) {
+            for (int64_t k = start; k < end; k++) {
+                int64_t row = job->list ? job->list[k] : k;
                 r.b = row / (p->Hq * p->S);
                 r.h = (row / p->S) % p->Hq;
                 r.i = row % p->S;
@@ -483,6 +485,15 @@ smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *
     smattn_status st = smattn_validate(p, in, out);
     if (st)
         return st;
+    return smattn__ref_run(p, in, out, cfg, stats, progress, progress_arg, NULL, 0);
+}
+
+/* The driver after validation: every row, or the rows of `list` (ref/rows.c checks it). */
+smattn_status smattn__ref_run(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out, const smattn_ref_config *cfg,
+                              smattn_ref_stats *stats, smattn_progress_fn progress,
+                              void *progress_arg, const int64_t *list, int64_t nlist)
+{
     smattn_ref_config defcfg;
     memset(&defcfg, 0, sizeof defcfg);
     if (!cfg)
@@ -499,7 +510,8 @@ smattn_status smattn_ref_progress(const smattn_problem *p, const smattn_inputs *
     job.in = in;
     job.out = out;
     job.cfg = cfg;
-    job.rows = p->B * p->Hq * p->S; /* fits: validation bounded every offset */
+    job.rows = list ? nlist : p->B * p->Hq * p->S; /* fits: validation bounded every offset */
+    job.list = list;
     atomic_init(&job.next, 0);
     atomic_init(&job.done, 0);
     job.caller = pthread_self();

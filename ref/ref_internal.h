@@ -76,6 +76,13 @@ smattn_status smattn__ref_exact_row(ref_row *r, long start_prec, long max_prec);
 /* The mean convention of an empty row over keys r->idx[0..n) (SPEC 3.4). */
 smattn_status smattn__ref_mean_row(ref_row *r);
 
+/* ref.c: the driver after validation, over every row (list NULL) or the nlist rows of list
+ * (indices (b Hq + h) S + i, each once; ref/rows.c checks them). */
+smattn_status smattn__ref_run(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out, const smattn_ref_config *cfg,
+                              smattn_ref_stats *stats, smattn_progress_fn progress,
+                              void *progress_arg, const int64_t *list, int64_t nlist);
+
 /* Loading helpers. */
 double smattn__ref_k(const ref_row *r, int64_t j, int64_t d);
 double smattn__ref_v(const ref_row *r, int64_t j, int64_t c);

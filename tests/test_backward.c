@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test_backward.c: the exact backward oracle (SPEC 9): its gradients against central
+/* test_backward.c: the exact backward oracle (SPEC 10): its gradients against central
  * differences of an independent MPFR forward, its exact zeros and rationals, the
  * conventions, GQA, permutations, threads, and the validation of its descriptor. */
 #include <check.h>
@@ -531,7 +531,7 @@ START_TEST(diff_empty_rows_mean_and_zero)
 }
 END_TEST
 
-/* SPEC 9.5: the hand-worked example, computed by spec/tools/backward_example.py. */
+/* SPEC 10.5: the hand-worked example, computed by spec/tools/backward_example.py. */
 START_TEST(golden_example)
 {
     tc c;

@@ -124,7 +124,7 @@ START_TEST(loader_errors)
                       "missing symbol smattn_plugin_attention");
     expect_load_error(built("tests/fixtures/fixture_abi.so"), "plugin ABI version 2");
     expect_load_error(tmp("no_such_plugin.so"), "no such file");
-    outcome o = cli("conform", "--suite", "huge", NULL);
+    outcome o = cli("conform", "--suite", "enormous", NULL);
     ck_assert_int_eq(o.code, 2);
     outcome_free(&o);
     o = cli("conform", "--frobnicate", NULL);

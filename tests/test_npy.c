@@ -216,8 +216,8 @@ START_TEST(malformed_headers_rejected)
                        "expected an integer");
     expect_dict_reject("{'descr': '<f8', 'fortran_order': False, 'shape': (1 2)}", 8,
                        "expected ','");
-    expect_dict_reject("{'descr': '<f8', 'fortran_order': False, 'shape': (1,1,1,1,1)}", 8,
-                       "more than 4");
+    expect_dict_reject("{'descr': '<f8', 'fortran_order': False, 'shape': (1,1,1,1,1,1)}", 8,
+                       "more than 5");
     expect_dict_reject("{'descr': '<f8', 'fortran_order': False, 'shape': "
                        "(99999999999999999999,)}",
                        8, "too large");

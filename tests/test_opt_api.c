@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test_opt_api.c: the kernel's contract beyond its numbers (issue 15): ISA names, threads
+/* test_opt_api.c: the kernel's contract beyond its numbers: ISA names, threads
  * capped at the online cores, the pool in a forked child, tensors at any address. */
 #include <check.h>
 #include <dirent.h>
@@ -107,7 +107,7 @@ static smattn_status run(const prob *x, const char *isa, int threads, void *lse,
     return smattn_attention(&x->p, &x->in, &out, &cfg);
 }
 
-/* ---- ISA names (issue 15 item 7) -------------------------------------------------------- */
+/* ---- ISA names -------------------------------------------------------- */
 
 START_TEST(isa_unknown_is_option_error)
 {
@@ -148,7 +148,7 @@ START_TEST(isa_env_reported)
 }
 END_TEST
 
-/* ---- threads capped at the online cores (issue 15 item 6) ------------------------------- */
+/* ---- threads capped at the online cores ------------------------------- */
 
 static void nap(long us)
 {
@@ -256,7 +256,7 @@ START_TEST(threads_capped_ref)
 }
 END_TEST
 
-/* ---- the pool in a forked child (issue 15 item 1) ----------------------------------------- */
+/* ---- the pool in a forked child ----------------------------------------- */
 
 /* In a child: the kernel with 0 and 2 threads must give `want`'s bits; an alarm turns a
  * deadlock into a failure. Returns the child's exit status (0: good). */
@@ -359,7 +359,7 @@ START_TEST(fork_during_threaded_call)
 }
 END_TEST
 
-/* ---- tensors at any address (issue 15 item 4) ------------------------------------------- */
+/* ---- tensors at any address ------------------------------------------- */
 
 /* Every tensor (Q, K, V, bias, sinks, O, LSE, P) 1, 2 or 3 bytes past an aligned address:
  * the kernel on every ISA the CPU has, and the oracle, give the aligned run's bits. Under

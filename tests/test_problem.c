@@ -279,7 +279,7 @@ START_TEST(tiles_cover_once_and_skip_only_empty)
 }
 END_TEST
 
-/* Public helpers are defined for every input (issue 15): overflow is reported, not
+/* Public helpers are defined for every input: overflow is reported, not
  * computed (the sanitizer build turns a signed overflow into a failure). */
 START_TEST(public_helpers_any_input)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* gen_seeds.c: writes the committed seed corpus of a fuzz target into a directory.
  *   gen_seeds fuzz_diff|fuzz_diff_long|fuzz_dtypes|fuzz_ref_props|fuzz_decode_prefill|
- *             fuzz_api|fuzz_case_files DIR
+ *             fuzz_api|fuzz_case_files|fuzz_merge DIR
  *   gen_seeds fuzz_dtypes DIR FILE...  also each FILE (a fuzz_diff input) as is and with
  *             two dtype choices (from-<name>, from-<name>-<qx>-<bias>-<out>)
  * fuzz_diff, fuzz_ref_props, fuzz_decode_prefill (one decoder, one seed set): a deterministic random search over byte strings, keeping an input whenever it
@@ -245,7 +245,7 @@ static void gen_case_files(const char *dir)
     uint8_t out[4096];
     for (int t = SMATTN_NPY_F64; t <= SMATTN_NPY_U8; t++)
         for (int rank = 0; rank <= SMATTN_NPY_MAX_RANK; rank++) {
-            int64_t shape[4] = {2, 3, 1, 2};
+            int64_t shape[SMATTN_NPY_MAX_RANK] = {2, 3, 1, 2, 1};
             size_t cnt = 1;
             for (int k = 0; k < rank; k++)
                 cnt *= (size_t)shape[k];
@@ -295,6 +295,53 @@ static void gen_case_files(const char *dir)
     printf("gen_seeds: %d inputs in %s\n", kept, dir);
 }
 
+/* fuzz_merge: 135 inputs whose tails (fuzz_merge.c's choices, first choice last) cycle
+ * through N (1-9), the LSE value modes (5), the O value modes (4), both bases and empty-part
+ * conventions, every empty-row/LSE convention and dtype, with 0-2 special-value patches; one
+ * in seven also carries front bytes that land raw in O. */
+static void gen_merge(const char *dir)
+{
+    int kept = 0;
+    char name[64];
+    for (int i = 0; i < 135; i++) {
+        uint8_t c[64], in[128];
+        int n = 0;
+        c[n++] = (uint8_t)(i % 9);                         /* N - 1 */
+        c[n++] = (uint8_t)(i / 9 % 2);                     /* B - 1 */
+        c[n++] = (uint8_t)(i / 18 % 2);                    /* S - 1 */
+        c[n++] = (uint8_t)(i / 36 % 2);                    /* Hq - 1 */
+        c[n++] = (uint8_t)(i * 7 % 9);                     /* Dv - 1 */
+        c[n++] = (uint8_t)(i % 2);                         /* base */
+        c[n++] = (uint8_t)(i / 2 % 2);                     /* empty_parts */
+        c[n++] = (uint8_t)(i / 4 % 2);                     /* empty_rows */
+        c[n++] = (uint8_t)(i % 3);                         /* empty_lse */
+        c[n++] = (uint8_t)(i / 3 % 3);                     /* o dtype */
+        c[n++] = (uint8_t)(i / 9 % 3);                     /* lse dtype */
+        c[n++] = (uint8_t)(i / 27 % 3);                    /* output dtype */
+        c[n++] = (uint8_t)(i % 4);                         /* threads - 1 */
+        c[n++] = (uint8_t)(i % 5);                         /* LSE mode */
+        c[n++] = (uint8_t)(i / 5 % 4);                     /* O mode */
+        for (int k = 0; k < 4; k++)
+            c[n++] = (uint8_t)rnd();                       /* seed */
+        int np = i % 3;
+        c[n++] = (uint8_t)np;
+        for (int k = 0; k < np; k++) {
+            c[n++] = (uint8_t)(rnd() % 2);                 /* LSE or O */
+            c[n++] = (uint8_t)rnd(), c[n++] = (uint8_t)rnd(); /* index */
+            c[n++] = (uint8_t)(rnd() % FUZZ_NSPECIAL);
+        }
+        int front = i % 7 == 0 ? 16 : 0;
+        for (int k = 0; k < front; k++)
+            in[k] = (uint8_t)rnd();
+        for (int k = 0; k < n; k++)
+            in[front + k] = c[n - 1 - k];
+        snprintf(name, sizeof name, "seed-%03d", i);
+        put(dir, name, in, (size_t)(front + n));
+        kept++;
+    }
+    printf("gen_seeds: %d inputs in %s\n", kept, dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 3 && !strcmp(argv[1], "fuzz_dtypes")) {
@@ -304,7 +351,7 @@ int main(int argc, char **argv)
     }
     if (argc != 3) {
         fprintf(stderr, "usage: gen_seeds fuzz_diff|fuzz_diff_long|fuzz_dtypes|fuzz_ref_props|"
-                        "fuzz_decode_prefill|fuzz_api|fuzz_case_files DIR\n");
+                        "fuzz_decode_prefill|fuzz_api|fuzz_case_files|fuzz_merge DIR\n");
         return 2;
     }
     if (!strcmp(argv[1], "fuzz_diff") || !strcmp(argv[1], "fuzz_ref_props") ||
@@ -318,6 +365,8 @@ int main(int argc, char **argv)
         gen_problems(argv[2], GEN_API);
     else if (!strcmp(argv[1], "fuzz_case_files"))
         gen_case_files(argv[2]);
+    else if (!strcmp(argv[1], "fuzz_merge"))
+        gen_merge(argv[2]);
     else {
         fprintf(stderr, "gen_seeds: unknown target %s\n", argv[1]);
         return 2;

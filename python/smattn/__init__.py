@@ -16,11 +16,12 @@ convention; help(smattn.reference) maps the arguments to it.
 from ._api import (Element, Report, assert_close, attention, check, check_softmax, precision,
                    reference, reference_softmax, visible)
 from ._cases import Case, cases
+from ._merge import merge, merge_reference
 from ._lib import LIBRARY_PATH
 from ._version import VERSION as _VERSION
 
 __all__ = ["reference", "attention", "check", "assert_close", "cases", "precision", "Report",
-           "reference_softmax", "check_softmax", "visible",
+           "reference_softmax", "check_softmax", "visible", "merge_reference", "merge",
            "Element", "Case", "LIBRARY_PATH", "__version__"]
 
 __version__ = _VERSION  # VERSION, read by smattn._version

@@ -841,7 +841,9 @@ class Report:
     worst: the element `reason` names (a failure) or the largest ratio (a pass). reason: the
     checker's one sentence ("" on a plain pass). unbounded: elements out of contract
     (finite exact value, bound +inf; SPEC 6.8), not judged. nonfinite: NaN or infinity
-    where the spec has a finite value. mismatched: judged elements beyond their bound."""
+    where the spec has a finite value. mismatched: judged elements beyond their bound.
+    rows_judged, rows_total: the query rows (b, h, i) judged and there are; fewer judged
+    when check() was given rows=K (sampled: then passed says nothing of the other rows)."""
     passed: bool
     max_ratio: float
     max_ulp: float
@@ -851,14 +853,23 @@ class Report:
     reason: str
     worst: Optional[Element]
     mismatched: int = 0
+    rows_judged: int = 0
+    rows_total: int = 0
+
+    @property
+    def sampled(self):
+        """True when only some rows were judged (rows=K): not the full check."""
+        return self.rows_judged < self.rows_total
 
     def __bool__(self):
         return self.passed
 
     def __str__(self):
+        smp = (" (sampled: %d of %d rows judged)" % (self.rows_judged, self.rows_total)
+               if self.sampled else "")
         if not self.passed:
-            return "fail: " + self.reason
-        s = "pass: max error/bound %.3g over %d elements" % (self.max_ratio, self.elements)
+            return "fail" + smp + ": " + self.reason
+        s = "pass%s: max error/bound %.3g over %d elements" % (smp, self.max_ratio, self.elements)
         return s + ("; " + self.reason if self.reason else "")
 
 
@@ -932,8 +943,11 @@ def _got(b, arr, name, shape, axes):
     return _aligned(np.ascontiguousarray(np.transpose(a, axes))), code
 
 
-def _judge(b, o, lse, p, precision):
-    """The checker (conform_judge) on the caller's outputs of problem b: a Report."""
+def _judge(b, o, lse, p, precision, rows=None, seed=0):
+    """The checker (conform_judge) on the caller's outputs of problem b: a Report. rows:
+    judge that many query rows per (batch, head) (conform/rows.c), chosen by seed."""
+    rows_k = 0 if rows is None else _integer(rows, "rows", 64, minimum=1)
+    seed = _integer(seed, "seed", 64, signed=False)
     so, sl, sp = _shapes(b)
     got = _lib.Outputs()
     keep = []
@@ -959,8 +973,9 @@ def _judge(b, o, lse, p, precision):
     garbage = any(x is not None and x.dtype != np.uint16 and not np.isfinite(x).all()
                   for x in b.arrays)
     r = _lib.PyResult()
-    _lib.shim().smattn_py_judge(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(got),
-                                ctypes.byref(pm), int(garbage), ctypes.byref(r))
+    _lib.shim().smattn_py_judge_rows(ctypes.byref(b.prob), ctypes.byref(b.inputs),
+                                     ctypes.byref(got), ctypes.byref(pm), int(garbage), rows_k,
+                                     seed, ctypes.byref(r))
     reason = r.reason.decode(errors="replace")
     if r.status == 2:
         raise RuntimeError(reason)
@@ -979,7 +994,8 @@ def _judge(b, o, lse, p, precision):
             idx = idx[1:]
         worst = Element(name, idx, r.worst_got, r.worst_exact, r.worst_bound)
     return Report(r.status == 0, r.max_ratio, r.max_ulp, int(r.elements), int(r.unbounded),
-                  int(r.nonfinite), reason, worst, int(r.mismatched))
+                  int(r.nonfinite), reason, worst, int(r.mismatched), int(r.rows_judged),
+                  int(r.rows_total))
 
 
 # A failure this far beyond the bound, with finite outputs, looks like outputs read in the
@@ -1019,7 +1035,7 @@ def _layout_hint(other):
 def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, causal=None,
           window=None, kv_lens=None, q_lens=None, bias=None, mask=None, sinks=None,
           softcap=0, empty_rows="zero", empty_lse="neg_inf", layout="bshd", is_causal=None,
-          attn_mask=None, softmax_scale=None, window_size=None):
+          attn_mask=None, softmax_scale=None, window_size=None, rows=None, seed=0):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
@@ -1029,7 +1045,7 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
         raise TypeError("o: None; want the kernel's O (check judges O, and LSE and P when "
                         "given)")
     try:
-        r = _judge(b, o, lse, p, precision)
+        r = _judge(b, o, lse, p, precision, rows, seed)
     except ValueError as e:  # an output's shape: is it the other layout's?
         other = _other_layout(q, k, v, o, lse, p, kw) if " shape " in str(e) else None
         if other is None:
@@ -1041,7 +1057,8 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
         other = _other_layout(q, k, v, o, lse, p, kw)
         if other is not None:
             r = Report(r.passed, r.max_ratio, r.max_ulp, r.elements, r.unbounded, r.nonfinite,
-                       r.reason + _layout_hint(other), r.worst, r.mismatched)
+                       r.reason + _layout_hint(other), r.worst, r.mismatched, r.rows_judged,
+                       r.rows_total)
     return r
 
 
@@ -1058,6 +1075,12 @@ check.__doc__ = """Judge a kernel's outputs against the exact oracle under the S
     the call the kernel made. A failure far beyond the bound whose arrays also make a valid
     problem in the other layout says so in its reason.
 
+    rows: judge only that many query rows per (batch, head), so that the oracle costs
+    O(rows T D) instead of O(S T D): rows 0 and S-1 and both sides of every power of two
+    (2^k - 1 and 2^k below S) always, the rest drawn from `seed` (the rule of `smattn check
+    --rows`, conform/rows.c). The Report then says sampled (rows_judged < rows_total): a
+    bug on a row left out is not seen. None (default): every row.
+
     Returns a Report (truthy iff passed). Raises ValueError/TypeError for a bad problem or
     output shape, RuntimeError if the oracle fails (precision limit).
 """ + _DOC_ARGS.split("    dtype:")[0]
@@ -1066,7 +1089,7 @@ check.__doc__ = """Judge a kernel's outputs against the exact oracle under the S
 def check_softmax(p, x, *, lse=None, precision="float32", scale=None, causal=None,
                   window=None, kv_lens=None, q_lens=None, bias=None, mask=None, sinks=None,
                   softcap=0, empty_rows="zero", empty_lse="neg_inf", is_causal=None,
-                  attn_mask=None):
+                  attn_mask=None, rows=None, seed=0):
     """Judge a softmax kernel's P [B, Hq, S, T] (and LSE [B, Hq, S]) for scores x [B, Hq,
     S, T] (3-D: no B) against the exact oracle, as check() does for attention (the
     battery's softmax cases: Case.check). The arguments are those of reference_softmax()."""
@@ -1077,13 +1100,13 @@ def check_softmax(p, x, *, lse=None, precision="float32", scale=None, causal=Non
     if p is None:
         raise TypeError("p: None; want the kernel's P (check_softmax judges P, and LSE when "
                         "given)")
-    return _judge(b, None, lse, p, precision)
+    return _judge(b, None, lse, p, precision, rows, seed)
 
 
 _CHECK_ARGS = frozenset(("lse", "p", "precision", "scale", "causal", "window", "kv_lens",
                          "q_lens", "bias", "mask", "sinks", "softcap", "empty_rows",
                          "empty_lse", "layout", "is_causal", "attn_mask", "softmax_scale",
-                         "window_size"))
+                         "window_size", "rows", "seed"))
 
 
 def _mismatch_message(r, msg):

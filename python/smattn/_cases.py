@@ -141,6 +141,10 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     wheel, or the installed share/smattn, as `smattn conform` finds them). categories: only
     cases of these categories (e.g. ["causal", "gqa"])."""
     layout = _layout(layout)
+    if suite == "huge":  # stride-0 and sparse views over gigabytes of reserved memory
+        raise ValueError("suite 'huge' runs through `smattn conform --suite huge` only: its "
+                         "views (stride-0 broadcasts, offsets past 2^31 elements) have no "
+                         "NumPy array form of a sane size")
     if dtype not in ("float64", "float32", "float16"):
         raise TypeError("dtype %r: want 'float64', 'float32' or 'float16'" % (dtype,))
     seed = _integer(seed, "seed", 64, signed=False)

@@ -81,7 +81,7 @@ class PyResult(ctypes.Structure):  # smattn_py_result, python/_smattn_shim.c
                 ("max_ulp", c_dbl), ("unbounded", c_i64), ("nonfinite", c_i64),
                 ("elements", c_i64), ("mismatched", c_i64), ("worst_ix", c_i64 * 4),
                 ("worst_got", c_dbl), ("worst_exact", c_dbl), ("worst_bound", c_dbl),
-                ("reason", ctypes.c_char * 512)]
+                ("reason", ctypes.c_char * 512), ("rows_judged", c_i64), ("rows_total", c_i64)]
 
 
 class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
@@ -91,7 +91,7 @@ class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
                 ("garbage", ctypes.c_int), ("strided", ctypes.c_int), ("caps", ctypes.c_uint32)]
 
 
-_SHIM_ABI = 2
+_SHIM_ABI = 3
 _P = ctypes.POINTER
 
 
@@ -194,6 +194,9 @@ def shim():
         s.smattn_py_judge.restype = None
         s.smattn_py_judge.argtypes = [_P(Problem), _P(Inputs), _P(Outputs), _P(Precision),
                                       ctypes.c_int, _P(PyResult)]
+        s.smattn_py_judge_rows.restype = None
+        s.smattn_py_judge_rows.argtypes = [_P(Problem), _P(Inputs), _P(Outputs), _P(Precision),
+                                           ctypes.c_int, c_i64, ctypes.c_uint64, _P(PyResult)]
         s.smattn_py_battery_new.restype = ctypes.c_void_p
         s.smattn_py_battery_new.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
                                             ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]

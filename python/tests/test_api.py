@@ -506,3 +506,32 @@ def test_docs_name_debians_python_and_count_right():
     for text in (top, pyreadme):
         for m in re.finditer(r"(~?)(\d+) cases", text):
             assert not m.group(1) and int(m.group(2)) == n, m.group(0)
+
+
+def test_check_sampled_rows():
+    """check(rows=K): the verdict of the whole check for a correct kernel, a bug on an
+    always-judged row (2^k) found, one on a row left out not claimed found (the Report says
+    sampled), and the rows a function of the seed."""
+    q, k, v = rand(2, 40, 2, 8, seed=1), rand(2, 40, 2, 8, seed=2), rand(2, 40, 2, 8, seed=3)
+    o, _ = smattn.reference(q, k, v, causal=True, dtype="float32")
+    whole = smattn.check(o, q, k, v, causal=True)
+    r = smattn.check(o, q, k, v, causal=True, rows=1, seed=4)
+    assert whole and r and not whole.sampled and r.sampled
+    assert r.rows_total == whole.rows_total == 2 * 2 * 40 and r.rows_judged < r.rows_total
+    assert "sampled" in str(r) and "sampled" not in str(whole)
+    bad = o.copy()
+    bad[1, 32, 0, 3] += 0.5  # row 32 = 2^5: always judged
+    r = smattn.check(bad, q, k, v, causal=True, rows=1)
+    assert not r and r.sampled and "i=32" in r.reason
+    bad = o.copy()
+    bad[0, 20, 1, 0] += 0.5  # row 20: judged only when drawn, never with K = 1
+    assert smattn.check(bad, q, k, v, causal=True, rows=1).sampled
+    assert smattn.check(bad, q, k, v, causal=True, rows=1)
+    assert not smattn.check(bad, q, k, v, causal=True)
+    # K = S: every row, the whole check
+    assert not smattn.check(bad, q, k, v, causal=True, rows=40).sampled
+    for bad_rows in (0, -1):
+        with pytest.raises(ValueError):
+            smattn.check(o, q, k, v, causal=True, rows=bad_rows)
+    with pytest.raises(ValueError):
+        next(smattn.cases("huge"))

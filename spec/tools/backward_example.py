@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""backward_example.py: the hand-worked example of SPEC 9.5, computed independently of the
+"""backward_example.py: the hand-worked example of SPEC 10.5, computed independently of the
 C oracle: Python's decimal module at 80 significant digits (Decimal.exp is correctly rounded
-at the context's precision), the formulas of SPEC 9.1 written out directly, and float() of
+at the context's precision), the formulas of SPEC 10.1 written out directly, and float() of
 each Decimal (a correctly rounded conversion) for the binary64 values. Prints the exact
 values to 30 digits and the binary64 results as C99 hex."""
 from decimal import Decimal as Dec, getcontext
