@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long check-huge lib cli tests clean bench-ref bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
+.PHONY: all deps deps-check demo check check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long check-huge lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
         check-exp format
 all: deps cli
 
@@ -125,8 +125,9 @@ lib: $(LIB)
 cli: $(CLI)
 # the benchmark programs too, so that make check keeps them compiling (none of them runs);
 # in the plain build only (the sanitizer build of them cost about a minute of make check)
-BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_read $(BUILD)/bench_shape \
-              $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp $(BUILD)/bench_layout
+BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_ref_backward $(BUILD)/bench_read \
+              $(BUILD)/bench_shape $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp \
+              $(BUILD)/bench_layout
 tests: $(TESTBIN) $(CLI) $(if $(SAN),,$(BENCH_BINS))
 
 # The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
@@ -221,6 +222,11 @@ demo: deps cli
 $(BUILD)/bench_ref: $(call obj,bench/bench_ref.c bench/bench_machine.c bench/peak_fma_avx2.c \
                     bench/peak_fma_avx512.c) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+# The backward oracle on a decode step (SPEC 9.3's speed target): T = 4096 on every core.
+$(BUILD)/bench_ref_backward: $(call obj,bench/bench_ref_backward.c) $(LIB)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-ref-backward: deps $(BUILD)/bench_ref_backward
+	$(BUILD)/bench_ref_backward 4096
 bench-ref: deps $(BUILD)/bench_ref
 	$(BUILD)/bench_ref 7
 

@@ -50,6 +50,13 @@ smattn_status smattn__ref_rows(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out, const smattn_ref_config *cfg,
                                smattn_ref_stats *stats, const int64_t *rows, int64_t nrows);
 
+/* smattn_validate for the backward (SPEC 10): the problem and inputs as smattn_validate
+ * checks them, then dO, dLSE and the three gradients (shapes, strides, dtypes, overflow,
+ * aliasing); the softmax op and the reserved dbias/dsinks: SMATTN_ERR_UNSUPPORTED. */
+smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
+                                        const smattn_grad_inputs *gin,
+                                        const smattn_grad_outputs *gout);
+
 /* The query length S_b and key length T_b of batch b (SPEC 3.2). */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b);
 int64_t smattn__kv_len(const smattn_problem *p, int64_t b);

@@ -295,11 +295,11 @@ static smattn_status check_layout(const verdict *v, const smattn_problem *p, int
 static const char *const input_names[] = {"Q", "K", "V"};
 static const char *const output_names[] = {"O", "LSE", "P"};
 
-static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
-                              const smattn_outputs *out, const verdict *v)
+/* The problem and its inputs (SPEC 2, 3): the spans read go to sp[*nspp...], the extents
+ * of Q/O/LSE's first two dimensions to qn. */
+static smattn_status validate_inputs(const smattn_problem *p, const smattn_inputs *in,
+                                     const verdict *v, span *sp, int *nspp, int64_t qn[2])
 {
-    if (!p || !in || !out)
-        return fail(v, SMATTN_ERR_NULL, "%s is NULL", !p ? "prob" : !in ? "in" : "out");
     if ((unsigned)p->op > SMATTN_OP_SOFTMAX)
         return fail(v, SMATTN_ERR_OPTION, "op = %d is unknown", (int)p->op);
     if ((unsigned)p->causal > SMATTN_CAUSAL_UPPER_LEFT)
@@ -329,7 +329,7 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
                     p->window_left < -1 ? "left" : "right",
                     (long long)(p->window_left < -1 ? p->window_left : p->window_right));
     smattn_status st;
-    int64_t qn[2], kn[2];
+    int64_t kn[2];
     if ((st = check_layout(v, p, qn, kn)))
         return st;
     for (int64_t b = 0; (p->kv_lens || p->q_lens) && b < p->B; b++) {
@@ -343,9 +343,7 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
 
     /* Inputs. Q/O/LSE and K/V take their extents from the layout (SPEC 2.7): the whole
      * packed or paged tensor is checked, so every offset the locator forms fits int64. */
-    span sp[16];
-    memset(sp, 0, sizeof sp);
-    int nsp = 0;
+    int nsp = *nspp;
     if (att) {
         int64_t nq[4] = {qn[0], qn[1], p->Hq, p->D};
         int64_t nk[4] = {kn[0], kn[1], p->Hkv, p->D};
@@ -418,6 +416,24 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
             sp[nsp].hi = (const unsigned char *)arr[k] + arr_bytes[k];
             sp[nsp++].name = arr_names[k];
         }
+    *nspp = nsp;
+    return SMATTN_OK;
+}
+
+static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_outputs *out, const verdict *v)
+{
+    if (!p || !in || !out)
+        return fail(v, SMATTN_ERR_NULL, "%s is NULL", !p ? "prob" : !in ? "in" : "out");
+    span sp[16];
+    memset(sp, 0, sizeof sp);
+    int nsp = 0;
+    int64_t qn[2];
+    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn);
+    if (st)
+        return st;
+    const int att = p->op == SMATTN_OP_ATTENTION;
+    int64_t nfull[4] = {p->B, p->Hq, p->S, p->T};
 
     /* Outputs. */
     if (att && !out->o.data)
@@ -455,6 +471,80 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
 {
     verdict v = {NULL, 0};
     return validate(p, in, out, &v);
+}
+
+/* The backward's descriptor (SPEC 10.4): the problem and inputs as smattn_validate checks
+ * them, then dO, dLSE and the gradients, each output disjoint from itself and from every
+ * input and output. */
+smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
+                                        const smattn_grad_inputs *gin,
+                                        const smattn_grad_outputs *gout)
+{
+    verdict vv = {NULL, 0}, *v = &vv;
+    if (!p || !in || !gin || !gout)
+        return SMATTN_ERR_NULL;
+    if (p->layout)
+        return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 10.6) */
+    span sp[20];
+    memset(sp, 0, sizeof sp);
+    int nsp = 0;
+    int64_t qn[2];
+    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn);
+    if (st)
+        return st;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
+    /* dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional */
+    int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
+    int64_t nl[4] = {p->B, p->Hq, p->S, 1};
+    if (!gin->dout.data)
+        return SMATTN_ERR_NULL;
+    if (!is_float(gin->dout.dtype))
+        return SMATTN_ERR_DTYPE;
+    if ((st = check_tensor(4, no, gin->dout.stride, gin->dout.dtype, gin->dout.data, &sp[nsp])))
+        return st;
+    sp[nsp++].name = "dO";
+    if (gin->dlse.data) {
+        if (!is_float(gin->dlse.dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(3, nl, gin->dlse.stride, gin->dlse.dtype, gin->dlse.data,
+                               &sp[nsp])))
+            return st;
+        sp[nsp++].name = "dLSE";
+    }
+    /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required; dBias [B,Hq,S,T] and
+     * dSinks [Hq] optional. A dBias stride 0 on a dimension of extent > 1 would ask for the
+     * sum over it (a broadcast bias's own shape), not computed yet (SPEC 10.6). */
+    int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
+    int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
+    int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
+    int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
+    int64_t ns[4] = {p->Hq, 1, 1, 1};
+    for (int k = 0; gout->dbias.data && k < 4; k++)
+        if (gout->dbias.stride[k] == 0 && nb[k] > 1)
+            return SMATTN_ERR_UNSUPPORTED;
+    const smattn_out_tensor *ot[5] = {&gout->dq, &gout->dk, &gout->dv, &gout->dbias,
+                                      &gout->dsinks};
+    const int64_t *on[5] = {nq, nk, nv, nb, ns};
+    static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
+    for (int k = 0; k < 5; k++) {
+        int rank = k == 4 ? 1 : 4;
+        if (k >= 3 && !ot[k]->data)
+            continue; /* dBias and dSinks are optional */
+        if (!ot[k]->data)
+            return SMATTN_ERR_NULL;
+        if (!is_float(ot[k]->dtype))
+            return SMATTN_ERR_DTYPE;
+        if ((st = check_tensor(rank, on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data, &sp[nsp])))
+            return st;
+        if (!self_disjoint(rank, on[k], ot[k]->stride))
+            return SMATTN_ERR_ALIAS;
+        for (int j = 0; j < nsp; j++)
+            if (spans_meet(sp[nsp], sp[j]))
+                return SMATTN_ERR_ALIAS;
+        sp[nsp++].name = names[k];
+    }
+    return SMATTN_OK;
 }
 
 /* ---- visibility ------------------------------------------------------------------------ */

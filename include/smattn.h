@@ -281,6 +281,44 @@ SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
                                                    smattn_ref_stats *stats,
                                                    smattn_progress_fn progress, void *arg);
 
+/* The exact backward (SPEC 10), appended in 0.2. Gradients of a loss with respect to the
+ * attention inputs, given the gradient dO of its output O (and optionally dLSE of its LSE):
+ *   dout [B,S,Hq,Dv] (required), dlse [B,Hq,S] (optional: data NULL means dLSE = 0), any
+ *   float dtype, strides >= 0 as for the inputs of SPEC 2.1.
+ *   dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv] (required), any float dtype; dk and dv
+ *   hold the sums over each KV head's group of query heads (SPEC 2.2).
+ *   dbias [B,Hq,S,T] (optional, with or without a bias input): dS, +0 where the key is not
+ *   visible; a stride 0 on a dimension of extent > 1 (the sum over a broadcast dimension) is
+ *   SMATTN_ERR_UNSUPPORTED for now. dsinks [Hq] (optional): the sum over batches and queries
+ *   of P_sink (dLSE - Delta); +0 for a head without a sink (absent or -inf).
+ * No output may overlap itself, another output, or any input (SMATTN_ERR_ALIAS). */
+typedef struct smattn_grad_inputs {
+    smattn_tensor dout; /* dO */
+    smattn_tensor dlse; /* dLSE, optional */
+} smattn_grad_inputs;
+
+typedef struct smattn_grad_outputs {
+    smattn_out_tensor dq, dk, dv;
+    smattn_out_tensor dbias;  /* optional, full shape (SPEC 10.1) */
+    smattn_out_tensor dsinks; /* optional, [Hq] (SPEC 10.1) */
+} smattn_grad_outputs;
+
+/* Every element of dq, dk, dv (and dbias, dsinks) is the exact value of SPEC 10.1 (with the
+ * conventions of 10.2) rounded to nearest-even in its dtype (SPEC 10.3). Attention problems
+ * only (softmax: SMATTN_ERR_UNSUPPORTED), no layout (a non-NULL prob->layout:
+ * SMATTN_ERR_UNSUPPORTED). cfg and stats as for smattn_ref (stats: rows and rows_empty
+ * count query rows, rows_fast the elements decided by the binary64 and double-double tiers,
+ * rows_rational those decided by an exact expansion; no_fast_phase skips both tiers).
+ * Statuses: validation's, NOMEM, THREADS, OPTION, and SMATTN_ERR_PRECISION only where
+ * SPEC 10.3 allows it (softcap, or an exact expansion larger than the oracle's limit); never
+ * a wrong rounding. Deterministic, independent of the thread count. */
+SMATTN_NODISCARD smattn_status smattn_ref_backward(const smattn_problem *prob,
+                                                   const smattn_inputs *in,
+                                                   const smattn_grad_inputs *gin,
+                                                   const smattn_grad_outputs *gout,
+                                                   const smattn_ref_config *cfg,
+                                                   smattn_ref_stats *stats);
+
 
 /* ---------------------------------------------------------------------------------------
  * The error bound (SPEC 6) and the error metrics shared by tests, fuzzers and the checker.
