@@ -432,17 +432,21 @@ static void sweep_orphans(void)
     double t0 = now_seconds();
     sweep_state s;
     memset(&s, 0, sizeof s);
+    int unseen = 0;
     while (have_children() && now_seconds() - t0 < SWEEP_GIVE_UP_SECONDS) {
         while (waitpid(-1, NULL, WNOHANG) > 0) /* zombies: nothing to stop */
             ;
         size_t running = 0, n = descendants(&s, 1, &running);
         if (n == 0) {
-            /* Children, none of them found in /proc: it cannot be read (not Linux, or
-             * mounted hidepid); the process group kills were all there was to do. */
-            if (have_children() && !(waitpid(-1, NULL, WNOHANG) > 0))
+            /* Children, none of them found in /proc: one handed up to us after our list
+             * was read (look again, a few times), or /proc cannot be read (not Linux, or
+             * mounted hidepid): the process group kills were all there was to do. */
+            if (have_children() && !(waitpid(-1, NULL, WNOHANG) > 0) && ++unseen > 3)
                 break;
+            sleep_ms(0.2);
             continue;
         }
+        unseen = 0;
         if (running && now_seconds() - t0 < SWEEP_FREEZE_SECONDS) {
             sleep_ms(0.2); /* the SIGSTOPs to land; then look again */
             continue;
