@@ -192,8 +192,11 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
 /* The features of caps as ", "-separated names into buf; and one name per bit. */
 void conform_caps_str(uint32_t caps, char *buf, size_t cap);
 const char *conform_cap_name(unsigned bit);
-/* The caps a problem uses (all but CAP_STRIDES, CAP_LSE, CAP_P). */
+/* The caps a problem uses (all but CAP_STRIDES, CAP_LSE, CAP_P), its layout's included. */
 uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in);
+/* The layout caps of L (PACKED_Q, PACKED_KV, PAGED_NHD or, when K's slot stride is below
+ * its head stride, PAGED_HND; in may be NULL: NHD). */
+uint32_t conform_layout_caps(const smattn_layout *L, const smattn_inputs *in);
 
 /* ---- shards (--shard I/N) -------------------------------------------------------------- */
 

@@ -12,7 +12,8 @@ from . import _api, _lib
 from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
-              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max")
+              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max",
+              "deterministic", "packed_q", "packed_kv", "paged_nhd", "paged_hnd")
 _DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16"}
 _EMPTY_NAME = {v: k for k, v in _EMPTY.items()}
 _EMPTY_LSE_NAME = {v: k for k, v in _EMPTY_LSE.items()}
