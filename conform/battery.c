@@ -682,6 +682,7 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     softcap(&bd);
     dtypes(&bd);
     strides(&bd);
+    battery_layouts(&bd, full);
     softmax(&bd);
     /* 32 per sweep in full (40 before the tiled and long categories): the oracle's time */
     sweep(&bd, "prefill", full ? 32 : 3, full);
