@@ -348,8 +348,8 @@ void conform_layout_describe(const smattn_problem *lp, int64_t b, int64_t j, cha
     } else if (L->block_table) {
         const int64_t ps = L->page_size, used = (Tb + ps - 1) / ps;
         const int32_t *row = L->block_table + b * L->bt_stride;
-        PUT(", T_b %lld in %lld page%s of %lld slots", (long long)Tb, (long long)used,
-            used == 1 ? "" : "s", (long long)ps);
+        PUT(", T_b %lld in %lld page%s of %lld slot%s", (long long)Tb, (long long)used,
+            used == 1 ? "" : "s", (long long)ps, ps == 1 ? "" : "s");
         for (int64_t k = 0; k < used && k < 6; k++)
             PUT("%s%d", k ? " " : " (table row: ", row[k]);
         if (used > 6)
