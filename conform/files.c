@@ -480,8 +480,12 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
         json_object_object_add(e, "name", json_object_new_string(c->name));
         json_object_object_add(e, "category", json_object_new_string(c->category));
         json_object *feat = json_object_new_array();
+        /* a layout case written dense is its twin: the twin's features (lengths, no layout) */
+        uint32_t caps = c->has_layout && !layout
+                            ? conform_problem_caps(&c->prob, &c->in64) | (c->caps & SMATTN_CAP_STRIDES)
+                            : c->caps;
         for (unsigned bit = 0; bit < 32; bit++)
-            if (c->caps & (1u << bit))
+            if (caps & (1u << bit))
                 json_object_array_add(feat, json_object_new_string(conform_cap_name(bit)));
         json_object_object_add(e, "features", feat);
         json_object_array_add(arr, e);

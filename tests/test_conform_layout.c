@@ -164,6 +164,34 @@ START_TEST(sampled_rows_on_layouts)
 }
 END_TEST
 
+/* gen writes a layout case dense as its twin: the manifest gives the twin's features (its
+ * lengths, no layout), as `check` reports them. */
+START_TEST(gen_dense_lists_the_twins_features)
+{
+    const char *out = test_path(dir, "cases");
+    const char *args[] = {"gen", out, NULL};
+    test_outcome o = test_cli_run(dir, args);
+    ck_assert_msg(o.code == 0, "gen: exit %d: %s", o.code, o.err);
+    test_outcome_free(&o);
+    char *text = test_slurp(test_path(dir, "cases/manifest.json"));
+    json_object *root = json_tokener_parse(text), *cases, *c = NULL, *v;
+    free(text);
+    ck_assert(root && json_object_object_get_ex(root, "cases", &cases));
+    for (size_t k = 0; k < json_object_array_length(cases) && !c; k++) {
+        json_object *e = json_object_array_get_idx(cases, k);
+        if (!strcmp(test_report_field(e, "name"), "layout/paged_mixed_decode_prefill"))
+            c = e;
+    }
+    ck_assert_ptr_nonnull(c);
+    ck_assert(json_object_object_get_ex(c, "features", &v));
+    const char *feats = json_object_to_json_string(v);
+    ck_assert_msg(strstr(feats, "\"kv_lens\"") && strstr(feats, "\"q_lens\"") &&
+                      !strstr(feats, "paged_") && !strstr(feats, "packed_"),
+                  "features %s", feats);
+    json_object_put(root);
+}
+END_TEST
+
 Suite *conform_layout_suite(void);
 Suite *conform_layout_suite(void)
 {
@@ -175,6 +203,7 @@ Suite *conform_layout_suite(void)
     tcase_add_test(tc, unclaimed_layouts_are_skipped);
     tcase_add_loop_test(tc, planted_bugs_fail_naming_the_layout, 0, NBUGS);
     tcase_add_test(tc, sampled_rows_on_layouts);
+    tcase_add_test(tc, gen_dense_lists_the_twins_features);
     suite_add_tcase(s, tc);
     return s;
 }
