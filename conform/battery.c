@@ -82,8 +82,11 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
         c |= SMATTN_CAP_GQA;
     if (p->op == SMATTN_OP_ATTENTION && p->Dv != p->D)
         c |= SMATTN_CAP_DV;
-    if (p->layout)
+    if (p->layout) { /* a paged cache's kv_lens are the layout's own lengths (SPEC 2.7) */
         c |= conform_layout_caps(p->layout, in);
+        if (p->layout->block_table)
+            c &= ~(uint32_t)SMATTN_CAP_KV_LENS;
+    }
     return c;
 }
 

@@ -192,6 +192,40 @@ START_TEST(gen_dense_lists_the_twins_features)
 }
 END_TEST
 
+/* check reports a paged case file's features as conform does: the layout, not kv_lens
+ * (a paged cache's lengths are the layout's own). */
+START_TEST(check_names_a_paged_files_features)
+{
+    const char *out = test_path(dir, "paged");
+    const char *gen[] = {"gen", "--layout", "paged", out, NULL};
+    test_outcome o = test_cli_run(dir, gen);
+    ck_assert_msg(o.code == 0, "gen: exit %d: %s", o.code, o.err);
+    test_outcome_free(&o);
+    char cdir[256];
+    snprintf(cdir, sizeof cdir, "%s/layout-paged_p3_nopow2", out);
+    const char *ref[] = {"ref", cdir, cdir, NULL};
+    o = test_cli_run(dir, ref);
+    ck_assert_msg(o.code == 0, "ref: exit %d: %s", o.code, o.err);
+    test_outcome_free(&o);
+    const char *json = test_path(dir, "c.json");
+    const char *check[] = {"check", cdir, "--json", json, NULL};
+    o = test_cli_run(dir, check);
+    ck_assert_msg(o.code == 0, "check: exit %d: %s", o.code, o.out);
+    test_outcome_free(&o);
+    char *text = test_slurp(json);
+    json_object *root = json_tokener_parse(text), *cases, *v;
+    free(text);
+    ck_assert(root && json_object_object_get_ex(root, "cases", &cases));
+    json_object *c = json_object_array_get_idx(cases, 0);
+    ck_assert(json_object_object_get_ex(c, "features", &v));
+    const char *feats = json_object_to_json_string(v);
+    ck_assert_msg(strstr(feats, "\"paged_nhd\"") && strstr(feats, "\"packed_q\"") &&
+                      !strstr(feats, "kv_lens"),
+                  "features %s", feats);
+    json_object_put(root);
+}
+END_TEST
+
 Suite *conform_layout_suite(void);
 Suite *conform_layout_suite(void)
 {
@@ -204,6 +238,7 @@ Suite *conform_layout_suite(void)
     tcase_add_loop_test(tc, planted_bugs_fail_naming_the_layout, 0, NBUGS);
     tcase_add_test(tc, sampled_rows_on_layouts);
     tcase_add_test(tc, gen_dense_lists_the_twins_features);
+    tcase_add_test(tc, check_names_a_paged_files_features);
     suite_add_tcase(s, tc);
     return s;
 }
