@@ -6,6 +6,7 @@
  *              built-in optimised kernel through the same table)
  *   builtin.c  the built-in kernel as a plugin ("smattn-opt")
  *   battery.c  the cases: golden vectors, edge cases by category, random sweeps
+ *              (battery_layout.c: the ragged and paged ones, laid out for a kernel)
  *   isolate.c  the child processes plugin code runs in: process groups, time limits,
  *              output capture, no process left behind
  *   run.c      one case in a forked child: time limit, guard pages, canaries
