@@ -19,14 +19,14 @@
 enum { KV_DENSE = 0, KV_PACKED = 1, KV_PAGED = 2 };
 
 typedef struct lay_spec {
-    int packed_q;     /* queries packed (cu_seqlens_q) */
-    int kv;           /* KV_DENSE, KV_PACKED or KV_PAGED */
-    int hnd;          /* paged: [num_pages, Hkv, page_size, D] */
-    int64_t page;     /* paged: page size */
-    int64_t spare;    /* paged: pages no sequence uses (garbage), beyond those in use; with
-                         0, no table column past T either (a cache filled to capacity) */
-    int64_t shared;   /* paged: sequence 1's first `shared` pages are sequence 0's */
-    int64_t extra;    /* packed keys: each slice this much past seqused_k (garbage) */
+    int packed_q;   /* queries packed (cu_seqlens_q) */
+    int kv;         /* KV_DENSE, KV_PACKED or KV_PAGED */
+    int hnd;        /* paged: [num_pages, Hkv, page_size, D] */
+    int64_t page;   /* paged: page size */
+    int64_t spare;  /* paged: pages no sequence uses (garbage), beyond those in use; with
+                       0, no table column past T either (a cache filled to capacity) */
+    int64_t shared; /* paged: sequence 1's first `shared` pages are sequence 0's */
+    int64_t extra;  /* packed keys: each slice this much past seqused_k (garbage) */
 } lay_spec;
 
 /* What unused block-table entries hold: never read (SPEC 2.7), so anything at all. */
@@ -213,11 +213,11 @@ void battery_layouts(builder *bd, int full)
         int64_t T = full ? 4100 : 600;
         int64_t sq[2] = {1, 1}, tk[2] = {T, T / 2 + 7};
         lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0};
-        lay_case(bd, full ? "paged_split_decode_t4100" : "paged_split_decode_t600", 2, sq, tk, 1,
-                 T, 2, 1, 16, NONE, -1, -1, &p16);
+        lay_case(bd, full ? "paged_split_decode_t4100" : "paged_split_decode_t600", 2, sq, tk, 1, T,
+                 2, 1, 16, NONE, -1, -1, &p16);
         lay_spec p3 = {1, KV_PAGED, 0, 3, 1, 0, 0};
-        lay_case(bd, full ? "paged_split_decode_p3_t4100" : "paged_split_decode_p3_t600", 2, sq,
-                 tk, 1, T, 2, 2, 8, LR, -1, -1, &p3);
+        lay_case(bd, full ? "paged_split_decode_p3_t4100" : "paged_split_decode_p3_t600", 2, sq, tk,
+                 1, T, 2, 2, 8, LR, -1, -1, &p3);
     }
     /* a chunked-prefill batch: decodes (S_b = 1) beside prefills, one packed call */
     {
@@ -330,8 +330,9 @@ void conform_layout_describe(const smattn_problem *lp, int64_t b, int64_t j, cha
         if (n < cap)                                                                               \
             n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__);                                  \
     } while (0)
-    const char *kind = L->block_table ? (L->cu_seqlens_q ? "packed, paged" : "paged")
-                       : L->cu_seqlens_k ? "packed" : "packed-query";
+    const char *kind = L->block_table    ? (L->cu_seqlens_q ? "packed, paged" : "paged")
+                       : L->cu_seqlens_k ? "packed"
+                                         : "packed-query";
     PUT("sequence %lld of the %s batch", (long long)b, kind);
     int64_t Sb = smattn__q_len(lp, b), Tb = smattn__kv_len(lp, b);
     if (L->cu_seqlens_q)

@@ -31,8 +31,9 @@ static void teardown(void)
 static json_object *run_layout(const char *kernel, const char *rows)
 {
     const char *json = test_path(dir, "r.json");
-    const char *args[] = {"conform", "--kernel", kernel, "--only", "layout/", "--json", json,
-                          rows ? "--rows" : NULL, rows, NULL};
+    const char *args[] = {"conform", "--kernel", kernel, "--only",
+                          "layout/", "--json",   json,   rows ? "--rows" : NULL,
+                          rows,      NULL};
     test_outcome o = test_cli_run(dir, args);
     ck_assert_msg(o.code == 0 || o.code == 1, "exit %d: %s %s", o.code, o.out, o.err);
     char *text = test_slurp(json);
@@ -101,15 +102,25 @@ static const struct bug {
     const char *mode, *word;
     const char *fail[3], *pass[3];
 } bugs[] = {
-    {"page_off", "page", {"layout/paged_p16_decode", "layout/paged_p3_hnd_causal", "layout/paged_p1_gqa"},
+    {"page_off",
+     "page",
+     {"layout/paged_p16_decode", "layout/paged_p3_hnd_causal", "layout/paged_p1_gqa"},
      {"layout/packed_window_gqa", "layout/packed_seqused_k", NULL}},
-    {"slot_pow2", "page", {"layout/paged_p3_nopow2", "layout/paged_full_capacity", "layout/paged_hnd_window_gqa"},
+    {"slot_pow2",
+     "page",
+     {"layout/paged_p3_nopow2", "layout/paged_full_capacity", "layout/paged_hnd_window_gqa"},
      {"layout/paged_p16_decode", "layout/paged_p1_gqa", "layout/paged_p256"}},
-    {"no_seqused", "seqused_k", {"layout/packed_seqused_k", NULL, NULL},
+    {"no_seqused",
+     "seqused_k",
+     {"layout/packed_seqused_k", NULL, NULL},
      {"layout/packed_window_gqa", "layout/paged_p3_nopow2", NULL}},
-    {"unused_slot", "page", {"layout/paged_p16_decode", "layout/paged_p3_nopow2", "layout/paged_split_decode_t600"},
+    {"unused_slot",
+     "page",
+     {"layout/paged_p16_decode", "layout/paged_p3_nopow2", "layout/paged_split_decode_t600"},
      {"layout/paged_full_capacity", "layout/paged_p1_gqa", "layout/packed_seqused_k"}},
-    {"cu_off", "packed rows", {"layout/packed_mixed_decode_prefill", "layout/paged_mixed_decode_prefill", NULL},
+    {"cu_off",
+     "packed rows",
+     {"layout/packed_mixed_decode_prefill", "layout/paged_mixed_decode_prefill", NULL},
      {"layout/paged_p16_decode", "layout/paged_split_decode_t600", NULL}},
 };
 #define NBUGS ((int)(sizeof bugs / sizeof bugs[0]))
@@ -127,8 +138,8 @@ START_TEST(planted_bugs_fail_naming_the_layout)
             continue;
         failed++;
         const char *reason = test_report_field(c, "reason");
-        ck_assert_msg(strstr(reason, "sequence ") && strstr(reason, x->word), "%s: %s: %s",
-                      x->mode, test_report_field(c, "name"), reason);
+        ck_assert_msg(strstr(reason, "sequence ") && strstr(reason, x->word), "%s: %s: %s", x->mode,
+                      test_report_field(c, "name"), reason);
     }
     ck_assert_msg(failed > 0, "%s: nothing failed", x->mode);
     for (int k = 0; k < 3; k++) {
