@@ -132,6 +132,7 @@ typedef struct conform_case {
                               strides past 2^31 elements over untouched memory): converted
                               and checked by their views, not their count (suite huge) */
     size_t mapped[7];      /* bytes of tensor t mapped by conform_map_zero (0: malloc'd) */
+    float *slopes;         /* owned: prob.alibi_slopes (SPEC 2.8), or NULL */
 } conform_case;
 
 typedef struct conform_battery {

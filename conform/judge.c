@@ -318,6 +318,100 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
     return worst;
 }
 
+/* The worst error/bound ratio of O and LSE (those the kernel wrote) under problem q with
+ * inputs qin: the outputs "follow" q when it is <= 1. */
+static double ratio_o_lse_under(const smattn_problem *q, const smattn_inputs *qin,
+                                const smattn_outputs *got, const smattn_precision *pm,
+                                unsigned flags, const row_set *rs)
+{
+    smattn_outputs only = {got->o, got->lse, {0}}, ref, bnd;
+    int64_t n[3] = {got->o.data ? q->B * q->S * q->Hq * q->Dv : 0,
+                    got->lse.data ? q->B * q->Hq * q->S : 0, 0};
+    double worst = HUGE_VAL;
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
+        ref_on(q, qin, &ref, &cfg, rs) == SMATTN_OK &&
+        bound_on(q, qin, pm, &only, &bnd, flags, rs) == SMATTN_OK) {
+        worst = 0;
+        const smattn_out_tensor *gt[2] = {&got->o, &got->lse};
+        const smattn_out_tensor *rt[2] = {&ref.o, &ref.lse}, *bt[2] = {&bnd.o, &bnd.lse};
+        for (int t = 0; t < 2; t++)
+            for (int64_t e = 0; e < n[t]; e++) {
+                if (!judged(rs, q, t, e))
+                    continue;
+                double r = smattn_error_ratio(smattn_load(gt[t]->data, gt[t]->dtype, e),
+                                              ((double *)rt[t]->data)[e],
+                                              ((double *)bt[t]->data)[e]);
+                worst = r > worst ? r : worst;
+            }
+    }
+    free_f64(&ref);
+    free_f64(&bnd);
+    return worst;
+}
+
+/* ALiBi read another way (SPEC 2.8), for naming what a failing kernel did: kind 0 the slopes
+ * negated, 1 and 2 every distance one further (|d| + 1) or one nearer (|d| - 1; the
+ * one-sided mode: j - T_b + 2 and j - T_b), 3 the other mode (symmetric <-> one-sided; the
+ * mask mode: the bias added as is, not times the slope). The alternative is the problem
+ * without ALiBi and with a binary64 bias holding bias + term (its rounding is far below any
+ * bound). 0 with *q, *qin and *buf (to free) set, -1 if out of memory. */
+static int alibi_alt(const smattn_problem *p, const smattn_inputs *in, int kind,
+                     smattn_problem *q, smattn_inputs *qin, double **buf, const char **what)
+{
+    static const char *const names[2][4] = {
+        {"the slopes negated (+m |distance|)", "each distance one further",
+         "each distance one nearer", "the other mode"},
+        {"the slopes negated", "each distance one further (bias - 1)",
+         "each distance one nearer (bias + 1)", "the bias added as is, not times the slope"}};
+    const int mask = p->alibi_mode == SMATTN_ALIBI_MASK;
+    *what = names[mask][kind];
+    if (kind == 3 && !mask)
+        *what = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC
+                    ? "the one-sided mode, m (j - T_b + 1) (vLLM's)"
+                    : "the symmetric mode, -m |i + T_b - S_b - j| (FlashAttention's)";
+    const int64_t n = p->B * p->Hq * p->S * p->T;
+    double *bb = malloc((size_t)(n ? n : 1) * sizeof *bb);
+    if (!bb)
+        return -1;
+    for (int64_t b = 0, k = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++)
+                for (int64_t j = 0; j < p->T; j++, k++) {
+                    double x = in->bias.data ? load4(&in->bias, b, h, i, j) : 0.0;
+                    double m = (double)smattn__alibi_slope(p, b, h);
+                    if (!isfinite(x)) {
+                        bb[k] = x;
+                        continue;
+                    }
+                    if (mask) {
+                        double v = kind == 1 ? x - 1 : kind == 2 ? x + 1 : x;
+                        bb[k] = kind == 3 ? x : kind == 0 ? -m * x : m * v;
+                        continue;
+                    }
+                    smattn_problem r = *p;
+                    if (kind == 3)
+                        r.alibi_mode = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC
+                                           ? SMATTN_ALIBI_ONE_SIDED
+                                           : SMATTN_ALIBI_SYMMETRIC;
+                    double d = (double)smattn__alibi_dist(&r, b, i, j);
+                    if (kind == 1)
+                        d -= 1; /* symmetric: -(|x| + 1); one-sided: j - T_b (one further) */
+                    else if (kind == 2)
+                        d = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC ? -fabs(fabs(d) - 1) : d + 1;
+                    bb[k] = x + (kind == 0 ? -m : m) * d;
+                }
+    *q = *p;
+    q->alibi_mode = SMATTN_ALIBI_NONE;
+    q->alibi_slopes = NULL;
+    *qin = *in;
+    qin->bias.data = bb;
+    qin->bias.dtype = SMATTN_F64;
+    smattn_contiguous_strides(q, 'b', qin->bias.stride);
+    *buf = bb;
+    return 0;
+}
+
 /* O of row (b, h, i) in binary64 under another scale: a cheap first test of a scale that
  * might explain the outputs, before the oracle confirms it. 0, or -1 when the row holds a
  * non-finite input or sees nothing (no cheap answer: the oracle decides). peak_lse (may be
@@ -536,6 +630,25 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
+        }
+    }
+    if (n == 0 && p->alibi_mode != SMATTN_ALIBI_NONE && keys > 0) {
+        /* ALiBi read another way (SPEC 2.8): O and LSE both, since under a causal mask the
+         * symmetric and one-sided modes (and a distance off by one) move the LSE alone */
+        for (int kind = 0; kind < 4 && n == 0; kind++) {
+            smattn_problem q;
+            smattn_inputs qin;
+            double *bb = NULL;
+            const char *what;
+            if (alibi_alt(p, in, kind, &q, &qin, &bb, &what))
+                break;
+            if (ratio_o_lse_under(&q, &qin, got, pm, flags, rs) <= 1)
+                n = (size_t)snprintf(out, cap, "ALiBi: the outputs follow %s, not the problem's "
+                                     "%s mode; ", what,
+                                     p->alibi_mode == SMATTN_ALIBI_SYMMETRIC ? "symmetric"
+                                     : p->alibi_mode == SMATTN_ALIBI_ONE_SIDED ? "one_sided"
+                                                                               : "mask");
+            free(bb);
         }
     }
     if (o_wrong && n == 0 && keys > 0) {

@@ -82,6 +82,25 @@ static float finite_score(float sigma)
     return isnan(sigma) ? 0.0f : fminf(fmaxf(sigma, -FLT_MAX), FLT_MAX);
 }
 
+/* ALiBi (SPEC 2.8): the slope of row (b, h), and the distance it multiplies in the
+ * symmetric mode (-|i + T_b - S_b - j|, FlashAttention's) or the one-sided mode (j - T_b + 1,
+ * vLLM's). The mask mode multiplies the bias instead. */
+static float alibi_slope(const smattn_problem *p, int64_t b, int64_t h)
+{
+    return p->alibi_slopes[(p->alibi_slopes_per_batch ? b * p->Hq : 0) + h];
+}
+
+static int64_t alibi_distance(const smattn_problem *p, int64_t b, int64_t i, int64_t j)
+{
+    int64_t Sb = p->q_lens ? p->q_lens[b] : p->S;
+    int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+    if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC) {
+        int64_t d = i + Tb - Sb - j;
+        return d < 0 ? d : -d;
+    }
+    return j - Tb + 1;
+}
+
 /* The score of a visible key: the scaled dot product (or scaled x), softcap, then bias.
  * Whether the row is poisoned (SPEC 4.2) is decided from the inputs, never from the
  * computed score: a NaN or infinite q or k, a NaN or +inf x or bias set *bad; a score
@@ -116,8 +135,12 @@ static float key_score(const smattn_problem *p, const smattn_inputs *in, int64_t
         float bias = at4(&in->bias, b, h, i, j); /* -inf hid the key already */
         if (isnan(bias) || bias == INFINITY)
             *bad = 1;
+        if (p->alibi_mode == SMATTN_ALIBI_MASK) /* llama.cpp: slope times the mask */
+            bias *= alibi_slope(p, b, h);
         sigma = finite_score(sigma + bias);
     }
+    if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC || p->alibi_mode == SMATTN_ALIBI_ONE_SIDED)
+        sigma = finite_score(sigma + alibi_slope(p, b, h) * (float)alibi_distance(p, b, i, j));
     return sigma;
 }
 
@@ -272,7 +295,8 @@ static const smattn_plugin_info info = {
             SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
             SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
             SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
-            SMATTN_CAP_SINK_IN_MAX, /* m starts at the sink (attend_row) */
+            SMATTN_CAP_SINK_IN_MAX | /* m starts at the sink (attend_row) */
+            SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK,
     .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),

@@ -84,7 +84,14 @@ enum smattn_plugin_caps {
      * count the plugin takes (smattn_plugin_threads). The checker runs every case twice and
      * fails a kernel claiming this whose bits change; one that does not claim it is only
      * marked in the reports. */
-    SMATTN_CAP_DETERMINISTIC = 1u << 15
+    SMATTN_CAP_DETERMINISTIC = 1u << 15,
+    /* ALiBi from slopes and distances (SPEC 2.8), one bit per mode: alibi_mode
+     * SMATTN_ALIBI_SYMMETRIC, SMATTN_ALIBI_ONE_SIDED, SMATTN_ALIBI_MASK (the last with the
+     * bias input, which it multiplies by the slope). A plugin built before these fields
+     * existed does not read them: the checker gives it no ALiBi case. */
+    SMATTN_CAP_ALIBI_SYMMETRIC = 1u << 22,
+    SMATTN_CAP_ALIBI_ONE_SIDED = 1u << 23,
+    SMATTN_CAP_ALIBI_MASK = 1u << 24
 };
 
 /* A set of dtypes: bit (1u << smattn_dtype). */

@@ -28,6 +28,8 @@ static const struct {
     {"upper_left", "causal"},        {"zero_mask", "causal"},
     {"sink_overflow", "sinks"},      {"max_restart_zero", "regimes"},
     {"scale_d128", "head_dim"},
+    {"alibi_slope_sign", "alibi"},   {"alibi_off_by_one", "alibi"},
+    {"alibi_mode_confused", "alibi"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -159,6 +161,35 @@ START_TEST(mutant_rejected)
 }
 END_TEST
 
+/* The ALiBi mutants fail the alibi cases with a reason naming the reading of ALiBi their
+ * outputs follow (conform/judge.c), and the one-sided causal prefill tells the two modes
+ * apart through the LSE alone. */
+static const struct {
+    const char *name, *reason;
+} alibi_named[] = {
+    {"alibi_slope_sign", "ALiBi: the outputs follow the slopes negated"},
+    {"alibi_off_by_one", "ALiBi: the outputs follow each distance one further"},
+    {"alibi_mode_confused", "ALiBi: the outputs follow the symmetric mode"},
+};
+
+START_TEST(alibi_mutant_named)
+{
+    char so[1200];
+    snprintf(so, sizeof so, "%s/mutants/%s.so", build_dir(), alibi_named[_i].name);
+    json_object *r = NULL;
+    int st = conform_only("quick", "alibi/one_sided_causal_prefill", so, &r);
+    ck_assert_msg(r != NULL && st == 1, "mutant %s: exit %d", alibi_named[_i].name, st);
+    json_object *cases, *c;
+    ck_assert(json_object_object_get_ex(r, "cases", &cases));
+    ck_assert_int_eq(json_object_array_length(cases), 1);
+    c = json_object_array_get_idx(cases, 0);
+    ck_assert_str_eq(str_of(c, "status"), "fail");
+    ck_assert_msg(strstr(str_of(c, "reason"), alibi_named[_i].reason), "mutant %s: reason '%s'",
+                  alibi_named[_i].name, str_of(c, "reason"));
+    json_object_put(r);
+}
+END_TEST
+
 /* The mutants whose cases are the same in both suites fail full too (run on those cases
  * only: the whole full suite costs a minute of oracle time). */
 static const struct {
@@ -191,6 +222,8 @@ Suite *mutants_suite(void)
     tcase_add_test(tc, example_conforms);
     tcase_add_test(tc, builtin_conforms);
     tcase_add_loop_test(tc, mutant_rejected, 0, NMUTANTS);
+    tcase_add_loop_test(tc, alibi_mutant_named, 0,
+                        (int)(sizeof alibi_named / sizeof alibi_named[0]));
     tcase_add_loop_test(tc, mutant_rejected_full, 0,
                         (int)(sizeof in_full / sizeof in_full[0]));
     suite_add_tcase(s, tc);
