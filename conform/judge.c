@@ -632,9 +632,11 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
                                      "j <= i + T_b - S_b + 1; ");
         }
     }
-    if (n == 0 && p->alibi_mode != SMATTN_ALIBI_NONE && keys > 0) {
+    if (n == 0 && p->alibi_mode != SMATTN_ALIBI_NONE && keys > 0 &&
+        ratio_o_lse_under(p, in, got, pm, flags, rs) > 1) {
         /* ALiBi read another way (SPEC 2.8): O and LSE both, since under a causal mask the
-         * symmetric and one-sided modes (and a distance off by one) move the LSE alone */
+         * symmetric and one-sided modes (and a distance off by one) move the LSE alone; named
+         * only when O or LSE is wrong under the problem (a decode's two modes are one) */
         for (int kind = 0; kind < 4 && n == 0; kind++) {
             smattn_problem q;
             smattn_inputs qin;

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "smattn.h"
+#include "tests/support/cli_run.h"
+#include "tests/support/fs.h"
 #include "tests/support/testkit.h"
 
 static const char *const isas[] = {"scalar", "avx2", "avx512"};
@@ -503,6 +505,47 @@ START_TEST(bad_alibi_is_refused)
 }
 END_TEST
 
+/* The CLI end to end: `gen` writes the alibi cases with their keys, `ref` computes one,
+ * `check` accepts it, and names the mode the outputs follow when case.json is edited to
+ * claim the other one (under a causal mask, through the LSE alone). */
+START_TEST(gen_ref_check_round_trip)
+{
+    char dir[256];
+    ck_assert_int_eq(test_mkdtemp(dir, sizeof dir, "alibi"), 0);
+    char out[300], cs[400];
+    snprintf(out, sizeof out, "%s/cases", dir);
+    const char *gen[] = {"gen", "--suite", "quick", "--no-vectors", out, NULL};
+    test_outcome o = test_cli_run(dir, gen);
+    ck_assert_msg(o.code == 0, "gen: %s", o.err);
+    test_outcome_free(&o);
+    snprintf(cs, sizeof cs, "%s/alibi-one_sided_causal_prefill", out);
+    char *js = test_slurp(test_path(cs, "case.json"));
+    ck_assert_msg(strstr(js, "\"alibi_mode\": \"one_sided\"") &&
+                      strstr(js, "\"alibi_slopes\": [0.25, 0.0625, 0.015625, 0.00390625]"),
+                  "%s", js);
+    const char *ref[] = {"ref", cs, cs, "--dtype", "f32", "--weights", NULL};
+    o = test_cli_run(dir, ref);
+    ck_assert_msg(o.code == 0, "ref: %s", o.err);
+    test_outcome_free(&o);
+    const char *check[] = {"check", cs, NULL};
+    o = test_cli_run(dir, check);
+    ck_assert_msg(o.code == 0, "check: %s%s", o.out, o.err);
+    test_outcome_free(&o);
+    char *p = strstr(js, "one_sided");
+    memcpy(p, "symmetric", 9);
+    FILE *f = fopen(test_path(cs, "case.json"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(js, f);
+    fclose(f);
+    o = test_cli_run(dir, check);
+    ck_assert_msg(o.code == 1 && strstr(o.out, "ALiBi: the outputs follow the one-sided mode"),
+                  "check: exit %d: %s%s", o.code, o.out, o.err);
+    test_outcome_free(&o);
+    free(js);
+    test_rm_tree(dir);
+}
+END_TEST
+
 Suite *alibi_suite(void);
 Suite *alibi_suite(void)
 {
@@ -515,6 +558,7 @@ Suite *alibi_suite(void)
     tcase_add_test(tc, causal_modes_agree_on_o_and_p_not_lse);
     tcase_add_test(tc, far_distances_round_as_the_model_says);
     tcase_add_test(tc, bad_alibi_is_refused);
+    tcase_add_test(tc, gen_ref_check_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }
