@@ -676,6 +676,7 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     battery_sinks_large(&bd);
     softcap(&bd);
     battery_alibi(&bd, full);
+    battery_split(&bd, full);
     dtypes(&bd);
     strides(&bd);
     softmax(&bd);

@@ -64,6 +64,9 @@ void battery_regimes_masked(builder *bd);
 /* battery_alibi.c: ALiBi's category (SPEC 2.8). */
 void battery_alibi(builder *bd, int full);
 
+/* battery_split.c: split-KV consistency (SPEC 9.6). */
+void battery_split(builder *bd, int full);
+
 /* battery_huge.c: the suite "huge". */
 void battery_huge(builder *bd);
 

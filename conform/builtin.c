@@ -64,6 +64,13 @@ int conform_builtin_softmax(const smattn_problem *p, const smattn_inputs *in,
     return (int)smattn_softmax(p, in, out, &cfg);
 }
 
+int conform_builtin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                          const smattn_outputs *out)
+{
+    smattn_opt_config cfg = {builtin_threads, NULL};
+    return (int)smattn_merge(p, in, out, &cfg);
+}
+
 smattn_precision conform_builtin_precision(const smattn_problem *p)
 {
     return smattn_opt_precision(p);

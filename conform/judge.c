@@ -1052,3 +1052,120 @@ static void judge_set(const smattn_problem *p, const smattn_inputs *in, const sm
     free_f64(&bnd);
     free(oc_rows);
 }
+
+/* ---- split-KV consistency (SPEC 9.6) ------------------------------------------------------
+ * With the exact partial states (O*_n, L*_n) and the full L*, the kernel's parts are within
+ * bO_n and bL_n of them. The oracle merges the kernel's parts exactly: Lm = log sum e^L_n is
+ * within eL = max_n bL_n of L* (log-sum-exp is 1-Lipschitz in the max norm), and each
+ * weight w_n = e^(L_n - Lm) within a factor e^(+-2 eL) of w*_n, so
+ *   |Om - O*| <= sum_n w_n (bO_n + e^(2 eL) expm1(2 eL) (|O_n| + bO_n)),
+ * and the kernel's full O is within bO of O*. Their sum (with Om's own rounding, 2^-52 |Om|)
+ * bounds |Om - O|; eL + bL (and Lm's rounding) bounds |Lm - L|. */
+void conform_judge_split(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *full, const smattn_problem sp[2],
+                         const smattn_inputs sin[2], const smattn_outputs sout[2],
+                         const smattn_precision *pm, unsigned flags, int64_t t,
+                         conform_result *r)
+{
+    const int64_t B = p->B, S = p->S, Hq = p->Hq, Dv = p->Dv;
+    const int64_t no = B * S * Hq * Dv, nl = B * Hq * S;
+    double *buf = malloc((size_t)(6 * no + 6 * nl) * sizeof *buf);
+    if (!buf) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason, "split-KV: the checker ran out of memory");
+        return;
+    }
+    double *bo = buf, *bop = buf + no, *op = buf + 3 * no, *om = buf + 5 * no;
+    double *bl = buf + 6 * no, *blp = bl + nl, *lp = bl + 3 * nl, *lm = bl + 5 * nl;
+    smattn_outputs fb, mo;
+    memset(&fb, 0, sizeof fb);
+    fb.o = (smattn_out_tensor){bo, SMATTN_F64, {0}};
+    fb.lse = (smattn_out_tensor){bl, SMATTN_F64, {0}};
+    smattn_contiguous_strides(p, 'o', fb.o.stride);
+    smattn_contiguous_strides(p, 'l', fb.lse.stride);
+    int st = smattn__bound_flags(p, in, pm, full, &fb, flags);
+    for (int n = 0; n < 2 && !st; n++) {
+        smattn_outputs pb = fb;
+        pb.o.data = bop + n * no;
+        pb.lse.data = blp + n * nl;
+        st = smattn__bound_flags(&sp[n], &sin[n], pm, &sout[n], &pb, flags);
+        for (int64_t e = 0; e < no; e++)
+            op[n * no + e] = smattn_load(sout[n].o.data, sout[n].o.dtype, e);
+        for (int64_t e = 0; e < nl; e++)
+            lp[n * nl + e] = smattn_load(sout[n].lse.data, sout[n].lse.dtype, e);
+    }
+    smattn_merge_problem mp = smattn_merge_problem_default();
+    mp.N = 2, mp.B = B, mp.S = S, mp.Hq = Hq, mp.Dv = Dv;
+    mp.empty_parts = p->empty_lse == SMATTN_LSE_POS_INF ? SMATTN_LSE_POS_INF : SMATTN_LSE_NEG_INF;
+    smattn_merge_inputs mi;
+    memset(&mi, 0, sizeof mi);
+    mi.o_parts = (smattn_tensor){op, SMATTN_F64, {0}};
+    mi.lse_parts = (smattn_tensor){lp, SMATTN_F64, {0}};
+    smattn_contiguous_strides(p, 'o', mi.o_parts.stride);
+    smattn_contiguous_strides(p, 'l', mi.lse_parts.stride);
+    mi.o_part_stride = no, mi.lse_part_stride = nl;
+    memset(&mo, 0, sizeof mo);
+    mo.o = (smattn_out_tensor){om, SMATTN_F64, {0}};
+    mo.lse = (smattn_out_tensor){lm, SMATTN_F64, {0}};
+    smattn_contiguous_strides(p, 'o', mo.o.stride);
+    smattn_contiguous_strides(p, 'l', mo.lse.stride);
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    if (!st)
+        st = smattn_ref_merge(&mp, &mi, &mo, &cfg);
+    if (st) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "split-KV: the kernel's parts over keys [0, %lld) and [%lld, %lld) cannot be "
+                 "merged or bounded (%s)",
+                 (long long)t, (long long)t, (long long)p->T, smattn_status_name((smattn_status)st));
+        free(buf);
+        return;
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t l = (b * Hq + h) * S + i;
+                double eL = fmax(blp[l], blp[nl + l]), w[2];
+                if (!isfinite(eL) || !isfinite(lm[l]) || !isfinite(bl[l]))
+                    continue; /* an empty part, or a row out of contract: not judged here */
+                for (int n = 0; n < 2; n++)
+                    w[n] = isfinite(lp[n * nl + l]) ? exp(lp[n * nl + l] - lm[l]) : 0.0;
+                double g = exp(2 * eL) * expm1(2 * eL);
+                const char *what = NULL;
+                double got = 0, want = 0, bound = 0;
+                int64_t col = 0;
+                double L = smattn_load(full->lse.data, full->lse.dtype, l);
+                double bL = eL + bl[l] + 0x1p-52 * fabs(lm[l]);
+                if (!(fabs(lm[l] - L) <= bL))
+                    what = "LSE", got = lm[l], want = L, bound = bL;
+                for (int64_t c = 0; c < Dv && !what; c++) {
+                    const int64_t e = ((b * S + i) * Hq + h) * Dv + c;
+                    double bO = bo[e] + 0x1p-52 * fabs(om[e]);
+                    for (int n = 0; n < 2; n++)
+                        bO += w[n] * (bop[n * no + e] + g * (fabs(op[n * no + e]) + bop[n * no + e]));
+                    double O = smattn_load(full->o.data, full->o.dtype, e);
+                    if (isfinite(bO) && !(fabs(om[e] - O) <= bO))
+                        what = "O", got = om[e], want = O, bound = bO, col = c;
+                }
+                if (what) {
+                    char at[96];
+                    if (what[0] == 'O')
+                        snprintf(at, sizeof at, "O[b=%lld,i=%lld,h=%lld,c=%lld]", (long long)b,
+                                 (long long)i, (long long)h, (long long)col);
+                    else
+                        snprintf(at, sizeof at, "LSE[b=%lld,h=%lld,i=%lld]", (long long)b,
+                                 (long long)h, (long long)i);
+                    r->status = CONFORM_FAIL;
+                    snprintf(r->reason, sizeof r->reason,
+                             "split-KV: the kernel's own attention over keys [0, %lld) and "
+                             "[%lld, %lld), merged by the oracle, gives %s = %.9g, but its "
+                             "attention over all keys gives %.9g: |difference| %.3g above the "
+                             "bound %.3g of the two (SPEC 9.6)",
+                             (long long)t, (long long)t, (long long)p->T, at, got, want,
+                             fabs(got - want), bound);
+                    free(buf);
+                    return;
+                }
+            }
+    free(buf);
+}

@@ -328,3 +328,59 @@ int smattn_plugin_softmax(const smattn_problem *p, const smattn_inputs *in,
 {
     return run(p, in, out, SMATTN_OP_SOFTMAX);
 }
+
+/* Merging partial states (SPEC 9; the optional entry smattn_plugin_merge): per row, the
+ * parts' largest LSE is subtracted before the exponential (in the LSE's base), the weights
+ * and the weighted O summed in binary32; an empty part (LSE -inf, or +inf under
+ * FlashAttention-2's convention) adds nothing; a row of empty parts only gets O = 0 and the
+ * problem's empty-row LSE. */
+int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                        const smattn_outputs *out);
+int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                        const smattn_outputs *out)
+{
+    if (p->empty_rows != SMATTN_EMPTY_ZERO || in->o_parts.dtype != SMATTN_F32 ||
+        in->lse_parts.dtype != SMATTN_F32 || (out->o.data && out->o.dtype != SMATTN_F32) ||
+        (out->lse.data && out->lse.dtype != SMATTN_F32))
+        return SMATTN_ERR_UNSUPPORTED;
+    const int base2 = p->lse_base == SMATTN_LSE_BASE_2;
+    const float empty = p->empty_parts == SMATTN_LSE_POS_INF ? INFINITY : -INFINITY;
+    const float *O = in->o_parts.data, *L = in->lse_parts.data;
+    const int64_t *so = in->o_parts.stride, *sl = in->lse_parts.stride;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++) {
+                const float *l = L + b * sl[0] + h * sl[1] + i * sl[2];
+                float m = -INFINITY;
+                for (int64_t n = 0; n < p->N; n++) {
+                    float x = l[n * in->lse_part_stride];
+                    if (x != empty && x > m)
+                        m = x;
+                }
+                float sum = 0.0f;
+                for (int64_t n = 0; n < p->N; n++) {
+                    float x = l[n * in->lse_part_stride];
+                    if (x != empty)
+                        sum += base2 ? exp2f(x - m) : expf(x - m);
+                }
+                float lse = m == -INFINITY ? (p->empty_lse == SMATTN_LSE_POS_INF ? INFINITY
+                                              : p->empty_lse == SMATTN_LSE_ZERO  ? 0.0f
+                                                                                  : -INFINITY)
+                                           : m + (base2 ? log2f(sum) : logf(sum));
+                if (out->lse.data)
+                    *out4(&out->lse, b, h, i, 0) = lse;
+                for (int64_t c = 0; out->o.data && c < p->Dv; c++) {
+                    float acc = 0.0f;
+                    for (int64_t n = 0; n < p->N && m != -INFINITY; n++) {
+                        float x = l[n * in->lse_part_stride];
+                        if (x == empty)
+                            continue;
+                        float w = (base2 ? exp2f(x - m) : expf(x - m)) / sum;
+                        acc += w * O[n * in->o_part_stride + b * so[0] + i * so[1] + h * so[2] +
+                                     c * so[3]];
+                    }
+                    *out4(&out->o, b, i, h, c) = acc;
+                }
+            }
+    return 0;
+}

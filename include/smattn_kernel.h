@@ -121,6 +121,18 @@ typedef int (*smattn_plugin_run_fn)(const smattn_problem *prob, const smattn_inp
 typedef smattn_precision (*smattn_plugin_precision_fn)(const smattn_problem *prob);
 typedef int (*smattn_plugin_threads_fn)(int n);
 
+/* Optional: merging partial attention states (SPEC 9), exported as
+ *   int smattn_plugin_merge(const smattn_merge_problem *prob, const smattn_merge_inputs *in,
+ *                           const smattn_outputs *out);
+ * with smattn_merge's contract (out->o and out->lse in the dtypes of info.out_dtypes, the
+ * partials in those of info.q_dtypes; SMATTN_ERR_UNSUPPORTED declines a case). The checker
+ * runs its merge battery on it and judges it with smattn_merge_bound for info.precision (the
+ * fields a merge reads: u_acc, exp_ulps, acc_len, tiny). Added after SMATTN_PLUGIN_ABI
+ * version 1's other entries: a plugin without it is judged as before. */
+#define SMATTN_PLUGIN_MERGE_SYMBOL "smattn_plugin_merge"
+typedef int (*smattn_plugin_merge_fn)(const smattn_merge_problem *prob,
+                                      const smattn_merge_inputs *in, const smattn_outputs *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,7 +29,8 @@ static const struct {
     {"sink_overflow", "sinks"},      {"max_restart_zero", "regimes"},
     {"scale_d128", "head_dim"},
     {"alibi_slope_sign", "alibi"},   {"alibi_off_by_one", "alibi"},
-    {"alibi_mode_confused", "alibi"},
+    {"alibi_mode_confused", "alibi"}, {"tail_keys_dropped", "split"},
+    {"merge_no_max", "merge"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -161,15 +162,22 @@ START_TEST(mutant_rejected)
 }
 END_TEST
 
-/* The ALiBi mutants fail the alibi cases with a reason naming the reading of ALiBi their
- * outputs follow (conform/judge.c), and the one-sided causal prefill tells the two modes
- * apart through the LSE alone. */
+/* Mutants failing one case with the reason aimed at their bug (conform/judge.c): the ALiBi
+ * mutants name the reading of ALiBi their outputs follow (the one-sided causal prefill tells
+ * the two modes apart through the LSE alone); tail_keys_dropped passes the full row (T = 20,
+ * a multiple of 4) and fails the split-KV check of its parts (T = 3 and 17). */
 static const struct {
-    const char *name, *reason;
+    const char *name, *only, *reason;
 } alibi_named[] = {
-    {"alibi_slope_sign", "ALiBi: the outputs follow the slopes negated"},
-    {"alibi_off_by_one", "ALiBi: the outputs follow each distance one further"},
-    {"alibi_mode_confused", "ALiBi: the outputs follow the symmetric mode"},
+    {"alibi_slope_sign", "alibi/one_sided_causal_prefill",
+     "ALiBi: the outputs follow the slopes negated"},
+    {"alibi_off_by_one", "alibi/one_sided_causal_prefill",
+     "ALiBi: the outputs follow each distance one further"},
+    {"alibi_mode_confused", "alibi/one_sided_causal_prefill",
+     "ALiBi: the outputs follow the symmetric mode"},
+    {"tail_keys_dropped", "split/prefill_t20_at3",
+     "split-KV: the kernel's own attention over keys [0, 3) and [3, 20), merged by the oracle"},
+    {"merge_no_max", "merge/lse_spread_pm1000", "error/bound ratio inf at O element"},
 };
 
 START_TEST(alibi_mutant_named)
@@ -177,7 +185,7 @@ START_TEST(alibi_mutant_named)
     char so[1200];
     snprintf(so, sizeof so, "%s/mutants/%s.so", build_dir(), alibi_named[_i].name);
     json_object *r = NULL;
-    int st = conform_only("quick", "alibi/one_sided_causal_prefill", so, &r);
+    int st = conform_only("quick", alibi_named[_i].only, so, &r);
     ck_assert_msg(r != NULL && st == 1, "mutant %s: exit %d", alibi_named[_i].name, st);
     json_object *cases, *c;
     ck_assert(json_object_object_get_ex(r, "cases", &cases));
