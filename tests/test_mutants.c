@@ -198,6 +198,27 @@ START_TEST(alibi_mutant_named)
 }
 END_TEST
 
+/* The merge battery runs on every plugin exporting smattn_plugin_merge (the example's, and
+ * smattn_opt.so's smattn_merge) and passes: none of its cases is skipped. */
+START_TEST(merge_battery_runs_on_plugins)
+{
+    static const char *const so_names[2] = {"plugins/example_kernel.so", "plugins/smattn_opt.so"};
+    for (int k = 0; k < 2; k++) {
+        char so[1200];
+        snprintf(so, sizeof so, "%s/%s", build_dir(), so_names[k]);
+        json_object *r = NULL;
+        int st = conform_only("quick", "merge/", so, &r);
+        ck_assert_msg(r != NULL && st == 0, "%s: exit %d", so_names[k], st);
+        json_object *cases;
+        ck_assert(json_object_object_get_ex(r, "cases", &cases));
+        ck_assert_int_ge(json_object_array_length(cases), 9);
+        for (size_t i = 0; i < json_object_array_length(cases); i++)
+            ck_assert_str_eq(str_of(json_object_array_get_idx(cases, i), "status"), "pass");
+        json_object_put(r);
+    }
+}
+END_TEST
+
 /* The mutants whose cases are the same in both suites fail full too (run on those cases
  * only: the whole full suite costs a minute of oracle time). */
 static const struct {
@@ -230,6 +251,7 @@ Suite *mutants_suite(void)
     tcase_add_test(tc, example_conforms);
     tcase_add_test(tc, builtin_conforms);
     tcase_add_loop_test(tc, mutant_rejected, 0, NMUTANTS);
+    tcase_add_test(tc, merge_battery_runs_on_plugins);
     tcase_add_loop_test(tc, alibi_mutant_named, 0,
                         (int)(sizeof alibi_named / sizeof alibi_named[0]));
     tcase_add_loop_test(tc, mutant_rejected_full, 0,
