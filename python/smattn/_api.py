@@ -828,6 +828,10 @@ _DOC_ARGS = """
         attn_mask (SDPA's keyword): a bool array is `mask`, a float array is `bias`.
     sinks: [Hq] logits that join only the softmax denominator (gpt-oss, FA4; SPEC 2.5).
     softcap: c > 0 replaces each score s by c*tanh(s/c) before bias and masks (SPEC 2.4).
+    alibi_slopes, alibi_mode: ALiBi without a dense bias (SPEC 2.8), added after softcap and
+        bias: slopes [Hq] or [B, Hq], each a float32 exactly; mode "symmetric" (the default:
+        FlashAttention's -m|i + T_b - S_b - j|), "one_sided" (vLLM's m (j - T_b + 1)) or
+        "mask" (llama.cpp's: bias holds -|distance| or -inf and is multiplied by the slope).
     empty_rows: what a row with no visible key and no sink gives (SPEC 3.4): "zero" (O = 0,
         P = 0: PyTorch >= 2.5, FlashAttention), "nan", or "mean" (O = mean of V over the
         first T_b keys: finite "minus large" masks as in JAX).
