@@ -417,7 +417,15 @@ static int run_conform(const opts *op, conform_baseline *base)
         conform_battery_free(&b);
         return EXIT_USAGE;
     }
-    conform_result *res = calloc(b.n ? b.n : 1, sizeof *res);
+    conform_merge_battery mb;
+    memset(&mb, 0, sizeof mb);
+    if (strcmp(o.suite, "huge") && conform_merge_battery_build(&mb, o.seed)) {
+        cli_error("conform", "out of memory");
+        conform_battery_free(&b);
+        conform_kernel_close(&k);
+        return EXIT_USAGE;
+    }
+    conform_result *res = calloc(b.n + mb.n ? b.n + mb.n : 1, sizeof *res);
     if (!res) {
         cli_error("conform", "out of memory");
         conform_battery_free(&b);
@@ -433,6 +441,8 @@ static int run_conform(const opts *op, conform_baseline *base)
     size_t todo = 0;
     for (size_t n = 0; n < b.n; n++)
         todo += selected(o.only, b.cases[n].name) && conform_shard_has(&o.shard, b.cases[n].name);
+    for (size_t n = 0; n < mb.n; n++)
+        todo += selected(o.only, mb.cases[n].name) && conform_shard_has(&o.shard, mb.cases[n].name);
     for (size_t n = 0; n < b.n; n++) {
         if (!selected(o.only, b.cases[n].name) || !conform_shard_has(&o.shard, b.cases[n].name))
             continue;
@@ -470,6 +480,18 @@ static int run_conform(const opts *op, conform_baseline *base)
         else if (r->status != CONFORM_SKIP)
             hangs = 0;
     }
+    /* the merge battery (SPEC 9), after the attention cases: skipped by a kernel that does
+     * not export smattn_plugin_merge */
+    for (size_t n = 0; n < mb.n; n++) {
+        if (!selected(o.only, mb.cases[n].name) || !conform_shard_has(&o.shard, mb.cases[n].name))
+            continue;
+        if (bar)
+            progress(nr, todo, mb.cases[n].name);
+        conform_result *r = &res[nr++];
+        conform_run_merge_case(&k, &mb.cases[n], timeout, capture, r);
+        r->index = (int64_t)(b.n + n);
+    }
+    conform_merge_battery_free(&mb);
     if (bar)
         progress(todo, todo, "");
     if (capture >= 0)

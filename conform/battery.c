@@ -37,11 +37,15 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "packed_q",
                                         "packed_kv",
                                         "paged_nhd",
-                                        "paged_hnd"};
+                                        "paged_hnd",
+                                        [22] = "alibi_symmetric",
+                                        "alibi_one_sided",
+                                        "alibi_mask"};
 
 const char *conform_cap_name(unsigned bit)
 {
-    return bit < sizeof cap_names / sizeof cap_names[0] ? cap_names[bit] : "unknown";
+    return bit < sizeof cap_names / sizeof cap_names[0] && cap_names[bit] ? cap_names[bit]
+                                                                          : "unknown";
 }
 
 void conform_caps_str(uint32_t caps, char *buf, size_t cap)
@@ -82,6 +86,12 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
         c |= SMATTN_CAP_GQA;
     if (p->op == SMATTN_OP_ATTENTION && p->Dv != p->D)
         c |= SMATTN_CAP_DV;
+    if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC)
+        c |= SMATTN_CAP_ALIBI_SYMMETRIC;
+    if (p->alibi_mode == SMATTN_ALIBI_ONE_SIDED)
+        c |= SMATTN_CAP_ALIBI_ONE_SIDED;
+    if (p->alibi_mode == SMATTN_ALIBI_MASK)
+        c |= SMATTN_CAP_ALIBI_MASK;
     if (p->layout) { /* a paged cache's kv_lens are the layout's own lengths (SPEC 2.7) */
         c |= conform_layout_caps(p->layout, in);
         if (p->layout->block_table)
@@ -170,6 +180,10 @@ static void add_loaded(builder *bd, const char *cat, const char *name, const sma
         bat_case_lens(bd, c, 0, p->kv_lens);
     if (p->q_lens)
         bat_case_lens(bd, c, 1, p->q_lens);
+    c->prob.alibi_slopes = NULL;
+    if (p->alibi_mode != SMATTN_ALIBI_NONE &&
+        !bat_case_alibi(bd, c, p->alibi_mode, p->alibi_slopes_per_batch, p->alibi_slopes))
+        rc = 1;
     if (rc)
         bd->oom = 1;
     bat_finish(bd, c);
@@ -683,6 +697,8 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     sinks(&bd);
     battery_sinks_large(&bd);
     softcap(&bd);
+    battery_alibi(&bd, full);
+    battery_split(&bd, full);
     dtypes(&bd);
     strides(&bd);
     battery_layouts(&bd, full);

@@ -293,4 +293,31 @@ void bat_case_free(conform_case *c)
     for (int k = 0; k < 3; k++)
         free(c->lay_arrays[k]);
     free(c->lay_table);
+    free(c->slopes);
+}
+
+float *bat_case_alibi(builder *bd, conform_case *c, smattn_alibi_mode mode, int per_batch,
+                      const float *from)
+{
+    smattn_problem *p = &c->prob;
+    int64_t n = (per_batch ? p->B : 1) * p->Hq;
+    free(c->slopes);
+    c->slopes = bat_zalloc(bd, (size_t)n, sizeof *c->slopes);
+    if (!c->slopes)
+        return NULL;
+    p->alibi_mode = mode;
+    p->alibi_slopes_per_batch = per_batch;
+    p->alibi_slopes = c->slopes;
+    if (from)
+        bat_fill_slopes(c, from);
+    else
+        for (int64_t k = 0; k < n; k++)
+            c->slopes[k] = (float)exp2(-8.0 * (double)(k % p->Hq + 1) / (double)p->Hq);
+    return c->slopes;
+}
+
+void bat_fill_slopes(conform_case *c, const float *from)
+{
+    int64_t n = (c->prob.alibi_slopes_per_batch ? c->prob.B : 1) * c->prob.Hq;
+    memcpy(c->slopes, from, (size_t)n * sizeof *c->slopes);
 }

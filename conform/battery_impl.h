@@ -43,6 +43,12 @@ double *bat_case_bias(builder *bd, conform_case *c, double amp);
 double *bat_case_sinks(builder *bd, conform_case *c, double lo, double hi);
 void bat_case_lens(builder *bd, conform_case *c, int which, const int64_t *vals);
 void bat_finish(builder *bd, conform_case *c);
+/* ALiBi (SPEC 2.8): the case's slopes ([Hq], or [B][Hq] with per_batch) owned by the case,
+ * in mode `mode`; from `from` when given, else FlashAttention's 2^(-8(h+1)/Hq). Returns the
+ * slopes, or NULL (out of memory). */
+float *bat_case_alibi(builder *bd, conform_case *c, smattn_alibi_mode mode, int per_batch,
+                      const float *from);
+void bat_fill_slopes(conform_case *c, const float *from);
 void bat_case_free(conform_case *c);
 
 /* battery_sizes.c's categories. */
@@ -57,6 +63,12 @@ void battery_regimes_masked(builder *bd);
 
 /* battery_layout.c: ragged and paged batches (SPEC 2.7). */
 void battery_layouts(builder *bd, int full);
+
+/* battery_alibi.c: ALiBi's category (SPEC 2.8). */
+void battery_alibi(builder *bd, int full);
+
+/* battery_split.c: split-KV consistency (SPEC 9.6). */
+void battery_split(builder *bd, int full);
 
 /* battery_huge.c: the suite "huge". */
 void battery_huge(builder *bd);

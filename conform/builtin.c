@@ -27,7 +27,9 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
                 SMATTN_CAP_DETERMINISTIC | /* bitwise at any thread count (smattn.h) */
                 /* ragged and paged batches, bit for bit the dense twin (SPEC 2.7) */
                 SMATTN_CAP_PACKED_Q | SMATTN_CAP_PACKED_KV | SMATTN_CAP_PAGED_NHD |
-                SMATTN_CAP_PAGED_HND;
+                SMATTN_CAP_PAGED_HND |
+                /* ALiBi from slopes, every mode (SPEC 2.8) */
+                SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK;
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
@@ -64,6 +66,13 @@ int conform_builtin_softmax(const smattn_problem *p, const smattn_inputs *in,
 {
     smattn_opt_config cfg = {builtin_threads, NULL};
     return (int)smattn_softmax(p, in, out, &cfg);
+}
+
+int conform_builtin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                          const smattn_outputs *out)
+{
+    smattn_opt_config cfg = {builtin_threads, NULL};
+    return (int)smattn_merge(p, in, out, &cfg);
 }
 
 smattn_precision conform_builtin_precision(const smattn_problem *p)

@@ -64,6 +64,7 @@ typedef struct conform_kernel {
     int builtin;             /* the built-in kernel: its own code, called directly */
     int has_softmax;         /* smattn_plugin_softmax is exported */
     int has_precision;       /* smattn_plugin_precision is exported (else info.precision) */
+    int has_merge;           /* smattn_plugin_merge is exported (the merge battery runs) */
 } conform_kernel;
 
 /* Load "builtin" (or NULL) or a .so path, describing it in a child that has `timeout`
@@ -79,6 +80,7 @@ typedef struct conform_entry {
     smattn_plugin_run_fn attention, softmax;
     smattn_plugin_precision_fn precision; /* NULL: info.precision */
     smattn_plugin_threads_fn threads;     /* NULL: the plugin takes no thread count */
+    smattn_plugin_merge_fn merge;         /* NULL: no merge entry */
 } conform_entry;
 int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, size_t errlen);
 /* 0 if a precision model is in range (SPEC 6.1), else -1 with one line in err. */
@@ -110,6 +112,8 @@ int conform_builtin_softmax(const smattn_problem *p, const smattn_inputs *in,
                             const smattn_outputs *out);
 smattn_precision conform_builtin_precision(const smattn_problem *p);
 int conform_builtin_threads(int n);
+int conform_builtin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                          const smattn_outputs *out);
 
 /* ---- the battery --------------------------------------------------------------------- */
 
@@ -142,6 +146,10 @@ typedef struct conform_case {
     int kv_hnd;            /* pages [num_pages, Hkv, page_size, D] (else NHD) */
     int64_t *lay_arrays[3]; /* cu_seqlens_q, cu_seqlens_k, seqused_k (NULL: not used) */
     int32_t *lay_table;     /* the block table (NULL: none) */
+    float *slopes;         /* owned: prob.alibi_slopes (SPEC 2.8), or NULL */
+    int64_t split_at;      /* > 0: also run the keys [0, split_at) and [split_at, T) as two
+                              problems and merge them (split-KV consistency, SPEC 9.6);
+                              only on a plain non-causal problem without sinks */
 } conform_case;
 
 typedef struct conform_battery {
@@ -319,6 +327,37 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
 /* The same on the rows sample chooses (NULL or k 0: every row): the oracle and the bound
  * run on those rows only, and only their elements are judged; r->rows_judged says how
  * many. */
+/* ---- the merge battery (merge_check.c, SPEC 9) ------------------------------------------ */
+
+/* One merge case: the problem and its partials in binary64, [N,B,S,Hq,Dv] and [N,B,Hq,S]
+ * contiguous (converted to the kernel's dtype when run). */
+typedef struct conform_merge_case {
+    char name[96];
+    smattn_merge_problem prob;
+    double *o, *l;
+} conform_merge_case;
+typedef struct conform_merge_battery {
+    conform_merge_case *cases;
+    size_t n, cap;
+} conform_merge_battery;
+/* 0, or -1 out of memory. */
+int conform_merge_battery_build(conform_merge_battery *mb, uint64_t seed);
+void conform_merge_battery_free(conform_merge_battery *mb);
+/* Run case c on k's smattn_plugin_merge in a child and judge it (category "merge"); a
+ * kernel without the entry skips it. */
+void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c, double timeout,
+                            int capture_fd, conform_result *r);
+
+/* Split-KV consistency (SPEC 9.6): the kernel's own O and LSE over keys [0, t) (sp[0],
+ * sin[0], sout[0]) and [t, T) (sp[1], ...), merged by the oracle (smattn_ref_merge), agree
+ * with its attention over all keys (full) within the sum of the two bounds: the full
+ * output's and the parts' propagated through the merge. A failure sets r (status and
+ * reason); a pass leaves r as it is. */
+void conform_judge_split(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *full, const smattn_problem sp[2],
+                         const smattn_inputs sin[2], const smattn_outputs sout[2],
+                         const smattn_precision *pm, unsigned flags, int64_t t,
+                         conform_result *r);
 void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                         int strided, const conform_sample *sample, conform_result *r);

@@ -70,6 +70,26 @@ static int write_array(const char *dir, const char *file, smattn_npy_type t, int
     return smattn_npy_write(path, t, rank, shape, data, err, errlen);
 }
 
+/* "alibi_mode" and "alibi_slopes" (SPEC 7.1): each slope printed with 17 digits, so that
+ * the number read back is the binary32 exactly. */
+static void put_alibi(FILE *f, const smattn_problem *p)
+{
+    static const char *const modes[4] = {"none", "symmetric", "one_sided", "mask"};
+    if (p->alibi_mode == SMATTN_ALIBI_NONE)
+        return;
+    fprintf(f, ",\n  \"alibi_mode\": \"%s\",\n  \"alibi_slopes\": [", modes[p->alibi_mode]);
+    const int64_t lists = p->alibi_slopes_per_batch ? p->B : 0;
+    for (int64_t b = 0; b < (lists ? lists : 1); b++) {
+        if (lists)
+            fprintf(f, "%s[", b ? ", " : "");
+        for (int64_t h = 0; h < p->Hq; h++)
+            fprintf(f, "%s%.17g", h ? ", " : "", (double)p->alibi_slopes[b * p->Hq + h]);
+        if (lists)
+            fprintf(f, "]");
+    }
+    fprintf(f, "]");
+}
+
 static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
 {
     if (!l)
@@ -99,6 +119,7 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
             empty_lse_names[p->empty_lse]);
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
+    put_alibi(f, p);
     if (bf16) {
         const char *names[6];
         int n = 0;
@@ -336,6 +357,7 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
             put_list(f, "kv_indices", indices, npages);
             put_list(f, "kv_last_page_len", last, B);
         }
+        put_alibi(f, p);
         if (t == SMATTN_BF16)
             fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s]", bias ? ", \"bias\"" : "",
                     in->sinks.data ? ", \"sinks\"" : "");

@@ -318,6 +318,100 @@ static double ratio_under(const smattn_problem *q, const smattn_inputs *in,
     return worst;
 }
 
+/* The worst error/bound ratio of O and LSE (those the kernel wrote) under problem q with
+ * inputs qin: the outputs "follow" q when it is <= 1. */
+static double ratio_o_lse_under(const smattn_problem *q, const smattn_inputs *qin,
+                                const smattn_outputs *got, const smattn_precision *pm,
+                                unsigned flags, const row_set *rs)
+{
+    smattn_outputs only = {got->o, got->lse, {0}}, ref, bnd;
+    int64_t n[3] = {got->o.data ? q->B * q->S * q->Hq * q->Dv : 0,
+                    got->lse.data ? q->B * q->Hq * q->S : 0, 0};
+    double worst = HUGE_VAL;
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    if (!alloc_f64(q, &only, &ref, n) && !alloc_f64(q, &only, &bnd, n) &&
+        ref_on(q, qin, &ref, &cfg, rs) == SMATTN_OK &&
+        bound_on(q, qin, pm, &only, &bnd, flags, rs) == SMATTN_OK) {
+        worst = 0;
+        const smattn_out_tensor *gt[2] = {&got->o, &got->lse};
+        const smattn_out_tensor *rt[2] = {&ref.o, &ref.lse}, *bt[2] = {&bnd.o, &bnd.lse};
+        for (int t = 0; t < 2; t++)
+            for (int64_t e = 0; e < n[t]; e++) {
+                if (!judged(rs, q, t, e))
+                    continue;
+                double r = smattn_error_ratio(smattn_load(gt[t]->data, gt[t]->dtype, e),
+                                              ((double *)rt[t]->data)[e],
+                                              ((double *)bt[t]->data)[e]);
+                worst = r > worst ? r : worst;
+            }
+    }
+    free_f64(&ref);
+    free_f64(&bnd);
+    return worst;
+}
+
+/* ALiBi read another way (SPEC 2.8), for naming what a failing kernel did: kind 0 the slopes
+ * negated, 1 and 2 every distance one further (|d| + 1) or one nearer (|d| - 1; the
+ * one-sided mode: j - T_b + 2 and j - T_b), 3 the other mode (symmetric <-> one-sided; the
+ * mask mode: the bias added as is, not times the slope). The alternative is the problem
+ * without ALiBi and with a binary64 bias holding bias + term (its rounding is far below any
+ * bound). 0 with *q, *qin and *buf (to free) set, -1 if out of memory. */
+static int alibi_alt(const smattn_problem *p, const smattn_inputs *in, int kind,
+                     smattn_problem *q, smattn_inputs *qin, double **buf, const char **what)
+{
+    static const char *const names[2][4] = {
+        {"the slopes negated (+m |distance|)", "each distance one further",
+         "each distance one nearer", "the other mode"},
+        {"the slopes negated", "each distance one further (bias - 1)",
+         "each distance one nearer (bias + 1)", "the bias added as is, not times the slope"}};
+    const int mask = p->alibi_mode == SMATTN_ALIBI_MASK;
+    *what = names[mask][kind];
+    if (kind == 3 && !mask)
+        *what = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC
+                    ? "the one-sided mode, m (j - T_b + 1) (vLLM's)"
+                    : "the symmetric mode, -m |i + T_b - S_b - j| (FlashAttention's)";
+    const int64_t n = p->B * p->Hq * p->S * p->T;
+    double *bb = malloc((size_t)(n ? n : 1) * sizeof *bb);
+    if (!bb)
+        return -1;
+    for (int64_t b = 0, k = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++)
+                for (int64_t j = 0; j < p->T; j++, k++) {
+                    double x = in->bias.data ? load4(&in->bias, b, h, i, j) : 0.0;
+                    double m = (double)smattn__alibi_slope(p, b, h);
+                    if (!isfinite(x)) {
+                        bb[k] = x;
+                        continue;
+                    }
+                    if (mask) {
+                        double v = kind == 1 ? x - 1 : kind == 2 ? x + 1 : x;
+                        bb[k] = kind == 3 ? x : kind == 0 ? -m * x : m * v;
+                        continue;
+                    }
+                    smattn_problem r = *p;
+                    if (kind == 3)
+                        r.alibi_mode = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC
+                                           ? SMATTN_ALIBI_ONE_SIDED
+                                           : SMATTN_ALIBI_SYMMETRIC;
+                    double d = (double)smattn__alibi_dist(&r, b, i, j);
+                    if (kind == 1)
+                        d -= 1; /* symmetric: -(|x| + 1); one-sided: j - T_b (one further) */
+                    else if (kind == 2)
+                        d = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC ? -fabs(fabs(d) - 1) : d + 1;
+                    bb[k] = x + (kind == 0 ? -m : m) * d;
+                }
+    *q = *p;
+    q->alibi_mode = SMATTN_ALIBI_NONE;
+    q->alibi_slopes = NULL;
+    *qin = *in;
+    qin->bias.data = bb;
+    qin->bias.dtype = SMATTN_F64;
+    smattn_contiguous_strides(q, 'b', qin->bias.stride);
+    *buf = bb;
+    return 0;
+}
+
 /* O of row (b, h, i) in binary64 under another scale: a cheap first test of a scale that
  * might explain the outputs, before the oracle confirms it. 0, or -1 when the row holds a
  * non-finite input or sees nothing (no cheap answer: the oracle decides). peak_lse (may be
@@ -536,6 +630,27 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
+        }
+    }
+    if (n == 0 && p->alibi_mode != SMATTN_ALIBI_NONE && keys > 0 &&
+        ratio_o_lse_under(p, in, got, pm, flags, rs) > 1) {
+        /* ALiBi read another way (SPEC 2.8): O and LSE both, since under a causal mask the
+         * symmetric and one-sided modes (and a distance off by one) move the LSE alone; named
+         * only when O or LSE is wrong under the problem (a decode's two modes are one) */
+        for (int kind = 0; kind < 4 && n == 0; kind++) {
+            smattn_problem q;
+            smattn_inputs qin;
+            double *bb = NULL;
+            const char *what;
+            if (alibi_alt(p, in, kind, &q, &qin, &bb, &what))
+                break;
+            if (ratio_o_lse_under(&q, &qin, got, pm, flags, rs) <= 1)
+                n = (size_t)snprintf(out, cap, "ALiBi: the outputs follow %s, not the problem's "
+                                     "%s mode; ", what,
+                                     p->alibi_mode == SMATTN_ALIBI_SYMMETRIC ? "symmetric"
+                                     : p->alibi_mode == SMATTN_ALIBI_ONE_SIDED ? "one_sided"
+                                                                               : "mask");
+            free(bb);
         }
     }
     if (o_wrong && n == 0 && keys > 0) {
@@ -936,4 +1051,121 @@ static void judge_set(const smattn_problem *p, const smattn_inputs *in, const sm
     free_f64(&ref);
     free_f64(&bnd);
     free(oc_rows);
+}
+
+/* ---- split-KV consistency (SPEC 9.6) ------------------------------------------------------
+ * With the exact partial states (O*_n, L*_n) and the full L*, the kernel's parts are within
+ * bO_n and bL_n of them. The oracle merges the kernel's parts exactly: Lm = log sum e^L_n is
+ * within eL = max_n bL_n of L* (log-sum-exp is 1-Lipschitz in the max norm), and each
+ * weight w_n = e^(L_n - Lm) within a factor e^(+-2 eL) of w*_n, so
+ *   |Om - O*| <= sum_n w_n (bO_n + e^(2 eL) expm1(2 eL) (|O_n| + bO_n)),
+ * and the kernel's full O is within bO of O*. Their sum (with Om's own rounding, 2^-52 |Om|)
+ * bounds |Om - O|; eL + bL (and Lm's rounding) bounds |Lm - L|. */
+void conform_judge_split(const smattn_problem *p, const smattn_inputs *in,
+                         const smattn_outputs *full, const smattn_problem sp[2],
+                         const smattn_inputs sin[2], const smattn_outputs sout[2],
+                         const smattn_precision *pm, unsigned flags, int64_t t,
+                         conform_result *r)
+{
+    const int64_t B = p->B, S = p->S, Hq = p->Hq, Dv = p->Dv;
+    const int64_t no = B * S * Hq * Dv, nl = B * Hq * S;
+    double *buf = malloc((size_t)(6 * no + 6 * nl) * sizeof *buf);
+    if (!buf) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason, "split-KV: the checker ran out of memory");
+        return;
+    }
+    double *bo = buf, *bop = buf + no, *op = buf + 3 * no, *om = buf + 5 * no;
+    double *bl = buf + 6 * no, *blp = bl + nl, *lp = bl + 3 * nl, *lm = bl + 5 * nl;
+    smattn_outputs fb, mo;
+    memset(&fb, 0, sizeof fb);
+    fb.o = (smattn_out_tensor){bo, SMATTN_F64, {0}};
+    fb.lse = (smattn_out_tensor){bl, SMATTN_F64, {0}};
+    smattn_contiguous_strides(p, 'o', fb.o.stride);
+    smattn_contiguous_strides(p, 'l', fb.lse.stride);
+    int st = smattn__bound_flags(p, in, pm, full, &fb, flags);
+    for (int n = 0; n < 2 && !st; n++) {
+        smattn_outputs pb = fb;
+        pb.o.data = bop + n * no;
+        pb.lse.data = blp + n * nl;
+        st = smattn__bound_flags(&sp[n], &sin[n], pm, &sout[n], &pb, flags);
+        for (int64_t e = 0; e < no; e++)
+            op[n * no + e] = smattn_load(sout[n].o.data, sout[n].o.dtype, e);
+        for (int64_t e = 0; e < nl; e++)
+            lp[n * nl + e] = smattn_load(sout[n].lse.data, sout[n].lse.dtype, e);
+    }
+    smattn_merge_problem mp = smattn_merge_problem_default();
+    mp.N = 2, mp.B = B, mp.S = S, mp.Hq = Hq, mp.Dv = Dv;
+    mp.empty_parts = p->empty_lse == SMATTN_LSE_POS_INF ? SMATTN_LSE_POS_INF : SMATTN_LSE_NEG_INF;
+    smattn_merge_inputs mi;
+    memset(&mi, 0, sizeof mi);
+    mi.o_parts = (smattn_tensor){op, SMATTN_F64, {0}};
+    mi.lse_parts = (smattn_tensor){lp, SMATTN_F64, {0}};
+    smattn_contiguous_strides(p, 'o', mi.o_parts.stride);
+    smattn_contiguous_strides(p, 'l', mi.lse_parts.stride);
+    mi.o_part_stride = no, mi.lse_part_stride = nl;
+    memset(&mo, 0, sizeof mo);
+    mo.o = (smattn_out_tensor){om, SMATTN_F64, {0}};
+    mo.lse = (smattn_out_tensor){lm, SMATTN_F64, {0}};
+    smattn_contiguous_strides(p, 'o', mo.o.stride);
+    smattn_contiguous_strides(p, 'l', mo.lse.stride);
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    if (!st)
+        st = smattn_ref_merge(&mp, &mi, &mo, &cfg);
+    if (st) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "split-KV: the kernel's parts over keys [0, %lld) and [%lld, %lld) cannot be "
+                 "merged or bounded (%s)",
+                 (long long)t, (long long)t, (long long)p->T, smattn_status_name((smattn_status)st));
+        free(buf);
+        return;
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t l = (b * Hq + h) * S + i;
+                double eL = fmax(blp[l], blp[nl + l]), w[2];
+                if (!isfinite(eL) || !isfinite(lm[l]) || !isfinite(bl[l]))
+                    continue; /* an empty part, or a row out of contract: not judged here */
+                for (int n = 0; n < 2; n++)
+                    w[n] = isfinite(lp[n * nl + l]) ? exp(lp[n * nl + l] - lm[l]) : 0.0;
+                double g = exp(2 * eL) * expm1(2 * eL);
+                const char *what = NULL;
+                double got = 0, want = 0, bound = 0;
+                int64_t col = 0;
+                double L = smattn_load(full->lse.data, full->lse.dtype, l);
+                double bL = eL + bl[l] + 0x1p-52 * fabs(lm[l]);
+                if (!(fabs(lm[l] - L) <= bL))
+                    what = "LSE", got = lm[l], want = L, bound = bL;
+                for (int64_t c = 0; c < Dv && !what; c++) {
+                    const int64_t e = ((b * S + i) * Hq + h) * Dv + c;
+                    double bO = bo[e] + 0x1p-52 * fabs(om[e]);
+                    for (int n = 0; n < 2; n++)
+                        bO += w[n] * (bop[n * no + e] + g * (fabs(op[n * no + e]) + bop[n * no + e]));
+                    double O = smattn_load(full->o.data, full->o.dtype, e);
+                    if (isfinite(bO) && !(fabs(om[e] - O) <= bO))
+                        what = "O", got = om[e], want = O, bound = bO, col = c;
+                }
+                if (what) {
+                    char at[96];
+                    if (what[0] == 'O')
+                        snprintf(at, sizeof at, "O[b=%lld,i=%lld,h=%lld,c=%lld]", (long long)b,
+                                 (long long)i, (long long)h, (long long)col);
+                    else
+                        snprintf(at, sizeof at, "LSE[b=%lld,h=%lld,i=%lld]", (long long)b,
+                                 (long long)h, (long long)i);
+                    r->status = CONFORM_FAIL;
+                    snprintf(r->reason, sizeof r->reason,
+                             "split-KV: the kernel's own attention over keys [0, %lld) and "
+                             "[%lld, %lld), merged by the oracle, gives %s = %.9g, but its "
+                             "attention over all keys gives %.9g: |difference| %.3g above the "
+                             "bound %.3g of the two (SPEC 9.6)",
+                             (long long)t, (long long)t, (long long)p->T, at, got, want,
+                             fabs(got - want), bound);
+                    free(buf);
+                    return;
+                }
+            }
+    free(buf);
 }

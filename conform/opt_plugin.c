@@ -38,3 +38,12 @@ smattn_precision smattn_plugin_precision(const smattn_problem *p)
 {
     return conform_builtin_precision(p);
 }
+
+/* The merge of partial states (SPEC 9): smattn_merge. */
+int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                        const smattn_outputs *out);
+int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                        const smattn_outputs *out)
+{
+    return conform_builtin_merge(p, in, out);
+}

@@ -85,7 +85,8 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
-    uint32_t known = (SMATTN_CAP_PAGED_HND << 1) - 1u; /* the highest bit this smattn knows */
+    uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, and ALiBi's */
+                     SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK;
     if (info->caps & ~known) {
         snprintf(err, errlen,
                  "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,
@@ -117,6 +118,7 @@ typedef struct desc_msg {
     smattn_plugin_info info;
     char name[64], version[64];
     int has_softmax, has_precision;
+    int has_merge;
 } desc_msg;
 
 /* Stages the child announces on the pipe before the message, so that a crash or hang is
@@ -207,6 +209,8 @@ static void describe_child(const char *path, int fd)
         SYM_AS(smattn_plugin_precision_fn, h, SMATTN_PLUGIN_PRECISION_SYMBOL, prec);
         m.has_softmax = sm != NULL;
         m.has_precision = prec != NULL;
+        void *mg = dlsym(h, SMATTN_PLUGIN_MERGE_SYMBOL);
+        m.has_merge = mg != NULL;
         const char *missing = !describe ? SMATTN_PLUGIN_DESCRIBE_SYMBOL
                               : !att    ? SMATTN_PLUGIN_ATTENTION_SYMBOL
                                         : NULL;
@@ -299,6 +303,7 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
         k->builtin = 1;
         k->has_softmax = 1;
         k->has_precision = 1;
+        k->has_merge = 1;
         return take_info(k, conform_builtin_describe(SMATTN_PLUGIN_ABI_VERSION), "builtin", err,
                          errlen);
     }
@@ -371,6 +376,7 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
         memcpy(&k->info, &m.info, sizeof k->info);
         k->has_softmax = m.has_softmax;
         k->has_precision = m.has_precision;
+        k->has_merge = m.has_merge;
         return take_info(k, &k->info, who, err, errlen);
     }
     if (hung)
@@ -400,6 +406,7 @@ int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, si
         e->softmax = conform_builtin_softmax;
         e->precision = conform_builtin_precision;
         e->threads = conform_builtin_threads;
+        e->merge = conform_builtin_merge;
         return 0;
     }
     dlerror();
@@ -413,6 +420,7 @@ int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, si
     SYM_AS(smattn_plugin_run_fn, h, SMATTN_PLUGIN_SOFTMAX_SYMBOL, e->softmax);
     SYM_AS(smattn_plugin_precision_fn, h, SMATTN_PLUGIN_PRECISION_SYMBOL, e->precision);
     SYM_AS(smattn_plugin_threads_fn, h, SMATTN_PLUGIN_THREADS_SYMBOL, e->threads);
+    SYM_AS(smattn_plugin_merge_fn, h, SMATTN_PLUGIN_MERGE_SYMBOL, e->merge);
     if (!e->attention) {
         snprintf(err, errlen, "missing symbol %s", SMATTN_PLUGIN_ATTENTION_SYMBOL);
         return -1;

@@ -44,6 +44,7 @@ typedef struct child_report {
     volatile int status;    /* its return value */
     volatile int rerun;     /* the second run returned 0 into the second buffers */
     volatile int threads;   /* the threads of the two runs (1, 2), or 0: the plugin's own */
+    volatile int split;     /* split-KV runs: 0 not run, 1 a part failed, 2 both returned 0 */
     volatile int fault_sig; /* SIGSEGV / SIGBUS caught, with its address */
     void *volatile fault_addr;
     smattn_precision pm; /* the model for this problem (the hook's, or info.precision) */
@@ -339,6 +340,38 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         *ot2[t] = *ot[t];
         ot2[t]->data = g2[t].data;
     }
+    /* split-KV (SPEC 9.6): the keys [0, t) and [t, T) as two problems of their own (K and V
+     * from key t on for the second), each writing O and LSE */
+    const int64_t t_split =
+        att && (!sample || sample->k <= 0) && c->split_at > 0 && c->split_at < p->T && n[1] ? c->split_at : 0;
+    guarded gs[2][2];
+    memset(gs, 0, sizeof gs);
+    smattn_problem sp[2];
+    smattn_inputs sin[2];
+    smattn_outputs sout[2];
+    memset(sout, 0, sizeof sout);
+    for (int q = 0; t_split && q < 2 && ok; q++) {
+        sp[q] = *p;
+        sin[q] = m.in;
+        sp[q].T = q ? p->T - t_split : t_split;
+        if (q) {
+            sin[q].k.data = (const unsigned char *)m.in.k.data +
+                            (size_t)(t_split * m.in.k.stride[1]) * smattn_dtype_size(m.in.k.dtype);
+            sin[q].v.data = (const unsigned char *)m.in.v.data +
+                            (size_t)(t_split * m.in.v.stride[1]) * smattn_dtype_size(m.in.v.dtype);
+        }
+        for (int u = 0; u < 2 && ok; u++) {
+            if (guarded_alloc(&gs[q][u], (size_t)n[u] * es)) {
+                ok = 0;
+                break;
+            }
+            fill_pattern(gs[q][u].data, (smattn_dtype)odt, n[u]);
+            smattn_out_tensor *o = u ? &sout[q].lse : &sout[q].o;
+            o->data = gs[q][u].data;
+            o->dtype = (smattn_dtype)odt;
+            smattn_contiguous_strides(&sp[q], roles[u], o->stride);
+        }
+    }
     if (!ok) {
         r->status = CONFORM_FAIL;
         snprintf(r->reason, sizeof r->reason,
@@ -384,6 +417,9 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
             rep->threads = th;
             rep->rerun = fn(kp, kin, &out2) == 0;
         }
+        if (rep->status == 0 && t_split) /* split-KV: the two parts */
+            rep->split = 1 + (fn(&sp[0], &sin[0], &sout[0]) == 0 &&
+                              fn(&sp[1], &sin[1], &sout[1]) == 0);
         _exit(0); /* no destructors, no atexit handlers of the plugin */
     }
     int ws = 0;
@@ -503,6 +539,32 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
     else
         conform_judge_rows(p, &m.in, &out, &pm, flags, c->strided, sample, r); /* keeps output */
     r->seconds = secs;
+    if (t_split && r->status == CONFORM_PASS) {
+        if (rep->split != 2) {
+            r->status = CONFORM_FAIL;
+            snprintf(r->reason, sizeof r->reason,
+                     "split-KV: the kernel did not return 0 on the keys [0, %lld) or [%lld, %lld) "
+                     "as problems of their own",
+                     (long long)t_split, (long long)t_split, (long long)p->T);
+        }
+        for (int q = 0; q < 2 && r->status == CONFORM_PASS; q++)
+            for (int u = 0; u < 2 && r->status == CONFORM_PASS; u++) {
+                if (check_canaries(&gs[q][u], names[u], r->reason, sizeof r->reason)) {
+                    r->status = CONFORM_FAIL;
+                    break;
+                }
+                for (int64_t e = 0; e < n[u]; e++)
+                    if (is_pattern(gs[q][u].data, (smattn_dtype)odt, e)) {
+                        r->status = CONFORM_FAIL;
+                        snprintf(r->reason, sizeof r->reason,
+                                 "split-KV: %s element %lld of the keys %s was never written",
+                                 names[u], (long long)e, q ? "[t, T)" : "[0, t)");
+                        break;
+                    }
+            }
+        if (r->status == CONFORM_PASS)
+            conform_judge_split(p, &m.in, &out, sp, sin, sout, &pm, flags, t_split, r);
+    }
     if (r->rerun == -1 && (k->info.caps & SMATTN_CAP_DETERMINISTIC) && r->status != CONFORM_FAIL) {
         r->status = CONFORM_FAIL;
         snprintf(r->reason, sizeof r->reason,
@@ -511,6 +573,8 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
 done:
     for (int t = 0; t < 3; t++)
         guarded_free(&g[t]), guarded_free(&g2[t]);
+    for (int q = 0; q < 2; q++)
+        guarded_free(&gs[q][0]), guarded_free(&gs[q][1]);
     if (rep != MAP_FAILED)
         munmap(rep, page_size());
     conform_inst_free(&lm);

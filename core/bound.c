@@ -120,7 +120,9 @@ typedef struct rowdata {
     int64_t n;         /* terms: nk + sink */
     int has_sink;
     int has_bias, softcap;
+    int has_alibi;     /* an ALiBi addend after the bias (SPEC 2.8, 6.2.3) */
     ld c;              /* softcap */
+    ld *al;            /* |ALiBi addend| per key: |m d|, or |m bias| in the mask mode */
     int64_t *idx;
     ld *s, *a, *abig;  /* score, a_j, max(1,|scale|) sum |q k| (overflow test) */
     ld *e, *p, *lp;    /* e^{s-M'}, p_j, log p_j = s_j - LSE */
@@ -159,7 +161,13 @@ static void row_common(const rowdata *r, const model *m, rowbound *rb)
                 Dl = g4 * r->a[t] + m->phi_s * fminl(r->c, (1 + g4) * r->a[t]); /* 6.2.2 */
             else
                 Dl = g2 * r->a[t]; /* 6.2.1 */
-            if (r->has_bias)
+            if (r->has_bias && r->has_alibi) /* 6.2.3: the bias, then the ALiBi addend */
+                Dl = (1 + m->us) * ((1 + m->us) * Dl + m->us * (fabsl(r->s[t]) + r->al[t]) +
+                                    gam(2, m->us) * r->al[t]) +
+                     m->us * fabsl(r->s[t]);
+            else if (r->has_alibi) /* 6.2.3: an addend computed with two roundings */
+                Dl = (1 + m->us) * (Dl + gam(2, m->us) * r->al[t]) + m->us * fabsl(r->s[t]);
+            else if (r->has_bias)
                 Dl = (1 + m->us) * Dl + m->us * fabsl(r->s[t]); /* 6.2.3 */
         }
         rb->Delta[t] = Dl; /* the sink: 0 (6.2.4) */
@@ -406,7 +414,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
     rowdata r;
     memset(&r, 0, sizeof r);
     r.idx = malloc((size_t)N * sizeof *r.idx);
-    ld *buf = malloc((size_t)N * 12 * sizeof *buf);
+    ld *buf = malloc((size_t)N * 13 * sizeof *buf);
     ld *qd = malloc((size_t)(D > 0 ? D : 1) * sizeof *qd);
     ld *vcol = malloc((size_t)N * sizeof *vcol);
     ld *Vrow = malloc((size_t)N * (size_t)(Dv > 0 ? Dv : 1) * sizeof *Vrow);
@@ -419,6 +427,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
     rowbound rk, re;
     rk.Delta = buf + 6 * N; rk.Lam = buf + 7 * N; rk.pR = buf + 8 * N;
     re.Delta = buf + 9 * N; re.Lam = buf + 10 * N; re.pR = buf + 11 * N;
+    r.al = buf + 12 * N;
     r.D = (ld)D;
     r.softcap = prob->softcap > 0;
     r.c = (ld)prob->softcap;
@@ -437,7 +446,10 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                 /* SPEC 3.4-3.6: the visible set; row-poisoning inputs (SPEC 4.2). */
                 int nanrow = 0;
                 r.nk = 0;
-                r.has_bias = in->bias.data != NULL;
+                /* the mask mode's bias is the ALiBi addend, slope x bias (SPEC 2.8) */
+                r.has_bias = in->bias.data != NULL && prob->alibi_mode != SMATTN_ALIBI_MASK;
+                r.has_alibi = prob->alibi_mode != SMATTN_ALIBI_NONE;
+                const ld slope = (ld)smattn__alibi_slope(prob, b, h);
                 for (int64_t j = lo; j < hi; j++) {
                     if (!smattn__mask_allows(prob, in, b, h, i, j))
                         continue;
@@ -548,9 +560,20 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     }
                     if (r.softcap) /* SPEC 2.4 */
                         sig = r.c * tanhl(sig / r.c);
-                    if (in->bias.data) /* SPEC 2.5 */
-                        sig += (ld)smattn_load(in->bias.data, in->bias.dtype,
-                                           smattn__off4(in->bias.stride, b, h, i, j));
+                    r.al[t] = 0;
+                    if (in->bias.data) { /* SPEC 2.5; the mask mode scales it (2.8) */
+                        ld bv = (ld)smattn_load(in->bias.data, in->bias.dtype,
+                                                smattn__off4(in->bias.stride, b, h, i, j));
+                        if (prob->alibi_mode == SMATTN_ALIBI_MASK)
+                            r.al[t] = fabsl(bv *= slope);
+                        sig += bv;
+                    }
+                    if (prob->alibi_mode == SMATTN_ALIBI_SYMMETRIC ||
+                        prob->alibi_mode == SMATTN_ALIBI_ONE_SIDED) { /* SPEC 2.8: exact */
+                        ld av = (ld)smattn__alibi_term(prob, b, h, i, j);
+                        r.al[t] = fabsl(av);
+                        sig += av;
+                    }
                     r.s[t] = sig;
                     r.a[t] = a;
                     r.abig[t] = abs_sum;
@@ -574,8 +597,9 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     r.a[r.nk] = r.abig[r.nk] = 0;
                 }
                 const int saved_bias = r.has_bias, saved_cap = r.softcap;
+                const int saved_alibi = r.has_alibi;
                 if (mean)
-                    r.has_bias = r.softcap = 0;
+                    r.has_bias = r.softcap = r.has_alibi = 0;
                 /* SPEC 4.1 in long double: M, M', L, LSE, p_j (P = e/L, SPEC 6.9). */
                 ld M = -HUGE_VALL;
                 for (int64_t t = 0; t < r.nk; t++)
@@ -660,6 +684,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     }
                 }
                 r.has_bias = saved_bias;
+                r.has_alibi = saved_alibi;
                 r.softcap = saved_cap;
             }
     free(r.idx);

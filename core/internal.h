@@ -76,6 +76,43 @@ void smattn__key_range(const smattn_problem *p, int64_t b, int64_t i, int64_t *l
 int smattn__mask_allows(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
                         int64_t i, int64_t j);
 
+/* ALiBi (SPEC 2.8). S and T at most 2^29 with ALiBi, so that slope x distance (24 + 29
+ * bits) is exact in binary64. */
+#define SMATTN_ALIBI_MAX_LEN (INT64_C(1) << 29)
+
+/* The slope of (batch b, query head h); 0 without ALiBi. */
+static inline float smattn__alibi_slope(const smattn_problem *p, int64_t b, int64_t h)
+{
+    if (p->alibi_mode == SMATTN_ALIBI_NONE)
+        return 0.0f;
+    return p->alibi_slopes[(p->alibi_slopes_per_batch ? b * p->Hq : 0) + h];
+}
+
+/* The signed distance whose product with the slope is the ALiBi term of key j for query i
+ * of batch b (SPEC 2.8): -|i + T_b - S_b - j| (symmetric) or j - T_b + 1 (one-sided); 0 for
+ * the other modes. |distance| < 2^29 with ALiBi. */
+static inline int64_t smattn__alibi_dist(const smattn_problem *p, int64_t b, int64_t i,
+                                         int64_t j)
+{
+    if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC) {
+        int64_t d = i + smattn__kv_len(p, b) - smattn__q_len(p, b) - j;
+        return d < 0 ? d : -d;
+    }
+    if (p->alibi_mode == SMATTN_ALIBI_ONE_SIDED)
+        return j - smattn__kv_len(p, b) + 1;
+    return 0;
+}
+
+/* The ALiBi term added after the bias in the symmetric and one-sided modes, exact (24-bit
+ * slope x 29-bit distance); 0 in the others (the mask mode scales the bias instead). */
+static inline double smattn__alibi_term(const smattn_problem *p, int64_t b, int64_t h,
+                                        int64_t i, int64_t j)
+{
+    if (p->alibi_mode != SMATTN_ALIBI_SYMMETRIC && p->alibi_mode != SMATTN_ALIBI_ONE_SIDED)
+        return 0.0;
+    return (double)smattn__alibi_slope(p, b, h) * (double)smattn__alibi_dist(p, b, i, j);
+}
+
 /* Number of CPUs online, at least 1. */
 int smattn__ncpu(void);
 

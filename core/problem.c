@@ -303,6 +303,40 @@ static smattn_status check_layout(const verdict *v, const smattn_problem *p, int
     return SMATTN_OK;
 }
 
+/* ALiBi (SPEC 2.8): the mode, the slopes (finite binary32), the mask mode's bias, and the
+ * extents that keep every slope x distance exact in binary64 (24 + 29 bits). */
+static smattn_status check_alibi(const verdict *v, const smattn_problem *p,
+                                 const smattn_inputs *in)
+{
+    if ((unsigned)p->alibi_mode > SMATTN_ALIBI_MASK)
+        return fail(v, SMATTN_ERR_OPTION, "alibi_mode = %d is unknown", (int)p->alibi_mode);
+    if (p->alibi_mode == SMATTN_ALIBI_NONE)
+        return SMATTN_OK;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return fail(v, SMATTN_ERR_OPTION, "alibi_mode: ALiBi applies to the attention op only");
+    if (!p->alibi_slopes)
+        return fail(v, SMATTN_ERR_NULL, "alibi_slopes is NULL with alibi_mode = %d",
+                    (int)p->alibi_mode);
+    if (p->S > SMATTN_ALIBI_MAX_LEN || p->T > SMATTN_ALIBI_MAX_LEN)
+        return fail(v, SMATTN_ERR_ALIBI, "alibi: %s = %lld is above 2^29",
+                    p->S > SMATTN_ALIBI_MAX_LEN ? "S" : "T",
+                    (long long)(p->S > SMATTN_ALIBI_MAX_LEN ? p->S : p->T));
+    int64_t n = (p->alibi_slopes_per_batch ? p->B : 1) * p->Hq; /* <= 2^64: B, Hq <= 2^32 */
+    for (int64_t k = 0; k < n; k++)
+        if (!isfinite(p->alibi_slopes[k]))
+            return fail(v, SMATTN_ERR_ALIBI, "alibi_slopes[%lld] = %g is not finite",
+                        (long long)k, (double)p->alibi_slopes[k]);
+    if (p->alibi_mode == SMATTN_ALIBI_MASK) {
+        if (!in->bias.data)
+            return fail(v, SMATTN_ERR_ALIBI, "alibi_mode mask needs the bias input (the "
+                        "distances the slope multiplies)");
+        if (in->bias.dtype == SMATTN_F64)
+            return fail(v, SMATTN_ERR_DTYPE, "bias: f64 with alibi_mode mask (slope x bias "
+                        "must be exact in binary64: f32, f16 or bf16)");
+    }
+    return SMATTN_OK;
+}
+
 static const char *const input_names[] = {"Q", "K", "V"};
 static const char *const output_names[] = {"O", "LSE", "P"};
 
@@ -340,6 +374,8 @@ static smattn_status validate_inputs(const smattn_problem *p, const smattn_input
                     p->window_left < -1 ? "left" : "right",
                     (long long)(p->window_left < -1 ? p->window_left : p->window_right));
     smattn_status st;
+    if ((st = check_alibi(v, p, in)))
+        return st;
     int64_t kn[2];
     if ((st = check_layout(v, p, qn, kn)))
         return st;
@@ -412,16 +448,19 @@ static smattn_status validate_inputs(const smattn_problem *p, const smattn_input
     }
     /* the lengths and the layout's arrays are inputs too: an output must not overwrite them */
     const smattn_layout *L = p->layout;
-    const void *arr[6] = {p->kv_lens, p->q_lens, L ? L->cu_seqlens_q : NULL,
+    const void *arr[7] = {p->kv_lens, p->q_lens, L ? L->cu_seqlens_q : NULL,
                           L ? L->cu_seqlens_k : NULL, L ? L->seqused_k : NULL,
-                          L ? L->block_table : NULL};
-    size_t arr_bytes[6] = {(size_t)p->B * 8, (size_t)p->B * 8, ((size_t)p->B + 1) * 8,
-                           ((size_t)p->B + 1) * 8, (size_t)p->B * 8, 0};
+                          L ? L->block_table : NULL,
+                          p->alibi_mode != SMATTN_ALIBI_NONE ? p->alibi_slopes : NULL};
+    size_t arr_bytes[7] = {(size_t)p->B * 8, (size_t)p->B * 8, ((size_t)p->B + 1) * 8,
+                           ((size_t)p->B + 1) * 8, (size_t)p->B * 8, 0,
+                           (size_t)(p->alibi_slopes_per_batch ? p->B : 1) * (size_t)p->Hq * 4};
     if (L && L->block_table) /* the entries up to the last row's max_pages (fits: checked) */
         arr_bytes[5] = ((size_t)(p->B - 1) * (size_t)L->bt_stride + (size_t)L->max_pages) * 4;
-    static const char *const arr_names[6] = {"kv_lens", "q_lens", "cu_seqlens_q",
-                                             "cu_seqlens_k", "seqused_k", "block_table"};
-    for (int k = 0; k < 6; k++)
+    static const char *const arr_names[7] = {"kv_lens", "q_lens", "cu_seqlens_q",
+                                             "cu_seqlens_k", "seqused_k", "block_table",
+                                             "alibi_slopes"};
+    for (int k = 0; k < 7; k++)
         if (arr[k]) {
             sp[nsp].lo = arr[k];
             sp[nsp].hi = (const unsigned char *)arr[k] + arr_bytes[k];
@@ -496,6 +535,8 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         return SMATTN_ERR_NULL;
     if (p->layout)
         return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 10.6) */
+    if (p->alibi_mode != SMATTN_ALIBI_NONE)
+        return SMATTN_ERR_UNSUPPORTED; /* nor ALiBi (SPEC 10.6) */
     span sp[20];
     memset(sp, 0, sizeof sp);
     int nsp = 0;

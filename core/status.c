@@ -22,6 +22,8 @@ static const char *const messages[] = {
     [SMATTN_ERR_ALIAS] = "an output overlaps itself, another output or an input",
     [SMATTN_ERR_INTERNAL] = "internal consistency check failed (a bug in smattn)",
     [SMATTN_ERR_LAYOUT] = "ragged or paged layout is inconsistent",
+    [SMATTN_ERR_ALIBI] = "an ALiBi slope is not finite, the mask mode has no bias, or S or T "
+                         "exceeds 2^29",
 };
 
 static const char *const names[] = {
@@ -44,6 +46,7 @@ static const char *const names[] = {
     [SMATTN_ERR_ALIAS] = "SMATTN_ERR_ALIAS",
     [SMATTN_ERR_INTERNAL] = "SMATTN_ERR_INTERNAL",
     [SMATTN_ERR_LAYOUT] = "SMATTN_ERR_LAYOUT",
+    [SMATTN_ERR_ALIBI] = "SMATTN_ERR_ALIBI",
 };
 
 const char *smattn_status_str(smattn_status s)

@@ -82,6 +82,25 @@ static float finite_score(float sigma)
     return isnan(sigma) ? 0.0f : fminf(fmaxf(sigma, -FLT_MAX), FLT_MAX);
 }
 
+/* ALiBi (SPEC 2.8): the slope of row (b, h), and the distance it multiplies in the
+ * symmetric mode (-|i + T_b - S_b - j|, FlashAttention's) or the one-sided mode (j - T_b + 1,
+ * vLLM's). The mask mode multiplies the bias instead. */
+static float alibi_slope(const smattn_problem *p, int64_t b, int64_t h)
+{
+    return p->alibi_slopes[(p->alibi_slopes_per_batch ? b * p->Hq : 0) + h];
+}
+
+static int64_t alibi_distance(const smattn_problem *p, int64_t b, int64_t i, int64_t j)
+{
+    int64_t Sb = p->q_lens ? p->q_lens[b] : p->S;
+    int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+    if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC) {
+        int64_t d = i + Tb - Sb - j;
+        return d < 0 ? d : -d;
+    }
+    return j - Tb + 1;
+}
+
 /* The score of a visible key: the scaled dot product (or scaled x), softcap, then bias.
  * Whether the row is poisoned (SPEC 4.2) is decided from the inputs, never from the
  * computed score: a NaN or infinite q or k, a NaN or +inf x or bias set *bad; a score
@@ -116,8 +135,12 @@ static float key_score(const smattn_problem *p, const smattn_inputs *in, int64_t
         float bias = at4(&in->bias, b, h, i, j); /* -inf hid the key already */
         if (isnan(bias) || bias == INFINITY)
             *bad = 1;
+        if (p->alibi_mode == SMATTN_ALIBI_MASK) /* llama.cpp: slope times the mask */
+            bias *= alibi_slope(p, b, h);
         sigma = finite_score(sigma + bias);
     }
+    if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC || p->alibi_mode == SMATTN_ALIBI_ONE_SIDED)
+        sigma = finite_score(sigma + alibi_slope(p, b, h) * (float)alibi_distance(p, b, i, j));
     return sigma;
 }
 
@@ -272,7 +295,8 @@ static const smattn_plugin_info info = {
             SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
             SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
             SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
-            SMATTN_CAP_SINK_IN_MAX, /* m starts at the sink (attend_row) */
+            SMATTN_CAP_SINK_IN_MAX | /* m starts at the sink (attend_row) */
+            SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK,
     .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
@@ -303,4 +327,60 @@ int smattn_plugin_softmax(const smattn_problem *p, const smattn_inputs *in,
                           const smattn_outputs *out)
 {
     return run(p, in, out, SMATTN_OP_SOFTMAX);
+}
+
+/* Merging partial states (SPEC 9; the optional entry smattn_plugin_merge): per row, the
+ * parts' largest LSE is subtracted before the exponential (in the LSE's base), the weights
+ * and the weighted O summed in binary32; an empty part (LSE -inf, or +inf under
+ * FlashAttention-2's convention) adds nothing; a row of empty parts only gets O = 0 and the
+ * problem's empty-row LSE. */
+int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                        const smattn_outputs *out);
+int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
+                        const smattn_outputs *out)
+{
+    if (p->empty_rows != SMATTN_EMPTY_ZERO || in->o_parts.dtype != SMATTN_F32 ||
+        in->lse_parts.dtype != SMATTN_F32 || (out->o.data && out->o.dtype != SMATTN_F32) ||
+        (out->lse.data && out->lse.dtype != SMATTN_F32))
+        return SMATTN_ERR_UNSUPPORTED;
+    const int base2 = p->lse_base == SMATTN_LSE_BASE_2;
+    const float empty = p->empty_parts == SMATTN_LSE_POS_INF ? INFINITY : -INFINITY;
+    const float *O = in->o_parts.data, *L = in->lse_parts.data;
+    const int64_t *so = in->o_parts.stride, *sl = in->lse_parts.stride;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++) {
+                const float *l = L + b * sl[0] + h * sl[1] + i * sl[2];
+                float m = -INFINITY;
+                for (int64_t n = 0; n < p->N; n++) {
+                    float x = l[n * in->lse_part_stride];
+                    if (x != empty && x > m)
+                        m = x;
+                }
+                float sum = 0.0f;
+                for (int64_t n = 0; n < p->N; n++) {
+                    float x = l[n * in->lse_part_stride];
+                    if (x != empty)
+                        sum += base2 ? exp2f(x - m) : expf(x - m);
+                }
+                float lse = m == -INFINITY ? (p->empty_lse == SMATTN_LSE_POS_INF ? INFINITY
+                                              : p->empty_lse == SMATTN_LSE_ZERO  ? 0.0f
+                                                                                  : -INFINITY)
+                                           : m + (base2 ? log2f(sum) : logf(sum));
+                if (out->lse.data)
+                    *out4(&out->lse, b, h, i, 0) = lse;
+                for (int64_t c = 0; out->o.data && c < p->Dv; c++) {
+                    float acc = 0.0f;
+                    for (int64_t n = 0; n < p->N && m != -INFINITY; n++) {
+                        float x = l[n * in->lse_part_stride];
+                        if (x == empty)
+                            continue;
+                        float w = (base2 ? exp2f(x - m) : expf(x - m)) / sum;
+                        acc += w * O[n * in->o_part_stride + b * so[0] + i * so[1] + h * so[2] +
+                                     c * so[3]];
+                    }
+                    *out4(&out->o, b, i, h, c) = acc;
+                }
+            }
+    return 0;
 }

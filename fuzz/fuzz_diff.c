@@ -12,7 +12,9 @@
  * fuzz_diff_long.c; here decode inputs run as decoded (T <= 64).
  * SMATTN_FUZZ_FULL=1 (make check's replay of the corpus) checks every input on every ISA;
  * SMATTN_FUZZ_FULL=2 (its replay of the regressions, some found before the cut) also checks
- * the problem as decoded, uncut. fuzz/README.md has the measurements. */
+ * the problem as decoded, uncut. fuzz/README.md has the measurements. ALiBi (SPEC 2.8): 3 in
+ * 8 attention inputs get one of its modes, drawn from the decoded seed (fuzz_problem_alibi),
+ * so that the corpus decodes as before. */
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_diff"
@@ -33,6 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (fuzz_problem_decode_bytes(&fp, data, size))
             return 0;
         if (pass == 1 && fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P))
+            return 0;
+        if (fuzz_problem_alibi(&fp)) /* ALiBi's modes, drawn from the seed */
             return 0;
         /* pass 1 after pass 0: only if it was cut */
         if (pass == 0 || fp.full_p || full_mode < 2)

@@ -60,10 +60,12 @@ typedef enum smattn_status {
     SMATTN_ERR_UNSUPPORTED = 15, /* valid per the spec, but not supported by this entry point */
     SMATTN_ERR_ALIAS = 16,     /* an output overlaps itself, another output or an input */
     SMATTN_ERR_INTERNAL = 17,  /* an internal consistency check failed (a bug: report it) */
-    SMATTN_ERR_LAYOUT = 18     /* a ragged or paged layout is inconsistent (SPEC 2.7): a
+    SMATTN_ERR_LAYOUT = 18,    /* a ragged or paged layout is inconsistent (SPEC 2.7): a
                                   cu_seqlens that decreases or does not end where it must, a
                                   used block-table entry outside [0, num_pages), a length
                                   past a sequence's slice or its table's capacity */
+    SMATTN_ERR_ALIBI = 20      /* ALiBi (SPEC 2.8): a slope NaN or infinite, the mask mode
+                                  without a bias, or S or T above 2^29 */
 } smattn_status;
 
 /* A sentence describing a status; never NULL (unknown codes get a generic sentence). */
@@ -129,6 +131,19 @@ typedef enum smattn_empty_lse {
     SMATTN_LSE_ZERO = 2     /* 0: PyTorch CPU flash kernel */
 } smattn_empty_lse;
 
+/* ALiBi without a dense bias (SPEC 2.8): a bias computed from each key's distance, times
+ * the head's slope m, added to the score after softcap and after the bias input.
+ *   SYMMETRIC: -m |i + T_b - S_b - j|, aligned lower-right (FlashAttention's alibi_slopes)
+ *   ONE_SIDED: m (j - T_b + 1), to the last key (vLLM's paged attention)
+ *   MASK:      m * bias_ij: the bias input holds -|distance| or -inf (llama.cpp's f16 mask),
+ *              scaled by the slope instead of added as is */
+typedef enum smattn_alibi_mode {
+    SMATTN_ALIBI_NONE = 0,
+    SMATTN_ALIBI_SYMMETRIC = 1,
+    SMATTN_ALIBI_ONE_SIDED = 2,
+    SMATTN_ALIBI_MASK = 3
+} smattn_alibi_mode;
+
 /* The problem (SPEC 2). Shapes:
  *   Q [B,S,Hq,D]   K [B,T,Hkv,D]   V [B,T,Hkv,Dv]   X [B,Hq,S,T] (softmax)
  *   O [B,S,Hq,Dv]  LSE [B,Hq,S]    P [B,Hq,S,T]
@@ -150,6 +165,11 @@ typedef struct smattn_problem {
      * as above. smattn_problem_default() sets it NULL, so callers that start from it (or
      * zero the struct) keep their meaning. */
     const struct smattn_layout *layout;
+    /* Appended in 0.3: ALiBi (SPEC 2.8). smattn_problem_default() sets NONE and NULL. */
+    smattn_alibi_mode alibi_mode;
+    const float *alibi_slopes;  /* [Hq] binary32 slopes, or [B][Hq] with the flag below;
+                                   required (SMATTN_ERR_NULL) unless alibi_mode is NONE */
+    int alibi_slopes_per_batch; /* nonzero: B lists of Hq slopes, batch b at b * Hq */
 } smattn_problem;
 
 /* Ragged (packed) and paged layouts (SPEC 2.7). A problem with a layout IS its dense,

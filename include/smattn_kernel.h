@@ -96,7 +96,14 @@ enum smattn_plugin_caps {
     SMATTN_CAP_PACKED_Q = 1u << 16,  /* cu_seqlens_q: Q [1,total_q,Hq,D], O, LSE [1,Hq,total_q] */
     SMATTN_CAP_PACKED_KV = 1u << 17, /* cu_seqlens_k (and seqused_k): K, V [1,total_k,Hkv,.] */
     SMATTN_CAP_PAGED_NHD = 1u << 18, /* block_table, K, V [num_pages,page_size,Hkv,.] */
-    SMATTN_CAP_PAGED_HND = 1u << 19  /* block_table, K, V [num_pages,Hkv,page_size,.] */
+    SMATTN_CAP_PAGED_HND = 1u << 19, /* block_table, K, V [num_pages,Hkv,page_size,.] */
+    /* ALiBi from slopes and distances (SPEC 2.8), one bit per mode: alibi_mode
+     * SMATTN_ALIBI_SYMMETRIC, SMATTN_ALIBI_ONE_SIDED, SMATTN_ALIBI_MASK (the last with the
+     * bias input, which it multiplies by the slope). A plugin built before these fields
+     * existed does not read them: the checker gives it no ALiBi case. */
+    SMATTN_CAP_ALIBI_SYMMETRIC = 1u << 22,
+    SMATTN_CAP_ALIBI_ONE_SIDED = 1u << 23,
+    SMATTN_CAP_ALIBI_MASK = 1u << 24
 };
 
 /* A set of dtypes: bit (1u << smattn_dtype). */
@@ -125,6 +132,18 @@ typedef int (*smattn_plugin_run_fn)(const smattn_problem *prob, const smattn_inp
                                     const smattn_outputs *out);
 typedef smattn_precision (*smattn_plugin_precision_fn)(const smattn_problem *prob);
 typedef int (*smattn_plugin_threads_fn)(int n);
+
+/* Optional: merging partial attention states (SPEC 9), exported as
+ *   int smattn_plugin_merge(const smattn_merge_problem *prob, const smattn_merge_inputs *in,
+ *                           const smattn_outputs *out);
+ * with smattn_merge's contract (out->o and out->lse in the dtypes of info.out_dtypes, the
+ * partials in those of info.q_dtypes; SMATTN_ERR_UNSUPPORTED declines a case). The checker
+ * runs its merge battery on it and judges it with smattn_merge_bound for info.precision (the
+ * fields a merge reads: u_acc, exp_ulps, acc_len, tiny). Added after SMATTN_PLUGIN_ABI
+ * version 1's other entries: a plugin without it is judged as before. */
+#define SMATTN_PLUGIN_MERGE_SYMBOL "smattn_plugin_merge"
+typedef int (*smattn_plugin_merge_fn)(const smattn_merge_problem *prob,
+                                      const smattn_merge_inputs *in, const smattn_outputs *out);
 
 #ifdef __cplusplus
 }

@@ -948,6 +948,49 @@ static void apply_json(smattn_case *c)
     p->q_lens = j->q_lens;
     p->empty_rows = j->empty_rows;
     p->empty_lse = j->empty_lse;
+    p->alibi_mode = j->alibi_mode;
+    p->alibi_slopes = j->alibi_mode != SMATTN_ALIBI_NONE ? j->alibi_slopes : NULL;
+    p->alibi_slopes_per_batch = j->n_alibi_lists > 0;
+}
+
+/* ALiBi's keys against the shapes (SPEC 7.1, 2.8): a mode needs slopes and slopes a mode;
+ * Hq slopes, or B lists of Hq; the mask mode needs bias.npy. The slopes' values and the
+ * extents are the library's to check (SMATTN_ERR_ALIBI). */
+static int check_alibi(const smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_case_json *j = &c->json;
+    const smattn_problem *p = &c->prob;
+    if (j->alibi_mode == SMATTN_ALIBI_NONE && !j->alibi_slopes)
+        return 0;
+    if (p->op != SMATTN_OP_ATTENTION) {
+        smattn_io_err(err, errlen, "case.json: \"alibi_mode\" and \"alibi_slopes\" are for "
+                      "attention cases (q.npy), not softmax");
+        return -1;
+    }
+    if (j->alibi_mode == SMATTN_ALIBI_NONE || !j->alibi_slopes) {
+        smattn_io_err(err, errlen, "case.json: \"%s\" is given without \"%s\"",
+                      j->alibi_slopes ? "alibi_slopes" : "alibi_mode",
+                      j->alibi_slopes ? "alibi_mode" : "alibi_slopes");
+        return -1;
+    }
+    uint64_t per = j->n_alibi_lists ? j->n_alibi_slopes / j->n_alibi_lists : j->n_alibi_slopes;
+    if (j->n_alibi_lists && (uint64_t)j->n_alibi_lists != (uint64_t)p->B) {
+        smattn_io_err(err, errlen, "case.json: \"alibi_slopes\" has %zu lists, want B = %lld",
+                      j->n_alibi_lists, (long long)p->B);
+        return -1;
+    }
+    if (per != (uint64_t)p->Hq) {
+        smattn_io_err(err, errlen, "case.json: \"alibi_slopes\"%s has %llu slopes, want Hq = "
+                      "%lld", j->n_alibi_lists ? "[0]" : "", (unsigned long long)per,
+                      (long long)p->Hq);
+        return -1;
+    }
+    if (j->alibi_mode == SMATTN_ALIBI_MASK && !present(&c->bias)) {
+        smattn_io_err(err, errlen, "case.json: \"alibi_mode\": \"mask\" needs bias.npy (the "
+                      "-|distance| values the slope multiplies)");
+        return -1;
+    }
+    return 0;
 }
 
 /* Which op: x.npy for softmax, q.npy for attention, never both. */
@@ -1023,7 +1066,7 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
         load_header(dir, "mask.npy", 0, &c->mask, err, errlen) ||
         load_header(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
         check_bf16_names(c, err, errlen) || check_bias_mask(c, err, errlen) ||
-        check_sinks(c, err, errlen))
+        check_sinks(c, err, errlen) || check_alibi(c, err, errlen))
         return -1;
     const smattn_problem *p = &c->prob;
     if (check_lens(c->json.kv_lens, c->json.n_kv_lens, "kv_lens", p->B, p->T, "T", err, errlen) ||

@@ -61,6 +61,11 @@ typedef struct smattn_case_json {
     size_t n_kv_indptr, n_kv_indices, n_kv_last_page_len;
     int has_kv_layout; /* "kv_layout" given */
     int kv_hnd;        /* "kv_layout": "HND" (1) or "NHD" (0, the default) */
+    /* ALiBi (SPEC 2.8): "alibi_mode" and "alibi_slopes" (flat: n_alibi_lists 0, else that
+     * many lists of n_alibi_slopes / n_alibi_lists slopes each). */
+    smattn_alibi_mode alibi_mode;
+    float *alibi_slopes;
+    size_t n_alibi_slopes, n_alibi_lists;
 } smattn_case_json;
 
 /* Defaults: no key given (what an absent case.json means). */

@@ -31,6 +31,8 @@ void smattn_case_json_free(smattn_case_json *cj)
     free(cj->kv_indptr);
     free(cj->kv_indices);
     free(cj->kv_last_page_len);
+    free(cj->alibi_slopes);
+    cj->alibi_slopes = NULL;
     cj->kv_lens = cj->q_lens = NULL;
     cj->cu_seqlens_q = cj->cu_seqlens_k = cj->seqused_k = NULL;
     cj->kv_indptr = cj->kv_indices = cj->kv_last_page_len = NULL;
@@ -278,6 +280,77 @@ static int key_sinks(json_object *v, smattn_case_json *cj, char *err, size_t err
     return 0;
 }
 
+static int key_alibi_mode(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    static const char *const names[] = {"none", "symmetric", "one_sided", "mask"};
+    int k;
+    if (json_choice(v, "alibi_mode", names, 4, &k, err, errlen))
+        return -1;
+    cj->alibi_mode = (smattn_alibi_mode)k;
+    return 0;
+}
+
+/* One slope: a number that is a binary32 exactly (SPEC 7.1); "where" names it. */
+static int alibi_slope(json_object *v, float *out, const char *where, char *err, size_t errlen)
+{
+    double x;
+    if (json_number(v, 0, &x) || !isfinite(x) || (double)(float)x != x) {
+        smattn_io_err(err, errlen, "\"alibi_slopes\"%s must be a finite binary32 number "
+                      "exactly, got %s", where, json_object_to_json_string(v));
+        return -1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* "alibi_slopes": Hq numbers, or B lists of Hq numbers (lengths checked against the shapes
+ * later, in io/case.c). */
+static int key_alibi_slopes(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0) {
+        smattn_io_err(err, errlen, "\"alibi_slopes\" must be a non-empty array of Hq numbers, "
+                      "or of B arrays of Hq numbers");
+        return -1;
+    }
+    size_t len = json_object_array_length(v), lists = 0, per = len;
+    if (json_object_is_type(json_object_array_get_idx(v, 0), json_type_array)) {
+        lists = len;
+        per = json_object_array_length(json_object_array_get_idx(v, 0));
+    }
+    size_t total = lists ? len * per : len;
+    float *a = malloc((total ? total : 1) * sizeof *a);
+    if (!a) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    char where[48];
+    for (size_t k = 0; k < len; k++) {
+        json_object *e = json_object_array_get_idx(v, k);
+        if (!lists) {
+            snprintf(where, sizeof where, "[%zu]", k);
+            if (alibi_slope(e, &a[k], where, err, errlen))
+                return free(a), -1;
+            continue;
+        }
+        if (!json_object_is_type(e, json_type_array) || json_object_array_length(e) != per) {
+            smattn_io_err(err, errlen, "\"alibi_slopes\"[%zu] must be an array of %zu numbers "
+                          "like \"alibi_slopes\"[0]", k, per);
+            return free(a), -1;
+        }
+        for (size_t h = 0; h < per; h++) {
+            snprintf(where, sizeof where, "[%zu][%zu]", k, h);
+            if (alibi_slope(json_object_array_get_idx(e, h), &a[k * per + h], where, err,
+                            errlen))
+                return free(a), -1;
+        }
+    }
+    free(cj->alibi_slopes);
+    cj->alibi_slopes = a;
+    cj->n_alibi_slopes = total;
+    cj->n_alibi_lists = lists;
+    return 0;
+}
+
 static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
 
 static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
@@ -322,6 +395,8 @@ static const struct {
     {"kv_indices", key_kv_indices},
     {"kv_last_page_len", key_kv_last_page_len},
     {"kv_layout", key_kv_layout},
+    {"alibi_mode", key_alibi_mode},
+    {"alibi_slopes", key_alibi_slopes},
 };
 
 static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)
@@ -345,7 +420,7 @@ static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_
                           "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
                           "softcap, sinks, empty_rows, empty_lse, bf16, cu_seqlens_q, "
                           "cu_seqlens_k, seqused_k, kv_indptr, kv_indices, kv_last_page_len, "
-                          "kv_layout)",
+                          "kv_layout, alibi_mode, alibi_slopes)",
                           shown);
             return -1;
         }

@@ -351,6 +351,34 @@ static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, cons
 
 /* ---- scores of one tile -------------------------------------------------------------------- */
 
+/* al[0 .. nk) = the symmetric or one-sided ALiBi addends of keys kt .. kt + nk for query i
+ * (SPEC 2.8), as opt_alibi computes each: with vectors when every distance of the tile is
+ * below 2^24 (then base + lane is the distance exactly, and the bits are opt_alibi's). */
+static void KN(alibi_tile)(const smattn_problem *p, int64_t b, int64_t h, int64_t i, int64_t kt,
+                           int64_t nk, float *al)
+{
+    static const float lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const float m = smattn__alibi_slope(p, b, h);
+    const int sym = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC;
+    /* the signed key offset from the reference key: c = i + T_b - S_b (symmetric, distance
+     * -|j - c|) or T_b - 1 (one-sided, distance j - c) */
+    const int64_t c = sym ? i + smattn__kv_len(p, b) - smattn__q_len(p, b)
+                          : smattn__kv_len(p, b) - 1;
+    const int64_t base = kt - c;
+    int64_t jj = 0;
+    if (base > -(INT64_C(1) << 24) && base + nk < (INT64_C(1) << 24)) {
+        const vf vm = vf_set1(m), vz = vf_zero();
+        for (; jj + VLEN <= nk; jj += VLEN) {
+            vf f = vf_add(vf_set1((float)(base + jj)), vf_load(lane)); /* exact */
+            if (sym)
+                f = vf_sub(vz, vf_max(f, vf_sub(vz, f))); /* -|f| */
+            vf_store(al + jj, vf_mul(vm, f));
+        }
+    }
+    for (; jj < nk; jj++)
+        al[jj] = opt_alibi(p, m, b, i, kt + jj);
+}
+
 /* Scale (split in two floats so that scale*dot rounds once), softcap, bias, visibility;
  * masked entries become -inf. Returns the tile max over visible entries (NaN-aware). When
  * *all_visible is set, vis[] is left unwritten. */
@@ -364,6 +392,12 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     const float sh = job->scale_hi, sl = job->scale_lo;
     const float cap = (float)p->softcap;
     float tmax = -HUGE_VALF;
+    /* the symmetric or one-sided ALiBi addends, after the bias (SPEC 2.8) */
+    const int alibi = p->alibi_mode == SMATTN_ALIBI_SYMMETRIC ||
+                      p->alibi_mode == SMATTN_ALIBI_ONE_SIDED;
+    float al[OPT_BK];
+    if (alibi)
+        KN(alibi_tile)(p, b, h, i, kt, nk, al);
     if (!in->mask.data && !in->bias.data && !(p->softcap > 0)) {
         /* visibility is the range [a, e) of the tile: scale everything with vectors, then
          * mask the ends (a tile on the causal diagonal or a window edge) */
@@ -378,6 +412,8 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
             for (int64_t jj = 0; jj < nk; jj += VLEN) {
                 vf x = vf_load(s + jj);
                 vf y = vf_fmadd(x, vh, vf_mul(x, vl));
+                if (alibi)
+                    y = vf_add(y, vf_load(al + jj));
                 vf_store(s + jj, y);
                 vneg = vf_max(vneg, vf_sub(vf_zero(), y));
                 vmax = vf_max(y, vmax);
@@ -394,6 +430,12 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
         }
         for (; jj < nk; jj++)
             s[jj] = fmaf(s[jj], sh, s[jj] * sl);
+        if (alibi) {
+            for (jj = 0; jj + VLEN <= nk; jj += VLEN)
+                vf_store(s + jj, vf_add(vf_load(s + jj), vf_load(al + jj)));
+            for (; jj < nk; jj++)
+                s[jj] = s[jj] + al[jj];
+        }
         /* a visible score of -inf (a -inf in K or an overflow, SPEC 4.2): max(-s) = +inf; a
          * NaN makes the max NaN, and the row's tmax NaN below */
         vf vneg = vf_set1(-HUGE_VALF);
@@ -441,7 +483,9 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
             x = opt_softcap(x, cap);
         }
         if (ok && in->bias.data)
-            x = x + bj;
+            x = x + (p->alibi_mode == SMATTN_ALIBI_MASK ? bj * smattn__alibi_slope(p, b, h) : bj);
+        if (ok && alibi)
+            x = x + al[jj];
         vis[jj] = (unsigned char)ok;
         s[jj] = ok ? x : -HUGE_VALF;
         if (ok && (x > tmax || x != x))

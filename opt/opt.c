@@ -79,8 +79,12 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
             if (in->bias.data) {
                 float bj = opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
                 vis = bj != -HUGE_VALF;
+                if (vis && p->alibi_mode == SMATTN_ALIBI_MASK) /* SPEC 2.8 */
+                    bj *= smattn__alibi_slope(p, b, h);
                 x += bj;
             }
+            if (p->alibi_mode == SMATTN_ALIBI_SYMMETRIC || p->alibi_mode == SMATTN_ALIBI_ONE_SIDED)
+                x += opt_alibi(p, smattn__alibi_slope(p, b, h), b, i, j);
             if (vis) {
                 val = opt_exp(job, x - M) / L;
                 bad |= !isfinite(x) || !isfinite(val);

@@ -47,6 +47,14 @@ static inline float opt_softcap(float x, float cap)
     return cap > 0 ? cap * tanhf(x / cap) : x * 0.0f;
 }
 
+/* The symmetric or one-sided ALiBi addend of key j in binary32 (SPEC 2.8; the model of
+ * 6.2.3): the distance rounded to binary32 (exact below 2^24), times the slope, rounded. */
+static inline float opt_alibi(const smattn_problem *p, float slope, int64_t b, int64_t i,
+                              int64_t j)
+{
+    return slope * (float)smattn__alibi_dist(p, b, i, j);
+}
+
 /* Does head h have a sink that joins the denominator? A sink of -inf is no sink (SPEC 2.5:
  * its weight e^-inf is 0), so such a head keeps the float32 path and its bits; a NaN or
  * +inf one does (the binary64 path applies SPEC 4.2 to it). */

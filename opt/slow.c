@@ -205,8 +205,15 @@ void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
             double bj = smattn_load(in->bias.data, in->bias.dtype, smattn__off4(in->bias.stride, b, h, i, j));
             if (!isfinite(bj))
                 nan = 1;
+            else if (p->alibi_mode == SMATTN_ALIBI_MASK) /* SPEC 2.8: exact */
+                bj *= (double)smattn__alibi_slope(p, b, h);
             x += bj;
             t[T + k] = bj;
+        }
+        double al = smattn__alibi_term(p, b, h, i, j); /* exact; 0 without it */
+        if (al != 0) {
+            x += al;
+            t[T + k] += al;
         }
         s[k] = x;
     }

@@ -79,6 +79,7 @@ typedef struct exact_state {
     int64_t *gid;       /* group of each key position */
     mpfr_t *s;          /* exact scores [n]; with softcap: scale q.k before cap and bias */
     double *bias;       /* [n] with softcap: the bias of each key, added after the cap */
+    double *alibi;      /* [n] with softcap: the ALiBi term of each key, added after that */
     mpfr_t sink;        /* exact sink (53 bits) */
     group *g;           /* [G] (the sink, if any, is a group of its own or merged) */
     int64_t G;
@@ -104,7 +105,9 @@ static int cmp_desc(exact_state *st, int64_t x, int64_t y)
     int c = mpfr_cmp(st->s[y], st->s[x]);
     if (c || !st->softcap)
         return c;
-    return (st->bias[y] > st->bias[x]) - (st->bias[y] < st->bias[x]);
+    if (st->bias[y] != st->bias[x])
+        return (st->bias[y] > st->bias[x]) - (st->bias[y] < st->bias[x]);
+    return (st->alibi[y] > st->alibi[x]) - (st->alibi[y] < st->alibi[x]);
 }
 
 static int same_score(exact_state *st, int64_t x, int64_t y)
@@ -162,11 +165,19 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
         mpfr_set_prec(s, mpfr_get_prec(st->b));
         mpfr_set(s, st->b, MPFR_RNDN);
         st->bias[jj] = smattn__ref_bias(r, j);
+        st->alibi[jj] = smattn__ref_alibi(r, j);
         return 0;
     }
     mpfr_set_prec(st->a, 53);
     mpfr_set_d(st->a, smattn__ref_bias(r, j), MPFR_RNDN);
-    if (exact_add(s, st->b, st->a))
+    double alibi = smattn__ref_alibi(r, j);
+    if (alibi == 0)
+        return exact_add(s, st->b, st->a) ? -1 : 0;
+    if (exact_add(st->c, st->b, st->a)) /* the bias, then the ALiBi term (SPEC 2.8) */
+        return -1;
+    mpfr_set_prec(st->a, 53);
+    mpfr_set_d(st->a, alibi, MPFR_RNDN);
+    if (exact_add(s, st->c, st->a))
         return -1;
     return 0;
 }
@@ -190,15 +201,18 @@ static void group_value(exact_state *st, int64_t k, mpfr_prec_t prec)
     /* c tanh(s/c) is increasing in s: evaluate the lower end with downward roundings and
      * the upper end with upward roundings (c > 0). */
     double c = st->r->p->softcap, bias = st->bias[st->order[st->g[k].first]];
+    double alibi = st->alibi[st->order[st->g[k].first]];
     mpfr_set_prec(st->a, prec + 16);
     mpfr_div_d(st->a, s, c, MPFR_RNDD);
     mpfr_tanh(st->a, st->a, MPFR_RNDD);
     mpfr_mul_d(st->a, st->a, c, MPFR_RNDD);
-    mpfr_add_d(st->tlo[k], st->a, bias, MPFR_RNDD);
+    mpfr_add_d(st->a, st->a, bias, MPFR_RNDD);
+    mpfr_add_d(st->tlo[k], st->a, alibi, MPFR_RNDD);
     mpfr_div_d(st->a, s, c, MPFR_RNDU);
     mpfr_tanh(st->a, st->a, MPFR_RNDU);
     mpfr_mul_d(st->a, st->a, c, MPFR_RNDU);
-    mpfr_add_d(st->thi[k], st->a, bias, MPFR_RNDU);
+    mpfr_add_d(st->a, st->a, bias, MPFR_RNDU);
+    mpfr_add_d(st->thi[k], st->a, alibi, MPFR_RNDU);
 }
 
 /* [lo, hi] = x * [elo, ehi] for an exact x, with outward rounding. */
@@ -535,6 +549,7 @@ static void state_free(exact_state *st)
             mpfr_clear(st->coef[k]);
     free(st->s);
     free(st->bias);
+    free(st->alibi);
     free(st->vcol);
     free(st->tlo);
     free(st->thi);
@@ -562,6 +577,7 @@ static int state_init(exact_state *st, ref_row *r)
     st->s = malloc((size_t)(n ? n : 1) * sizeof *st->s);
     st->vcol = malloc((size_t)(n ? n : 1) * sizeof *st->vcol);
     st->bias = calloc((size_t)(n ? n : 1), sizeof *st->bias);
+    st->alibi = calloc((size_t)(n ? n : 1), sizeof *st->alibi);
     st->tlo = malloc((size_t)G * sizeof *st->tlo);
     st->thi = malloc((size_t)G * sizeof *st->thi);
     st->elo = malloc((size_t)G * sizeof *st->elo);
@@ -572,12 +588,12 @@ static int state_init(exact_state *st, ref_row *r)
     st->gid = malloc((size_t)(n ? n : 1) * sizeof *st->gid);
     st->g = malloc((size_t)G * sizeof *st->g);
     st->ptrs = malloc(np * sizeof *st->ptrs);
-    if (!st->s || !st->bias || !st->vcol || !st->tlo || !st->thi || !st->elo || !st->ehi || !st->W ||
+    if (!st->s || !st->bias || !st->alibi || !st->vcol || !st->tlo || !st->thi || !st->elo || !st->ehi || !st->W ||
         !st->coef || !st->order || !st->gid || !st->g || !st->ptrs) {
         free(st->s), free(st->bias), free(st->vcol), free(st->tlo), free(st->thi), free(st->elo);
         free(st->ehi), free(st->W), free(st->coef), free(st->order), free(st->gid);
-        free(st->g), free(st->ptrs);
-        st->s = NULL, st->bias = NULL, st->vcol = NULL, st->tlo = NULL, st->coef = NULL;
+        free(st->g), free(st->ptrs), free(st->alibi);
+        st->s = NULL, st->bias = NULL, st->alibi = NULL, st->vcol = NULL, st->tlo = NULL, st->coef = NULL;
         st->thi = st->elo = st->ehi = st->W = NULL;
         st->order = st->gid = NULL, st->g = NULL, st->ptrs = NULL;
         mpfr_clears(st->sink, st->shift, st->Llo, st->Lhi, st->a, st->b, st->c, st->d,

@@ -92,6 +92,11 @@ static void score(ref_row *r, int64_t jj)
         s = dd_add(s, (dd){bias, 0.0});
         err += 4 * U2 * (fabs(s.hi) + fabs(bias) + 2 * fabs(s.hi - bias));
     }
+    double alibi = smattn__ref_alibi(r, j); /* |alibi| < 2^157: in range (SPEC 2.8) */
+    if (alibi != 0) {
+        s = dd_add(s, (dd){alibi, 0.0});
+        err += 4 * U2 * (fabs(s.hi) + fabs(alibi) + 2 * fabs(s.hi - alibi));
+    }
     r->s_hi[jj] = s.hi;
     r->s_lo[jj] = s.lo;
     r->s_err[jj] = err;

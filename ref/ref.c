@@ -34,12 +34,25 @@ double smattn__ref_x(const ref_row *r, int64_t j)
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
 }
 
-double smattn__ref_bias(const ref_row *r, int64_t j)
+double smattn__ref_bias_raw(const ref_row *r, int64_t j)
 {
     const smattn_tensor *t = &r->in->bias;
     if (!t->data)
         return 0.0;
     return smattn_load(t->data, t->dtype, smattn__off4(t->stride, r->b, r->h, r->i, j));
+}
+
+double smattn__ref_bias(const ref_row *r, int64_t j)
+{
+    double x = smattn__ref_bias_raw(r, j);
+    if (r->p->alibi_mode == SMATTN_ALIBI_MASK && isfinite(x))
+        x *= (double)smattn__alibi_slope(r->p, r->b, r->h); /* exact: 24 + 24 bits */
+    return x;
+}
+
+double smattn__ref_alibi(const ref_row *r, int64_t j)
+{
+    return smattn__alibi_term(r->p, r->b, r->h, r->i, j);
 }
 
 void smattn__ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
@@ -200,7 +213,7 @@ static int prepare(ref_row *r, smattn_status *st)
     for (int64_t j = lo; j < hi; j++) {
         if (!smattn__mask_allows(p, in, r->b, r->h, r->i, j))
             continue;
-        if (in->bias.data && smattn__ref_bias(r, j) == -HUGE_VAL)
+        if (in->bias.data && smattn__ref_bias_raw(r, j) == -HUGE_VAL)
             continue;
         if (!r->att && smattn__ref_x(r, j) == -HUGE_VAL)
             continue;
@@ -228,7 +241,7 @@ static int prepare(ref_row *r, smattn_status *st)
         }
     for (int64_t jj = 0; jj < r->n && !nan; jj++) {
         int64_t j = r->idx[jj];
-        double bj = smattn__ref_bias(r, j);
+        double bj = smattn__ref_bias_raw(r, j);
         if (isnan(bj) || bj == HUGE_VAL)
             nan = 1;
         if (!r->att) {

@@ -87,7 +87,13 @@ smattn_status smattn__ref_run(const smattn_problem *p, const smattn_inputs *in,
 double smattn__ref_k(const ref_row *r, int64_t j, int64_t d);
 double smattn__ref_v(const ref_row *r, int64_t j, int64_t c);
 double smattn__ref_x(const ref_row *r, int64_t j);    /* softmax input x[b,h,i,j] */
-double smattn__ref_bias(const ref_row *r, int64_t j); /* 0 when there is no bias */
+/* The bias input as stored (0 when there is none): visibility and NaN rows read it. */
+double smattn__ref_bias_raw(const ref_row *r, int64_t j);
+/* The addend of a visible key's score after softcap (SPEC 2.5, 2.8): the bias, or in the
+ * ALiBi mask mode slope x bias (exact: a binary32 slope times an f32/f16/bf16 value). */
+double smattn__ref_bias(const ref_row *r, int64_t j);
+/* The symmetric or one-sided ALiBi term, added after that (exact; 0 otherwise). */
+double smattn__ref_alibi(const ref_row *r, int64_t j);
 /* n elements of a tensor from `offset` with stride `stride`, as binary64 (exact). */
 void smattn__ref_load_vec(double *dst, const smattn_tensor *t, int64_t offset, int64_t stride,
                   int64_t n);

@@ -613,6 +613,51 @@ START_TEST(outputs_written_in_case_rank)
 }
 END_TEST
 
+/* ALiBi's keys (SPEC 7.1, 2.8): the mode and the slopes reach the problem; every bad form is
+ * one line naming the key. */
+START_TEST(alibi_keys)
+{
+    char *d = make_tmpdir();
+    put_qkv(d, 4, 2, 3, 4, 2, 1, 4, SMATTN_NPY_F32);
+    put_text(d, "case.json", "{\"alibi_mode\": \"one_sided\", \"alibi_slopes\": [0.5, -0.125]}");
+    smattn_case c;
+    load_ok(d, &c);
+    ck_assert_int_eq(c.prob.alibi_mode, SMATTN_ALIBI_ONE_SIDED);
+    ck_assert(c.prob.alibi_slopes && c.prob.alibi_slopes[0] == 0.5f &&
+              c.prob.alibi_slopes[1] == -0.125f && !c.prob.alibi_slopes_per_batch);
+    smattn_case_free(&c);
+    put_text(d, "case.json", "{\"alibi_mode\": \"symmetric\", \"alibi_slopes\": [[1, 2], [3, "
+                             "0.0039215688593685627]]}");
+    load_ok(d, &c);
+    ck_assert_int_eq(c.prob.alibi_mode, SMATTN_ALIBI_SYMMETRIC);
+    ck_assert(c.prob.alibi_slopes_per_batch && c.prob.alibi_slopes[2] == 3.0f &&
+              c.prob.alibi_slopes[3] == (float)(1.0 / 255));
+    smattn_case_free(&c);
+    put_text(d, "case.json", "{\"alibi_mode\": \"symmetric\", \"alibi_slopes\": [0.1, 1]}");
+    load_fails(d, "\"alibi_slopes\"[0] must be a finite binary32 number exactly, got 0.1");
+    put_text(d, "case.json", "{\"alibi_mode\": \"symmetric\", \"alibi_slopes\": [1]}");
+    load_fails(d, "\"alibi_slopes\" has 1 slopes, want Hq = 2");
+    put_text(d, "case.json", "{\"alibi_mode\": \"symmetric\", \"alibi_slopes\": [[1, 2]]}");
+    load_fails(d, "\"alibi_slopes\" has 1 lists, want B = 2");
+    put_text(d, "case.json", "{\"alibi_mode\": \"symmetric\", \"alibi_slopes\": [[1, 2], [3]]}");
+    load_fails(d, "\"alibi_slopes\"[1] must be an array of 2 numbers");
+    put_text(d, "case.json", "{\"alibi_mode\": \"symmetric\"}");
+    load_fails(d, "\"alibi_mode\" is given without \"alibi_slopes\"");
+    put_text(d, "case.json", "{\"alibi_slopes\": [1, 2]}");
+    load_fails(d, "\"alibi_slopes\" is given without \"alibi_mode\"");
+    put_text(d, "case.json", "{\"alibi_mode\": \"sym\", \"alibi_slopes\": [1, 2]}");
+    load_fails(d, "alibi_mode");
+    put_text(d, "case.json", "{\"alibi_mode\": \"mask\", \"alibi_slopes\": [1, 2]}");
+    load_fails(d, "\"mask\" needs bias.npy");
+    put(d, "bias.npy", SMATTN_NPY_F16, 4, (int64_t[]){1, 1, 3, 4});
+    load_ok(d, &c);
+    ck_assert_int_eq(c.prob.alibi_mode, SMATTN_ALIBI_MASK);
+    smattn_case_free(&c);
+    test_rm_tree(d);
+    free(d);
+}
+END_TEST
+
 Suite *case_suite(void);
 Suite *case_suite(void)
 {
@@ -620,6 +665,7 @@ Suite *case_suite(void)
     TCase *tc = tcase_create("case");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, attention_3d_defaults);
+    tcase_add_test(tc, alibi_keys);
     tcase_add_test(tc, attention_4d_broadcast_options);
     tcase_add_test(tc, bf16_sinks_softmax_fortran);
     tcase_add_test(tc, bad_files_rejected);

@@ -57,6 +57,7 @@ typedef struct lcase {
     smattn_layout L;
     int64_t *Sb, *Tb, *cu_q, *cu_k, *used, *kvl, *kvd, *qld;
     int32_t *bt;
+    float *slopes; /* ALiBi's (SPEC 2.8), or NULL */
     int64_t total_q;
     tbuf ql, kl, vl, qd, kd, vd, bias, sinks;
     unsigned char *mask;
@@ -311,13 +312,28 @@ static void make_case(lcase *c, uint64_t seed, int kind)
         c->inl.k = (smattn_tensor){c->kl.d, it, {ks[0], ks[1], ks[2], ks[3]}};
         c->inl.v = (smattn_tensor){c->vl.d, it, {vs[0], vs[1], vs[2], vs[3]}};
     }
+    /* ALiBi on a third of the cases (drawn last: the other draws keep their cases): its
+     * distances read S_b and T_b, which the layout gives (SPEC 2.7, 2.8) */
+    if (rng_chance(&r, 0.35)) {
+        smattn_alibi_mode mode = in.bias.data && rng_chance(&r, 0.3) ? SMATTN_ALIBI_MASK
+                                 : rng_chance(&r, 0.5)               ? SMATTN_ALIBI_SYMMETRIC
+                                                                     : SMATTN_ALIBI_ONE_SIDED;
+        int per = rng_chance(&r, 0.5);
+        int64_t n = (per ? B : 1) * Hq;
+        c->slopes = malloc((size_t)n * sizeof *c->slopes);
+        for (int64_t k = 0; k < n; k++)
+            c->slopes[k] = (float)(rng_int(&r, -64, 64) / 32.0);
+        c->pd.alibi_mode = c->pl.alibi_mode = mode;
+        c->pd.alibi_slopes = c->pl.alibi_slopes = c->slopes;
+        c->pd.alibi_slopes_per_batch = c->pl.alibi_slopes_per_batch = per;
+    }
     free(share), free(perm), free(qv), free(kv), free(vv);
 }
 
 static void free_case(lcase *c)
 {
     free(c->Sb), free(c->Tb), free(c->cu_q), free(c->cu_k), free(c->used), free(c->kvl);
-    free(c->kvd), free(c->qld), free(c->bt), free(c->mask);
+    free(c->kvd), free(c->qld), free(c->bt), free(c->mask), free(c->slopes);
     tbuf *t[8] = {&c->ql, &c->kl, &c->vl, &c->qd, &c->kd, &c->vd, &c->bias, &c->sinks};
     for (int k = 0; k < 8; k++)
         free(t[k]->d);

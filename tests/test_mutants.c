@@ -28,6 +28,9 @@ static const struct {
     {"upper_left", "causal"},        {"zero_mask", "causal"},
     {"sink_overflow", "sinks"},      {"max_restart_zero", "regimes"},
     {"scale_d128", "head_dim"},
+    {"alibi_slope_sign", "alibi"},   {"alibi_off_by_one", "alibi"},
+    {"alibi_mode_confused", "alibi"}, {"tail_keys_dropped", "split"},
+    {"merge_no_max", "merge"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -159,6 +162,63 @@ START_TEST(mutant_rejected)
 }
 END_TEST
 
+/* Mutants failing one case with the reason aimed at their bug (conform/judge.c): the ALiBi
+ * mutants name the reading of ALiBi their outputs follow (the one-sided causal prefill tells
+ * the two modes apart through the LSE alone); tail_keys_dropped passes the full row (T = 20,
+ * a multiple of 4) and fails the split-KV check of its parts (T = 3 and 17). */
+static const struct {
+    const char *name, *only, *reason;
+} alibi_named[] = {
+    {"alibi_slope_sign", "alibi/one_sided_causal_prefill",
+     "ALiBi: the outputs follow the slopes negated"},
+    {"alibi_off_by_one", "alibi/one_sided_causal_prefill",
+     "ALiBi: the outputs follow each distance one further"},
+    {"alibi_mode_confused", "alibi/one_sided_causal_prefill",
+     "ALiBi: the outputs follow the symmetric mode"},
+    {"tail_keys_dropped", "split/prefill_t20_at3",
+     "split-KV: the kernel's own attention over keys [0, 3) and [3, 20), merged by the oracle"},
+    {"merge_no_max", "merge/lse_spread_pm1000", "error/bound ratio inf at O element"},
+};
+
+START_TEST(alibi_mutant_named)
+{
+    char so[1200];
+    snprintf(so, sizeof so, "%s/mutants/%s.so", build_dir(), alibi_named[_i].name);
+    json_object *r = NULL;
+    int st = conform_only("quick", alibi_named[_i].only, so, &r);
+    ck_assert_msg(r != NULL && st == 1, "mutant %s: exit %d", alibi_named[_i].name, st);
+    json_object *cases, *c;
+    ck_assert(json_object_object_get_ex(r, "cases", &cases));
+    ck_assert_int_eq(json_object_array_length(cases), 1);
+    c = json_object_array_get_idx(cases, 0);
+    ck_assert_str_eq(str_of(c, "status"), "fail");
+    ck_assert_msg(strstr(str_of(c, "reason"), alibi_named[_i].reason), "mutant %s: reason '%s'",
+                  alibi_named[_i].name, str_of(c, "reason"));
+    json_object_put(r);
+}
+END_TEST
+
+/* The merge battery runs on every plugin exporting smattn_plugin_merge (the example's, and
+ * smattn_opt.so's smattn_merge) and passes: none of its cases is skipped. */
+START_TEST(merge_battery_runs_on_plugins)
+{
+    static const char *const so_names[2] = {"plugins/example_kernel.so", "plugins/smattn_opt.so"};
+    for (int k = 0; k < 2; k++) {
+        char so[1200];
+        snprintf(so, sizeof so, "%s/%s", build_dir(), so_names[k]);
+        json_object *r = NULL;
+        int st = conform_only("quick", "merge/", so, &r);
+        ck_assert_msg(r != NULL && st == 0, "%s: exit %d", so_names[k], st);
+        json_object *cases;
+        ck_assert(json_object_object_get_ex(r, "cases", &cases));
+        ck_assert_int_ge(json_object_array_length(cases), 9);
+        for (size_t i = 0; i < json_object_array_length(cases); i++)
+            ck_assert_str_eq(str_of(json_object_array_get_idx(cases, i), "status"), "pass");
+        json_object_put(r);
+    }
+}
+END_TEST
+
 /* The mutants whose cases are the same in both suites fail full too (run on those cases
  * only: the whole full suite costs a minute of oracle time). */
 static const struct {
@@ -191,6 +251,9 @@ Suite *mutants_suite(void)
     tcase_add_test(tc, example_conforms);
     tcase_add_test(tc, builtin_conforms);
     tcase_add_loop_test(tc, mutant_rejected, 0, NMUTANTS);
+    tcase_add_test(tc, merge_battery_runs_on_plugins);
+    tcase_add_loop_test(tc, alibi_mutant_named, 0,
+                        (int)(sizeof alibi_named / sizeof alibi_named[0]));
     tcase_add_loop_test(tc, mutant_rejected_full, 0,
                         (int)(sizeof in_full / sizeof in_full[0]));
     suite_add_tcase(s, tc);

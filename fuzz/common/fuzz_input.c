@@ -604,10 +604,38 @@ int fuzz_problem_convert(fuzz_problem *fp, smattn_dtype qx, smattn_dtype bias)
     return 0;
 }
 
+int fuzz_problem_alibi(fuzz_problem *fp)
+{
+    smattn_problem *p = &fp->p;
+    prng r = {(uint64_t)fp->seed * 0x9e3779b97f4a7c15u + 0xa11b1u};
+    int draw = (int)(prng_next(&r) % 8);
+    if (p->op != SMATTN_OP_ATTENTION || draw > 2)
+        return 0;
+    smattn_alibi_mode mode = (smattn_alibi_mode)(SMATTN_ALIBI_SYMMETRIC + draw);
+    if (mode == SMATTN_ALIBI_MASK && !fp->in.bias.data)
+        mode = SMATTN_ALIBI_SYMMETRIC;
+    int per_batch = prng_next(&r) % 2 == 0;
+    int64_t n = (per_batch ? p->B : 1) * p->Hq;
+    fp->alibi_slopes = alloc_elems((size_t)n, sizeof(float));
+    if (!fp->alibi_slopes) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    int kind = (int)(prng_next(&r) % 3);
+    for (int64_t k = 0; k < n; k++)
+        fp->alibi_slopes[k] = kind == 0 ? (float)ldexp(1.0, -(int)(k % p->Hq + 1))
+                              : kind == 1 ? (float)(4 * prng_unif(&r) - 2)
+                                          : (k % 3 == 0 ? 0.0f : 0.125f);
+    p->alibi_mode = mode;
+    p->alibi_slopes = fp->alibi_slopes;
+    p->alibi_slopes_per_batch = per_batch;
+    return 0;
+}
+
 void fuzz_problem_free(fuzz_problem *fp)
 {
     free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),
-        free(fp->sinks);
+        free(fp->sinks), free(fp->alibi_slopes);
     memset(fp, 0, sizeof *fp);
 }
 
@@ -657,6 +685,14 @@ void fuzz_problem_print(FILE *f, const fuzz_problem *fp)
             fp->raw_bytes);
     if (fp->full_p)
         fprintf(f, "  (shrunk from %" PRId64 " elements of P)", fp->full_p);
+    if (p->alibi_mode != SMATTN_ALIBI_NONE) {
+        static const char *const modes[4] = {"none", "symmetric", "one_sided", "mask"};
+        int64_t n = (p->alibi_slopes_per_batch ? p->B : 1) * p->Hq;
+        fprintf(f, "  alibi %s slopes%s:", modes[p->alibi_mode],
+                p->alibi_slopes_per_batch ? " [B][Hq]" : "");
+        for (int64_t k = 0; k < n; k++)
+            fprintf(f, " %a", (double)p->alibi_slopes[k]);
+    }
     fprintf(f, "\n");
     print_tensor(f, "q", fp->q, fp->in.q.dtype, fp->nq);
     print_tensor(f, "k", fp->k, fp->in.k.dtype, fp->nk);

@@ -85,7 +85,15 @@ typedef struct fuzz_problem {
     unsigned char *mask;
     size_t nq, nx, nk, nv, nbias, nmask; /* element counts (bias/mask: as stored) */
     int64_t full_p; /* B*Hq*S*T as decoded if fuzz_problem_shrink cut it, else 0 */
+    float *alibi_slopes; /* fuzz_problem_alibi's slopes (owned), or NULL */
 } fuzz_problem;
+
+/* ALiBi (SPEC 2.8) drawn from the decoded seed, so that the bytes decode as before: an
+ * attention problem gets, with probability 3/8, the symmetric, one-sided or mask mode (the
+ * mask mode only with a bias, else symmetric), with FlashAttention's slopes, slopes of both
+ * signs, or zero, one list or B lists. Call after fuzz_problem_shrink (it reads B and Hq).
+ * Returns nonzero if memory runs out (the problem is then freed). */
+int fuzz_problem_alibi(fuzz_problem *fp);
 
 /* Decode data[0, size) into *fp (always succeeds unless memory runs out: returns nonzero).
  * The provider is left where decoding stopped, so that a target may read more from it. */

@@ -201,7 +201,7 @@ def _pick(name, value, alias_name, alias_value):
 def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
            bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
            empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
-           softmax_scale=None, window_size=None, **ragged):
+           softmax_scale=None, window_size=None, alibi_slopes=None, alibi_mode=None, **ragged):
     keep = []
     unknown = sorted(set(ragged) - set(_ragged.ARGS))
     if unknown:
@@ -211,7 +211,8 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
                              kv_lens=kv_lens, q_lens=q_lens, bias=bias, mask=mask, sinks=sinks,
                              softcap=softcap, empty_rows=empty_rows, empty_lse=empty_lse,
                              layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-                             softmax_scale=softmax_scale, window_size=window_size, **ragged)
+                             softmax_scale=softmax_scale, window_size=window_size,
+                             alibi_slopes=alibi_slopes, alibi_mode=alibi_mode, **ragged)
     layout = _layout(layout)
     scale = _pick("scale", scale, "softmax_scale", softmax_scale)
     window = _pick("window", window, "window_size", window_size)
@@ -271,6 +272,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     v = _tensor(inp.v, v, _dtype_code(v, "v"), ax, keep)
     bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
+    _alibi(prob, keep, B, Hq, alibi_mode, alibi_slopes)
     return _Built(prob, inp, keep, layout, rank == 4, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
                   False, mask, lens)
 
@@ -278,7 +280,8 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
 def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
                   bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
                   empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
-                  softmax_scale=None, window_size=None, **ragged):
+                  softmax_scale=None, window_size=None, alibi_slopes=None, alibi_mode=None,
+                  **ragged):
     """A problem with a ragged or paged layout (SPEC 2.7): the dense, padded twin's B, S,
     T and options, Q/O/LSE packed with cu_seqlens_q, K/V packed with cu_seqlens_k or paged
     (block_table, or FlashInfer's kv_indptr/kv_indices/kv_last_page_len)."""
@@ -318,6 +321,7 @@ def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None
         kv_lens = r.kv_lens
     bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
+    _alibi(prob, keep, B, Hq, alibi_mode, alibi_slopes)
     prob.layout = ctypes.addressof(r.descriptor(keep))
     return _Built(prob, inp, keep, "bshd", batched, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
                   False, mask, lens, r)
@@ -362,6 +366,42 @@ def _build_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, q_l
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
     return _Built(prob, inp, keep, "bhsd", batched, B, S, T, Hq, Hq, 1, 1, (x, bias), True,
                   mask, lens)
+
+
+_ALIBI = {"symmetric": 1, "one_sided": 2, "mask": 3}
+
+
+def _alibi(prob, keep, B, Hq, mode, slopes):
+    """ALiBi (SPEC 2.8) into prob: slopes [Hq] or [B, Hq], each a float32 exactly; mode
+    'symmetric' (FlashAttention's alibi_slopes, the default when slopes are given),
+    'one_sided' (vLLM's) or 'mask' (llama.cpp's: bias holds -|distance| and is multiplied
+    by the slope)."""
+    if slopes is None:
+        if mode is not None:
+            raise ValueError("alibi_mode %r without alibi_slopes" % (mode,))
+        return
+    if mode is None:
+        mode = "symmetric"
+    try:
+        prob.alibi_mode = _ALIBI[mode]
+    except (KeyError, TypeError):
+        raise ValueError("alibi_mode %r: want 'symmetric' (FlashAttention's), 'one_sided' "
+                         "(vLLM's) or 'mask' (llama.cpp's)" % (mode,)) from None
+    a = _asarray(slopes, "alibi_slopes")
+    if a.dtype.kind not in "fiu":
+        raise TypeError("alibi_slopes: dtype '%s' is not a number type" % (a.dtype,))
+    if a.shape not in ((Hq,), (B, Hq)):
+        raise ValueError("alibi_slopes: shape %s, want [Hq] = [%d] or [B, Hq] = [%d, %d]"
+                         % (tuple(a.shape), Hq, B, Hq))
+    f = _aligned(np.ascontiguousarray(a.reshape(-1), dtype=np.float32))
+    exact = a.reshape(-1).astype(np.float64)
+    bad = np.nonzero(f.astype(np.float64) != exact)[0]
+    if bad.size and np.isfinite(exact[bad[0]]):
+        raise ValueError("alibi_slopes[%d] = %r is not a float32 exactly (SPEC 2.8: the slopes "
+                         "are binary32)" % (bad[0], float(exact[bad[0]])))
+    keep.append(f)
+    prob.alibi_slopes = f.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    prob.alibi_slopes_per_batch = 1 if a.ndim == 2 else 0
 
 
 def _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens, bias, mask, sinks,
@@ -788,6 +828,10 @@ _DOC_ARGS = """
         attn_mask (SDPA's keyword): a bool array is `mask`, a float array is `bias`.
     sinks: [Hq] logits that join only the softmax denominator (gpt-oss, FA4; SPEC 2.5).
     softcap: c > 0 replaces each score s by c*tanh(s/c) before bias and masks (SPEC 2.4).
+    alibi_slopes, alibi_mode: ALiBi without a dense bias (SPEC 2.8), added after softcap and
+        bias: slopes [Hq] or [B, Hq], each a float32 exactly; mode "symmetric" (the default:
+        FlashAttention's -m|i + T_b - S_b - j|), "one_sided" (vLLM's m (j - T_b + 1)) or
+        "mask" (llama.cpp's: bias holds -|distance| or -inf and is multiplied by the slope).
     empty_rows: what a row with no visible key and no sink gives (SPEC 3.4): "zero" (O = 0,
         P = 0: PyTorch >= 2.5, FlashAttention), "nan", or "mean" (O = mean of V over the
         first T_b keys: finite "minus large" masks as in JAX).
@@ -815,14 +859,14 @@ def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               threads=0, progress=None, is_causal=None, attn_mask=None, softmax_scale=None,
               window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
               block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
-              kv_last_page_len=None, page_size=None):
+              kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size)
+              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode)
     return _run("ref", q, k, v, dtype, weights, threads, None, kw, progress)
 
 
@@ -847,14 +891,14 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               threads=0, isa=None, is_causal=None, attn_mask=None, softmax_scale=None,
               window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
               block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
-              kv_last_page_len=None, page_size=None):
+              kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size)
+              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode)
     return _run("opt", q, k, v, dtype, weights, threads, isa, kw)
 
 
@@ -1178,14 +1222,15 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
           softcap=0, empty_rows="zero", empty_lse="neg_inf", layout="bshd", is_causal=None,
           attn_mask=None, softmax_scale=None, window_size=None, rows=None, seed=0,
           cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, kv_layout=None,
-          kv_indptr=None, kv_indices=None, kv_last_page_len=None, page_size=None):
+          kv_indptr=None, kv_indices=None, kv_last_page_len=None, page_size=None,
+          alibi_slopes=None, alibi_mode=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size)
+              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode)
     b = _build(q, k, v, **kw)
     if o is None:
         raise TypeError("o: None; want the kernel's O (check judges O, and LSE and P when "

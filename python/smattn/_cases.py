@@ -14,6 +14,10 @@ from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
               "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max",
               "deterministic", "packed_q", "packed_kv", "paged_nhd", "paged_hnd")
+# bit -> feature name (smattn_kernel.h): bits 0-19 above, then ALiBi's 22-24
+_CAP_BITS = list(enumerate(_CAP_NAMES)) + [(22, "alibi_symmetric"), (23, "alibi_one_sided"),
+                                           (24, "alibi_mask")]
+_ALIBI_NAME = {1: "symmetric", 2: "one_sided", 3: "mask"}
 _DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16"}
 _EMPTY_NAME = {v: k for k, v in _EMPTY.items()}
 _EMPTY_LSE_NAME = {v: k for k, v in _EMPTY_LSE.items()}
@@ -272,10 +276,15 @@ def _make_case(c, dtype, layout, seed):
             kw[name] = a
     if p.softcap > 0:
         kw["softcap"] = p.softcap
+    if p.alibi_mode:  # SPEC 2.8: [Hq], or [B, Hq] per batch
+        n = (B if p.alibi_slopes_per_batch else 1) * Hq
+        sl = np.array([p.alibi_slopes[k] for k in range(n)], dtype=np.float32)
+        kw["alibi_mode"] = _ALIBI_NAME[p.alibi_mode]
+        kw["alibi_slopes"] = sl.reshape(B, Hq) if p.alibi_slopes_per_batch else sl
     # the conventions of the case, always: check() judges by them, so the kernel must follow
     kw["empty_rows"] = _EMPTY_NAME[p.empty_rows]
     kw["empty_lse"] = _EMPTY_LSE_NAME[p.empty_lse]
-    feats = [n for bit, n in enumerate(_CAP_NAMES) if c.caps & (1 << bit)]
+    feats = [n for bit, n in _CAP_BITS if c.caps & (1 << bit)]
     if c.layout:
         q, k, v, layout = _lay_out(c, q, k, v, kw)
     return Case(c.name.decode(), c.category.decode(), q, k, v, kw, feats, kvd,

@@ -46,7 +46,9 @@ class Problem(ctypes.Structure):
                 ("window_right", c_i64), ("kv_lens", ctypes.POINTER(c_i64)),
                 ("q_lens", ctypes.POINTER(c_i64)), ("empty_rows", ctypes.c_int),
                 ("empty_lse", ctypes.c_int),
-                ("layout", ctypes.c_void_p)]
+                ("layout", ctypes.c_void_p),
+                ("alibi_mode", ctypes.c_int), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
+                ("alibi_slopes_per_batch", ctypes.c_int)]
 
 
 class Layout(ctypes.Structure):

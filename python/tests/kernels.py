@@ -10,7 +10,8 @@ BUGS = ("causal_upper_left", "causal_off_by_one", "empty_nan", "no_scale", "gqa_
 
 def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None,
                     q_lens=None, bias=None, mask=None, sinks=None, softcap=0,
-                    empty_rows="zero", empty_lse="neg_inf", bug=None):
+                    empty_rows="zero", empty_lse="neg_inf", alibi_slopes=None,
+                    alibi_mode=None, bug=None):
     """O [B,S,Hq,Dv] and LSE [B,Hq,S] as float32; `bug` (one of BUGS) plants one bug.
     Empty rows (no visible key, no sink) follow empty_rows ("zero", "nan", "mean": the mean
     of v over keys j < kv_lens[b]) and empty_lse ("neg_inf", "pos_inf", "zero"), SPEC 3.4."""
@@ -54,10 +55,21 @@ def numpy_attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=No
         vis = np.broadcast_to(vis, (B, Hq, S, T))
         if mask is not None:
             vis = vis & np.asarray(mask, dtype=bool)
+        slope = None
+        if alibi_slopes is not None:  # SPEC 2.8: [Hq] or [B, Hq], as [B, Hq, 1, 1]
+            slope = np.broadcast_to(np.asarray(alibi_slopes, dtype=np.float64),
+                                    (B, Hq))[:, :, None, None]
         if bias is not None:
             bias = np.asarray(bias, dtype=np.float64)
             vis = vis & (bias != -np.inf)
-            s = s + bias
+            s = s + (bias * slope if alibi_mode == "mask" else bias)
+        if slope is not None and alibi_mode in (None, "symmetric", "one_sided"):
+            for b in range(B):
+                Tb = T if kv_lens is None else int(kv_lens[b])
+                Sb = S if q_lens is None else int(q_lens[b])
+                dist = (-np.abs(i + Tb - Sb - j) if alibi_mode != "one_sided"
+                        else j - Tb + 1 + 0 * i)
+                s[b] = s[b] + slope[b] * dist
         s = np.where(vis, s, -np.inf)
         # SPEC 4.2: a non-finite q (row with visible keys), a non-finite k at a visible key,
         # or a NaN or +inf bias at a visible key poisons the row: NaN, never "masked"

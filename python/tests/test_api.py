@@ -54,8 +54,9 @@ def test_cases_are_the_conform_battery(tmp_path, seed):
     subprocess.run([_cli(), "conform", "--suite", "quick", "--seed", str(seed), "--json",
                     str(out)], check=True, cwd=str(tmp_path), env=env,
                    stdout=subprocess.DEVNULL)
+    # the merge battery (SPEC 9) runs on smattn_plugin_merge, not on attention: not a case
     want = [(c["name"], c["category"], c["features"], c["shape"])
-            for c in json.loads(out.read_text())["cases"]]
+            for c in json.loads(out.read_text())["cases"] if c["category"] != "merge"]
     got, ops = [], {}
     for c in smattn.cases("quick", seed=seed):
         ops[c.name] = op = getattr(c, "op", "attention")
@@ -542,3 +543,33 @@ def test_check_sampled_rows():
             smattn.check(o, q, k, v, causal=True, rows=bad_rows)
     with pytest.raises(ValueError):
         next(smattn.cases("huge"))
+
+
+def test_alibi_modes():
+    """ALiBi (SPEC 2.8): reference, attention and check take alibi_slopes and alibi_mode;
+    under a lower-right causal mask the symmetric and one-sided modes give the same O and
+    LSEs apart by m (S - 1 - i); a slope that is not a float32 is refused."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 4, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 9, 1, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 9, 1, 8)).astype(np.float32)
+    slopes = np.array([0.5, 0.125], dtype=np.float32)
+    kw = dict(causal="lower_right", alibi_slopes=slopes)
+    o_s, lse_s = smattn.reference(q, k, v, alibi_mode="symmetric", dtype="float64", **kw)
+    o_o, lse_o = smattn.reference(q, k, v, alibi_mode="one_sided", dtype="float64", **kw)
+    assert np.array_equal(o_s, o_o)
+    want = slopes[None, :, None] * (3 - np.arange(4))[None, None, :]
+    assert np.allclose(lse_s - lse_o, want, rtol=0, atol=1e-12)
+    o, lse = smattn.attention(q, k, v, alibi_mode="one_sided", **kw)
+    assert smattn.check(o, q, k, v, lse=lse, precision="opt", alibi_mode="one_sided",
+                        **kw).passed
+    r = smattn.check(o, q, k, v, lse=lse, precision="opt", alibi_mode="symmetric", **kw)
+    assert not r.passed and "LSE" in r.reason
+    with pytest.raises(ValueError, match="not a float32 exactly"):
+        smattn.reference(q, k, v, alibi_slopes=[0.1, 0.5])
+    with pytest.raises(ValueError, match="alibi_mode"):
+        smattn.reference(q, k, v, alibi_slopes=slopes, alibi_mode="sym")
+    c = next(c for c in smattn.cases(categories=["alibi"]) if c.name.endswith("q_lens_gqa"))
+    assert c.kwargs["alibi_mode"] == c.name.split("/")[1].split("_q_lens")[0]
+    assert "alibi_" + c.kwargs["alibi_mode"] in c.features
+    assert c.kwargs["alibi_slopes"].dtype == np.float32

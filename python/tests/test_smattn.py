@@ -245,7 +245,7 @@ def test_numpy_kernel_passes_the_battery():
         assert r.passed, "%s: %s" % (case.name, r.reason)
         n, cats = n + 1, cats | {case.category}
     assert n >= 60 and {"causal", "gqa", "empty_rows", "strides", "decode", "softmax",
-                        "regressions"} <= cats
+                        "regressions", "alibi"} <= cats
 
 
 def test_cases_carry_their_conventions():
