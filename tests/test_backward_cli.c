@@ -403,9 +403,25 @@ START_TEST(gen_backward)
     ck_assert(exists(test_path(res, "dsinks.npy")) == best_sinks);
     /* without --backward: no do.npy */
     test_rm_tree(out2);
-    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", out2, NULL});
+    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--dtype", "bf16", out2, NULL});
     ck_assert_msg(r.code == 0, "gen: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
+    /* the forward inputs do not depend on --backward (dO has a stream of its own) */
+    const char *base = strrchr(best, '/') + 1;
+    char same[600];
+    snprintf(same, sizeof same, "%s/%s", out2, base);
+    for (int f = 0; f < 3; f++) {
+        static const char *const in[3] = {"q.npy", "k.npy", "bias.npy"};
+        smattn_npy a, b;
+        char err[256];
+        ck_assert(smattn_npy_read(test_path(best, in[f]), &a, err, sizeof err) == 0);
+        ck_assert(smattn_npy_read(test_path(same, in[f]), &b, err, sizeof err) == 0);
+        ck_assert_msg(a.count == b.count && memcmp(a.data, b.data, (size_t)a.count * 2) == 0,
+                      "%s differs with --backward", in[f]);
+        smattn_npy_free(&a);
+        smattn_npy_free(&b);
+    }
+    ck_assert(!exists(test_path(same, "do.npy")));
     char *m2 = test_slurp(test_path(out2, "manifest.json"));
     ck_assert_msg(strstr(m2, "\"backward\":false") || strstr(m2, "\"backward\": false"), "%s", m2);
     free(m2);
