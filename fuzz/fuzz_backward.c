@@ -94,8 +94,7 @@ static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
 
 /* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 2) from seed, with special
  * values (NaN, infinities, FLT_MAX, zeros) at a few places when `special`. */
-static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse,
-                         int special)
+static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse, int special)
 {
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
     uint64_t s = seed;
@@ -141,7 +140,8 @@ static double gat(const grads *g, int k, int64_t e)
 static double at(const smattn_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
 {
     return smattn_load(t->data, t->dtype,
-                       i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3]);
+                       i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] +
+                           i3 * t->stride[3]);
 }
 
 /* The oracle; 1 if it stopped at its precision limit (SMATTN_ERR_PRECISION, which SPEC 10.3
@@ -376,9 +376,10 @@ static void check_gqa(const fuzz_problem *fp, const grads *g)
         const int kx = same[s];
         const size_t es = smattn_dtype_size(g->t);
         for (int64_t x = 0; x < g->n[kx]; x++)
-            if (memcmp((char *)g->buf[kx] + (size_t)x * es, (char *)e.buf[kx] + (size_t)x * es, es)) {
-                snprintf(d, sizeof d, "%s[%lld]: GQA %a, MHA expansion %a", names[kx],
-                         (long long)x, gat(g, kx, x), gat(&e, kx, x));
+            if (memcmp((char *)g->buf[kx] + (size_t)x * es, (char *)e.buf[kx] + (size_t)x * es,
+                       es)) {
+                snprintf(d, sizeof d, "%s[%lld]: GQA %a, MHA expansion %a", names[kx], (long long)x,
+                         gat(g, kx, x), gat(&e, kx, x));
                 fail(fp, "GQA against its MHA expansion (same bits)", d);
             }
     }
@@ -405,8 +406,8 @@ static void check_gqa(const fuzz_problem *fp, const grads *g)
                         snprintf(d, sizeof d,
                                  "%s[b=%lld,j=%lld,g=%lld,%lld] = %a, the group's expanded ones "
                                  "sum to %a more",
-                                 names[w], (long long)b, (long long)j, (long long)kv,
-                                 (long long)c, a, mpfr_get_d(sum, MPFR_RNDN));
+                                 names[w], (long long)b, (long long)j, (long long)kv, (long long)c,
+                                 a, mpfr_get_d(sum, MPFR_RNDN));
                         fail(fp, "GQA dK/dV against the group sums of the MHA expansion", d);
                     }
     }

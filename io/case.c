@@ -133,10 +133,9 @@ static int table_from_npy(smattn_case *c, char *err, size_t errlen);
 /* The data of every present array, read only once every header has been checked. */
 static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
-    static const char *const names[9] = {"q.npy",     "k.npy",    "v.npy",
-                                         "x.npy",     "bias.npy", "mask.npy",
-                                         "sinks.npy", "do.npy",   "dlse.npy"};
-    smattn_npy *arr[9] = {&c->q,     &c->k,    &c->v,   &c->x,   &c->bias,
+    static const char *const names[9] = {"q.npy",    "k.npy",     "v.npy",  "x.npy",   "bias.npy",
+                                         "mask.npy", "sinks.npy", "do.npy", "dlse.npy"};
+    smattn_npy *arr[9] = {&c->q,    &c->k,     &c->v,    &c->x,   &c->bias,
                           &c->mask, &c->sinks, &c->dout, &c->dlse};
     for (int n = 0; n < 9; n++) {
         if (!present(arr[n]))
@@ -962,7 +961,8 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
     const int o = c->rank - 3; /* 1: B first */
     const int64_t want_d[4] = {p->B, p->S, p->Hq, p->Dv}, want_l[3] = {p->B, p->Hq, p->S};
     char s[128];
-    if (d->rank != c->rank || memcmp(d->shape, want_d + 1 - o, (size_t)d->rank * sizeof *d->shape) != 0) {
+    if (d->rank != c->rank ||
+        memcmp(d->shape, want_d + 1 - o, (size_t)d->rank * sizeof *d->shape) != 0) {
         shape_str(d, s, sizeof s);
         if (o)
             smattn_io_err(err, errlen,
@@ -980,11 +980,13 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
     c->backward = 1;
     if (!present(l))
         return 0;
-    if (l->rank != c->rank - 1 || memcmp(l->shape, want_l + 1 - o, (size_t)l->rank * sizeof *l->shape) != 0) {
+    if (l->rank != c->rank - 1 ||
+        memcmp(l->shape, want_l + 1 - o, (size_t)l->rank * sizeof *l->shape) != 0) {
         shape_str(l, s, sizeof s);
         if (o)
-            smattn_io_err(err, errlen, "dlse.npy: shape %s, want [B,Hq,S] = [%lld,%lld,%lld] (LSE's)",
-                          s, (long long)p->B, (long long)p->Hq, (long long)p->S);
+            smattn_io_err(err, errlen,
+                          "dlse.npy: shape %s, want [B,Hq,S] = [%lld,%lld,%lld] (LSE's)", s,
+                          (long long)p->B, (long long)p->Hq, (long long)p->S);
         else
             smattn_io_err(err, errlen, "dlse.npy: shape %s, want [Hq,S] = [%lld,%lld] (LSE's)", s,
                           (long long)p->Hq, (long long)p->S);
@@ -1133,7 +1135,7 @@ void smattn_case_free(smattn_case *c)
 {
     if (!c)
         return;
-    smattn_npy *arr[9] = {&c->q,     &c->k,    &c->v,   &c->x,   &c->bias,
+    smattn_npy *arr[9] = {&c->q,    &c->k,     &c->v,    &c->x,   &c->bias,
                           &c->mask, &c->sinks, &c->dout, &c->dlse};
     for (int n = 0; n < 9; n++)
         smattn_npy_free(arr[n]);

@@ -159,8 +159,8 @@ void smattn_case_outputs_free(smattn_outputs *out);
  * smattn_case_outputs_check); smattn_case_grads_alloc returns SMATTN_OK or a status with
  * one line in err, and leaves nothing allocated on failure. */
 int smattn_case_grads_check(const smattn_case *c, smattn_dtype t, char *err, size_t errlen);
-smattn_status smattn_case_grads_alloc(const smattn_case *c, smattn_dtype t,
-                                      smattn_grad_outputs *g, char *err, size_t errlen);
+smattn_status smattn_case_grads_alloc(const smattn_case *c, smattn_dtype t, smattn_grad_outputs *g,
+                                      char *err, size_t errlen);
 void smattn_case_grads_free(smattn_grad_outputs *g);
 
 /* Check OUT before any work: it is a directory that takes new files, or it does not exist

@@ -292,7 +292,8 @@ static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errl
         int idx;
         if (json_choice(json_object_array_get_idx(v, k), "bf16", bf16_names, 8, &idx, err,
                         errlen)) {
-            smattn_io_err(err, errlen, "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks, do, dlse", k);
+            smattn_io_err(err, errlen,
+                          "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks, do, dlse", k);
             return -1;
         }
         cj->bf16 |= 1u << idx;

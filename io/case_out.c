@@ -80,8 +80,7 @@ static int64_t shape_count(const int64_t *shape, int rank, size_t es)
 }
 
 /* Names of the outputs, for messages and files (without ".npy"). */
-static const char *const out_stems[N_OUT] = {"o",  "lse", "p",     "dq",
-                                             "dk", "dv",  "dbias", "dsinks"};
+static const char *const out_stems[N_OUT] = {"o", "lse", "p", "dq", "dk", "dv", "dbias", "dsinks"};
 
 /* The outputs `bits` (bit k: output k) of the case fit in size_t bytes and in the
  * machine's memory; -1 with a message naming the first that does not. */
@@ -214,8 +213,8 @@ static smattn_out_tensor *grad_slot(smattn_grad_outputs *g, int k)
     return slot[k - 3];
 }
 
-smattn_status smattn_case_grads_alloc(const smattn_case *c, smattn_dtype t,
-                                      smattn_grad_outputs *g, char *err, size_t errlen)
+smattn_status smattn_case_grads_alloc(const smattn_case *c, smattn_dtype t, smattn_grad_outputs *g,
+                                      char *err, size_t errlen)
 {
     memset(g, 0, sizeof *g);
     if (float_out(t, err, errlen))
@@ -264,15 +263,15 @@ void smattn_case_grads_free(smattn_grad_outputs *g)
 static const char *const out_names[N_OUT] = {"o.npy",  "lse.npy", "p.npy",     "dq.npy",
                                              "dk.npy", "dv.npy",  "dbias.npy", "dsinks.npy"};
 #define N_MANAGED (N_OUT + 1)
-static const char *const managed[N_MANAGED] = {"o.npy",  "lse.npy",   "p.npy",
-                                               "dq.npy", "dk.npy",    "dv.npy",
+static const char *const managed[N_MANAGED] = {"o.npy",     "lse.npy",    "p.npy",
+                                               "dq.npy",    "dk.npy",     "dv.npy",
                                                "dbias.npy", "dsinks.npy", SET_MARKER};
 
 /* Prefixes of the temporaries a run makes in OUT (mkstemp adds six letters or digits):
  * one per managed name, and the probe of smattn_case_out_check. */
 #define N_TEMP_PREFIXES (N_MANAGED + 1)
 static const char *const temp_prefixes[N_TEMP_PREFIXES] = {
-    ".o.npy.",  ".lse.npy.",   ".p.npy.",       ".dq.npy.",      ".dk.npy.",
+    ".o.npy.",  ".lse.npy.",   ".p.npy.",      ".dq.npy.",     ".dk.npy.",
     ".dv.npy.", ".dbias.npy.", ".dsinks.npy.", SET_MARKER ".", ".smattn_probe."};
 
 /* Hold back every signal that can be held (SIGKILL and SIGSTOP cannot) in this thread; the
@@ -677,7 +676,7 @@ static int switch_set(const char *outdir, int dfd, set_file f[N_OUT], char *err,
         }
     if (rc == 0) {
         (void)fsync(dfd); /* the new outputs are on the disk before the marker says so */
-        char text[1536]; /* eight entries of at most 80 bytes each */
+        char text[1536];  /* eight entries of at most 80 bytes each */
         int n =
             snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", \"files\": {");
         for (int k = 0, first = 1; k < N_OUT; k++)

@@ -965,8 +965,8 @@ static int sum_within_rounding(const double *x, int64_t n, double target)
     }
     int ok = mpfr_cmpabs(s, slack) <= 0;
     if (!ok)
-        fprintf(stderr, "sum %a off target %a by more than %a\n", mpfr_get_d(s, MPFR_RNDN),
-                target, mpfr_get_d(slack, MPFR_RNDN));
+        fprintf(stderr, "sum %a off target %a by more than %a\n", mpfr_get_d(s, MPFR_RNDN), target,
+                mpfr_get_d(slack, MPFR_RNDN));
     mpfr_clears(s, slack, (mpfr_ptr)0);
     return ok;
 }

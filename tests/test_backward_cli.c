@@ -214,9 +214,9 @@ START_TEST(ref_writes_gradients)
         snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
         snprintf(out, sizeof out, "%s/o%d", tmp, v);
         make_case(&bc, dir, rank, extras, extras, extras);
-        test_outcome r = test_cli_run(
-            tmp, (const char *[]){"ref", dir, out, "--dtype", t == SMATTN_BF16 ? "bf16" : "f32",
-                                  NULL});
+        test_outcome r =
+            test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype",
+                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
         ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
         test_outcome_free(&r);
         void *g[5];
@@ -340,12 +340,12 @@ START_TEST(gen_backward)
     char out[256], out2[256];
     snprintf(out, sizeof out, "%s/gen", tmp);
     snprintf(out2, sizeof out2, "%s/gen2", tmp);
-    test_outcome r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward",
-                                                        "--dtype", "bf16", out, NULL});
+    test_outcome r = test_cli_run(
+        tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--dtype", "bf16", out, NULL});
     ck_assert_msg(r.code == 0, "gen: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
-    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--dtype", "bf16",
-                                           out2, NULL});
+    r = test_cli_run(
+        tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--dtype", "bf16", out2, NULL});
     ck_assert_msg(r.code == 0, "gen: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
     json_object *man = json_object_from_file(test_path(out, "manifest.json")), *cases, *bw;
@@ -378,8 +378,8 @@ START_TEST(gen_backward)
         smattn_npy a, b;
         ck_assert(smattn_npy_read(test_path(cdir, "do.npy"), &a, err, sizeof err) == 0);
         ck_assert(smattn_npy_read(test_path(c2, "do.npy"), &b, err, sizeof err) == 0);
-        ck_assert(a.rank == 4 && a.shape[0] == p->B && a.shape[1] == p->S &&
-                  a.shape[2] == p->Hq && a.shape[3] == p->Dv);
+        ck_assert(a.rank == 4 && a.shape[0] == p->B && a.shape[1] == p->S && a.shape[2] == p->Hq &&
+                  a.shape[3] == p->Dv);
         ck_assert_msg(a.count == b.count && memcmp(a.data, b.data, (size_t)a.count * 2) == 0,
                       "%s: do.npy not from the seed", cdir);
         int spread = 0; /* not a constant: drawn */
@@ -425,8 +425,8 @@ START_TEST(gen_backward)
     char *m2 = test_slurp(test_path(out2, "manifest.json"));
     ck_assert_msg(strstr(m2, "\"backward\":false") || strstr(m2, "\"backward\": false"), "%s", m2);
     free(m2);
-    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--layout",
-                                           "paged", test_path(tmp, "never"), NULL});
+    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--layout", "paged",
+                                           test_path(tmp, "never"), NULL});
     ck_assert_msg(r.code == 2 && strstr(r.err, "--backward"), "exit %d: %s", r.code, r.err);
     ck_assert(!exists(test_path(tmp, "never")));
     test_outcome_free(&r);
