@@ -169,7 +169,7 @@ static int backward_slow(int kept)
 
 static void gen_problems(const char *dir, int mode)
 {
-    int kept = 0, max_kept = mode == GEN_LONG || mode == GEN_DTYPES ? 40 : 120;
+    int kept = 0, left_out = 0, max_kept = mode == GEN_LONG || mode == GEN_DTYPES ? 40 : 120;
     uint8_t buf[256];
     static uint8_t dbuf[4096]; /* fuzz_dtypes.options: max_len = 4096 */
     for (int tries = 0; tries < 200000 && kept < max_kept; tries++) {
@@ -220,11 +220,13 @@ static void gen_problems(const char *dir, int mode)
                 put(dir, name, dbuf, dlen);
             else if (!(mode == GEN_BACKWARD && backward_slow(kept)))
                 put(dir, name, buf, len);
+            else
+                left_out++;
             kept++;
         }
         fuzz_problem_free(&fp);
     }
-    printf("gen_seeds: %d inputs in %s\n", kept, dir);
+    printf("gen_seeds: %d inputs in %s\n", kept - left_out, dir);
 }
 
 /* fuzz_dtypes: fuzz_diff inputs (e.g. its regressions) as they are (f16 everywhere, unless
