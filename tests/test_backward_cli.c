@@ -292,7 +292,7 @@ START_TEST(bad_gradients_refused)
     char dir[256];
     snprintf(dir, sizeof dir, "%s/c", tmp);
     make_case(&bc, dir, 4, 0, 0, 1);
-    const float z[64] = {0};
+    const float z[2 * S_ * HQ * (DV + 1)] = {0}; /* the largest array put below */
     put(dir, "do.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, S_, HQ, DV + 1}, z);
     expect_bad(dir, "do.npy: shape [2,3,4,3], want [B,S,Hq,Dv] = [2,3,4,2]");
     put(dir, "do.npy", SMATTN_NPY_F32, 3, (int64_t[]){S_, HQ, DV}, z);
