@@ -17,7 +17,7 @@ cd "$ROOT"
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$OUT" "$WORK/obj"
 
-TARGETS="fuzz_diff fuzz_diff_long fuzz_dtypes fuzz_ref_props fuzz_decode_prefill fuzz_api fuzz_case_files fuzz_merge"
+TARGETS="fuzz_diff fuzz_diff_long fuzz_dtypes fuzz_ref_props fuzz_decode_prefill fuzz_api fuzz_case_files fuzz_merge fuzz_backward"
 # The project's own flags (Makefile): C11, no FMA contraction (the oracle's double-double
 # arithmetic relies on single roundings), no fast-math; ISA flags on kernel files only.
 PROJ="-std=c11 -ffp-contract=off -fno-fast-math -D_POSIX_C_SOURCE=200809L -Iinclude -I. -pthread"

@@ -29,7 +29,7 @@ typedef struct opts {
     const char *kernel, *suite, *json, *junit, *baseline, *html, *vectors, *only;
     const char *precision, *dtype, *empty, *empty_lse, *require_precision, *skip, *shard_text;
     const char *layout; /* gen --layout */
-    int no_vectors, force, partial; /* flags */
+    int no_vectors, force, partial, backward; /* flags */
     conform_shard shard; /* --shard I/N (count 1: the whole suite) */
     uint64_t seed;
     int64_t rows;       /* --rows K: K query rows judged per (batch, head); 0: every row */
@@ -59,11 +59,14 @@ static const char *usage_of(const char *cmd)
     if (!strcmp(cmd, "gen"))
         return "usage: smattn gen [--suite quick|full] [--seed N] [--shard I/N] [--dtype f32|f16|bf16]\n"
                "         [--empty zero|nan|mean] [--empty-lse neg_inf|pos_inf|zero]\n"
-               "         [--layout dense|packed|paged|csr] [--vectors DIR | --no-vectors]\n"
+               "         [--layout dense|packed|paged|csr] [--backward] [--vectors DIR | --no-vectors]\n"
                "         [--force] OUT\n"
                "  --layout: attention cases with packed queries (cu_seqlens_q) and packed keys\n"
                "  (cu_seqlens_k), a paged cache (block_table.npy, pages of 16) or FlashInfer's\n"
-               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense\n";
+               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense\n"
+               "  --backward: each attention case also gets do.npy, the gradient of O (uniform\n"
+               "  in [-1, 1) in --dtype; SPEC 7.1, 10), so that 'smattn ref' writes its exact\n"
+               "  dq.npy, dk.npy, dv.npy (dense layout only)\n";
     if (!strcmp(cmd, "report"))
         return "usage: smattn report merge OUT.json IN.json... [--partial] [--junit F] [--html F]\n"
                "         [--baseline F]\n"
@@ -174,12 +177,15 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
                 *slots[k] = val;
             }
         } else if (!strcmp(a, "--no-vectors") || !strcmp(a, "--force") ||
-                   !strcmp(a, "--partial")) {
+                   !strcmp(a, "--partial") || !strcmp(a, "--backward")) {
             if (!strstr(allowed, a + 2)) {
                 snprintf(msg, sizeof msg, "option %s does not apply here", a);
                 return usage_error(cmd, msg);
             }
-            *(a[2] == 'n' ? &o->no_vectors : a[2] == 'f' ? &o->force : &o->partial) = 1;
+            *(a[2] == 'n'   ? &o->no_vectors
+              : a[2] == 'f' ? &o->force
+              : a[2] == 'b' ? &o->backward
+                            : &o->partial) = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("%s(details: 'smattn help', " SMATTN_DOCDIR "/conform/README.md)\n",
                    usage_of(cmd));
@@ -542,7 +548,9 @@ int cmd_gen(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
-    int rc = parse_opts("gen", "suite seed shard dtype empty empty-lse layout vectors no-vectors force",
+    int rc = parse_opts("gen",
+                        "suite seed shard dtype empty empty-lse layout backward vectors no-vectors "
+                        "force",
                         1, argc, argv, &o);
     if (rc)
         return rc == EXIT_HELP ? EXIT_OK : rc;
@@ -571,6 +579,9 @@ int cmd_gen(int argc, char **argv)
         y++;
     if (y == 4)
         return usage_error("gen", "--layout: want dense, packed, paged or csr");
+    if (o.backward && y != 0)
+        return usage_error("gen", "--backward: the backward of a ragged or paged case is not "
+                                  "defined yet (SPEC 10.6): give --layout dense");
     char err[1200], vdir[1100];
     if ((rc = vectors_for("gen", &o, vdir, sizeof vdir)))
         return rc;
@@ -580,7 +591,8 @@ int cmd_gen(int argc, char **argv)
         return EXIT_USAGE;
     }
     conform_battery_keep_shard(&b, &o.shard);
-    long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l, y, o.suite,
+    long n = conform_gen_write(&b, o.pos[0], t, (smattn_empty)e, (smattn_empty_lse)l,
+                               y | (o.backward ? CONFORM_GEN_BACKWARD : 0), o.suite,
                                o.seed, o.force, err, sizeof err);
     conform_battery_free(&b);
     if (n < 0) {

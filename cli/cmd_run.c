@@ -34,7 +34,9 @@ static const char ref_help[] =
     "  all or none, marked whole in OUT/.smattn-set (SPEC 7.2); an o/lse/p.npy of an earlier\n"
     "  run that this run does not write is removed. OUT is created if missing; a run into\n"
     "  an OUT another run is writing waits for it. A merge case (o_parts.npy, lse_parts.npy;\n"
-    "  SPEC 9) gives the merged o.npy and lse.npy of its partial states.\n"
+    "  SPEC 9) gives the merged o.npy and lse.npy of its partial states. A backward case\n"
+    "  (do.npy, optional dlse.npy; SPEC 7.1, 10) also gives the exact gradients dq.npy,\n"
+    "  dk.npy, dv.npy (and dbias.npy with a bias, dsinks.npy with sinks) in --dtype.\n"
     "options:\n"
     "  --dtype T     output dtype: f64 (default), f32, f16, bf16 (written as '<u2' bits)\n"
     "  --weights     also write OUT/p.npy, the attention weights\n"
@@ -51,7 +53,7 @@ static const char opt_help[] =
     "  (smattn_attention, or smattn_softmax for x.npy; smattn_merge for a merge case) and\n"
     "  written in --dtype, as a set.\n"
     "  The kernel takes every input (q, k, v, x, bias, sinks) in f32, f16 or bf16; an f64\n"
-    "  input exits with 2.\n"
+    "  input exits with 2. A backward case (do.npy) gets the forward's outputs only.\n"
     "options:\n"
     "  --dtype T     output dtype: f32 (default), f16, bf16 (written as '<u2' bits); f16\n"
     "                and bf16 are the f32 results rounded once (no f64: the kernel is f32)\n"
@@ -188,11 +190,12 @@ static void show_progress(int64_t done, int64_t total, void *arg)
     b->last = now;
 }
 
-/* Run the oracle or the kernel on a loaded case; one line in msg and an exit code on
- * failure. The kernel's failures exit with 3, except "unsupported" (an input it does not
- * take: bad input for this command). */
+/* Run the oracle or the kernel on a loaded case (and, given g, the exact backward); one
+ * line in msg and an exit code on failure. The kernel's failures exit with 3, except
+ * "unsupported" (an input it does not take: bad input for this command). */
 static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
-                      const smattn_outputs *out, char *msg, size_t len)
+                      const smattn_outputs *out, const smattn_grad_outputs *g, char *msg,
+                      size_t len)
 {
     smattn_status st;
     if (eng == ENGINE_REF) {
@@ -204,6 +207,14 @@ static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
                             p->T > 0 && rows <= INT64_MAX / p->T ? p->T : 1};
         st = smattn_ref_progress(&c->prob, &c->in, out, &cfg, NULL,
                                  isatty(STDERR_FILENO) ? show_progress : NULL, &bar);
+        if (st == SMATTN_OK && g) {
+            st = smattn_ref_backward(&c->prob, &c->in, &c->gin, g, &cfg, NULL);
+            if (st != SMATTN_OK) {
+                snprintf(msg, len, "oracle (backward): %s (%s)", smattn_status_str(st),
+                         smattn_status_name(st));
+                return cli_exit_code_of(st);
+            }
+        }
     } else {
         if (!ra->isa) /* the environment's ISA is used: say if it was bad, now the input is */
             cli_check_isa_env();
@@ -244,23 +255,34 @@ static int cmd_run(engine eng, int argc, char **argv)
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;
+    /* the gradients of a backward case: the oracle's only (SPEC 7.1) */
+    const int backward = eng == ENGINE_REF && c.backward;
     /* outputs too large to hold are found from the headers, before the data are read */
-    if (smattn_case_outputs_check(&c, ra.dtype, which, msg, sizeof msg)) {
+    if (smattn_case_outputs_check(&c, ra.dtype, which, msg, sizeof msg) ||
+        (backward && smattn_case_grads_check(&c, ra.dtype, msg, sizeof msg))) {
         smattn_case_free(&c);
         return cli_fail(EXIT_INPUT, msg);
     }
     if (smattn_case_read(ra.case_dir, &c, msg, sizeof msg))
         return cli_fail(EXIT_INPUT, msg);
     smattn_outputs out;
+    smattn_grad_outputs grads;
+    memset(&grads, 0, sizeof grads);
     smattn_status st = smattn_case_outputs_alloc(&c, ra.dtype, which, &out, msg, sizeof msg);
+    if (st == SMATTN_OK && backward &&
+        (st = smattn_case_grads_alloc(&c, ra.dtype, &grads, msg, sizeof msg)) != SMATTN_OK)
+        smattn_case_outputs_free(&out);
     int rc = EXIT_OK;
     if (st != SMATTN_OK)
         rc = cli_fail(cli_exit_code_of(st), msg);
-    else if ((rc = run_engine(eng, &ra, &c, &out, msg, sizeof msg)) != EXIT_OK)
+    else if ((rc = run_engine(eng, &ra, &c, &out, backward ? &grads : NULL, msg, sizeof msg)) !=
+             EXIT_OK)
         cli_fail(rc, msg);
-    else if (smattn_case_write_outputs(&c, &out, ra.out_dir, msg, sizeof msg))
+    else if (smattn_case_write_set(&c, &out, backward ? &grads : NULL, ra.out_dir, msg,
+                                   sizeof msg))
         rc = cli_fail(EXIT_INPUT, msg);
     smattn_case_outputs_free(&out);
+    smattn_case_grads_free(&grads);
     smattn_case_free(&c);
     return rc;
 }

@@ -492,7 +492,10 @@ void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t c
  * query and one key with its queries packed (cu_seqlens_q) and its keys packed
  * (cu_seqlens_k), paged (block_table.npy, pages of 16 in reverse order, NaN in unused
  * slots) or paged in FlashInfer's CSR form (SPEC 7.1): the same problem on every row a
- * sequence has. */
+ * sequence has. layout | CONFORM_GEN_BACKWARD (dense only) also writes each attention
+ * case's do.npy [B,S,Hq,Dv] (SPEC 7.1, 10: a backward case), uniform in [-1, 1) in dtype t
+ * from the case's name and the seed. */
+#define CONFORM_GEN_BACKWARD 16
 /* A non-empty OUT is refused unless force, and then each case directory written is
  * removed first, so that no file of an earlier run (an old o.npy, a skip marker) stays. */
 long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t,

@@ -15,6 +15,7 @@
 
 #include <json.h>
 
+#include "conform/battery_impl.h"
 #include "conform/conform.h"
 #include "core/internal.h"
 #include "io/case.h"
@@ -102,7 +103,7 @@ static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
 
 /* case.json with every option of the problem (SPEC 7.1). */
 static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
-                           int bf16, char *err, size_t errlen)
+                           int bf16, int backward, char *err, size_t errlen)
 {
     char path[FPATH];
     (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
@@ -121,7 +122,7 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
     put_lens(f, "q_lens", p->q_lens, p->B);
     put_alibi(f, p);
     if (bf16) {
-        const char *names[6];
+        const char *names[7];
         int n = 0;
         if (p->op == SMATTN_OP_ATTENTION)
             names[n++] = "q", names[n++] = "k", names[n++] = "v";
@@ -131,6 +132,8 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
             names[n++] = "bias";
         if (in->sinks.data)
             names[n++] = "sinks";
+        if (backward)
+            names[n++] = "do";
         fprintf(f, ",\n  \"bf16\": [");
         for (int k = 0; k < n; k++)
             fprintf(f, "%s\"%s\"", k ? ", " : "", names[k]);
@@ -143,9 +146,32 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
 static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtype t, int layout,
                              char *err, size_t errlen);
 
-static int write_case(const conform_case *c, const char *dir, smattn_dtype t, smattn_empty empty,
-                      smattn_empty_lse empty_lse, int layout, char *err, size_t errlen)
+/* do.npy [B,S,Hq,Dv] of a backward case (SPEC 7.1, 10.1): uniform in [-1, 1) like V, from
+ * a stream of its own seeded by the case's name and the run's seed (the battery's streams
+ * are left as they are, so the forward inputs do not change), rounded to t. */
+static int write_dout(const char *dir, const conform_case *c, const smattn_problem *p,
+                      smattn_dtype t, uint64_t seed, char *err, size_t errlen)
 {
+    const int64_t shape[4] = {p->B, p->S, p->Hq, p->Dv}, n = p->B * p->S * p->Hq * p->Dv;
+    void *d = malloc((size_t)n * smattn_dtype_size(t));
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    rng r = {bat_hash_name(c->name, seed ^ 0x6261636b77617264u)}; /* "backward" */
+    for (int64_t e = 0; e < n; e++)
+        smattn_store(d, t, e, (double)(bat_rng_next(&r) >> 11) * 0x1p-52 - 1.0);
+    int rc = write_array(dir, "do.npy", smattn_npy_type_of(t), 4, shape, d, err, errlen);
+    free(d);
+    return rc;
+}
+
+static int write_case(const conform_case *c, const char *dir, smattn_dtype t, smattn_empty empty,
+                      smattn_empty_lse empty_lse, int layout, uint64_t seed, char *err,
+                      size_t errlen)
+{
+    const int backward = (layout & CONFORM_GEN_BACKWARD) != 0;
+    layout &= ~CONFORM_GEN_BACKWARD;
     conform_inst m;
     if (conform_case_materialise(c, t, t, empty, empty_lse, &m)) {
         snprintf(err, errlen, "out of memory");
@@ -175,8 +201,11 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
         rc = write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, x, m.in.mask.data, err, errlen);
     if (!rc && m.in.sinks.data)
         rc = write_array(dir, "sinks.npy", nt, 1, &p->Hq, m.in.sinks.data, err, errlen);
+    const int grads = backward && p->op == SMATTN_OP_ATTENTION;
+    if (!rc && grads)
+        rc = write_dout(dir, c, p, t, seed, err, errlen);
     if (!rc)
-        rc = write_case_json(dir, p, &m.in, t == SMATTN_BF16, err, errlen);
+        rc = write_case_json(dir, p, &m.in, t == SMATTN_BF16, grads, err, errlen);
     conform_inst_free(&m);
     return rc ? -1 : 0;
 }
@@ -470,6 +499,8 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
     json_object_object_add(man, "empty_rows", json_object_new_string(empty_names[empty]));
     json_object_object_add(man, "empty_lse", json_object_new_string(empty_lse_names[empty_lse]));
     json_object_object_add(man, "layout", json_object_new_string(layout_names[layout & 3]));
+    json_object_object_add(man, "backward",
+                           json_object_new_boolean((layout & CONFORM_GEN_BACKWARD) != 0));
     json_object *arr = json_object_new_array(), *skipped = json_object_new_array();
     json_object_object_add(man, "skipped", skipped); /* cases the dtype would change */
     json_object_object_add(man, "cases", arr);
@@ -511,7 +542,7 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
                 json_object_array_add(feat, json_object_new_string(conform_cap_name(bit)));
         json_object_object_add(e, "features", feat);
         json_object_array_add(arr, e);
-        if (write_case(c, dir, t, empty, empty_lse, layout, err, errlen))
+        if (write_case(c, dir, t, empty, empty_lse, layout, seed, err, errlen))
             failed = 1;
         else
             n++;

@@ -133,10 +133,11 @@ static int table_from_npy(smattn_case *c, char *err, size_t errlen);
 /* The data of every present array, read only once every header has been checked. */
 static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
-    static const char *const names[7] = {"q.npy",    "k.npy",    "v.npy",    "x.npy",
-                                         "bias.npy", "mask.npy", "sinks.npy"};
-    smattn_npy *arr[7] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->mask, &c->sinks};
-    for (int n = 0; n < 7; n++) {
+    static const char *const names[9] = {"q.npy",    "k.npy",     "v.npy",  "x.npy",   "bias.npy",
+                                         "mask.npy", "sinks.npy", "do.npy", "dlse.npy"};
+    smattn_npy *arr[9] = {&c->q,    &c->k,     &c->v,    &c->x,   &c->bias,
+                          &c->mask, &c->sinks, &c->dout, &c->dlse};
+    for (int n = 0; n < 9; n++) {
         if (!present(arr[n]))
             continue;
         char *p = smattn_io_join_path(dir, names[n]);
@@ -175,6 +176,8 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
     c->in.mask.data = c->mask.data;
     if (present(&c->sinks))
         c->in.sinks.data = c->sinks.data;
+    c->gin.dout.data = c->dout.data;
+    c->gin.dlse.data = c->dlse.data;
     return 0;
 }
 
@@ -922,14 +925,79 @@ static int check_lens(const int64_t *lens, size_t n, const char *key, int64_t B,
 /* Every name in "bf16" must be an input this case has (as a .npy file). */
 static int check_bf16_names(const smattn_case *c, char *err, size_t errlen)
 {
-    static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
-    const smattn_npy *arr[6] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->sinks};
-    for (int n = 0; n < 6; n++)
+    static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks", "do", "dlse"};
+    const smattn_npy *arr[8] = {&c->q,    &c->k,     &c->v,    &c->x,
+                                &c->bias, &c->sinks, &c->dout, &c->dlse};
+    for (int n = 0; n < 8; n++)
         if ((c->json.bf16 >> n & 1) && !present(arr[n])) {
             smattn_io_err(err, errlen, "case.json: \"bf16\" names %s, but there is no %s.npy",
                           bf16_names[n], bf16_names[n]);
             return -1;
         }
+    return 0;
+}
+
+/* do.npy and dlse.npy (SPEC 7.1, 10.1): dO [B,S,Hq,Dv] and dLSE [B,Hq,S], without B when
+ * q/k/v are 3-D; float dtypes. Only attention cases without a layout have a backward. */
+static int check_grads(smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_npy *d = &c->dout, *l = &c->dlse;
+    if (!present(d)) {
+        if (present(l))
+            smattn_io_err(err, errlen, "dlse.npy: needs do.npy (the gradient of O; SPEC 10.1)");
+        return present(l) ? -1 : 0;
+    }
+    if (c->prob.op != SMATTN_OP_ATTENTION) {
+        smattn_io_err(err, errlen, "do.npy: a softmax case (x.npy) has no backward (SPEC 10.6)");
+        return -1;
+    }
+    if (c->has_layout) {
+        smattn_io_err(err, errlen,
+                      "do.npy: the backward of a ragged or paged case is not defined yet "
+                      "(SPEC 10.6); give its dense twin");
+        return -1;
+    }
+    const smattn_problem *p = &c->prob;
+    const int o = c->rank - 3; /* 1: B first */
+    const int64_t want_d[4] = {p->B, p->S, p->Hq, p->Dv}, want_l[3] = {p->B, p->Hq, p->S};
+    char s[128];
+    if (d->rank != c->rank ||
+        memcmp(d->shape, want_d + 1 - o, (size_t)d->rank * sizeof *d->shape) != 0) {
+        shape_str(d, s, sizeof s);
+        if (o)
+            smattn_io_err(err, errlen,
+                          "do.npy: shape %s, want [B,S,Hq,Dv] = [%lld,%lld,%lld,%lld] (O's)", s,
+                          (long long)p->B, (long long)p->S, (long long)p->Hq, (long long)p->Dv);
+        else
+            smattn_io_err(err, errlen, "do.npy: shape %s, want [S,Hq,Dv] = [%lld,%lld,%lld] (O's)",
+                          s, (long long)p->S, (long long)p->Hq, (long long)p->Dv);
+        return -1;
+    }
+    if (float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0, &c->gin.dout.dtype,
+                    err, errlen))
+        return -1;
+    strides_34(d, c->gin.dout.stride);
+    c->backward = 1;
+    if (!present(l))
+        return 0;
+    if (l->rank != c->rank - 1 ||
+        memcmp(l->shape, want_l + 1 - o, (size_t)l->rank * sizeof *l->shape) != 0) {
+        shape_str(l, s, sizeof s);
+        if (o)
+            smattn_io_err(err, errlen,
+                          "dlse.npy: shape %s, want [B,Hq,S] = [%lld,%lld,%lld] (LSE's)", s,
+                          (long long)p->B, (long long)p->Hq, (long long)p->S);
+        else
+            smattn_io_err(err, errlen, "dlse.npy: shape %s, want [Hq,S] = [%lld,%lld] (LSE's)", s,
+                          (long long)p->Hq, (long long)p->S);
+        return -1;
+    }
+    if (float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0,
+                    &c->gin.dlse.dtype, err, errlen))
+        return -1;
+    c->gin.dlse.stride[0] = o ? l->stride[0] : 0;
+    c->gin.dlse.stride[1] = l->stride[o];
+    c->gin.dlse.stride[2] = l->stride[o + 1];
     return 0;
 }
 
@@ -1065,8 +1133,11 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
     if (load_header(dir, "bias.npy", 0, &c->bias, err, errlen) ||
         load_header(dir, "mask.npy", 0, &c->mask, err, errlen) ||
         load_header(dir, "sinks.npy", 0, &c->sinks, err, errlen) ||
+        load_header(dir, "do.npy", 0, &c->dout, err, errlen) ||
+        load_header(dir, "dlse.npy", 0, &c->dlse, err, errlen) ||
         check_bf16_names(c, err, errlen) || check_bias_mask(c, err, errlen) ||
-        check_sinks(c, err, errlen) || check_alibi(c, err, errlen))
+        check_sinks(c, err, errlen) || check_alibi(c, err, errlen) ||
+        check_grads(c, err, errlen))
         return -1;
     const smattn_problem *p = &c->prob;
     if (check_lens(c->json.kv_lens, c->json.n_kv_lens, "kv_lens", p->B, p->T, "T", err, errlen) ||
@@ -1108,8 +1179,9 @@ void smattn_case_free(smattn_case *c)
 {
     if (!c)
         return;
-    smattn_npy *arr[7] = {&c->q, &c->k, &c->v, &c->x, &c->bias, &c->mask, &c->sinks};
-    for (int n = 0; n < 7; n++)
+    smattn_npy *arr[9] = {&c->q,    &c->k,     &c->v,    &c->x,   &c->bias,
+                          &c->mask, &c->sinks, &c->dout, &c->dlse};
+    for (int n = 0; n < 9; n++)
         smattn_npy_free(arr[n]);
     smattn_npy_free(&c->block_table);
     free(c->table);

@@ -37,7 +37,9 @@ enum {
     SMATTN_CASE_V = 1 << 2,
     SMATTN_CASE_X = 1 << 3,
     SMATTN_CASE_BIAS = 1 << 4,
-    SMATTN_CASE_SINKS = 1 << 5
+    SMATTN_CASE_SINKS = 1 << 5,
+    SMATTN_CASE_DO = 1 << 6,  /* "do": do.npy, the backward's dO (SPEC 7.1, 10) */
+    SMATTN_CASE_DLSE = 1 << 7 /* "dlse": dlse.npy */
 };
 
 /* case.json, parsed. Arrays are owned (free with smattn_case_json_free). */
@@ -93,6 +95,12 @@ typedef struct smattn_case {
     smattn_layout layout;
     int32_t *table;    /* owned: the block table as int32 [B][max_pages] */
     int64_t *csr_lens; /* owned: kv_lens from the CSR keys [B] */
+    /* The backward (SPEC 7.1, 10): do.npy [B,S,Hq,Dv] (3-D [S,Hq,Dv] with 3-D q/k/v) and
+     * the optional dlse.npy [B,Hq,S] ([Hq,S]) make a backward case (backward nonzero);
+     * gin points into them (dlse.data NULL: dLSE = 0). */
+    smattn_npy dout, dlse;
+    int backward;
+    smattn_grad_inputs gin;
 } smattn_case;
 
 /* Load and check a case directory. Returns 0, or nonzero with one line in err such as
@@ -149,6 +157,17 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
                                         smattn_outputs *out, char *err, size_t errlen);
 void smattn_case_outputs_free(smattn_outputs *out);
 
+/* The gradients of a backward case (c->backward) in dtype t, contiguous, in the case's
+ * rank convention: dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv], and dbias [B,Hq,S,T]
+ * (the full shape, SPEC 10.1) when the case has a bias, dsinks [Hq] when it has sinks.
+ * smattn_case_grads_check tells from the headers alone whether they fit (as
+ * smattn_case_outputs_check); smattn_case_grads_alloc returns SMATTN_OK or a status with
+ * one line in err, and leaves nothing allocated on failure. */
+int smattn_case_grads_check(const smattn_case *c, smattn_dtype t, char *err, size_t errlen);
+smattn_status smattn_case_grads_alloc(const smattn_case *c, smattn_dtype t, smattn_grad_outputs *g,
+                                      char *err, size_t errlen);
+void smattn_case_grads_free(smattn_grad_outputs *g);
+
 /* Check OUT before any work: it is a directory that takes new files, or it does not exist
  * and can be created (its parent exists; made and removed at once); none of OUT/o.npy,
  * lse.npy, p.npy, .smattn-set is a directory; and, in a sticky OUT, none of them belongs
@@ -171,6 +190,12 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen);
  * and says so. Other files in OUT are never touched. Returns 0 or nonzero with err. */
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen);
+/* smattn_case_write_outputs with the gradients of a backward case in the same set:
+ * dq.npy, dk.npy, dv.npy, dbias.npy, dsinks.npy (those whose data is not NULL; g may be
+ * NULL). Every name of the eight a run does not write is removed as stale. */
+int smattn_case_write_set(const smattn_case *c, const smattn_outputs *out,
+                          const smattn_grad_outputs *g, const char *outdir, char *err,
+                          size_t errlen);
 /* Unlink the temporaries smattn_case_write_outputs holds at this moment: async-signal-safe
  * (unlink only), for the handler of a signal that ends the process. */
 void smattn_case_remove_temps(void);

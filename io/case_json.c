@@ -351,21 +351,22 @@ static int key_alibi_slopes(json_object *v, smattn_case_json *cj, char *err, siz
     return 0;
 }
 
-static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks"};
+static const char *const bf16_names[] = {"q", "k", "v", "x", "bias", "sinks", "do", "dlse"};
 
 static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
 {
     if (!json_object_is_type(v, json_type_array)) {
         smattn_io_err(err, errlen,
-                      "\"bf16\" must be an array of names among q, k, v, x, bias, sinks");
+                      "\"bf16\" must be an array of names among q, k, v, x, bias, sinks, do, dlse");
         return -1;
     }
     size_t len = json_object_array_length(v);
     for (size_t k = 0; k < len; k++) {
         int idx;
-        if (json_choice(json_object_array_get_idx(v, k), "bf16", bf16_names, 6, &idx, err,
+        if (json_choice(json_object_array_get_idx(v, k), "bf16", bf16_names, 8, &idx, err,
                         errlen)) {
-            smattn_io_err(err, errlen, "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks", k);
+            smattn_io_err(err, errlen,
+                          "\"bf16\"[%zu] must be one of q, k, v, x, bias, sinks, do, dlse", k);
             return -1;
         }
         cj->bf16 |= 1u << idx;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* case_out.c: the outputs of a case: allocation in the case's shapes, the writer of
- * OUT/o.npy, lse.npy, p.npy as one set, and the check that a set is whole. */
+ * OUT/o.npy, lse.npy, p.npy (and a backward case's dq, dk, dv, dbias, dsinks.npy) as one
+ * set, and the check that a set is whole. */
 #define _DEFAULT_SOURCE /* flock, S_ISVTX */
 #include <dirent.h>
 #include <errno.h>
@@ -20,11 +21,19 @@
 #include "io/case.h"
 #include "io/util.h"
 
+/* The outputs a run may write, by index (`which` below): the forward's 0 o, 1 lse, 2 p,
+ * then the backward's 3 dq, 4 dk, 5 dv, 6 dbias, 7 dsinks (SPEC 7.1, 10.1). */
+#define N_OUT 8
+
 /* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B; with a
- * packed q, o [total_q,Hq,Dv] and lse [Hq,total_q] (p stays [B,Hq,S,T]). */
+ * packed q, o [total_q,Hq,Dv] and lse [Hq,total_q] (p stays [B,Hq,S,T]). dsinks is [Hq]. */
 static int out_shape(const smattn_case *c, int which, int64_t shape[4])
 {
     const smattn_problem *p = &c->prob;
+    if (which == 7) {
+        shape[0] = p->Hq;
+        return 1;
+    }
     if (c->packed_q && which == 0) {
         shape[0] = c->total_q, shape[1] = p->Hq, shape[2] = p->Dv;
         return 3;
@@ -33,8 +42,10 @@ static int out_shape(const smattn_case *c, int which, int64_t shape[4])
         shape[0] = p->Hq, shape[1] = c->total_q;
         return 2;
     }
-    int64_t full[3][4] = {
-        {p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0}, {p->B, p->Hq, p->S, p->T}};
+    int64_t full[7][4] = {{p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0},
+                          {p->B, p->Hq, p->S, p->T},  {p->B, p->S, p->Hq, p->D},
+                          {p->B, p->T, p->Hkv, p->D}, {p->B, p->T, p->Hkv, p->Dv},
+                          {p->B, p->Hq, p->S, p->T}};
     int rank = which == 1 ? 3 : 4;
     int drop = c->rank == 3;
     for (int r = drop; r < rank; r++)
@@ -44,7 +55,7 @@ static int out_shape(const smattn_case *c, int which, int64_t shape[4])
 
 int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], int64_t stride[4])
 {
-    static const char roles[3] = {'o', 'l', 'p'};
+    static const char roles[N_OUT] = {'o', 'l', 'p', 'q', 'k', 'v', 'b', 's'};
     int rank = out_shape(c, which, shape);
     smattn_contiguous_strides(&c->prob, roles[which], stride);
     if (c->packed_q && which < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */
@@ -68,17 +79,21 @@ static int64_t shape_count(const int64_t *shape, int rank, size_t es)
     return (uint64_t)n > SIZE_MAX / es ? -1 : n;
 }
 
-int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned which, char *err,
-                              size_t errlen)
+/* Names of the outputs, for messages and files (without ".npy"). */
+static const char *const out_stems[N_OUT] = {"o", "lse", "p", "dq", "dk", "dv", "dbias", "dsinks"};
+
+/* The outputs `bits` (bit k: output k) of the case fit in size_t bytes and in the
+ * machine's memory; -1 with a message naming the first that does not. */
+static int sizes_check(const smattn_case *c, smattn_dtype t, unsigned bits, char *err,
+                       size_t errlen)
 {
-    static const char *const names[3] = {"o", "lse", "p"};
     size_t es = smattn_dtype_size(t);
     if (es == 0)
-        return 0; /* smattn_case_outputs_alloc reports the dtype */
+        return 0; /* the allocation reports the dtype */
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double phys = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
-    for (int k = 0; k < 3; k++) {
-        if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+    for (int k = 0; k < N_OUT; k++) {
+        if (!(bits >> k & 1))
             continue;
         int64_t shape[4];
         int rank = out_shape(c, k, shape);
@@ -88,45 +103,89 @@ int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned whi
         if (shape_count(shape, rank, es) >= 0 && (phys == 0 || elems * (double)es <= phys))
             continue;
         smattn_io_err(err, errlen, "%s.npy would need %.4g elements (%.4g bytes): too large%s",
-                      names[k], elems, elems * (double)es,
+                      out_stems[k], elems, elems * (double)es,
                       phys > 0 ? " (more than the machine's memory)" : "");
         return -1;
     }
     return 0;
 }
 
+/* The forward's outputs asked for by `which` (O only for attention), as bits of out_stems. */
+static unsigned forward_bits(const smattn_case *c, unsigned which)
+{
+    return (which & 7u) & (c->prob.op == SMATTN_OP_ATTENTION ? 7u : 6u);
+}
+
+/* The gradients of a backward case, as bits of out_stems: dq, dk, dv; dbias with a bias;
+ * dsinks with sinks. */
+static unsigned grad_bits(const smattn_case *c)
+{
+    if (!c->backward)
+        return 0;
+    return 0x38u | (c->bias.itemsize ? 1u << 6 : 0) |
+           (c->sinks.itemsize || c->json.sinks ? 1u << 7 : 0);
+}
+
+int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned which, char *err,
+                              size_t errlen)
+{
+    return sizes_check(c, t, forward_bits(c, which), err, errlen);
+}
+
+int smattn_case_grads_check(const smattn_case *c, smattn_dtype t, char *err, size_t errlen)
+{
+    return sizes_check(c, t, grad_bits(c), err, errlen);
+}
+
+/* Allocate output k (zeroed, contiguous in the case's shape) into *ot; a status and one
+ * line on failure. */
+static smattn_status alloc_one(const smattn_case *c, int k, smattn_dtype t, smattn_out_tensor *ot,
+                               char *err, size_t errlen)
+{
+    size_t es = smattn_dtype_size(t);
+    int64_t shape[4], stride[4];
+    int rank = smattn_case_out_layout(c, k, shape, stride);
+    int64_t n = shape_count(shape, rank, es);
+    if (n < 0) {
+        smattn_io_err(err, errlen, "%s.npy: the output has too many elements to allocate",
+                      out_stems[k]);
+        return SMATTN_ERR_OVERFLOW;
+    }
+    ot->data = calloc((size_t)n ? (size_t)n : 1, es);
+    if (!ot->data) {
+        smattn_io_err(err, errlen, "%s.npy: out of memory for %lld elements of %s", out_stems[k],
+                      (long long)n, smattn_dtype_name(t));
+        return SMATTN_ERR_NOMEM;
+    }
+    ot->dtype = t;
+    memcpy(ot->stride, stride, sizeof stride);
+    return SMATTN_OK;
+}
+
+static int float_out(smattn_dtype t, char *err, size_t errlen)
+{
+    if (smattn_dtype_size(t) != 0 && t != SMATTN_BOOL)
+        return 0;
+    smattn_io_err(err, errlen, "output dtype %d is not a float type", (int)t);
+    return -1;
+}
+
 smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, unsigned which,
                                         smattn_outputs *out, char *err, size_t errlen)
 {
-    static const char *const names[3] = {"o", "lse", "p"};
     memset(out, 0, sizeof *out);
     smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
-    size_t es = smattn_dtype_size(t);
-    if (es == 0 || t == SMATTN_BOOL) {
-        smattn_io_err(err, errlen, "output dtype %d is not a float type", (int)t);
+    if (float_out(t, err, errlen))
         return SMATTN_ERR_DTYPE;
-    }
+    unsigned bits = forward_bits(c, which);
     for (int k = 0; k < 3; k++) {
-        if (!(which >> k & 1) || (k == 0 && c->prob.op != SMATTN_OP_ATTENTION))
+        if (!(bits >> k & 1))
             continue;
-        int64_t shape[4], stride[4];
-        int rank = smattn_case_out_layout(c, k, shape, stride);
-        int64_t n = shape_count(shape, rank, es);
-        if (n < 0) {
-            smattn_io_err(err, errlen, "%s.npy: the output has too many elements to allocate",
-                          names[k]);
+        smattn_status st = alloc_one(c, k, t, ot[k], err, errlen);
+        if (st != SMATTN_OK) {
             smattn_case_outputs_free(out);
-            return SMATTN_ERR_OVERFLOW;
+            return st;
         }
-        ot[k]->data = calloc((size_t)n ? (size_t)n : 1, es);
-        if (!ot[k]->data) {
-            smattn_io_err(err, errlen, "%s.npy: out of memory for %lld elements of %s", names[k],
-                          (long long)n, smattn_dtype_name(t));
-            smattn_case_outputs_free(out);
-            return SMATTN_ERR_NOMEM;
-        }
-        ot[k]->dtype = t;
-        memcpy(ot[k]->stride, stride, sizeof stride);
     }
     char why[512];
     smattn_status st = smattn_validate_explain(&c->prob, &c->in, out, why, sizeof why);
@@ -148,6 +207,40 @@ void smattn_case_outputs_free(smattn_outputs *out)
     memset(out, 0, sizeof *out);
 }
 
+static smattn_out_tensor *grad_slot(smattn_grad_outputs *g, int k)
+{
+    smattn_out_tensor *slot[5] = {&g->dq, &g->dk, &g->dv, &g->dbias, &g->dsinks};
+    return slot[k - 3];
+}
+
+smattn_status smattn_case_grads_alloc(const smattn_case *c, smattn_dtype t, smattn_grad_outputs *g,
+                                      char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    if (float_out(t, err, errlen))
+        return SMATTN_ERR_DTYPE;
+    unsigned bits = grad_bits(c);
+    for (int k = 3; k < N_OUT; k++) {
+        if (!(bits >> k & 1))
+            continue;
+        smattn_status st = alloc_one(c, k, t, grad_slot(g, k), err, errlen);
+        if (st != SMATTN_OK) {
+            smattn_case_grads_free(g);
+            return st;
+        }
+    }
+    return SMATTN_OK;
+}
+
+void smattn_case_grads_free(smattn_grad_outputs *g)
+{
+    if (!g)
+        return;
+    for (int k = 3; k < N_OUT; k++)
+        free(grad_slot(g, k)->data);
+    memset(g, 0, sizeof *g);
+}
+
 /* ---- OUT: the outputs as a set (SPEC 7.2) ------------------------------------------------
  *
  * The marker OUT/.smattn-set, renamed into place last, says which set is whole: "state":
@@ -167,13 +260,19 @@ void smattn_case_outputs_free(smattn_outputs *out)
 /* The names a run manages in OUT: each output is written by the run or, if the run does
  * not produce it, removed as stale, so OUT never holds outputs of two runs; the marker is
  * replaced by every run. */
-static const char *const out_names[3] = {"o.npy", "lse.npy", "p.npy"};
-static const char *const managed[4] = {"o.npy", "lse.npy", "p.npy", SET_MARKER};
+static const char *const out_names[N_OUT] = {"o.npy",  "lse.npy", "p.npy",     "dq.npy",
+                                             "dk.npy", "dv.npy",  "dbias.npy", "dsinks.npy"};
+#define N_MANAGED (N_OUT + 1)
+static const char *const managed[N_MANAGED] = {"o.npy",     "lse.npy",    "p.npy",
+                                               "dq.npy",    "dk.npy",     "dv.npy",
+                                               "dbias.npy", "dsinks.npy", SET_MARKER};
 
 /* Prefixes of the temporaries a run makes in OUT (mkstemp adds six letters or digits):
  * one per managed name, and the probe of smattn_case_out_check. */
-static const char *const temp_prefixes[5] = {".o.npy.", ".lse.npy.", ".p.npy.", SET_MARKER ".",
-                                             ".smattn_probe."};
+#define N_TEMP_PREFIXES (N_MANAGED + 1)
+static const char *const temp_prefixes[N_TEMP_PREFIXES] = {
+    ".o.npy.",  ".lse.npy.",   ".p.npy.",      ".dq.npy.",     ".dk.npy.",
+    ".dv.npy.", ".dbias.npy.", ".dsinks.npy.", SET_MARKER ".", ".smattn_probe."};
 
 /* Hold back every signal that can be held (SIGKILL and SIGSTOP cannot) in this thread; the
  * old mask in *old. The opt kernel's workers hold them all the time (opt/pool.c) and the
@@ -216,7 +315,7 @@ static int check_replaceable(const char *outdir, char *err, size_t errlen)
     uid_t me = geteuid();
     if (stat(outdir, &dst) != 0 || !(dst.st_mode & S_ISVTX) || me == 0 || dst.st_uid == me)
         return 0;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_MANAGED; k++) {
         char *p = smattn_io_join_path(outdir, managed[k]);
         if (!p) {
             smattn_io_err(err, errlen, "out of memory");
@@ -300,7 +399,7 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
         smattn_io_err(err, errlen, "%s: exists and is not a directory", shown);
         return -1;
     }
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_MANAGED; k++) {
         char *p = smattn_io_join_path(outdir, managed[k]);
         if (!p) {
             smattn_io_err(err, errlen, "out of memory");
@@ -310,7 +409,8 @@ int smattn_case_out_check(const char *outdir, char *err, size_t errlen)
         if (dir)
             smattn_io_err(err, errlen, "%s: is a directory where a run writes %s; move it away",
                           smattn_io_path(p, q2),
-                          k < 3 ? "an output or removes a stale one" : "the marker of its outputs");
+                          k < N_OUT ? "an output or removes a stale one"
+                                    : "the marker of its outputs");
         free(p);
         if (dir)
             return -1;
@@ -367,11 +467,11 @@ static int make_outdir(const char *outdir, int *created, char *err, size_t errle
 /* The temporaries that exist now, for a signal handler to remove (smattn_case_remove_temps):
  * a slot is set, with signals held, as soon as its file exists, and cleared before the path
  * is freed. */
-static char *volatile live_temps[4];
+static char *volatile live_temps[N_MANAGED];
 
 void smattn_case_remove_temps(void)
 {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_MANAGED; k++) {
         char *p = live_temps[k];
         if (p)
             unlink(p);
@@ -380,7 +480,7 @@ void smattn_case_remove_temps(void)
 
 static void forget_temp(const char *path)
 {
-    for (int k = 0; path && k < 4; k++)
+    for (int k = 0; path && k < N_MANAGED; k++)
         if (live_temps[k] == path)
             live_temps[k] = NULL;
 }
@@ -402,7 +502,7 @@ static int make_temp(const char *outdir, const char *name, char **tmp, char *err
     hold_signals(&old);
     int fd = mkstemp(path);
     int e = errno;
-    for (int k = 0; fd >= 0 && k < 4; k++)
+    for (int k = 0; fd >= 0 && k < N_MANAGED; k++)
         if (!live_temps[k]) {
             live_temps[k] = path;
             break;
@@ -528,7 +628,7 @@ static void remove_stale_temps(const char *outdir, int dfd)
     struct dirent *e;
     while (d && (e = readdir(d))) {
         const char *n = e->d_name;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < N_TEMP_PREFIXES; k++) {
             size_t pl = strlen(temp_prefixes[k]);
             if (strncmp(n, temp_prefixes[k], pl) != 0 || strlen(n) != pl + 6)
                 continue;
@@ -550,14 +650,14 @@ static void remove_stale_temps(const char *outdir, int dfd)
  * the "writing" marker; the renames and the removal of stale outputs, OUT flushed; the
  * "whole" marker. 0, or -1 with err (after the "writing" marker, OUT then holds a set that
  * says it is not whole, and err says so). */
-static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, size_t errlen)
+static int switch_set(const char *outdir, int dfd, set_file f[N_OUT], char *err, size_t errlen)
 {
     char q[SMATTN_IO_PATH_MAX];
     sigset_t old;
     hold_signals(&old);
     int rc = put_marker(outdir, dfd, "{\"smattn_set\": 1, \"state\": \"writing\"}\n", err, errlen);
     int started = rc == 0;
-    for (int k = 0; rc == 0 && k < 3; k++) {
+    for (int k = 0; rc == 0 && k < N_OUT; k++) {
         if (f[k].produced && rename(f[k].tmp, f[k].final) != 0) {
             smattn_io_err(err, errlen, "%s: cannot rename into place: %s",
                           smattn_io_path(f[k].final, q), strerror(errno));
@@ -568,7 +668,7 @@ static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, siz
             f[k].tmp = NULL;
         }
     }
-    for (int k = 0; rc == 0 && k < 3; k++)
+    for (int k = 0; rc == 0 && k < N_OUT; k++)
         if (!f[k].produced && unlink(f[k].final) != 0 && errno != ENOENT) {
             smattn_io_err(err, errlen, "%s: cannot remove the stale output of an earlier run: %s",
                           smattn_io_path(f[k].final, q), strerror(errno));
@@ -576,10 +676,10 @@ static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, siz
         }
     if (rc == 0) {
         (void)fsync(dfd); /* the new outputs are on the disk before the marker says so */
-        char text[512];
+        char text[1536];  /* eight entries of at most 80 bytes each */
         int n =
             snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", \"files\": {");
-        for (int k = 0, first = 1; k < 3; k++)
+        for (int k = 0, first = 1; k < N_OUT; k++)
             if (f[k].produced) {
                 n +=
                     snprintf(text + n, sizeof text - (size_t)n,
@@ -604,9 +704,23 @@ static int switch_set(const char *outdir, int dfd, set_file f[3], char *err, siz
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen)
 {
+    return smattn_case_write_set(c, out, NULL, outdir, err, errlen);
+}
+
+int smattn_case_write_set(const smattn_case *c, const smattn_outputs *out,
+                          const smattn_grad_outputs *g, const char *outdir, char *err,
+                          size_t errlen)
+{
     char q[SMATTN_IO_PATH_MAX];
-    const smattn_out_tensor *ot[3] = {&out->o, &out->lse, &out->p};
-    set_file f[3];
+    const smattn_out_tensor *ot[N_OUT] = {&out->o,
+                                          &out->lse,
+                                          &out->p,
+                                          g ? &g->dq : NULL,
+                                          g ? &g->dk : NULL,
+                                          g ? &g->dv : NULL,
+                                          g ? &g->dbias : NULL,
+                                          g ? &g->dsinks : NULL};
+    set_file f[N_OUT];
     memset(f, 0, sizeof f);
     int created, rc = -1;
     if (smattn_case_out_check(outdir, err, errlen) || make_outdir(outdir, &created, err, errlen))
@@ -640,13 +754,13 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
     remove_stale_temps(outdir, dfd);
     if (check_replaceable(outdir, err, errlen)) /* again: OUT may have changed during the run */
         goto done;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_OUT; k++) {
         f[k].final = smattn_io_join_path(outdir, out_names[k]);
         if (!f[k].final) {
             smattn_io_err(err, errlen, "out of memory");
             goto done;
         }
-        f[k].produced = ot[k]->data && (k != 0 || c->prob.op == SMATTN_OP_ATTENTION);
+        f[k].produced = ot[k] && ot[k]->data && (k != 0 || c->prob.op == SMATTN_OP_ATTENTION);
         if (!f[k].produced)
             continue;
         int64_t shape[4];
@@ -656,7 +770,7 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
     }
     rc = switch_set(outdir, dfd, f, err, errlen);
 done:
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_OUT; k++) {
         if (f[k].tmp)
             remove(f[k].tmp);
         forget_temp(f[k].tmp);
@@ -730,8 +844,8 @@ int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
     if (strcmp(json_object_get_string(state), "writing") == 0) {
         smattn_io_err(err, errlen,
                       "the outputs are not a whole set: %s says a run was replacing them and "
-                      "did not finish (killed, or the machine stopped), so o.npy, lse.npy and "
-                      "p.npy may mix two runs; run it again",
+                      "did not finish (killed, or the machine stopped), so its outputs may mix "
+                      "two runs; run it again",
                       SET_MARKER);
         goto done;
     }
@@ -745,13 +859,13 @@ int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
         goto done;
     }
     int listed = 0;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < N_OUT; k++)
         listed += json_object_object_get_ex(files, out_names[k], NULL);
     if (listed != json_object_object_length(files)) {
         smattn_io_err(err, errlen, "%s: \"files\" names a file that is not an output", SET_MARKER);
         goto done;
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_OUT; k++) {
         json_object *fe;
         char *p = smattn_io_join_path(outdir, out_names[k]);
         if (!p) {

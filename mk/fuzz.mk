@@ -7,7 +7,7 @@
 # make check replays every target's corpus and regressions through a plain main built with
 # the same flags as the tests (so check-san replays them under ASan+UBSan too).
 FUZZ_TARGETS := fuzz_diff fuzz_diff_long fuzz_dtypes fuzz_ref_props fuzz_decode_prefill fuzz_api fuzz_merge \
-                fuzz_case_files
+                fuzz_case_files fuzz_backward
 FUZZ_COMMON  := $(BUILD)/fuzz/common/fuzz_input.o $(BUILD)/fuzz/common/fuzz_check.o
 $(BUILD)/fuzz/replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	@mkdir -p $(dir $@)

@@ -949,6 +949,139 @@ START_TEST(nan_conventions)
 }
 END_TEST
 
+/* |sum_k x_k - target| against the rounding of the x_k: each is its exact value rounded to
+ * nearest, so the exact sum lies within sum_k ulp(x_k)/2 of the sum of the rounded values
+ * (taken exactly at 4000 bits). 1 if target is in that interval. */
+static int sum_within_rounding(const double *x, int64_t n, double target)
+{
+    mpfr_t s, slack;
+    mpfr_inits2(4000, s, slack, (mpfr_ptr)0);
+    mpfr_set_d(s, -target, MPFR_RNDN);
+    mpfr_set_zero(slack, 1);
+    for (int64_t k = 0; k < n; k++) {
+        double a = x[k];
+        mpfr_add_d(s, s, a, MPFR_RNDN);
+        mpfr_add_d(slack, slack, 0.5 * (nextafter(fabs(a), HUGE_VAL) - fabs(a)), MPFR_RNDN);
+    }
+    int ok = mpfr_cmpabs(s, slack) <= 0;
+    if (!ok)
+        fprintf(stderr, "sum %a off target %a by more than %a\n", mpfr_get_d(s, MPFR_RNDN), target,
+                mpfr_get_d(slack, MPFR_RNDN));
+    mpfr_clears(s, slack, (mpfr_ptr)0);
+    return ok;
+}
+
+/* dBias = dS: over a row's visible keys sum_j dS_j = dLSE_i - P_sink (dLSE_i - Delta_i)
+ * (sum_j P_j (dP_j - Delta) = 0 and sum_j P_j = 1 - P_sink). Without sinks each row's dBias
+ * sums to dLSE_i (0 without dLSE); with one query per head, dsink_h is the row's sink term,
+ * so sum_j dBias_hj + dsink_h = dLSE_h. A dS without its dLSE term, or a sink weight left
+ * out of the denominator, breaks these by far more than the outputs' rounding. */
+START_TEST(dS_row_sums)
+{
+    for (int variant = 0; variant < 3; variant++) {
+        tc c;
+        const int64_t S = variant == 2 ? 1 : 3, T = 7, Hq = 3;
+        tc_init(&c, 1, S, T, Hq, 1, 2, 3, 51 + (uint64_t)variant);
+        c.p.causal = variant == 1 ? SMATTN_CAUSAL_LOWER_RIGHT : SMATTN_CAUSAL_NONE;
+        tc_add_bias(&c);
+        tc_add_mask(&c, 3);
+        for (int64_t r = 0; r < Hq * S; r++)
+            c.mask[r * T + T - 1] = 1; /* every row of the first two variants sees key T - 1 */
+        if (variant >= 1)
+            tc_add_dlse(&c);
+        if (variant == 2) {
+            tc_add_sinks(&c);
+            c.want_dsinks = 1;
+        }
+        c.want_dbias = 1;
+        ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < S; i++) {
+                double terms[8];
+                memcpy(terms, &c.dbias[(h * S + i) * T], (size_t)T * sizeof(double));
+                terms[T] = c.sinks ? c.dsinks[h] : 0.0;
+                double target = c.dlse ? c.dlse[h * S + i] : 0.0;
+                ck_assert_msg(sum_within_rounding(terms, T + 1, target),
+                              "variant %d row h %" PRId64 " i %" PRId64, variant, h, i);
+                ck_assert(terms[0] != 0 || terms[1] != 0); /* not an empty row */
+            }
+        tc_free(&c);
+    }
+}
+END_TEST
+
+/* A row of a prefill is a decode: with dO and dLSE zero on every other row, the prefill's
+ * gradients are that row's alone (the other rows' dS are exactly 0), so a decode step of
+ * the row (S = 1, the keys it sees: lower-right causality over kv_lens = i + T - S + 1)
+ * gives the same exact values, hence the same bits, in dQ, dK, dV, dBias and dSinks; the
+ * other rows' dQ are +0. GQA, a bias, sinks and dLSE included. */
+START_TEST(decode_row_of_prefill)
+{
+    const int64_t S = 4, T = 6, Hq = 4, Hkv = 2, D = 3, Dv = 2;
+    for (int64_t i = 0; i < S; i++) {
+        tc pre, dec;
+        tc_init(&pre, 1, S, T, Hq, Hkv, D, Dv, 61);
+        pre.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        tc_add_bias(&pre);
+        tc_add_sinks(&pre);
+        tc_add_dlse(&pre);
+        pre.want_dbias = pre.want_dsinks = 1;
+        for (int64_t r = 0; r < S; r++)
+            for (int64_t h = 0; h < Hq; h++) {
+                if (r == i)
+                    continue;
+                for (int64_t cc = 0; cc < Dv; cc++)
+                    pre.dout[(r * Hq + h) * Dv + cc] = 0;
+                pre.dlse[h * S + r] = 0;
+            }
+        tc_init(&dec, 1, 1, T, Hq, Hkv, D, Dv, 62);
+        dec.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        dec.kv_lens[0] = i + T - S + 1;
+        dec.p.kv_lens = dec.kv_lens;
+        memcpy(dec.k, pre.k, (size_t)nk(&pre) * sizeof(double));
+        memcpy(dec.v, pre.v, (size_t)nv(&pre) * sizeof(double));
+        memcpy(dec.q, &pre.q[i * Hq * D], (size_t)(Hq * D) * sizeof(double));
+        memcpy(dec.dout, &pre.dout[i * Hq * Dv], (size_t)(Hq * Dv) * sizeof(double));
+        tc_add_bias(&dec);
+        tc_add_sinks(&dec);
+        tc_add_dlse(&dec);
+        memcpy(dec.sinks, pre.sinks, (size_t)Hq * sizeof(double));
+        for (int64_t h = 0; h < Hq; h++) {
+            memcpy(&dec.bias[h * T], &pre.bias[(h * S + i) * T], (size_t)T * sizeof(double));
+            dec.dlse[h] = pre.dlse[h * S + i];
+        }
+        dec.want_dbias = dec.want_dsinks = 1;
+        ck_assert_int_eq(tc_run(&pre, 0, NULL), SMATTN_OK);
+        ck_assert_int_eq(tc_run(&dec, 0, NULL), SMATTN_OK);
+        for (int64_t r = 0; r < S; r++)
+            for (int64_t x = 0; x < Hq * D; x++) {
+                double want = r == i ? dec.dq[x] : 0.0;
+                ck_assert_msg(bits64(pre.dq[r * Hq * D + x]) == bits64(want),
+                              "row %" PRId64 ": dq[%" PRId64 "][%" PRId64 "] %a vs %a", i, r, x,
+                              pre.dq[r * Hq * D + x], want);
+            }
+        for (int64_t x = 0; x < nk(&pre); x++)
+            ck_assert_msg(bits64(pre.dk[x]) == bits64(dec.dk[x]),
+                          "row %" PRId64 ": dk[%" PRId64 "] %a vs %a", i, x, pre.dk[x], dec.dk[x]);
+        for (int64_t x = 0; x < nv(&pre); x++)
+            ck_assert_msg(bits64(pre.dv[x]) == bits64(dec.dv[x]),
+                          "row %" PRId64 ": dv[%" PRId64 "] %a vs %a", i, x, pre.dv[x], dec.dv[x]);
+        for (int64_t h = 0; h < Hq; h++) {
+            ck_assert_uint_eq(bits64(pre.dsinks[h]), bits64(dec.dsinks[h]));
+            for (int64_t j = 0; j < T; j++)
+                ck_assert_uint_eq(bits64(pre.dbias[(h * S + i) * T + j]),
+                                  bits64(dec.dbias[h * T + j]));
+        }
+        /* not vacuous: the row has gradients, and the keys it cannot see none */
+        ck_assert(dec.dq[0] != 0 && dec.dv[0] != 0);
+        if (i + T - S + 1 < T)
+            ck_assert_uint_eq(bits64(pre.dk[(T - 1) * Hkv * D]), 0);
+        tc_free(&pre);
+        tc_free(&dec);
+    }
+}
+END_TEST
+
 /* ---- validation -------------------------------------------------------------------------- */
 
 START_TEST(validation)
@@ -1042,6 +1175,8 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, key_permutation);
     tcase_add_test(tcs, bitwise_across_threads);
     tcase_add_test(tcs, nan_conventions);
+    tcase_add_test(tcs, dS_row_sums);
+    tcase_add_test(tcs, decode_row_of_prefill);
     tcase_add_test(tcs, validation);
     suite_add_tcase(s, tcs);
     return s;

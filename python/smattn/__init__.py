@@ -3,6 +3,7 @@
 
     o, lse = smattn.reference(q, k, v, causal=True)    # the exact oracle
     o, lse = smattn.attention(q, k, v, causal=True)    # the fast kernel
+    dq, dk, dv, _, _ = smattn.reference_backward(q, k, v, do, causal=True)  # exact gradients
     smattn.assert_close(my_o, q, k, v, causal=True)    # judge your kernel (SPEC 6 bound)
     for case in smattn.cases("quick"):                 # the conformance battery
         if case.op == "attention":                     # (and its softmax cases)
@@ -15,6 +16,7 @@ convention; help(smattn.reference) maps the arguments to it.
 """
 from ._api import (Element, Report, assert_close, attention, check, check_softmax, precision,
                    reference, reference_softmax, visible)
+from ._backward import Gradients, reference_backward
 from ._cases import Case, cases
 from ._merge import merge, merge_reference
 from ._lib import LIBRARY_PATH
@@ -22,6 +24,6 @@ from ._version import VERSION as _VERSION
 
 __all__ = ["reference", "attention", "check", "assert_close", "cases", "precision", "Report",
            "reference_softmax", "check_softmax", "visible", "merge_reference", "merge",
-           "Element", "Case", "LIBRARY_PATH", "__version__"]
+           "Element", "Case", "LIBRARY_PATH", "__version__", "reference_backward", "Gradients"]
 
 __version__ = _VERSION  # VERSION, read by smattn._version

@@ -69,6 +69,17 @@ class Outputs(ctypes.Structure):
     _fields_ = [("o", OutTensor), ("lse", OutTensor), ("p", OutTensor)]
 
 
+class GradInputs(ctypes.Structure):
+    """smattn_grad_inputs (smattn.h, SPEC 10.1): dO and the optional dLSE."""
+    _fields_ = [("dout", Tensor), ("dlse", Tensor)]
+
+
+class GradOutputs(ctypes.Structure):
+    """smattn_grad_outputs: dQ, dK, dV, the optional dBias (full shape) and dSinks."""
+    _fields_ = [("dq", OutTensor), ("dk", OutTensor), ("dv", OutTensor), ("dbias", OutTensor),
+                ("dsinks", OutTensor)]
+
+
 class Precision(ctypes.Structure):
     """The kernel model of SPEC 6.1 (smattn_precision in smattn.h)."""
     _fields_ = [("u_score", c_dbl), ("u_acc", c_dbl), ("exp_ulps", c_dbl), ("u_p", c_dbl),
@@ -153,6 +164,8 @@ ref = _proto("smattn_ref", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs), _
 ProgressFn = ctypes.CFUNCTYPE(None, c_i64, c_i64, ctypes.c_void_p)
 ref_progress = _proto("smattn_ref_progress", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs),
                       _P(RefConfig), ctypes.c_void_p, ProgressFn, ctypes.c_void_p)
+ref_backward = _proto("smattn_ref_backward", ctypes.c_int, _P(Problem), _P(Inputs),
+                      _P(GradInputs), _P(GradOutputs), _P(RefConfig), ctypes.c_void_p)
 visible = _proto("smattn_visible", ctypes.c_int, _P(Problem), _P(Inputs), c_i64, c_i64, c_i64,
                  c_i64)
 attention = _proto("smattn_attention", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs),

@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: MIT */
+/* fuzz_backward.c: the exact backward oracle (smattn_ref_backward, SPEC 10) on decoded
+ * problems (every shape class: prefill, chunked prefill, decode; every mask kind, GQA, bias,
+ * sinks, softcap, lengths, the three empty-row conventions) cut to FUZZ_BACKWARD_MAX_P
+ * elements of P, with a dO (and sometimes a dLSE) drawn from the input, against properties
+ * its definition implies:
+ *  - status: SMATTN_OK, or SMATTN_ERR_PRECISION only where SPEC 10.3 item 6 allows it (an
+ *    undecided element at the precision limit); a softmax problem or a descriptor with one
+ *    planted error gives exactly the validation status that error calls for;
+ *  - keys no row sees (SPEC 10.1): dK and dV exactly +0, unless an empty row of the `nan`
+ *    convention (every key NaN) or of `mean` (dV of the keys [0, T_b)) touches them; dBias
+ *    +0 at every invisible (row, key) outside `nan` empty rows;
+ *  - finite inputs (q, k, v, dO, dLSE finite; bias and sinks finite or -inf) and no `nan`
+ *    convention: every binary64 gradient finite (their exact values are below 2^400);
+ *  - GQA (Hq > Hkv): the MHA expansion (K and V repeated per query head), run on the
+ *    decoded thread count, gives the same dQ, dBias and dSinks bits, and each dK, dV is
+ *    the sum of its group's expanded ones within their rounding (half an ulp of each, the
+ *    sum taken exactly);
+ *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
+ * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
+ * outputs instead of binary64, bit 2 special values in dO and dLSE), c1 (a planted
+ * validation error, 1-6), and a 32-bit seed for dO and dLSE. Any failure is a MISMATCH
+ * report followed by abort(). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpfr.h>
+
+#include "fuzz/common/fuzz_check.h"
+#include "smattn.h"
+
+#define TARGET "fuzz_backward"
+
+/* The backward expands exact sums over the rows of a unit (SPEC 10.3 item 5: a GQA unit
+ * puts its rows' terms over one denominator, and a row's scores spread over 2^70 make
+ * large expansions): problems are cut below the forward targets' size, and the Ziv loops
+ * stop at 2048 bits (an element undecided there is SMATTN_ERR_PRECISION, which skips the
+ * input: this target judges the gradients' properties, not the oracle's precision). The
+ * committed corpus keeps the inputs that run in a fraction of a second (fuzz/README.md). */
+#define FUZZ_BACKWARD_MAX_P 48
+#define FUZZ_BACKWARD_MAX_PREC 2048L
+
+static void fail(const fuzz_problem *fp, const char *what, const char *detail)
+{
+    fuzz_mismatch_head(TARGET, fp, what);
+    fprintf(stderr, "%s\n", detail);
+    abort();
+}
+
+static void *xcalloc(size_t n, size_t es)
+{
+    void *p = calloc(n ? n : 1, es);
+    if (!p)
+        abort();
+    return p;
+}
+
+/* dO, dLSE and the gradients of one run: contiguous, binary64 inputs, outputs in `t`. */
+typedef struct grads {
+    smattn_grad_inputs gin;
+    smattn_grad_outputs go;
+    double *dout, *dlse;
+    void *buf[5]; /* dq, dk, dv, dbias, dsinks */
+    int64_t n[5];
+    smattn_dtype t;
+} grads;
+
+static double splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-52 * 4.0 - 2.0; /* [-2, 2) */
+}
+
+static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
+{
+    smattn_problem q = *p;
+    const int64_t n[5] = {p->B * p->S * p->Hq * p->D, p->B * p->T * p->Hkv * p->D,
+                          p->B * p->T * p->Hkv * p->Dv, p->B * p->Hq * p->S * p->T, p->Hq};
+    smattn_out_tensor *slot[5] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dbias, &g->go.dsinks};
+    const char roles[5] = {'q', 'k', 'v', 'b', 's'};
+    g->t = t;
+    for (int k = 0; k < 5; k++) {
+        g->n[k] = n[k];
+        g->buf[k] = xcalloc((size_t)n[k], smattn_dtype_size(t));
+        *slot[k] = (smattn_out_tensor){g->buf[k], t, {0}};
+        if (smattn_contiguous_strides(&q, roles[k], slot[k]->stride))
+            abort();
+    }
+}
+
+/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 2) from seed, with special
+ * values (NaN, infinities, FLT_MAX, zeros) at a few places when `special`. */
+static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse, int special)
+{
+    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    uint64_t s = seed;
+    g->dout = xcalloc((size_t)no, sizeof(double));
+    for (int64_t e = 0; e < no; e++)
+        g->dout[e] = splitmix(&s);
+    if (dlse) {
+        g->dlse = xcalloc((size_t)nl, sizeof(double));
+        for (int64_t e = 0; e < nl; e++)
+            g->dlse[e] = splitmix(&s);
+    }
+    for (int k = 0; special && k < 3; k++) {
+        double *t = dlse && k == 2 ? g->dlse : g->dout;
+        int64_t n = dlse && k == 2 ? nl : no;
+        t[(int64_t)((splitmix(&s) + 2) / 4 * (double)n) % n] =
+            fuzz_special_value((int)((splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
+    }
+    smattn_problem q = *p;
+    g->gin.dout = (smattn_tensor){g->dout, SMATTN_F64, {0}};
+    if (smattn_contiguous_strides(&q, 'o', g->gin.dout.stride))
+        abort();
+    if (dlse) {
+        g->gin.dlse = (smattn_tensor){g->dlse, SMATTN_F64, {0}};
+        if (smattn_contiguous_strides(&q, 'l', g->gin.dlse.stride))
+            abort();
+    }
+}
+
+static void grads_free(grads *g)
+{
+    for (int k = 0; k < 5; k++)
+        free(g->buf[k]);
+    free(g->dout);
+    free(g->dlse);
+    memset(g, 0, sizeof *g);
+}
+
+static double gat(const grads *g, int k, int64_t e)
+{
+    return smattn_load(g->buf[k], g->t, e);
+}
+
+static double at(const smattn_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
+{
+    return smattn_load(t->data, t->dtype,
+                       i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] +
+                           i3 * t->stride[3]);
+}
+
+/* The oracle; 1 if it stopped at its precision limit (SMATTN_ERR_PRECISION, which SPEC 10.3
+ * item 6 allows for an element it could not decide), 0 on success; else a MISMATCH. */
+static int run(const fuzz_problem *fp, const smattn_problem *p, const smattn_inputs *in,
+               const grads *g, int threads, const char *what)
+{
+    smattn_ref_config rc = {threads, FUZZ_BACKWARD_MAX_PREC, 0, 0};
+    smattn_status s = smattn_ref_backward(p, in, &g->gin, &g->go, &rc, NULL);
+    if (s == SMATTN_ERR_PRECISION)
+        return 1;
+    if (s != SMATTN_OK) {
+        char d[160];
+        snprintf(d, sizeof d, "smattn_ref_backward: %s on a valid problem", smattn_status_name(s));
+        fail(fp, what, d);
+    }
+    return 0;
+}
+
+/* ---- validation: one planted error, its status ------------------------------------------- */
+
+static void check_validation(const fuzz_problem *fp, const grads *g, int which)
+{
+    smattn_problem p = fp->p;
+    smattn_inputs in = fp->in;
+    smattn_grad_inputs gin = g->gin;
+    smattn_grad_outputs go = g->go;
+    smattn_layout lay;
+    memset(&lay, 0, sizeof lay);
+    smattn_status want;
+    switch (which) {
+    case 1: gin.dout.data = NULL, want = SMATTN_ERR_NULL; break;
+    case 2: go.dq.dtype = SMATTN_BOOL, want = SMATTN_ERR_DTYPE; break;
+    case 3: go.dv.data = go.dk.data, want = SMATTN_ERR_ALIAS; break;
+    case 4: gin.dout.stride[1] = -1, want = SMATTN_ERR_STRIDE; break;
+    case 5:
+        if (p.Hq < 2)
+            return;
+        go.dbias.stride[1] = 0, want = SMATTN_ERR_UNSUPPORTED; /* a sum over the heads */
+        break;
+    case 6: p.layout = &lay, want = SMATTN_ERR_UNSUPPORTED; break;
+    default: return;
+    }
+    smattn_status s = smattn_ref_backward(&p, &in, &gin, &go, NULL, NULL);
+    if (s != want) {
+        char d[200];
+        snprintf(d, sizeof d, "planted error %d: status %s, want %s", which, smattn_status_name(s),
+                 smattn_status_name(want));
+        fail(fp, "validation", d);
+    }
+}
+
+/* ---- rows: which keys each row sees ------------------------------------------------------- */
+
+/* vis[((b*Hq + h)*S + i)*T + j]: key j visible to the row (SPEC 3, a -inf bias hides it);
+ * empty[(b*Hq + h)*S + i]: the row is empty (SPEC 3.4: a padding query, or no visible key
+ * and no sink). */
+static void visibility(const fuzz_problem *fp, char *vis, char *empty)
+{
+    const smattn_problem *p = &fp->p;
+    const smattn_inputs *in = &fp->in;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++) {
+                const int64_t r = (b * p->Hq + h) * p->S + i;
+                const int64_t Sb = p->q_lens ? p->q_lens[b] : p->S;
+                int64_t n = 0;
+                for (int64_t j = 0; j < p->T; j++) {
+                    char v = i < Sb && smattn_visible(p, in, b, h, i, j);
+                    if (v && in->bias.data && at(&in->bias, b, h, i, j) == -HUGE_VAL)
+                        v = 0;
+                    vis[r * p->T + j] = v;
+                    n += v;
+                }
+                const double sink = in->sinks.data ? at(&in->sinks, h, 0, 0, 0) : -HUGE_VAL;
+                empty[r] = i >= Sb || (n == 0 && sink == -HUGE_VAL);
+            }
+}
+
+static int pos_zero(double x)
+{
+    return x == 0 && !signbit(x);
+}
+
+static void check_masked(const fuzz_problem *fp, const grads *g)
+{
+    const smattn_problem *p = &fp->p;
+    const int64_t gs = p->Hq / p->Hkv, rows = p->B * p->Hq * p->S;
+    char *vis = xcalloc((size_t)(rows * p->T), 1), *empty = xcalloc((size_t)rows, 1);
+    visibility(fp, vis, empty);
+    char d[200];
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t kv = 0; kv < p->Hkv; kv++) {
+            /* what the group's empty rows add (SPEC 10.2) */
+            int nan_rows = 0, mean_rows = 0;
+            for (int64_t h = kv * gs; h < (kv + 1) * gs; h++)
+                for (int64_t i = 0; i < p->S; i++)
+                    if (empty[(b * p->Hq + h) * p->S + i]) {
+                        nan_rows |= p->empty_rows == SMATTN_EMPTY_NAN;
+                        mean_rows |= p->empty_rows == SMATTN_EMPTY_MEAN;
+                    }
+            const int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+            for (int64_t j = 0; j < p->T && !nan_rows; j++) {
+                int seen = 0;
+                for (int64_t h = kv * gs; h < (kv + 1) * gs && !seen; h++)
+                    for (int64_t i = 0; i < p->S && !seen; i++)
+                        seen = vis[((b * p->Hq + h) * p->S + i) * p->T + j];
+                if (seen)
+                    continue;
+                for (int64_t e = 0; e < p->D; e++) {
+                    int64_t x = ((b * p->T + j) * p->Hkv + kv) * p->D + e;
+                    if (!pos_zero(gat(g, 1, x))) {
+                        snprintf(d, sizeof d, "dK[b=%lld,j=%lld,g=%lld,%lld] = %a, want +0",
+                                 (long long)b, (long long)j, (long long)kv, (long long)e,
+                                 gat(g, 1, x));
+                        fail(fp, "a key no row sees", d);
+                    }
+                }
+                for (int64_t e = 0; e < p->Dv && !(mean_rows && j < Tb); e++) {
+                    int64_t x = ((b * p->T + j) * p->Hkv + kv) * p->Dv + e;
+                    if (!pos_zero(gat(g, 2, x))) {
+                        snprintf(d, sizeof d, "dV[b=%lld,j=%lld,g=%lld,%lld] = %a, want +0",
+                                 (long long)b, (long long)j, (long long)kv, (long long)e,
+                                 gat(g, 2, x));
+                        fail(fp, "a key no row sees", d);
+                    }
+                }
+            }
+        }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < p->T; j++) {
+            if (vis[r * p->T + j] || (empty[r] && p->empty_rows == SMATTN_EMPTY_NAN))
+                continue;
+            if (!pos_zero(gat(g, 3, r * p->T + j))) {
+                snprintf(d, sizeof d, "dBias[row %lld, j=%lld] = %a, want +0", (long long)r,
+                         (long long)j, gat(g, 3, r * p->T + j));
+                fail(fp, "dBias at an invisible key", d);
+            }
+        }
+    free(vis);
+    free(empty);
+}
+
+/* ---- finite inputs, finite gradients ------------------------------------------------------ */
+
+static int all_finite(const smattn_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
+                      int neg_inf_ok)
+{
+    for (int64_t a = 0; t->data && a < n0; a++)
+        for (int64_t b = 0; b < n1; b++)
+            for (int64_t c = 0; c < n2; c++)
+                for (int64_t d = 0; d < n3; d++) {
+                    double x = at(t, a, b, c, d);
+                    if (!isfinite(x) && !(neg_inf_ok && x == -HUGE_VAL))
+                        return 0;
+                }
+    return 1;
+}
+
+static void check_finite(const fuzz_problem *fp, const grads *g)
+{
+    const smattn_problem *p = &fp->p;
+    const smattn_inputs *in = &fp->in;
+    if (g->t != SMATTN_F64 || p->empty_rows == SMATTN_EMPTY_NAN ||
+        !all_finite(&in->q, p->B, p->S, p->Hq, p->D, 0) ||
+        !all_finite(&in->k, p->B, p->T, p->Hkv, p->D, 0) ||
+        !all_finite(&in->v, p->B, p->T, p->Hkv, p->Dv, 0) ||
+        !all_finite(&in->bias, p->B, p->Hq, p->S, p->T, 1) ||
+        !all_finite(&in->sinks, p->Hq, 1, 1, 1, 1) ||
+        !all_finite(&g->gin.dout, p->B, p->S, p->Hq, p->Dv, 0) ||
+        !all_finite(&g->gin.dlse, p->B, p->Hq, p->S, 1, 0))
+        return;
+    static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
+    for (int k = 0; k < 5; k++)
+        for (int64_t e = 0; e < g->n[k]; e++)
+            if (!isfinite(gat(g, k, e))) {
+                char d[160];
+                snprintf(d, sizeof d, "%s[%lld] = %a from finite inputs", names[k], (long long)e,
+                         gat(g, k, e));
+                fail(fp, "finite inputs, finite gradients", d);
+            }
+}
+
+/* ---- GQA: the group sums of the MHA expansion ------------------------------------------ */
+
+/* Half the spacing of dtype t at x (binary64 or binary32). */
+static double half_ulp(double x, smattn_dtype t)
+{
+    x = fabs(x);
+    if (t == SMATTN_F32)
+        return 0.5 * ((double)nextafterf((float)x, HUGE_VALF) - x);
+    return 0.5 * (nextafter(x, HUGE_VAL) - x);
+}
+
+static void check_gqa(const fuzz_problem *fp, const grads *g)
+{
+    const smattn_problem *p = &fp->p;
+    const int64_t gs = p->Hq / p->Hkv;
+    if (gs == 1)
+        return;
+    smattn_problem m = *p;
+    m.Hkv = p->Hq;
+    /* K and V repeated per query head, binary64 (exact: every dtype converts exactly) */
+    const int64_t nk = p->B * p->T * p->Hq * p->D, nv = p->B * p->T * p->Hq * p->Dv;
+    double *k = xcalloc((size_t)nk, sizeof(double)), *v = xcalloc((size_t)nv, sizeof(double));
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = 0; j < p->T; j++)
+            for (int64_t h = 0; h < p->Hq; h++) {
+                for (int64_t e = 0; e < p->D; e++)
+                    k[((b * p->T + j) * p->Hq + h) * p->D + e] = at(&fp->in.k, b, j, h / gs, e);
+                for (int64_t e = 0; e < p->Dv; e++)
+                    v[((b * p->T + j) * p->Hq + h) * p->Dv + e] = at(&fp->in.v, b, j, h / gs, e);
+            }
+    smattn_inputs in = fp->in;
+    in.k = (smattn_tensor){k, SMATTN_F64, {0}};
+    in.v = (smattn_tensor){v, SMATTN_F64, {0}};
+    if (smattn_contiguous_strides(&m, 'k', in.k.stride) ||
+        smattn_contiguous_strides(&m, 'v', in.v.stride))
+        abort();
+    grads e;
+    memset(&e, 0, sizeof e);
+    grads_alloc(&e, &m, g->t);
+    e.gin = g->gin;
+    if (run(fp, &m, &in, &e, fp->threads, "the MHA expansion's status")) {
+        free(k), free(v), grads_free(&e);
+        return;
+    }
+    char d[240];
+    static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
+    const int same[3] = {0, 3, 4};
+    for (int s = 0; s < 3; s++) {
+        const int kx = same[s];
+        const size_t es = smattn_dtype_size(g->t);
+        for (int64_t x = 0; x < g->n[kx]; x++)
+            if (memcmp((char *)g->buf[kx] + (size_t)x * es, (char *)e.buf[kx] + (size_t)x * es,
+                       es)) {
+                snprintf(d, sizeof d, "%s[%lld]: GQA %a, MHA expansion %a", names[kx], (long long)x,
+                         gat(g, kx, x), gat(&e, kx, x));
+                fail(fp, "GQA against its MHA expansion (same bits)", d);
+            }
+    }
+    mpfr_t sum, slack;
+    mpfr_inits2(2400, sum, slack, (mpfr_ptr)0); /* exact for binary64 sums of < 2^300 terms */
+    for (int w = 1; w <= 2; w++) {
+        const int64_t W = w == 1 ? p->D : p->Dv;
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t j = 0; j < p->T; j++)
+                for (int64_t kv = 0; kv < p->Hkv; kv++)
+                    for (int64_t c = 0; c < W; c++) {
+                        double a = gat(g, w, ((b * p->T + j) * p->Hkv + kv) * W + c);
+                        int finite = isfinite(a);
+                        mpfr_set_d(sum, -a, MPFR_RNDN);
+                        mpfr_set_d(slack, half_ulp(a, g->t), MPFR_RNDN);
+                        for (int64_t h = kv * gs; h < (kv + 1) * gs && finite; h++) {
+                            double t = gat(&e, w, ((b * p->T + j) * p->Hq + h) * W + c);
+                            finite = isfinite(t);
+                            mpfr_add_d(sum, sum, t, MPFR_RNDN);
+                            mpfr_add_d(slack, slack, half_ulp(t, g->t), MPFR_RNDN);
+                        }
+                        if (!finite || mpfr_cmpabs(sum, slack) <= 0)
+                            continue;
+                        snprintf(d, sizeof d,
+                                 "%s[b=%lld,j=%lld,g=%lld,%lld] = %a, the group's expanded ones "
+                                 "sum to %a more",
+                                 names[w], (long long)b, (long long)j, (long long)kv, (long long)c,
+                                 a, mpfr_get_d(sum, MPFR_RNDN));
+                        fail(fp, "GQA dK/dV against the group sums of the MHA expansion", d);
+                    }
+    }
+    mpfr_clears(sum, slack, (mpfr_ptr)0);
+    free(k), free(v);
+    grads_free(&e); /* its dO and dLSE are g's: e.dout and e.dlse stay NULL */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_provider dp;
+    fuzz_provider_init(&dp, data, size);
+    const uint32_t c0 = fuzz_take(&dp, 8), c1 = fuzz_take(&dp, 8), seed = fuzz_take_u32(&dp);
+    fuzz_problem fp;
+    if (fuzz_problem_decode(&fp, &dp))
+        return 0;
+    if (fuzz_problem_shrink(&fp, FUZZ_BACKWARD_MAX_P))
+        return 0;
+    grads g;
+    memset(&g, 0, sizeof g);
+    const smattn_dtype t = c0 & 2 ? SMATTN_F32 : SMATTN_F64;
+    grads_alloc(&g, &fp.p, t);
+    grads_inputs(&g, &fp.p, seed, c0 & 1, (c0 & 4) != 0);
+    if (fp.p.op != SMATTN_OP_ATTENTION) { /* the softmax op has no backward (SPEC 10.4) */
+        smattn_status s = smattn_ref_backward(&fp.p, &fp.in, &g.gin, &g.go, NULL, NULL);
+        if (s != SMATTN_ERR_UNSUPPORTED)
+            fail(&fp, "softmax", smattn_status_name(s));
+    } else {
+        check_validation(&fp, &g, (int)c1);
+        if (!run(&fp, &fp.p, &fp.in, &g, 1, "oracle status")) {
+            check_masked(&fp, &g);
+            check_finite(&fp, &g);
+            check_gqa(&fp, &g);
+        }
+    }
+    grads_free(&g);
+    fuzz_problem_free(&fp);
+    return 0;
+}

@@ -1,0 +1,450 @@
+/* SPDX-License-Identifier: MIT */
+/* test_backward_cli.c: backward cases (SPEC 7.1, 10): do.npy and dlse.npy read beside a
+ * case, `smattn ref` writing dq/dk/dv (dbias, dsinks) with the library's bits into the
+ * outputs' set, bad gradients refused with one line and nothing written, and `smattn gen
+ * --backward`. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <json.h>
+
+#include "io/case.h"
+#include "io/npy.h"
+#include "smattn.h"
+#include "tests/support/cli_run.h"
+#include "tests/support/fs.h"
+#include "tests/support/testkit.h"
+
+static char tmp[128];
+
+static void setup(void)
+{
+    ck_assert_int_eq(test_mkdtemp(tmp, sizeof tmp, "backward_cli"), 0);
+}
+
+static void teardown(void)
+{
+    test_rm_tree(tmp);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
+                const int64_t *shape, const void *data)
+{
+    char err[256];
+    ck_assert_msg(smattn_npy_write(test_path(dir, name), t, rank, shape, data, err, sizeof err) ==
+                      0,
+                  "%s", err);
+}
+
+/* A backward case: B (1 with rank 3), S 3, T 5, Hq 4, Hkv 2 (GQA), D 3, Dv 2, lower-right
+ * causality, binary32 inputs; optionally a full bias, sinks and dLSE. */
+enum { S_ = 3, T_ = 5, HQ = 4, HKV = 2, D_ = 3, DV = 2, BMAX = 2 };
+typedef struct bcase {
+    int64_t B;
+    int rank, bias, sinks, dlse;
+    float q[BMAX * S_ * HQ * D_], k[BMAX * T_ * HKV * D_], v[BMAX * T_ * HKV * DV];
+    float b[BMAX * HQ * S_ * T_], s[HQ], dout[BMAX * S_ * HQ * DV], dl[BMAX * HQ * S_];
+} bcase;
+
+static void fill(float *x, size_t n, rng *r)
+{
+    for (size_t e = 0; e < n; e++)
+        x[e] = (float)rng_gauss(r);
+}
+
+static void make_case(bcase *c, const char *dir, int rank, int bias, int sinks, int dlse)
+{
+    memset(c, 0, sizeof *c);
+    c->rank = rank, c->bias = bias, c->sinks = sinks, c->dlse = dlse;
+    c->B = rank == 4 ? 2 : 1;
+    rng r = {0x62776369ull + (uint64_t)(rank * 8 + bias * 4 + sinks * 2 + dlse)};
+    fill(c->q, sizeof c->q / 4, &r), fill(c->k, sizeof c->k / 4, &r);
+    fill(c->v, sizeof c->v / 4, &r), fill(c->b, sizeof c->b / 4, &r);
+    fill(c->s, sizeof c->s / 4, &r), fill(c->dout, sizeof c->dout / 4, &r);
+    fill(c->dl, sizeof c->dl / 4, &r);
+    const int o = 4 - rank;
+    int64_t sq[4] = {c->B, S_, HQ, D_}, sk[4] = {c->B, T_, HKV, D_}, sv[4] = {c->B, T_, HKV, DV};
+    int64_t sb[4] = {c->B, HQ, S_, T_}, sd[4] = {c->B, S_, HQ, DV}, sl[3] = {c->B, HQ, S_};
+    mkdir(dir, 0700);
+    put(dir, "q.npy", SMATTN_NPY_F32, rank, sq + o, c->q);
+    put(dir, "k.npy", SMATTN_NPY_F32, rank, sk + o, c->k);
+    put(dir, "v.npy", SMATTN_NPY_F32, rank, sv + o, c->v);
+    put(dir, "do.npy", SMATTN_NPY_F32, rank, sd + o, c->dout);
+    if (bias)
+        put(dir, "bias.npy", SMATTN_NPY_F32, rank, sb + o, c->b);
+    if (sinks)
+        put(dir, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){HQ}, c->s);
+    if (dlse)
+        put(dir, "dlse.npy", SMATTN_NPY_F32, rank - 1, sl + o, c->dl);
+    write_text(test_path(dir, "case.json"), "{\"causal\": \"lower_right\"}");
+}
+
+/* The library's backward of the case in dtype t; g[0..4] dq, dk, dv, dbias, dsinks
+ * (malloc'd, contiguous; dbias and dsinks only when the case has a bias, sinks). */
+static void library(const bcase *c, smattn_dtype t, void *g[5])
+{
+    smattn_problem p = smattn_problem_default();
+    p.B = c->B, p.S = S_, p.T = T_, p.Hq = HQ, p.Hkv = HKV, p.D = D_, p.Dv = DV;
+    p.scale = smattn_default_scale(D_);
+    p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    smattn_inputs in;
+    memset(&in, 0, sizeof in);
+    smattn_grad_inputs gin;
+    memset(&gin, 0, sizeof gin);
+    smattn_grad_outputs go;
+    memset(&go, 0, sizeof go);
+    in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    in.k = (smattn_tensor){c->k, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){c->v, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', in.q.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', in.k.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'v', in.v.stride), SMATTN_OK);
+    if (c->bias) {
+        in.bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', in.bias.stride), SMATTN_OK);
+    }
+    if (c->sinks)
+        in.sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
+    gin.dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'o', gin.dout.stride), SMATTN_OK);
+    if (c->dlse) {
+        gin.dlse = (smattn_tensor){c->dl, SMATTN_F32, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, 'l', gin.dlse.stride), SMATTN_OK);
+    }
+    smattn_out_tensor *slot[5] = {&go.dq, &go.dk, &go.dv, &go.dbias, &go.dsinks};
+    const char roles[5] = {'q', 'k', 'v', 'b', 's'};
+    const int64_t n[5] = {c->B * S_ * HQ * D_, c->B * T_ * HKV * D_, c->B * T_ * HKV * DV,
+                          c->B * HQ * S_ * T_, HQ};
+    for (int k = 0; k < 5; k++) {
+        g[k] = NULL;
+        if ((k == 3 && !c->bias) || (k == 4 && !c->sinks))
+            continue;
+        g[k] = calloc((size_t)n[k], smattn_dtype_size(t));
+        *slot[k] = (smattn_out_tensor){g[k], t, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, roles[k], slot[k]->stride), SMATTN_OK);
+    }
+    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gin, &go, NULL, NULL), SMATTN_OK);
+}
+
+/* OUT/name has the given rank and shape and holds the bytes want. */
+static void expect_file(const char *out, const char *name, int rank, const int64_t *shape,
+                        const void *want, size_t es)
+{
+    smattn_npy a;
+    char err[256];
+    ck_assert_msg(smattn_npy_read(test_path(out, name), &a, err, sizeof err) == 0, "%s: %s", name,
+                  err);
+    ck_assert_int_eq(a.rank, rank);
+    for (int r = 0; r < rank; r++)
+        ck_assert_int_eq(a.shape[r], shape[r]);
+    ck_assert_uint_eq(a.itemsize, es);
+    ck_assert_msg(memcmp(a.data, want, (size_t)a.count * es) == 0,
+                  "%s differs from the library's bits", name);
+    smattn_npy_free(&a);
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+/* The loader: the gradients' tensors of 3-D and 4-D cases, bf16 bits named in case.json. */
+START_TEST(load_backward_case)
+{
+    bcase bc;
+    char dir[256], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/c", tmp);
+    make_case(&bc, dir, 4, 0, 0, 1);
+    smattn_case c;
+    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.backward, 1);
+    ck_assert_int_eq(c.gin.dout.dtype, SMATTN_F32);
+    ck_assert(c.gin.dout.stride[0] == S_ * HQ * DV && c.gin.dout.stride[1] == HQ * DV &&
+              c.gin.dout.stride[2] == DV && c.gin.dout.stride[3] == 1);
+    ck_assert(c.gin.dlse.data != NULL && c.gin.dlse.stride[0] == HQ * S_ &&
+              c.gin.dlse.stride[1] == S_ && c.gin.dlse.stride[2] == 1);
+    ck_assert(memcmp(c.gin.dout.data, bc.dout, sizeof bc.dout) == 0);
+    smattn_case_free(&c);
+    /* without do.npy: a forward case */
+    ck_assert_int_eq(remove(test_path(dir, "do.npy")), 0);
+    ck_assert_int_eq(remove(test_path(dir, "dlse.npy")), 0);
+    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.backward, 0);
+    ck_assert_ptr_null(c.gin.dout.data);
+    smattn_case_free(&c);
+    /* 3-D, do.npy as bf16 bits */
+    make_case(&bc, dir, 3, 0, 0, 0);
+    uint16_t bits[S_ * HQ * DV];
+    for (int e = 0; e < S_ * HQ * DV; e++)
+        bits[e] = (uint16_t)(0x3f80 + e); /* 1 + e 2^-7 */
+    put(dir, "do.npy", SMATTN_NPY_U16, 3, (int64_t[]){S_, HQ, DV}, bits);
+    write_text(test_path(dir, "case.json"), "{\"bf16\": [\"do\"]}");
+    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.gin.dout.dtype, SMATTN_BF16);
+    ck_assert(c.gin.dout.stride[0] == 0 && c.gin.dout.stride[1] == HQ * DV);
+    ck_assert(smattn_load(c.gin.dout.data, SMATTN_BF16, 3) == 1 + 3 * 0x1p-7);
+    smattn_case_free(&c);
+}
+END_TEST
+
+/* `smattn ref` on backward cases writes the library's gradients in both rank conventions
+ * and in binary32 and bfloat16, dbias and dsinks only with a bias and sinks, as one set. */
+START_TEST(ref_writes_gradients)
+{
+    for (int v = 0; v < 4; v++) {
+        const int rank = v & 1 ? 4 : 3, extras = v >> 1;
+        const smattn_dtype t = v == 2 ? SMATTN_BF16 : SMATTN_F32;
+        bcase bc;
+        char dir[256], out[256];
+        snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
+        snprintf(out, sizeof out, "%s/o%d", tmp, v);
+        make_case(&bc, dir, rank, extras, extras, extras);
+        test_outcome r =
+            test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype",
+                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
+        ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
+        test_outcome_free(&r);
+        void *g[5];
+        library(&bc, t, g);
+        const int o = 4 - rank;
+        const int64_t sq[4] = {bc.B, S_, HQ, D_}, sk[4] = {bc.B, T_, HKV, D_},
+                      sv[4] = {bc.B, T_, HKV, DV}, sb[4] = {bc.B, HQ, S_, T_};
+        const size_t es = smattn_dtype_size(t);
+        expect_file(out, "dq.npy", rank, sq + o, g[0], es);
+        expect_file(out, "dk.npy", rank, sk + o, g[1], es);
+        expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+        ck_assert(exists(test_path(out, "o.npy")) && exists(test_path(out, "lse.npy")));
+        if (extras) {
+            expect_file(out, "dbias.npy", rank, sb + o, g[3], es);
+            expect_file(out, "dsinks.npy", 1, (int64_t[]){HQ}, g[4], es);
+        } else {
+            ck_assert(!exists(test_path(out, "dbias.npy")));
+            ck_assert(!exists(test_path(out, "dsinks.npy")));
+        }
+        char err[512] = "";
+        ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
+        char *marker = test_slurp(test_path(out, ".smattn-set"));
+        ck_assert_msg(strstr(marker, "\"dq.npy\"") && strstr(marker, "\"dv.npy\""), "%s", marker);
+        ck_assert(!extras || strstr(marker, "\"dsinks.npy\""));
+        free(marker);
+        for (int k = 0; k < 5; k++)
+            free(g[k]);
+    }
+}
+END_TEST
+
+/* A forward run into an OUT that holds gradients removes them as stale; gradients that the
+ * marker does not list make the set not whole; opt writes a backward case's forward only. */
+START_TEST(gradients_in_the_set)
+{
+    bcase bc;
+    char dir[256], out[256], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/c", tmp);
+    snprintf(out, sizeof out, "%s/o", tmp);
+    make_case(&bc, dir, 4, 1, 1, 0);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, NULL});
+    ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    ck_assert(exists(test_path(out, "dbias.npy")));
+    r = test_cli_run(tmp, (const char *[]){"opt", dir, out, NULL});
+    ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    static const char *const grads[5] = {"dq.npy", "dk.npy", "dv.npy", "dbias.npy", "dsinks.npy"};
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(!exists(test_path(out, grads[k])), "%s stayed", grads[k]);
+    ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
+    write_text(test_path(out, "dk.npy"), "not of this set");
+    ck_assert_int_ne(smattn_case_outputs_verify(out, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "dk.npy is not in the set"), "%s", err);
+}
+END_TEST
+
+/* bad do.npy / dlse.npy: exit 2, one line naming the file, OUT not made */
+static void expect_bad(const char *cdir, const char *want)
+{
+    const char *out = test_path(tmp, "never");
+    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", cdir, out, NULL});
+    ck_assert_msg(r.code == 2, "%s: exit %d, want 2 (%s)", want, r.code, r.err);
+    ck_assert_msg(strstr(r.err, want) != NULL, "stderr '%s' lacks '%s'", r.err, want);
+    ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+    test_outcome_free(&r);
+    ck_assert_msg(!exists(out), "OUT was made");
+}
+
+START_TEST(bad_gradients_refused)
+{
+    bcase bc;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/c", tmp);
+    make_case(&bc, dir, 4, 0, 0, 1);
+    const float z[2 * S_ * HQ * (DV + 1)] = {0}; /* the largest array put below */
+    put(dir, "do.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, S_, HQ, DV + 1}, z);
+    expect_bad(dir, "do.npy: shape [2,3,4,3], want [B,S,Hq,Dv] = [2,3,4,2]");
+    put(dir, "do.npy", SMATTN_NPY_F32, 3, (int64_t[]){S_, HQ, DV}, z);
+    expect_bad(dir, "do.npy: shape [3,4,2], want [B,S,Hq,Dv]");
+    const int32_t zi[48] = {0};
+    put(dir, "do.npy", SMATTN_NPY_I32, 4, (int64_t[]){2, S_, HQ, DV}, zi);
+    expect_bad(dir, "do.npy: dtype '<i4' is not a float type");
+    const unsigned char zb[48] = {0};
+    put(dir, "do.npy", SMATTN_NPY_BOOL, 4, (int64_t[]){2, S_, HQ, DV}, zb);
+    expect_bad(dir, "do.npy: dtype '|b1' is not a float type");
+    put(dir, "do.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, S_, HQ, DV}, z);
+    put(dir, "dlse.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, S_, HQ}, z);
+    expect_bad(dir, "dlse.npy: shape [2,3,4], want [B,Hq,S] = [2,4,3]");
+    write_text(test_path(dir, "case.json"), "{\"bf16\": [\"do\"]}");
+    put(dir, "dlse.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, HQ, S_}, z);
+    expect_bad(dir, "case.json: \"bf16\" names do, but do.npy has dtype '<f4'");
+    write_text(test_path(dir, "case.json"), "{\"bf16\": [\"dO\"]}");
+    expect_bad(dir, "\"bf16\"[0] must be one of q, k, v, x, bias, sinks, do, dlse");
+    char lay[256]; /* packed queries: B = 1 and 3-D arrays */
+    snprintf(lay, sizeof lay, "%s/lay", tmp);
+    make_case(&bc, lay, 3, 0, 0, 0);
+    write_text(test_path(lay, "case.json"), "{\"cu_seqlens_q\": [0, 3]}");
+    expect_bad(lay, "do.npy: the backward of a ragged or paged case is not defined yet");
+    write_text(test_path(dir, "case.json"), "{}");
+    ck_assert_int_eq(remove(test_path(dir, "do.npy")), 0);
+    expect_bad(dir, "dlse.npy: needs do.npy");
+    write_text(test_path(dir, "case.json"), "{\"bf16\": [\"do\"]}");
+    ck_assert_int_eq(remove(test_path(dir, "dlse.npy")), 0);
+    expect_bad(dir, "case.json: \"bf16\" names do, but there is no do.npy");
+    /* a softmax case has no backward */
+    char sm[256];
+    snprintf(sm, sizeof sm, "%s/sm", tmp);
+    mkdir(sm, 0700);
+    put(sm, "x.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, 3, 4}, z);
+    put(sm, "do.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 1}, z);
+    expect_bad(sm, "do.npy: a softmax case (x.npy) has no backward");
+}
+END_TEST
+
+/* gen --backward: every attention case gets do.npy in O's shape and the input dtype, drawn
+ * from the seed (the same bits twice); softmax cases none; the manifest says so; ref on a
+ * generated case writes its gradients; a layout other than dense is refused. */
+START_TEST(gen_backward)
+{
+    char out[256], out2[256];
+    snprintf(out, sizeof out, "%s/gen", tmp);
+    snprintf(out2, sizeof out2, "%s/gen2", tmp);
+    test_outcome r = test_cli_run(
+        tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--dtype", "bf16", out, NULL});
+    ck_assert_msg(r.code == 0, "gen: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    r = test_cli_run(
+        tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--dtype", "bf16", out2, NULL});
+    ck_assert_msg(r.code == 0, "gen: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    json_object *man = json_object_from_file(test_path(out, "manifest.json")), *cases, *bw;
+    ck_assert_ptr_nonnull(man);
+    ck_assert(json_object_object_get_ex(man, "backward", &bw) && json_object_get_boolean(bw));
+    ck_assert(json_object_object_get_ex(man, "cases", &cases));
+    size_t n = json_object_array_length(cases), with = 0, without = 0;
+    char best[512] = "";
+    int64_t best_size = INT64_MAX;
+    int best_sinks = 0;
+    for (size_t k = 0; k < n; k++) {
+        json_object *d;
+        ck_assert(json_object_object_get_ex(json_object_array_get_idx(cases, k), "dir", &d));
+        char cdir[512], c2[512], err[512] = "";
+        snprintf(cdir, sizeof cdir, "%s/%s", out, json_object_get_string(d));
+        snprintf(c2, sizeof c2, "%s/%s", out2, json_object_get_string(d));
+        if (!exists(test_path(cdir, "q.npy"))) {
+            ck_assert_msg(!exists(test_path(cdir, "do.npy")), "%s: softmax with do.npy", cdir);
+            without++;
+            continue;
+        }
+        smattn_case c;
+        ck_assert_msg(smattn_case_load(cdir, &c, err, sizeof err) == 0, "%s: %s", cdir, err);
+        ck_assert_msg(c.backward && c.gin.dout.dtype == SMATTN_BF16, "%s", cdir);
+        int64_t size = c.prob.B * c.prob.Hq * c.prob.S * c.prob.T * (c.prob.D + c.prob.Dv);
+        if (size < best_size && c.in.bias.data)
+            best_size = size, best_sinks = c.in.sinks.data != NULL,
+            snprintf(best, sizeof best, "%s", cdir);
+        const smattn_problem *p = &c.prob;
+        smattn_npy a, b;
+        ck_assert(smattn_npy_read(test_path(cdir, "do.npy"), &a, err, sizeof err) == 0);
+        ck_assert(smattn_npy_read(test_path(c2, "do.npy"), &b, err, sizeof err) == 0);
+        ck_assert(a.rank == 4 && a.shape[0] == p->B && a.shape[1] == p->S && a.shape[2] == p->Hq &&
+                  a.shape[3] == p->Dv);
+        ck_assert_msg(a.count == b.count && memcmp(a.data, b.data, (size_t)a.count * 2) == 0,
+                      "%s: do.npy not from the seed", cdir);
+        int spread = 0; /* not a constant: drawn */
+        for (int64_t e = 1; e < a.count; e++)
+            spread |= memcmp((char *)a.data + 2 * e, a.data, 2) != 0;
+        ck_assert_msg(spread || a.count == 1, "%s: do.npy is constant", cdir);
+        smattn_npy_free(&a);
+        smattn_npy_free(&b);
+        smattn_case_free(&c);
+        with++;
+    }
+    json_object_put(man);
+    ck_assert_msg(with > 10 && without > 0, "%zu attention, %zu softmax cases", with, without);
+    ck_assert_msg(best[0], "no attention case with a bias");
+    char res[300];
+    snprintf(res, sizeof res, "%s/res", tmp);
+    r = test_cli_run(tmp, (const char *[]){"ref", best, res, NULL});
+    ck_assert_msg(r.code == 0, "ref %s: exit %d: %s", best, r.code, r.err);
+    test_outcome_free(&r);
+    ck_assert(exists(test_path(res, "dq.npy")) && exists(test_path(res, "dbias.npy")));
+    ck_assert(exists(test_path(res, "dsinks.npy")) == best_sinks);
+    /* without --backward: no do.npy */
+    test_rm_tree(out2);
+    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--dtype", "bf16", out2, NULL});
+    ck_assert_msg(r.code == 0, "gen: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    /* the forward inputs do not depend on --backward (dO has a stream of its own) */
+    const char *base = strrchr(best, '/') + 1;
+    char same[600];
+    snprintf(same, sizeof same, "%s/%s", out2, base);
+    for (int f = 0; f < 3; f++) {
+        static const char *const in[3] = {"q.npy", "k.npy", "bias.npy"};
+        smattn_npy a, b;
+        char err[256];
+        ck_assert(smattn_npy_read(test_path(best, in[f]), &a, err, sizeof err) == 0);
+        ck_assert(smattn_npy_read(test_path(same, in[f]), &b, err, sizeof err) == 0);
+        ck_assert_msg(a.count == b.count && memcmp(a.data, b.data, (size_t)a.count * 2) == 0,
+                      "%s differs with --backward", in[f]);
+        smattn_npy_free(&a);
+        smattn_npy_free(&b);
+    }
+    ck_assert(!exists(test_path(same, "do.npy")));
+    char *m2 = test_slurp(test_path(out2, "manifest.json"));
+    ck_assert_msg(strstr(m2, "\"backward\":false") || strstr(m2, "\"backward\": false"), "%s", m2);
+    free(m2);
+    r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--layout", "paged",
+                                           test_path(tmp, "never"), NULL});
+    ck_assert_msg(r.code == 2 && strstr(r.err, "--backward"), "exit %d: %s", r.code, r.err);
+    ck_assert(!exists(test_path(tmp, "never")));
+    test_outcome_free(&r);
+}
+END_TEST
+
+Suite *backward_cli_suite(void);
+Suite *backward_cli_suite(void)
+{
+    Suite *s = suite_create("backward_cli");
+    TCase *tc = tcase_create("backward_cli");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, load_backward_case);
+    tcase_add_test(tc, ref_writes_gradients);
+    tcase_add_test(tc, gradients_in_the_set);
+    tcase_add_test(tc, bad_gradients_refused);
+    tcase_add_test(tc, gen_backward);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+    return s;
+}
