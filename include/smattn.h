@@ -557,6 +557,43 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
                                                      const smattn_grad_outputs *fmt,
                                                      const smattn_grad_outputs *bound);
 
+/* ---------------------------------------------------------------------------------------
+ * The fast backward (opt/), appended in 0.3: FlashAttention-2's algorithm in binary32, the
+ * model of SPEC 10.7. dK and dV by key blocks (each block's sums over the group's heads and
+ * the query blocks in a fixed order), dQ by query blocks, each recomputing P = exp(s - LSE)
+ * from the stored LSE; SIMD (the ISA of smattn_opt_isa, or cfg->isa), the thread pool. Its
+ * gradients are bitwise identical for every thread count, across repeated calls, and across
+ * ISAs (lanes run over independent outputs, every sum is one fma chain in a fixed order).
+ * Supported: every mask kind, GQA, softcap, bias, sinks, dLSE, the three empty-row
+ * conventions; Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in float32, binary16
+ * or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from binary32).
+ * SMATTN_ERR_UNSUPPORTED: binary64 tensors, dbias or dsinks asked for, a non-finite input
+ * (other than a -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there), a layout.
+ * Safe to call from several threads.
+ * ------------------------------------------------------------------------------------- */
+/* What the forward stored: O [B,S,Hq,Dv] and LSE [B,Hq,S] (natural log; empty rows' LSE is
+ * not read), each in its own dtype and strides. */
+typedef struct smattn_forward_saved {
+    smattn_tensor o;
+    smattn_tensor lse;
+} smattn_forward_saved;
+
+/* saved NULL: the forward (smattn_attention, binary32 O and LSE) is run first, with cfg.
+ * Shapes, strides and aliasing as smattn_ref_backward; saved as the forward's outputs.
+ * Within smattn_backward_bound for smattn_opt_backward_precision(prob) with o_dtype and
+ * lse_dtype set to the saved tensors' dtypes (the forward's model: smattn_opt_precision for
+ * O and LSE written by smattn_attention). */
+SMATTN_NODISCARD smattn_status smattn_attention_backward(const smattn_problem *prob,
+                                                         const smattn_inputs *in,
+                                                         const smattn_forward_saved *saved,
+                                                         const smattn_grad_inputs *gin,
+                                                         const smattn_grad_outputs *gout,
+                                                         const smattn_opt_config *cfg);
+/* The model of smattn_attention_backward (SPEC 10.7): forward smattn_opt_precision(prob),
+ * O and LSE binary32, backward binary32 with exp and tanh within 4 ulps, results below
+ * FLT_MIN flushed, no u_p rounding. */
+smattn_backward_precision smattn_opt_backward_precision(const smattn_problem *prob);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,6 +48,12 @@ int bwcase_make(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt)
     p->Hq = p->Hkv * ((feat & BW_GQA) ? rng_int(&r, 2, 3) : 1);
     p->D = rng_int(&r, 1, 16);
     p->Dv = rng_int(&r, 1, 16);
+    if (feat & BW_BIG) {
+        p->S = rng_int(&r, 65, 140);
+        p->T = rng_int(&r, 65, 140);
+        p->D = rng_int(&r, 1, 40);
+        p->Dv = rng_int(&r, 1, 40);
+    }
     p->scale = smattn_default_scale(p->D);
     p->causal = (feat & BW_CAUSAL_LR)   ? SMATTN_CAUSAL_LOWER_RIGHT
                 : (feat & BW_CAUSAL_UL) ? SMATTN_CAUSAL_UPPER_LEFT
@@ -72,6 +78,8 @@ int bwcase_make(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt)
         p->softcap = 1 + 4 * rng_unif(&r);
     if (feat & BW_MEAN)
         p->empty_rows = SMATTN_EMPTY_MEAN;
+    if (feat & BW_NANCONV)
+        p->empty_rows = SMATTN_EMPTY_NAN;
     const int64_t nq = p->B * p->S * p->Hq * p->D, nk = p->B * p->T * p->Hkv * p->D,
                   nv = p->B * p->T * p->Hkv * p->Dv, no = p->B * p->S * p->Hq * p->Dv,
                   nl = p->B * p->Hq * p->S, nf = nl * p->T;
@@ -200,7 +208,7 @@ void bw_plain(const bwcase *c, int bug, bwgrads *g)
                 const float lse = c->lse[(b * Hq + h) * S + i];
                 const float *q = c->q + ((b * S + i) * Hq + h) * D;
                 const float *dO = c->dout + ((b * S + i) * Hq + h) * Dv;
-                unsigned char vis[64];
+                unsigned char vis[256]; /* T <= 140 */
                 int nvis = 0;
                 for (int64_t j = 0; j < T; j++) {
                     vis[j] = (unsigned char)(smattn_visible(p, &c->in, b, h, i, j) &&

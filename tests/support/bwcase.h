@@ -15,7 +15,9 @@ enum {
     BW_CAUSAL_LR = 1, BW_CAUSAL_UL = 2, BW_WINDOW = 4, BW_KVLENS = 8, BW_MASK = 16,
     BW_BIAS = 32, BW_SINKS = 64, BW_SOFTCAP = 128, BW_DLSE = 256, BW_GQA = 512,
     BW_MEAN = 1024, BW_EMPTY = 2048, /* a batch with kv_lens 0: empty rows */
-    BW_QLENS = 4096
+    BW_QLENS = 4096,
+    BW_BIG = 8192,   /* S, T in [65, 140], D, Dv up to 40: several blocks of the kernel */
+    BW_NANCONV = 16384 /* the `nan` empty-row convention */
 };
 
 typedef struct bwcase {

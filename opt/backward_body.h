@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/* backward_body.h: the fast backward's work items, written once over the vector vocabulary
+ * (simd_<isa>.h) and included by each kernel_<isa>.c after kernel_body.h (its exp).
+ *
+ * Every output element is one chain of binary32 fma in a fixed order: lanes run over
+ * independent outputs (keys of a score row, columns of a gradient row), never over a
+ * reduction, so a chain is the same whatever the vector length: the bits are identical
+ * for every ISA and thread count. dK, dV: one item per (b, KV head, key block), its chains
+ * over the group's heads, then query blocks, then rows, in that order; dQ: one item per
+ * (b, head, query block), its chains over key blocks, then keys. Both recompute P as
+ * exp(s - LSE) from the stored LSE (SPEC 10.7's model). No atomics. */
+#include "opt/backward_internal.h"
+
+/* C[r][n] (+)= sum_k A[r lda + k] B[k ldb + n] for r < M, n < NV VLEN, k ascending. */
+#if VLEN == 16
+#define BW_RB 6
+#define BW_VB 4
+#elif VLEN == 8
+#define BW_RB 6
+#define BW_VB 2
+#else
+#define BW_RB 4
+#define BW_VB 2
+#endif
+
+#define BW_TILE(RB, VB)                                                                        \
+    do {                                                                                       \
+        vf c[RB][VB];                                                                          \
+        for (int rr = 0; rr < RB; rr++)                                                        \
+            for (int vv = 0; vv < VB; vv++)                                                    \
+                c[rr][vv] = acc ? vf_load(C + (r + rr) * ldc + (v + vv) * VLEN) : vf_zero();   \
+        for (int64_t k = 0; k < K; k++) {                                                      \
+            vf bb[VB];                                                                         \
+            for (int vv = 0; vv < VB; vv++)                                                    \
+                bb[vv] = vf_load(B + k * ldb + (v + vv) * VLEN);                               \
+            for (int rr = 0; rr < RB; rr++) {                                                  \
+                vf a = vf_set1(A[(r + rr) * lda + k]);                                         \
+                for (int vv = 0; vv < VB; vv++)                                                \
+                    c[rr][vv] = vf_fmadd(a, bb[vv], c[rr][vv]);                                \
+            }                                                                                  \
+        }                                                                                      \
+        for (int rr = 0; rr < RB; rr++)                                                        \
+            for (int vv = 0; vv < VB; vv++)                                                    \
+                vf_store(C + (r + rr) * ldc + (v + vv) * VLEN, c[rr][vv]);                     \
+    } while (0)
+
+static void KN(bw_gemm)(float *C, int64_t ldc, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, int64_t M, int64_t NV, int64_t K, int acc)
+{
+    int64_t r = 0;
+    for (; r + BW_RB <= M; r += BW_RB) {
+        int64_t v = 0;
+        for (; v + BW_VB <= NV; v += BW_VB)
+            BW_TILE(BW_RB, BW_VB);
+        for (; v < NV; v++)
+            BW_TILE(BW_RB, 1);
+    }
+    for (; r < M; r++) {
+        int64_t v = 0;
+        for (; v + BW_VB <= NV; v += BW_VB)
+            BW_TILE(1, BW_VB);
+        for (; v < NV; v++)
+            BW_TILE(1, 1);
+    }
+}
+#undef BW_TILE
+
+/* Does some row of query block qb of (b, h) receive P from key block kb? */
+static int KN(bw_block_live)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb)
+{
+    const smattn_problem *p = job->p;
+    const int64_t i0 = qb * BW_BQ, i1 = i0 + BW_BQ < p->S ? i0 + BW_BQ : p->S;
+    const int64_t k0 = kb * BW_BK, k1 = k0 + BW_BK;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t row = (b * p->Hq + h) * p->S + i;
+        const unsigned char c = job->cls[row];
+        if (c == BW_ROW_MEAN)
+            return 1;
+        if (c == BW_ROW_REGULAR && job->lo[row] < k1 && job->hi[row] > k0)
+            return 1;
+    }
+    return 0;
+}
+
+/* P and dS of query block qb of (b, h) against key block kb, [BW_BQ][BW_BK] row-major
+ * (zero outside the problem and where the key is not visible). ws: scratch. */
+static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb,
+                         float *P, float *dS, float *Tt)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const int64_t S = p->S, T = p->T, Hq = p->Hq, g = h / job->G;
+    const int64_t i0 = qb * BW_BQ, nr = S - i0 < BW_BQ ? S - i0 : BW_BQ;
+    const int64_t k0 = kb * BW_BK, nk = T - k0 < BW_BK ? T - k0 : BW_BK;
+    const float *Q = job->q + ((b * Hq + h) * S + i0) * job->Dp;
+    const float *dO = job->dO + ((b * Hq + h) * S + i0) * job->Dvp;
+    const float *KT = job->kt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dp * BW_BK;
+    const float *VT = job->vt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dvp * BW_BK;
+    KN(bw_gemm)(P, BW_BK, Q, job->Dp, KT, BW_BK, nr, BW_BK / VLEN, p->D, 0);
+    KN(bw_gemm)(dS, BW_BK, dO, job->Dvp, VT, BW_BK, nr, BW_BK / VLEN, p->Dv, 0);
+    const int plain = !in->mask.data && !in->bias.data && !(job->cap > 0);
+    for (int64_t r = 0; r < BW_BQ; r++) {
+        float *Pr = P + r * BW_BK, *dSr = dS + r * BW_BK, *Tr = Tt + r * BW_BK;
+        const int64_t i = i0 + r, row = (b * Hq + h) * S + i;
+        const unsigned char cls = r < nr ? job->cls[row] : BW_ROW_SKIP;
+        if (cls == BW_ROW_MEAN) {
+            const int64_t Tb = smattn__kv_len(p, b);
+            const float w = 1.0f / (float)Tb;
+            for (int64_t c = 0; c < BW_BK; c++) {
+                Pr[c] = c < nk && k0 + c < Tb ? w : 0.0f;
+                dSr[c] = 0.0f;
+            }
+            continue;
+        }
+        if (cls != BW_ROW_REGULAR) {
+            for (int64_t c = 0; c < BW_BK; c++)
+                Pr[c] = dSr[c] = 0.0f;
+            continue;
+        }
+        const float lse = job->lse[row], delta = job->delta[row];
+        const int64_t lo = job->lo[row] - k0, hi = job->hi[row] - k0;
+        /* the scores as the forward computes them (SPEC 6.2), minus the stored LSE */
+        if (plain) {
+            for (int64_t c = 0; c < BW_BK; c++) {
+                const float s = Pr[c];
+                const float x = fmaf(s, job->scale_hi, s * job->scale_lo);
+                Pr[c] = c >= lo && c < hi && c < nk ? x - lse : -HUGE_VALF;
+            }
+        } else {
+            for (int64_t c = 0; c < BW_BK; c++) {
+                const int64_t j = k0 + c;
+                int vis = c >= lo && c < hi && c < nk && smattn__mask_allows(p, in, b, h, i, j);
+                float x = -HUGE_VALF, t = 0.0f;
+                if (vis) {
+                    const float s = Pr[c];
+                    x = fmaf(s, job->scale_hi, s * job->scale_lo);
+                    if (job->cap > 0) {
+                        t = tanhf(x / job->cap);
+                        x = job->cap * t;
+                    }
+                    if (in->bias.data) {
+                        const float bj =
+                            opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
+                        if (bj == -HUGE_VALF)
+                            vis = 0;
+                        x += bj;
+                    }
+                }
+                Pr[c] = vis ? x - lse : -HUGE_VALF;
+                Tr[c] = t;
+            }
+        }
+        /* P = exp(s - LSE); dS = P (dP - (Delta - dLSE)) (1 - t^2) */
+        const vf vd = vf_set1(delta), one = vf_set1(1.0f);
+        for (int64_t c = 0; c < BW_BK; c += VLEN) {
+            const vf pv = KN(vexp)(vf_load(Pr + c));
+            vf ds = vf_mul(pv, vf_sub(vf_load(dSr + c), vd));
+            if (job->cap > 0) {
+                const vf t = vf_load(Tr + c);
+                ds = vf_mul(ds, vf_sub(one, vf_mul(t, t)));
+            }
+            vf_store(Pr + c, pv);
+            vf_store(dSr + c, ds);
+        }
+    }
+}
+
+/* One output element: binary32 as computed (+0 for an exact zero), f16 / bf16 rounded once
+ * from it. */
+static void KN(bw_put)(const smattn_out_tensor *t, int64_t off, float x)
+{
+    if (t->dtype == SMATTN_F32)
+        opt_st_f32(t->data, off, x + 0.0f);
+    else
+        smattn_store(t->data, t->dtype, off, isnan(x) ? (double)NAN : (double)(x + 0.0f));
+}
+
+static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
+{
+    const smattn_problem *p = job->p;
+    const int64_t Hkv = p->Hkv, Dp = job->Dp, Dvp = job->Dvp;
+    const int64_t g = item % Hkv, kb = item / Hkv % job->nkb, b = item / Hkv / job->nkb;
+    const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
+    float *ws = job->scratch + (int64_t)worker * job->scratch_len;
+    float *P = ws, *dS = P + BW_BQ * BW_BK, *Tt = dS + BW_BQ * BW_BK;
+    float *Pt = Tt + BW_BQ * BW_BK, *dSt = Pt + BW_BQ * BW_BK;
+    float *dK = dSt + BW_BQ * BW_BK, *dV = dK + BW_BK * Dp;
+    const smattn_grad_outputs *o = job->out;
+    if (job->nan_group[b * Hkv + g]) { /* SPEC 10.2: a `nan` empty row */
+        for (int64_t c = 0; c < nk; c++) {
+            for (int64_t d = 0; d < p->D; d++)
+                KN(bw_put)(&o->dk, smattn__off4(o->dk.stride, b, k0 + c, g, d), NAN);
+            for (int64_t d = 0; d < p->Dv; d++)
+                KN(bw_put)(&o->dv, smattn__off4(o->dv.stride, b, k0 + c, g, d), NAN);
+        }
+        return;
+    }
+    memset(dK, 0, (size_t)(BW_BK * Dp) * sizeof *dK);
+    memset(dV, 0, (size_t)(BW_BK * Dvp) * sizeof *dV);
+    for (int64_t hh = 0; hh < job->G; hh++) {
+        const int64_t h = g * job->G + hh;
+        for (int64_t qb = 0; qb < job->nqb; qb++) {
+            if (!KN(bw_block_live)(job, b, h, qb, kb))
+                continue;
+            const int64_t i0 = qb * BW_BQ, nr = p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
+            KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t c = 0; c < BW_BK; c++) {
+                    Pt[c * BW_BQ + r] = P[r * BW_BK + c];
+                    dSt[c * BW_BQ + r] = dS[r * BW_BK + c];
+                }
+            const float *Q = job->q + ((b * p->Hq + h) * p->S + i0) * Dp;
+            const float *dO = job->dO + ((b * p->Hq + h) * p->S + i0) * Dvp;
+            KN(bw_gemm)(dV, Dvp, Pt, BW_BQ, dO, Dvp, nk, Dvp / VLEN, nr, 1);
+            KN(bw_gemm)(dK, Dp, dSt, BW_BQ, Q, Dp, nk, Dp / VLEN, nr, 1);
+        }
+    }
+    for (int64_t c = 0; c < nk; c++) {
+        for (int64_t d = 0; d < p->D; d++) {
+            const float x = dK[c * Dp + d];
+            KN(bw_put)(&o->dk, smattn__off4(o->dk.stride, b, k0 + c, g, d),
+                       fmaf(x, job->scale_hi, x * job->scale_lo));
+        }
+        for (int64_t d = 0; d < p->Dv; d++)
+            KN(bw_put)(&o->dv, smattn__off4(o->dv.stride, b, k0 + c, g, d), dV[c * Dvp + d]);
+    }
+}
+
+static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
+{
+    const smattn_problem *p = job->p;
+    const int64_t Hq = p->Hq, Dp = job->Dp;
+    const int64_t h = item % Hq, qb = item / Hq % job->nqb, b = item / Hq / job->nqb;
+    const int64_t g = h / job->G;
+    const int64_t i0 = qb * BW_BQ, nr = p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
+    float *ws = job->scratch + (int64_t)worker * job->scratch_len;
+    float *P = ws, *dS = P + BW_BQ * BW_BK, *Tt = dS + BW_BQ * BW_BK;
+    float *dQ = Tt + 3 * BW_BQ * BW_BK + BW_BK * Dp + BW_BK * job->Dvp;
+    memset(dQ, 0, (size_t)(BW_BQ * Dp) * sizeof *dQ);
+    const int64_t Tp = job->nkb * BW_BK;
+    for (int64_t kb = 0; kb < job->nkb; kb++) {
+        if (!KN(bw_block_live)(job, b, h, qb, kb))
+            continue;
+        const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
+        KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
+        const float *K = job->k + ((b * p->Hkv + g) * Tp + k0) * Dp;
+        KN(bw_gemm)(dQ, Dp, dS, BW_BK, K, Dp, nr, Dp / VLEN, nk, 1);
+    }
+    const smattn_grad_outputs *o = job->out;
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t row = (b * Hq + h) * p->S + i0 + r;
+        const int nanrow = job->cls[row] == BW_ROW_NAN;
+        for (int64_t d = 0; d < p->D; d++) {
+            const float x = dQ[r * Dp + d];
+            KN(bw_put)(&o->dq, smattn__off4(o->dq.stride, b, i0 + r, h, d),
+                       nanrow ? NAN : fmaf(x, job->scale_hi, x * job->scale_lo));
+        }
+    }
+}
+
+const bw_isa KN(smattn__bw_isa) = {
+    .name = ISA_NAME,
+    .dkdv_item = KN(bw_dkdv_item),
+    .dq_item = KN(bw_dq_item),
+};
+#undef BW_RB
+#undef BW_VB
