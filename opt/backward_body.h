@@ -13,34 +13,36 @@
 
 /* C[r][n] (+)= sum_k A[r lda + k] B[k ldb + n] for r < M, n < NV VLEN, k ascending. */
 #if VLEN == 16
-#define BW_RB 6
+#define BW_RB 4
 #define BW_VB 4
 #elif VLEN == 8
-#define BW_RB 6
+#define BW_RB 4
 #define BW_VB 2
 #else
 #define BW_RB 4
 #define BW_VB 2
 #endif
 
+/* Fully unrolled (the pragmas), so that the accumulators live in registers. */
+#define BW_UNROLL _Pragma("GCC unroll 8")
 #define BW_TILE(RB, VB)                                                                        \
     do {                                                                                       \
         vf c[RB][VB];                                                                          \
-        for (int rr = 0; rr < RB; rr++)                                                        \
-            for (int vv = 0; vv < VB; vv++)                                                    \
+        BW_UNROLL for (int rr = 0; rr < RB; rr++)                                              \
+            BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
                 c[rr][vv] = acc ? vf_load(C + (r + rr) * ldc + (v + vv) * VLEN) : vf_zero();   \
         for (int64_t k = 0; k < K; k++) {                                                      \
             vf bb[VB];                                                                         \
-            for (int vv = 0; vv < VB; vv++)                                                    \
+            BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
                 bb[vv] = vf_load(B + k * ldb + (v + vv) * VLEN);                               \
-            for (int rr = 0; rr < RB; rr++) {                                                  \
+            BW_UNROLL for (int rr = 0; rr < RB; rr++) {                                        \
                 vf a = vf_set1(A[(r + rr) * lda + k]);                                         \
-                for (int vv = 0; vv < VB; vv++)                                                \
+                BW_UNROLL for (int vv = 0; vv < VB; vv++)                                      \
                     c[rr][vv] = vf_fmadd(a, bb[vv], c[rr][vv]);                                \
             }                                                                                  \
         }                                                                                      \
-        for (int rr = 0; rr < RB; rr++)                                                        \
-            for (int vv = 0; vv < VB; vv++)                                                    \
+        BW_UNROLL for (int rr = 0; rr < RB; rr++)                                              \
+            BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
                 vf_store(C + (r + rr) * ldc + (v + vv) * VLEN, c[rr][vv]);                     \
     } while (0)
 
@@ -64,6 +66,7 @@ static void KN(bw_gemm)(float *C, int64_t ldc, const float *A, int64_t lda, cons
     }
 }
 #undef BW_TILE
+#undef BW_UNROLL
 
 /* Does some row of query block qb of (b, h) receive P from key block kb? */
 static int KN(bw_block_live)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb)
@@ -204,6 +207,10 @@ static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
                 continue;
             const int64_t i0 = qb * BW_BQ, nr = p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
             KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
+            if (job->ds)
+                memcpy(job->ds + (((b * p->Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ *
+                                     BW_BK,
+                       dS, (size_t)(BW_BQ * BW_BK) * sizeof *dS);
             for (int64_t r = 0; r < nr; r++)
                 for (int64_t c = 0; c < BW_BK; c++) {
                     Pt[c * BW_BQ + r] = P[r * BW_BK + c];
@@ -242,9 +249,13 @@ static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
         if (!KN(bw_block_live)(job, b, h, qb, kb))
             continue;
         const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
-        KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
+        const float *dSb = dS;
+        if (job->ds)
+            dSb = job->ds + (((b * Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ * BW_BK;
+        else
+            KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
         const float *K = job->k + ((b * p->Hkv + g) * Tp + k0) * Dp;
-        KN(bw_gemm)(dQ, Dp, dS, BW_BK, K, Dp, nr, Dp / VLEN, nk, 1);
+        KN(bw_gemm)(dQ, Dp, dSb, BW_BK, K, Dp, nr, Dp / VLEN, nk, 1);
     }
     const smattn_grad_outputs *o = job->out;
     for (int64_t r = 0; r < nr; r++) {

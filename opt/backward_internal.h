@@ -35,6 +35,9 @@ typedef struct bw_job {
     int64_t *lo, *hi;   /* the key range of SPEC 3.1-3.3 */
     unsigned char *cls; /* BW_ROW_* */
     unsigned char *nan_group; /* [B][Hkv]: a `nan` empty row poisons the group's dK, dV */
+    /* dS of every live block, [B][Hq][nqb][nkb][BW_BQ][BW_BK], written by the dK/dV pass and
+     * read by the dQ pass; NULL: the dQ pass computes it again (the same bits either way) */
+    float *ds;
     /* per worker scratch */
     float *scratch;
     int64_t scratch_len;
@@ -49,6 +52,10 @@ typedef struct bw_isa {
 extern const bw_isa smattn__bw_isa_scalar;
 extern const bw_isa smattn__bw_isa_avx2;
 extern const bw_isa smattn__bw_isa_avx512;
+
+/* The most bytes the dS store may take; above it dQ recomputes P and dS. Tests set it to
+ * 0 to compare the two ways (smattn__bw_set_ds_budget returns the previous value). */
+size_t smattn__bw_set_ds_budget(size_t bytes);
 
 /* Floats of per-worker scratch the items need. */
 static inline int64_t bw_scratch_len(int64_t Dp, int64_t Dvp)
