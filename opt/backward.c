@@ -300,7 +300,7 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
                 const float *dO = job.dO + row * job.Dvp;
                 float dl = 0.0f;
                 for (int64_t c = 0; c < Dv; c++)
-                    dl = fmaf(dO[c], orow[c], dl);
+                    dl += dO[c] * orow[c]; /* two roundings, no libm call */
                 if (gin->dlse.data)
                     dl -= (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
                                              smattn__off4(gin->dlse.stride, b, h, i, 0));

@@ -11,7 +11,8 @@
  * exp(s - LSE) from the stored LSE (SPEC 10.7's model). No atomics. */
 #include "opt/backward_internal.h"
 
-/* C[r][n] (+)= sum_k A[r lda + k] B[k ldb + n] for r < M, n < NV VLEN, k ascending. */
+/* C[r][n] (+)= sum_k A[r lda + k ak] B[k ldb + n] for r < M, n < NV VLEN, k ascending
+ * (ak = 1: A row-major; lda = 1, ak = its row length: A transposed, read in place). */
 #if VLEN == 16
 #define BW_RB 4
 #define BW_VB 4
@@ -36,7 +37,7 @@
             BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
                 bb[vv] = vf_load(B + k * ldb + (v + vv) * VLEN);                               \
             BW_UNROLL for (int rr = 0; rr < RB; rr++) {                                        \
-                vf a = vf_set1(A[(r + rr) * lda + k]);                                         \
+                vf a = vf_set1(A[(r + rr) * lda + k * ak]);                                         \
                 BW_UNROLL for (int vv = 0; vv < VB; vv++)                                      \
                     c[rr][vv] = vf_fmadd(a, bb[vv], c[rr][vv]);                                \
             }                                                                                  \
@@ -46,8 +47,8 @@
                 vf_store(C + (r + rr) * ldc + (v + vv) * VLEN, c[rr][vv]);                     \
     } while (0)
 
-static void KN(bw_gemm)(float *C, int64_t ldc, const float *A, int64_t lda, const float *B,
-                        int64_t ldb, int64_t M, int64_t NV, int64_t K, int acc)
+static void KN(bw_gemm)(float *C, int64_t ldc, const float *A, int64_t lda, int64_t ak,
+                        const float *B, int64_t ldb, int64_t M, int64_t NV, int64_t K, int acc)
 {
     int64_t r = 0;
     for (; r + BW_RB <= M; r += BW_RB) {
@@ -99,8 +100,8 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
     const float *dO = job->dO + ((b * Hq + h) * S + i0) * job->Dvp;
     const float *KT = job->kt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dp * BW_BK;
     const float *VT = job->vt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dvp * BW_BK;
-    KN(bw_gemm)(P, BW_BK, Q, job->Dp, KT, BW_BK, nr, BW_BK / VLEN, p->D, 0);
-    KN(bw_gemm)(dS, BW_BK, dO, job->Dvp, VT, BW_BK, nr, BW_BK / VLEN, p->Dv, 0);
+    KN(bw_gemm)(P, BW_BK, Q, job->Dp, 1, KT, BW_BK, nr, BW_BK / VLEN, p->D, 0);
+    KN(bw_gemm)(dS, BW_BK, dO, job->Dvp, 1, VT, BW_BK, nr, BW_BK / VLEN, p->Dv, 0);
     const int plain = !in->mask.data && !in->bias.data && !(job->cap > 0);
     for (int64_t r = 0; r < BW_BQ; r++) {
         float *Pr = P + r * BW_BK, *dSr = dS + r * BW_BK, *Tr = Tt + r * BW_BK;
@@ -186,8 +187,7 @@ static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
     const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
     float *ws = job->scratch + (int64_t)worker * job->scratch_len;
     float *P = ws, *dS = P + BW_BQ * BW_BK, *Tt = dS + BW_BQ * BW_BK;
-    float *Pt = Tt + BW_BQ * BW_BK, *dSt = Pt + BW_BQ * BW_BK;
-    float *dK = dSt + BW_BQ * BW_BK, *dV = dK + BW_BK * Dp;
+    float *dK = Tt + 3 * BW_BQ * BW_BK, *dV = dK + BW_BK * Dp;
     const smattn_grad_outputs *o = job->out;
     if (job->nan_group[b * Hkv + g]) { /* SPEC 10.2: a `nan` empty row */
         for (int64_t c = 0; c < nk; c++) {
@@ -211,15 +211,10 @@ static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
                 memcpy(job->ds + (((b * p->Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ *
                                      BW_BK,
                        dS, (size_t)(BW_BQ * BW_BK) * sizeof *dS);
-            for (int64_t r = 0; r < nr; r++)
-                for (int64_t c = 0; c < BW_BK; c++) {
-                    Pt[c * BW_BQ + r] = P[r * BW_BK + c];
-                    dSt[c * BW_BQ + r] = dS[r * BW_BK + c];
-                }
             const float *Q = job->q + ((b * p->Hq + h) * p->S + i0) * Dp;
             const float *dO = job->dO + ((b * p->Hq + h) * p->S + i0) * Dvp;
-            KN(bw_gemm)(dV, Dvp, Pt, BW_BQ, dO, Dvp, nk, Dvp / VLEN, nr, 1);
-            KN(bw_gemm)(dK, Dp, dSt, BW_BQ, Q, Dp, nk, Dp / VLEN, nr, 1);
+            KN(bw_gemm)(dV, Dvp, P, 1, BW_BK, dO, Dvp, nk, Dvp / VLEN, nr, 1);
+            KN(bw_gemm)(dK, Dp, dS, 1, BW_BK, Q, Dp, nk, Dp / VLEN, nr, 1);
         }
     }
     for (int64_t c = 0; c < nk; c++) {
@@ -255,7 +250,7 @@ static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
         else
             KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
         const float *K = job->k + ((b * p->Hkv + g) * Tp + k0) * Dp;
-        KN(bw_gemm)(dQ, Dp, dSb, BW_BK, K, Dp, nr, Dp / VLEN, nk, 1);
+        KN(bw_gemm)(dQ, Dp, dSb, BW_BK, 1, K, Dp, nr, Dp / VLEN, nk, 1);
     }
     const smattn_grad_outputs *o = job->out;
     for (int64_t r = 0; r < nr; r++) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "conform/judge_backward.h"
+#include "opt/backward_internal.h"
 #include "smattn.h"
 #include "tests/support/bwcase.h"
 #include "tests/support/testkit.h"
@@ -176,6 +177,29 @@ START_TEST(saved_null_runs_forward)
 }
 END_TEST
 
+/* The dQ pass reads the dS the dK/dV pass kept, or computes it again when it would not
+ * fit: the same bits either way. */
+START_TEST(ds_store_same_bits)
+{
+    bwcase c;
+    ck_assert_int_eq(bwcase_make(&c, 21, BW_BIG | BW_CAUSAL_LR | BW_GQA | BW_SOFTCAP | BW_BIAS,
+                                 SMATTN_F32),
+                     0);
+    bwgrads a, b;
+    bwgrads_make(&a, &c.p, SMATTN_F32);
+    bwgrads_make(&b, &c.p, SMATTN_F32);
+    ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
+    size_t was = smattn__bw_set_ds_budget(0);
+    smattn_status s = run_bw(&c, NULL, 2, &b);
+    smattn__bw_set_ds_budget(was);
+    ck_assert_int_eq(s, SMATTN_OK);
+    ck_assert(same_bits(&a, &b));
+    bwgrads_free(&a);
+    bwgrads_free(&b);
+    bwcase_free(&c);
+}
+END_TEST
+
 /* What it refuses: dbias, dsinks, binary64, non-finite inputs, bad options. */
 START_TEST(refusals)
 {
@@ -229,6 +253,7 @@ Suite *opt_backward_suite(void)
     tcase_add_test(t, bitwise_threads_isas);
     tcase_add_test(t, empty_rows_pos_zero);
     tcase_add_test(t, saved_null_runs_forward);
+    tcase_add_test(t, ds_store_same_bits);
     tcase_add_test(t, refusals);
     suite_add_tcase(s, t);
     return s;
