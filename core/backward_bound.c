@@ -264,9 +264,9 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                                     smattn__off4(bound->dbias.stride, b, h, i, j), HUGE_VAL);
                         }
                     } else if (prob->empty_rows == SMATTN_EMPTY_MEAN && Tb > 0) {
-                        /* B9 with P = 1/T_b computed by one rounding */
+                        /* B9 with P = fl(1 / fl(T_b)) */
                         const ld pm_ = 1.0L / (ld)Tb;
-                        const ld e = (m.u + m.up * (1 + m.u)) * pm_ + m.om;
+                        const ld e = (gam(2, m.u) + m.up * (1 + m.u)) * pm_ + m.om; /* T_b, 1/T_b */
                         for (int64_t cc = 0; cc < Dv; cc++)
                             dov[cc] = ldload(&gin->dout,
                                              smattn__off4(gin->dout.stride, b, i, h, cc));

@@ -200,6 +200,48 @@ START_TEST(ds_store_same_bits)
 }
 END_TEST
 
+/* Half-precision inputs are read exactly: bf16 and f16 Q, K, V, dO give the bits of the
+ * binary32 inputs holding the same values. */
+START_TEST(half_inputs_exact)
+{
+    for (int k = 0; k < 2; k++) {
+        const smattn_dtype ht = k ? SMATTN_F16 : SMATTN_BF16;
+        bwcase c;
+        ck_assert_int_eq(bwcase_make(&c, 31 + (uint64_t)k, BW_BIG | BW_CAUSAL_LR | BW_GQA,
+                                     SMATTN_F32),
+                         0);
+        const smattn_problem *p = &c.p;
+        float *arr[4] = {c.q, c.k, c.v, c.dout};
+        const int64_t n[4] = {p->B * p->S * p->Hq * p->D, p->B * p->T * p->Hkv * p->D,
+                              p->B * p->T * p->Hkv * p->Dv, p->B * p->S * p->Hq * p->Dv};
+        uint16_t *h[4];
+        for (int t = 0; t < 4; t++) {
+            h[t] = malloc((size_t)n[t] * 2);
+            for (int64_t x = 0; x < n[t]; x++) {
+                smattn_store(h[t], ht, x, (double)arr[t][x]);
+                arr[t][x] = (float)smattn_load(h[t], ht, x);
+            }
+        }
+        bwgrads a, b;
+        bwgrads_make(&a, p, SMATTN_F32);
+        bwgrads_make(&b, p, SMATTN_F32);
+        ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
+        bwcase hc = c;
+        hc.in.q.data = h[0], hc.in.q.dtype = ht;
+        hc.in.k.data = h[1], hc.in.k.dtype = ht;
+        hc.in.v.data = h[2], hc.in.v.dtype = ht;
+        hc.gin.dout.data = h[3], hc.gin.dout.dtype = ht;
+        ck_assert_int_eq(run_bw(&hc, NULL, 2, &b), SMATTN_OK);
+        ck_assert_msg(same_bits(&a, &b), "%s inputs", smattn_dtype_name(ht));
+        for (int t = 0; t < 4; t++)
+            free(h[t]);
+        bwgrads_free(&a);
+        bwgrads_free(&b);
+        bwcase_free(&c);
+    }
+}
+END_TEST
+
 /* What it refuses: dbias, dsinks, binary64, non-finite inputs, bad options. */
 START_TEST(refusals)
 {
@@ -254,6 +296,7 @@ Suite *opt_backward_suite(void)
     tcase_add_test(t, empty_rows_pos_zero);
     tcase_add_test(t, saved_null_runs_forward);
     tcase_add_test(t, ds_store_same_bits);
+    tcase_add_test(t, half_inputs_exact);
     tcase_add_test(t, refusals);
     suite_add_tcase(s, t);
     return s;
