@@ -69,6 +69,13 @@ static void KN(bw_gemm)(float *C, int64_t ldc, const float *A, int64_t lda, int6
 #undef BW_TILE
 #undef BW_UNROLL
 
+_Static_assert(BW_BK == 64, "bw_iota lists BW_BK indices");
+/* 0, 1, ..., BW_BK - 1: a key's index in its block, compared in lanes (exact floats) */
+static const float bw_iota[BW_BK] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+    22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+    44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
 /* Does some row of query block qb of (b, h) receive P from key block kb? */
 static int KN(bw_block_live)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb)
 {
@@ -124,11 +131,15 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
         const float lse = job->lse[row], delta = job->delta[row];
         const int64_t lo = job->lo[row] - k0, hi = job->hi[row] - k0;
         /* the scores as the forward computes them (SPEC 6.2), minus the stored LSE */
-        if (plain) {
-            for (int64_t c = 0; c < BW_BK; c++) {
-                const float s = Pr[c];
-                const float x = fmaf(s, job->scale_hi, s * job->scale_lo);
-                Pr[c] = c >= lo && c < hi && c < nk ? x - lse : -HUGE_VALF;
+        if (plain) { /* the scalar loop below, by vectors: the same operations */
+            const vf vhi = vf_set1(job->scale_hi), vlo = vf_set1(job->scale_lo),
+                     vl = vf_set1(lse), ninf = vf_set1(-HUGE_VALF);
+            const float flo = (float)lo, fhi = (float)(hi < nk ? hi : nk);
+            for (int64_t c = 0; c < BW_BK; c += VLEN) {
+                const vf sv = vf_load(Pr + c), idx = vf_load(bw_iota + c);
+                vf x = vf_sub(vf_fmadd(sv, vhi, vf_mul(sv, vlo)), vl);
+                x = vf_select_lt(idx, flo, ninf, x);
+                vf_store(Pr + c, vf_select_lt(idx, fhi, x, ninf));
             }
         } else {
             for (int64_t c = 0; c < BW_BK; c++) {
