@@ -190,6 +190,20 @@ static void KN(bw_put)(const smattn_out_tensor *t, int64_t off, float x)
         smattn_store(t->data, t->dtype, off, isnan(x) ? (double)NAN : (double)(x + 0.0f));
 }
 
+/* A row of n elements at element offset off, unit stride when stride is 1: x[c] written
+ * as bw_put writes it (f32 rows by one copy; an exact zero +0 either way). */
+static void KN(bw_put_row)(const smattn_out_tensor *t, int64_t off, int64_t stride, float *x,
+                           int64_t n)
+{
+    for (int64_t c = 0; c < n; c++)
+        x[c] += 0.0f; /* -0 to +0, as bw_put */
+    if (t->dtype == SMATTN_F32 && stride == 1)
+        memcpy((unsigned char *)t->data + off * 4, x, (size_t)n * sizeof *x); /* any address */
+    else
+        for (int64_t c = 0; c < n; c++)
+            KN(bw_put)(t, off + c * stride, x[c]);
+}
+
 static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
 {
     const smattn_problem *p = job->p;
@@ -229,13 +243,13 @@ static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
         }
     }
     for (int64_t c = 0; c < nk; c++) {
-        for (int64_t d = 0; d < p->D; d++) {
-            const float x = dK[c * Dp + d];
-            KN(bw_put)(&o->dk, smattn__off4(o->dk.stride, b, k0 + c, g, d),
-                       fmaf(x, job->scale_hi, x * job->scale_lo));
-        }
-        for (int64_t d = 0; d < p->Dv; d++)
-            KN(bw_put)(&o->dv, smattn__off4(o->dv.stride, b, k0 + c, g, d), dV[c * Dvp + d]);
+        float *kr = dK + c * Dp;
+        for (int64_t d = 0; d < p->D; d++)
+            kr[d] = fmaf(kr[d], job->scale_hi, kr[d] * job->scale_lo);
+        KN(bw_put_row)(&o->dk, smattn__off4(o->dk.stride, b, k0 + c, g, 0), o->dk.stride[3],
+                       kr, p->D);
+        KN(bw_put_row)(&o->dv, smattn__off4(o->dv.stride, b, k0 + c, g, 0), o->dv.stride[3],
+                       dV + c * Dvp, p->Dv);
     }
 }
 
@@ -267,11 +281,11 @@ static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
     for (int64_t r = 0; r < nr; r++) {
         const int64_t row = (b * Hq + h) * p->S + i0 + r;
         const int nanrow = job->cls[row] == BW_ROW_NAN;
-        for (int64_t d = 0; d < p->D; d++) {
-            const float x = dQ[r * Dp + d];
-            KN(bw_put)(&o->dq, smattn__off4(o->dq.stride, b, i0 + r, h, d),
-                       nanrow ? NAN : fmaf(x, job->scale_hi, x * job->scale_lo));
-        }
+        float *qr = dQ + r * Dp;
+        for (int64_t d = 0; d < p->D; d++)
+            qr[d] = nanrow ? NAN : fmaf(qr[d], job->scale_hi, qr[d] * job->scale_lo);
+        KN(bw_put_row)(&o->dq, smattn__off4(o->dq.stride, b, i0 + r, h, 0), o->dq.stride[3], qr,
+                       p->D);
     }
 }
 
