@@ -33,7 +33,11 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "p",
                                         "dv",
                                         "sink_in_max",
-                                        "deterministic"};
+                                        "deterministic",
+                                        "packed_q",
+                                        "packed_kv",
+                                        "paged_nhd",
+                                        "paged_hnd"};
 
 const char *conform_cap_name(unsigned bit)
 {
@@ -78,6 +82,24 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
         c |= SMATTN_CAP_GQA;
     if (p->op == SMATTN_OP_ATTENTION && p->Dv != p->D)
         c |= SMATTN_CAP_DV;
+    if (p->layout) { /* a paged cache's kv_lens are the layout's own lengths (SPEC 2.7) */
+        c |= conform_layout_caps(p->layout, in);
+        if (p->layout->block_table)
+            c &= ~(uint32_t)SMATTN_CAP_KV_LENS;
+    }
+    return c;
+}
+
+uint32_t conform_layout_caps(const smattn_layout *L, const smattn_inputs *in)
+{
+    uint32_t c = 0;
+    if (L->cu_seqlens_q)
+        c |= SMATTN_CAP_PACKED_Q;
+    if (L->cu_seqlens_k)
+        c |= SMATTN_CAP_PACKED_KV;
+    /* HND: a page's slots nearer than its heads ([num_pages, Hkv, page_size, D]) */
+    if (L->block_table)
+        c |= in && in->k.stride[1] < in->k.stride[2] ? SMATTN_CAP_PAGED_HND : SMATTN_CAP_PAGED_NHD;
     return c;
 }
 
@@ -663,6 +685,7 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     softcap(&bd);
     dtypes(&bd);
     strides(&bd);
+    battery_layouts(&bd, full);
     softmax(&bd);
     /* 32 per sweep in full (40 before the tiled and long categories): the oracle's time */
     sweep(&bd, "prefill", full ? 32 : 3, full);

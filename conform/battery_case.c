@@ -290,4 +290,7 @@ void bat_case_free(conform_case *c)
     }
     free(c->lens[0]);
     free(c->lens[1]);
+    for (int k = 0; k < 3; k++)
+        free(c->lay_arrays[k]);
+    free(c->lay_table);
 }

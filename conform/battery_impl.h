@@ -55,6 +55,9 @@ void battery_sinks_large(builder *bd);
 void battery_head_dims(builder *bd);
 void battery_regimes_masked(builder *bd);
 
+/* battery_layout.c: ragged and paged batches (SPEC 2.7). */
+void battery_layouts(builder *bd, int full);
+
 /* battery_huge.c: the suite "huge". */
 void battery_huge(builder *bd);
 

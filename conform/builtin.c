@@ -24,7 +24,10 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
                 SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
                 SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
                 SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
-                SMATTN_CAP_DETERMINISTIC; /* bitwise at any thread count (smattn.h) */
+                SMATTN_CAP_DETERMINISTIC | /* bitwise at any thread count (smattn.h) */
+                /* ragged and paged batches, bit for bit the dense twin (SPEC 2.7) */
+                SMATTN_CAP_PACKED_Q | SMATTN_CAP_PACKED_KV | SMATTN_CAP_PAGED_NHD |
+                SMATTN_CAP_PAGED_HND;
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);

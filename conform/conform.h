@@ -6,6 +6,7 @@
  *              built-in optimised kernel through the same table)
  *   builtin.c  the built-in kernel as a plugin ("smattn-opt")
  *   battery.c  the cases: golden vectors, edge cases by category, random sweeps
+ *              (battery_layout.c: the ragged and paged ones, laid out for a kernel)
  *   isolate.c  the child processes plugin code runs in: process groups, time limits,
  *              output capture, no process left behind
  *   run.c      one case in a forked child: time limit, guard pages, canaries
@@ -132,6 +133,15 @@ typedef struct conform_case {
                               strides past 2^31 elements over untouched memory): converted
                               and checked by their views, not their count (suite huge) */
     size_t mapped[7];      /* bytes of tensor t mapped by conform_map_zero (0: malloc'd) */
+    /* A ragged or paged case (SPEC 2.7, conform/battery_layout.c): prob and in64 above are
+     * its dense, padded twin (q_lens / kv_lens the sequences' lengths S_b / T_b), the
+     * problem judged; a kernel claiming the layout is handed the same problem laid out as
+     * `layout` says (conform_case_lay_out), and never the twin. */
+    int has_layout;
+    smattn_layout layout;  /* its arrays owned (lay_arrays, lay_table) */
+    int kv_hnd;            /* pages [num_pages, Hkv, page_size, D] (else NHD) */
+    int64_t *lay_arrays[3]; /* cu_seqlens_q, cu_seqlens_k, seqused_k (NULL: not used) */
+    int32_t *lay_table;     /* the block table (NULL: none) */
 } conform_case;
 
 typedef struct conform_battery {
@@ -182,6 +192,13 @@ void conform_unmap(void *p, size_t bytes);
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
 void conform_inst_free(conform_inst *m);
+/* A layout case's inputs as the kernel is handed them (SPEC 2.7): from the dense instance
+ * dense (conform_case_materialise of c), Q packed when c packs the queries, K and V packed
+ * or in pages (every slot no sequence uses, and keys past seqused_k, holding NaN and
+ * infinities), the other inputs shared with dense; lay->prob is dense's with c's layout,
+ * q_lens / kv_lens NULL where the layout replaces them. Valid while c and dense are. 0, or
+ * -1 when out of memory. */
+int conform_case_lay_out(const conform_case *c, const conform_inst *dense, conform_inst *lay);
 /* Does case c keep its meaning in the dtypes a kernel takes (qdt for Q, X, bias and sinks;
  * kvdt for K and V)? 0 if every finite nonzero input stays finite and nonzero; else -1
  * with the reason in why ("K holds -1e+06, which overflows in binary16 ..."): the case is
@@ -192,8 +209,11 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
 /* The features of caps as ", "-separated names into buf; and one name per bit. */
 void conform_caps_str(uint32_t caps, char *buf, size_t cap);
 const char *conform_cap_name(unsigned bit);
-/* The caps a problem uses (all but CAP_STRIDES, CAP_LSE, CAP_P). */
+/* The caps a problem uses (all but CAP_STRIDES, CAP_LSE, CAP_P), its layout's included. */
 uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in);
+/* The layout caps of L (PACKED_Q, PACKED_KV, PAGED_NHD or, when K's slot stride is below
+ * its head stride, PAGED_HND; in may be NULL: NHD). */
+uint32_t conform_layout_caps(const smattn_layout *L, const smattn_inputs *in);
 
 /* ---- shards (--shard I/N) -------------------------------------------------------------- */
 
@@ -302,6 +322,24 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
 void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                         int strided, const conform_sample *sample, conform_result *r);
+
+/* Judge outputs got of layout problem lp (as laid out: packed O and LSE with cu_seqlens_q)
+ * as its dense twin tp with inputs tin (SPEC 2.7): got scattered into the twin's shapes,
+ * the twin's padding rows (i >= S_b, which have no storage) taken from the oracle (only
+ * those sampled), then conform_judge_rows. A failure's reason ends naming the sequence,
+ * its packed rows and pages (conform_layout_describe). */
+void conform_judge_layout(const smattn_problem *tp, const smattn_inputs *tin,
+                          const smattn_problem *lp, const smattn_outputs *got,
+                          const smattn_precision *pm, unsigned flags, int strided,
+                          const conform_sample *sample, conform_result *r);
+/* "sequence b of the packed/paged batch: ..." into out: S_b and its packed rows, T_b and
+ * its packed keys or its pages (up to a few, the page size, the slots its last page holds,
+ * the table columns past them never read), and key j's page and slot when j >= 0. */
+void conform_layout_describe(const smattn_problem *lp, int64_t b, int64_t j, char *out,
+                             size_t cap);
+/* Append a layout description to a failed result's reason, cutting the reason to keep
+ * the description whole. */
+void conform_reason_append(conform_result *r, const char *what);
 
 /* ---- reports ------------------------------------------------------------------------- */
 

@@ -16,6 +16,7 @@
 #include <json.h>
 
 #include "conform/conform.h"
+#include "core/internal.h"
 #include "io/case.h"
 #include "io/npy.h"
 #include "io/util.h"
@@ -479,8 +480,12 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
         json_object_object_add(e, "name", json_object_new_string(c->name));
         json_object_object_add(e, "category", json_object_new_string(c->category));
         json_object *feat = json_object_new_array();
+        /* a layout case written dense is its twin: the twin's features (lengths, no layout) */
+        uint32_t caps = c->has_layout && !layout
+                            ? conform_problem_caps(&c->prob, &c->in64) | (c->caps & SMATTN_CAP_STRIDES)
+                            : c->caps;
         for (unsigned bit = 0; bit < 32; bit++)
-            if (c->caps & (1u << bit))
+            if (caps & (1u << bit))
                 json_object_array_add(feat, json_object_new_string(conform_cap_name(bit)));
         json_object_object_add(e, "features", feat);
         json_object_array_add(arr, e);
@@ -704,7 +709,9 @@ static int skip_marker(const char *dir, char *out, size_t cap)
 /* A ragged or paged case is judged as its dense, padded twin (SPEC 2.7): the inputs
  * gathered into dense arrays, the outputs scattered into [B,S,Hq,Dv] and [B,Hq,S]. Rows
  * the layout does not have (i >= S_b) are not the kernel's: they take the oracle's values,
- * so that only the sequences' rows are judged; indices in the report are the twin's. */
+ * so that only the sequences' rows are judged; indices in the report are the twin's. The
+ * oracle runs on those rows alone, and with --rows on the sampled ones alone: a sampled
+ * check of a layout case costs what the sample costs. */
 static void judge_twin(const smattn_case *c, const smattn_outputs *got, const smattn_precision *pm,
                        const conform_sample *sample, conform_result *r)
 {
@@ -740,8 +747,29 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
             ok = ft[t]->data != NULL;
             smattn_contiguous_strides(p, t ? 'l' : 'o', ft[t]->stride);
         }
+        /* only the rows fill gives: those without storage, and of them those judged */
+        int64_t nrows = 0, nsamp = 0, *samp = NULL, *rows = NULL;
+        if (ok && sample && sample->k > 0)
+            ok = (samp = conform_rows_list(p, sample->k, sample->seed, &nsamp)) != NULL;
+        if (ok)
+            ok = (rows = malloc((size_t)(p->B * p->Hq * p->S + 1) * sizeof *rows)) != NULL;
+        for (int64_t k = 0, s = 0; ok && k < p->B * p->Hq * p->S; k++) {
+            if (k % p->S < p->q_lens[k / (p->Hq * p->S)])
+                continue; /* stored: the kernel's own row */
+            if (samp) {
+                while (s < nsamp && samp[s] < k)
+                    s++;
+                if (s == nsamp || samp[s] != k)
+                    continue;
+            }
+            rows[nrows++] = k;
+        }
         smattn_ref_config cfg = {0};
-        smattn_status st = ok ? smattn_ref(p, &tw.in, &fill, &cfg, NULL) : SMATTN_ERR_NOMEM;
+        smattn_status st = !ok ? SMATTN_ERR_NOMEM
+                           : nrows ? smattn__ref_rows(p, &tw.in, &fill, &cfg, NULL, rows, nrows)
+                                   : SMATTN_OK;
+        free(rows);
+        free(samp);
         if (st != SMATTN_OK) {
             snprintf(r->reason, sizeof r->reason, "the oracle failed on the dense twin: %s (%s)",
                      smattn_status_str(st), smattn_status_name(st));

@@ -201,14 +201,14 @@ static void stop_one(sweep_state *s, pid_t p)
     s->stopped[s->nstopped++] = p;
 }
 
-/* Every process under this one (children, their children, ...) with its state as read,
- * into s->v; the count, and in *running how many were neither stopped nor dead. One pass
+/* The way where the kernel does not list children (walk_tree): every process under this
+ * one (children, their children, ...) with its state as read, into s->v; the count, and in *running how many were neither stopped nor dead. One pass
  * over /proc, then the closure over parents: a process is listed whatever group or session
  * it moved to, and however deep (a sweep that follows only this process's own children
  * reaches one generation per round). With stop, each one found running is sent SIGSTOP at
  * once, as the pass reaches it: /proc lists pids in increasing order, so a parent is
  * mostly met before its children, and a process that forks fast gets little time to. */
-static size_t descendants(sweep_state *s, int stop, size_t *running)
+static size_t scan_all(sweep_state *s, int stop, size_t *running)
 {
     size_t n = 0;
     *running = 0;
@@ -280,6 +280,137 @@ static size_t descendants(sweep_state *s, int stop, size_t *running)
     return n;
 }
 
+/* Appends pid c, a child of p whose state is not read yet, to the processes of this walk
+ * (s->v, *n of them) unless it is there already. */
+static void add_found(sweep_state *s, size_t *n, pid_t c, pid_t p)
+{
+    if (c <= 0 || is_under(s, c))
+        return;
+    if (*n == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 256;
+        proc_ent *nv = realloc(s->v, nc * sizeof *nv);
+        if (!nv)
+            return;
+        s->v = nv, s->cap = nc;
+    }
+    set_under(s, c);
+    s->v[(*n)++] = (proc_ent){c, p, '?'};
+}
+
+/* The children of thread tid of process p (/proc/p/task/tid/children: pids and spaces),
+ * added as add_found does. -1 if the file cannot be opened: the thread is gone, or the
+ * kernel has no such file. */
+static int read_children(sweep_state *s, size_t *n, pid_t p, const char *tid)
+{
+    char path[320], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/task/%s/children", (long)p, tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    long c = 0;
+    int digits = 0;
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof buf)) > 0) /* a number may straddle two reads */
+        for (ssize_t k = 0; k < got; k++) {
+            if (buf[k] >= '0' && buf[k] <= '9') {
+                c = digits++ < 9 ? 10 * c + (buf[k] - '0') : -1;
+                continue;
+            }
+            if (digits)
+                add_found(s, n, (pid_t)c, p);
+            c = 0, digits = 0;
+        }
+    if (digits)
+        add_found(s, n, (pid_t)c, p);
+    close(fd);
+    return 0;
+}
+
+/* The state letter of thread tid of process p (R, S, D, T, t, Z, X, ...); 'X' when gone. */
+static char task_state(pid_t p, const char *tid)
+{
+    char path[320], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/task/%s/stat", (long)p, tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 'X';
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0)
+        return 'X';
+    buf[got] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the name may hold anything, ')' too */
+    char st;
+    return rp && sscanf(rp + 1, " %c", &st) == 1 ? st : 'X';
+}
+
+/* Visits process p: reads the states of its threads, counts it in *running and with stop
+ * sends it SIGSTOP when any of them is neither stopped nor dead, then adds its threads'
+ * children to the walk. Returns its state (the first running thread's, else the leader's);
+ * 'X' if p is gone; 0 if none of its threads lists children (a kernel without the file). */
+static char visit(sweep_state *s, size_t *n, pid_t p, int stop, size_t *running)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", (long)p);
+    DIR *d = opendir(path);
+    if (!d)
+        return 'X';
+    char st = 'X';
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] >= '0' && de->d_name[0] <= '9') {
+            char t = task_state(p, de->d_name);
+            if (st == 'X' || (stoppable(t) && !stoppable(st)))
+                st = t;
+        }
+    if (p != getpid() && stoppable(st)) {
+        ++*running;
+        if (stop)
+            stop_one(s, p);
+    }
+    rewinddir(d);
+    int listed = 0;
+    while ((de = readdir(d)))
+        if (de->d_name[0] >= '0' && de->d_name[0] <= '9')
+            listed |= read_children(s, n, p, de->d_name) == 0;
+    closedir(d);
+    return listed || st == 'Z' || st == 'X' ? st : 0;
+}
+
+/* Every process under this one (children, their children, ...) into s->v, found by
+ * following the kernel's lists of children (/proc/PID/task/TID/children) from this
+ * process down, breadth first: only the checker's own subtree is read, however many
+ * processes the machine has (a scan of all of /proc took long enough, with thousands of
+ * them, for a chain of processes that fork and exit to move out of its sight). Each
+ * process's lists of children are read after its states and its SIGSTOP, so that those of
+ * a process found stopped are complete (a stopped process forks no more; a fork under way
+ * when the SIGSTOP came has added its child before the stop): when a walk finds every
+ * process stopped, it has found all of the subtree, and the subtree can no longer change.
+ * Returns the count, or (size_t)-1 if the kernel lists no children (scan_all then). */
+static size_t walk_tree(sweep_state *s, int stop, size_t *running)
+{
+    size_t n = 0;
+    *running = 0;
+    if (s->under)
+        memset(s->under, 0, (s->nbits + 7) / 8);
+    set_under(s, getpid());
+    char self = visit(s, &n, getpid(), stop, running);
+    if (self == 0 || self == 'X')
+        return (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        char st = visit(s, &n, s->v[i].pid, stop, running);
+        s->v[i].state = st ? st : 'R';
+    }
+    return n;
+}
+
+/* Every process under this one, with its state, into s->v; see walk_tree and scan_all. */
+static size_t descendants(sweep_state *s, int stop, size_t *running)
+{
+    size_t n = walk_tree(s, stop, running);
+    return n != (size_t)-1 ? n : scan_all(s, stop, running);
+}
+
 static void sleep_ms(double ms)
 {
     struct timespec ts = {0, (long)(ms * 1e6)};
@@ -301,17 +432,21 @@ static void sweep_orphans(void)
     double t0 = now_seconds();
     sweep_state s;
     memset(&s, 0, sizeof s);
+    int unseen = 0;
     while (have_children() && now_seconds() - t0 < SWEEP_GIVE_UP_SECONDS) {
         while (waitpid(-1, NULL, WNOHANG) > 0) /* zombies: nothing to stop */
             ;
         size_t running = 0, n = descendants(&s, 1, &running);
         if (n == 0) {
-            /* Children, none of them found in /proc: it cannot be read (not Linux, or
-             * mounted hidepid); the process group kills were all there was to do. */
-            if (have_children() && !(waitpid(-1, NULL, WNOHANG) > 0))
+            /* Children, none of them found in /proc: one handed up to us after our list
+             * was read (look again, a few times), or /proc cannot be read (not Linux, or
+             * mounted hidepid): the process group kills were all there was to do. */
+            if (have_children() && !(waitpid(-1, NULL, WNOHANG) > 0) && ++unseen > 3)
                 break;
+            sleep_ms(0.2);
             continue;
         }
+        unseen = 0;
         if (running && now_seconds() - t0 < SWEEP_FREEZE_SECONDS) {
             sleep_ms(0.2); /* the SIGSTOPs to land; then look again */
             continue;

@@ -85,7 +85,7 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
-    uint32_t known = (SMATTN_CAP_DETERMINISTIC << 1) - 1u; /* the highest bit this smattn knows */
+    uint32_t known = (SMATTN_CAP_PAGED_HND << 1) - 1u; /* the highest bit this smattn knows */
     if (info->caps & ~known) {
         snprintf(err, errlen,
                  "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,

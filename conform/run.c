@@ -192,6 +192,19 @@ static int pick_dtype(unsigned accepted, smattn_dtype want)
     return -1;
 }
 
+/* The sequence element e of output t (0 O, 1 LSE, as the kernel was handed them) is in. */
+static int64_t seq_of(const smattn_problem *kp, int t, int64_t e)
+{
+    const smattn_layout *L = kp->layout;
+    if (!L || !L->cu_seqlens_q)
+        return t ? e / (kp->Hq * kp->S) : e / (kp->S * kp->Hq * kp->Dv);
+    const int64_t total = L->cu_seqlens_q[kp->B];
+    int64_t row = t ? e % (total ? total : 1) : e / (kp->Hq * kp->Dv), b = 0;
+    while (b + 1 < kp->B && L->cu_seqlens_q[b + 1] <= row)
+        b++;
+    return b;
+}
+
 static void fill_shape(conform_result *r, const smattn_problem *p)
 {
     int64_t s[7] = {p->B, p->S, p->T, p->Hq, p->Hkv, p->D, p->Dv};
@@ -274,9 +287,25 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         return;
     }
     const smattn_problem *p = &m.prob;
+    /* a layout case: the kernel is handed the problem laid out (kp, kin), and judged as the
+     * dense twin (p, m.in) */
+    conform_inst lm;
+    memset(&lm, 0, sizeof lm);
+    if (c->has_layout && conform_case_lay_out(c, &m, &lm)) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "could not run: the checker ran out of memory preparing the case");
+        conform_inst_free(&m);
+        return;
+    }
+    const smattn_problem *kp = c->has_layout ? &lm.prob : p;
+    const smattn_inputs *kin = c->has_layout ? &lm.in : &m.in;
     int att = p->op == SMATTN_OP_ATTENTION;
-    int64_t n[3] = {att ? p->B * p->S * p->Hq * p->Dv : 0,
-                    (k->info.caps & SMATTN_CAP_LSE) ? p->B * p->Hq * p->S : 0,
+    /* O and LSE rows: B S, or total_q of packed queries */
+    const int64_t rows_q = kp->layout && kp->layout->cu_seqlens_q ? kp->layout->cu_seqlens_q[p->B]
+                                                                  : p->B * p->S;
+    int64_t n[3] = {att ? rows_q * p->Hq * p->Dv : 0,
+                    (k->info.caps & SMATTN_CAP_LSE) ? p->Hq * rows_q : 0,
                     (!att || (k->info.caps & SMATTN_CAP_P)) ? p->B * p->Hq * p->S * p->T : 0};
     if (att && n[2] > MAX_P_ELEMS)
         n[2] = 0;
@@ -306,7 +335,7 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         fill_pattern(g2[t].data, (smattn_dtype)odt, n[t]);
         ot[t]->data = g[t].data;
         ot[t]->dtype = (smattn_dtype)odt;
-        smattn_contiguous_strides(p, roles[t], ot[t]->stride);
+        smattn_contiguous_strides(kp, roles[t], ot[t]->stride);
         *ot2[t] = *ot[t];
         ot2[t]->data = g2[t].data;
     }
@@ -342,18 +371,18 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         if (conform_kernel_bind(k, &e, rep->err, sizeof rep->err))
             _exit(0);
         rep->stage = IN_PRECISION;
-        rep->pm = e.precision ? e.precision(p) : k->info.precision;
+        rep->pm = e.precision ? e.precision(kp) : k->info.precision;
         rep->stage = IN_KERNEL;
         smattn_plugin_run_fn fn = att ? e.attention : e.softmax;
         /* twice, on 1 thread and then 2 when the plugin takes a thread count: the second
          * run's bits are compared with the first's (SMATTN_CAP_DETERMINISTIC) */
         int th = e.threads && e.threads(1) == 0;
-        rep->status = fn ? fn(p, &m.in, &out) : SMATTN_ERR_UNSUPPORTED;
+        rep->status = fn ? fn(kp, kin, &out) : SMATTN_ERR_UNSUPPORTED;
         rep->returned = 1;
         if (rep->status == 0) {
             th = th && e.threads(2) == 0;
             rep->threads = th;
-            rep->rerun = fn(p, &m.in, &out2) == 0;
+            rep->rerun = fn(kp, kin, &out2) == 0;
         }
         _exit(0); /* no destructors, no atexit handlers of the plugin */
     }
@@ -437,6 +466,11 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
                 snprintf(r->reason, sizeof r->reason,
                          "%s element %lld was never written (it still holds the prefill pattern)",
                          names[t], (long long)e);
+                if (c->has_layout && t < 2) {
+                    char what[320];
+                    conform_layout_describe(kp, seq_of(kp, t, e), -1, what, sizeof what);
+                    conform_reason_append(r, what);
+                }
                 goto done;
             }
     smattn_precision pm = rep->pm;
@@ -463,9 +497,11 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
                 }
     }
     double secs = r->seconds;
-    conform_judge_rows(p, &m.in, &out, &pm,
-                       (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u,
-                       c->strided, sample, r); /* keeps r->output */
+    const unsigned flags = (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u;
+    if (c->has_layout)
+        conform_judge_layout(p, &m.in, kp, &out, &pm, flags, c->strided, sample, r);
+    else
+        conform_judge_rows(p, &m.in, &out, &pm, flags, c->strided, sample, r); /* keeps output */
     r->seconds = secs;
     if (r->rerun == -1 && (k->info.caps & SMATTN_CAP_DETERMINISTIC) && r->status != CONFORM_FAIL) {
         r->status = CONFORM_FAIL;
@@ -477,5 +513,6 @@ done:
         guarded_free(&g[t]), guarded_free(&g2[t]);
     if (rep != MAP_FAILED)
         munmap(rep, page_size());
+    conform_inst_free(&lm);
     conform_inst_free(&m);
 }

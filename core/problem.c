@@ -75,12 +75,23 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
     if (!p)
         return SMATTN_ERR_NULL;
     int64_t n1, n2, n3; /* the extents of dims 1-3 whose products are the strides */
+    /* A layout's Q/O/LSE and K/V (SPEC 2.7): packed rows [1, total, H, D] (LSE [1, Hq,
+     * total_q]) or pages [num_pages, page_size, Hkv, D] (NHD), so that stride[0] spans the
+     * whole packed tensor (one page). Its arrays are read: total = cu[B], when B >= 1. */
+    const smattn_layout *L = p->layout;
+    int64_t rows_q = p->S, rows_k = p->T;
+    if (L && L->cu_seqlens_q && p->B >= 1)
+        rows_q = L->cu_seqlens_q[p->B];
+    if (L && L->cu_seqlens_k && p->B >= 1)
+        rows_k = L->cu_seqlens_k[p->B];
+    else if (L && L->block_table)
+        rows_k = L->page_size;
     switch (role) {
-    case 'q': n1 = p->S, n2 = p->Hq, n3 = p->D; break;
-    case 'k': n1 = p->T, n2 = p->Hkv, n3 = p->D; break;
-    case 'v': n1 = p->T, n2 = p->Hkv, n3 = p->Dv; break;
-    case 'o': n1 = p->S, n2 = p->Hq, n3 = p->Dv; break;
-    case 'l': n1 = p->Hq, n2 = p->S, n3 = 1; break;
+    case 'q': n1 = rows_q, n2 = p->Hq, n3 = p->D; break;
+    case 'k': n1 = rows_k, n2 = p->Hkv, n3 = p->D; break;
+    case 'v': n1 = rows_k, n2 = p->Hkv, n3 = p->Dv; break;
+    case 'o': n1 = rows_q, n2 = p->Hq, n3 = p->Dv; break;
+    case 'l': n1 = p->Hq, n2 = rows_q, n3 = 1; break;
     case 'x': case 'p': case 'b': n1 = p->Hq, n2 = p->S, n3 = p->T; break;
     case 's': s[0] = 1; return SMATTN_OK;
     default: return SMATTN_ERR_OPTION;

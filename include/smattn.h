@@ -201,6 +201,11 @@ double smattn_default_scale(int64_t D);
 
 /* Contiguous (row-major) strides for a tensor role, so callers need not compute them.
  * role: 'q','k','v','x','o','l' (LSE),'p','b' (bias/mask, full shape), 's' (sinks).
+ * With a layout (SPEC 2.7): Q, O packed [1, total_q, H, D] and LSE [1, Hq, total_q] with
+ * cu_seqlens_q (total_q = cu_seqlens_q[B], read when B >= 1); K, V packed [1, total_k,
+ * Hkv, D] with cu_seqlens_k, or pages [num_pages, page_size, Hkv, D] with a block table
+ * (NHD: for HND swap strides 1 and 2); stride[0] spans the packed tensor (one page). The
+ * layout's arrays must be readable; P, bias and mask keep the dense shapes.
  * Defined for any input: the strides are all 0 unless it returns SMATTN_OK; an unknown
  * role is SMATTN_ERR_OPTION, a negative extent SMATTN_ERR_SHAPE, a stride that does not
  * fit in int64 SMATTN_ERR_OVERFLOW, NULL SMATTN_ERR_NULL. */

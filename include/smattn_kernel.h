@@ -31,7 +31,10 @@
  * (SPEC 3.6). A plugin must not rely on state kept between calls.
  *
  * Versioning: the layout below is ABI version 1. Fields are only ever appended; a host
- * reads `struct_size` to know which fields a plugin filled.
+ * reads `struct_size` to know which fields a plugin filled. Capability bits are appended
+ * too (bits 16-19, the layouts, came with smattn.h's smattn_layout): a plugin built before
+ * them claims none of them and keeps working; a host older than a bit a plugin claims
+ * refuses the plugin (an unknown capability) rather than hand it cases it cannot judge.
  */
 #ifndef SMATTN_KERNEL_H
 #define SMATTN_KERNEL_H
@@ -84,7 +87,16 @@ enum smattn_plugin_caps {
      * count the plugin takes (smattn_plugin_threads). The checker runs every case twice and
      * fails a kernel claiming this whose bits change; one that does not claim it is only
      * marked in the reports. */
-    SMATTN_CAP_DETERMINISTIC = 1u << 15
+    SMATTN_CAP_DETERMINISTIC = 1u << 15,
+    /* Ragged and paged layouts (SPEC 2.7). A kernel claiming one is handed the layout
+     * problem itself: prob->layout set, Q/O/LSE and K/V laid out as smattn.h's
+     * smattn_layout says (contiguous in that layout, unread slots and unused block-table
+     * entries holding NaN, infinities and garbage), judged as the dense twin. A case using
+     * a layout the kernel does not claim is skipped. */
+    SMATTN_CAP_PACKED_Q = 1u << 16,  /* cu_seqlens_q: Q [1,total_q,Hq,D], O, LSE [1,Hq,total_q] */
+    SMATTN_CAP_PACKED_KV = 1u << 17, /* cu_seqlens_k (and seqused_k): K, V [1,total_k,Hkv,.] */
+    SMATTN_CAP_PAGED_NHD = 1u << 18, /* block_table, K, V [num_pages,page_size,Hkv,.] */
+    SMATTN_CAP_PAGED_HND = 1u << 19  /* block_table, K, V [num_pages,Hkv,page_size,.] */
 };
 
 /* A set of dtypes: bit (1u << smattn_dtype). */

@@ -166,7 +166,9 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
         if (!d->data)
             continue;
         d->dtype = g->dtype;
-        smattn_contiguous_strides(p, t ? 'l' : 'o', d->stride);
+        smattn_problem twin = *p; /* the twin's dense strides, not the layout's */
+        twin.layout = NULL;
+        smattn_contiguous_strides(&twin, t ? 'l' : 'o', d->stride);
         void *out = d->data;
         for (int64_t b = 0; b < p->B; b++) {
             int64_t Sb = seq_q_len(c, b);

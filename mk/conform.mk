@@ -61,5 +61,13 @@ $(FIXTURE_DIR)/reason_%.so: tests/fixtures/reason_fixture.c include/smattn_kerne
 	@mkdir -p $(dir $@)
 	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DREASON_$* -o $@ $< -lm
 
-conform-plugins: $(OPT_PLUGIN) $(FIXTURES) $(REASONS)
-tests: $(OPT_PLUGIN) $(FIXTURES) $(REASONS)
+# Ragged and paged batches (tests/test_conform_layout.c): one binary64 plugin per planted
+# layout bug (tests/fixtures/layout_fixture.c).
+LAYOUT_MODES := good page_off slot_pow2 no_seqused unused_slot cu_off
+LAYOUTS      := $(patsubst %,$(FIXTURE_DIR)/layout_%.so,$(LAYOUT_MODES))
+$(FIXTURE_DIR)/layout_%.so: tests/fixtures/layout_fixture.c include/smattn_kernel.h include/smattn.h | deps
+	@mkdir -p $(dir $@)
+	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DLAYOUT_$* -o $@ $< -lm
+
+conform-plugins: $(OPT_PLUGIN) $(FIXTURES) $(REASONS) $(LAYOUTS)
+tests: $(OPT_PLUGIN) $(FIXTURES) $(REASONS) $(LAYOUTS)

@@ -39,6 +39,10 @@ typedef struct smattn_py_case {
     int garbage;      /* invisible slots hold NaN or infinity on purpose */
     int strided;      /* rows padded (pitch > D), padding holds NaN */
     uint32_t caps;
+    /* a ragged or paged case (SPEC 2.7): prob and in are its dense twin, laid out by this
+     * (NULL: a dense case); kv_hnd: its pages are [num_pages, Hkv, page_size, D] */
+    const smattn_layout *layout;
+    int kv_hnd;
 } smattn_py_case;
 
 int smattn_py_abi(int64_t sizes[8]);
@@ -166,6 +170,8 @@ int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out)
     out->garbage = c->garbage;
     out->strided = c->strided;
     out->caps = c->caps;
+    out->layout = c->has_layout ? &c->layout : NULL;
+    out->kv_hnd = c->kv_hnd;
     return 0;
 }
 

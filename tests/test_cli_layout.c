@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -439,6 +440,33 @@ START_TEST(ref_opt_match_dense_twin)
 }
 END_TEST
 
+/* `check --rows K` of a layout case runs the oracle on the sampled rows only, as for a
+ * dense case: a packed batch of 1024 + 1 queries over 2 x 1024 keys (a full oracle: about
+ * 13 s of CPU) is judged in a fraction of that. CPU time of the child, not wall time: the
+ * machine may be shared. */
+START_TEST(sampled_check_of_a_layout_is_sampled)
+{
+    const char *dir = in_tmp("big");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    const int64_t S = 1024, H = 4, D = 64;
+    put_f32(dir, "q.npy", 3, (int64_t[]){S + 1, H, D}, 1);
+    put_f32(dir, "k.npy", 3, (int64_t[]){2 * S, H, D}, 2);
+    put_f32(dir, "v.npy", 3, (int64_t[]){2 * S, H, D}, 3);
+    put_f32(dir, "o.npy", 3, (int64_t[]){S + 1, H, D}, 4);
+    put_text(dir, "case.json", "{\"cu_seqlens_q\": [0, 1024, 1025], \"cu_seqlens_k\": [0, 1024, 2048]}");
+    struct rusage before, after;
+    getrusage(RUSAGE_CHILDREN, &before);
+    test_outcome r = run3("check", dir, "--rows=1", NULL);
+    getrusage(RUSAGE_CHILDREN, &after);
+    double cpu = (double)(after.ru_utime.tv_sec - before.ru_utime.tv_sec) +
+                 1e-6 * (double)(after.ru_utime.tv_usec - before.ru_utime.tv_usec);
+    ck_assert_msg(r.code == 1 && strstr(r.out, "sampled: 160 of 8192 rows judged"),
+                  "exit %d: %s%s", r.code, r.out, r.err);
+    ck_assert_msg(cpu < 4.0, "a sampled check took %.2f s of CPU", cpu);
+    test_outcome_free(&r);
+}
+END_TEST
+
 Suite *cli_layout_suite(void);
 Suite *cli_layout_suite(void)
 {
@@ -448,6 +476,7 @@ Suite *cli_layout_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_layout_exit_2);
     tcase_add_test(tc, check_judges_layout_outputs);
+    tcase_add_test(tc, sampled_check_of_a_layout_is_sampled);
     tcase_add_test(tc, gen_layouts_are_the_dense_cases);
     suite_add_tcase(s, tc);
     /* needs the library's layouts (smattn_ref, smattn_attention with a layout) */

@@ -679,6 +679,76 @@ START_TEST(layout_arrays_are_inputs_for_aliasing)
 }
 END_TEST
 
+/* smattn_contiguous_strides of a layout problem gives the layout's own tensors (SPEC 2.7):
+ * packed [1, total, H, D] and LSE [1, Hq, total_q], pages [num_pages, page_size, Hkv, D];
+ * those strides pass validation on buffers of exactly that size, and the dense twin's stay
+ * dense. */
+START_TEST(contiguous_strides_of_layouts)
+{
+    const int64_t B = 3, S = 5, T = 11, Hq = 4, Hkv = 2, D = 3, Dv = 2, ps = 3, np = 9;
+    int64_t cuq[4] = {0, 2, 2, 7}, cuk[4] = {0, 11, 14, 20}, kvl[3] = {7, 0, 11};
+    int32_t bt[3 * 4] = {4, 8, 0, -1, -1, -1, -1, -1, 1, 2, 3, 5};
+    smattn_layout L = {cuq, cuk, NULL, NULL, 0, 0, 0, 0};
+    smattn_problem p = smattn_problem_default();
+    p.B = B, p.S = S, p.T = T, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.Dv = Dv;
+    p.layout = &L;
+    int64_t st[4];
+    struct {
+        char role;
+        int64_t want[4];
+    } packed[] = {{'q', {7 * Hq * D, Hq * D, D, 1}},     {'o', {7 * Hq * Dv, Hq * Dv, Dv, 1}},
+                  {'l', {Hq * 7, 7, 1, 0}},              {'k', {20 * Hkv * D, Hkv * D, D, 1}},
+                  {'v', {20 * Hkv * Dv, Hkv * Dv, Dv, 1}}, {'p', {Hq * S * T, S * T, T, 1}}};
+    for (size_t k = 0; k < sizeof packed / sizeof packed[0]; k++) {
+        ck_assert_int_eq(smattn_contiguous_strides(&p, packed[k].role, st), SMATTN_OK);
+        for (int r = 0; r < 4; r++)
+            ck_assert_msg(st[r] == packed[k].want[r], "packed '%c' stride[%d] = %lld, want %lld",
+                          packed[k].role, r, (long long)st[r], (long long)packed[k].want[r]);
+    }
+    /* validation takes them on buffers of exactly the packed sizes */
+    float *q = calloc(7 * Hq * D, sizeof *q), *k = calloc(20 * Hkv * D, sizeof *k),
+          *v = calloc(20 * Hkv * Dv, sizeof *v), *o = calloc(7 * Hq * Dv, sizeof *o),
+          *l = calloc(Hq * 7, sizeof *l);
+    smattn_inputs in;
+    smattn_outputs out;
+    memset(&in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    in.q = (smattn_tensor){q, SMATTN_F32, {0}};
+    in.k = (smattn_tensor){k, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){v, SMATTN_F32, {0}};
+    out.o = (smattn_out_tensor){o, SMATTN_F32, {0}};
+    out.lse = (smattn_out_tensor){l, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&p, 'q', in.q.stride);
+    smattn_contiguous_strides(&p, 'k', in.k.stride);
+    smattn_contiguous_strides(&p, 'v', in.v.stride);
+    smattn_contiguous_strides(&p, 'o', out.o.stride);
+    smattn_contiguous_strides(&p, 'l', out.lse.stride);
+    ck_assert_int_eq(smattn_validate(&p, &in, &out), SMATTN_OK);
+    ck_assert_int_eq(smattn_attention(&p, &in, &out, NULL), SMATTN_OK);
+    /* paged keys: one page per stride[0] */
+    L = (smattn_layout){cuq, NULL, NULL, bt, 4, 4, np, ps};
+    p.kv_lens = kvl;
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', st), SMATTN_OK);
+    ck_assert(st[0] == ps * Hkv * D && st[1] == Hkv * D && st[2] == D && st[3] == 1);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'v', st), SMATTN_OK);
+    ck_assert(st[0] == ps * Hkv * Dv && st[1] == Hkv * Dv && st[2] == Dv && st[3] == 1);
+    float *kp = calloc(np * ps * Hkv * D, sizeof *kp), *vp = calloc(np * ps * Hkv * Dv, sizeof *vp);
+    in.k = (smattn_tensor){kp, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){vp, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&p, 'k', in.k.stride);
+    smattn_contiguous_strides(&p, 'v', in.v.stride);
+    ck_assert_int_eq(smattn_validate(&p, &in, &out), SMATTN_OK);
+    ck_assert_int_eq(smattn_attention(&p, &in, &out, NULL), SMATTN_OK);
+    /* the dense twin keeps the dense strides */
+    p.layout = NULL;
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', st), SMATTN_OK);
+    ck_assert(st[0] == S * Hq * D && st[1] == Hq * D);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', st), SMATTN_OK);
+    ck_assert(st[0] == T * Hkv * D && st[1] == Hkv * D);
+    free(q), free(k), free(v), free(o), free(l), free(kp), free(vp);
+}
+END_TEST
+
 Suite *layout_suite(void);
 Suite *layout_suite(void)
 {
@@ -691,6 +761,7 @@ Suite *layout_suite(void)
     tcase_add_test(tc, bad_layouts_are_refused_untouched);
     tcase_add_test(tc, explain_names_the_entry);
     tcase_add_test(tc, layout_arrays_are_inputs_for_aliasing);
+    tcase_add_test(tc, contiguous_strides_of_layouts);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,7 +12,8 @@ from . import _api, _lib
 from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
-              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max")
+              "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max",
+              "deterministic", "packed_q", "packed_kv", "paged_nhd", "paged_hnd")
 _DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16"}
 _EMPTY_NAME = {v: k for k, v in _EMPTY.items()}
 _EMPTY_LSE_NAME = {v: k for k, v in _EMPTY_LSE.items()}
@@ -36,7 +37,16 @@ class Case:
     float16 array; "bfloat16" inputs are float32 arrays holding bfloat16 values exactly;
     `smattn conform` asks a kernel for out_dtype outputs when it claims that dtype).
     garbage: invisible slots (masked, padded, never-seen keys) hold NaN or infinity on
-    purpose (SPEC 3.6). visible(): which keys each row sees."""
+    purpose (SPEC 3.6). visible(): which keys each row sees (dense cases). shape: the
+    problem's B, S, T, Hq, Hkv, D, Dv (of the dense, padded twin for a layout case).
+
+    A ragged or paged case (category "layout", features packed_q, packed_kv, paged_nhd or
+    paged_hnd; SPEC 2.7) comes laid out as `smattn conform` hands it to a kernel: q packed
+    [total_q, Hq, D] with kwargs cu_seqlens_q, k and v packed [total_k, Hkv, .] with
+    cu_seqlens_k (and seqused_k) or page caches [num_pages, page_size, Hkv, .] (kv_layout
+    "HND": [num_pages, Hkv, page_size, .]) with block_table and kv_lens. Every slot no
+    sequence uses holds NaN or an infinity, unused block-table entries hold garbage (-1,
+    huge values); its O is [total_q, Hq, Dv] when q is packed."""
     name: str
     category: str
     q: Optional[np.ndarray]
@@ -52,6 +62,7 @@ class Case:
     x: Optional[np.ndarray] = None
     q_dtype: str = "float32"
     out_dtype: str = "float32"
+    shape: Dict[str, int] = field(default_factory=dict)
     _extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     def check(self, o=None, lse=None, p=None, precision="float32", **overrides):
@@ -171,6 +182,57 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
         shim.smattn_py_battery_free(bat)
 
 
+_JUNK = (np.nan, np.inf, -np.inf)
+
+
+def _lay_out(c, q, k, v, kw):
+    """A ragged or paged case (SPEC 2.7) as `smattn conform` hands it to a kernel claiming
+    its layout (conform_case_lay_out): Q packed [total_q, Hq, D] with cu_seqlens_q, K and V
+    packed [total_k, Hkv, .] with cu_seqlens_k (and seqused_k) or page caches [num_pages,
+    page_size, Hkv, .] (kv_layout "HND": [num_pages, Hkv, page_size, .]) with block_table
+    and kv_lens; every slot no sequence uses holds NaN or an infinity, unused block-table
+    entries garbage. q, k, v: the dense twin's BSHD arrays; kw is updated in place."""
+    L = c.layout.contents
+    B = c.prob.B
+    lens_q = kw.pop("q_lens", None) if L.cu_seqlens_q else kw.get("q_lens")
+    lens_k = kw["kv_lens"]
+    if L.cu_seqlens_q:
+        cu = np.array([L.cu_seqlens_q[b] for b in range(B + 1)], dtype=np.int64)
+        kw["cu_seqlens_q"] = cu
+        q = np.concatenate([q[b, :lens_q[b]] for b in range(B)], axis=0)
+    if L.cu_seqlens_k:
+        cu = np.array([L.cu_seqlens_k[b] for b in range(B + 1)], dtype=np.int64)
+        kw["cu_seqlens_k"] = cu
+        del kw["kv_lens"]
+        if L.seqused_k:
+            kw["seqused_k"] = np.array([L.seqused_k[b] for b in range(B)], dtype=np.int64)
+        out = []
+        for a in (k, v):
+            p = np.empty((int(cu[B]),) + a.shape[2:], dtype=a.dtype)
+            p.reshape(-1)[:] = np.resize(np.array(_JUNK, dtype=a.dtype), p.size)
+            for b in range(B):
+                p[cu[b]:cu[b] + lens_k[b]] = a[b, :lens_k[b]]
+            out.append(p)
+        k, v = out
+    elif L.block_table:
+        ps, npages, maxp = int(L.page_size), int(L.num_pages), int(L.max_pages)
+        table = np.array([[L.block_table[b * L.bt_stride + j] for j in range(maxp)]
+                          for b in range(B)], dtype=np.int32)
+        kw["block_table"] = table
+        out = []
+        for a in (k, v):
+            p = np.empty((npages, ps) + a.shape[2:], dtype=a.dtype)
+            p.reshape(-1)[:] = np.resize(np.array(_JUNK, dtype=a.dtype), p.size)
+            for b in range(B):
+                for t in range(int(lens_k[b])):
+                    p[table[b, t // ps], t % ps] = a[b, t]
+            out.append(np.ascontiguousarray(np.swapaxes(p, 1, 2)) if c.kv_hnd else p)
+        k, v = out
+        if c.kv_hnd:
+            kw["kv_layout"] = "HND"
+    return q, k, v, "bshd"
+
+
 def _make_case(c, dtype, layout, seed):
     p = c.prob
     B, S, T, Hq, Hkv, D, Dv = p.B, p.S, p.T, p.Hq, p.Hkv, p.D, p.Dv
@@ -195,7 +257,7 @@ def _make_case(c, dtype, layout, seed):
         q = _cast(_array(c.in_.q, cnt[0], (B, S, Hq, D), np.float64), q_cast)
         k = _cast(_array(c.in_.k, cnt[1], (B, T, Hkv, D), np.float64), kv_cast)
         v = _cast(_array(c.in_.v, cnt[2], (B, T, Hkv, Dv), np.float64), kv_cast)
-        if layout == "bhsd":
+        if layout == "bhsd" and not c.layout:  # a layout case has its own (SPEC 2.7)
             q, k, v = (np.swapaxes(a, 1, 2) for a in (q, k, v))
     kw = {"scale": p.scale}
     if p.causal:
@@ -214,6 +276,8 @@ def _make_case(c, dtype, layout, seed):
     kw["empty_rows"] = _EMPTY_NAME[p.empty_rows]
     kw["empty_lse"] = _EMPTY_LSE_NAME[p.empty_lse]
     feats = [n for bit, n in enumerate(_CAP_NAMES) if c.caps & (1 << bit)]
+    if c.layout:
+        q, k, v, layout = _lay_out(c, q, k, v, kw)
     return Case(c.name.decode(), c.category.decode(), q, k, v, kw, feats, kvd,
                 bool(c.garbage), layout, seed, "softmax" if softmax else "attention", x, qd,
-                outd)
+                outd, dict(B=B, S=S, T=T, Hq=Hq, Hkv=Hkv, D=D, Dv=Dv))

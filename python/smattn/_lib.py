@@ -97,7 +97,8 @@ class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
     _fields_ = [("name", ctypes.c_char_p), ("category", ctypes.c_char_p), ("prob", Problem),
                 ("in_", Inputs), ("count", c_i64 * 7), ("kv_dtype", ctypes.c_int),
                 ("q_dtype", ctypes.c_int), ("out_dtype", ctypes.c_int),
-                ("garbage", ctypes.c_int), ("strided", ctypes.c_int), ("caps", ctypes.c_uint32)]
+                ("garbage", ctypes.c_int), ("strided", ctypes.c_int), ("caps", ctypes.c_uint32),
+                ("layout", ctypes.POINTER(Layout)), ("kv_hnd", ctypes.c_int)]
 
 
 _SHIM_ABI = 3

@@ -217,3 +217,37 @@ def test_library_line_library():
     with pytest.raises(ValueError, match=r"block_table\[2\]\[2\] = 99 is outside \[0, 6\) "
                                          r"\(SMATTN_ERR_LAYOUT\)"):
         smattn._api._validate(b, out)
+
+
+def test_cases_yield_layouts_library():
+    """cases() yields the battery's ragged and paged cases laid out, with their arrays: q
+    packed with cu_seqlens_q, k and v packed or in pages with a block table (NaN and
+    infinities in every slot no sequence uses), judged through check() as `smattn conform`
+    judges them; the library's kernel passes them, and a page index off by one fails."""
+    seen, junk, table_junk = set(), 0, 0
+    for c in smattn.cases("quick", categories=["layout"]):
+        kw = c.kwargs
+        assert ("cu_seqlens_q" in kw) == ("packed_q" in c.features) == (c.q.ndim == 3)
+        assert ("cu_seqlens_k" in kw) == ("packed_kv" in c.features)
+        paged = "paged_nhd" in c.features or "paged_hnd" in c.features
+        assert ("block_table" in kw) == paged
+        assert (kw.get("kv_layout") == "HND") == ("paged_hnd" in c.features)
+        assert "q_lens" not in kw or "cu_seqlens_q" not in kw
+        junk += not np.isfinite(c.k).all()  # unused slots hold NaN or an infinity
+        if paged:
+            table_junk += (kw["block_table"] == -1).any()
+        seen.update(f for f in c.features if f.startswith(("packed", "paged")))
+        o, lse = smattn.attention(c.q, c.k, c.v, **kw)[:2]
+        assert o.shape[0] == (kw["cu_seqlens_q"][-1] if c.q.ndim == 3 else c.shape["B"])
+        r = c.check(o, lse=lse)
+        assert r, (c.name, r.reason)
+        if paged and c.name.endswith("p16_decode"):
+            t = kw["block_table"].copy()
+            used = (np.asarray(kw["kv_lens"]) + 15) // 16
+            for b in range(t.shape[0]):
+                t[b, :used[b]] = (t[b, :used[b]] + 1) % c.k.shape[0]
+            bad = smattn.attention(c.q, c.k, c.v, **dict(kw, block_table=t))[0]
+            r = c.check(bad)
+            assert not r and "O[b=" in r.reason
+    assert seen == {"packed_q", "packed_kv", "paged_nhd", "paged_hnd"}
+    assert junk >= 10 and table_junk >= 10, (junk, table_junk)

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""torch_nested.py: PyTorch's ragged attention on CPU (nested tensors through
+torch.nn.functional._scaled_dot_product_attention, Debian's python3-torch 1.13) run over
+the packed cases of `smattn gen --layout packed`, so that `smattn check` judges a real
+implementation's ragged path (conform/README.md, "A real implementation").
+
+    smattn gen --layout packed --force OUT
+    /usr/bin/python3 examples/torch_nested.py OUT
+    smattn check OUT
+
+Each case directory gets o.npy [total_q, Hq, Dv] (float32), or a file `skip` saying why
+torch cannot express it: PyTorch 1.13's nested path takes no causal flag ("Nested tensors
+for query / key are not supported when is_causal=True"), no mask or bias, no window,
+sinks, softcap or seqused_k, and only the default scale 1/sqrt(D). GQA is given to it as
+users do, K and V heads repeated (h -> h / (Hq / Hkv)). Not part of `make check`: torch is
+no dependency of smattn."""
+import json
+import math
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def why_not(cj, d):
+    """Why torch's nested SDPA cannot run the case in directory d, or None."""
+    if not os.path.exists(os.path.join(d, "q.npy")):
+        return "the softmax op: no nested-tensor form in torch"
+    if "cu_seqlens_q" not in cj or "cu_seqlens_k" not in cj:
+        return "not a packed case"
+    for f in ("bias.npy", "mask.npy", "sinks.npy"):
+        if os.path.exists(os.path.join(d, f)):
+            return "%s: no mask, bias or sinks on torch 1.13's nested path" % f
+    if cj.get("causal", "none") != "none":
+        return "causal: torch 1.13 refuses is_causal with nested tensors"
+    if list(cj.get("window", [-1, -1])) != [-1, -1] or cj.get("softcap", 0):
+        return "window or softcap: not in torch's SDPA"
+    if "seqused_k" in cj:
+        return "seqused_k: no such argument in torch"
+    if cj.get("empty_rows", "zero") != "zero":
+        return "empty rows %s: torch gives zeros" % cj["empty_rows"]
+    return None
+
+
+def run(d):
+    with open(os.path.join(d, "case.json")) as f:
+        cj = json.load(f)
+    reason = why_not(cj, d)
+    q = np.load(os.path.join(d, "q.npy")) if reason is None else None
+    if q is not None and (q.dtype != np.float32 or
+                          not math.isclose(cj["scale"], 1 / math.sqrt(q.shape[-1]),
+                                           rel_tol=1e-15)):
+        reason = "dtype %s or scale %r: torch's nested SDPA here is float32, scale " \
+                 "1/sqrt(D)" % (q.dtype, cj["scale"])
+    if reason is not None:
+        with open(os.path.join(d, "skip"), "w") as f:
+            f.write(reason + "\n")
+        return False
+    k = np.load(os.path.join(d, "k.npy"))
+    v = np.load(os.path.join(d, "v.npy"))
+    cq, ck = cj["cu_seqlens_q"], cj["cu_seqlens_k"]
+    Hq, G = q.shape[1], q.shape[1] // k.shape[1]
+    # one [H, len, D] tensor per sequence; K and V heads repeated for GQA
+    qs = [torch.from_numpy(q[cq[b]:cq[b + 1]]).transpose(0, 1) for b in range(len(cq) - 1)]
+    ks = [torch.from_numpy(k[ck[b]:ck[b + 1]]).repeat_interleave(G, 1).transpose(0, 1)
+          for b in range(len(ck) - 1)]
+    vs = [torch.from_numpy(v[ck[b]:ck[b + 1]]).repeat_interleave(G, 1).transpose(0, 1)
+          for b in range(len(ck) - 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "nested tensors are a prototype"
+        o, _ = F._scaled_dot_product_attention(torch.nested.nested_tensor(qs),
+                                               torch.nested.nested_tensor(ks),
+                                               torch.nested.nested_tensor(vs))
+    out = np.concatenate([t.transpose(0, 1).numpy() for t in o.unbind()], axis=0)
+    assert out.shape == (q.shape[0], Hq, v.shape[-1])
+    np.save(os.path.join(d, "o.npy"), out.astype(np.float32))
+    return True
+
+
+def main(out):
+    ran = skipped = 0
+    for name in sorted(os.listdir(out)):
+        d = os.path.join(out, name)
+        if not os.path.isdir(d):
+            continue
+        if run(d):
+            ran += 1
+        else:
+            skipped += 1
+    print("torch %s: o.npy for %d cases, %d skipped (a skip file says why)"
+          % (torch.__version__, ran, skipped))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: torch_nested.py OUT (a directory of `smattn gen --layout packed`)")
+    main(sys.argv[1])
