@@ -70,7 +70,7 @@ IOLIB   := $(BUILD)/libsmattn_io.a
 CLI     := $(BUILD)/smattn
 TESTBIN := $(BUILD)/tests/run
 
-.PHONY: all deps deps-check demo check check-build check-built check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long check-huge lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout \
+.PHONY: all deps deps-check demo check check-build check-built check-unit check-reach check-shards check-man check-make check-examples check-san check-tsan check-long check-huge lib cli tests clean bench-ref bench-ref-backward bench bench-read bench-phases bench-tiles bench-shape bench-wake bench-layout bench-backward \
         check-exp format
 all: deps cli
 
@@ -127,7 +127,7 @@ cli: $(CLI)
 # in the plain build only (the sanitizer build of them cost about a minute of make check)
 BENCH_BINS := $(BUILD)/bench_opt $(BUILD)/bench_ref $(BUILD)/bench_ref_backward $(BUILD)/bench_read \
               $(BUILD)/bench_shape $(BUILD)/bench_tiles $(BUILD)/bench_wake $(BUILD)/check_exp \
-              $(BUILD)/bench_layout
+              $(BUILD)/bench_layout $(BUILD)/bench_backward
 tests: $(TESTBIN) $(CLI) $(if $(SAN),,$(BENCH_BINS))
 
 # The whole suite: install into a temporary DESTDIR and use it (tests/install/), unit,
@@ -254,11 +254,19 @@ $(BUILD)/bench_opt: $(call obj,$(BENCH_SRC)) $(LIB)
 # The peer in the same run: oneDNN composed by plugins/onednn, built by
 # mk/onednn.mk's `onednn` (which installs Debian's libdnnl-dev when missing); without it
 # the table says '-'. make check never needs oneDNN.
-bench: deps $(BUILD)/bench_opt $(BUILD)/bench_layout
+bench: deps $(BUILD)/bench_opt $(BUILD)/bench_layout $(BUILD)/bench_backward
 	@$(MAKE) --no-print-directory onednn || echo "bench: no oneDNN peer (libdnnl-dev not installed)" >&2
 	$(BUILD)/bench_opt --threads $(THREADS) $(if $(ISA),--isa $(ISA)) --json $(BENCH_JSON) \
 	  $$(test -f /usr/include/oneapi/dnnl/dnnl.h && test -f $(ONEDNN_SO) && echo --peer $(ONEDNN_SO))
 	$(BUILD)/bench_layout --threads $(THREADS) $(if $(ISA),--isa $(ISA))
+	$(BUILD)/bench_backward --threads $(THREADS) $(if $(ISA),--isa $(ISA))
+
+# The fast backward against the forward in the same run (bench/bench_backward.c), alone:
+$(BUILD)/bench_backward: $(call obj,bench/bench_backward.c bench/bench_machine.c bench/peak_fma_avx2.c \
+                         bench/peak_fma_avx512.c) $(LIB)
+	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(LIBS)
+bench-backward: deps $(BUILD)/bench_backward
+	$(BUILD)/bench_backward --threads $(THREADS) $(if $(ISA),--isa $(ISA))
 
 # Ragged and paged layouts against the same problems dense (bench/bench_layout.c), alone:
 $(BUILD)/bench_layout: $(call obj,bench/bench_layout.c bench/bench_machine.c bench/peak_fma_avx2.c \

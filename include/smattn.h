@@ -543,6 +543,82 @@ SMATTN_NODISCARD smattn_status smattn_merge_bound(const smattn_merge_problem *pr
                                                   const smattn_outputs *fmt,
                                                   const smattn_outputs *bound);
 
+/* ---------------------------------------------------------------------------------------
+ * The bound for backward kernels (SPEC 10.7), appended in 0.3. The model is
+ * FlashAttention-2's backward: P recomputed as exp(s - LSE) from the forward's STORED LSE,
+ * Delta = dO . O from the STORED (rounded) O, dS = P (dP - Delta + dLSE), softcap's
+ * derivative from the recomputed score, dQ summed over the keys and dK, dV over the
+ * group's heads and queries in any order.
+ * ------------------------------------------------------------------------------------- */
+typedef struct smattn_backward_precision {
+    smattn_precision fwd;   /* the forward kernel that wrote O and LSE (SPEC 6.1) */
+    smattn_dtype o_dtype;   /* the dtype O was stored in (Delta reads it: its rounding,
+                               u_o |O| |dO|, is a term of the bound) */
+    smattn_dtype lse_dtype; /* the dtype LSE was stored in */
+    smattn_precision bwd;   /* the backward's own arithmetic: u_score (scores, the scale,
+                               tanh), u_acc (exp, dP, Delta, dS, softcap's derivative, the
+                               sums), exp_ulps, u_p (P and dS rounded to this before the
+                               products, e.g. 2^-8 for bf16; 0 if not), tiny (covering the
+                               u_p format's too); blocks and acc_len are not read: any order */
+} smattn_backward_precision;
+
+/* A plain kernel in dtype t: forward and backward smattn_precision_of(t), O and LSE
+ * stored in t. */
+smattn_backward_precision smattn_backward_precision_of(smattn_dtype t);
+
+/* Per-element bounds on |computed - exact| for the gradients of a backward kernel obeying
+ * pm whose outputs are rounded to the dtypes of fmt (dq, dk, dv, and dbias if bound->dbias
+ * is wanted; only dtypes are read), written as binary64 into bound->dq, dk, dv (required,
+ * dtype F64, shapes of SPEC 10.1) and bound->dbias (optional); bound->dsinks must be absent
+ * (SMATTN_ERR_UNSUPPORTED). The bound covers comparing against smattn_ref_backward's
+ * binary64 result. Exact zeros (empty rows, keys no row sees) get 0; elements whose exact
+ * value is not finite, or that a row out of the forward's contract (SPEC 6.8) touches, get
+ * +inf. Status: smattn_ref_backward's validation, SMATTN_ERR_DTYPE, SMATTN_ERR_OPTION (pm
+ * out of range), SMATTN_ERR_NOMEM. */
+SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
+                                                     const smattn_inputs *in,
+                                                     const smattn_grad_inputs *gin,
+                                                     const smattn_backward_precision *pm,
+                                                     const smattn_grad_outputs *fmt,
+                                                     const smattn_grad_outputs *bound);
+
+/* ---------------------------------------------------------------------------------------
+ * The fast backward (opt/), appended in 0.3: FlashAttention-2's algorithm in binary32, the
+ * model of SPEC 10.7. dK and dV by key blocks (each block's sums over the group's heads and
+ * the query blocks in a fixed order), dQ by query blocks, each recomputing P = exp(s - LSE)
+ * from the stored LSE; SIMD (the ISA of smattn_opt_isa, or cfg->isa), the thread pool. Its
+ * gradients are bitwise identical for every thread count, across repeated calls, and across
+ * ISAs (lanes run over independent outputs, every sum is one fma chain in a fixed order).
+ * Supported: every mask kind, GQA, softcap, bias, sinks, dLSE, the three empty-row
+ * conventions; Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in float32, binary16
+ * or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from binary32).
+ * SMATTN_ERR_UNSUPPORTED: binary64 tensors, dbias or dsinks asked for, a non-finite input
+ * (other than a -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there), a layout.
+ * Safe to call from several threads.
+ * ------------------------------------------------------------------------------------- */
+/* What the forward stored: O [B,S,Hq,Dv] and LSE [B,Hq,S] (natural log; empty rows' LSE is
+ * not read), each in its own dtype and strides. */
+typedef struct smattn_forward_saved {
+    smattn_tensor o;
+    smattn_tensor lse;
+} smattn_forward_saved;
+
+/* saved NULL: the forward (smattn_attention, binary32 O and LSE) is run first, with cfg.
+ * Shapes, strides and aliasing as smattn_ref_backward; saved as the forward's outputs.
+ * Within smattn_backward_bound for smattn_opt_backward_precision(prob) with o_dtype and
+ * lse_dtype set to the saved tensors' dtypes (the forward's model: smattn_opt_precision for
+ * O and LSE written by smattn_attention). */
+SMATTN_NODISCARD smattn_status smattn_attention_backward(const smattn_problem *prob,
+                                                         const smattn_inputs *in,
+                                                         const smattn_forward_saved *saved,
+                                                         const smattn_grad_inputs *gin,
+                                                         const smattn_grad_outputs *gout,
+                                                         const smattn_opt_config *cfg);
+/* The model of smattn_attention_backward (SPEC 10.7): forward smattn_opt_precision(prob),
+ * O and LSE binary32, backward binary32 with exp and tanh within 4 ulps, results below
+ * FLT_MIN flushed, no u_p rounding. */
+smattn_backward_precision smattn_opt_backward_precision(const smattn_problem *prob);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,3 +3,4 @@
 #include "opt/simd_avx2.h"
 #define ISA_NAME "avx2"
 #include "opt/kernel_body.h"
+#include "opt/backward_body.h"

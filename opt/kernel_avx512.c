@@ -3,3 +3,4 @@
 #include "opt/simd_avx512.h"
 #define ISA_NAME "avx512"
 #include "opt/kernel_body.h"
+#include "opt/backward_body.h"

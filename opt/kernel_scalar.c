@@ -3,3 +3,4 @@
 #include "opt/simd_scalar.h"
 #define ISA_NAME "scalar"
 #include "opt/kernel_body.h"
+#include "opt/backward_body.h"

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: MIT */
+/* backward.c: the fast backward's entry point: validation, the stored O and LSE (or the
+ * forward run here), the operands staged as binary32 blocks, each row's class, Delta, and
+ * the two passes (dK/dV by key blocks, dQ by query blocks) over the thread pool. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opt/backward_internal.h"
+
+static const bw_isa *bw_isa_by_name(const char *name)
+{
+    if (!name)
+        name = smattn_opt_isa();
+    if (!smattn__isa_known(name) || !smattn_opt_isa_available(name))
+        return NULL;
+    if (strcmp(name, "scalar") == 0)
+        return &smattn__bw_isa_scalar;
+    if (strcmp(name, "avx2") == 0)
+        return &smattn__bw_isa_avx2;
+    return &smattn__bw_isa_avx512;
+}
+
+static int bw_env_threads(void)
+{
+    const char *e = getenv("SMATTN_NUM_THREADS");
+    if (!e || !*e)
+        return 0;
+    char *end;
+    long n = strtol(e, &end, 10);
+    return *end == 0 && n > 0 && n <= 1024 ? (int)n : 0;
+}
+
+static size_t ds_budget = (size_t)512 << 20;
+
+size_t smattn__bw_set_ds_budget(size_t bytes)
+{
+    size_t was = ds_budget;
+    ds_budget = bytes;
+    return was;
+}
+
+static int is_half_or_f32(smattn_dtype t)
+{
+    return t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
+}
+
+/* Every element of a [n0,n1,n2,n3] tensor finite (-inf allowed if neg_inf_ok)? */
+static int all_finite(const smattn_tensor *t, const int64_t n[4], int neg_inf_ok)
+{
+    for (int64_t a = 0; a < n[0]; a++)
+        for (int64_t b = 0; b < n[1]; b++)
+            for (int64_t c = 0; c < n[2]; c++)
+                for (int64_t d = 0; d < n[3]; d++) {
+                    double x = smattn_load(t->data, t->dtype,
+                                           a * t->stride[0] + b * t->stride[1] +
+                                               c * t->stride[2] + d * t->stride[3]);
+                    if (!isfinite(x) && !(neg_inf_ok && x == -HUGE_VAL))
+                        return 0;
+                }
+    return 1;
+}
+
+/* Row r of an [n0][n1][n2][cols] tensor as binary32 into dst, zero padded to ld. */
+static void stage_row(float *dst, int64_t ld, const smattn_tensor *t, int64_t off, int64_t cols)
+{
+    if (t->dtype == SMATTN_F32)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c] = opt_ld_f32(t->data, off + c * t->stride[3]);
+    else if (t->dtype == SMATTN_BF16)
+        for (int64_t c = 0; c < cols; c++) {
+            uint16_t h;
+            memcpy(&h, (const unsigned char *)t->data + 2 * (off + c * t->stride[3]), 2);
+            uint32_t u = (uint32_t)h << 16;
+            memcpy(&dst[c], &u, 4);
+        }
+    else
+        for (int64_t c = 0; c < cols; c++)
+            dst[c] = (float)smattn_load(t->data, t->dtype, off + c * t->stride[3]);
+    for (int64_t c = cols; c < ld; c++)
+        dst[c] = 0.0f;
+}
+
+typedef struct bw_run {
+    const bw_job *job;
+    const bw_isa *isa;
+} bw_run;
+
+static void run_dkdv(void *ctx, int64_t item, int worker)
+{
+    const bw_run *r = ctx;
+    r->isa->dkdv_item(r->job, item, worker);
+}
+
+static void run_dq(void *ctx, int64_t item, int worker)
+{
+    const bw_run *r = ctx;
+    r->isa->dq_item(r->job, item, worker);
+}
+
+static void job_free(bw_job *j)
+{
+    free(j->q), free(j->dO), free(j->k), free(j->kt), free(j->vt), free(j->lse);
+    free(j->delta), free(j->lo), free(j->hi), free(j->cls), free(j->nan_group), free(j->ds);
+    free(j->scratch);
+}
+
+smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_inputs *in,
+                                        const smattn_forward_saved *saved,
+                                        const smattn_grad_inputs *gin,
+                                        const smattn_grad_outputs *gout,
+                                        const smattn_opt_config *cfg)
+{
+    smattn_status st = smattn__validate_backward(p, in, gin, gout);
+    if (st)
+        return st;
+    if (cfg && ((cfg->isa && !smattn__isa_known(cfg->isa)) || cfg->threads < 0))
+        return SMATTN_ERR_OPTION;
+    const bw_isa *isa = bw_isa_by_name(cfg ? cfg->isa : NULL);
+    if (!isa)
+        return SMATTN_ERR_UNSUPPORTED; /* a known ISA this CPU lacks */
+    /* the saved forward: O [B,S,Hq,Dv] and LSE [B,Hq,S], checked as the forward's outputs */
+    smattn_outputs fo;
+    memset(&fo, 0, sizeof fo);
+    if (saved) {
+        if (!saved->o.data || !saved->lse.data)
+            return SMATTN_ERR_NULL;
+        fo.o = (smattn_out_tensor){(void *)(uintptr_t)saved->o.data, saved->o.dtype,
+                                   {saved->o.stride[0], saved->o.stride[1], saved->o.stride[2],
+                                    saved->o.stride[3]}};
+        fo.lse = (smattn_out_tensor){(void *)(uintptr_t)saved->lse.data, saved->lse.dtype,
+                                     {saved->lse.stride[0], saved->lse.stride[1],
+                                      saved->lse.stride[2], saved->lse.stride[3]}};
+        if ((st = smattn_validate(p, in, &fo)))
+            return st;
+    }
+    /* SPEC 10.7 and smattn.h: what this kernel leaves to the oracle */
+    if (gout->dbias.data || gout->dsinks.data)
+        return SMATTN_ERR_UNSUPPORTED;
+    const smattn_dtype ts[] = {in->q.dtype, in->k.dtype, in->v.dtype, gin->dout.dtype,
+                               gout->dq.dtype, gout->dk.dtype, gout->dv.dtype};
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+        if (!is_half_or_f32(ts[k]))
+            return SMATTN_ERR_UNSUPPORTED;
+    if ((in->bias.data && !is_half_or_f32(in->bias.dtype)) ||
+        (in->sinks.data && !is_half_or_f32(in->sinks.dtype)) ||
+        (gin->dlse.data && !is_half_or_f32(gin->dlse.dtype)) ||
+        (saved && (!is_half_or_f32(saved->o.dtype) || !is_half_or_f32(saved->lse.dtype))))
+        return SMATTN_ERR_UNSUPPORTED;
+    const int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    {
+        const int64_t nq[4] = {B, S, Hq, D}, nk[4] = {B, T, Hkv, D}, nv[4] = {B, T, Hkv, Dv},
+                      no[4] = {B, S, Hq, Dv}, nl[4] = {B, Hq, S, 1}, nf[4] = {B, Hq, S, T},
+                      ns[4] = {Hq, 1, 1, 1};
+        (void)nq, (void)nk, (void)nv, (void)no; /* Q, K, V, dO: checked as staged below */
+        if ((gin->dlse.data && !all_finite(&gin->dlse, nl, 0)) ||
+            (in->bias.data && !all_finite(&in->bias, nf, 1)) ||
+            (in->sinks.data && !all_finite(&in->sinks, ns, 1)))
+            return SMATTN_ERR_UNSUPPORTED; /* non-finite inputs: smattn_ref_backward */
+    }
+    int nt = cfg && cfg->threads > 0 ? cfg->threads : bw_env_threads();
+    if (nt <= 0 || nt > smattn__ncpu())
+        nt = smattn__ncpu();
+
+    bw_job job;
+    memset(&job, 0, sizeof job);
+    float *o_own = NULL, *l_own = NULL;
+    if (!saved) { /* the forward, here: O and LSE in binary32 */
+        o_own = malloc((size_t)(B * S * Hq * Dv) * sizeof *o_own);
+        l_own = malloc((size_t)(B * Hq * S) * sizeof *l_own);
+        if (!o_own || !l_own) {
+            free(o_own), free(l_own);
+            return SMATTN_ERR_NOMEM;
+        }
+        fo.o = (smattn_out_tensor){o_own, SMATTN_F32, {0}};
+        fo.lse = (smattn_out_tensor){l_own, SMATTN_F32, {0}};
+        smattn_opt_config fc = {nt, isa->name};
+        if ((st = smattn_contiguous_strides(p, 'o', fo.o.stride)) ||
+            (st = smattn_contiguous_strides(p, 'l', fo.lse.stride)) ||
+            (st = smattn_attention(p, in, &fo, &fc))) {
+            free(o_own), free(l_own);
+            return st;
+        }
+    }
+    job.p = p;
+    job.in = in;
+    job.out = gout;
+    job.scale_hi = (float)p->scale;
+    job.scale_lo = (float)(p->scale - (double)job.scale_hi);
+    job.cap = (float)p->softcap;
+    job.G = Hq / Hkv;
+    job.Dp = (D + BW_PAD - 1) / BW_PAD * BW_PAD;
+    job.Dvp = (Dv + BW_PAD - 1) / BW_PAD * BW_PAD;
+    job.nqb = (S + BW_BQ - 1) / BW_BQ;
+    job.nkb = (T + BW_BK - 1) / BW_BK;
+    const int64_t Tp = job.nkb * BW_BK, nrows = B * Hq * S;
+    job.q = malloc((size_t)(nrows * job.Dp) * sizeof(float));
+    job.dO = malloc((size_t)(nrows * job.Dvp) * sizeof(float));
+    job.k = calloc((size_t)(B * Hkv * Tp * job.Dp), sizeof(float));
+    job.kt = calloc((size_t)(B * Hkv * Tp * job.Dp), sizeof(float));
+    job.vt = calloc((size_t)(B * Hkv * Tp * job.Dvp), sizeof(float));
+    job.lse = calloc((size_t)nrows, sizeof(float));
+    job.delta = calloc((size_t)nrows, sizeof(float));
+    job.lo = calloc((size_t)nrows, sizeof(int64_t));
+    job.hi = calloc((size_t)nrows, sizeof(int64_t));
+    job.cls = calloc((size_t)nrows, 1);
+    job.nan_group = calloc((size_t)(B * Hkv), 1);
+    job.scratch_len = bw_scratch_len(job.Dp, job.Dvp);
+    job.scratch = malloc((size_t)(nt * job.scratch_len) * sizeof(float));
+    float *orow = malloc((size_t)(Dv > 0 ? Dv : 1) * sizeof(float));
+    {
+        const double ds_bytes = (double)(B * Hq) * (double)(job.nqb * job.nkb) * BW_BQ * BW_BK * 4;
+        if (ds_bytes <= (double)ds_budget)
+            job.ds = malloc((size_t)ds_bytes); /* NULL: recompute, the same bits */
+    }
+    if (!job.q || !job.dO || !job.k || !job.kt || !job.vt || !job.lse || !job.delta ||
+        !job.lo || !job.hi || !job.cls || !job.nan_group || !job.scratch || !orow) {
+        st = SMATTN_ERR_NOMEM;
+        goto done;
+    }
+    /* stage Q, dO by rows (b, h, i); K, V by (b, g) and key, K also as transposed blocks */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t row = (b * Hq + h) * S + i;
+                stage_row(job.q + row * job.Dp, job.Dp, &in->q,
+                          smattn__off4(in->q.stride, b, i, h, 0), D);
+                stage_row(job.dO + row * job.Dvp, job.Dvp, &gin->dout,
+                          smattn__off4(gin->dout.stride, b, i, h, 0), Dv);
+            }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t g = 0; g < Hkv; g++)
+            for (int64_t j = 0; j < T; j++) {
+                const int64_t kb = j / BW_BK, c = j % BW_BK;
+                float *kr = job.k + ((b * Hkv + g) * Tp + j) * job.Dp;
+                stage_row(kr, job.Dp, &in->k, smattn__off4(in->k.stride, b, j, g, 0), D);
+                float *kt = job.kt + ((b * Hkv + g) * job.nkb + kb) * job.Dp * BW_BK;
+                for (int64_t d = 0; d < D; d++)
+                    kt[d * BW_BK + c] = kr[d];
+                float *vt = job.vt + ((b * Hkv + g) * job.nkb + kb) * job.Dvp * BW_BK;
+                stage_row(orow, Dv, &in->v, smattn__off4(in->v.stride, b, j, g, 0), Dv);
+                for (int64_t d = 0; d < Dv; d++)
+                    vt[d * BW_BK + c] = orow[d];
+            }
+    {
+        /* non-finite Q, K, V or dO: SPEC 10.2's rules are the oracle's (smattn.h) */
+        int bad = 0;
+        for (int64_t x = 0; x < nrows * job.Dp && !bad; x++)
+            bad = !isfinite(job.q[x]);
+        for (int64_t x = 0; x < nrows * job.Dvp && !bad; x++)
+            bad = !isfinite(job.dO[x]);
+        for (int64_t x = 0; x < B * Hkv * Tp * job.Dp && !bad; x++)
+            bad = !isfinite(job.k[x]);
+        for (int64_t x = 0; x < B * Hkv * Tp * job.Dvp && !bad; x++)
+            bad = !isfinite(job.vt[x]);
+        if (bad) {
+            st = SMATTN_ERR_UNSUPPORTED;
+            goto done;
+        }
+    }
+    /* each row's class (SPEC 10.2), its stored LSE and Delta = dO . O - dLSE */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t row = (b * Hq + h) * S + i;
+                smattn__key_range(p, b, i, &job.lo[row], &job.hi[row]);
+                int64_t nvis = 0;
+                for (int64_t j = job.lo[row]; j < job.hi[row] && !nvis; j++) {
+                    if (!smattn__mask_allows(p, in, b, h, i, j))
+                        continue;
+                    if (in->bias.data &&
+                        smattn_load(in->bias.data, in->bias.dtype,
+                                    smattn__off4(in->bias.stride, b, h, i, j)) == -HUGE_VAL)
+                        continue;
+                    nvis = 1;
+                }
+                const int sink = in->sinks.data && i < smattn__q_len(p, b) &&
+                                 smattn_load(in->sinks.data, in->sinks.dtype,
+                                             h * in->sinks.stride[0]) != -HUGE_VAL;
+                unsigned char cls = BW_ROW_REGULAR;
+                if (!nvis && !sink) {
+                    cls = p->empty_rows == SMATTN_EMPTY_NAN ? BW_ROW_NAN
+                          : p->empty_rows == SMATTN_EMPTY_MEAN && smattn__kv_len(p, b) > 0
+                              ? BW_ROW_MEAN
+                              : BW_ROW_SKIP;
+                    if (cls == BW_ROW_NAN)
+                        job.nan_group[b * Hkv + smattn__kv_head(p, h)] = 1;
+                } else if (!nvis) {
+                    cls = BW_ROW_SKIP; /* the sink alone: nothing flows to q, k, v */
+                }
+                job.cls[row] = cls;
+                if (cls != BW_ROW_REGULAR)
+                    continue;
+                job.lse[row] = (float)smattn_load(fo.lse.data, fo.lse.dtype,
+                                                  smattn__off4(fo.lse.stride, b, h, i, 0));
+                const smattn_tensor ot = {fo.o.data, fo.o.dtype,
+                                          {fo.o.stride[0], fo.o.stride[1], fo.o.stride[2],
+                                           fo.o.stride[3]}};
+                stage_row(orow, Dv, &ot, smattn__off4(ot.stride, b, i, h, 0), Dv);
+                const float *dO = job.dO + row * job.Dvp;
+                float dl = 0.0f;
+                for (int64_t c = 0; c < Dv; c++)
+                    dl += dO[c] * orow[c]; /* two roundings, no libm call */
+                if (gin->dlse.data)
+                    dl -= (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
+                                             smattn__off4(gin->dlse.stride, b, h, i, 0));
+                job.delta[row] = dl;
+            }
+    {
+        bw_run r = {&job, isa};
+        smattn__pool_run(nt, B * job.nkb * Hkv, run_dkdv, &r);
+        smattn__pool_run(nt, B * job.nqb * Hq, run_dq, &r);
+    }
+    st = SMATTN_OK;
+done:
+    free(orow);
+    free(o_own), free(l_own);
+    job_free(&job);
+    return st;
+}
+
+smattn_backward_precision smattn_opt_backward_precision(const smattn_problem *p)
+{
+    smattn_backward_precision m = smattn_backward_precision_of(SMATTN_F32);
+    m.fwd = smattn_opt_precision(p);
+    m.bwd.exp_ulps = 4.0; /* the kernel's exp (SMATTN_OPT_EXP_ULPS), glibc's tanhf */
+    m.bwd.tiny = 0x1p-126; /* exp flushes results below FLT_MIN */
+    return m;
+}

@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/* backward_body.h: the fast backward's work items, written once over the vector vocabulary
+ * (simd_<isa>.h) and included by each kernel_<isa>.c after kernel_body.h (its exp).
+ *
+ * Every output element is one chain of binary32 fma in a fixed order: lanes run over
+ * independent outputs (keys of a score row, columns of a gradient row), never over a
+ * reduction, so a chain is the same whatever the vector length: the bits are identical
+ * for every ISA and thread count. dK, dV: one item per (b, KV head, key block), its chains
+ * over the group's heads, then query blocks, then rows, in that order; dQ: one item per
+ * (b, head, query block), its chains over key blocks, then keys. Both recompute P as
+ * exp(s - LSE) from the stored LSE (SPEC 10.7's model). No atomics. */
+#include "opt/backward_internal.h"
+
+/* C[r][n] (+)= sum_k A[r lda + k ak] B[k ldb + n] for r < M, n < NV VLEN, k ascending
+ * (ak = 1: A row-major; lda = 1, ak = its row length: A transposed, read in place). */
+#if VLEN == 16
+#define BW_RB 4
+#define BW_VB 4
+#elif VLEN == 8
+#define BW_RB 4
+#define BW_VB 2
+#else
+#define BW_RB 4
+#define BW_VB 2
+#endif
+
+/* Fully unrolled (the pragmas), so that the accumulators live in registers. */
+#define BW_UNROLL _Pragma("GCC unroll 8")
+#define BW_TILE(RB, VB)                                                                        \
+    do {                                                                                       \
+        vf c[RB][VB];                                                                          \
+        BW_UNROLL for (int rr = 0; rr < RB; rr++)                                              \
+            BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
+                c[rr][vv] = acc ? vf_load(C + (r + rr) * ldc + (v + vv) * VLEN) : vf_zero();   \
+        for (int64_t k = 0; k < K; k++) {                                                      \
+            vf bb[VB];                                                                         \
+            BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
+                bb[vv] = vf_load(B + k * ldb + (v + vv) * VLEN);                               \
+            BW_UNROLL for (int rr = 0; rr < RB; rr++) {                                        \
+                vf a = vf_set1(A[(r + rr) * lda + k * ak]);                                         \
+                BW_UNROLL for (int vv = 0; vv < VB; vv++)                                      \
+                    c[rr][vv] = vf_fmadd(a, bb[vv], c[rr][vv]);                                \
+            }                                                                                  \
+        }                                                                                      \
+        BW_UNROLL for (int rr = 0; rr < RB; rr++)                                              \
+            BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
+                vf_store(C + (r + rr) * ldc + (v + vv) * VLEN, c[rr][vv]);                     \
+    } while (0)
+
+static void KN(bw_gemm)(float *C, int64_t ldc, const float *A, int64_t lda, int64_t ak,
+                        const float *B, int64_t ldb, int64_t M, int64_t NV, int64_t K, int acc)
+{
+    int64_t r = 0;
+    for (; r + BW_RB <= M; r += BW_RB) {
+        int64_t v = 0;
+        for (; v + BW_VB <= NV; v += BW_VB)
+            BW_TILE(BW_RB, BW_VB);
+        for (; v < NV; v++)
+            BW_TILE(BW_RB, 1);
+    }
+    for (; r < M; r++) {
+        int64_t v = 0;
+        for (; v + BW_VB <= NV; v += BW_VB)
+            BW_TILE(1, BW_VB);
+        for (; v < NV; v++)
+            BW_TILE(1, 1);
+    }
+}
+#undef BW_TILE
+#undef BW_UNROLL
+
+_Static_assert(BW_BK == 64, "bw_iota lists BW_BK indices");
+/* 0, 1, ..., BW_BK - 1: a key's index in its block, compared in lanes (exact floats) */
+static const float bw_iota[BW_BK] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+    22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+    44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
+/* Does some row of query block qb of (b, h) receive P from key block kb? */
+static int KN(bw_block_live)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb)
+{
+    const smattn_problem *p = job->p;
+    const int64_t i0 = qb * BW_BQ, i1 = i0 + BW_BQ < p->S ? i0 + BW_BQ : p->S;
+    const int64_t k0 = kb * BW_BK, k1 = k0 + BW_BK;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t row = (b * p->Hq + h) * p->S + i;
+        const unsigned char c = job->cls[row];
+        if (c == BW_ROW_MEAN)
+            return 1;
+        if (c == BW_ROW_REGULAR && job->lo[row] < k1 && job->hi[row] > k0)
+            return 1;
+    }
+    return 0;
+}
+
+/* P and dS of query block qb of (b, h) against key block kb, [BW_BQ][BW_BK] row-major
+ * (zero outside the problem and where the key is not visible). ws: scratch. */
+static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb,
+                         float *P, float *dS, float *Tt)
+{
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = job->in;
+    const int64_t S = p->S, T = p->T, Hq = p->Hq, g = h / job->G;
+    const int64_t i0 = qb * BW_BQ, nr = S - i0 < BW_BQ ? S - i0 : BW_BQ;
+    const int64_t k0 = kb * BW_BK, nk = T - k0 < BW_BK ? T - k0 : BW_BK;
+    const float *Q = job->q + ((b * Hq + h) * S + i0) * job->Dp;
+    const float *dO = job->dO + ((b * Hq + h) * S + i0) * job->Dvp;
+    const float *KT = job->kt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dp * BW_BK;
+    const float *VT = job->vt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dvp * BW_BK;
+    KN(bw_gemm)(P, BW_BK, Q, job->Dp, 1, KT, BW_BK, nr, BW_BK / VLEN, p->D, 0);
+    KN(bw_gemm)(dS, BW_BK, dO, job->Dvp, 1, VT, BW_BK, nr, BW_BK / VLEN, p->Dv, 0);
+    const int plain = !in->mask.data && !in->bias.data && !(job->cap > 0);
+    for (int64_t r = 0; r < BW_BQ; r++) {
+        float *Pr = P + r * BW_BK, *dSr = dS + r * BW_BK, *Tr = Tt + r * BW_BK;
+        const int64_t i = i0 + r, row = (b * Hq + h) * S + i;
+        const unsigned char cls = r < nr ? job->cls[row] : BW_ROW_SKIP;
+        if (cls == BW_ROW_MEAN) {
+            const int64_t Tb = smattn__kv_len(p, b);
+            const float w = 1.0f / (float)Tb;
+            for (int64_t c = 0; c < BW_BK; c++) {
+                Pr[c] = c < nk && k0 + c < Tb ? w : 0.0f;
+                dSr[c] = 0.0f;
+            }
+            continue;
+        }
+        if (cls != BW_ROW_REGULAR) {
+            for (int64_t c = 0; c < BW_BK; c++)
+                Pr[c] = dSr[c] = 0.0f;
+            continue;
+        }
+        const float lse = job->lse[row], delta = job->delta[row];
+        const int64_t lo = job->lo[row] - k0, hi = job->hi[row] - k0;
+        /* the scores as the forward computes them (SPEC 6.2), minus the stored LSE */
+        if (plain) { /* the scalar loop below, by vectors: the same operations */
+            const vf vhi = vf_set1(job->scale_hi), vlo = vf_set1(job->scale_lo),
+                     vl = vf_set1(lse), ninf = vf_set1(-HUGE_VALF);
+            const float flo = (float)lo, fhi = (float)(hi < nk ? hi : nk);
+            for (int64_t c = 0; c < BW_BK; c += VLEN) {
+                const vf sv = vf_load(Pr + c), idx = vf_load(bw_iota + c);
+                vf x = vf_sub(vf_fmadd(sv, vhi, vf_mul(sv, vlo)), vl);
+                x = vf_select_lt(idx, flo, ninf, x);
+                vf_store(Pr + c, vf_select_lt(idx, fhi, x, ninf));
+            }
+        } else {
+            for (int64_t c = 0; c < BW_BK; c++) {
+                const int64_t j = k0 + c;
+                int vis = c >= lo && c < hi && c < nk && smattn__mask_allows(p, in, b, h, i, j);
+                float x = -HUGE_VALF, t = 0.0f;
+                if (vis) {
+                    const float s = Pr[c];
+                    x = fmaf(s, job->scale_hi, s * job->scale_lo);
+                    if (job->cap > 0) {
+                        t = tanhf(x / job->cap);
+                        x = job->cap * t;
+                    }
+                    if (in->bias.data) {
+                        const float bj =
+                            opt_load1(&in->bias, smattn__off4(in->bias.stride, b, h, i, j));
+                        if (bj == -HUGE_VALF)
+                            vis = 0;
+                        x += bj;
+                    }
+                }
+                Pr[c] = vis ? x - lse : -HUGE_VALF;
+                Tr[c] = t;
+            }
+        }
+        /* P = exp(s - LSE); dS = P (dP - (Delta - dLSE)) (1 - t^2) */
+        const vf vd = vf_set1(delta), one = vf_set1(1.0f);
+        for (int64_t c = 0; c < BW_BK; c += VLEN) {
+            const vf pv = KN(vexp)(vf_load(Pr + c));
+            vf ds = vf_mul(pv, vf_sub(vf_load(dSr + c), vd));
+            if (job->cap > 0) {
+                const vf t = vf_load(Tr + c);
+                ds = vf_mul(ds, vf_sub(one, vf_mul(t, t)));
+            }
+            vf_store(Pr + c, pv);
+            vf_store(dSr + c, ds);
+        }
+    }
+}
+
+/* One output element: binary32 as computed (+0 for an exact zero), f16 / bf16 rounded once
+ * from it. */
+static void KN(bw_put)(const smattn_out_tensor *t, int64_t off, float x)
+{
+    if (t->dtype == SMATTN_F32)
+        opt_st_f32(t->data, off, x + 0.0f);
+    else
+        smattn_store(t->data, t->dtype, off, isnan(x) ? (double)NAN : (double)(x + 0.0f));
+}
+
+/* A row of n elements at element offset off, unit stride when stride is 1: x[c] written
+ * as bw_put writes it (f32 rows by one copy; an exact zero +0 either way). */
+static void KN(bw_put_row)(const smattn_out_tensor *t, int64_t off, int64_t stride, float *x,
+                           int64_t n)
+{
+    for (int64_t c = 0; c < n; c++)
+        x[c] += 0.0f; /* -0 to +0, as bw_put */
+    if (t->dtype == SMATTN_F32 && stride == 1)
+        memcpy((unsigned char *)t->data + off * 4, x, (size_t)n * sizeof *x); /* any address */
+    else
+        for (int64_t c = 0; c < n; c++)
+            KN(bw_put)(t, off + c * stride, x[c]);
+}
+
+static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
+{
+    const smattn_problem *p = job->p;
+    const int64_t Hkv = p->Hkv, Dp = job->Dp, Dvp = job->Dvp;
+    const int64_t g = item % Hkv, kb = item / Hkv % job->nkb, b = item / Hkv / job->nkb;
+    const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
+    float *ws = job->scratch + (int64_t)worker * job->scratch_len;
+    float *P = ws, *dS = P + BW_BQ * BW_BK, *Tt = dS + BW_BQ * BW_BK;
+    float *dK = Tt + 3 * BW_BQ * BW_BK, *dV = dK + BW_BK * Dp;
+    const smattn_grad_outputs *o = job->out;
+    if (job->nan_group[b * Hkv + g]) { /* SPEC 10.2: a `nan` empty row */
+        for (int64_t c = 0; c < nk; c++) {
+            for (int64_t d = 0; d < p->D; d++)
+                KN(bw_put)(&o->dk, smattn__off4(o->dk.stride, b, k0 + c, g, d), NAN);
+            for (int64_t d = 0; d < p->Dv; d++)
+                KN(bw_put)(&o->dv, smattn__off4(o->dv.stride, b, k0 + c, g, d), NAN);
+        }
+        return;
+    }
+    memset(dK, 0, (size_t)(BW_BK * Dp) * sizeof *dK);
+    memset(dV, 0, (size_t)(BW_BK * Dvp) * sizeof *dV);
+    for (int64_t hh = 0; hh < job->G; hh++) {
+        const int64_t h = g * job->G + hh;
+        for (int64_t qb = 0; qb < job->nqb; qb++) {
+            if (!KN(bw_block_live)(job, b, h, qb, kb))
+                continue;
+            const int64_t i0 = qb * BW_BQ, nr = p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
+            KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
+            if (job->ds)
+                memcpy(job->ds + (((b * p->Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ *
+                                     BW_BK,
+                       dS, (size_t)(BW_BQ * BW_BK) * sizeof *dS);
+            const float *Q = job->q + ((b * p->Hq + h) * p->S + i0) * Dp;
+            const float *dO = job->dO + ((b * p->Hq + h) * p->S + i0) * Dvp;
+            KN(bw_gemm)(dV, Dvp, P, 1, BW_BK, dO, Dvp, nk, Dvp / VLEN, nr, 1);
+            KN(bw_gemm)(dK, Dp, dS, 1, BW_BK, Q, Dp, nk, Dp / VLEN, nr, 1);
+        }
+    }
+    for (int64_t c = 0; c < nk; c++) {
+        float *kr = dK + c * Dp;
+        for (int64_t d = 0; d < p->D; d++)
+            kr[d] = fmaf(kr[d], job->scale_hi, kr[d] * job->scale_lo);
+        KN(bw_put_row)(&o->dk, smattn__off4(o->dk.stride, b, k0 + c, g, 0), o->dk.stride[3],
+                       kr, p->D);
+        KN(bw_put_row)(&o->dv, smattn__off4(o->dv.stride, b, k0 + c, g, 0), o->dv.stride[3],
+                       dV + c * Dvp, p->Dv);
+    }
+}
+
+static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
+{
+    const smattn_problem *p = job->p;
+    const int64_t Hq = p->Hq, Dp = job->Dp;
+    const int64_t h = item % Hq, qb = item / Hq % job->nqb, b = item / Hq / job->nqb;
+    const int64_t g = h / job->G;
+    const int64_t i0 = qb * BW_BQ, nr = p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
+    float *ws = job->scratch + (int64_t)worker * job->scratch_len;
+    float *P = ws, *dS = P + BW_BQ * BW_BK, *Tt = dS + BW_BQ * BW_BK;
+    float *dQ = Tt + 3 * BW_BQ * BW_BK + BW_BK * Dp + BW_BK * job->Dvp;
+    memset(dQ, 0, (size_t)(BW_BQ * Dp) * sizeof *dQ);
+    const int64_t Tp = job->nkb * BW_BK;
+    for (int64_t kb = 0; kb < job->nkb; kb++) {
+        if (!KN(bw_block_live)(job, b, h, qb, kb))
+            continue;
+        const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
+        const float *dSb = dS;
+        if (job->ds)
+            dSb = job->ds + (((b * Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ * BW_BK;
+        else
+            KN(bw_block)(job, b, h, qb, kb, P, dS, Tt);
+        const float *K = job->k + ((b * p->Hkv + g) * Tp + k0) * Dp;
+        KN(bw_gemm)(dQ, Dp, dSb, BW_BK, 1, K, Dp, nr, Dp / VLEN, nk, 1);
+    }
+    const smattn_grad_outputs *o = job->out;
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t row = (b * Hq + h) * p->S + i0 + r;
+        const int nanrow = job->cls[row] == BW_ROW_NAN;
+        float *qr = dQ + r * Dp;
+        for (int64_t d = 0; d < p->D; d++)
+            qr[d] = nanrow ? NAN : fmaf(qr[d], job->scale_hi, qr[d] * job->scale_lo);
+        KN(bw_put_row)(&o->dq, smattn__off4(o->dq.stride, b, i0 + r, h, 0), o->dq.stride[3], qr,
+                       p->D);
+    }
+}
+
+const bw_isa KN(smattn__bw_isa) = {
+    .name = ISA_NAME,
+    .dkdv_item = KN(bw_dkdv_item),
+    .dq_item = KN(bw_dq_item),
+};
+#undef BW_RB
+#undef BW_VB

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/* test_opt_backward.c: the fast backward (smattn_attention_backward) against the exact
+ * oracle under the bound of SPEC 10.7 on random problems of every mask kind and on every
+ * ISA the CPU has; bitwise identical across thread counts and ISAs; empty rows +0; what
+ * it refuses. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conform/judge_backward.h"
+#include "opt/backward_internal.h"
+#include "smattn.h"
+#include "tests/support/bwcase.h"
+#include "tests/support/testkit.h"
+
+static const char *const isas[] = {"scalar", "avx2", "avx512"};
+
+static smattn_forward_saved saved_of(const bwcase *c)
+{
+    smattn_forward_saved s;
+    memset(&s, 0, sizeof s);
+    s.o = (smattn_tensor){c->o, c->odt, {0}};
+    s.lse = (smattn_tensor){c->lse, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(&c->p, 'o', s.o.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(&c->p, 'l', s.lse.stride), SMATTN_OK);
+    return s;
+}
+
+static smattn_status run_bw(const bwcase *c, const char *isa, int threads, bwgrads *g)
+{
+    smattn_forward_saved s = saved_of(c);
+    smattn_opt_config cfg = {threads, isa};
+    return smattn_attention_backward(&c->p, &c->in, &s, &c->gin, &g->go, &cfg);
+}
+
+/* Judge the kernel on one problem and ISA; returns the number of elements beyond the
+ * bound (printing the worst of each gradient then). */
+static int64_t judge_one(const bwcase *c, const char *isa, smattn_dtype gt, uint64_t seed,
+                         double *worst)
+{
+    bwgrads g;
+    bwgrads_make(&g, &c->p, gt);
+    smattn_status s = run_bw(c, isa, 2, &g);
+    ck_assert_msg(s == SMATTN_OK, "backward (%s): %s", isa, smattn_status_name(s));
+    smattn_backward_precision m = smattn_opt_backward_precision(&c->p);
+    m.o_dtype = c->odt;
+    conform_backward_verdict v;
+    smattn_ref_config rc = {2, 0, 0, 0};
+    s = conform_judge_backward(&c->p, &c->in, &c->gin, &g.go, &m, &rc, &v);
+    ck_assert_msg(s == SMATTN_OK, "judge: %s", smattn_status_name(s));
+    for (int t = 0; t < 3; t++)
+        if (v.max_ratio[t] > *worst)
+            *worst = v.max_ratio[t];
+    if (v.mismatched) {
+        char nm[200];
+        static const char *const names[3] = {"dQ", "dK", "dV"};
+        for (int t = 0; t < 3; t++)
+            fprintf(stderr,
+                    "opt_backward %s seed %llu (%s, %s out): %s ratio %g at %lld: got %a exact "
+                    "%a bound %a\n",
+                    isa, (unsigned long long)seed, bwcase_name(c, nm, sizeof nm),
+                    smattn_dtype_name(gt), names[t], v.max_ratio[t], (long long)v.worst[t],
+                    v.worst_got[t], v.worst_exact[t], v.worst_bound[t]);
+    }
+    bwgrads_free(&g);
+    return v.mismatched;
+}
+
+/* Every mask kind alone, then random mixtures; every ISA; f32, bf16 and f16 gradients. */
+START_TEST(within_bound)
+{
+    static const unsigned kinds[] = {
+        0,         BW_CAUSAL_LR, BW_CAUSAL_UL, BW_WINDOW, BW_KVLENS, BW_QLENS, BW_MASK,
+        BW_BIAS,   BW_SINKS,     BW_SOFTCAP,   BW_DLSE,   BW_GQA,    BW_MEAN | BW_EMPTY,
+        BW_EMPTY,  BW_NANCONV | BW_EMPTY,      BW_BIG | BW_CAUSAL_LR | BW_GQA,
+        BW_BIG | BW_MASK | BW_BIAS | BW_SOFTCAP | BW_SINKS | BW_DLSE,
+        BW_BIG | BW_WINDOW | BW_KVLENS | BW_QLENS | BW_MEAN};
+    const int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    const int n = nk + test_scaled(24);
+    double worst = 0;
+    int64_t bad = 0;
+    for (int k = 0; k < n; k++) {
+        const uint64_t seed = 500 + (uint64_t)k;
+        bwcase c;
+        smattn_dtype odt = k % 3 == 1 ? SMATTN_BF16 : SMATTN_F32;
+        ck_assert_int_eq(bwcase_make(&c, seed, k < nk ? kinds[k] : ~0u, odt), 0);
+        smattn_dtype gt = k % 4 == 2 ? SMATTN_BF16 : k % 4 == 3 ? SMATTN_F16 : SMATTN_F32;
+        for (int a = 0; a < 3; a++)
+            if (smattn_opt_isa_available(isas[a]))
+                bad += judge_one(&c, isas[a], gt, seed, &worst);
+        bwcase_free(&c);
+    }
+    fprintf(stderr, "opt_backward: %d problems, worst ratio %g\n", n, worst);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+static int same_bits(const bwgrads *a, const bwgrads *b)
+{
+    size_t es = smattn_dtype_size(a->t);
+    return memcmp(a->dq, b->dq, (size_t)a->nq * es) == 0 &&
+           memcmp(a->dk, b->dk, (size_t)a->nk * es) == 0 &&
+           memcmp(a->dv, b->dv, (size_t)a->nv * es) == 0;
+}
+
+/* Threads 1, 2, 3 and every ISA give the same bits; and twice the same call. */
+START_TEST(bitwise_threads_isas)
+{
+    static const unsigned kinds[] = {BW_BIG | BW_CAUSAL_LR | BW_GQA | BW_DLSE,
+                                     BW_BIG | BW_MASK | BW_BIAS | BW_SOFTCAP | BW_SINKS,
+                                     BW_BIG | BW_WINDOW | BW_KVLENS | BW_MEAN | BW_EMPTY};
+    for (int k = 0; k < 3; k++) {
+        bwcase c;
+        ck_assert_int_eq(bwcase_make(&c, 77 + (uint64_t)k, kinds[k], SMATTN_BF16), 0);
+        bwgrads ref, g;
+        bwgrads_make(&ref, &c.p, SMATTN_F32);
+        ck_assert_int_eq(run_bw(&c, "scalar", 1, &ref), SMATTN_OK);
+        for (int a = 0; a < 3; a++) {
+            if (!smattn_opt_isa_available(isas[a]))
+                continue;
+            for (int th = 1; th <= 3; th++) {
+                bwgrads_make(&g, &c.p, SMATTN_F32);
+                ck_assert_int_eq(run_bw(&c, isas[a], th, &g), SMATTN_OK);
+                ck_assert_msg(same_bits(&ref, &g), "kind %d: %s with %d threads differs from "
+                              "scalar with 1", k, isas[a], th);
+                bwgrads_free(&g);
+            }
+        }
+        bwgrads_free(&ref);
+        bwcase_free(&c);
+    }
+}
+END_TEST
+
+/* Empty rows (kv_lens 0) give +0 in dQ and nothing to dK, dV: every bit zero. */
+START_TEST(empty_rows_pos_zero)
+{
+    bwcase c;
+    ck_assert_int_eq(bwcase_make(&c, 3, BW_EMPTY | BW_GQA | BW_SINKS, SMATTN_F32), 0);
+    bwgrads g;
+    bwgrads_make(&g, &c.p, SMATTN_F32);
+    memset(g.dq, 0xff, (size_t)g.nq * 4);
+    memset(g.dk, 0xff, (size_t)g.nk * 4);
+    memset(g.dv, 0xff, (size_t)g.nv * 4);
+    ck_assert_int_eq(run_bw(&c, NULL, 2, &g), SMATTN_OK);
+    const smattn_problem *p = &c.p;
+    const uint32_t *dq = g.dq, *dk = g.dk, *dv = g.dv;
+    for (int64_t x = 0; x < p->S * p->Hq * p->D; x++) /* batch 0: kv_lens 0 */
+        ck_assert_uint_eq(dq[x], 0);
+    for (int64_t x = 0; x < p->T * p->Hkv * p->D; x++)
+        ck_assert_uint_eq(dk[x], 0);
+    for (int64_t x = 0; x < p->T * p->Hkv * p->Dv; x++)
+        ck_assert_uint_eq(dv[x], 0);
+    bwgrads_free(&g);
+    bwcase_free(&c);
+}
+END_TEST
+
+/* saved NULL runs the forward itself: the same bits as a binary32 saved O and LSE. */
+START_TEST(saved_null_runs_forward)
+{
+    bwcase c;
+    ck_assert_int_eq(bwcase_make(&c, 11, BW_BIG | BW_CAUSAL_UL | BW_GQA, SMATTN_F32), 0);
+    bwgrads a, b;
+    bwgrads_make(&a, &c.p, SMATTN_F32);
+    bwgrads_make(&b, &c.p, SMATTN_F32);
+    ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
+    smattn_opt_config cfg = {2, NULL};
+    ck_assert_int_eq(smattn_attention_backward(&c.p, &c.in, NULL, &c.gin, &b.go, &cfg),
+                     SMATTN_OK);
+    ck_assert(same_bits(&a, &b));
+    bwgrads_free(&a);
+    bwgrads_free(&b);
+    bwcase_free(&c);
+}
+END_TEST
+
+/* The dQ pass reads the dS the dK/dV pass kept, or computes it again when it would not
+ * fit: the same bits either way. */
+START_TEST(ds_store_same_bits)
+{
+    bwcase c;
+    ck_assert_int_eq(bwcase_make(&c, 21, BW_BIG | BW_CAUSAL_LR | BW_GQA | BW_SOFTCAP | BW_BIAS,
+                                 SMATTN_F32),
+                     0);
+    bwgrads a, b;
+    bwgrads_make(&a, &c.p, SMATTN_F32);
+    bwgrads_make(&b, &c.p, SMATTN_F32);
+    ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
+    size_t was = smattn__bw_set_ds_budget(0);
+    smattn_status s = run_bw(&c, NULL, 2, &b);
+    smattn__bw_set_ds_budget(was);
+    ck_assert_int_eq(s, SMATTN_OK);
+    ck_assert(same_bits(&a, &b));
+    bwgrads_free(&a);
+    bwgrads_free(&b);
+    bwcase_free(&c);
+}
+END_TEST
+
+/* Half-precision inputs are read exactly: bf16 and f16 Q, K, V, dO give the bits of the
+ * binary32 inputs holding the same values. */
+START_TEST(half_inputs_exact)
+{
+    for (int k = 0; k < 2; k++) {
+        const smattn_dtype ht = k ? SMATTN_F16 : SMATTN_BF16;
+        bwcase c;
+        ck_assert_int_eq(bwcase_make(&c, 31 + (uint64_t)k, BW_BIG | BW_CAUSAL_LR | BW_GQA,
+                                     SMATTN_F32),
+                         0);
+        const smattn_problem *p = &c.p;
+        float *arr[4] = {c.q, c.k, c.v, c.dout};
+        const int64_t n[4] = {p->B * p->S * p->Hq * p->D, p->B * p->T * p->Hkv * p->D,
+                              p->B * p->T * p->Hkv * p->Dv, p->B * p->S * p->Hq * p->Dv};
+        uint16_t *h[4];
+        for (int t = 0; t < 4; t++) {
+            h[t] = malloc((size_t)n[t] * 2);
+            for (int64_t x = 0; x < n[t]; x++) {
+                smattn_store(h[t], ht, x, (double)arr[t][x]);
+                arr[t][x] = (float)smattn_load(h[t], ht, x);
+            }
+        }
+        bwgrads a, b;
+        bwgrads_make(&a, p, SMATTN_F32);
+        bwgrads_make(&b, p, SMATTN_F32);
+        ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
+        bwcase hc = c;
+        hc.in.q.data = h[0], hc.in.q.dtype = ht;
+        hc.in.k.data = h[1], hc.in.k.dtype = ht;
+        hc.in.v.data = h[2], hc.in.v.dtype = ht;
+        hc.gin.dout.data = h[3], hc.gin.dout.dtype = ht;
+        ck_assert_int_eq(run_bw(&hc, NULL, 2, &b), SMATTN_OK);
+        ck_assert_msg(same_bits(&a, &b), "%s inputs", smattn_dtype_name(ht));
+        for (int t = 0; t < 4; t++)
+            free(h[t]);
+        bwgrads_free(&a);
+        bwgrads_free(&b);
+        bwcase_free(&c);
+    }
+}
+END_TEST
+
+/* What it refuses: dbias, dsinks, binary64, non-finite inputs, bad options. */
+START_TEST(refusals)
+{
+    bwcase c;
+    ck_assert_int_eq(bwcase_make(&c, 5, BW_SINKS, SMATTN_F32), 0);
+    const smattn_problem *p = &c.p;
+    smattn_forward_saved s = saved_of(&c);
+    bwgrads g;
+    bwgrads_make(&g, p, SMATTN_F32);
+    smattn_grad_outputs go = g.go;
+    double db[4096];
+    ck_assert(p->B * p->Hq * p->S * p->T <= 4096);
+    go.dbias = (smattn_out_tensor){db, SMATTN_F64, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(p, 'b', go.dbias.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    go = g.go;
+    go.dsinks = (smattn_out_tensor){db, SMATTN_F32, {1, 0, 0, 0}};
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    bwgrads g64;
+    bwgrads_make(&g64, p, SMATTN_F64);
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g64.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    bwgrads_free(&g64);
+    smattn_opt_config bad = {-1, NULL};
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, &bad),
+                     SMATTN_ERR_OPTION);
+    bad = (smattn_opt_config){1, "neon"};
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, &bad),
+                     SMATTN_ERR_OPTION);
+    smattn_forward_saved s0 = s;
+    s0.lse.data = NULL;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s0, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_NULL);
+    c.dout[0] = NAN;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    bwgrads_free(&g);
+    bwcase_free(&c);
+}
+END_TEST
+
+Suite *opt_backward_suite(void);
+Suite *opt_backward_suite(void)
+{
+    Suite *s = suite_create("opt_backward");
+    TCase *t = tcase_create("kernel");
+    tcase_set_timeout(t, 600);
+    tcase_add_test(t, within_bound);
+    tcase_add_test(t, bitwise_threads_isas);
+    tcase_add_test(t, empty_rows_pos_zero);
+    tcase_add_test(t, saved_null_runs_forward);
+    tcase_add_test(t, ds_store_same_bits);
+    tcase_add_test(t, half_inputs_exact);
+    tcase_add_test(t, refusals);
+    suite_add_tcase(s, t);
+    return s;
+}
