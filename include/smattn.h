@@ -72,20 +72,37 @@ const char *smattn_status_str(smattn_status s);
 const char *smattn_status_name(smattn_status s);
 
 /* ---------------------------------------------------------------------------------------
- * Element types (SPEC 2.6). IEEE binary64/32/16 and bfloat16 (binary32's top 16 bits).
+ * Element types (SPEC 2.6, 2.8). IEEE binary64/32/16 and bfloat16 (binary32's top 16 bits).
  * SMATTN_BOOL is one byte per element, 0 = false, anything else = true (masks only).
+ * Appended in 0.3, inputs only (SPEC 2.8): the 8-bit floats fp8 e4m3fn (no infinity, NaN
+ * S.1111.111, max 448) and e5m2 (IEEE-like) for Q, K and V; llama.cpp's block formats
+ * q8_0 and q4_0 for K and V, SMATTN_QBLOCK elements per block along D (resp. Dv).
  * ------------------------------------------------------------------------------------- */
 typedef enum smattn_dtype {
     SMATTN_F64 = 0,
     SMATTN_F32 = 1,
     SMATTN_F16 = 2,
     SMATTN_BF16 = 3,
-    SMATTN_BOOL = 4
+    SMATTN_BOOL = 4,
+    SMATTN_F8E4M3 = 5, /* OCP float8 e4m3fn: bias 7, no infinity, NaN = S.1111.111 */
+    SMATTN_F8E5M2 = 6, /* OCP float8 e5m2: bias 15, IEEE infinities and NaNs */
+    SMATTN_Q8_0 = 7,   /* block of 32: f16 scale d, then 32 int8 q; x_j = d q_j */
+    SMATTN_Q4_0 = 8    /* block of 32: f16 scale d, then 16 bytes; x_j = d (n_j - 8), n_j the
+                          low nibble of byte j (j < 16) or the high nibble of byte j - 16 */
 } smattn_dtype;
 
-/* Bytes per element (0 for an unknown dtype) and a short name ("f64", "bf16", "bool"). */
+/* Elements per block of the block formats (q8_0, q4_0). */
+#define SMATTN_QBLOCK 32
+
+/* Bytes per storage unit (0 for an unknown dtype): one element, or for q8_0 (34) and q4_0
+ * (18) one block of smattn_dtype_block(t) elements. A short name ("f64", "bf16", "bool",
+ * "f8e4m3", "f8e5m2", "q8_0", "q4_0"). */
 size_t smattn_dtype_size(smattn_dtype t);
 const char *smattn_dtype_name(smattn_dtype t);
+/* Elements per storage unit: SMATTN_QBLOCK for q8_0 and q4_0, 1 for the other dtypes, 0 for
+ * an unknown one. A tensor of n elements (n a multiple of it) takes n / block * size bytes.
+ * Appended in 0.3. */
+int64_t smattn_dtype_block(smattn_dtype t);
 
 /* ---------------------------------------------------------------------------------------
  * Tensors: a base pointer, an element type and strides in elements. The logical shape
@@ -150,7 +167,28 @@ typedef struct smattn_problem {
      * as above. smattn_problem_default() sets it NULL, so callers that start from it (or
      * zero the struct) keep their meaning. */
     const struct smattn_layout *layout;
+    /* Appended in 0.3: descales of quantised inputs (SPEC 2.8). NULL: none (every factor 1).
+     * The real input is the decoded element times its factor, exactly. */
+    const struct smattn_descale *descale;
 } smattn_problem;
+
+/* Descales (SPEC 2.8): Q, K and V's real values are their decoded elements times a
+ * factor, one per tensor (vLLM's k_scale, v_scale) or one per (batch, KV head)
+ * (FlashAttention 3's q/k/v_descale; query head h takes the factor of its KV head
+ * h / (Hq / Hkv)). Each factor is taken from the per-head array when it is not NULL, else
+ * from the number. Every factor used must be a binary32 value, finite and > 0
+ * (SMATTN_ERR_SCALE), and 1 on a binary64 tensor (SMATTN_ERR_DTYPE): the products are then
+ * exact in binary64. Attention only (softmax with a descale: SMATTN_ERR_UNSUPPORTED). */
+typedef struct smattn_descale {
+    double q, k, v;            /* per-tensor factors (1: none) */
+    const double *q_head;      /* [B][Hkv] (row-major) or NULL */
+    const double *k_head;      /* [B][Hkv] or NULL */
+    const double *v_head;      /* [B][Hkv] or NULL */
+} smattn_descale;
+
+/* Every factor 1, no per-head arrays (a zeroed struct is invalid: factors must be > 0).
+ * Appended in 0.3. */
+smattn_descale smattn_descale_default(void);
 
 /* Ragged (packed) and paged layouts (SPEC 2.7). A problem with a layout IS its dense,
  * padded twin: B, S, T, the masks, q_lens/kv_lens, bias, sinks and P keep their dense

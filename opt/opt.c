@@ -192,6 +192,8 @@ static int dtype_ok(smattn_dtype t)
 static smattn_status supported(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out)
 {
+    if (p->descale)
+        return SMATTN_ERR_UNSUPPORTED; /* quantised inputs are the oracle's only, for now */
     if (p->op == SMATTN_OP_ATTENTION) {
         if (!dtype_ok(in->q.dtype) || !dtype_ok(in->k.dtype) || !dtype_ok(in->v.dtype) ||
             !dtype_ok(out->o.dtype))
