@@ -30,7 +30,7 @@ extern "C" {
 #define SMATTN_VERSION_MAJOR 0
 #define SMATTN_VERSION_MINOR 1
 #define SMATTN_VERSION_PATCH 0
-#define SMATTN_SPEC_VERSION "1.1"
+#define SMATTN_SPEC_VERSION "1.2"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SMATTN_NODISCARD __attribute__((warn_unused_result))
@@ -470,7 +470,9 @@ int smattn_opt_isa_available(const char *name);
  * to a dtype with nearest-even (one rounding, IEEE subnormals and overflow).
  * ------------------------------------------------------------------------------------- */
 /* base + offset must address an element (any alignment: bytes are copied); an unknown
- * dtype loads NaN and stores nothing. */
+ * dtype loads NaN and stores nothing. For q8_0 and q4_0 the offset counts elements (its
+ * block is offset / 32, SPEC 2.8) and a store writes nothing; a store to e4m3 gives NaN
+ * for what rounds past 448 (no infinity). */
 double smattn_load(const void *base, smattn_dtype t, int64_t offset);
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x);
 
