@@ -49,7 +49,8 @@ typedef enum smattn_status {
     SMATTN_ERR_STRIDE = 4,     /* a stride is negative */
     SMATTN_ERR_OVERFLOW = 5,   /* a size or an element offset does not fit in int64 */
     SMATTN_ERR_DTYPE = 6,      /* a dtype is unknown or not allowed for that tensor */
-    SMATTN_ERR_SCALE = 7,      /* scale is NaN or infinite */
+    SMATTN_ERR_SCALE = 7,      /* scale is NaN or infinite, or a descale (SPEC 2.8) is not a
+                                  positive finite binary32 value */
     SMATTN_ERR_SOFTCAP = 8,    /* softcap is negative, NaN or infinite */
     SMATTN_ERR_WINDOW = 9,     /* a window bound is < -1 */
     SMATTN_ERR_LENGTHS = 10,   /* a kv_lens / q_lens entry is outside [0, T] / [0, S] */

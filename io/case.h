@@ -61,6 +61,16 @@ typedef struct smattn_case_json {
     size_t n_kv_indptr, n_kv_indices, n_kv_last_page_len;
     int has_kv_layout; /* "kv_layout" given */
     int kv_hnd;        /* "kv_layout": "HND" (1) or "NHD" (0, the default) */
+    /* Quantised inputs (SPEC 2.8, 7.1): SMATTN_CASE_Q/K/V bits of the arrays stored as
+     * |u1 fp8 bit patterns or raw q8_0 / q4_0 blocks. */
+    unsigned fp8_e4m3, fp8_e5m2, q8_0, q4_0;
+    /* "q_descale", "k_descale", "v_descale": given (1), a number (descale_num) or B lists
+     * of Hkv numbers (descale_arr, flattened, with the list counts in descale_n[k][0..1];
+     * every inner list the same length, checked against the shapes later). */
+    int has_descale[3];
+    double descale_num[3];
+    double *descale_arr[3];
+    size_t descale_n[3][2];
 } smattn_case_json;
 
 /* Defaults: no key given (what an absent case.json means). */
@@ -88,6 +98,8 @@ typedef struct smattn_case {
     smattn_layout layout;
     int32_t *table;    /* owned: the block table as int32 [B][max_pages] */
     int64_t *csr_lens; /* owned: kv_lens from the CSR keys [B] */
+    smattn_descale descale; /* prob.descale points here when case.json gives one */
+    int64_t kv_bytes_last[2]; /* q8_0 / q4_0 k.npy, v.npy: their last dim in bytes (0: not) */
 } smattn_case;
 
 /* Load and check a case directory. Returns 0, or nonzero with one line in err such as
