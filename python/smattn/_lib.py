@@ -46,7 +46,16 @@ class Problem(ctypes.Structure):
                 ("window_right", c_i64), ("kv_lens", ctypes.POINTER(c_i64)),
                 ("q_lens", ctypes.POINTER(c_i64)), ("empty_rows", ctypes.c_int),
                 ("empty_lse", ctypes.c_int),
-                ("layout", ctypes.c_void_p)]
+                ("layout", ctypes.c_void_p),
+                ("descale", ctypes.c_void_p)]
+
+
+class Descale(ctypes.Structure):
+    """smattn_descale (smattn.h, SPEC 2.8): per-tensor factors, or [B][Hkv] arrays;
+    Problem.descale points at one (ctypes.addressof) or is None."""
+    _fields_ = [("q", c_dbl), ("k", c_dbl), ("v", c_dbl),
+                ("q_head", ctypes.POINTER(c_dbl)), ("k_head", ctypes.POINTER(c_dbl)),
+                ("v_head", ctypes.POINTER(c_dbl))]
 
 
 class Layout(ctypes.Structure):
