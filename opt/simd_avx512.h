@@ -117,6 +117,22 @@ static inline vf vf_load_bf16(const uint16_t *p)
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
+/* VLEN fp8 (SPEC 2.8) at p as binary32, exact: as simd_avx2.h's. */
+static inline vf vf_load_f8e4m3(const uint8_t *p)
+{
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    __m512i em = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    __m512 mag = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(em, 20)), _mm512_set1_ps(0x1p120f));
+    __mmask16 nan = _mm512_cmpeq_epi32_mask(em, _mm512_set1_epi32(0x7f));
+    mag = _mm512_mask_mov_ps(mag, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+}
+static inline vf vf_load_f8e5m2(const uint8_t *p)
+{
+    __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p)), 8);
+    return _mm512_cvtph_ps(h);
+}
 /* Nonzero if some lane is NaN. */
 static inline int vf_has_nan(vf x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }
 /* VLEN binary32 to binary16 / bfloat16 at p (any address), each rounded once to nearest
