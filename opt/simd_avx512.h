@@ -117,16 +117,15 @@ static inline vf vf_load_bf16(const uint16_t *p)
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
-/* VLEN fp8 (SPEC 2.8) at p as binary32, exact: as simd_avx2.h's. */
+/* VLEN fp8 (SPEC 2.8) at p as binary32, exact: as simd_avx2.h's (binary16 bits, then
+ * vcvtph2ps and times 2^8). */
 static inline vf vf_load_f8e4m3(const uint8_t *p)
 {
-    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
-    __m512i em = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
-    __m512 mag = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(em, 20)), _mm512_set1_ps(0x1p120f));
-    __mmask16 nan = _mm512_cmpeq_epi32_mask(em, _mm512_set1_epi32(0x7f));
-    mag = _mm512_mask_mov_ps(mag, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
-    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+    __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80));
+    __m256i em = _mm256_and_si256(h, _mm256_set1_epi16(0x3f80));
+    h = _mm256_or_si256(h, _mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x3f80)));
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
 }
 static inline vf vf_load_f8e5m2(const uint8_t *p)
 {
