@@ -52,8 +52,9 @@ static const char opt_help[] =
     "  The case and outputs of 'smattn ref', computed by the optimised kernel\n"
     "  (smattn_attention, or smattn_softmax for x.npy; smattn_merge for a merge case) and\n"
     "  written in --dtype, as a set.\n"
-    "  The kernel takes every input (q, k, v, x, bias, sinks) in f32, f16 or bf16; an f64\n"
-    "  input exits with 2. A backward case (do.npy) gets the forward's outputs only.\n"
+    "  The kernel takes every input (q, k, v, x, bias, sinks) in f32, f16 or bf16 (q, k, v\n"
+    "  also fp8, without descales); an f64 input exits with 2. A backward case (do.npy)\n"
+    "  gets the forward's outputs only.\n"
     "options:\n"
     "  --dtype T     output dtype: f32 (default), f16, bf16 (written as '<u2' bits); f16\n"
     "                and bf16 are the f32 results rounded once (no f64: the kernel is f32)\n"
@@ -143,11 +144,16 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
                 {"bias.npy", &in->bias, &c->bias}, {"sinks.npy", &in->sinks, &c->sinks}};
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         const smattn_tensor *t = need[k].t;
+        const int fp8 = k < 3 && (t->dtype == SMATTN_F8E4M3 || t->dtype == SMATTN_F8E5M2);
         if (!need[k].npy->itemsize || t->dtype == SMATTN_F32 || t->dtype == SMATTN_F16 ||
-            t->dtype == SMATTN_BF16)
+            t->dtype == SMATTN_BF16 || fp8)
             continue;
-        snprintf(msg, len, "opt: %s is %s; the kernel takes f32, f16 or bf16", need[k].file,
-                 smattn_dtype_name(t->dtype));
+        snprintf(msg, len, "opt: %s is %s; the kernel takes f32, f16 or bf16%s", need[k].file,
+                 smattn_dtype_name(t->dtype), k < 3 ? " (q, k, v also fp8)" : "");
+        return -1;
+    }
+    if (c->prob.descale) {
+        snprintf(msg, len, "opt: case.json gives a descale; the kernel takes none yet");
         return -1;
     }
     return 0;

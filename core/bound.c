@@ -491,7 +491,8 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                 if (r.nk > 0 && att) { /* q enters only through visible scores (SPEC 4.2) */
                     for (int64_t d = 0; d < D; d++) {
                         double qv = smattn_load(in->q.data, in->q.dtype,
-                                                smattn__row_off(prob, in->q.stride, b, i, h, d));
+                                                smattn__row_off(prob, in->q.stride, b, i, h, d)) *
+                                    smattn__descale(prob, 'q', b, g); /* exact, SPEC 2.9 */
                         if (!isfinite(qv))
                             nanrow = 1;
                         qd[d] = (ld)qv;
@@ -537,7 +538,8 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                         int kbad = 0;
                         for (int64_t d = 0; d < D; d++) {
                             double kv = smattn_load(in->k.data, in->k.dtype,
-                                                    smattn__key_off(prob, in->k.stride, b, j, g, d));
+                                                    smattn__key_off(prob, in->k.stride, b, j, g, d)) *
+                                        smattn__descale(prob, 'k', b, g);
                             if (!isfinite(kv))
                                 kbad = 1;
                             ld pr = qd[d] * (ld)kv;
@@ -650,9 +652,10 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     /* Load the visible V rows once; classify columns (SPEC 4.2). */
                     for (int64_t t = 0; t < r.nk; t++)
                         for (int64_t c = 0; c < Dv; c++)
-                            Vrow[t * Dv + c] = (ld)smattn_load(
+                            Vrow[t * Dv + c] = (ld)(smattn_load(
                                 in->v.data, in->v.dtype,
-                                smattn__key_off(prob, in->v.stride, b, r.idx[t], g, c));
+                                smattn__key_off(prob, in->v.stride, b, r.idx[t], g, c)) *
+                                smattn__descale(prob, 'v', b, g));
                     for (int64_t c = 0; c < Dv; c++) {
                         const int64_t off = smattn__row_off(prob, bo->stride, b, i, h, c);
                         int bad = 0;

@@ -13,8 +13,19 @@ size_t smattn_dtype_size(smattn_dtype t)
     case SMATTN_F16: return 2;
     case SMATTN_BF16: return 2;
     case SMATTN_BOOL: return 1;
+    case SMATTN_F8E4M3: return 1;
+    case SMATTN_F8E5M2: return 1;
+    case SMATTN_Q8_0: return SMATTN__Q8_0_BYTES;
+    case SMATTN_Q4_0: return SMATTN__Q4_0_BYTES;
     }
     return 0;
+}
+
+int64_t smattn_dtype_block(smattn_dtype t)
+{
+    if (t == SMATTN_Q8_0 || t == SMATTN_Q4_0)
+        return SMATTN_QBLOCK;
+    return smattn_dtype_size(t) ? 1 : 0;
 }
 
 const char *smattn_dtype_name(smattn_dtype t)
@@ -25,17 +36,89 @@ const char *smattn_dtype_name(smattn_dtype t)
     case SMATTN_F16: return "f16";
     case SMATTN_BF16: return "bf16";
     case SMATTN_BOOL: return "bool";
+    case SMATTN_F8E4M3: return "f8e4m3";
+    case SMATTN_F8E5M2: return "f8e5m2";
+    case SMATTN_Q8_0: return "q8_0";
+    case SMATTN_Q4_0: return "q4_0";
     }
     return "unknown";
 }
 
-const smattn_format smattn__formats[4] = {
+const smattn_format smattn__formats[SMATTN__NFORMATS] = {
     /* prec, emin (of the normal range), emax, total bits */
     [SMATTN_F64] = {53, -1022, 1023, 64},
     [SMATTN_F32] = {24, -126, 127, 32},
     [SMATTN_F16] = {11, -14, 15, 16},
     [SMATTN_BF16] = {8, -126, 127, 16},
+    [SMATTN_F8E4M3] = {4, -6, 8, 8}, /* emax 8: 1.75 * 2^8 = 448 (S.1111.111 is NaN) */
+    [SMATTN_F8E5M2] = {3, -14, 15, 8},
 };
+
+/* OCP 8-bit floats (SPEC 2.9). e4m3fn: bias 7, exponent field 15 holds normals except
+ * mantissa 7 (NaN), no infinity; subnormals m 2^-9. e5m2: binary16's top byte. */
+double smattn__f8e4m3_to_double(uint8_t b)
+{
+    int e = (b >> 3) & 0xf, m = b & 7;
+    double v;
+    if (e == 0xf && m == 7)
+        v = (double)NAN;
+    else if (e == 0)
+        v = ldexp((double)m, -9);
+    else
+        v = ldexp((double)(8 | m), e - 10);
+    return (b & 0x80) ? -v : v;
+}
+
+double smattn__f8e5m2_to_double(uint8_t b)
+{
+    return smattn__f16_to_double((uint16_t)(b << 8));
+}
+
+/* One element of a q8_0 / q4_0 tensor (SPEC 2.9): element offset o lies in block o / 32 at
+ * index o % 32. The product d * q is exact in binary64 (11 + 8 bits); an infinite or NaN
+ * scale gives the IEEE product (inf * 0 = NaN). */
+static double load_block(const unsigned char *base, smattn_dtype t, int64_t offset)
+{
+    const int64_t blk = offset / SMATTN_QBLOCK, j = offset % SMATTN_QBLOCK;
+    const unsigned char *p = base + (size_t)blk * smattn_dtype_size(t);
+    uint16_t h;
+    memcpy(&h, p, 2);
+    double d = smattn__f16_to_double(h);
+    int q;
+    if (t == SMATTN_Q8_0)
+        q = (int)(signed char)p[2 + j];
+    else
+        q = (j < 16 ? (p[2 + j] & 0xf) : (p[2 + j - 16] >> 4)) - 8;
+    return d * (double)q;
+}
+
+/* Round to e4m3fn, nearest-even; what rounds above 448 (and +-inf, NaN) is NaN, as the
+ * non-saturating conversions of PyTorch and the OCP specification do. */
+static uint64_t round_f8e4m3(double x)
+{
+    uint64_t sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x) || isinf(x))
+        return sign | 0x7f;
+    /* as an IEEE-like format with one more exponent: e5m3 bits, then repacked */
+    int e2;
+    if (x == 0)
+        return sign;
+    double fr = frexp(fabs(x), &e2);
+    int q = e2 - 4, qmin = -6 - 3;
+    if (q < qmin)
+        q = qmin;
+    double scaled = ldexp(fr, e2 - q), ip = floor(scaled), rem = scaled - ip;
+    uint64_t m = (uint64_t)ip;
+    if (rem > 0.5 || (rem == 0.5 && (m & 1)))
+        m++;
+    if (m == 16)
+        m = 8, q++;
+    if (ldexp((double)m, q) > 448.0)
+        return sign | 0x7f;
+    if (m < 8) /* subnormal */
+        return sign | m;
+    return sign | ((uint64_t)(q + 3 + 7) << 3) | (m & 7);
+}
 
 double smattn__f16_to_double(uint16_t h)
 {
@@ -62,6 +145,8 @@ double smattn__bf16_to_double(uint16_t h)
  * integer arithmetic on the binary64 significand, so no double rounding can occur. */
 uint64_t smattn__round_bits(double x, smattn_dtype t)
 {
+    if (t == SMATTN_F8E4M3)
+        return round_f8e4m3(x);
     const smattn_format *f = &smattn__formats[t];
     uint64_t u;
     memcpy(&u, &x, 8);
@@ -141,6 +226,10 @@ double smattn__bits_to_double(uint64_t bits, smattn_dtype t)
     case SMATTN_F16: return smattn__f16_to_double((uint16_t)bits);
     case SMATTN_BF16: return smattn__bf16_to_double((uint16_t)bits);
     case SMATTN_BOOL: return bits ? 1.0 : 0.0;
+    case SMATTN_F8E4M3: return smattn__f8e4m3_to_double((uint8_t)bits);
+    case SMATTN_F8E5M2: return smattn__f8e5m2_to_double((uint8_t)bits);
+    case SMATTN_Q8_0:
+    case SMATTN_Q4_0: break; /* no per-element bits */
     }
     return (double)NAN;
 }
@@ -166,6 +255,10 @@ double smattn_load(const void *base, smattn_dtype t, int64_t offset)
         return t == SMATTN_F16 ? smattn__f16_to_double(h) : smattn__bf16_to_double(h);
     }
     case SMATTN_BOOL: return *p ? 1.0 : 0.0;
+    case SMATTN_F8E4M3: return smattn__f8e4m3_to_double(*p);
+    case SMATTN_F8E5M2: return smattn__f8e5m2_to_double(*p);
+    case SMATTN_Q8_0:
+    case SMATTN_Q4_0: return load_block((const unsigned char *)base, t, offset);
     }
     return (double)NAN;
 }
@@ -187,12 +280,16 @@ void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bit
         break;
     }
     case SMATTN_BOOL: *p = bits != 0; break;
+    case SMATTN_F8E4M3:
+    case SMATTN_F8E5M2: *p = (unsigned char)bits; break;
+    case SMATTN_Q8_0:
+    case SMATTN_Q4_0: break; /* blocks are not stored element by element */
     }
 }
 
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x)
 {
-    if (smattn_dtype_size(t) == 0)
-        return; /* an unknown dtype: nothing to store (smattn__formats has no entry) */
+    if (smattn_dtype_size(t) == 0 || smattn_dtype_block(t) != 1)
+        return; /* an unknown or block dtype: nothing to store (smattn__formats has no entry) */
     smattn__store_bits(base, t, offset, t == SMATTN_BOOL ? (x != 0) : smattn__round_bits(x, t));
 }

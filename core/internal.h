@@ -16,9 +16,18 @@ typedef struct smattn_format {
     int bits;  /* storage width */
 } smattn_format;
 
-extern const smattn_format smattn__formats[4];
+/* Entries for the float dtypes: F64, F32, F16, BF16 and the two fp8 (index = dtype). */
+#define SMATTN__NFORMATS 7
+extern const smattn_format smattn__formats[SMATTN__NFORMATS];
+
+/* Bytes of one q8_0 block (f16 scale, 32 int8) and one q4_0 block (f16 scale, 16 bytes of
+ * nibbles): llama.cpp's block_q8_0 and block_q4_0 (SPEC 2.9). */
+#define SMATTN__Q8_0_BYTES 34
+#define SMATTN__Q4_0_BYTES 18
 
 double smattn__f16_to_double(uint16_t h);
+double smattn__f8e4m3_to_double(uint8_t b);
+double smattn__f8e5m2_to_double(uint8_t b);
 double smattn__bf16_to_double(uint16_t h);
 /* binary64 -> bits of t, nearest-even, one rounding. */
 uint64_t smattn__round_bits(double x, smattn_dtype t);
@@ -56,6 +65,20 @@ smattn_status smattn__ref_rows(const smattn_problem *p, const smattn_inputs *in,
 smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
                                         const smattn_grad_inputs *gin,
                                         const smattn_grad_outputs *gout);
+
+/* The descale factor (SPEC 2.9) of tensor 'q', 'k' or 'v' for batch b and KV head g: 1
+ * without descales. The real input is the loaded element times it, exact in binary64 for a
+ * validated problem. */
+static inline double smattn__descale(const smattn_problem *p, char which, int64_t b, int64_t g)
+{
+    const smattn_descale *d = p->descale;
+    if (!d)
+        return 1.0;
+    const double *a = which == 'q' ? d->q_head : which == 'k' ? d->k_head : d->v_head;
+    if (a)
+        return a[b * p->Hkv + g];
+    return which == 'q' ? d->q : which == 'k' ? d->k : d->v;
+}
 
 /* The query length S_b and key length T_b of batch b (SPEC 3.2). */
 int64_t smattn__q_len(const smattn_problem *p, int64_t b);

@@ -125,8 +125,9 @@ static smattn_status check_tensor(int rank, const int64_t *n, const int64_t *s, 
     size_t es = smattn_dtype_size(t);
     if (m < 0 || es == 0 || m >= INT64_MAX / 16)
         return m < 0 || es != 0 ? SMATTN_ERR_OVERFLOW : SMATTN_ERR_DTYPE;
+    const int64_t blk = smattn_dtype_block(t); /* a block format: whole blocks */
     sp->lo = data;
-    sp->hi = (const unsigned char *)data + (size_t)(m + 1) * es;
+    sp->hi = (const unsigned char *)data + (size_t)((m + blk) / blk) * es;
     return SMATTN_OK;
 }
 
@@ -164,6 +165,16 @@ static int spans_meet(span a, span b)
 static int is_float(smattn_dtype t)
 {
     return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
+}
+
+static int is_fp8(smattn_dtype t)
+{
+    return t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2;
+}
+
+static int is_block(smattn_dtype t)
+{
+    return t == SMATTN_Q8_0 || t == SMATTN_Q4_0;
 }
 
 /* The validation's verdict: the status, and for smattn_validate_explain one line naming
@@ -337,6 +348,79 @@ static smattn_status check_alibi(const verdict *v, const smattn_problem *p,
     return SMATTN_OK;
 }
 
+/* A block-format tensor (SPEC 2.9): blocks of SMATTN_QBLOCK along its last dimension, which
+ * must be contiguous, so that every row starts a block. */
+static smattn_status check_blocks(const verdict *v, const char *name, int64_t d,
+                                  const smattn_tensor *t)
+{
+    if (d % SMATTN_QBLOCK != 0)
+        return fail(v, SMATTN_ERR_SHAPE, "%s: %s needs %s = %lld to be a multiple of %d", name,
+                    smattn_dtype_name(t->dtype), name[0] == 'V' ? "Dv" : "D", (long long)d,
+                    SMATTN_QBLOCK);
+    if (t->stride[3] != 1)
+        return fail(v, SMATTN_ERR_STRIDE, "%s: %s needs stride[3] = 1 (got %lld)", name,
+                    smattn_dtype_name(t->dtype), (long long)t->stride[3]);
+    for (int r = 0; r < 3; r++)
+        if (t->stride[r] % SMATTN_QBLOCK != 0)
+            return fail(v, SMATTN_ERR_STRIDE, "%s: %s needs stride[%d] = %lld to be a multiple "
+                        "of %d", name, smattn_dtype_name(t->dtype), r, (long long)t->stride[r],
+                        SMATTN_QBLOCK);
+    return SMATTN_OK;
+}
+
+smattn_descale smattn_descale_default(void)
+{
+    smattn_descale d;
+    memset(&d, 0, sizeof d);
+    d.q = d.k = d.v = 1.0;
+    return d;
+}
+
+/* One descale factor (SPEC 2.9): a binary32 value, finite and > 0; 1 on a binary64 tensor. */
+static smattn_status check_factor(const verdict *v, const char *name, int64_t b, int64_t g,
+                                  double f, smattn_dtype t)
+{
+    char where[48] = "";
+    if (b >= 0)
+        snprintf(where, sizeof where, "[%lld][%lld]", (long long)b, (long long)g);
+    if (!(f > 0) || !isfinite(f) || (double)(float)f != f)
+        return fail(v, SMATTN_ERR_SCALE, "%s%s = %g is not a positive finite binary32 value",
+                    name, where, f);
+    if (t == SMATTN_F64 && f != 1.0)
+        return fail(v, SMATTN_ERR_DTYPE, "%s%s = %g: a binary64 tensor takes no descale", name,
+                    where, f);
+    return SMATTN_OK;
+}
+
+static smattn_status check_descale(const verdict *v, const smattn_problem *p,
+                                   const smattn_inputs *in, span *sp, int *nspp)
+{
+    const smattn_descale *ds = p->descale;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return fail(v, SMATTN_ERR_UNSUPPORTED, "descale: the softmax op takes none");
+    static const char *const names[3] = {"q_descale", "k_descale", "v_descale"};
+    const double num[3] = {ds->q, ds->k, ds->v};
+    const double *arr[3] = {ds->q_head, ds->k_head, ds->v_head};
+    const smattn_dtype dt[3] = {in->q.dtype, in->k.dtype, in->v.dtype};
+    smattn_status st;
+    for (int k = 0; k < 3; k++) {
+        if (!arr[k]) {
+            if ((st = check_factor(v, names[k], -1, 0, num[k], dt[k])))
+                return st;
+            continue;
+        }
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t g = 0; g < p->Hkv; g++)
+                if ((st = check_factor(v, names[k], b, g, arr[k][b * p->Hkv + g], dt[k])))
+                    return st;
+        /* B, Hkv <= 2^32 and B Hkv elements were just read: the byte count fits */
+        sp[*nspp].lo = (const unsigned char *)arr[k];
+        sp[*nspp].hi = (const unsigned char *)arr[k] + (size_t)(p->B * p->Hkv) * 8;
+        sp[(*nspp)++].name = names[k];
+    }
+    return SMATTN_OK;
+}
+
 static const char *const input_names[] = {"Q", "K", "V"};
 static const char *const output_names[] = {"O", "LSE", "P"};
 
@@ -400,9 +484,15 @@ static smattn_status validate_inputs(const smattn_problem *p, const smattn_input
         for (int k = 0; k < 3; k++) {
             if (!t3[k]->data)
                 return fail(v, SMATTN_ERR_NULL, "%s.data is NULL", input_names[k]);
-            if (!is_float(t3[k]->dtype))
-                return fail(v, SMATTN_ERR_DTYPE, "%s: dtype %d is not a float type",
-                            input_names[k], (int)t3[k]->dtype);
+            if (!is_float(t3[k]->dtype) && !is_fp8(t3[k]->dtype) &&
+                !(k > 0 && is_block(t3[k]->dtype)))
+                return fail(v, SMATTN_ERR_DTYPE, "%s: dtype %d is not a float type%s",
+                            input_names[k], (int)t3[k]->dtype,
+                            is_block(t3[k]->dtype) ? " (block formats are for K and V only)"
+                                                   : "");
+            if (is_block(t3[k]->dtype) && (st = check_blocks(v, input_names[k], n3[k][3],
+                                                             t3[k])))
+                return st;
             if ((st = check_tensor(4, n3[k], t3[k]->stride, t3[k]->dtype, t3[k]->data,
                                    &sp[nsp])))
                 return fail(v, st, "%s: %s", input_names[k], smattn_status_str(st));
@@ -467,6 +557,8 @@ static smattn_status validate_inputs(const smattn_problem *p, const smattn_input
             sp[nsp++].name = arr_names[k];
         }
     *nspp = nsp;
+    if (p->descale && (st = check_descale(v, p, in, sp, nspp)))
+        return st;
     return SMATTN_OK;
 }
 
@@ -475,7 +567,7 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
 {
     if (!p || !in || !out)
         return fail(v, SMATTN_ERR_NULL, "%s is NULL", !p ? "prob" : !in ? "in" : "out");
-    span sp[16];
+    span sp[24];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
     int64_t qn[2];
@@ -537,7 +629,8 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 10.6) */
     if (p->alibi_mode != SMATTN_ALIBI_NONE)
         return SMATTN_ERR_UNSUPPORTED; /* nor ALiBi (SPEC 10.6) */
-    span sp[20];
+
+    span sp[28];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
     int64_t qn[2];
@@ -546,6 +639,9 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         return st;
     if (p->op != SMATTN_OP_ATTENTION)
         return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
+    if (p->descale || (unsigned)in->q.dtype > SMATTN_BF16 ||
+        (unsigned)in->k.dtype > SMATTN_BF16 || (unsigned)in->v.dtype > SMATTN_BF16)
+        return SMATTN_ERR_UNSUPPORTED; /* nor quantised inputs yet (SPEC 10.6) */
     /* dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional */
     int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
     int64_t nl[4] = {p->B, p->Hq, p->S, 1};

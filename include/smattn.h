@@ -30,7 +30,7 @@ extern "C" {
 #define SMATTN_VERSION_MAJOR 0
 #define SMATTN_VERSION_MINOR 1
 #define SMATTN_VERSION_PATCH 0
-#define SMATTN_SPEC_VERSION "1.1"
+#define SMATTN_SPEC_VERSION "1.2"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SMATTN_NODISCARD __attribute__((warn_unused_result))
@@ -49,7 +49,8 @@ typedef enum smattn_status {
     SMATTN_ERR_STRIDE = 4,     /* a stride is negative */
     SMATTN_ERR_OVERFLOW = 5,   /* a size or an element offset does not fit in int64 */
     SMATTN_ERR_DTYPE = 6,      /* a dtype is unknown or not allowed for that tensor */
-    SMATTN_ERR_SCALE = 7,      /* scale is NaN or infinite */
+    SMATTN_ERR_SCALE = 7,      /* scale is NaN or infinite, or a descale (SPEC 2.9) is not a
+                                  positive finite binary32 value */
     SMATTN_ERR_SOFTCAP = 8,    /* softcap is negative, NaN or infinite */
     SMATTN_ERR_WINDOW = 9,     /* a window bound is < -1 */
     SMATTN_ERR_LENGTHS = 10,   /* a kv_lens / q_lens entry is outside [0, T] / [0, S] */
@@ -74,20 +75,37 @@ const char *smattn_status_str(smattn_status s);
 const char *smattn_status_name(smattn_status s);
 
 /* ---------------------------------------------------------------------------------------
- * Element types (SPEC 2.6). IEEE binary64/32/16 and bfloat16 (binary32's top 16 bits).
+ * Element types (SPEC 2.6, 2.9). IEEE binary64/32/16 and bfloat16 (binary32's top 16 bits).
  * SMATTN_BOOL is one byte per element, 0 = false, anything else = true (masks only).
+ * Appended in 0.3, inputs only (SPEC 2.9): the 8-bit floats fp8 e4m3fn (no infinity, NaN
+ * S.1111.111, max 448) and e5m2 (IEEE-like) for Q, K and V; llama.cpp's block formats
+ * q8_0 and q4_0 for K and V, SMATTN_QBLOCK elements per block along D (resp. Dv).
  * ------------------------------------------------------------------------------------- */
 typedef enum smattn_dtype {
     SMATTN_F64 = 0,
     SMATTN_F32 = 1,
     SMATTN_F16 = 2,
     SMATTN_BF16 = 3,
-    SMATTN_BOOL = 4
+    SMATTN_BOOL = 4,
+    SMATTN_F8E4M3 = 5, /* OCP float8 e4m3fn: bias 7, no infinity, NaN = S.1111.111 */
+    SMATTN_F8E5M2 = 6, /* OCP float8 e5m2: bias 15, IEEE infinities and NaNs */
+    SMATTN_Q8_0 = 7,   /* block of 32: f16 scale d, then 32 int8 q; x_j = d q_j */
+    SMATTN_Q4_0 = 8    /* block of 32: f16 scale d, then 16 bytes; x_j = d (n_j - 8), n_j the
+                          low nibble of byte j (j < 16) or the high nibble of byte j - 16 */
 } smattn_dtype;
 
-/* Bytes per element (0 for an unknown dtype) and a short name ("f64", "bf16", "bool"). */
+/* Elements per block of the block formats (q8_0, q4_0). */
+#define SMATTN_QBLOCK 32
+
+/* Bytes per storage unit (0 for an unknown dtype): one element, or for q8_0 (34) and q4_0
+ * (18) one block of smattn_dtype_block(t) elements. A short name ("f64", "bf16", "bool",
+ * "f8e4m3", "f8e5m2", "q8_0", "q4_0"). */
 size_t smattn_dtype_size(smattn_dtype t);
 const char *smattn_dtype_name(smattn_dtype t);
+/* Elements per storage unit: SMATTN_QBLOCK for q8_0 and q4_0, 1 for the other dtypes, 0 for
+ * an unknown one. A tensor of n elements (n a multiple of it) takes n / block * size bytes.
+ * Appended in 0.3. */
+int64_t smattn_dtype_block(smattn_dtype t);
 
 /* ---------------------------------------------------------------------------------------
  * Tensors: a base pointer, an element type and strides in elements. The logical shape
@@ -170,7 +188,28 @@ typedef struct smattn_problem {
     const float *alibi_slopes;  /* [Hq] binary32 slopes, or [B][Hq] with the flag below;
                                    required (SMATTN_ERR_NULL) unless alibi_mode is NONE */
     int alibi_slopes_per_batch; /* nonzero: B lists of Hq slopes, batch b at b * Hq */
+    /* Appended in 0.3: descales of quantised inputs (SPEC 2.9). NULL: none (every factor 1).
+     * The real input is the decoded element times its factor, exactly. */
+    const struct smattn_descale *descale;
 } smattn_problem;
+
+/* Descales (SPEC 2.9): Q, K and V's real values are their decoded elements times a
+ * factor, one per tensor (vLLM's k_scale, v_scale) or one per (batch, KV head)
+ * (FlashAttention 3's q/k/v_descale; query head h takes the factor of its KV head
+ * h / (Hq / Hkv)). Each factor is taken from the per-head array when it is not NULL, else
+ * from the number. Every factor used must be a binary32 value, finite and > 0
+ * (SMATTN_ERR_SCALE), and 1 on a binary64 tensor (SMATTN_ERR_DTYPE): the products are then
+ * exact in binary64. Attention only (softmax with a descale: SMATTN_ERR_UNSUPPORTED). */
+typedef struct smattn_descale {
+    double q, k, v;            /* per-tensor factors (1: none) */
+    const double *q_head;      /* [B][Hkv] (row-major) or NULL */
+    const double *k_head;      /* [B][Hkv] or NULL */
+    const double *v_head;      /* [B][Hkv] or NULL */
+} smattn_descale;
+
+/* Every factor 1, no per-head arrays (a zeroed struct is invalid: factors must be > 0).
+ * Appended in 0.3. */
+smattn_descale smattn_descale_default(void);
 
 /* Ragged (packed) and paged layouts (SPEC 2.7). A problem with a layout IS its dense,
  * padded twin: B, S, T, the masks, q_lens/kv_lens, bias, sinks and P keep their dense
@@ -403,7 +442,8 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
  * portable scalar instance, chosen at run time), a persistent thread pool.
  * Supported: Q, K, V, X, bias and sinks in float32, binary16 or bfloat16, in any
- * combination (read exactly into binary32); O, LSE and P in float32, binary16 or bfloat16
+ * combination, and Q, K, V also fp8 e4m3fn / e5m2 (SPEC 2.9; read exactly into binary32;
+ * descales, q8_0 and q4_0: SMATTN_ERR_UNSUPPORTED); O, LSE and P in float32, binary16 or bfloat16
  * (each its own); every mask kind, softcap, sinks and empty-row convention. binary64
  * tensors give SMATTN_ERR_UNSUPPORTED. A binary16 or bfloat16 output is the float32 result
  * rounded once, nearest-even (overflow to +-inf, NaN as in SPEC 4.3): its bits are those
@@ -457,7 +497,9 @@ int smattn_opt_isa_available(const char *name);
  * to a dtype with nearest-even (one rounding, IEEE subnormals and overflow).
  * ------------------------------------------------------------------------------------- */
 /* base + offset must address an element (any alignment: bytes are copied); an unknown
- * dtype loads NaN and stores nothing. */
+ * dtype loads NaN and stores nothing. For q8_0 and q4_0 the offset counts elements (its
+ * block is offset / 32, SPEC 2.9) and a store writes nothing; a store to e4m3 gives NaN
+ * for what rounds past 448 (no infinity). */
 double smattn_load(const void *base, smattn_dtype t, int64_t offset);
 void smattn_store(void *base, smattn_dtype t, int64_t offset, double x);
 

@@ -131,6 +131,9 @@ static int present(const smattn_npy *a)
 static int table_from_npy(smattn_case *c, char *err, size_t errlen);
 
 /* The data of every present array, read only once every header has been checked. */
+static int quant_named(const smattn_case_json *j, int n);
+static void block_view(smattn_npy *a, smattn_dtype t, int to_logical, int64_t bytes_last);
+
 static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
     static const char *const names[9] = {"q.npy",    "k.npy",     "v.npy",  "x.npy",   "bias.npy",
@@ -145,12 +148,18 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
             smattn_io_err(err, errlen, "out of memory");
             return -1;
         }
+        const int qb = (n == 1 || n == 2) ? quant_named(&c->json, n) : -1;
+        const int blocks = (qb == SMATTN_Q8_0 || qb == SMATTN_Q4_0) && c->kv_bytes_last[n - 1];
+        if (blocks) /* the file holds bytes: compare its header as stored */
+            block_view(arr[n], (smattn_dtype)qb, 0, c->kv_bytes_last[n - 1]);
         int rc = smattn_npy_read_data(p, arr[n], err, errlen);
         free(p);
         if (rc) {
             name_error(dir, names[n], err, errlen);
             return -1;
         }
+        if (blocks)
+            block_view(arr[n], (smattn_dtype)qb, 1, c->kv_bytes_last[n - 1]);
     }
     if (present(&c->block_table)) {
         char *p = smattn_io_join_path(dir, "block_table.npy");
@@ -211,6 +220,12 @@ static int float_dtype(const smattn_npy *a, const char *file, const char *key, i
                       "read them as bfloat16",
                       file, a->descr, key);
         return -1;
+    case SMATTN_NPY_U8:
+        smattn_io_err(err, errlen,
+                      "%s: dtype '%s' holds raw bytes; name \"%s\" in case.json's \"fp8_e4m3\", "
+                      "\"fp8_e5m2\", \"q8_0\" or \"q4_0\" list to read them as that format",
+                      file, a->descr, key);
+        return -1;
     default:
         smattn_io_err(err, errlen, "%s: dtype '%s' is not a float type (want f8, f4, f2 or bf16)",
                       file, a->descr);
@@ -221,6 +236,114 @@ static int float_dtype(const smattn_npy *a, const char *file, const char *key, i
                       "case.json: \"bf16\" names %s, but %s has dtype '%s' (want '<u2')", key, file,
                       a->descr);
         return -1;
+    }
+    return 0;
+}
+
+/* The quantised format case.json names input n (0 q, 1 k, 2 v) in (SPEC 7.1), or -1. */
+static int quant_named(const smattn_case_json *j, int n)
+{
+    const unsigned bit = 1u << n;
+    return j->fp8_e4m3 & bit  ? SMATTN_F8E4M3
+           : j->fp8_e5m2 & bit ? SMATTN_F8E5M2
+           : j->q8_0 & bit     ? SMATTN_Q8_0
+           : j->q4_0 & bit     ? SMATTN_Q4_0
+                               : -1;
+}
+
+/* The dtype of input n (0 q, 1 k, 2 v): a float array, bf16 bits, or a |u1 array named in
+ * one of the quantised lists (SPEC 2.9, 7.1). */
+static int input_dtype(const smattn_case *c, int n, const smattn_npy *a, const char *file,
+                       const char *key, smattn_dtype *t, char *err, size_t errlen)
+{
+    const smattn_case_json *j = &c->json;
+    const unsigned bit = 1u << n;
+    int lists = !!(j->bf16 & bit) + !!(j->fp8_e4m3 & bit) + !!(j->fp8_e5m2 & bit) +
+                !!(j->q8_0 & bit) + !!(j->q4_0 & bit);
+    if (lists > 1) {
+        smattn_io_err(err, errlen,
+                      "case.json: %s is named in more than one of \"bf16\", \"fp8_e4m3\", "
+                      "\"fp8_e5m2\", \"q8_0\", \"q4_0\"",
+                      key);
+        return -1;
+    }
+    int qt = quant_named(j, n);
+    if (qt < 0)
+        return float_dtype(a, file, key, (j->bf16 & bit) != 0, t, err, errlen);
+    if (a->type != SMATTN_NPY_U8) {
+        smattn_io_err(err, errlen, "case.json: \"%s\" names %s, but %s has dtype '%s' (want '|u1')",
+                      smattn_dtype_name((smattn_dtype)qt)[0] == 'f'
+                          ? (qt == SMATTN_F8E4M3 ? "fp8_e4m3" : "fp8_e5m2")
+                          : smattn_dtype_name((smattn_dtype)qt),
+                      key, file, a->descr);
+        return -1;
+    }
+    *t = (smattn_dtype)qt;
+    return 0;
+}
+
+/* A q8_0 / q4_0 array is |u1 with its blocks along the last dimension (SPEC 7.1): [..., D /
+ * 32 * bytes]. Its header is viewed as the logical tensor: last dimension D, strides in
+ * elements (to_logical), or back as stored (!to_logical, for re-reading the file). */
+static void block_view(smattn_npy *a, smattn_dtype t, int to_logical, int64_t bytes_last)
+{
+    const int64_t bs = (int64_t)smattn_dtype_size(t), last = a->rank - 1;
+    if (!to_logical) {
+        a->shape[last] = bytes_last;
+        return;
+    }
+    a->shape[last] = bytes_last / bs * SMATTN_QBLOCK;
+    for (int r = 0; r < last; r++)
+        a->stride[r] = a->stride[r] / bs * SMATTN_QBLOCK;
+    a->stride[last] = 1;
+}
+
+static int block_arrays(smattn_case *c, int layout, char *err, size_t errlen)
+{
+    const smattn_npy *qkv[3] = {&c->q, &c->k, &c->v};
+    static const char *const qkv_file[3] = {"q.npy", "k.npy", "v.npy"}, *key[3] = {"q", "k", "v"};
+    for (int n = 0; n < 3; n++) { /* before any shape check: a name listed twice, raw bytes
+                                     not named */
+        smattn_dtype t;
+        const smattn_case_json *j = &c->json;
+        const unsigned bit = 1u << n;
+        if (!!(j->bf16 & bit) + !!(j->fp8_e4m3 & bit) + !!(j->fp8_e5m2 & bit) +
+                !!(j->q8_0 & bit) + !!(j->q4_0 & bit) > 1)
+            return input_dtype(c, n, qkv[n], qkv_file[n], key[n], &t, err, errlen), -1;
+        if (qkv[n]->type == SMATTN_NPY_U8 && quant_named(&c->json, n) < 0 &&
+            float_dtype(qkv[n], qkv_file[n], key[n], 0, &t, err, errlen))
+            return -1;
+    }
+    smattn_npy *arr[2] = {&c->k, &c->v};
+    static const char *const file[2] = {"k.npy", "v.npy"};
+    for (int n = 0; n < 2; n++) {
+        int qt = quant_named(&c->json, n + 1);
+        if (qt != SMATTN_Q8_0 && qt != SMATTN_Q4_0)
+            continue;
+        smattn_npy *a = arr[n];
+        const char *name = smattn_dtype_name((smattn_dtype)qt);
+        const int64_t bs = (int64_t)smattn_dtype_size((smattn_dtype)qt);
+        if (layout) {
+            smattn_io_err(err, errlen, "%s: %s arrays in a ragged or paged case are not "
+                          "supported yet", file[n], name);
+            return -1;
+        }
+        if (a->type != SMATTN_NPY_U8 || a->rank < 1)
+            continue; /* input_dtype says why */
+        if (a->fortran_order && a->rank > 1) {
+            smattn_io_err(err, errlen, "%s: a %s array must be in C order (its blocks run along "
+                          "the last dimension)", file[n], name);
+            return -1;
+        }
+        const int64_t last = a->shape[a->rank - 1];
+        if (last < 1 || last % bs != 0) {
+            smattn_io_err(err, errlen, "%s: a %s array's last dimension holds whole blocks of "
+                          "%lld bytes; %lld is not a multiple of %lld", file[n], name,
+                          (long long)bs, (long long)last, (long long)bs);
+            return -1;
+        }
+        c->kv_bytes_last[n] = last;
+        block_view(a, (smattn_dtype)qt, 1, last);
     }
     return 0;
 }
@@ -320,11 +443,11 @@ static int check_attention(smattn_case *c, char *err, size_t errlen)
     const char *names[3] = {"q.npy", "k.npy", "v.npy"}, *keys[3] = {"q", "k", "v"};
     smattn_tensor *ten[3] = {&c->in.q, &c->in.k, &c->in.v};
     for (int n = 0; n < 3; n++) {
-        if (float_dtype(arr[n], names[n], keys[n], (c->json.bf16 & bits[n]) != 0, &ten[n]->dtype,
-                        err, errlen))
+        if (input_dtype(c, n, arr[n], names[n], keys[n], &ten[n]->dtype, err, errlen))
             return -1;
         strides_34(arr[n], ten[n]->stride);
     }
+    (void)bits;
     return 0;
 }
 
@@ -778,9 +901,9 @@ static int check_layout(smattn_case *c, char *err, size_t errlen)
     const char *names[3] = {"q.npy", "k.npy", "v.npy"}, *keys[3] = {"q", "k", "v"};
     smattn_tensor *ten[3] = {&c->in.q, &c->in.k, &c->in.v};
     for (int n = 0; n < 3; n++)
-        if (float_dtype(arr[n], names[n], keys[n], (c->json.bf16 & bits[n]) != 0, &ten[n]->dtype,
-                        err, errlen))
+        if (input_dtype(c, n, arr[n], names[n], keys[n], &ten[n]->dtype, err, errlen))
             return -1;
+    (void)bits;
     strides_34(q, c->in.q.stride);
     c->layout.cu_seqlens_q = j->cu_seqlens_q;
     c->layout.cu_seqlens_k = j->cu_seqlens_k;
@@ -1061,6 +1184,53 @@ static int check_alibi(const smattn_case *c, char *err, size_t errlen)
     return 0;
 }
 
+/* case.json's descales (SPEC 2.9, 7.1) into c->descale: B lists of Hkv numbers, or one. */
+static int apply_descale(smattn_case *c, char *err, size_t errlen)
+{
+    static const char *const names[3] = {"q_descale", "k_descale", "v_descale"};
+    const smattn_case_json *j = &c->json;
+    if (!j->has_descale[0] && !j->has_descale[1] && !j->has_descale[2]) {
+        if (j->fp8_e4m3 || j->fp8_e5m2 || j->q8_0 || j->q4_0) {
+            if (c->prob.op != SMATTN_OP_ATTENTION) {
+                smattn_io_err(err, errlen, "case.json: fp8 and block formats are for q, k and v "
+                              "(a softmax case has none)");
+                return -1;
+            }
+        }
+        return 0;
+    }
+    const smattn_problem *p = &c->prob;
+    for (int k = 0; k < 3; k++) {
+        if (!j->has_descale[k])
+            continue;
+        if (p->op != SMATTN_OP_ATTENTION) {
+            smattn_io_err(err, errlen, "case.json: \"%s\" is for attention cases (q.npy) only",
+                          names[k]);
+            return -1;
+        }
+        if (j->descale_arr[k] && (j->descale_n[k][0] != (size_t)p->B ||
+                                  j->descale_n[k][1] != (size_t)p->Hkv)) {
+            smattn_io_err(err, errlen, "case.json: \"%s\" holds %zu lists of %zu numbers; want "
+                          "B = %lld lists of Hkv = %lld", names[k], j->descale_n[k][0],
+                          j->descale_n[k][1], (long long)p->B, (long long)p->Hkv);
+            return -1;
+        }
+    }
+    c->descale = smattn_descale_default();
+    double *num[3] = {&c->descale.q, &c->descale.k, &c->descale.v};
+    const double **arr[3] = {&c->descale.q_head, &c->descale.k_head, &c->descale.v_head};
+    for (int k = 0; k < 3; k++) {
+        if (!j->has_descale[k])
+            continue;
+        if (j->descale_arr[k])
+            *arr[k] = j->descale_arr[k];
+        else
+            *num[k] = j->descale_num[k];
+    }
+    c->prob.descale = &c->descale;
+    return 0;
+}
+
 /* Which op: x.npy for softmax, q.npy for attention, never both. */
 static int case_op(const char *dir, smattn_op *op, char *err, size_t errlen)
 {
@@ -1122,6 +1292,7 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
         if (load_header(dir, "q.npy", 1, &c->q, err, errlen) ||
             load_header(dir, "k.npy", 1, &c->k, err, errlen) ||
             load_header(dir, "v.npy", 1, &c->v, err, errlen) ||
+            block_arrays(c, layout, err, errlen) ||
             (layout ? check_layout(c, err, errlen) : check_attention(c, err, errlen)))
             return -1;
     } else if (layout) {
@@ -1144,6 +1315,8 @@ static int load_all(const char *dir, smattn_case *c, char *err, size_t errlen)
         check_lens(c->json.q_lens, c->json.n_q_lens, "q_lens", p->B, p->S, "S", err, errlen))
         return -1;
     apply_json(c);
+    if (apply_descale(c, err, errlen))
+        return -1;
     if (c->has_layout) {
         c->prob.layout = &c->layout;
         if (c->csr_lens)

@@ -68,6 +68,16 @@ typedef struct smattn_case_json {
     smattn_alibi_mode alibi_mode;
     float *alibi_slopes;
     size_t n_alibi_slopes, n_alibi_lists;
+    /* Quantised inputs (SPEC 2.9, 7.1): SMATTN_CASE_Q/K/V bits of the arrays stored as
+     * |u1 fp8 bit patterns or raw q8_0 / q4_0 blocks. */
+    unsigned fp8_e4m3, fp8_e5m2, q8_0, q4_0;
+    /* "q_descale", "k_descale", "v_descale": given (1), a number (descale_num) or B lists
+     * of Hkv numbers (descale_arr, flattened, with the list counts in descale_n[k][0..1];
+     * every inner list the same length, checked against the shapes later). */
+    int has_descale[3];
+    double descale_num[3];
+    double *descale_arr[3];
+    size_t descale_n[3][2];
 } smattn_case_json;
 
 /* Defaults: no key given (what an absent case.json means). */
@@ -101,6 +111,8 @@ typedef struct smattn_case {
     smattn_npy dout, dlse;
     int backward;
     smattn_grad_inputs gin;
+    smattn_descale descale; /* prob.descale points here when case.json gives one */
+    int64_t kv_bytes_last[2]; /* q8_0 / q4_0 k.npy, v.npy: their last dim in bytes (0: not) */
 } smattn_case;
 
 /* Load and check a case directory. Returns 0, or nonzero with one line in err such as

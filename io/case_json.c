@@ -33,6 +33,8 @@ void smattn_case_json_free(smattn_case_json *cj)
     free(cj->kv_last_page_len);
     free(cj->alibi_slopes);
     cj->alibi_slopes = NULL;
+    for (int k = 0; k < 3; k++)
+        free(cj->descale_arr[k]), cj->descale_arr[k] = NULL;
     cj->kv_lens = cj->q_lens = NULL;
     cj->cu_seqlens_q = cj->cu_seqlens_k = cj->seqused_k = NULL;
     cj->kv_indptr = cj->kv_indices = cj->kv_last_page_len = NULL;
@@ -374,6 +376,116 @@ static int key_bf16(json_object *v, smattn_case_json *cj, char *err, size_t errl
     return 0;
 }
 
+/* "fp8_e4m3", "fp8_e5m2" (names among q, k, v) and "q8_0", "q4_0" (among k, v): arrays
+ * stored as |u1 (SPEC 7.1). An array in two of these lists is an error (found later, with
+ * "bf16", when the arrays are checked). */
+static int name_list(json_object *v, const char *key, int kv_only, unsigned *bits, char *err,
+                     size_t errlen)
+{
+    static const char *const names[3] = {"q", "k", "v"};
+    const char *want = kv_only ? "k, v" : "q, k, v";
+    if (!json_object_is_type(v, json_type_array)) {
+        smattn_io_err(err, errlen, "\"%s\" must be an array of names among %s", key, want);
+        return -1;
+    }
+    size_t len = json_object_array_length(v);
+    for (size_t k = 0; k < len; k++) {
+        int idx;
+        if (json_choice(json_object_array_get_idx(v, k), key, names, 3, &idx, err, errlen) ||
+            (kv_only && idx == 0)) {
+            smattn_io_err(err, errlen, "\"%s\"[%zu] must be one of %s", key, k, want);
+            return -1;
+        }
+        *bits |= 1u << idx;
+    }
+    return 0;
+}
+
+static int key_fp8_e4m3(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return name_list(v, "fp8_e4m3", 0, &cj->fp8_e4m3, err, errlen);
+}
+
+static int key_fp8_e5m2(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return name_list(v, "fp8_e5m2", 0, &cj->fp8_e5m2, err, errlen);
+}
+
+static int key_q8_0(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return name_list(v, "q8_0", 1, &cj->q8_0, err, errlen);
+}
+
+static int key_q4_0(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return name_list(v, "q4_0", 1, &cj->q4_0, err, errlen);
+}
+
+/* A descale (SPEC 2.9, 7.1): a number, or B lists of Hkv numbers. Values are the library's
+ * to check (binary32, finite, > 0: smattn_validate_explain names the entry); here types and
+ * that every inner list has the same length. */
+static int key_descale(json_object *v, smattn_case_json *cj, int k, char *err, size_t errlen)
+{
+    static const char *const names[3] = {"q_descale", "k_descale", "v_descale"};
+    const char *key = names[k];
+    cj->has_descale[k] = 1;
+    if (!json_object_is_type(v, json_type_array)) {
+        if (json_number(v, 0, &cj->descale_num[k])) {
+            smattn_io_err(err, errlen, "\"%s\" must be a number or B lists of Hkv numbers", key);
+            return -1;
+        }
+        return 0;
+    }
+    size_t nb = json_object_array_length(v), nh = 0;
+    for (size_t b = 0; b < nb; b++) {
+        json_object *row = json_object_array_get_idx(v, b);
+        if (!json_object_is_type(row, json_type_array) ||
+            (b > 0 && json_object_array_length(row) != nh) ||
+            json_object_array_length(row) == 0) {
+            smattn_io_err(err, errlen, "\"%s\"[%zu] must be a list of Hkv numbers%s", key, b,
+                          b > 0 ? ", as long as the first" : "");
+            return -1;
+        }
+        nh = json_object_array_length(row);
+    }
+    if (nb == 0) {
+        smattn_io_err(err, errlen, "\"%s\" must be a number or B lists of Hkv numbers", key);
+        return -1;
+    }
+    double *a = malloc(nb * nh * sizeof *a);
+    if (!a) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t b = 0; b < nb; b++)
+        for (size_t h = 0; h < nh; h++)
+            if (json_number(json_object_array_get_idx(json_object_array_get_idx(v, b), h), 0,
+                            &a[b * nh + h])) {
+                smattn_io_err(err, errlen, "\"%s\"[%zu][%zu] is not a number", key, b, h);
+                free(a);
+                return -1;
+            }
+    free(cj->descale_arr[k]);
+    cj->descale_arr[k] = a;
+    cj->descale_n[k][0] = nb, cj->descale_n[k][1] = nh;
+    return 0;
+}
+
+static int key_q_descale(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return key_descale(v, cj, 0, err, errlen);
+}
+
+static int key_k_descale(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return key_descale(v, cj, 1, err, errlen);
+}
+
+static int key_v_descale(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    return key_descale(v, cj, 2, err, errlen);
+}
+
 typedef int (*key_fn)(json_object *, smattn_case_json *, char *, size_t);
 static const struct {
     const char *name;
@@ -398,6 +510,13 @@ static const struct {
     {"kv_layout", key_kv_layout},
     {"alibi_mode", key_alibi_mode},
     {"alibi_slopes", key_alibi_slopes},
+    {"fp8_e4m3", key_fp8_e4m3},
+    {"fp8_e5m2", key_fp8_e5m2},
+    {"q8_0", key_q8_0},
+    {"q4_0", key_q4_0},
+    {"q_descale", key_q_descale},
+    {"k_descale", key_k_descale},
+    {"v_descale", key_v_descale},
 };
 
 static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_t errlen)
@@ -421,7 +540,8 @@ static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_
                           "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
                           "softcap, sinks, empty_rows, empty_lse, bf16, cu_seqlens_q, "
                           "cu_seqlens_k, seqused_k, kv_indptr, kv_indices, kv_last_page_len, "
-                          "kv_layout, alibi_mode, alibi_slopes)",
+                          "kv_layout, alibi_mode, alibi_slopes, fp8_e4m3, fp8_e5m2, q8_0, q4_0, "
+                          "q_descale, k_descale, v_descale)",
                           shown);
             return -1;
         }

@@ -84,6 +84,11 @@ smattn_npy_type smattn_npy_type_of(smattn_dtype t)
     case SMATTN_F16: return SMATTN_NPY_F16;
     case SMATTN_BF16: return SMATTN_NPY_U16;
     case SMATTN_BOOL: return SMATTN_NPY_BOOL;
+    case SMATTN_F8E4M3:
+    case SMATTN_F8E5M2: /* bit patterns */
+    case SMATTN_Q8_0:
+    case SMATTN_Q4_0: /* raw blocks */
+        return SMATTN_NPY_U8;
     }
     return SMATTN_NPY_U8;
 }

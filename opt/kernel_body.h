@@ -105,8 +105,15 @@ static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_
             vf_store(dst + d, t->dtype == SMATTN_F16 ? vf_load_f16(src + d) : vf_load_bf16(src + d));
         for (; d < n; d++)
             dst[d] = (float)smattn_load(t->data, t->dtype, off + d);
+    } else if (stride == 1 && (t->dtype == SMATTN_F8E4M3 || t->dtype == SMATTN_F8E5M2)) {
+        const uint8_t *src = (const uint8_t *)t->data + off;
+        for (; d + VLEN <= n; d += VLEN)
+            vf_store(dst + d, t->dtype == SMATTN_F8E4M3 ? vf_load_f8e4m3(src + d)
+                                                        : vf_load_f8e5m2(src + d));
+        for (; d < n; d++)
+            dst[d] = (float)smattn_load(t->data, t->dtype, off + d);
     } else {
-        for (; d < n; d++) /* exact for f16/bf16/f32; f64 inputs are not accepted */
+        for (; d < n; d++) /* exact for fp8/f16/bf16/f32; f64 inputs are not accepted */
             dst[d] = (float)smattn_load(t->data, t->dtype, off + d * stride);
     }
     for (; d < np; d++)
@@ -209,6 +216,14 @@ static inline void opt_pf_lines4(opt_pfcur *c)
 #define TILE_T uint16_t
 #define TILE_LOAD vf_load_bf16
 #define TILE_SUFFIX bf16
+#include "opt/kernel_tile.h"
+#define TILE_T uint8_t
+#define TILE_LOAD vf_load_f8e4m3
+#define TILE_SUFFIX f8e4m3
+#include "opt/kernel_tile.h"
+#define TILE_T uint8_t
+#define TILE_LOAD vf_load_f8e5m2
+#define TILE_SUFFIX f8e5m2
 #include "opt/kernel_tile.h"
 
 /* ---- scores of many rows: keys in the lanes ----------------------------------------------
@@ -582,6 +597,10 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
                 vf_store(d, vf_load((const float *)(const void *)(src + (size_t)c * 4)));
             else if (vt->dtype == SMATTN_F16)
                 vf_store(d, vf_load_f16((const uint16_t *)(const void *)(src + (size_t)c * 2)));
+            else if (vt->dtype == SMATTN_F8E4M3)
+                vf_store(d, vf_load_f8e4m3(src + c));
+            else if (vt->dtype == SMATTN_F8E5M2)
+                vf_store(d, vf_load_f8e5m2(src + c));
             else
                 vf_store(d, vf_load_bf16((const uint16_t *)(const void *)(src + (size_t)c * 2)));
         }
@@ -659,8 +678,12 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                 KTN(transpose_tile, f32)((const float *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
             } else if (k_direct && kt_->dtype == SMATTN_F16) {
                 KTN(transpose_tile, f16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
-            } else if (k_direct) {
+            } else if (k_direct && kt_->dtype == SMATTN_BF16) {
                 KTN(transpose_tile, bf16)((const uint16_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            } else if (k_direct && kt_->dtype == SMATTN_F8E4M3) {
+                KTN(transpose_tile, f8e4m3)((const uint8_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
+            } else if (k_direct && kt_->dtype == SMATTN_F8E5M2) {
+                KTN(transpose_tile, f8e5m2)((const uint8_t *)kt_->data + koff, ldk, nk, Dp, ws->ktt, &pf);
             } else {
                 for (int64_t jj = 0; jj < nk; jj++)
                     KN(load_row)(ws->kt + jj * Dp, kt_, smattn__key_off(p, kt_->stride, b, kt + jj, g, 0),
@@ -676,8 +699,12 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             KTN(qk_tile, f32)(Q, QP, R, Rp, Dp, (const float *)kt_->data + koff, ldk, nk, S_, &pf);
         } else if (k_direct && kt_->dtype == SMATTN_F16) {
             KTN(qk_tile, f16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
-        } else if (k_direct) {
+        } else if (k_direct && kt_->dtype == SMATTN_BF16) {
             KTN(qk_tile, bf16)(Q, QP, R, Rp, Dp, (const uint16_t *)kt_->data + koff, ldk, nk, S_, &pf);
+        } else if (k_direct && kt_->dtype == SMATTN_F8E4M3) {
+            KTN(qk_tile, f8e4m3)(Q, QP, R, Rp, Dp, (const uint8_t *)kt_->data + koff, ldk, nk, S_, &pf);
+        } else if (k_direct && kt_->dtype == SMATTN_F8E5M2) {
+            KTN(qk_tile, f8e5m2)(Q, QP, R, Rp, Dp, (const uint8_t *)kt_->data + koff, ldk, nk, S_, &pf);
         } else {
             for (int64_t jj = 0; jj < nk; jj++)
                 KN(load_row)(ws->kt + jj * Dp, kt_, smattn__key_off(p, kt_->stride, b, kt + jj, g, 0),
@@ -795,6 +822,10 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
                 KTN(pv_tile, f32)(ACC, Dvp, S_ + j0, VIS + j0, F, R, Rp, (const float *)vt_->data + o, ldv, n, Dvk, pp, 0);
             else if (vt_->dtype == SMATTN_F16)
                 KTN(pv_tile, f16)(ACC, Dvp, S_ + j0, VIS + j0, F, R, Rp, (const uint16_t *)vt_->data + o, ldv, n, Dvk, pp, 0);
+            else if (vt_->dtype == SMATTN_F8E4M3)
+                KTN(pv_tile, f8e4m3)(ACC, Dvp, S_ + j0, VIS + j0, F, R, Rp, (const uint8_t *)vt_->data + o, ldv, n, Dvk, pp, 0);
+            else if (vt_->dtype == SMATTN_F8E5M2)
+                KTN(pv_tile, f8e5m2)(ACC, Dvp, S_ + j0, VIS + j0, F, R, Rp, (const uint8_t *)vt_->data + o, ldv, n, Dvk, pp, 0);
             else
                 KTN(pv_tile, bf16)(ACC, Dvp, S_ + j0, VIS + j0, F, R, Rp, (const uint16_t *)vt_->data + o, ldv, n, Dvk, pp, 0);
         }
@@ -802,8 +833,12 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, (const float *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
     } else if (v_direct && vt_->dtype == SMATTN_F16) {
         KTN(pv_tile, f16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
-    } else if (v_direct) {
+    } else if (v_direct && vt_->dtype == SMATTN_BF16) {
         KTN(pv_tile, bf16)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint16_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
+    } else if (v_direct && vt_->dtype == SMATTN_F8E4M3) {
+        KTN(pv_tile, f8e4m3)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint8_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
+    } else if (v_direct && vt_->dtype == SMATTN_F8E5M2) {
+        KTN(pv_tile, f8e5m2)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint8_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->v + jj * Dvp, vt_, smattn__key_off(p, vt_->stride, b, kt + jj, g, 0),
@@ -873,11 +908,21 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                     QK_KEYS(f16, 7);
                 else
                     QK_KEYS(f16, 8);
-            } else {
+            } else if (kt_->dtype == SMATTN_BF16) {
                 if (R == 7)
                     QK_KEYS(bf16, 7);
                 else
                     QK_KEYS(bf16, 8);
+            } else if (kt_->dtype == SMATTN_F8E4M3) {
+                if (R == 7)
+                    QK_KEYS(f8e4m3, 7);
+                else
+                    QK_KEYS(f8e4m3, 8);
+            } else {
+                if (R == 7)
+                    QK_KEYS(f8e5m2, 7);
+                else
+                    QK_KEYS(f8e5m2, 8);
             }
 #undef QK_KEYS
             OPT_PH_END(OPT_PH_SCORES, t_scores);

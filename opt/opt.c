@@ -193,11 +193,19 @@ static int dtype_ok(smattn_dtype t)
     return t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
 
+/* Q, K and V may also be fp8 (SPEC 2.9), read exactly into binary32 as well. */
+static int qkv_dtype_ok(smattn_dtype t)
+{
+    return dtype_ok(t) || t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2;
+}
+
 static smattn_status supported(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out)
 {
+    if (p->descale)
+        return SMATTN_ERR_UNSUPPORTED; /* quantised inputs are the oracle's only, for now */
     if (p->op == SMATTN_OP_ATTENTION) {
-        if (!dtype_ok(in->q.dtype) || !dtype_ok(in->k.dtype) || !dtype_ok(in->v.dtype) ||
+        if (!qkv_dtype_ok(in->q.dtype) || !qkv_dtype_ok(in->k.dtype) || !qkv_dtype_ok(in->v.dtype) ||
             !dtype_ok(out->o.dtype))
             return SMATTN_ERR_UNSUPPORTED;
     } else if (!dtype_ok(in->x.dtype)) {

@@ -117,6 +117,21 @@ static inline vf vf_load_bf16(const uint16_t *p)
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
+/* VLEN fp8 (SPEC 2.9) at p as binary32, exact: as simd_avx2.h's (binary16 bits, then
+ * vcvtph2ps and times 2^8). */
+static inline vf vf_load_f8e4m3(const uint8_t *p)
+{
+    __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80));
+    __m256i em = _mm256_and_si256(h, _mm256_set1_epi16(0x3f80));
+    h = _mm256_or_si256(h, _mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x3f80)));
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+static inline vf vf_load_f8e5m2(const uint8_t *p)
+{
+    __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p)), 8);
+    return _mm512_cvtph_ps(h);
+}
 /* Nonzero if some lane is NaN. */
 static inline int vf_has_nan(vf x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }
 /* VLEN binary32 to binary16 / bfloat16 at p (any address), each rounded once to nearest

@@ -64,4 +64,19 @@ static inline vf vf_load_bf16(const uint16_t *p)
     memcpy(&h, (const void *)p, sizeof h);
     return vf_from_bits((uint32_t)h << 16);
 }
+/* One fp8 (SPEC 2.9) as binary32, exact: e4m3fn bias 7, no infinity, S.1111.111 NaN;
+ * e5m2 binary16's top byte. */
+static inline vf vf_load_f8e4m3(const uint8_t *p)
+{
+    uint32_t b = *p, sign = (b & 0x80) << 24, e = (b >> 3) & 0xf, m = b & 7;
+    if (e == 0xf && m == 7)
+        return vf_from_bits(sign | 0x7fc00000u);
+    float v = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 | m), (int)e - 10);
+    return sign ? -v : v;
+}
+static inline vf vf_load_f8e5m2(const uint8_t *p)
+{
+    uint16_t h = (uint16_t)(*p << 8);
+    return vf_load_f16(&h);
+}
 #endif

@@ -67,6 +67,8 @@ static void score(ref_row *r, int64_t jj)
         const smattn_tensor *kt = &r->in->k;
         smattn__ref_load_vec(r->buf, kt, smattn__key_off(r->p, kt->stride, r->b, j, r->g, 0),
                              kt->stride[3], r->D);
+        for (int64_t d = 0; r->dk != 1.0 && d < r->D; d++)
+            r->buf[d] *= r->dk; /* exact (SPEC 2.9) */
         for (int64_t d = 0; d < r->D; d++) {
             dd pr = dd_two_prod(r->qd[d], r->buf[d]);
             dd t = dd_two_sum(hi, pr.hi);
@@ -221,6 +223,8 @@ int smattn__ref_fast_row(ref_row *r)
         for (int64_t jj = 0; jj < n; jj++) {
             smattn__ref_load_vec(r->buf, vt, smattn__key_off(r->p, vt->stride, r->b, r->idx[jj], r->g, 0),
                          vt->stride[3], Dv);
+            for (int64_t c = 0; r->dv != 1.0 && c < Dv; c++)
+                r->buf[c] *= r->dv; /* exact (SPEC 2.9) */
             double eh = r->e_hi[jj], el = r->e_lo[jj];
             for (int64_t c = 0; c < Dv; c++) {
                 double v = r->vclass[c] == VCLASS_FINITE ? r->buf[c] : 0.0;

@@ -19,13 +19,15 @@
 double smattn__ref_k(const ref_row *r, int64_t j, int64_t d)
 {
     const smattn_tensor *t = &r->in->k;
-    return smattn_load(t->data, t->dtype, smattn__key_off(r->p, t->stride, r->b, j, r->g, d));
+    return smattn_load(t->data, t->dtype, smattn__key_off(r->p, t->stride, r->b, j, r->g, d)) *
+           r->dk; /* exact (SPEC 2.9) */
 }
 
 double smattn__ref_v(const ref_row *r, int64_t j, int64_t c)
 {
     const smattn_tensor *t = &r->in->v;
-    return smattn_load(t->data, t->dtype, smattn__key_off(r->p, t->stride, r->b, j, r->g, c));
+    return smattn_load(t->data, t->dtype, smattn__key_off(r->p, t->stride, r->b, j, r->g, c)) *
+           r->dv; /* exact (SPEC 2.9) */
 }
 
 double smattn__ref_x(const ref_row *r, int64_t j)
@@ -235,7 +237,8 @@ static int prepare(ref_row *r, smattn_status *st)
         for (int64_t d = 0; d < r->D; d++) {
             const smattn_tensor *t = &in->q;
             r->qd[d] = smattn_load(t->data, t->dtype,
-                                   smattn__row_off(p, t->stride, r->b, r->i, r->h, d));
+                                   smattn__row_off(p, t->stride, r->b, r->i, r->h, d)) *
+                       r->dq; /* exact (SPEC 2.9) */
             if (!isfinite(r->qd[d]))
                 nan = 1;
         }
@@ -458,6 +461,9 @@ static void *worker(void *arg)
                 r.h = (row / p->S) % p->Hq;
                 r.i = row % p->S;
                 r.g = r.att ? smattn__kv_head(p, r.h) : 0;
+                r.dq = smattn__descale(p, 'q', r.b, r.g);
+                r.dk = smattn__descale(p, 'k', r.b, r.g);
+                r.dv = smattn__descale(p, 'v', r.b, r.g);
                 smattn_status st = run_row(&r, job->cfg, &stats);
                 if (st)
                     record_failure(job, row, st);

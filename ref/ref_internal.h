@@ -22,6 +22,7 @@ typedef struct ref_row {
     const smattn_outputs *out;
     int att;                /* attention (1) or softmax (0) */
     int64_t b, h, i, g;     /* batch, query head, query, KV head */
+    double dq, dk, dv;      /* descale factors of (b, g) (SPEC 2.9); 1 without */
     int64_t D, Dv;          /* Dv = 0 for softmax */
     int64_t n;              /* visible keys */
     int64_t *idx;           /* their indices, ascending [n] */

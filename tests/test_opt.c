@@ -833,6 +833,103 @@ START_TEST(opt_half_dtypes)
 }
 END_TEST
 
+/* fp8 K and V (and Q) read directly (SPEC 2.9): every kernel path (decode keys outer with
+ * split K, transposed-tile prefill, plain tiles, head dims off the vector width, strided
+ * rows) within the bound on every ISA, e4m3's NaN and e5m2's infinity included. */
+START_TEST(opt_fp8_kv)
+{
+    static const smattn_dtype f8[2] = {SMATTN_F8E4M3, SMATTN_F8E5M2};
+    stats st;
+    memset(&st, 0, sizeof st);
+    int fails = 0, n = 0;
+    static const int64_t shapes[][6] = {
+        /* S, T, Hq, Hkv, D, ks */
+        {1, 1030, 8, 2, 64, 1}, {16, 300, 4, 1, 32, 1}, {4, 77, 2, 2, 40, 1},
+        {3, 50, 2, 1, 16, 2},   {1, 200, 7, 1, 128, 1}, {20, 129, 2, 2, 64, 1},
+    };
+    for (int a = 0; a < 12; a++) {
+        const int64_t *sh = shapes[a % 6];
+        tcase c;
+        gen_shape(&c, 13000 + (uint64_t)a, sh[0], sh[1], sh[2], sh[3], sh[4], f8[a % 2],
+                  a % 3 ? SMATTN_CAUSAL_LOWER_RIGHT : SMATTN_CAUSAL_NONE, -1, sh[5],
+                  a == 6 ? 2 : a == 7 ? 1 : 0);
+        c.ot = a % 4 == 3 ? SMATTN_F16 : SMATTN_F32;
+        if (a >= 8)
+            recast(&c, &c.in.q, (size_t)(c.p.S * c.p.Hq * c.p.D), f8[(a + 1) % 2]);
+        fails += check_case(&c, &st) != 0, n++;
+        gen_free(&c);
+    }
+    report("fp8 K/V", &st);
+    ck_assert_msg(fails == 0, "%d of %d fp8 problems failed", fails, n);
+}
+END_TEST
+
+/* Every fp8 bit pattern through the kernel's K and V loads on every ISA, exactly: B = 16
+ * batches of one key, K's row in batch b holding patterns 16 b .. 16 b + 15, query head h
+ * the unit vector e_h, scale 1, so that LSE[b][h] = k_{b,h} (one key: L = 1); V's row holds
+ * all 256 patterns, so that O = V (one weight, 1). NaN patterns give NaN, e5m2's infinity
+ * +-inf (SPEC 4.2). */
+START_TEST(opt_fp8_every_pattern)
+{
+    static const smattn_dtype f8[2] = {SMATTN_F8E4M3, SMATTN_F8E5M2};
+    enum { NB = 16, HQ = 16, DD = 16, DV = 256 };
+    static unsigned char k[NB * DD], v[NB * DV];
+    static float q[NB * HQ * DD], o[NB * HQ * DV], lse[NB * HQ];
+    for (int b = 0; b < NB; b++) {
+        for (int d = 0; d < DD; d++)
+            k[b * DD + d] = (unsigned char)(b * DD + d);
+        for (int c = 0; c < DV; c++)
+            v[b * DV + c] = (unsigned char)c;
+        for (int h = 0; h < HQ; h++)
+            for (int d = 0; d < DD; d++)
+                q[(b * HQ + h) * DD + d] = h == d ? 1.0f : 0.0f;
+    }
+    smattn_problem p = smattn_problem_default();
+    p.B = NB, p.S = 1, p.T = 1, p.Hq = HQ, p.Hkv = 1, p.D = DD, p.Dv = DV, p.scale = 1.0;
+    for (int t = 0; t < 2; t++)
+        for (int k2 = 0; k2 < 3; k2++) {
+            if (!smattn_opt_isa_available(isas[k2]))
+                continue;
+            smattn_inputs in;
+            memset(&in, 0, sizeof in);
+            in.q = (smattn_tensor){q, SMATTN_F32, {0}};
+            in.k = (smattn_tensor){k, f8[t], {0}};
+            in.v = (smattn_tensor){v, f8[t], {0}};
+            smattn_outputs out;
+            memset(&out, 0, sizeof out);
+            out.o = (smattn_out_tensor){o, SMATTN_F32, {0}};
+            out.lse = (smattn_out_tensor){lse, SMATTN_F32, {0}};
+            ck_assert(!smattn_contiguous_strides(&p, 'q', in.q.stride) &&
+                      !smattn_contiguous_strides(&p, 'k', in.k.stride) &&
+                      !smattn_contiguous_strides(&p, 'v', in.v.stride) &&
+                      !smattn_contiguous_strides(&p, 'o', out.o.stride) &&
+                      !smattn_contiguous_strides(&p, 'l', out.lse.stride));
+            smattn_opt_config cfg = {1, isas[k2]};
+            ck_assert_int_eq(smattn_attention(&p, &in, &out, &cfg), SMATTN_OK);
+            for (int b = 0; b < NB; b++)
+                for (int h = 0; h < HQ; h++) {
+                    double want = smattn_load(k, f8[t], b * DD + h), got = lse[b * HQ + h];
+                    int row_nan = 0;
+                    for (int d = 0; d < DD; d++)
+                        row_nan |= !isfinite(smattn_load(k, f8[t], b * DD + d));
+                    if (row_nan) { /* a non-finite k_jd poisons the row (SPEC 4.2) */
+                        ck_assert_msg(isnan(got), "%s %s k 0x%02x: LSE %a", isas[k2],
+                                      smattn_dtype_name(f8[t]), b * DD + h, got);
+                        continue;
+                    }
+                    ck_assert_msg(got == want, "%s %s k 0x%02x: LSE %a, want %a", isas[k2],
+                                  smattn_dtype_name(f8[t]), b * DD + h, got, want);
+                    for (int c = 0; c < DV; c++) {
+                        double wv = smattn_load(v, f8[t], c), gv = o[(b * HQ + h) * DV + c];
+                        ck_assert_msg(isnan(wv) ? isnan(gv) : gv == wv, /* exact zeros are +0 */
+                                      "%s %s v 0x%02x: O %a, want %a", isas[k2],
+                                      smattn_dtype_name(f8[t]), c, gv, wv);
+                    }
+                }
+        }
+}
+END_TEST
+
 START_TEST(opt_rejects)
 {
     tcase c;
@@ -1210,6 +1307,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_softmax_within_bound);
     tcase_add_test(tc, opt_half_dtypes);
+
     tcase_add_test(tc, opt_rejects);
     tcase_add_test(tc, opt_concurrent_callers);
     tcase_add_test(tc, opt_exp_le0_same_bits);
@@ -1222,5 +1320,10 @@ Suite *opt_suite(void)
     tcase_add_test(tp, opt_huge_scale);
     tcase_add_test(tp, opt_sink_neg_inf_is_no_sink);
     suite_add_tcase(s, tp);
+    TCase *f8 = tcase_create("fp8"); /* CK_RUN_CASE=fp8 runs these alone */
+    tcase_set_timeout(f8, 600);
+    tcase_add_test(f8, opt_fp8_every_pattern);
+    tcase_add_test(f8, opt_fp8_kv);
+    suite_add_tcase(s, f8);
     return s;
 }

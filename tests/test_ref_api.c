@@ -286,7 +286,7 @@ START_TEST(bad_dtypes)
 {
     fixture f;
     /* Inputs: float tensors reject BOOL and unknown values; the mask accepts only BOOL. */
-    static const smattn_dtype notfloat[2] = {SMATTN_BOOL, (smattn_dtype)7};
+    static const smattn_dtype notfloat[2] = {SMATTN_BOOL, (smattn_dtype)99};
     for (int k = 0; k < 2; k++) {
         for (int t = 0; t < 5; t++) {
             fixture_attention(&f);

@@ -17,9 +17,10 @@ import numpy as np
 
 from . import _lib, _ragged
 
-F64, F32, F16, BF16, BOOL = 0, 1, 2, 3, 4
+F64, F32, F16, BF16, BOOL, F8E4M3, F8E5M2 = 0, 1, 2, 3, 4, 5, 6
 _NP_OF = {F64: np.float64, F32: np.float32, F16: np.float16, BF16: np.uint16}
-_ITEMSIZE = {F64: 8, F32: 4, F16: 2, BF16: 2, BOOL: 1}
+_ITEMSIZE = {F64: 8, F32: 4, F16: 2, BF16: 2, BOOL: 1, F8E4M3: 1, F8E5M2: 1}
+_FP8_NAMES = {"float8_e4m3fn": F8E4M3, "float8_e5m2": F8E5M2}
 _OUT_DTYPES = {"float64": F64, "f64": F64, "float32": F32, "f32": F32, "float16": F16,
                "f16": F16, "half": F16, "bfloat16": BF16, "bf16": BF16}
 _CAUSAL = {None: 0, False: 0, "none": 0,
@@ -48,10 +49,22 @@ def _status_error(st, prefix=""):
     return ValueError(msg)
 
 
-def _dtype_code(a, name):
+def _dtype_code(a, name, fp8=None):
     """The smattn dtype of a float array: float64/32/16, bfloat16 (ml_dtypes' dtype, or
-    uint16 holding bfloat16 bit patterns, as `smattn gen` writes them)."""
+    uint16 holding bfloat16 bit patterns, as `smattn gen` writes them); fp8 (SPEC 2.9) as
+    ml_dtypes' float8_e4m3fn / float8_e5m2, or uint8 bit patterns when fp8 (the format the
+    caller named the array in: F8E4M3 or F8E5M2) is given."""
     dt = a.dtype
+    if fp8 is not None:
+        if dt == np.uint8 or _FP8_NAMES.get(dt.name) == fp8:
+            return fp8
+        raise TypeError("%s: named in fp8_%s, but its dtype is '%s' (want uint8 bit patterns)"
+                        % (name, "e4m3" if fp8 == F8E4M3 else "e5m2", dt))
+    if dt.name in _FP8_NAMES and dt.itemsize == 1:
+        return _FP8_NAMES[dt.name]
+    if dt == np.uint8:
+        raise TypeError("%s: dtype 'uint8' holds raw bits; name it in fp8_e4m3 or fp8_e5m2 to "
+                        "read them as that format" % name)
     if dt == np.float64:
         return F64
     if dt == np.float32:
@@ -188,6 +201,7 @@ class _Built:
     visible_mask: Optional[np.ndarray] = None  # the bool mask, [B, Hq, S, T] (for visible())
     lens: tuple = (None, None)  # kv_lens, q_lens as int64 arrays, or None
     ragged: Optional["_ragged.Ragged"] = None  # a ragged or paged layout (SPEC 2.7)
+    descale: Optional[tuple] = None  # (smattn_descale, its [B, Hkv] arrays) (SPEC 2.9)
 
 
 def _pick(name, value, alias_name, alias_value):
@@ -198,14 +212,64 @@ def _pick(name, value, alias_name, alias_value):
     return value
 
 
+def _fp8_names(fp8_e4m3, fp8_e5m2):
+    """{name: dtype code} of the arrays named in fp8_e4m3 / fp8_e5m2 (among q, k, v)."""
+    named = {}
+    for lst, code, key in ((fp8_e4m3, F8E4M3, "fp8_e4m3"), (fp8_e5m2, F8E5M2, "fp8_e5m2")):
+        if isinstance(lst, str):
+            lst = (lst,)
+        for n in lst or ():
+            if n not in ("q", "k", "v"):
+                raise ValueError("%s: %r is not one of 'q', 'k', 'v'" % (key, n))
+            if n in named:
+                raise ValueError("%s is named in both fp8_e4m3 and fp8_e5m2" % n)
+            named[n] = code
+    return named
+
+
+def _descale(prob, keep, B, Hkv, q_descale, k_descale, v_descale):
+    """smattn_descale for the problem (SPEC 2.9): each a number or [B][Hkv] numbers; the
+    library checks the values (positive finite binary32). None when none is given."""
+    given = (q_descale, k_descale, v_descale)
+    if all(x is None for x in given):
+        return None
+    ds = _lib.Descale(1.0, 1.0, 1.0, None, None, None)
+    arrays = []
+    for x, name in zip(given, ("q", "k", "v")):
+        if x is None:
+            arrays.append(None)
+            continue
+        a = np.asarray(x, dtype=np.float64)
+        if a.ndim == 0:
+            setattr(ds, name, float(a))
+            arrays.append(None)
+            continue
+        if a.shape != (B, Hkv):
+            raise ValueError("%s_descale: shape %s; want a number or [B, Hkv] = [%d, %d]"
+                             % (name, a.shape, B, Hkv))
+        a = np.ascontiguousarray(a)
+        keep.append(a)
+        setattr(ds, name + "_head", a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
+        arrays.append(a)
+    keep.append(ds)
+    prob.descale = ctypes.addressof(ds)
+    return ds, arrays
+
+
 def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
            bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
            empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
-           softmax_scale=None, window_size=None, alibi_slopes=None, alibi_mode=None, **ragged):
+           softmax_scale=None, window_size=None, alibi_slopes=None, alibi_mode=None,
+           fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None, **ragged):
     keep = []
     unknown = sorted(set(ragged) - set(_ragged.ARGS))
     if unknown:
         raise TypeError("unexpected keyword argument %r" % unknown[0])
+    fp8 = _fp8_names(fp8_e4m3, fp8_e5m2)
+    if _ragged.given(ragged) and (fp8 or any(x is not None
+                                             for x in (q_descale, k_descale, v_descale))):
+        raise TypeError("fp8 arrays and descales are not supported with ragged or paged "
+                        "layouts yet")
     if _ragged.given(ragged):
         return _build_ragged(q, k, v, scale=scale, causal=causal, window=window,
                              kv_lens=kv_lens, q_lens=q_lens, bias=bias, mask=mask, sinks=sinks,
@@ -267,14 +331,15 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     prob.B, prob.S, prob.T, prob.Hq, prob.Hkv, prob.D, prob.Dv = B, S, T, Hq, Hkv, D, Dv
     prob.scale = _lib.default_scale(D) if scale is None else _number(scale, "scale")
     inp = _lib.Inputs()
-    q = _tensor(inp.q, q, _dtype_code(q, "q"), ax, keep)
-    k = _tensor(inp.k, k, _dtype_code(k, "k"), ax, keep)
-    v = _tensor(inp.v, v, _dtype_code(v, "v"), ax, keep)
+    q = _tensor(inp.q, q, _dtype_code(q, "q", fp8.get("q")), ax, keep)
+    k = _tensor(inp.k, k, _dtype_code(k, "k", fp8.get("k")), ax, keep)
+    v = _tensor(inp.v, v, _dtype_code(v, "v", fp8.get("v")), ax, keep)
     bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
     _alibi(prob, keep, B, Hq, alibi_mode, alibi_slopes)
+    ds = _descale(prob, keep, B, Hkv, q_descale, k_descale, v_descale)
     return _Built(prob, inp, keep, layout, rank == 4, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
-                  False, mask, lens)
+                  False, mask, lens, descale=ds)
 
 
 def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
@@ -516,7 +581,8 @@ def _widest(b):
     bfloat16, which neither holds), else their common 16-bit type."""
     codes = {b.inputs.x.dtype} if b.softmax else {b.inputs.q.dtype, b.inputs.k.dtype,
                                                   b.inputs.v.dtype}
-    if F64 in codes:
+    codes = {F32 if c in (F8E4M3, F8E5M2) else c for c in codes}  # fp8 times a binary32
+    if F64 in codes:                                                 # descale: float32
         return F64
     if F32 in codes or codes == {F16, BF16}:
         return F32
@@ -627,6 +693,15 @@ def _sub_problem(b, out, b0, nb, h0, nh):
     for t in (inp.bias, inp.mask, o.lse, o.p):
         _shift(t, b0 * t.stride[0] + h0 * t.stride[1])
     _shift(inp.sinks, h0 * inp.sinks.stride[0])
+    if b.descale is not None:  # [B][Hkv] rows: a chunk is whole batches or heads of one
+        ds, arrays = b.descale
+        sub = _lib.Descale.from_buffer_copy(ds)
+        for name, a in zip(("q_head", "k_head", "v_head"), arrays):
+            if a is not None:
+                setattr(sub, name, a.ravel()[b0 * b.Hkv + h0 // G:].ctypes.data_as(
+                    ctypes.POINTER(ctypes.c_double)))
+        p.descale = ctypes.addressof(sub)
+        p._keep_descale = sub  # alive as long as p
     return p, inp, o
 
 
@@ -678,10 +753,11 @@ def _isatty(f):
 
 
 def _validate(b, out):
-    """smattn_validate; for a layout, smattn_validate_explain: raises the status's exception,
-    for a layout with the library's line (it names the field, the sequence and the entry).
+    """smattn_validate; for a layout or descales, smattn_validate_explain: raises the
+    status's exception, then with the library's line (it names the field, the sequence and
+    the entry: "k_descale[1][0] = -1 ...").
     A dense problem keeps the status's sentence, as the CLI prints it."""
-    if b.ragged is None:
+    if b.ragged is None and b.descale is None:
         st = _lib.validate(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out))
         if st != 0:
             raise _status_error(st)
@@ -778,7 +854,7 @@ def _run(engine, q, k, v, dtype, weights, threads, isa, kw, progress=None):
             return p, lse
         return (o, lse, p) if weights else (o, lse)
     cfg = _lib.OptConfig(threads, isa.encode() if isa else None)
-    if b.ragged is not None:  # a bad layout is told by the library's line, not the kernel's
+    if b.ragged is not None or b.descale is not None:  # the library's line, not the kernel's
         _validate(b, out)
     st = _lib.attention(ctypes.byref(b.prob), ctypes.byref(b.inputs), ctypes.byref(out),
                         ctypes.byref(cfg))
@@ -850,7 +926,14 @@ _DOC_ARGS = """
     [B, Hq, S, T]. Errors: ValueError for bad shapes or options, TypeError for dtypes, with
     the CLI's sentences (smattn_status_str); integers that do not fit the C field they go
     to (window, threads, kv_lens) are an OverflowError, never wrapped; floats, strings and
-    bools are not integers (TypeError)."""
+    bools are not integers (TypeError).
+    fp8_e4m3, fp8_e5m2: names among "q", "k", "v" of uint8 arrays holding fp8 bit patterns
+        (SPEC 2.9: e4m3fn, no infinity, NaN S.1111.111; e5m2 IEEE-like); ml_dtypes'
+        float8_e4m3fn and float8_e5m2 arrays are recognised without being named.
+    q_descale, k_descale, v_descale: a number (vLLM's k_scale) or [B, Hkv] numbers
+        (FlashAttention 3's descales; query head h takes its KV head's): the real input is
+        the decoded value times it, exactly; each a positive finite binary32 value
+        (ValueError otherwise)."""
 
 
 def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
@@ -859,14 +942,17 @@ def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               threads=0, progress=None, is_causal=None, attn_mask=None, softmax_scale=None,
               window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
               block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
-              kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None):
+              kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None,
+              fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode)
+              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
+              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2,
+              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return _run("ref", q, k, v, dtype, weights, threads, None, kw, progress)
 
 
@@ -891,14 +977,17 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               threads=0, isa=None, is_causal=None, attn_mask=None, softmax_scale=None,
               window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
               block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
-              kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None):
+              kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None,
+              fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode)
+              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
+              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2,
+              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return _run("opt", q, k, v, dtype, weights, threads, isa, kw)
 
 
@@ -1223,14 +1312,17 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
           attn_mask=None, softmax_scale=None, window_size=None, rows=None, seed=0,
           cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, kv_layout=None,
           kv_indptr=None, kv_indices=None, kv_last_page_len=None, page_size=None,
-          alibi_slopes=None, alibi_mode=None):
+          alibi_slopes=None, alibi_mode=None, fp8_e4m3=(), fp8_e5m2=(), q_descale=None,
+          k_descale=None, v_descale=None):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
               softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode)
+              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
+              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2,
+              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     b = _build(q, k, v, **kw)
     if o is None:
         raise TypeError("o: None; want the kernel's O (check judges O, and LSE and P when "

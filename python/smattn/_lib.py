@@ -48,7 +48,16 @@ class Problem(ctypes.Structure):
                 ("empty_lse", ctypes.c_int),
                 ("layout", ctypes.c_void_p),
                 ("alibi_mode", ctypes.c_int), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
-                ("alibi_slopes_per_batch", ctypes.c_int)]
+                ("alibi_slopes_per_batch", ctypes.c_int),
+                ("descale", ctypes.c_void_p)]
+
+
+class Descale(ctypes.Structure):
+    """smattn_descale (smattn.h, SPEC 2.9): per-tensor factors, or [B][Hkv] arrays;
+    Problem.descale points at one (ctypes.addressof) or is None."""
+    _fields_ = [("q", c_dbl), ("k", c_dbl), ("v", c_dbl),
+                ("q_head", ctypes.POINTER(c_dbl)), ("k_head", ctypes.POINTER(c_dbl)),
+                ("v_head", ctypes.POINTER(c_dbl))]
 
 
 class Layout(ctypes.Structure):

@@ -147,7 +147,9 @@ def test_three_d_inputs_drop_batch():
 
 @pytest.mark.parametrize("kw, exc, text", [
     (dict(window=(-2, 0)), ValueError, "a window bound is below -1 (SMATTN_ERR_WINDOW)"),
-    (dict(scale=float("nan")), ValueError, "the scale is NaN or infinite (SMATTN_ERR_SCALE)"),
+    (dict(scale=float("nan")), ValueError,
+     "the scale is NaN or infinite, or a descale is not a positive finite binary32 value "
+     "(SMATTN_ERR_SCALE)"),
     (dict(softcap=-1), ValueError,
      "the softcap is negative, NaN or infinite (SMATTN_ERR_SOFTCAP)"),
     (dict(kv_lens=[9, 1]), ValueError,

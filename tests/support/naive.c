@@ -96,7 +96,11 @@ static uint64_t round_bits(mpfr_srcptr x, smattn_dtype t)
         return pack_small(round_emulated(x, 11, -23, 16), 11, 5);
     case SMATTN_BF16: /* smallest subnormal 2^-133; largest 0.11111111b * 2^128 */
         return pack_small(round_emulated(x, 8, -132, 128), 8, 8);
-    case SMATTN_BOOL: break;
+    case SMATTN_BOOL:
+    case SMATTN_F8E4M3:
+    case SMATTN_F8E5M2:
+    case SMATTN_Q8_0:
+    case SMATTN_Q4_0: break; /* not output dtypes */
     }
     return 0;
 }
