@@ -8,7 +8,7 @@
 
 #include "core/internal.h"
 
-typedef long double ld;
+#include "core/bound_math.h"
 
 /* SPEC 10.7 B11: the long double recomputation's own error, relative to an element's
  * majorant, per unit of the row's size and score range (a first-order estimate taken with
@@ -26,41 +26,6 @@ smattn_backward_precision smattn_backward_precision_of(smattn_dtype t)
     m.o_dtype = (smattn_dtype)k;
     m.lse_dtype = (smattn_dtype)k;
     return m;
-}
-
-/* gamma_k(u) = k u / (1 - k u), +inf when k u >= 1 (SPEC 1); as in core/bound.c. */
-static ld gam(ld k, ld u)
-{
-    if (k <= 0)
-        return 0;
-    ld ku = k * u;
-    return ku < 1 ? ku / (1 - ku) : HUGE_VALL;
-}
-
-/* p (e^x - 1) for p = e^{lp}, in the log domain for large x (SPEC 6.3). */
-static ld p_expm1(ld p, ld lp, ld x)
-{
-    if (!(x == x))
-        return HUGE_VALL;
-    if (x <= 1)
-        return p * expm1l(x);
-    if (isinf(x))
-        return p > 0 ? HUGE_VALL : 0;
-    return expl(lp + x);
-}
-
-static ld range_of(ld u)
-{
-    if (u == 0x1p-11L)
-        return 65504.0L;
-    if (u <= 0x1p-53L)
-        return (ld)DBL_MAX;
-    return (ld)FLT_MAX;
-}
-
-static int is_float(smattn_dtype t)
-{
-    return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
 
 static int pm_ok(const smattn_precision *pm)

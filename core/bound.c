@@ -7,7 +7,7 @@
 
 #include "core/internal.h"
 
-typedef long double ld;
+#include "core/bound_math.h"
 
 /* SPEC 6.9: the bound is evaluated in long double, then inflated. */
 #define EVAL_REL 0x1p-20L   /* relative slack for B(x_tilde) vs B(x) and the formulas */
@@ -27,38 +27,6 @@ smattn_precision smattn_precision_of(smattn_dtype t)
     m.acc_len = 0;
     m.tiny = ldexp(1.0, f->emin - f->prec + 1); /* subnormal spacing (gradual underflow) */
     return m;
-}
-
-/* gamma_k(u) = k u / (1 - k u), +inf when k u >= 1 (SPEC 1). */
-static ld gam(ld k, ld u)
-{
-    if (k <= 0)
-        return 0;
-    ld ku = k * u;
-    return ku < 1 ? ku / (1 - ku) : HUGE_VALL;
-}
-
-/* p (e^x - 1) for p = e^{lp} (SPEC 6.3, 6.6): in the log domain when x is large, so that a
- * far key's underflowing weight times a huge factor stays 0 instead of 0 * inf. */
-static ld p_expm1(ld p, ld lp, ld x)
-{
-    if (!(x == x))
-        return HUGE_VALL;
-    if (x <= 1)
-        return p * expm1l(x);
-    if (isinf(x))
-        return p > 0 ? HUGE_VALL : 0;
-    return expl(lp + x);
-}
-
-/* Largest finite value of the format whose unit roundoff is u (SPEC 6.8). */
-static ld range_of(ld u)
-{
-    if (u == 0x1p-11L)
-        return 65504.0L;
-    if (u <= 0x1p-53L)
-        return (ld)DBL_MAX;
-    return (ld)FLT_MAX;
 }
 
 /* The model of SPEC 6.1 with its derived constants. */
@@ -325,11 +293,6 @@ static void out_format(smattn_dtype t, ld *u, ld *w, ld *thr)
     *u = ldexpl(1, -f->prec);
     *w = ldexpl(1, f->emin - f->prec + 1);
     *thr = ldexpl(2 - ldexpl(1, -f->prec), f->emax);
-}
-
-static int is_float(smattn_dtype t)
-{
-    return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
 
 static void put(const smattn_out_tensor *t, int64_t off, double x)

@@ -9,30 +9,7 @@
 
 #include "core/merge_internal.h"
 
-typedef long double ld;
-
-static ld gam(ld k, ld u)
-{
-    if (k <= 0)
-        return 0;
-    ld ku = k * u;
-    return ku < 1 ? ku / (1 - ku) : HUGE_VALL;
-}
-
-/* Largest finite value of the format whose unit roundoff is u (SPEC 6.8). */
-static ld range_of(ld u)
-{
-    if (u == 0x1p-11L)
-        return 65504.0L;
-    if (u <= 0x1p-53L)
-        return (ld)DBL_MAX;
-    return (ld)FLT_MAX;
-}
-
-static int is_float(smattn_dtype t)
-{
-    return t == SMATTN_F64 || t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
-}
+#include "core/bound_math.h"
 
 /* The output rounding of dtype t: unit roundoff, subnormal spacing, overflow threshold. */
 static void out_format(smattn_dtype t, ld *u, ld *omega, ld *ovf)
