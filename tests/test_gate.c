@@ -467,36 +467,53 @@ END_TEST
 
 /* ---- 1b. a fork bomb, a full process table --------------------------------------------- */
 
-/* Processes (not zombies) whose name (/proc/N/stat's comm) is tag: counted, and killed
- * (the fixture named them so: they are the test's own). */
+/* Processes (not zombies) whose name (/proc/N/stat's comm) is tag, found by one pass over
+ * /proc: killed (the fixture named them so: they are the test's own), and counted. */
+static int kill_named(const char *tag)
+{
+    int found = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], st[512] = "";
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got = fread(st, 1, sizeof st - 1, f);
+        st[got] = '\0';
+        fclose(f);
+        const char *lp = strchr(st, '('), *rp = strrchr(st, ')');
+        if (!lp || !rp || rp[1] != ' ' || rp[2] == 'Z' || rp[2] == 'X' ||
+            (size_t)(rp - lp - 1) != strlen(tag) || strncmp(lp + 1, tag, strlen(tag)))
+            continue;
+        found++;
+        kill((pid_t)atol(de->d_name), SIGKILL);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* The processes named tag that outlived the run, all killed: passes over /proc until 100
+ * in a row (and a quarter of a second) find none, for at most 20 s. One pass can miss a
+ * chain whose processes fork their successor and exit; a chain left here would load the
+ * host for the rest of its life. */
 static int reap_named(const char *tag)
 {
-    int alive = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        DIR *d = opendir("/proc");
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (de->d_name[0] < '1' || de->d_name[0] > '9')
-                continue;
-            char path[300], st[512] = "";
-            snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
-            FILE *f = fopen(path, "r");
-            if (!f)
-                continue;
-            size_t got = fread(st, 1, sizeof st - 1, f);
-            st[got] = '\0';
-            fclose(f);
-            const char *lp = strchr(st, '('), *rp = strrchr(st, ')');
-            if (!lp || !rp || rp[1] != ' ' || rp[2] == 'Z' || rp[2] == 'X' ||
-                (size_t)(rp - lp - 1) != strlen(tag) || strncmp(lp + 1, tag, strlen(tag)))
-                continue;
-            alive += pass == 0;
-            kill((pid_t)atol(de->d_name), SIGKILL);
-        }
-        if (d)
-            closedir(d);
-        struct timespec ms50 = {0, 50000000};
-        nanosleep(&ms50, NULL);
+    int alive = 0, quiet = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int n = kill_named(tag);
+        alive += n;
+        quiet = n ? 0 : quiet + 1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double dt = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+        if ((quiet >= 100 && dt > 0.25) || dt > 20)
+            break;
     }
     return alive;
 }
