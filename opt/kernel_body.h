@@ -90,13 +90,44 @@ static float KN(expf1)(float x)
 
 /* ---- loads -------------------------------------------------------------------------------- */
 
-/* n elements of a K/V/Q row (any float dtype, unit or general stride) as f32 into dst,
- * zero padded up to np. */
+/* n / 32 blocks of q8_0 or q4_0 (dt, SPEC 2.9) at src as binary32 into dst: each element
+ * d * q, the scale and the quant exact in binary32 and their product too (11 + 8
+ * significant bits, within the exponent range), so the tile holds the real values (an
+ * infinite or NaN scale gives the IEEE products, inf * 0 = NaN, as smattn_load). q4_0's
+ * nibbles are first spread to int8 (low nibbles, then high, minus 8) for the same load. */
+static void KN(dequant_blocks)(float *dst, const unsigned char *src, smattn_dtype dt, int64_t n)
+{
+    const size_t bs = smattn_dtype_size(dt);
+    for (int64_t c = 0; c < n; c += SMATTN_QBLOCK, src += bs) {
+        uint16_t h;
+        memcpy(&h, src, 2); /* little-endian, as the format (and the targets) */
+        const vf vd = vf_set1(vf_f16_to_f32(h));
+        int8_t q4[SMATTN_QBLOCK];
+        const int8_t *q = (const int8_t *)(const void *)(src + 2);
+        if (dt == SMATTN_Q4_0) {
+            for (int j = 0; j < SMATTN_QBLOCK / 2; j++) {
+                q4[j] = (int8_t)((src[2 + j] & 15) - 8);
+                q4[j + SMATTN_QBLOCK / 2] = (int8_t)((src[2 + j] >> 4) - 8);
+            }
+            q = q4;
+        }
+        for (int j = 0; j < SMATTN_QBLOCK; j += VLEN)
+            vf_store(dst + c + j, vf_mul(vf_load_i8(q + j), vd));
+    }
+}
+
+/* n elements of a K/V/Q row (any input dtype but f64, unit or general stride) as f32 into
+ * dst, zero padded up to np. A block format has unit stride and n, off multiples of 32
+ * (SPEC 2.9, validated). */
 static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_t stride,
                          int64_t n, int64_t np)
 {
     int64_t d = 0;
-    if (stride == 1 && t->dtype == SMATTN_F32) {
+    if (opt_is_block(t->dtype)) {
+        KN(dequant_blocks)(dst, (const unsigned char *)t->data + opt_byte_off(t->dtype, off),
+                           t->dtype, n);
+        d = n;
+    } else if (stride == 1 && t->dtype == SMATTN_F32) {
         memcpy(dst, (const unsigned char *)t->data + off * 4, (size_t)n * sizeof(float));
         d = n;
     } else if (stride == 1 && (t->dtype == SMATTN_F16 || t->dtype == SMATTN_BF16)) {
@@ -404,7 +435,8 @@ static float KN(finish_scores)(const opt_job *job, int64_t b, int64_t h, int64_t
     *all_visible = 0;
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
-    const float sh = job->scale_hi, sl = job->scale_lo;
+    float sh, sl; /* the scale, with descales folded in (opt_scale) */
+    opt_scale(job, b, job->qk_scale ? smattn__kv_head(p, h) : 0, &sh, &sl);
     const float cap = (float)p->softcap;
     float tmax = -HUGE_VALF;
     /* the symmetric or one-sided ALiBi addends, after the bias (SPEC 2.8) */
@@ -553,6 +585,8 @@ static void KN(unit_setup)(const opt_job *job, opt_ws *ws, int64_t base, int64_t
                 }
                 if (vf_hsum(z) != 0.0f)
                     ws->slow[x] = 1; /* the row is NaN (SPEC 4.2): binary64 path */
+                if (job->qk_scale && isnan(job->qk_scale[2 * (b * p->Hkv + g)]))
+                    ws->slow[x] = 1; /* descales beyond binary32's safe range (opt.c) */
             }
         }
         ws->lo[x] = lo;
@@ -626,16 +660,18 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * only as one run of rows (dense, packed, or within one page, SPEC 2.7); a tile that
      * crosses pages is gathered key by key through the locator into f32, which the same
      * micro-kernels then read: the same values in the same order, so the same bits. */
+    /* Block formats (q8_0, q4_0) are never in place: a tile is dequantised into f32 once
+     * (load_row), for every row of the unit (the group's query heads) */
     const int run = smattn__key_run(p, kt, nk) == nk;
-    const int v_direct = run && vt_->stride[3] == 1 && Dv % VLEN == 0 && (VLEN > 1 || vt_->dtype == SMATTN_F32);
-    const int k_direct = run && kt_->stride[3] == 1 && D % VLEN == 0 && (VLEN > 1 || kt_->dtype == SMATTN_F32);
+    const int v_direct = run && vt_->stride[3] == 1 && Dv % VLEN == 0 && (VLEN > 1 || vt_->dtype == SMATTN_F32) && !opt_is_block(vt_->dtype);
+    const int k_direct = run && kt_->stride[3] == 1 && D % VLEN == 0 && (VLEN > 1 || kt_->dtype == SMATTN_F32) && !opt_is_block(kt_->dtype);
     /* V of a tile across pages: each page's run of rows in place, one after the other,
      * when runs are long enough; shorter (pages under 8 keys) gathered. Paged decode
      * T = 32768, one thread, CPU time of 60 calls: pages of 16 0.95 s in place, 1.04 s
      * gathered; pages of 8 1.21 / 1.27 s; pages of 1 2.89 / 2.07 s (dense 0.91-0.96 s) */
-    const int v_runs = !run && smattn__run_max(p) >= 8 && vt_->stride[3] == 1 && Dv % VLEN == 0 && (VLEN > 1 || vt_->dtype == SMATTN_F32);
-    const size_t krow = (size_t)D * smattn_dtype_size(kt_->dtype);
-    const size_t vrow = (size_t)Dv * smattn_dtype_size(vt_->dtype);
+    const int v_runs = !run && smattn__run_max(p) >= 8 && vt_->stride[3] == 1 && Dv % VLEN == 0 && (VLEN > 1 || vt_->dtype == SMATTN_F32) && !opt_is_block(vt_->dtype);
+    const size_t krow = opt_byte_off(kt_->dtype, D);
+    const size_t vrow = opt_byte_off(vt_->dtype, Dv);
     float *const S_ = ws->s + base * OPT_BK;
     unsigned char *const VIS = ws->vis + base * OPT_BK;
     float *const Q = ws->q + base * Dp, *const QP = ws->qp + base * Dp;
@@ -649,22 +685,20 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         pn = smattn__key_run(p, pkt, pn);
     opt_prefetch pf = {NULL, NULL, 0, 0, krow, vrow, 0};
     if (pn > 0 && !scored && kt_->stride[3] == 1 && vt_->stride[3] == 1) { /* used by QK */
-        size_t ek = smattn_dtype_size(kt_->dtype), ev = smattn_dtype_size(vt_->dtype);
         pf.n = pn;
-        pf.k = (const char *)kt_->data + (size_t)smattn__key_off(p, kt_->stride, b, pkt, pg, 0) * ek;
-        pf.v = (const char *)vt_->data + (size_t)smattn__key_off(p, vt_->stride, b, pkt, pg, 0) * ev;
-        pf.ks = (size_t)kt_->stride[1] * ek;
-        pf.vs = (size_t)vt_->stride[1] * ev;
+        pf.k = (const char *)kt_->data + opt_byte_off(kt_->dtype, smattn__key_off(p, kt_->stride, b, pkt, pg, 0));
+        pf.v = (const char *)vt_->data + opt_byte_off(vt_->dtype, smattn__key_off(p, vt_->stride, b, pkt, pg, 0));
+        pf.ks = opt_byte_off(kt_->dtype, kt_->stride[1]);
+        pf.vs = opt_byte_off(vt_->dtype, vt_->stride[1]);
     }
     /* keys outer (decode): the next tile's K rows of this head (pn rows from key pkt of
      * KV head pg), requested during this unit's P.V, a line or two per key, so that
      * memory keeps working while the arithmetic runs from L2 (`make bench`, NOTES.md) */
     opt_prefetch pvpf = {NULL, NULL, 0, 0, krow, 0, 0};
     if (pn > 0 && scored && kt_->stride[3] == 1) {
-        size_t ek = smattn_dtype_size(kt_->dtype);
         pvpf.n = pn;
-        pvpf.k = (const char *)kt_->data + (size_t)smattn__key_off(p, kt_->stride, b, pkt, pg, 0) * ek;
-        pvpf.ks = (size_t)kt_->stride[1] * ek;
+        pvpf.k = (const char *)kt_->data + opt_byte_off(kt_->dtype, smattn__key_off(p, kt_->stride, b, pkt, pg, 0));
+        pvpf.ks = opt_byte_off(kt_->dtype, kt_->stride[1]);
     }
     OPT_PH_BEGIN(t_scores);
     if (!scored) { /* else the item computed them, keys outer (attention_item) */
@@ -888,7 +922,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         if (keys_outer) {
             OPT_PH_BEGIN(t_scores);
             const smattn_tensor *vt_ = &job->in->v;
-            const size_t vbytes = (size_t)p->Dv * smattn_dtype_size(vt_->dtype);
+            const size_t vbytes = opt_byte_off(vt_->dtype, p->Dv);
             const int vpf = vt_->stride[3] == 1;
             const char **const KR = ws->krows, **const VR = ws->vrows;
             for (int64_t u = 0; u < hg; u++) {
@@ -897,8 +931,17 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             }
             const int64_t qs = Rp * p->D, ss = Rp * OPT_BK;
             const char *const *vr = vpf ? VR : NULL;
+            if (opt_is_block(kt_->dtype)) /* the tile's K rows of the item's heads dequantised
+                                            * once, for the group's query heads */
+                for (int64_t u = 0; u < hg; u++)
+                    for (int64_t jj = 0; jj < nk; jj++) {
+                        float *row = ws->kq + (u * OPT_BK + jj) * p->D;
+                        KN(dequant_blocks)(row, (const unsigned char *)KR[u * OPT_BK + jj],
+                                           kt_->dtype, p->D);
+                        KR[u * OPT_BK + jj] = (const char *)row;
+                    }
 #define QK_KEYS(SUF, NR) KTN(qk_keys, SUF)(ws->qp, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, NR)
-            if (kt_->dtype == SMATTN_F32) {
+            if (kt_->dtype == SMATTN_F32 || opt_is_block(kt_->dtype)) {
                 if (R == 7)
                     QK_KEYS(f32, 7);
                 else

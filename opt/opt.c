@@ -2,6 +2,7 @@
 /* opt.c: the optimised kernel's entry points: validation, the plan (work items that depend
  * on the shape only), the thread pool run, the split-K merge in a fixed order, and the
  * finishing of rows (sinks, empty rows, LSE, P). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,9 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
                                              smattn__key_off(p, in->k.stride, b, j, g, d));
                 dot = fmaf(q, k, dot);
             }
-            float x = fmaf(dot, job->scale_hi, dot * job->scale_lo);
+            float sh, sl;
+            opt_scale(job, b, g, &sh, &sl);
+            float x = fmaf(dot, sh, dot * sl);
             if (p->softcap > 0)
                 x = opt_softcap(x, (float)p->softcap);
             int vis = 1;
@@ -135,6 +138,17 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
     }
     if (!smattn__row_stored(p, b, i)) /* a packed padding row: only P (SPEC 2.7) */
         goto p_only;
+    /* V's descale f_v (SPEC 2.9): O = f_v N / L, computed as N / fl(L / f_v), two roundings
+     * as N fl(1 / L) (SPEC 6.1 A4; the numerators N are those of the decoded V). A
+     * quotient outside binary32's normal range takes the binary64 path. */
+    float lv = l;
+    if (job->v_scale) {
+        lv = l / job->v_scale[b * p->Hkv + smattn__kv_head(p, h)];
+        if (!(lv >= FLT_MIN && lv <= FLT_MAX)) {
+            smattn__opt_slow_row(job, b, h, i);
+            return;
+        }
+    }
     /* write, then send the row to the binary64 path if anything was not finite (it
      * rewrites the whole row): one pass, no dependency chain */
     int bad = !isfinite(l);
@@ -142,18 +156,18 @@ void smattn__opt_finish_row(const opt_job *job, int64_t b, int64_t h, int64_t i,
     if (out->o.dtype != SMATTN_F32) {
         /* f16 / bf16: O in f32 in place of the numerators (the same bits as an f32 O),
          * then rounded once per element */
-        bad |= job->isa->write_o(acc, acc, l, p->Dv);
+        bad |= job->isa->write_o(acc, acc, lv, p->Dv);
         if (!bad && os == 1)
             job->isa->store_half(out->o.data, out->o.dtype, o_off(job, b, i, h, 0), acc, p->Dv);
         else if (!bad)
             for (int64_t c = 0; c < p->Dv; c++)
                 put(&out->o, o_off(job, b, i, h, c), acc[c]);
     } else if (os == 1) {
-        bad |= job->isa->write_o((float *)out->o.data + o_off(job, b, i, h, 0), acc, l, p->Dv);
+        bad |= job->isa->write_o((float *)out->o.data + o_off(job, b, i, h, 0), acc, lv, p->Dv);
     } else {
         float *o = (float *)out->o.data + o_off(job, b, i, h, 0);
         for (int64_t c = 0; c < p->Dv; c++) {
-            float x = acc[c] / l + 0.0f;
+            float x = acc[c] / lv + 0.0f;
             bad |= !isfinite(x);
             opt_st_f32(o, c * os, x);
         }
@@ -193,17 +207,16 @@ static int dtype_ok(smattn_dtype t)
     return t == SMATTN_F32 || t == SMATTN_F16 || t == SMATTN_BF16;
 }
 
-/* Q, K and V may also be fp8 (SPEC 2.9), read exactly into binary32 as well. */
+/* Q, K and V may also be fp8, K and V q8_0 or q4_0 (SPEC 2.9; validation refuses the block
+ * formats for Q): every value read exactly into binary32 as well. */
 static int qkv_dtype_ok(smattn_dtype t)
 {
-    return dtype_ok(t) || t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2;
+    return dtype_ok(t) || t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2 || opt_is_block(t);
 }
 
 static smattn_status supported(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out)
 {
-    if (p->descale)
-        return SMATTN_ERR_UNSUPPORTED; /* quantised inputs are the oracle's only, for now */
     if (p->op == SMATTN_OP_ATTENTION) {
         if (!qkv_dtype_ok(in->q.dtype) || !qkv_dtype_ok(in->k.dtype) || !qkv_dtype_ok(in->v.dtype) ||
             !dtype_ok(out->o.dtype))
@@ -233,7 +246,7 @@ static void ws_free(opt_ws *w)
     free(w->q), free(w->qp), free(w->kt), free(w->ktt), free(w->v), free(w->s), free(w->vis), free(w->acc);
     free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
     free(w->mt), free(w->sm), free(w->dm);
-    free((void *)w->krows), free((void *)w->vrows);
+    free((void *)w->krows), free((void *)w->vrows), free(w->kq);
 }
 
 static int ws_alloc(opt_ws *w, const opt_job *job)
@@ -262,8 +275,11 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->dm = calloc(R + 16, sizeof(float)); /* the padding read by whole vectors stays 0 */
     w->krows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->krows);
     w->vrows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->vrows);
+    const int kq = p->op == SMATTN_OP_ATTENTION && opt_is_block(job->in->k.dtype);
+    w->kq = kq ? malloc((size_t)job->hg * OPT_BK * Dp * sizeof(float)) : NULL;
     if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
-        !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm || !w->krows || !w->vrows) {
+        !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm || !w->krows || !w->vrows ||
+        (kq && !w->kq)) {
         ws_free(w);
         return -1;
     }
@@ -354,6 +370,45 @@ static void merge_chunks(opt_job *job)
     }
 }
 
+/* Descales (SPEC 2.9), per (b, KV head): the score multiplier c = scale f_q f_k in binary64
+ * (two roundings, relative error below 2^-52) split as hi + lo (|c - hi - lo| <= 2^-48 |c|
+ * for c in the normal range), so that fma(s, hi, s lo) is within (1 + 2^-24)(1 + 2^-46) of
+ * s c: inside SPEC 6.1 A2's two roundings (the scale's and the product's), the model of Q1
+ * with r = 0. A c whose hi or lo would leave binary32's normal range (|c| outside
+ * [2^-100, 2^100]) marks its rows for the binary64 path (hi = NaN). f_v as binary32 (it is
+ * one, SPEC 2.9). NULL arrays when every factor is 1, so such a problem keeps the bits of
+ * the problem without descales. */
+static smattn_status descale_plan(opt_job *job)
+{
+    const smattn_problem *p = job->p;
+    const int64_t n = p->B * p->Hkv;
+    int qk_one = 1, v_one = 1;
+    for (int64_t x = 0; x < n; x++) {
+        const int64_t b = x / p->Hkv, g = x % p->Hkv;
+        qk_one &= smattn__descale(p, 'q', b, g) == 1.0 && smattn__descale(p, 'k', b, g) == 1.0;
+        v_one &= smattn__descale(p, 'v', b, g) == 1.0;
+    }
+    if (!qk_one && !(job->qk_scale = malloc((size_t)n * 2 * sizeof(float))))
+        return SMATTN_ERR_NOMEM;
+    if (!v_one && !(job->v_scale = malloc((size_t)n * sizeof(float)))) {
+        free(job->qk_scale);
+        job->qk_scale = NULL;
+        return SMATTN_ERR_NOMEM;
+    }
+    for (int64_t x = 0; !qk_one && x < n; x++) {
+        const int64_t b = x / p->Hkv, g = x % p->Hkv;
+        const double c = p->scale * smattn__descale(p, 'q', b, g) * smattn__descale(p, 'k', b, g);
+        const float hi = (float)c;
+        job->qk_scale[2 * x] = fabs(c) >= 0x1p-100 && fabs(c) <= 0x1p100 ? hi : (float)NAN;
+        job->qk_scale[2 * x + 1] = (float)(c - (double)hi);
+        if (c == 0) /* a zero scale (valid, SPEC 2.3): every score 0, as without descales */
+            job->qk_scale[2 * x] = 0.0f;
+    }
+    for (int64_t x = 0; !v_one && x < n; x++)
+        job->v_scale[x] = (float)smattn__descale(p, 'v', x / p->Hkv, x % p->Hkv);
+    return SMATTN_OK;
+}
+
 /* The descriptor has passed smattn_validate (the entry points below, once). */
 static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
                          const smattn_outputs *out, const smattn_opt_config *cfg)
@@ -378,6 +433,8 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
         nt = smattn__ncpu();
     job.scale_hi = (float)p->scale;
     job.scale_lo = (float)(p->scale - (double)job.scale_hi);
+    if (p->descale && (st = descale_plan(&job)))
+        return st;
     const int att = p->op == SMATTN_OP_ATTENTION;
     job.G = att ? p->Hq / p->Hkv : 1;
     /* about 64 rows per item, 128 with AVX-512 where the scores take the keys in the lanes
@@ -415,8 +472,10 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
     if (nt > job.items)
         nt = (int)job.items;
     job.ws = calloc((size_t)nt, sizeof *job.ws);
-    if (!job.ws)
+    if (!job.ws) {
+        free(job.qk_scale), free(job.v_scale);
         return SMATTN_ERR_NOMEM;
+    }
     int made = 0;
     for (; made < nt; made++)
         if (ws_alloc(&job.ws[made], &job))
@@ -425,6 +484,7 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
         for (int k = 0; k < made; k++)
             ws_free(&job.ws[k]);
         free(job.ws);
+        free(job.qk_scale), free(job.v_scale);
         return SMATTN_ERR_NOMEM;
     }
     if (job.nchunks > 1) {
@@ -445,6 +505,8 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
         ws_free(&job.ws[k]);
     free(job.ws);
     free(job.part);
+    free(job.qk_scale);
+    free(job.v_scale);
     return st;
 }
 
@@ -483,5 +545,16 @@ smattn_precision smattn_opt_precision(const smattn_problem *p)
     m.blocks = tiles + chunks + 1;
     m.acc_len = T + chunks + 2;
     m.tiny = 0x1p-126; /* exp flushes results below FLT_MIN */
+    /* V's descale multiplies the P.V of the decoded values, whose gradual underflow is at
+     * most 2^-150 per operation, by f_v (smattn__opt_finish_row): at most tiny unless
+     * f_v > 2^24, then f_v 2^-150 (SPEC 2.9; read only for a plausible descriptor) */
+    const smattn_descale *ds = p ? p->descale : NULL;
+    if (ds && p->B >= 1 && p->Hkv >= 1 && p->B <= SMATTN_MAX_DIM && p->Hkv <= SMATTN_MAX_DIM) {
+        double fv = ds->v_head ? 0 : ds->v;
+        for (int64_t x = 0; ds->v_head && x < p->B * p->Hkv; x++)
+            fv = ds->v_head[x] > fv ? ds->v_head[x] : fv;
+        if (fv * 0x1p-150 > m.tiny) /* false for a NaN */
+            m.tiny = fv * 0x1p-150;
+    }
     return m;
 }

@@ -94,7 +94,24 @@ typedef struct opt_ws {
                           * this tile), its weights' sum */
     float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
     const char **krows, **vrows; /* [hg][OPT_BK] a tile's K and V rows (opt_tile_rows) */
+    float *kq;    /* [hg][OPT_BK][Dp] a block-quantised K tile dequantised (the decode's
+                   * keys-outer scores), NULL for other dtypes */
 } opt_ws;
+
+/* The block formats q8_0 and q4_0 (SPEC 2.9): a row's elements are not at off * size, and
+ * they are dequantised into binary32 once per tile (kernel_body.h's load_row) for the
+ * binary32 micro-kernels, never read in place. */
+static inline int opt_is_block(smattn_dtype t)
+{
+    return t == SMATTN_Q8_0 || t == SMATTN_Q4_0;
+}
+
+/* The byte offset of element offset off of a tensor of dtype t: off * size, or for a block
+ * format its block's (off a multiple of SMATTN_QBLOCK: a row's start, SPEC 2.9). */
+static inline size_t opt_byte_off(smattn_dtype t, int64_t off)
+{
+    return (size_t)(off / smattn_dtype_block(t)) * smattn_dtype_size(t);
+}
 
 /* rows[jj] = the address of the row of key kt + jj (jj < nk) of KV head g in sequence b of
  * K or V (t), found through the layout's locator (core/layout.h: dense, packed or paged):
@@ -104,12 +121,11 @@ typedef struct opt_ws {
 static inline void opt_tile_rows(const smattn_problem *p, const smattn_tensor *t, int64_t b,
                                  int64_t kt, int64_t nk, int64_t g, const char **rows)
 {
-    const size_t e = smattn_dtype_size(t->dtype);
-    const size_t step = (size_t)t->stride[1] * e;
+    const size_t step = opt_byte_off(t->dtype, t->stride[1]);
     for (int64_t jj = 0; jj < nk;) {
         const int64_t run = smattn__key_run(p, kt + jj, nk - jj);
-        const char *r0 =
-            (const char *)t->data + (size_t)smattn__key_off(p, t->stride, b, kt + jj, g, 0) * e;
+        const char *r0 = (const char *)t->data +
+                         opt_byte_off(t->dtype, smattn__key_off(p, t->stride, b, kt + jj, g, 0));
         for (int64_t u = 0; u < run; u++)
             rows[jj + u] = r0 + (size_t)u * step;
         jj += run;
@@ -124,6 +140,12 @@ typedef struct opt_job {
     const smattn_inputs *in;
     const smattn_outputs *out;
     float scale_hi, scale_lo; /* scale = hi + lo, so scale*s rounds once (fma) */
+    /* With descales (SPEC 2.9, NULL without): per (b, KV head g) at b * Hkv + g, the
+     * score multiplier scale f_q f_k as hi, lo (NaN hi: out of binary32's safe range, the
+     * rows take the binary64 path), and f_v, which divides the row's denominator for O
+     * (opt_scale, smattn__opt_finish_row) */
+    float *qk_scale;    /* [B * Hkv][2] */
+    float *v_scale;     /* [B * Hkv] */
     int64_t G;          /* query heads per KV head */
     int64_t nq;         /* queries per work item */
     int64_t R;          /* rows per work item = G * nq */
@@ -137,6 +159,18 @@ typedef struct opt_job {
     float *part;        /* split-K partials [units][R][Dvp + 2] */
     unsigned char *slow_rows; /* [B*Hq*S] */
 } opt_job;
+
+/* The score multiplier of batch b, KV head g as hi + lo: the scale, or with descales
+ * scale f_q f_k (SPEC 6.11 Q1, folded as exactly as the plain scale's split). */
+static inline void opt_scale(const opt_job *job, int64_t b, int64_t g, float *hi, float *lo)
+{
+    if (job->qk_scale) {
+        const float *c = job->qk_scale + 2 * (b * job->p->Hkv + g);
+        *hi = c[0], *lo = c[1];
+    } else {
+        *hi = job->scale_hi, *lo = job->scale_lo;
+    }
+}
 
 /* Work units: (b, query tile, key chunk, KV head), the KV head fastest; a work item is hg
  * consecutive units (the KV heads side by side), so that an item, and items running at

@@ -55,10 +55,12 @@ static double empty_lse(const smattn_problem *p)
                                               : -HUGE_VAL;
 }
 
+/* The real V element: the decoded one times its descale, exact (SPEC 2.9) */
 static double vval(const opt_job *job, int64_t b, int64_t j, int64_t g, int64_t c)
 {
     const smattn_tensor *t = &job->in->v;
-    return smattn_load(t->data, t->dtype, smattn__key_off(job->p, t->stride, b, j, g, c));
+    return smattn_load(t->data, t->dtype, smattn__key_off(job->p, t->stride, b, j, g, c)) *
+           smattn__descale(job->p, 'v', b, g);
 }
 
 /* O_c = sum_j w_j v_jc / L over keys idx[0..n), with the V column classes of SPEC 4.2. */
@@ -180,15 +182,18 @@ void smattn__opt_slow_row(const opt_job *job, int64_t b, int64_t h, int64_t i)
     }
     if (!nan && n == 0 && !has_sink)
         goto empty;
-    /* scores in binary64 */
+    /* scores in binary64, of the real Q and K (SPEC 2.9: each decoded element times its
+     * descale, exact) */
+    const double fq = att ? smattn__descale(p, 'q', b, g) : 1.0;
+    const double fk = att ? smattn__descale(p, 'k', b, g) : 1.0;
     for (int64_t k = 0; k < n && !nan; k++) {
         int64_t j = idx[k];
         double x = s[k];
         if (att) {
             x = 0;
             for (int64_t d = 0; d < p->D; d++) {
-                double q = smattn_load(in->q.data, in->q.dtype, smattn__row_off(p, in->q.stride, b, i, h, d));
-                double kk = smattn_load(in->k.data, in->k.dtype, smattn__key_off(p, in->k.stride, b, j, g, d));
+                double q = fq * smattn_load(in->q.data, in->q.dtype, smattn__row_off(p, in->q.stride, b, i, h, d));
+                double kk = fk * smattn_load(in->k.data, in->k.dtype, smattn__key_off(p, in->k.stride, b, j, g, d));
                 if (!isfinite(q) || !isfinite(kk))
                     nan = 1;
                 x += q * kk;

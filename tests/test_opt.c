@@ -1292,6 +1292,187 @@ START_TEST(opt_sink_neg_inf_is_no_sink)
 }
 END_TEST
 
+/* ---- quantised K and V, descales (SPEC 2.9) ----------------------------------------------
+ * K or V (f32, n elements, rows of a multiple of 32) re-encoded in the block format dt as
+ * ggml quantises (d = amax / 127, or amax / 8 for q4_0, in binary16; q = the nearest
+ * integer of x / d, clamped), every fifth block with random quants (int8's -128, every
+ * nibble); the buffer is replaced. */
+static void quantise(void **buf, size_t n, smattn_dtype dt, xorshift *r)
+{
+    const float *x = *buf;
+    const size_t nb = n / SMATTN_QBLOCK, bs = smattn_dtype_size(dt);
+    unsigned char *o = calloc(nb, bs);
+    for (size_t blk = 0; blk < nb; blk++) {
+        const float *xb = x + blk * SMATTN_QBLOCK;
+        unsigned char *ob = o + blk * bs;
+        float amax = 0;
+        for (int j = 0; j < SMATTN_QBLOCK; j++)
+            amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const double d = (double)amax / (dt == SMATTN_Q8_0 ? 127.0 : 8.0);
+        smattn_store(ob, SMATTN_F16, 0, d); /* little-endian bytes 0-1 */
+        const double dh = smattn_load(ob, SMATTN_F16, 0);
+        const int raw = blk % 5 == 4;
+        for (int j = 0; j < SMATTN_QBLOCK; j++) {
+            double t = dh > 0 ? nearbyint((double)xb[j] / dh) : 0;
+            if (dt == SMATTN_Q8_0) {
+                t = t > 127 ? 127 : t < -127 ? -127 : t;
+                ob[2 + j] = raw ? (unsigned char)next(r) : (unsigned char)(int8_t)t;
+            } else {
+                int nib = raw ? (int)(next(r) & 15) : (int)(t + 8 > 15 ? 15 : t + 8 < 0 ? 0 : t + 8);
+                ob[2 + j % 16] |= (unsigned char)(j < 16 ? nib : nib << 4);
+            }
+        }
+    }
+    free(*buf);
+    *buf = o;
+}
+
+/* Descales of the case: per tensor (mode 1), per (batch, KV head) (2), with a V factor
+ * above 2^24 (3: the model's tiny grows, smattn_opt_precision), or Q and K factors whose
+ * product with the scale is below binary32's safe range (4: the binary64 path). */
+static smattn_descale qdesc;
+static double qdesc_head[3][64];
+static void set_descales(tcase *c, int mode, xorshift *r)
+{
+    qdesc = smattn_descale_default();
+    const int64_t n = c->p.B * c->p.Hkv;
+    ck_assert(n <= 64);
+    if (mode == 1) {
+        qdesc.q = 0.75, qdesc.k = 0x1.8p-7, qdesc.v = 0x1.4p+3;
+    } else if (mode == 2) {
+        for (int k = 0; k < 3; k++)
+            for (int64_t x = 0; x < n; x++)
+                qdesc_head[k][x] = (double)(float)(0.25 + 4 * unif(r));
+        qdesc.q_head = qdesc_head[0], qdesc.k_head = qdesc_head[1], qdesc.v_head = qdesc_head[2];
+    } else if (mode == 3) {
+        qdesc.v = 0x1p30, qdesc.k = 0x1p-20;
+    } else if (mode == 4) {
+        qdesc.q = 0x1p-60, qdesc.k = 0x1p-50, qdesc.v = 0x1p-90;
+    }
+    if (c->in.q.dtype == SMATTN_F32 && mode != 4)
+        qdesc.q = 1, qdesc.q_head = NULL; /* any factor works on f32, but keep most simple */
+    c->p.descale = mode ? &qdesc : NULL;
+}
+
+/* q8_0 and q4_0 K and V, and descales on every quantised dtype (fp8 Q, K and V too), on every
+ * kernel path (decode keys outer with split K and its dequantised tile, decode per head,
+ * transposed-tile prefill, plain tiles, several D), within the bound of
+ * smattn_opt_precision on every ISA, bitwise over threads 1, 2, 3; a block with an
+ * infinite scale (its elements inf or NaN: the binary64 path) included. */
+START_TEST(opt_quant_kv)
+{
+    stats st;
+    memset(&st, 0, sizeof st);
+    int fails = 0, n = 0;
+    static const int64_t shapes[][5] = {
+        /* S, T, Hq, Hkv, D */
+        {1, 2100, 14, 2, 64}, {1, 1030, 8, 2, 64}, {20, 129, 2, 2, 64},
+        {4, 77, 2, 2, 32},    {16, 300, 4, 1, 32}, {1, 200, 7, 1, 128},
+    };
+    static const smattn_dtype kd[][2] = {
+        {SMATTN_Q8_0, SMATTN_Q8_0}, {SMATTN_Q4_0, SMATTN_Q4_0}, {SMATTN_Q8_0, SMATTN_Q4_0},
+        {SMATTN_F8E4M3, SMATTN_F8E5M2}, {SMATTN_Q4_0, SMATTN_F32}, {SMATTN_F16, SMATTN_Q8_0},
+    };
+    for (int a = 0; a < 18; a++) {
+        const int64_t *sh = shapes[a % 6];
+        const smattn_dtype tk = kd[a / 3 % 6][0], tv = kd[a / 3 % 6][1];
+        xorshift r = {777 + (uint64_t)a};
+        tcase c;
+        gen_shape(&c, 17000 + (uint64_t)a, sh[0], sh[1], sh[2], sh[3], sh[4], SMATTN_F32,
+                  a % 3 ? SMATTN_CAUSAL_LOWER_RIGHT : SMATTN_CAUSAL_NONE, -1, 1, 0);
+        if (opt_is_block(tk))
+            quantise(&c.k, c.nk, tk, &r);
+        else
+            recast(&c, &c.in.k, c.nk, tk);
+        if (opt_is_block(tv))
+            quantise(&c.v, c.nv, tv, &r);
+        else
+            recast(&c, &c.in.v, c.nv, tv);
+        if (opt_is_block(tk))
+            c.in.k.data = c.k, c.in.k.dtype = tk;
+        if (opt_is_block(tv))
+            c.in.v.data = c.v, c.in.v.dtype = tv;
+        if (a % 4 == 1) /* fp8 Q with its descale */
+            recast(&c, &c.in.q, (size_t)(c.p.S * c.p.Hq * c.p.D), SMATTN_F8E4M3);
+        c.ot = a % 4 == 3 ? SMATTN_F16 : SMATTN_F32;
+        set_descales(&c, a == 16 ? 3 : a == 17 ? 4 : a % 3, &r);
+        if (a == 7) /* q8_0 K */ /* K's block 1 of key 7, KV head 0: scale +inf */
+            memcpy((unsigned char *)c.k + (size_t)(7 * c.p.Hkv * c.p.D / 32 + 1) *
+                                              smattn_dtype_size(tk),
+                   &(uint16_t){0x7c00}, 2);
+        const long long slow0 = smattn__opt_slow_rows();
+        fails += check_case(&c, &st) != 0, n++;
+        if (a == 17 && smattn__opt_slow_rows() == slow0) {
+            fprintf(stderr, "opt: descales below the safe range did not take the binary64 path\n");
+            fails++;
+        }
+        gen_free(&c);
+    }
+    report("q8_0/q4_0 K/V and descales", &st);
+    ck_assert_msg(fails == 0, "%d of %d quantised problems failed", fails, n);
+}
+END_TEST
+
+/* The block formats are dequantised exactly into binary32 and then take the f32 tile's
+ * micro-kernels: a problem with q8_0 or q4_0 K/V gives the bits of its twin with f32 K/V
+ * holding the decoded values, on every ISA and path (the decode's keys-outer scores of
+ * several heads included). And descales fold into the scale and the denominator: Q and K
+ * factors on a problem give the bits of the problem whose scale is scale f_q f_k. */
+START_TEST(opt_quant_same_bits)
+{
+    int fails = 0, runs = 0;
+    static const int64_t shapes[][5] = {
+        {1, 2100, 14, 2, 64}, {1, 700, 4, 4, 128}, {20, 129, 2, 2, 64}, {5, 90, 3, 1, 96},
+    };
+    for (int a = 0; a < 8; a++) {
+        const int64_t *sh = shapes[a % 4];
+        const smattn_dtype dt = a < 4 ? SMATTN_Q8_0 : SMATTN_Q4_0;
+        xorshift r = {999 + (uint64_t)a};
+        tcase c, f;
+        gen_shape(&c, 19000 + (uint64_t)a, sh[0], sh[1], sh[2], sh[3], sh[4], SMATTN_F32,
+                  SMATTN_CAUSAL_LOWER_RIGHT, -1, 1, 0);
+        quantise(&c.k, c.nk, dt, &r);
+        quantise(&c.v, c.nv, dt, &r);
+        c.in.k.data = c.k, c.in.k.dtype = dt;
+        c.in.v.data = c.v, c.in.v.dtype = dt;
+        f = c; /* the f32 twin */
+        f.k = malloc(c.nk * 4), f.v = malloc(c.nv * 4);
+        for (size_t i = 0; i < c.nk; i++) {
+            ((float *)f.k)[i] = (float)smattn_load(c.k, dt, (int64_t)i);
+            ((float *)f.v)[i] = (float)smattn_load(c.v, dt, (int64_t)i);
+        }
+        f.in.k.data = f.k, f.in.k.dtype = SMATTN_F32;
+        f.in.v.data = f.v, f.in.v.dtype = SMATTN_F32;
+        /* descales: Q and K per tensor on the quantised problem, folded into the twin's scale */
+        smattn_descale ds = smattn_descale_default();
+        if (a % 2) {
+            ds.q = 0x1.8p-1, ds.k = 0x1.4p-5;
+            c.p.descale = &ds;
+            f.p.scale = c.p.scale * ds.q * ds.k; /* opt.c's product, in the same order */
+        }
+        for (int k = 0; k < 3; k++) {
+            if (!smattn_opt_isa_available(isas[k]))
+                continue;
+            outbuf oq, of;
+            int sq = run_opt(&c, isas[k], 1, &oq), sf = run_opt(&f, isas[k], 2, &of);
+            runs++;
+            if (sq || sf || !same_bits(&oq, &of)) {
+                fprintf(stderr, "opt (%s): %s K/V differ from their f32 twin (S %lld, T %lld, "
+                                "Hq %lld, descales %d; status %d / %d)\n",
+                        isas[k], smattn_dtype_name(dt), (long long)sh[0], (long long)sh[1],
+                        (long long)sh[2], a % 2, sq, sf);
+                fails++;
+            }
+            outbuf_free(&oq), outbuf_free(&of);
+        }
+        free(f.k), free(f.v);
+        gen_free(&c);
+    }
+    printf("opt q8_0/q4_0 = f32 twin: %d runs compared bit for bit\n", runs);
+    ck_assert_msg(fails == 0, "%d quantised problems differ from their f32 twin", fails);
+}
+END_TEST
+
 Suite *opt_suite(void);
 Suite *opt_suite(void)
 {
@@ -1325,5 +1506,10 @@ Suite *opt_suite(void)
     tcase_add_test(f8, opt_fp8_every_pattern);
     tcase_add_test(f8, opt_fp8_kv);
     suite_add_tcase(s, f8);
+    TCase *tq = tcase_create("quant"); /* CK_RUN_CASE=quant runs these alone */
+    tcase_set_timeout(tq, 600);
+    tcase_add_test(tq, opt_quant_kv);
+    tcase_add_test(tq, opt_quant_same_bits);
+    suite_add_tcase(s, tq);
     return s;
 }
