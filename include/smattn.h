@@ -442,8 +442,10 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
  * portable scalar instance, chosen at run time), a persistent thread pool.
  * Supported: Q, K, V, X, bias and sinks in float32, binary16 or bfloat16, in any
- * combination, and Q, K, V also fp8 e4m3fn / e5m2 (SPEC 2.9; read exactly into binary32;
- * descales, q8_0 and q4_0: SMATTN_ERR_UNSUPPORTED); O, LSE and P in float32, binary16 or bfloat16
+ * combination, Q, K, V also fp8 e4m3fn / e5m2 and K, V q8_0 / q4_0 (SPEC 2.9; read exactly
+ * into binary32, a block format dequantised once per key tile), with descales per tensor
+ * or per (batch, KV head): Q's and K's folded into the scale, V's into the denominator of O
+ * (SPEC 6.11, within the same model); O, LSE and P in float32, binary16 or bfloat16
  * (each its own); every mask kind, softcap, sinks and empty-row convention. binary64
  * tensors give SMATTN_ERR_UNSUPPORTED. A binary16 or bfloat16 output is the float32 result
  * rounded once, nearest-even (overflow to +-inf, NaN as in SPEC 4.3): its bits are those
