@@ -2,7 +2,9 @@
 /* bench_machine.c: the machine's FMA peak and memory bandwidth, measured on the benchmark's
  * own thread count so that the kernel's fractions of them compare like with like. */
 #include "bench/bench_machine.h"
+#include "smattn.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,4 +189,41 @@ void bench_machine_free(void)
     free(arr_c);
     arr_a = arr_b = arr_c = NULL;
     arr_n = 0;
+}
+
+size_t bench_kv_bytes(int t, size_t n)
+{
+    const smattn_dtype dt = (smattn_dtype)t;
+    return n / (size_t)smattn_dtype_block(dt) * smattn_dtype_size(dt);
+}
+
+void bench_store_kv(void *dst, int t, const float *src, size_t n)
+{
+    const smattn_dtype dt = (smattn_dtype)t;
+    if (dt != SMATTN_Q8_0 && dt != SMATTN_Q4_0) {
+        for (size_t i = 0; i < n; i++)
+            smattn_store(dst, dt, (int64_t)i, (double)src[i]);
+        return;
+    }
+    const size_t bs = smattn_dtype_size(dt);
+    unsigned char *o = dst;
+    memset(o, 0, n / SMATTN_QBLOCK * bs);
+    for (size_t blk = 0; blk < n / SMATTN_QBLOCK; blk++, o += bs) {
+        const float *x = src + blk * SMATTN_QBLOCK;
+        double amax = 0;
+        for (int j = 0; j < SMATTN_QBLOCK; j++)
+            amax = fabs((double)x[j]) > amax ? fabs((double)x[j]) : amax;
+        smattn_store(o, SMATTN_F16, 0, amax / (dt == SMATTN_Q8_0 ? 127.0 : 8.0));
+        const double d = smattn_load(o, SMATTN_F16, 0);
+        for (int j = 0; j < SMATTN_QBLOCK; j++) {
+            double q = d > 0 ? nearbyint((double)x[j] / d) : 0;
+            if (dt == SMATTN_Q8_0) {
+                q = q > 127 ? 127 : q < -127 ? -127 : q;
+                o[2 + j] = (unsigned char)(int8_t)q;
+            } else {
+                const int nib = (int)(q + 8 > 15 ? 15 : q + 8 < 0 ? 0 : q + 8);
+                o[2 + j % 16] |= (unsigned char)(j < 16 ? nib : nib << 4);
+            }
+        }
+    }
 }

@@ -34,6 +34,13 @@ double bench_stream_triad(int threads, size_t n, int reps);
 void bench_flush_caches(void);
 void bench_machine_free(void);
 
+/* n values of src stored in dtype t at dst (bench_kv_bytes(t, n) bytes): rounded once
+ * (smattn_store), or for q8_0 / q4_0 quantised by blocks of 32 as llama.cpp does (d =
+ * amax / 127, resp. amax / 8, in binary16; each quant the nearest integer of x / d,
+ * clamped; n a multiple of 32). */
+void bench_store_kv(void *dst, int t, const float *src, size_t n);
+size_t bench_kv_bytes(int t, size_t n);
+
 /* Wall-clock seconds (CLOCK_MONOTONIC). */
 double bench_now(void);
 

@@ -106,7 +106,7 @@ typedef struct bcase {
 
 static size_t kv_bytes(const bcase *c)
 {
-    return 2 * c->nk * smattn_dtype_size(c->kv);
+    return 2 * bench_kv_bytes(c->kv, c->nk);
 }
 
 /* Q, K in [-2, 2], V in [-1, 1]: with scale 1/sqrt(128) the scores spread over a few
@@ -123,11 +123,10 @@ static int make_case(bcase *c, int64_t S, int64_t T, smattn_dtype kv, int baseli
     c->kv = kv;
     c->nq = (size_t)(S * HQ * HD);
     c->nk = (size_t)(T * HKV * HD);
-    size_t es = smattn_dtype_size(kv);
     c->q = malloc(c->nq * sizeof(float));
     c->o = malloc(c->nq * sizeof(float));
-    c->k = malloc(c->nk * es);
-    c->v = malloc(c->nk * es);
+    c->k = malloc(bench_kv_bytes(kv, c->nk));
+    c->v = malloc(bench_kv_bytes(kv, c->nk));
     if (!c->q || !c->o || !c->k || !c->v)
         return -1;
     for (size_t i = 0; i < c->nq; i++)
@@ -142,10 +141,16 @@ static int make_case(bcase *c, int64_t S, int64_t T, smattn_dtype kv, int baseli
         }
         c->kf = k, c->vf = v;
     } else {
+        float *x = malloc(2 * c->nk * sizeof(float));
+        if (!x)
+            return -1;
         for (size_t i = 0; i < c->nk; i++) {
-            smattn_store(c->k, kv, (int64_t)i, uniform() * 4 - 2);
-            smattn_store(c->v, kv, (int64_t)i, uniform() * 2 - 1);
+            x[i] = (float)(uniform() * 4 - 2);
+            x[c->nk + i] = (float)(uniform() * 2 - 1);
         }
+        bench_store_kv(c->k, kv, x, c->nk); /* rounded, or quantised by blocks */
+        bench_store_kv(c->v, kv, x + c->nk, c->nk);
+        free(x);
         if (baseline) {
             c->kf = malloc(c->nk * sizeof(float));
             c->vf = malloc(c->nk * sizeof(float));
@@ -864,24 +869,27 @@ int main(int argc, char **argv)
            TRIAD_N * sizeof(double) >> 20);
     fflush(stdout);
 
-    result res[2 * NSHAPES + 1];
-    int nres = 0, r16 = -1, r8 = -1;
+    result res[2 * NSHAPES + 2];
+    int nres = 0, r16 = -1, r8 = -1, rq8 = -1;
     printf("%-20s %-4s %4s %10s %8s %6s %7s %6s %9s %10s %8s  %s\n", "shape", "K/V", "runs",
            "median ms", "GFLOP/s", "%peak", "GB/s", "%bw", "x scalar", "peer ms", "x peer",
            "baseline");
     for (int s = 0; s < NSHAPES; s++) {
-        /* the long decode also with fp8 e4m3 K/V (SPEC 2.9), half f16's bytes, measured in
-         * this run beside the f16 one */
-        const int fp8 = shapes[s].decode && shapes[s].T == 32768;
+        /* the long decode also with fp8 e4m3 and q8_0 K/V (SPEC 2.9), half f16's bytes
+         * (q8_0: 34 bytes per 32 elements), measured in this run beside the f16 one */
+        const int fp8 = shapes[s].decode && shapes[s].T == 32768 ? 2 : 0;
         if (only_shape && strcmp(only_shape, shapes[s].name) != 0)
             continue;
         for (int d = 0; d < 2 + fp8; d++) {
             result *r = &res[nres];
-            const smattn_dtype kv = d == 2 ? SMATTN_F8E4M3 : d ? SMATTN_F16 : SMATTN_F32;
+            const smattn_dtype kv = d == 3   ? SMATTN_Q8_0
+                                    : d == 2 ? SMATTN_F8E4M3
+                                    : d      ? SMATTN_F16
+                                             : SMATTN_F32;
             if (bench_shape(&shapes[s], kv, &cfg, m.peak, m.triad, r))
                 return 3;
             if (fp8 && d)
-                *(d == 1 ? &r16 : &r8) = nres;
+                *(d == 1 ? &r16 : d == 2 ? &r8 : &rq8) = nres;
             nres++;
             char gb[16] = "-", fb[16] = "-", base[64], pms[24] = "-", px[24] = "-";
             if (r->peer_ok) {
@@ -910,6 +918,11 @@ int main(int argc, char **argv)
                "against %.3f ms; %.1f against %.1f GB/s)\n",
                res[r8].sh->name, res[r16].t_med / res[r8].t_med, 1e3 * res[r8].t_med,
                1e3 * res[r16].t_med, res[r8].gbs, res[r16].gbs);
+    if (r16 >= 0 && rq8 >= 0)
+        printf("q8_0 K/V against f16 K/V, %s, this run: %.2fx faster (median %.3f ms "
+               "against %.3f ms; %.1f against %.1f GB/s)\n",
+               res[rq8].sh->name, res[r16].t_med / res[rq8].t_med, 1e3 * res[rq8].t_med,
+               1e3 * res[r16].t_med, res[rq8].gbs, res[r16].gbs);
     double al_ratio, al_with, al_without;
     if (bench_alibi(&cfg, &al_ratio, &al_with, &al_without))
         printf("\nALiBi: the kernel failed on the decode\n");

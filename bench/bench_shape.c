@@ -10,7 +10,8 @@
  * flushed (64 MiB written) before every timed run unless --warm, where the calls run back
  * to back as in a decode loop.
  *
- * Usage: bench_shape [--S N] [--T N] [--q f32|f16|bf16] [--kv f32|f16|bf16]
+ * Usage: bench_shape [--S N] [--T N] [--q f32|f16|bf16|f8e4m3]
+ *                    [--kv f32|f16|bf16|f8e4m3|q8_0|q4_0]
  *                    [--o f32|f16|bf16] [--layout bthd|bhtd] [--isa NAME] [--threads N]
  *                    [--runs N] [--warm]
  * --layout bhtd stores K and V as [B, Hkv, T, D] (through the strides), the layout many
@@ -43,6 +44,12 @@ static int parse_dtype(const char *s, smattn_dtype *t)
         *t = SMATTN_F16;
     else if (!strcmp(s, "bf16"))
         *t = SMATTN_BF16;
+    else if (!strcmp(s, "f8e4m3"))
+        *t = SMATTN_F8E4M3;
+    else if (!strcmp(s, "q8_0"))
+        *t = SMATTN_Q8_0;
+    else if (!strcmp(s, "q4_0"))
+        *t = SMATTN_Q4_0;
     else
         return -1;
     return 0;
@@ -59,8 +66,8 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_shape [--S N] [--T N] [--q f32|f16|bf16] [--kv f32|f16|bf16] "
-                    "[--o f32|f16|bf16] [--layout bthd|bhtd] [--isa NAME] [--threads N] "
+    fprintf(stderr, "usage: bench_shape [--S N] [--T N] [--q f32|f16|bf16|f8e4m3] "
+                    "[--kv f32|f16|bf16|f8e4m3|q8_0|q4_0] [--o f32|f16|bf16] [--layout bthd|bhtd] [--isa NAME] [--threads N] "
                     "[--runs N] [--warm]\n");
 }
 
@@ -118,12 +125,13 @@ int main(int argc, char **argv)
     p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     const size_t nq = (size_t)(S * HQ * HD), nkv = (size_t)T * HKV * HD, nl = (size_t)(S * HQ);
     void *q = malloc(nq * smattn_dtype_size(qt)), *o = malloc(nq * smattn_dtype_size(ot));
-    void *k = malloc(nkv * smattn_dtype_size(kvt)), *v = malloc(nkv * smattn_dtype_size(kvt));
+    void *k = malloc(bench_kv_bytes(kvt, nkv)), *v = malloc(bench_kv_bytes(kvt, nkv));
+    float *kvf = malloc(2 * nkv * sizeof(float));
     void *lse = malloc(nl * smattn_dtype_size(ot));
     const size_t flush_bytes = (size_t)64 << 20;
     unsigned char *flush = warm ? NULL : calloc(flush_bytes, 1);
     double *t = malloc((size_t)runs * sizeof(double));
-    if (!q || !o || !k || !v || !lse || (!warm && !flush) || !t) {
+    if (!q || !o || !k || !v || !kvf || !lse || (!warm && !flush) || !t) {
         fprintf(stderr, "bench_shape: out of memory\n");
         return 3;
     }
@@ -131,9 +139,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nq; i++)
         smattn_store(q, qt, (int64_t)i, uniform() * 4 - 2);
     for (size_t i = 0; i < nkv; i++) {
-        smattn_store(k, kvt, (int64_t)i, uniform() * 4 - 2);
-        smattn_store(v, kvt, (int64_t)i, uniform() * 2 - 1);
+        kvf[i] = (float)(uniform() * 4 - 2);
+        kvf[nkv + i] = (float)(uniform() * 2 - 1);
     }
+    bench_store_kv(k, kvt, kvf, nkv);
+    bench_store_kv(v, kvt, kvf + nkv, nkv);
+    free(kvf);
     smattn_inputs in;
     smattn_outputs out;
     memset(&in, 0, sizeof in);
