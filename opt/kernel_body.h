@@ -94,25 +94,34 @@ static float KN(expf1)(float x)
  * d * q, the scale and the quant exact in binary32 and their product too (11 + 8
  * significant bits, within the exponent range), so the tile holds the real values (an
  * infinite or NaN scale gives the IEEE products, inf * 0 = NaN, as smattn_load). q4_0's
- * nibbles are first spread to int8 (low nibbles, then high, minus 8) for the same load. */
+ * nibbles are split eight bytes at a time (low nibbles: elements 0-15, high: 16-31) and
+ * read as unsigned bytes; n - 8 is exact in binary32. */
 static void KN(dequant_blocks)(float *dst, const unsigned char *src, smattn_dtype dt, int64_t n)
 {
-    const size_t bs = smattn_dtype_size(dt);
-    for (int64_t c = 0; c < n; c += SMATTN_QBLOCK, src += bs) {
-        uint16_t h;
-        memcpy(&h, src, 2); /* little-endian, as the format (and the targets) */
-        const vf vd = vf_set1(vf_f16_to_f32(h));
-        int8_t q4[SMATTN_QBLOCK];
-        const int8_t *q = (const int8_t *)(const void *)(src + 2);
-        if (dt == SMATTN_Q4_0) {
-            for (int j = 0; j < SMATTN_QBLOCK / 2; j++) {
-                q4[j] = (int8_t)((src[2 + j] & 15) - 8);
-                q4[j + SMATTN_QBLOCK / 2] = (int8_t)((src[2 + j] >> 4) - 8);
-            }
-            q = q4;
+    if (dt == SMATTN_Q8_0) {
+        for (int64_t c = 0; c < n; c += SMATTN_QBLOCK, src += 34) {
+            const uint16_t h = (uint16_t)(src[0] | src[1] << 8); /* little-endian */
+            const vf vd = vf_set1(vf_f16_to_f32(h));
+            const int8_t *q = (const int8_t *)(const void *)(src + 2);
+#pragma GCC unroll 32
+            for (int j = 0; j < SMATTN_QBLOCK; j += VLEN)
+                vf_store(dst + c + j, vf_mul(vf_load_i8(q + j), vd));
         }
+        return;
+    }
+    const vf v8 = vf_set1(8.0f);
+    for (int64_t c = 0; c < n; c += SMATTN_QBLOCK, src += 18) {
+        const uint16_t h = (uint16_t)(src[0] | src[1] << 8);
+        const vf vd = vf_set1(vf_f16_to_f32(h));
+        uint64_t x[2], nib[4];
+        memcpy(x, src + 2, 16);
+        const uint64_t m = UINT64_C(0x0f0f0f0f0f0f0f0f);
+        nib[0] = x[0] & m, nib[1] = x[1] & m, nib[2] = (x[0] >> 4) & m, nib[3] = (x[1] >> 4) & m;
+        const uint8_t *u = (const uint8_t *)nib; /* byte k: nibble k (the masks and shifts
+                                                   * act within each byte, any endianness) */
+#pragma GCC unroll 32
         for (int j = 0; j < SMATTN_QBLOCK; j += VLEN)
-            vf_store(dst + c + j, vf_mul(vf_load_i8(q + j), vd));
+            vf_store(dst + c + j, vf_mul(vf_sub(vf_load_u8(u + j), v8), vd));
     }
 }
 
@@ -873,6 +882,14 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         KTN(pv_tile, f8e4m3)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint8_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
     } else if (v_direct && vt_->dtype == SMATTN_F8E5M2) {
         KTN(pv_tile, f8e5m2)(ACC, Dvp, S_, VIS, F, R, Rp, (const uint8_t *)vt_->data + voff, ldv, nk, Dvk, &pvpf, 0);
+    } else if (opt_is_block(vt_->dtype)) { /* dequantised once for the unit's rows */
+        const char *rows[OPT_BK];
+        opt_tile_rows(p, vt_, b, kt, nk, g, rows);
+        for (int64_t jj = 0; jj < nk; jj++) {
+            KN(dequant_blocks)(ws->v + jj * Dvp, (const unsigned char *)rows[jj], vt_->dtype, Dv);
+            memset(ws->v + jj * Dvp + Dv, 0, (size_t)(Dvp - Dv) * sizeof(float));
+        }
+        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, Dvp, nk, Dvk, &pvpf, 0);
     } else {
         for (int64_t jj = 0; jj < nk; jj++)
             KN(load_row)(ws->v + jj * Dvp, vt_, smattn__key_off(p, vt_->stride, b, kt + jj, g, 0),

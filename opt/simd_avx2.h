@@ -91,11 +91,15 @@ static inline vf vf_load_f8e5m2(const uint8_t *p)
     __m128i h = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p)), 8);
     return _mm256_cvtph_ps(h);
 }
-/* VLEN int8 at p as binary32 (exact), and one binary16 as binary32 (exact): the q8_0 and
+/* VLEN int8 (uint8) at p as binary32 (exact), and one binary16 as binary32 (exact): the q8_0 and
  * q4_0 blocks' quants and scales (SPEC 2.9). */
 static inline vf vf_load_i8(const int8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+static inline vf vf_load_u8(const uint8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
 }
 static inline float vf_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 /* Nonzero if some lane is NaN. */

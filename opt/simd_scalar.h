@@ -79,8 +79,9 @@ static inline vf vf_load_f8e5m2(const uint8_t *p)
     uint16_t h = (uint16_t)(*p << 8);
     return vf_load_f16(&h);
 }
-/* One int8 as binary32 (exact), and one binary16 as binary32: the q8_0 and q4_0 blocks'
+/* One int8 (uint8) as binary32 (exact), and one binary16 as binary32: the q8_0 and q4_0 blocks'
  * quants and scales (SPEC 2.9). */
 static inline vf vf_load_i8(const int8_t *p) { return (float)*p; }
+static inline vf vf_load_u8(const uint8_t *p) { return (float)*p; }
 static inline float vf_f16_to_f32(uint16_t h) { return vf_load_f16(&h); }
 #endif
