@@ -38,6 +38,8 @@ typedef struct model {
     int check_range;
     int sink_in_max; /* SMATTN__BOUND_SINK_IN_MAX: no weight has a positive exponent */
     ld Omega_s, Omega_a;
+    ld omega_p;      /* SPEC 6.11 Q3: subnormal spacing of the P format (0: none) */
+    int q_rounded;   /* SPEC 6.11 Q4: the row's eq[] (Q's rounding) enters the scores */
 } model;
 
 static int model_init(model *m, const smattn_precision *pm)
@@ -94,6 +96,7 @@ typedef struct rowdata {
     int64_t *idx;
     ld *s, *a, *abig;  /* score, a_j, max(1,|scale|) sum |q k| (overflow test) */
     ld *e, *p, *lp;    /* e^{s-M'}, p_j, log p_j = s_j - LSE */
+    ld *eq;            /* SPEC 6.11 Q4: |scale| sum_d (u_q A_blk(d) + eta_q) |k_jd| */
     ld M, Mp, LM, lse; /* M, M', L relative to M', LSE */
     ld D;              /* D (0 for softmax) */
 } rowdata;
@@ -125,10 +128,14 @@ static void row_common(const rowdata *r, const model *m, rowbound *rb)
     for (int64_t t = 0; t < r->n; t++) {
         ld Dl = 0;
         if (t < r->nk) {
+            /* SPEC 6.11 Q4: Q's rounding perturbs the dot product by at most eq, then
+             * passes through its roundings (1 + gamma) and softcap (1-Lipschitz) */
+            const ld eq = m->q_rounded ? r->eq[t] : 0;
             if (r->softcap)
-                Dl = g4 * r->a[t] + m->phi_s * fminl(r->c, (1 + g4) * r->a[t]); /* 6.2.2 */
+                Dl = g4 * r->a[t] + (1 + g4) * eq +
+                     m->phi_s * fminl(r->c, (1 + g4) * (r->a[t] + eq)); /* 6.2.2 */
             else
-                Dl = g2 * r->a[t]; /* 6.2.1 */
+                Dl = g2 * r->a[t] + (1 + g2) * eq; /* 6.2.1 */
             if (r->has_bias && r->has_alibi) /* 6.2.3: the bias, then the ALiBi addend */
                 Dl = (1 + m->us) * ((1 + m->us) * Dl + m->us * (fabsl(r->s[t]) + r->al[t]) +
                                     gam(2, m->us) * r->al[t]) +
@@ -194,7 +201,7 @@ static void row_common(const rowdata *r, const model *m, rowbound *rb)
     if (m->check_range) {
         const ld gs = 1 + g2;
         for (int64_t t = 0; t < r->nk; t++)
-            if (r->abig[t] * gs >= m->Omega_s) {
+            if ((r->abig[t] + (m->q_rounded ? r->eq[t] : 0)) * gs >= m->Omega_s) {
                 rb->out = 1;
                 return;
             }
@@ -246,7 +253,9 @@ static ld o_bound(const rowdata *r, const model *m, const rowbound *rb, const ld
     }
     ld Ot = fminl(fabsl(o) + Ew, Vc);
     ld Eacc = rb->cN * Sv + rb->cL * Ot;
-    ld UN = 8 * (ld)r->n * m->nb * m->omega_s * (1 + Vc);
+    /* SPEC 6.11 Q3: P rounded to a format with subnormal spacing omega_p adds at most
+     * omega_p / 2 per weight to N */
+    ld UN = 8 * (ld)r->n * m->nb * m->omega_s * (1 + Vc) + (ld)r->n * (m->omega_p / 2) * Vc;
     ld UO = (1 + gam(2, m->u)) * (UN + (fabsl(o) + Ew + Eacc) * rb->UL) / (rb->Lmin - rb->UL);
     if (m->check_range) {
         ld X = fminl(rb->X * (Spv + SpRv), rb->Wn * Vc) * (1 + gam(rb->kN, m->u)) * (1 + m->up);
@@ -313,15 +322,46 @@ smattn_status smattn_bound(const smattn_problem *prob, const smattn_inputs *in,
 }
 
 static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *in,
-                               const smattn_precision *pm, const smattn_outputs *fmt,
-                               const smattn_outputs *bound, unsigned flags, const int64_t *list,
-                               int64_t nlist);
+                               const smattn_precision *pm, const smattn_quant_model *qm,
+                               const smattn_outputs *fmt, const smattn_outputs *bound,
+                               unsigned flags, const int64_t *list, int64_t nlist);
+
+smattn_quant_model smattn_quant_model_default(void)
+{
+    smattn_quant_model q;
+    memset(&q, 0, sizeof q);
+    q.q_block = 1;
+    return q;
+}
+
+/* SPEC 6.11 Q4's two cases. q8_0 as ggml quantises: |q - x/d| <= 1/2 + 2^-15 and
+ * |d_h - d| <= d 2^-11 (1 + 2^-12) + 2^-25 with d = amax / 127. */
+smattn_quant_model smattn_quant_model_of(smattn_dtype t)
+{
+    smattn_quant_model q = smattn_quant_model_default();
+    if (t == SMATTN_F16) {
+        q.u_q = 0x1p-11;
+        q.eta_q = 0x1p-25;
+    } else if (t == SMATTN_Q8_0) {
+        q.u_q = (0.5 + 0x1p-15 + 127 * 0x1p-11 * (1 + 0x1p-12)) / 127;
+        q.eta_q = 127 * 0x1p-25;
+        q.q_block = SMATTN_QBLOCK;
+    }
+    return q;
+}
+
+smattn_status smattn_bound_quant(const smattn_problem *prob, const smattn_inputs *in,
+                                 const smattn_precision *pm, const smattn_quant_model *qm,
+                                 const smattn_outputs *fmt, const smattn_outputs *bound)
+{
+    return bound_run(prob, in, pm, qm, fmt, bound, 0, NULL, 0);
+}
 
 smattn_status smattn__bound_flags(const smattn_problem *prob, const smattn_inputs *in,
                                   const smattn_precision *pm, const smattn_outputs *fmt,
                                   const smattn_outputs *bound, unsigned flags)
 {
-    return bound_run(prob, in, pm, fmt, bound, flags, NULL, 0);
+    return bound_run(prob, in, pm, NULL, fmt, bound, flags, NULL, 0);
 }
 
 smattn_status smattn__bound_rows(const smattn_problem *prob, const smattn_inputs *in,
@@ -331,14 +371,14 @@ smattn_status smattn__bound_rows(const smattn_problem *prob, const smattn_inputs
 {
     if (nrows < 0 || (nrows > 0 && !rows))
         return SMATTN_ERR_NULL;
-    return bound_run(prob, in, pm, fmt, bound, flags, rows, nrows);
+    return bound_run(prob, in, pm, NULL, fmt, bound, flags, rows, nrows);
 }
 
 /* Every row (list NULL), or the nlist rows of list. */
 static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *in,
-                               const smattn_precision *pm, const smattn_outputs *fmt,
-                               const smattn_outputs *bound, unsigned flags, const int64_t *list,
-                               int64_t nlist)
+                               const smattn_precision *pm, const smattn_quant_model *qm,
+                               const smattn_outputs *fmt, const smattn_outputs *bound,
+                               unsigned flags, const int64_t *list, int64_t nlist)
 {
     if (!prob || !in || !pm || !fmt || !bound)
         return SMATTN_ERR_NULL;
@@ -360,6 +400,19 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
     model mk, me;
     if (!model_init(&mk, pm))
         return SMATTN_ERR_OPTION;
+    /* SPEC 6.11 Q2-Q4 (attention only; qm NULL: none) */
+    const int64_t Dq = att ? prob->D : 1;
+    if (qm && (!(qm->omega_p >= 0 && qm->omega_p < 1) || !(qm->u_q >= 0 && qm->u_q < 1) ||
+               !(qm->eta_q >= 0 && qm->eta_q < 1) || qm->q_block < 1 || qm->q_block > Dq ||
+               Dq % qm->q_block != 0))
+        return SMATTN_ERR_OPTION;
+    const int v_after = att && qm && qm->v_descale_after;
+    if (v_after && want_o && fmt->o.dtype == SMATTN_F64)
+        return SMATTN_ERR_DTYPE; /* Q2's rounding through binary32 */
+    mk.omega_p = qm ? (ld)qm->omega_p : 0;
+    mk.q_rounded = att && qm && (qm->u_q > 0 || qm->eta_q > 0);
+    const ld u_q = qm ? (ld)qm->u_q : 0, eta_q = qm ? (ld)qm->eta_q : 0;
+    const int64_t qblk = qm ? qm->q_block : 1;
     mk.sink_in_max = (flags & SMATTN__BOUND_SINK_IN_MAX) != 0;
     ld uo_o = 0, wo_o = 0, thr_o = HUGE_VALL, uo_l = 0, wo_l = 0, thr_l = HUGE_VALL, uo_p = 0,
        wo_p = 0, thr_p = HUGE_VALL;
@@ -370,15 +423,15 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
     if (want_p)
         out_format(fmt->p.dtype, &uo_p, &wo_p, &thr_p);
     model_derive(&mk);
-    model_eval(&me);
+    model_eval(&me); /* the recomputation reads the real inputs: no departure */
 
     const int64_t T = prob->T, D = att ? prob->D : 0, Dv = att ? prob->Dv : 0;
     const int64_t N = T + 1;
     rowdata r;
     memset(&r, 0, sizeof r);
     r.idx = malloc((size_t)N * sizeof *r.idx);
-    ld *buf = malloc((size_t)N * 13 * sizeof *buf);
-    ld *qd = malloc((size_t)(D > 0 ? D : 1) * sizeof *qd);
+    ld *buf = malloc((size_t)N * 14 * sizeof *buf);
+    ld *qd = malloc((size_t)(D > 0 ? D : 1) * 2 * sizeof *qd); /* q, then Q4's per-d error */
     ld *vcol = malloc((size_t)N * sizeof *vcol);
     ld *Vrow = malloc((size_t)N * (size_t)(Dv > 0 ? Dv : 1) * sizeof *Vrow);
     if (!r.idx || !buf || !qd || !vcol || !Vrow) {
@@ -391,6 +444,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
     rk.Delta = buf + 6 * N; rk.Lam = buf + 7 * N; rk.pR = buf + 8 * N;
     re.Delta = buf + 9 * N; re.Lam = buf + 10 * N; re.pR = buf + 11 * N;
     r.al = buf + 12 * N;
+    r.eq = buf + 13 * N;
     r.D = (ld)D;
     r.softcap = prob->softcap > 0;
     r.c = (ld)prob->softcap;
@@ -460,6 +514,15 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                             nanrow = 1;
                         qd[d] = (ld)qv;
                     }
+                    /* SPEC 6.11 Q4: the bound on |q^_d - q_d|, u_q times its block's largest
+                     * |q| plus eta_q */
+                    for (int64_t d0 = 0; mk.q_rounded && d0 < D; d0 += qblk) {
+                        ld A = 0;
+                        for (int64_t d = d0; d < d0 + qblk; d++)
+                            A = fmaxl(A, fabsl(qd[d]));
+                        for (int64_t d = d0; d < d0 + qblk; d++)
+                            qd[D + d] = u_q * A + eta_q;
+                    }
                 }
                 if (empty && prob->empty_rows == SMATTN_EMPTY_MEAN &&
                     smattn__kv_len(prob, b) > 0) {
@@ -470,7 +533,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     r.n = r.nk;
                     for (int64_t t = 0; t < r.nk; t++) {
                         r.idx[t] = t;
-                        r.s[t] = r.a[t] = r.abig[t] = 0;
+                        r.s[t] = r.a[t] = r.abig[t] = r.eq[t] = 0;
                     }
                 }
                 if (empty || nanrow) {
@@ -497,7 +560,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     const int64_t j = r.idx[t];
                     ld sig, a, abs_sum;
                     if (att) {
-                        ld dot = 0, asum = 0;
+                        ld dot = 0, asum = 0, esum = 0;
                         int kbad = 0;
                         for (int64_t d = 0; d < D; d++) {
                             double kv = smattn_load(in->k.data, in->k.dtype,
@@ -508,7 +571,10 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                             ld pr = qd[d] * (ld)kv;
                             dot += pr;
                             asum += fabsl(pr);
+                            if (mk.q_rounded)
+                                esum += qd[D + d] * fabsl((ld)kv);
                         }
+                        r.eq[t] = fabsl(scale) * esum;
                         if (kbad) {
                             nanrow = 1;
                             break;
@@ -519,6 +585,7 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                     } else {
                         ld xv = (ld)smattn_load(in->x.data, in->x.dtype,
                                             smattn__off4(in->x.stride, b, h, i, j));
+                        r.eq[t] = 0;
                         sig = scale * xv;
                         a = fabsl(sig);
                         abs_sum = 0; /* only the maximum can overflow harmfully (SPEC 6.8) */
@@ -638,15 +705,31 @@ static smattn_status bound_run(const smattn_problem *prob, const smattn_inputs *
                         }
                         ld o = Nsum / LM; /* O = N / L, the model's own form (SPEC 6.9) */
                         int ovf = 0;
-                        ld Bk = o_bound(&r, &mk, &rk, vcol, o, &ovf);
-                        ld Be = o_bound(&r, &me, &re, vcol, o, &ovf);
+                        ld Bk, Be = o_bound(&r, &me, &re, vcol, o, &ovf);
+                        if (v_after) {
+                            /* SPEC 6.11 Q2: B'_O of the problem with f_v = 1 (V / f_v, O / f_v,
+                             * exact scalings), its rounding to the output (A6), then f_v
+                             * applied with two more roundings. Bk then holds the whole
+                             * kernel's bound, output rounding included. */
+                            const ld fv = (ld)smattn__descale(prob, 'v', b, g);
+                            for (int64_t t = 0; t < r.nk; t++)
+                                vcol[t] /= fv;
+                            const ld o1 = o / fv;
+                            const ld B1 = o_bound(&r, &mk, &rk, vcol, o1, &ovf);
+                            const ld B1o = (1 + uo_o) * B1 + uo_o * fabsl(o1) + wo_o / 2;
+                            const ld g2o = gam(2, uo_o);
+                            Bk = (1 + g2o) * fv * B1o + g2o * fabsl(o) + wo_o;
+                        } else {
+                            Bk = o_bound(&r, &mk, &rk, vcol, o, &ovf);
+                        }
                         if (ovf || (r.nk == 0 && !mean)) {
                             /* sink only: O = +0 exactly (SPEC 6.7) */
                             put(bo, off, ovf ? HUGE_VAL : 0);
                             continue;
                         }
                         put(bo, off,
-                            publish((1 + uo_o) * Bk + uo_o * fabsl(o) + wo_o / 2, Be, o, thr_o));
+                            publish(v_after ? Bk : (1 + uo_o) * Bk + uo_o * fabsl(o) + wo_o / 2,
+                                    Be, o, thr_o));
                     }
                 }
                 r.has_bias = saved_bias;

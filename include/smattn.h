@@ -426,6 +426,42 @@ SMATTN_NODISCARD smattn_status smattn_bound(const smattn_problem *prob,
                                             const smattn_outputs *fmt,
                                             const smattn_outputs *bound);
 
+/* SPEC 6.11's departures of a quantised kernel from the real inputs (Q2-Q4), beside its
+ * smattn_precision (Q1, descales folded into the scale, is a larger u_score). A struct of
+ * its own, so smattn_precision keeps its size. Appended in 0.3.
+ *   v_descale_after (Q2): the kernel computes O of the problem with f_v = 1, rounds it to
+ *     the output's dtype, multiplies by f_v and rounds again (FlashInfer);
+ *   omega_p (Q3): the subnormal spacing of the format P is rounded to before P.V (with
+ *     pm->u_p its unit roundoff): 2^-9 for e4m3, 2^-16 for e5m2; 0: no such underflow;
+ *   u_q, eta_q, q_block (Q4): Q rounded before the dot product, |q^_d - q_d| <= u_q A + eta_q
+ *     with A the largest |q| of d's block of q_block elements along D (1: each element
+ *     alone; 32: q8_0); u_q = 0: Q read exactly. */
+typedef struct smattn_quant_model {
+    int v_descale_after;
+    double omega_p;
+    double u_q, eta_q;
+    int64_t q_block;
+} smattn_quant_model;
+
+/* Every departure off (v_descale_after 0, omega_p 0, u_q 0, eta_q 0, q_block 1): the model of
+ * smattn_precision alone. Appended in 0.3. */
+smattn_quant_model smattn_quant_model_default(void);
+/* Q rounded as ggml rounds it before its dot product with K (SPEC 6.11 Q4): SMATTN_F16
+ * (u_q 2^-11, eta_q 2^-25, blocks of 1) or SMATTN_Q8_0 (u_q (1/2 + 2^-15 + 127 2^-11
+ * (1 + 2^-12)) / 127, eta_q 127 2^-25, blocks of 32); any other dtype: the default. */
+smattn_quant_model smattn_quant_model_of(smattn_dtype q_rounded_to);
+
+/* smattn_bound for a kernel obeying pm with the departures of qm (NULL: none, the bound of
+ * smattn_bound bit for bit). Status: smattn_bound's; SMATTN_ERR_OPTION also for qm out of
+ * range (omega_p, u_q, eta_q not in [0, 1), q_block not in [1, D] or not dividing D);
+ * v_descale_after needs O's dtype in fmt to be f16, bf16 or f32 (SMATTN_ERR_DTYPE). */
+SMATTN_NODISCARD smattn_status smattn_bound_quant(const smattn_problem *prob,
+                                                  const smattn_inputs *in,
+                                                  const smattn_precision *pm,
+                                                  const smattn_quant_model *qm,
+                                                  const smattn_outputs *fmt,
+                                                  const smattn_outputs *bound);
+
 /* Distance in units in the last place of dtype t between a computed value and the exact
  * value (given as the oracle's binary64 result, or any closer value): |c - e| / ulp(e),
  * with ulp(e) the spacing of t at e (subnormal spacing below the normal range). NaN
