@@ -1473,6 +1473,71 @@ START_TEST(opt_quant_same_bits)
 }
 END_TEST
 
+/* Paged q8_0 K and q4_0 V (SPEC 2.7 with 2.9): pages of 16 or 5 keys in reverse order, the
+ * decode (keys outer, split K) and a short prefill: the kernel on the pages gives the bits of
+ * the kernel on the dense tensors, on every ISA, and is within the dense problem's bound. */
+START_TEST(opt_quant_paged)
+{
+    int fails = 0, runs = 0;
+    static const int64_t shapes[][3] = {{1, 2100, 14}, {20, 150, 4}};
+    for (int a = 0; a < 4; a++) {
+        const int64_t S = shapes[a % 2][0], T = shapes[a % 2][1], Hq = shapes[a % 2][2];
+        const int64_t Hkv = 2, D = 64, ps = a < 2 ? 16 : 5;
+        xorshift r = {555 + (uint64_t)a};
+        tcase c, pg;
+        gen_shape(&c, 21000 + (uint64_t)a, S, T, Hq, Hkv, D, SMATTN_F32, SMATTN_CAUSAL_LOWER_RIGHT,
+                  -1, 1, 0);
+        quantise(&c.k, c.nk, SMATTN_Q8_0, &r);
+        quantise(&c.v, c.nv, SMATTN_Q4_0, &r);
+        c.in.k.data = c.k, c.in.k.dtype = SMATTN_Q8_0;
+        c.in.v.data = c.v, c.in.v.dtype = SMATTN_Q4_0;
+        c.kvl[0] = T - 7;
+        c.p.kv_lens = c.kvl;
+        /* the pages: key t in slot t % ps of page np - 1 - t / ps */
+        const int64_t np = (T + ps - 1) / ps;
+        int32_t *bt = malloc((size_t)np * sizeof *bt);
+        const size_t kr = (size_t)(Hkv * D / 32 * 34), vr = (size_t)(Hkv * D / 32 * 18);
+        unsigned char *kp = calloc((size_t)(np * ps), kr), *vp = calloc((size_t)(np * ps), vr);
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t page = np - 1 - t / ps, slot = page * ps + t % ps;
+            bt[t / ps] = (int32_t)page;
+            memcpy(kp + (size_t)slot * kr, (unsigned char *)c.k + (size_t)t * kr, kr);
+            memcpy(vp + (size_t)slot * vr, (unsigned char *)c.v + (size_t)t * vr, vr);
+        }
+        smattn_layout L;
+        memset(&L, 0, sizeof L);
+        L.block_table = bt, L.bt_stride = np, L.max_pages = np, L.num_pages = np, L.page_size = ps;
+        pg = c;
+        pg.p.layout = &L;
+        pg.in.k.data = kp, pg.in.v.data = vp;
+        ck_assert_int_eq(smattn_contiguous_strides(&pg.p, 'k', pg.in.k.stride), SMATTN_OK);
+        ck_assert_int_eq(smattn_contiguous_strides(&pg.p, 'v', pg.in.v.stride), SMATTN_OK);
+        for (int k = 0; k < 3; k++) {
+            if (!smattn_opt_isa_available(isas[k]))
+                continue;
+            outbuf od, op;
+            int sd = run_opt(&c, isas[k], 1, &od), sp = run_opt(&pg, isas[k], 2, &op);
+            runs++;
+            if (sd || sp || !same_bits(&od, &op)) {
+                fprintf(stderr, "opt (%s): paged q8_0/q4_0 (S %lld, pages of %lld) differ from "
+                                "dense (status %d / %d)\n",
+                        isas[k], (long long)S, (long long)ps, sd, sp);
+                fails++;
+            }
+            outbuf_free(&od), outbuf_free(&op);
+        }
+        stats st;
+        memset(&st, 0, sizeof st);
+        fails += check_case(&c, &st) != 0;
+        free(st.ratios);
+        free(bt), free(kp), free(vp);
+        gen_free(&c);
+    }
+    printf("opt paged q8_0/q4_0 = dense: %d runs compared bit for bit\n", runs);
+    ck_assert_msg(fails == 0, "%d paged quantised problems failed", fails);
+}
+END_TEST
+
 Suite *opt_suite(void);
 Suite *opt_suite(void)
 {
@@ -1510,6 +1575,7 @@ Suite *opt_suite(void)
     tcase_set_timeout(tq, 600);
     tcase_add_test(tq, opt_quant_kv);
     tcase_add_test(tq, opt_quant_same_bits);
+    tcase_add_test(tq, opt_quant_paged);
     suite_add_tcase(s, tq);
     return s;
 }
