@@ -514,7 +514,9 @@ SMATTN_NODISCARD smattn_status smattn_softmax(const smattn_problem *prob,
 /* The precision model (SPEC 6.1) the kernel claims for a problem: binary32 scores and
  * accumulation, exp within SMATTN_OPT_EXP_ULPS (tanh and log within 2 ulps, glibc), one
  * rescaling per key tile plus the split-K merge, serial accumulation over the keys,
- * results below FLT_MIN flushed. The same model for every output dtype: the binary32
+ * results below FLT_MIN flushed (tiny 2^-126, or f_v 2^-150 for a V descale f_v above
+ * 2^24: the descale scales the P.V's underflow). The same model for every output dtype,
+ * with or without descales and quantised inputs (SPEC 6.11): the binary32
  * result (its last rounding counted in A4) is rounded once more to the output's dtype
  * (A6), whose unit roundoff smattn_bound takes from the dtypes of `fmt` (binary16 2^-11,
  * bfloat16 2^-8, binary32 2^-24, as for any kernel): pass the kernel's output dtypes
