@@ -110,7 +110,7 @@ static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int d
         double *t = dlse && k == 2 ? g->dlse : g->dout;
         int64_t n = dlse && k == 2 ? nl : no;
         t[(int64_t)((splitmix(&s) + 2) / 4 * (double)n) % n] =
-            fuzz_special_value((int)((splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
+            (double)fuzz_special_value((int)((splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
     }
     smattn_problem q = *p;
     g->gin.dout = (smattn_tensor){g->dout, SMATTN_F64, {0}};

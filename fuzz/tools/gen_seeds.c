@@ -273,7 +273,11 @@ static void gen_case_files(const char *dir)
             size_t cnt = 1;
             for (int k = 0; k < rank; k++)
                 cnt *= (size_t)shape[k];
-            uint8_t data[8 * 12];
+            uint8_t data[8 * 12]; /* 12 elements of up to 8 bytes: the largest shape */
+            if (cnt * 8 > sizeof data) {
+                fprintf(stderr, "gen_seeds: %zu elements do not fit the data buffer\n", cnt);
+                exit(1);
+            }
             for (size_t i = 0; i < sizeof data; i++)
                 data[i] = t == SMATTN_NPY_BOOL ? (uint8_t)(i % 2) : (uint8_t)(i * 37);
             size_t len;
