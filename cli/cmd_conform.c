@@ -431,9 +431,21 @@ static int run_conform(const opts *op, conform_baseline *base)
         conform_kernel_close(&k);
         return EXIT_USAGE;
     }
-    conform_result *res = calloc(b.n + mb.n ? b.n + mb.n : 1, sizeof *res);
+    conform_backward_battery bwb;
+    memset(&bwb, 0, sizeof bwb);
+    if (strcmp(o.suite, "huge") && conform_backward_battery_build(&bwb, o.suite, o.seed)) {
+        cli_error("conform", "out of memory");
+        conform_merge_battery_free(&mb);
+        conform_battery_free(&b);
+        conform_kernel_close(&k);
+        return EXIT_USAGE;
+    }
+    const size_t nbw = bwb.cases.n, nmb = mb.n;
+    conform_result *res = calloc(b.n + mb.n + nbw ? b.n + mb.n + nbw : 1, sizeof *res);
     if (!res) {
         cli_error("conform", "out of memory");
+        conform_backward_battery_free(&bwb);
+        conform_merge_battery_free(&mb);
         conform_battery_free(&b);
         conform_kernel_close(&k);
         return EXIT_USAGE;
@@ -449,6 +461,9 @@ static int run_conform(const opts *op, conform_baseline *base)
         todo += selected(o.only, b.cases[n].name) && conform_shard_has(&o.shard, b.cases[n].name);
     for (size_t n = 0; n < mb.n; n++)
         todo += selected(o.only, mb.cases[n].name) && conform_shard_has(&o.shard, mb.cases[n].name);
+    for (size_t n = 0; n < nbw; n++)
+        todo += selected(o.only, bwb.cases.cases[n].name) &&
+                conform_shard_has(&o.shard, bwb.cases.cases[n].name);
     for (size_t n = 0; n < b.n; n++) {
         if (!selected(o.only, b.cases[n].name) || !conform_shard_has(&o.shard, b.cases[n].name))
             continue;
@@ -498,6 +513,19 @@ static int run_conform(const opts *op, conform_baseline *base)
         r->index = (int64_t)(b.n + n);
     }
     conform_merge_battery_free(&mb);
+    /* the backward battery (SPEC 10), last: skipped by a kernel that does not export
+     * smattn_plugin_backward */
+    for (size_t n = 0; n < nbw; n++) {
+        const char *name = bwb.cases.cases[n].name;
+        if (!selected(o.only, name) || !conform_shard_has(&o.shard, name))
+            continue;
+        if (bar)
+            progress(nr, todo, name);
+        conform_result *r = &res[nr++];
+        conform_run_backward_case(&k, &bwb, n, timeout, capture, r);
+        r->index = (int64_t)(b.n + nmb + n);
+    }
+    conform_backward_battery_free(&bwb);
     if (bar)
         progress(todo, todo, "");
     if (capture >= 0)
