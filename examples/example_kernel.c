@@ -479,7 +479,7 @@ int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
                     delta += d_o * o;
                 }
                 const float dlse = gin->dlse.data ? at4(&gin->dlse, b, h, i, 0) : 0.0f;
-                if (!isfinite(dlse) || !isfinite(lse))
+                if (!isfinite(dlse))
                     bad = 1;
                 for (int64_t j = 0; j < p->T; j++) {
                     if (s[j] == -INFINITY)
