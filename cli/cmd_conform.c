@@ -521,8 +521,27 @@ static int run_conform(const opts *op, conform_baseline *base)
             continue;
         if (bar)
             progress(nr, todo, name);
+        double left = o.time_budget > 0 ? o.time_budget - (cli_now_seconds() - t0) : HUGE_VAL;
         conform_result *r = &res[nr++];
-        conform_run_backward_case(&k, &bwb, n, timeout, capture, r);
+        if (left <= 0 || hangs >= CONFORM_MAX_HANGS) { /* as the attention cases */
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "%s", name);
+            snprintf(r->category, sizeof r->category, "backward");
+            r->caps = bwb.cases.cases[n].caps;
+            r->status = CONFORM_SKIP;
+            if (hangs >= CONFORM_MAX_HANGS)
+                snprintf(r->reason, sizeof r->reason,
+                         "not run: the run stopped after %d cases in a row hung", hangs);
+            else
+                snprintf(r->reason, sizeof r->reason, "not run: the --time budget of %g s ran out",
+                         o.time_budget);
+        } else {
+            conform_run_backward_case(&k, &bwb, n, timeout < left ? timeout : left, capture, r);
+            if (r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4))
+                hangs++;
+            else if (r->status != CONFORM_SKIP)
+                hangs = 0;
+        }
         r->index = (int64_t)(b.n + nmb + n);
     }
     conform_backward_battery_free(&bwb);

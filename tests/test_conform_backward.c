@@ -143,6 +143,30 @@ START_TEST(determinism_claim)
 }
 END_TEST
 
+/* A backward that never returns is killed at the case time limit ("hang: the backward did
+ * not return"), and after CONFORM_MAX_HANGS in a row the rest are not run, as for the
+ * attention cases. */
+START_TEST(hangs_stop_the_run)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("tests/fixtures/backward_hang.so"),
+                                  "--case-timeout", "1", NULL),
+                     1);
+    json_object *cs = cases_of(r);
+    size_t n = json_object_array_length(cs);
+    ck_assert_uint_ge(n, 18);
+    for (size_t i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(cs, i);
+        const char *want = i < CONFORM_MAX_HANGS ? "hang: the backward did not return within 1 s"
+                                                 : "not run: the run stopped after 3 cases in a "
+                                                   "row hung";
+        ck_assert_msg(strstr(str_of(c, "reason"), want), "%s: %s", str_of(c, "name"),
+                      str_of(c, "reason"));
+    }
+    json_object_put(r);
+}
+END_TEST
+
 /* ---- the judge, in process ------------------------------------------------------------ */
 
 /* A GQA problem with a causal mask, kv_lens hiding a key of batch 1, and an empty row (a
@@ -259,6 +283,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, example_passes);
     tcase_add_test(tc, no_entry_skips);
     tcase_add_test(tc, determinism_claim);
+    tcase_add_test(tc, hangs_stop_the_run);
     tcase_add_test(tc, judge_names_the_class);
     suite_add_tcase(s, tc);
     return s;
