@@ -28,20 +28,26 @@ enum { BW_DLSE = 1 };
 
 static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, unsigned flags)
 {
+    /* room for every case made so far (a case made before an allocation failed too, so
+     * that conform_backward_battery_free finds NULL there) */
+    while (bb->cases.n > bb->cap) {
+        size_t cap = bb->cap ? 2 * bb->cap : 32;
+        double **d = realloc(bb->dout, cap * sizeof *d);
+        if (d)
+            bb->dout = d;
+        double **l = d ? realloc(bb->dlse, cap * sizeof *l) : NULL;
+        if (!d || !l)
+            return bd->oom = 1, -1;
+        bb->dlse = l;
+        for (size_t k = bb->cap; k < cap; k++)
+            bb->dout[k] = bb->dlse[k] = NULL;
+        bb->cap = cap;
+    }
     if (!c || bd->oom)
         return -1;
     c->garbage = 0; /* clean inputs: a backward may decline non-finite ones (smattn.h) */
     bat_finish(bd, c);
     size_t k = bb->cases.n - 1;
-    if (k >= bb->cap) {
-        size_t cap = bb->cap ? 2 * bb->cap : 32;
-        double **d = realloc(bb->dout, cap * sizeof *d), **l = d ? realloc(bb->dlse, cap * sizeof *l) : NULL;
-        if (d)
-            bb->dout = d;
-        if (!d || !l)
-            return bd->oom = 1, -1;
-        bb->dlse = l, bb->cap = cap;
-    }
     const smattn_problem *p = &c->prob;
     /* dO and dLSE uniform in [-1, 1), from a stream of their own */
     rng r = {bat_hash_name(c->name, bd->seed ^ 0x6261636b77617264u)};
