@@ -124,6 +124,13 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
     if ((c = att(bd, "prefill_causal", 1, 40, 40, 2, 1, 16, 16)))
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     bw_grads(bb, bd, c, 0);
+    /* bfloat16 inputs, O, LSE and gradients (a training step's dtypes): Delta reads the
+     * rounded O (SPEC 10.7 B3); a kernel without bfloat16 takes binary32 */
+    if ((c = att(bd, "bf16", 1, 6, 10, 4, 2, 16, 16))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c->q_dtype = c->kv_dtype = c->out_dtype = SMATTN_BF16;
+    }
+    bw_grads(bb, bd, c, BW_DLSE);
     /* everything at once */
     if ((c = att(bd, "mixed", 2, 5, 9, 4, 2, 8, 8))) {
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
