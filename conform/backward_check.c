@@ -221,15 +221,43 @@ typedef struct bw_report {
     char err[256];
 } bw_report;
 
-/* A shared mapping for one output: its bytes, then CANARY_BYTES of canary. */
+/* A shared mapping for one output, as run.c lays out the forward's: [guard page][CANARY_BYTES
+ * of canary][the data][canary to the page's end, at least CANARY_BYTES][guard page], the
+ * guard pages PROT_NONE, so that a write just outside the data changes a canary and one
+ * further out crashes. */
 #define CANARY_BYTES 64
 #define CANARY 0xA5
 
+static size_t page(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static size_t body_len(size_t bytes)
+{
+    return (bytes + 2 * CANARY_BYTES + page() - 1) / page() * page();
+}
+
 static void *shared(size_t bytes)
 {
-    void *m = mmap(NULL, bytes + CANARY_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
-    return m == MAP_FAILED ? NULL : m;
+    const size_t ps = page(), body = body_len(bytes);
+    unsigned char *m = mmap(NULL, body + 2 * ps, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    if (mprotect(m, ps, PROT_NONE) || mprotect(m + ps + body, ps, PROT_NONE)) {
+        munmap(m, body + 2 * ps);
+        return NULL;
+    }
+    memset(m + ps, CANARY, body);
+    return m + ps + CANARY_BYTES;
+}
+
+static void release(void *data, size_t bytes)
+{
+    if (data)
+        munmap((unsigned char *)data - CANARY_BYTES - page(), body_len(bytes) + 2 * page());
 }
 
 /* The prefill: a signalling NaN of the dtype in every element, canaries after. */
@@ -243,22 +271,26 @@ static void prefill(void *data, smattn_dtype t, int64_t n)
     memcpy(pat, t == SMATTN_F64 ? (void *)&b64 : t == SMATTN_F32 ? (void *)&b32 : (void *)&b16, es);
     for (int64_t e = 0; e < n; e++)
         memcpy((unsigned char *)data + (size_t)e * es, pat, es);
-    memset((unsigned char *)data + (size_t)n * es, CANARY, CANARY_BYTES);
 }
 
 static int is_prefill(const void *data, smattn_dtype t, int64_t e)
 {
-    unsigned char want[8 + CANARY_BYTES];
+    unsigned char want[8];
     prefill(want, t, 1);
     size_t es = smattn_dtype_size(t);
     return memcmp((const unsigned char *)data + (size_t)e * es, want, es) == 0;
 }
 
+/* A canary changed: -1 before the data, 1 after it, 0 none. */
 static int canary_broken(const void *data, smattn_dtype t, int64_t n)
 {
-    const unsigned char *c = (const unsigned char *)data + (size_t)n * smattn_dtype_size(t);
-    for (int k = 0; k < CANARY_BYTES; k++)
-        if (c[k] != CANARY)
+    const size_t bytes = (size_t)n * smattn_dtype_size(t);
+    const unsigned char *d = data, *end = d - CANARY_BYTES + body_len(bytes);
+    for (const unsigned char *c = d - CANARY_BYTES; c < d; c++)
+        if (*c != CANARY)
+            return -1;
+    for (const unsigned char *c = d + bytes; c < end; c++)
+        if (*c != CANARY)
             return 1;
     return 0;
 }
@@ -459,13 +491,16 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         goto done;
     }
     for (int u = 0; u < 1 + twice; u++)
-        for (int t = 0; t < 3; t++)
-            if (canary_broken(gb[u][t], (smattn_dtype)odt, ng[t])) {
+        for (int t = 0; t < 3; t++) {
+            int side = canary_broken(gb[u][t], (smattn_dtype)odt, ng[t]);
+            if (side) {
                 snprintf(r->reason, sizeof r->reason,
-                         "wrote outside its outputs: past the end of %s (a %lld-element buffer)",
-                         gname[t], (long long)ng[t]);
+                         "wrote outside its outputs: %s %s (a %lld-element buffer)",
+                         side < 0 ? "before the start of" : "past the end of", gname[t],
+                         (long long)ng[t]);
                 goto done;
             }
+        }
     for (int t = 0; t < 3; t++)
         for (int64_t e = 0; e < ng[t]; e++)
             if (is_prefill(gb[0][t], (smattn_dtype)odt, e)) {
@@ -518,15 +553,11 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
 done:
     free(dob);
     free(dlb);
-    if (fo)
-        munmap(fo, (size_t)no * oes + CANARY_BYTES);
-    if (fl)
-        munmap(fl, (size_t)nl * oes + CANARY_BYTES);
+    release(fo, (size_t)no * oes);
+    release(fl, (size_t)nl * oes);
     for (int u = 0; u < 2; u++)
         for (int t = 0; t < 3; t++)
-            if (gb[u][t])
-                munmap(gb[u][t], (size_t)ng[t] * oes + CANARY_BYTES);
-    if (rep)
-        munmap(rep, sizeof *rep + CANARY_BYTES);
+            release(gb[u][t], (size_t)ng[t] * oes);
+    release(rep, sizeof *rep);
     conform_inst_free(&m);
 }

@@ -167,6 +167,17 @@ START_TEST(hangs_stop_the_run)
 }
 END_TEST
 
+/* A write one element past the end of dK changes a canary: every case fails, saying so. */
+START_TEST(write_outside_fails)
+{
+    json_object *r;
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/backward_oob.so"), NULL), 1);
+    all_are(r, "fail", "wrote outside its outputs: past the end of dK", NULL);
+    json_object_put(r);
+}
+END_TEST
+
 /* ---- the judge, in process ------------------------------------------------------------ */
 
 /* A GQA problem with a causal mask, kv_lens hiding a key of batch 1, and an empty row (a
@@ -284,6 +295,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, no_entry_skips);
     tcase_add_test(tc, determinism_claim);
     tcase_add_test(tc, hangs_stop_the_run);
+    tcase_add_test(tc, write_outside_fails);
     tcase_add_test(tc, judge_names_the_class);
     suite_add_tcase(s, tc);
     return s;
