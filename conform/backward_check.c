@@ -214,7 +214,7 @@ static int pick(unsigned accepted, smattn_dtype want)
 /* The child's answer, on a shared page. */
 typedef struct bw_report {
     volatile int stage;    /* 1 loading, 2 precision, 3 forward, 4 backward */
-    volatile int fwd_status, returned, status;
+    volatile int fwd_returned, fwd_status, returned, status;
     volatile int rerun;    /* the second backward returned 0 */
     volatile int threads;  /* the two runs were on 1 and 2 threads */
     smattn_precision pm;
@@ -428,6 +428,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         rep->stage = 3;
         int th = e.threads && e.threads(1) == 0;
         rep->fwd_status = e.attention(p, &m.in, &fwd);
+        rep->fwd_returned = 1;
         if (rep->fwd_status != 0)
             _exit(0);
         rep->stage = 4;
@@ -464,12 +465,12 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
                  rep->err[0] ? rep->err : "no backward entry");
         goto done;
     }
-    if (rep->stage == 3 || (rep->stage == 4 && !rep->returned)) {
-        if (rep->stage == 3 && rep->fwd_status == SMATTN_ERR_UNSUPPORTED) {
+    if (!rep->returned) {
+        if (rep->fwd_returned && rep->fwd_status == SMATTN_ERR_UNSUPPORTED) {
             r->status = CONFORM_SKIP;
             snprintf(r->reason, sizeof r->reason, "the kernel declined the forward "
                                                   "(SMATTN_ERR_UNSUPPORTED)");
-        } else if (rep->stage == 3 && rep->fwd_status != 0) {
+        } else if (rep->fwd_returned && rep->fwd_status != 0) {
             snprintf(r->reason, sizeof r->reason, "the forward returned status %d (%s)",
                      rep->fwd_status, smattn_status_name((smattn_status)rep->fwd_status));
         } else {

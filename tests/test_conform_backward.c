@@ -178,6 +178,23 @@ START_TEST(write_outside_fails)
 }
 END_TEST
 
+/* A precision hook that ends the case's process fails the case as a crash there, not as
+ * gradients never written. */
+START_TEST(precision_exit_is_a_crash)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("tests/fixtures/backward_prec_exit.so"),
+                                  "--only", "backward/plain", NULL),
+                     1);
+    ck_assert_uint_eq(all_are(r, "fail",
+                              "crash: smattn_plugin_precision's process exited with status 3 "
+                              "without returning",
+                              NULL),
+                      1);
+    json_object_put(r);
+}
+END_TEST
+
 /* ---- the judge, in process ------------------------------------------------------------ */
 
 /* A GQA problem with a causal mask, kv_lens hiding a key of batch 1, and an empty row (a
@@ -296,6 +313,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, determinism_claim);
     tcase_add_test(tc, hangs_stop_the_run);
     tcase_add_test(tc, write_outside_fails);
+    tcase_add_test(tc, precision_exit_is_a_crash);
     tcase_add_test(tc, judge_names_the_class);
     suite_add_tcase(s, tc);
     return s;
