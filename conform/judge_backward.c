@@ -242,7 +242,8 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
         static const char *const what[CL_OTHER + 1] = {
             "", "", "", "",
             "softcap's derivative: dQ and dK are off while dV (which softcap does not touch) is "
-            "within its bound; dU = dS (1 - tanh^2(sigma/c)) is missing or wrong (SPEC 10.1)",
+            "within its bound; dU = dS (1 - tanh^2(sigma/c)) is missing or wrong, or dS = P (dP "
+            "- Delta + dLSE) itself (SPEC 10.1)",
             "Delta or dP: dQ and dK are off while dV = P^T dO is within its bound, so dS = P (dP "
             "- Delta + dLSE) is wrong: Delta = dO . O from a wrong O (another row's or head's)? "
             "(SPEC 10.1, 10.7 B3)",
