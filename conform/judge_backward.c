@@ -134,7 +134,8 @@ static void name_elem(const smattn_problem *p, int t, int64_t x, char *buf, size
 }
 
 /* The bug classes a failure is put in, in the order they are looked for. */
-enum { CL_NONE, CL_EMPTY_NAN, CL_HIDDEN, CL_GQA, CL_SOFTCAP, CL_DELTA, CL_DV, CL_P, CL_OTHER };
+enum { CL_NONE, CL_EMPTY_NAN, CL_HIDDEN, CL_GQA, CL_SOFTCAP, CL_DELTA, CL_DV, CL_DK, CL_P,
+       CL_OTHER };
 
 void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs *in,
                                    const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
@@ -210,10 +211,11 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
     /* the class: an element that names it, else the pattern of the failing gradients */
     int cl = at[CL_EMPTY_NAN] >= 0 ? CL_EMPTY_NAN
              : at[CL_HIDDEN] >= 0  ? CL_HIDDEN
-             : Hq > Hkv && !fails[0] && (fails[1] || fails[2]) ? CL_GQA
+             : Hq > Hkv && !fails[0] && fails[2] ? CL_GQA
              : p->softcap > 0 && !fails[2] && (fails[0] || fails[1]) ? CL_SOFTCAP
              : !fails[2] && fails[0] && fails[1] ? CL_DELTA
              : fails[2] && !fails[0] && !fails[1] ? CL_DV
+             : fails[1] && !fails[0] && !fails[2] ? CL_DK
              : fails[0] && fails[1] && fails[2] ? CL_P
                                                 : CL_OTHER;
     int t = cl == CL_EMPTY_NAN || cl == CL_HIDDEN ? att[cl] : att[CL_OTHER];
@@ -248,13 +250,15 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
             "- Delta + dLSE) is wrong: Delta = dO . O from a wrong O (another row's or head's)? "
             "(SPEC 10.1, 10.7 B3)",
             "dV = sum P dO is off while dQ and dK are within their bounds (SPEC 10.1)",
+            "dK = scale sum dU q is off while dQ and dV are within their bounds: the scale on "
+            "dK, or the rows it sums (SPEC 10.1)",
             "P = exp(s - LSE) is off: dQ, dK and dV all beyond their bounds (the scores, the "
             "scale, the mask or the saved LSE; SPEC 10.7 B1)",
             "gradients beyond their bounds (SPEC 10.7)"};
         char head[400];
         if (cl == CL_GQA)
             snprintf(head, sizeof head,
-                     "GQA group not summed: dK and dV are off while dQ is within its bound; a KV "
+                     "GQA group not summed: dV (and dK) are off while dQ is within its bound; a KV "
                      "head's dK and dV are the sums over the %d query heads that read it (SPEC "
                      "2.2, 10.1)",
                      G);

@@ -279,10 +279,17 @@ START_TEST(judge_names_the_class)
     ck_assert_msg(strstr(r.reason, "masked key given gradient: dV[b=1,j=3,g=0,c=2] = 0.25"),
                   "%s", r.reason);
     c.dv[(1 * 4 + 3) * 8 + 0 * 4 + 2] = 0.0f;
-    /* dK of KV head 1 halved (one head of its pair): the group not summed */
+    /* dK of KV head 1 halved: dK alone off (its scale) */
     for (int j = 0; j < 3; j++)
         for (int d = 0; d < 4; d++)
             c.dk[(0 * 4 + j) * 8 + 1 * 4 + d] *= 0.5f;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dK = scale sum dU q is off while dQ and dV"), "%s", r.reason);
+    /* and dV of KV head 1 halved too (one head of its pair): the group not summed */
+    for (int j = 0; j < 3; j++)
+        for (int d = 0; d < 4; d++)
+            c.dv[(0 * 4 + j) * 8 + 1 * 4 + d] *= 0.5f;
     judge(&c, &r);
     ck_assert_int_eq(r.status, CONFORM_FAIL);
     ck_assert_msg(strstr(r.reason, "GQA group not summed"), "%s", r.reason);

@@ -184,7 +184,7 @@ static const struct {
     {"merge_no_max", "merge/lse_spread_pm1000", "error/bound ratio inf at O element"},
     /* the backward's (conform/judge_backward.c): each names its bug class */
     {"bw_gqa_not_summed", "backward/gqa_hq4_hkv2",
-     "GQA group not summed: dK and dV are off while dQ is within its bound"},
+     "GQA group not summed: dV (and dK) are off while dQ is within its bound"},
     {"bw_mask_ignored", "backward/mask", "masked key given gradient: dK[b=0,j=0,g=0,d=0]"},
     {"bw_softcap_no_derivative", "backward/softcap",
      "softcap's derivative: dQ and dK are off while dV"},
