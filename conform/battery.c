@@ -40,7 +40,8 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "paged_hnd",
                                         [22] = "alibi_symmetric",
                                         "alibi_one_sided",
-                                        "alibi_mask"};
+                                        "alibi_mask",
+                                        [25] = "backward_deterministic"};
 
 const char *conform_cap_name(unsigned bit)
 {

@@ -65,6 +65,7 @@ typedef struct conform_kernel {
     int has_softmax;         /* smattn_plugin_softmax is exported */
     int has_precision;       /* smattn_plugin_precision is exported (else info.precision) */
     int has_merge;           /* smattn_plugin_merge is exported (the merge battery runs) */
+    int has_backward;        /* smattn_plugin_backward is exported (the backward battery runs) */
 } conform_kernel;
 
 /* Load "builtin" (or NULL) or a .so path, describing it in a child that has `timeout`
@@ -81,6 +82,7 @@ typedef struct conform_entry {
     smattn_plugin_precision_fn precision; /* NULL: info.precision */
     smattn_plugin_threads_fn threads;     /* NULL: the plugin takes no thread count */
     smattn_plugin_merge_fn merge;         /* NULL: no merge entry */
+    smattn_plugin_backward_fn backward;   /* NULL: no backward entry */
 } conform_entry;
 int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, size_t errlen);
 /* 0 if a precision model is in range (SPEC 6.1), else -1 with one line in err. */
@@ -114,6 +116,9 @@ smattn_precision conform_builtin_precision(const smattn_problem *p);
 int conform_builtin_threads(int n);
 int conform_builtin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
                           const smattn_outputs *out);
+int conform_builtin_backward(const smattn_problem *p, const smattn_inputs *in,
+                             const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                             const smattn_grad_outputs *out);
 
 /* ---- the battery --------------------------------------------------------------------- */
 
@@ -347,6 +352,34 @@ void conform_merge_battery_free(conform_merge_battery *mb);
  * kernel without the entry skips it. */
 void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c, double timeout,
                             int capture_fd, conform_result *r);
+
+/* ---- the backward battery (backward_check.c, SPEC 10) ---------------------------------- */
+
+/* Forward cases of category "backward" (clean inputs: no garbage in invisible slots) and,
+ * per case, dO [B,S,Hq,Dv] and dLSE [B,Hq,S] (NULL: none) in binary64, contiguous. */
+typedef struct conform_backward_battery {
+    conform_battery cases;
+    double **dout, **dlse;
+    size_t cap;
+} conform_backward_battery;
+/* The cases of suite "quick" or "full" (a superset) for a seed. 0, or -1 out of memory. */
+int conform_backward_battery_build(conform_backward_battery *bb, const char *suite, uint64_t seed);
+void conform_backward_battery_free(conform_backward_battery *bb);
+/* Run case idx on k in a child: its forward (O and LSE in a dtype of info.out_dtypes), then
+ * smattn_plugin_backward from them (twice, on 1 and 2 threads, when k claims
+ * SMATTN_CAP_BACKWARD_DETERMINISTIC, the bits compared); judged by
+ * conform_judge_backward_result. A kernel without the entry, or not claiming the case's
+ * features or SMATTN_CAP_LSE, skips it. */
+void conform_run_backward_case(const conform_kernel *k, const conform_backward_battery *bb,
+                               size_t idx, double timeout, int capture_fd, conform_result *r);
+/* Judge got (dq, dk, dv) against smattn_ref_backward under smattn_backward_bound for pm
+ * (conform/judge_backward.c) into r: status, elements, mismatched, max_ratio, worst_*, and
+ * for a failure a reason naming the bug class (SPEC 10.1-10.2: an empty row given a NaN, a
+ * key no row sees given gradient, the GQA group not summed, softcap's derivative, Delta or
+ * dP, P itself), then the worst element. */
+void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs *in,
+                                   const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
+                                   const smattn_backward_precision *pm, conform_result *r);
 
 /* Split-KV consistency (SPEC 9.6): the kernel's own O and LSE over keys [0, t) (sp[0],
  * sin[0], sout[0]) and [t, T) (sp[1], ...), merged by the oracle (smattn_ref_merge), agree

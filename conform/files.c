@@ -647,8 +647,45 @@ static void put_name(const char *file, char *err, size_t errlen)
     }
 }
 
+static int read_array(const char *dir, const char *file, int rank, const int64_t w[4],
+                      const int64_t stride[4], const char *const *names, smattn_npy *a,
+                      smattn_out_tensor *got, char *err, size_t errlen);
+
 static int read_output(const char *dir, const char *file, const smattn_case *c, int t,
                        smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
+{
+    int64_t w[4], stride[4];
+    int rank = smattn_case_out_layout(c, t, w, stride);
+    static const char *const dn[3][4] = {
+        {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
+    static const char *const packed[2][3] = {{"total_q", "Hq", "Dv"}, {"Hq", "total_q", ""}};
+    const char *const *names = c->packed_q && t < 2 ? packed[t] : dn[t] + (c->rank == 3);
+    return read_array(dir, file, rank, w, stride, names, a, got, err, errlen);
+}
+
+/* A gradient of a backward case (t: 0 dq [B,S,Hq,D], 1 dk [B,T,Hkv,D], 2 dv [B,T,Hkv,Dv];
+ * 3-D without B in the case's 3-D convention), as read_output. */
+static int read_grad(const char *dir, const char *file, const smattn_case *c, int t,
+                     smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
+{
+    const smattn_problem *p = &c->prob;
+    const int64_t n[3][4] = {{p->B, p->S, p->Hq, p->D}, {p->B, p->T, p->Hkv, p->D},
+                             {p->B, p->T, p->Hkv, p->Dv}};
+    static const char *const dn[3][4] = {
+        {"B", "S", "Hq", "D"}, {"B", "T", "Hkv", "D"}, {"B", "T", "Hkv", "Dv"}};
+    int64_t w[4], stride[4];
+    stride[3] = 1;
+    for (int k = 2; k >= 0; k--)
+        stride[k] = stride[k + 1] * n[t][k + 1];
+    const int drop = c->rank == 3;
+    for (int k = drop; k < 4; k++)
+        w[k - drop] = n[t][k];
+    return read_array(dir, file, 4 - drop, w, stride, dn[t] + drop, a, got, err, errlen);
+}
+
+static int read_array(const char *dir, const char *file, int rank, const int64_t w[4],
+                      const int64_t stride[4], const char *const *names, smattn_npy *a,
+                      smattn_out_tensor *got, char *err, size_t errlen)
 {
     char path[FPATH];
     if (!has_entry(dir, file))
@@ -657,12 +694,6 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         snprintf(err, errlen, "%s: the path is too long", file);
         return -1;
     }
-    int64_t w[4], stride[4];
-    int rank = smattn_case_out_layout(c, t, w, stride);
-    static const char *const dn[3][4] = {
-        {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
-    static const char *const packed[2][3] = {{"total_q", "Hq", "Dv"}, {"Hq", "total_q", ""}};
-    const char *const *names = c->packed_q && t < 2 ? packed[t] : dn[t] + (c->rank == 3);
     /* The header first, checked against the case; the data only then (a wrong 2 GiB o.npy
      * was read whole before its shape was looked at). */
     if (smattn_npy_read_header(path, a, err, errlen)) {
@@ -714,7 +745,7 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     }
     got->data = a->data;
     got->dtype = dt;
-    memcpy(got->stride, stride, sizeof stride);
+    memcpy(got->stride, stride, sizeof got->stride);
     return 0;
 }
 
@@ -843,6 +874,65 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
     smattn_case_twin_free(&tw);
 }
 
+/* The gradients a backward case's directory holds (dq.npy, dk.npy, dv.npy: all three or
+ * none), judged against smattn_ref_backward under smattn_backward_bound (SPEC 10.7) for
+ * the model pm in both passes, O and LSE stored in the dtypes of o.npy and lse.npy; the
+ * verdict joined to the forward's in r (a forward failure is reported first). */
+static void check_grads(const char *dir, const smattn_case *c, const smattn_outputs *fwd,
+                        const smattn_precision *pm, conform_result *r)
+{
+    static const char *const files[3] = {"dq.npy", "dk.npy", "dv.npy"};
+    smattn_npy arr[3];
+    memset(arr, 0, sizeof arr);
+    smattn_grad_outputs got;
+    memset(&got, 0, sizeof got);
+    smattn_out_tensor *gt[3] = {&got.dq, &got.dk, &got.dv};
+    char err[400];
+    int present = 0, missing = -1, bad = 0;
+    for (int t = 0; t < 3 && !bad; t++) {
+        int rc = read_grad(dir, files[t], c, t, &arr[t], gt[t], err, sizeof err);
+        if (rc < 0) {
+            r->status = CONFORM_FAIL;
+            snprintf(r->reason, sizeof r->reason, "%s", err);
+            bad = 1;
+        } else if (rc > 0) {
+            missing = missing < 0 ? t : missing;
+        } else {
+            present++;
+        }
+    }
+    if (!bad && present && missing >= 0) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "%s missing: the gradients are judged together (dq.npy, dk.npy and dv.npy, "
+                 "or none)",
+                 files[missing]);
+    } else if (!bad && present == 3) {
+        smattn_backward_precision bpm;
+        bpm.fwd = *pm;
+        bpm.bwd = *pm;
+        bpm.o_dtype = fwd->o.data ? fwd->o.dtype : SMATTN_F32;
+        bpm.lse_dtype = fwd->lse.data ? fwd->lse.dtype : bpm.o_dtype;
+        conform_result g;
+        memset(&g, 0, sizeof g);
+        conform_judge_backward_result(&c->prob, &c->in, &c->gin, &got, &bpm, &g);
+        r->elements += g.elements;
+        r->mismatched += g.mismatched;
+        r->nonfinite += g.nonfinite;
+        if (g.max_ratio > r->max_ratio || g.max_ratio != g.max_ratio)
+            r->max_ratio = g.max_ratio;
+        if (g.status == CONFORM_FAIL && r->status != CONFORM_FAIL) {
+            r->status = CONFORM_FAIL;
+            r->worst_out = -1;
+            r->worst_got = g.worst_got, r->worst_exact = g.worst_exact;
+            r->worst_bound = g.worst_bound;
+            snprintf(r->reason, sizeof r->reason, "gradients: %.490s", g.reason);
+        }
+    }
+    for (int t = 0; t < 3; t++)
+        smattn_npy_free(&arr[t]);
+}
+
 static void check_one(const char *dir, const char *name, const char *category,
                       const smattn_precision *pm, const char *skip, const conform_sample *sample,
                       conform_result *r)
@@ -908,6 +998,8 @@ static void check_one(const char *dir, const char *name, const char *category,
                  smattn_status_name(st));
     } else if (!bad)
         conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding outside */
+    if (!bad && c.backward && !c.has_layout && p->op == SMATTN_OP_ATTENTION)
+        check_grads(dir, &c, &got, pm, r);
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);
     smattn_case_free(&c);

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "smattn_kernel.h"
 
@@ -383,4 +384,142 @@ int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs
                 }
             }
     return 0;
+}
+
+/* The backward (SPEC 10; the optional entry smattn_plugin_backward): FlashAttention-2's,
+ * in binary32 from the O and LSE the forward saved. Per (b, h), row by row: the scores
+ * again, P_j = exp(s_j - LSE), dP_j = dO . v_j, Delta = dO . O, dS_j = P_j (dP_j - Delta
+ * + dLSE), under softcap dU_j = dS_j (1 - t_j^2) with t_j = tanh(sigma_j / c) (the bias
+ * comes after the cap: its gradient is dS, not dU); dQ_i = scale sum_j dU_j k_j, and the
+ * head's dK_j += dU_j q_i, dV_j += P_j dO_i, added into its KV head's dK, dV (the group's
+ * sum, SPEC 2.2) once the head is done; dQ and dK times the scale at the end. Invisible
+ * keys are skipped (their score is -inf): they get no gradient, and an empty row none at
+ * all (the zero convention). Declines ALiBi, non-finite inputs at visible positions
+ * (SPEC 10.2's rules are not written here), dbias and dsinks. */
+int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
+                           const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                           const smattn_grad_outputs *out);
+
+/* The pre-cap score sigma_j (the scaled dot product), for softcap's derivative. */
+static float pre_cap_score(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                           int64_t i, int64_t j)
+{
+    float dot = 0.0f;
+    for (int64_t d = 0; d < p->D; d++)
+        dot += at4(&in->q, b, i, h, d) * at4(&in->k, b, j, kv_head(p, h), d);
+    return finite_score(dot * (float)p->scale);
+}
+
+static int backward_supported(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                              const smattn_grad_outputs *out)
+{
+    smattn_outputs fwd;
+    memset(&fwd, 0, sizeof fwd);
+    if (p->op != SMATTN_OP_ATTENTION || p->layout || p->alibi_mode != SMATTN_ALIBI_NONE ||
+        out->dbias.data || out->dsinks.data || !supported(p, in, &fwd))
+        return 0;
+    const smattn_tensor *f32[] = {&saved->o, &saved->lse, &gin->dout, &gin->dlse};
+    for (size_t t = 0; t < sizeof f32 / sizeof f32[0]; t++)
+        if (f32[t]->data && f32[t]->dtype != SMATTN_F32)
+            return 0;
+    return out->dq.dtype == SMATTN_F32 && out->dk.dtype == SMATTN_F32 &&
+           out->dv.dtype == SMATTN_F32;
+}
+
+int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
+                           const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                           const smattn_grad_outputs *out)
+{
+    if (!p || !in || !saved || !gin || !out)
+        return SMATTN_ERR_NULL;
+    if (!backward_supported(p, in, saved, gin, out))
+        return SMATTN_ERR_UNSUPPORTED;
+    const float scale = (float)p->scale;
+    float *s = malloc((size_t)p->T * sizeof *s);
+    float *dk = malloc((size_t)(p->T * p->D) * sizeof *dk);   /* this head's dK [T][D] */
+    float *dv = malloc((size_t)(p->T * p->Dv) * sizeof *dv);  /* and dV [T][Dv] */
+    if (!s || !dk || !dv) {
+        free(s), free(dk), free(dv);
+        return SMATTN_ERR_NOMEM;
+    }
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = 0; j < p->T; j++)
+            for (int64_t g = 0; g < p->Hkv; g++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dk, b, j, g, d) = 0.0f;
+                for (int64_t c = 0; c < p->Dv; c++)
+                    *out4(&out->dv, b, j, g, c) = 0.0f;
+            }
+    int bad = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++) {
+            const int64_t g = kv_head(p, h);
+            for (int64_t e = 0; e < p->T * p->D; e++)
+                dk[e] = 0.0f;
+            for (int64_t e = 0; e < p->T * p->Dv; e++)
+                dv[e] = 0.0f;
+            for (int64_t i = 0; i < p->S; i++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dq, b, i, h, d) = 0.0f;
+                int any = 0;
+                for (int64_t j = 0; j < p->T; j++) {
+                    s[j] = key_visible(p, in, b, h, i, j) ? key_score(p, in, b, h, i, j, &bad)
+                                                          : -INFINITY;
+                    any |= s[j] != -INFINITY;
+                }
+                if (!any)
+                    continue; /* an empty row (zero convention): nothing flows back */
+                const float lse = at4(&saved->lse, b, h, i, 0);
+                float delta = 0.0f; /* dO . O, from the O the forward stored */
+                for (int64_t c = 0; c < p->Dv; c++) {
+                    float o = at4(&saved->o, b, i, h, c), d_o = at4(&gin->dout, b, i, h, c);
+                    if (!isfinite(d_o))
+                        bad = 1;
+                    delta += d_o * o;
+                }
+                const float dlse = gin->dlse.data ? at4(&gin->dlse, b, h, i, 0) : 0.0f;
+                if (!isfinite(dlse))
+                    bad = 1;
+                for (int64_t j = 0; j < p->T; j++) {
+                    if (s[j] == -INFINITY)
+                        continue;
+                    const float P = expf(s[j] - lse);
+                    float dP = 0.0f;
+                    for (int64_t c = 0; c < p->Dv; c++) {
+                        float v = at4(&in->v, b, j, g, c);
+                        if (!isfinite(v))
+                            bad = 1;
+                        dP += at4(&gin->dout, b, i, h, c) * v;
+                    }
+                    float dU = P * (dP - delta + dlse);
+                    if (p->softcap > 0) {
+                        const float t = tanhf(pre_cap_score(p, in, b, h, i, j) / (float)p->softcap);
+                        dU *= 1.0f - t * t;
+                    }
+                    for (int64_t d = 0; d < p->D; d++) {
+                        *out4(&out->dq, b, i, h, d) += dU * at4(&in->k, b, j, g, d);
+                        dk[j * p->D + d] += dU * at4(&in->q, b, i, h, d);
+                    }
+                    for (int64_t c = 0; c < p->Dv; c++)
+                        dv[j * p->Dv + c] += P * at4(&gin->dout, b, i, h, c);
+                }
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dq, b, i, h, d) *= scale;
+            }
+            /* the head's part of its KV head's gradients: the group's sum (SPEC 2.2) */
+            for (int64_t j = 0; j < p->T; j++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dk, b, j, g, d) += dk[j * p->D + d];
+                for (int64_t c = 0; c < p->Dv; c++)
+                    *out4(&out->dv, b, j, g, c) += dv[j * p->Dv + c];
+            }
+        }
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = 0; j < p->T; j++)
+            for (int64_t g = 0; g < p->Hkv; g++)
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dk, b, j, g, d) *= scale;
+    free(s), free(dk), free(dv);
+    return bad ? SMATTN_ERR_UNSUPPORTED : SMATTN_OK;
 }
