@@ -86,6 +86,7 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
         return -1;
     }
     uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, and ALiBi's */
+                     SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD |
                      SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK;
     if (info->caps & ~known) {
         snprintf(err, errlen,

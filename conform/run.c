@@ -342,8 +342,10 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
     }
     /* split-KV (SPEC 9.6): the keys [0, t) and [t, T) as two problems of their own (K and V
      * from key t on for the second), each writing O and LSE */
-    const int64_t t_split =
-        att && (!sample || sample->k <= 0) && c->split_at > 0 && c->split_at < p->T && n[1] ? c->split_at : 0;
+    const int64_t t_split = att && (!sample || sample->k <= 0) && c->split_at > 0 &&
+                                    c->split_at < p->T && n[1] && !conform_inst_quantised(&m)
+                                ? c->split_at
+                                : 0;
     guarded gs[2][2];
     memset(gs, 0, sizeof gs);
     smattn_problem sp[2];
@@ -534,10 +536,21 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
     }
     double secs = r->seconds;
     const unsigned flags = (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u;
+    /* quantised inputs (SPEC 2.9): judged as the binary64 twin holding the real values */
+    conform_inst tw;
+    memset(&tw, 0, sizeof tw);
+    if (!c->has_layout && conform_inst_quantised(&m) && conform_inst_real(&m, &tw)) {
+        snprintf(r->reason, sizeof r->reason,
+                 "could not run: the checker ran out of memory decoding the quantised inputs");
+        goto done;
+    }
     if (c->has_layout)
         conform_judge_layout(p, &m.in, kp, &out, &pm, flags, c->strided, sample, r);
+    else if (tw.prob.B)
+        conform_judge_rows(&tw.prob, &tw.in, &out, &pm, flags, c->strided, sample, r);
     else
         conform_judge_rows(p, &m.in, &out, &pm, flags, c->strided, sample, r); /* keeps output */
+    conform_inst_free(&tw);
     r->seconds = secs;
     if (t_split && r->status == CONFORM_PASS) {
         if (rep->split != 2) {
