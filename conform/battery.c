@@ -989,6 +989,11 @@ int conform_inst_quantised(const conform_inst *m)
 
 int conform_inst_real(const conform_inst *m, conform_inst *tw)
 {
+    return conform_inst_real_forget(m, 0, tw);
+}
+
+int conform_inst_real_forget(const conform_inst *m, char forget, conform_inst *tw)
+{
     memset(tw, 0, sizeof *tw);
     tw->prob = m->prob;
     tw->prob.descale = NULL;
@@ -1018,7 +1023,7 @@ int conform_inst_real(const conform_inst *m, conform_inst *tw)
         for (int64_t b = 0; b < ext[0]; b++)
             for (int64_t i = 0; i < ext[1]; i++)
                 for (int64_t h = 0; h < ext[2]; h++) {
-                    double f = smattn__descale(p, role[t], b, t ? h : h / G);
+                    double f = role[t] == forget ? 1.0 : smattn__descale(p, role[t], b, t ? h : h / G);
                     for (int64_t c = 0; c < ext[3]; c++) {
                         int64_t o = b * st[0] + i * st[1] + h * st[2] + c * st[3];
                         d[o] = smattn_load(src[t]->data, src[t]->dtype, o) * f;

@@ -213,6 +213,9 @@ int conform_inst_quantised(const conform_inst *m);
  * outputs and the bound of the twin are those of m; the judge reads the twin. 0, or -1
  * when out of memory. */
 int conform_inst_real(const conform_inst *m, conform_inst *tw);
+/* The same with the factors of tensor `forget` ('q', 'k' or 'v'; 0: none) taken as 1: the
+ * problem of a kernel that leaves that descale out (the judge's hint). */
+int conform_inst_real_forget(const conform_inst *m, char forget, conform_inst *tw);
 /* A layout case's inputs as the kernel is handed them (SPEC 2.7): from the dense instance
  * dense (conform_case_materialise of c), Q packed when c packs the queries, K and V packed
  * or in pages (every slot no sequence uses, and keys past seqused_k, holding NaN and
