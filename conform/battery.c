@@ -787,6 +787,19 @@ static void put_f16(unsigned char *dst, float x)
     dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
 }
 
+/* v in [lo, hi] as an integer (NaN: lo), never an out-of-range conversion. */
+static int clamp_int(float v, int lo, int hi)
+{
+    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
+}
+
+/* x / d as the quantisers take it, x times 1/d in binary32; x / d where 1/d overflows (a
+ * block of subnormal binary32 values), whose infinity ggml would convert to int8. */
+static float scaled(double x, float d, float id)
+{
+    return isfinite(id) ? (float)x * id : (float)x / d;
+}
+
 /* One block of 32 values quantised as llama.cpp's reference quantisers do, in binary32
  * (ggml quantize_row_q8_0_ref: d = amax / 127, q = round(x / d); quantize_row_q4_0_ref:
  * d = max / -8 for the value of largest magnitude, nibble min(15, trunc(x / d + 8.5))),
@@ -812,14 +825,14 @@ static void quantise_block(const double *x, smattn_dtype t, unsigned char *dst)
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         put_f16(dst, d);
         for (int j = 0; j < SMATTN_QBLOCK; j++)
-            dst[2 + j] = (unsigned char)(int8_t)roundf((float)x[j] * id);
+            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(scaled(x[j], d, id)), -128, 127);
         return;
     }
     const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     put_f16(dst, d);
     for (int j = 0; j < SMATTN_QBLOCK / 2; j++) {
-        int lo = (int8_t)((float)x[j] * id + 8.5f), hi = (int8_t)((float)x[j + 16] * id + 8.5f);
-        lo = lo < 15 ? lo : 15, hi = hi < 15 ? hi : 15;
+        int lo = clamp_int(scaled(x[j], d, id) + 8.5f, 0, 15),
+            hi = clamp_int(scaled(x[j + 16], d, id) + 8.5f, 0, 15);
         dst[2 + j] = (unsigned char)(lo | hi << 4);
     }
 }

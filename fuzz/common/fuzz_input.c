@@ -650,8 +650,17 @@ static size_t bytes_of(smattn_dtype t, size_t n)
     return n / (size_t)smattn_dtype_block(t) * smattn_dtype_size(t);
 }
 
+/* v in [lo, hi] as an integer (NaN: lo's side, 0 when in range), never an out-of-range
+ * conversion. */
+static int clamp_int(float v, int lo, int hi)
+{
+    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
+}
+
 /* One block of 32 values as llama.cpp's quantize_row_q8_0_ref / _q4_0_ref do, in binary32,
- * the scale stored as binary16 (little-endian); a NaN scale if a value is not finite. */
+ * the scale stored as binary16 (little-endian); a NaN scale if a value is not finite. Where
+ * 1/d overflows (a block of subnormal binary32 values) x / d is used: ggml converts an
+ * infinity to int8 there, which C leaves undefined (fuzz_ref_props found it). */
 static void quant_block(const double *x, smattn_dtype t, unsigned char *dst)
 {
     float amax = 0.0f, max = 0.0f;
@@ -673,11 +682,13 @@ static void quant_block(const double *x, smattn_dtype t, unsigned char *dst)
     smattn_store(&h, SMATTN_F16, 0, (double)d);
     dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
     for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float s0 = isfinite(id) ? (float)x[j] * id : (float)x[j] / d;
         if (t == SMATTN_Q8_0) {
-            dst[2 + j] = (unsigned char)(int8_t)roundf((float)x[j] * id);
+            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(s0), -128, 127);
         } else if (j < 16) {
-            int lo = (int8_t)((float)x[j] * id + 8.5f), hi = (int8_t)((float)x[j + 16] * id + 8.5f);
-            dst[2 + j] = (unsigned char)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+            float s1 = isfinite(id) ? (float)x[j + 16] * id : (float)x[j + 16] / d;
+            int lo = clamp_int(s0 + 8.5f, 0, 15), hi = clamp_int(s1 + 8.5f, 0, 15);
+            dst[2 + j] = (unsigned char)(lo | hi << 4);
         }
     }
 }
