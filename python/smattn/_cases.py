@@ -17,6 +17,8 @@ _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q
 # bit -> feature name (smattn_kernel.h): bits 0-19 above, then ALiBi's 22-24
 _CAP_BITS = list(enumerate(_CAP_NAMES)) + [(22, "alibi_symmetric"), (23, "alibi_one_sided"),
                                            (24, "alibi_mask")]
+_CAP_BITS += [(20, "descale_tensor"), (21, "descale_head")]  # descales (SPEC 2.9)
+_CAP_BITS.sort()
 _ALIBI_NAME = {1: "symmetric", 2: "one_sided", 3: "mask"}
 _DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16", 5: "float8_e4m3fn",
                6: "float8_e5m2", 7: "q8_0", 8: "q4_0"}
