@@ -160,6 +160,5 @@ void battery_quant(builder *bd, int full)
     c = quant_case(bd, "e4m3_sinks_softcap", 1, 9, 50, 2, 1, 32, SMATTN_F8E4M3, SMATTN_F8E4M3);
     if (c && bat_case_sinks(bd, c, -1.0, 2.0))
         c->prob.softcap = 15.0;
-    quant_descale(bd, c, (double)1.25f, (double)0.8f, (double)2.5f, 0);
     bat_finish(bd, c);
 }
