@@ -7,12 +7,14 @@
  * computed without a descale. */
 #include <check.h>
 #include <json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "conform/conform.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
 
@@ -215,6 +217,88 @@ START_TEST(gen_ref_check_round_trip)
 }
 END_TEST
 
+/* The case named name of the quick battery (the battery stays built: *b). */
+static const conform_case *quick_case(conform_battery *b, const char *name)
+{
+    char err[256];
+    ck_assert_msg(conform_battery_build(b, "quick", 0, "", err, sizeof err) == 0, "%s", err);
+    for (size_t k = 0; k < b->n; k++)
+        if (!strcmp(b->cases[k].name, name))
+            return &b->cases[k];
+    ck_abort_msg("no case %s", name);
+    return NULL;
+}
+
+/* A run stores a block case as llama.cpp's reference quantisers do: every element within
+ * half a step of its value (the step d = amax / 127 or max / -8, rounded to binary16), the
+ * block's largest element at q = +-127 (q8_0) or nibble 0 (q4_0, value -8 d); and the twin
+ * the judge reads holds decoded times factor, exactly, the factors per (batch, KV head). */
+START_TEST(blocks_as_ggml_quantises_them)
+{
+    static const char *const names[2] = {"quant/q8_0_k_scale_v_scale",
+                                         "quant/q4_0_descale_head_decode"};
+    const char *name = names[_i];
+    conform_battery b;
+    const conform_case *c = quick_case(&b, name);
+    conform_inst m, tw;
+    ck_assert_int_eq(conform_case_materialise(c, c->q_dtype, c->kv_dtype, SMATTN_EMPTY_ZERO,
+                                              SMATTN_LSE_NEG_INF, &m),
+                     0);
+    ck_assert_int_eq(m.in.k.dtype, c->kv_dtype);
+    ck_assert(conform_inst_quantised(&m));
+    ck_assert_int_eq(conform_inst_real(&m, &tw), 0);
+    ck_assert(tw.prob.descale == NULL && tw.in.k.dtype == SMATTN_F64);
+    const int q8 = c->kv_dtype == SMATTN_Q8_0;
+    const smattn_problem *p = &c->prob;
+    const double *x = c->in64.k.data;
+    for (int64_t blk = 0; blk < c->count[1] / SMATTN_QBLOCK; blk++) {
+        const double *xb = x + blk * SMATTN_QBLOCK;
+        double amax = 0, max = 0;
+        int finite = 1;
+        for (int j = 0; j < SMATTN_QBLOCK; j++) {
+            finite &= isfinite(xb[j]) != 0;
+            if (fabs(xb[j]) > amax)
+                amax = fabs(xb[j]), max = xb[j];
+        }
+        int64_t o = blk * SMATTN_QBLOCK;
+        if (!finite) { /* garbage: the whole block NaN */
+            for (int j = 0; j < SMATTN_QBLOCK; j++)
+                ck_assert(isnan(smattn_load(m.in.k.data, m.in.k.dtype, o + j)));
+            continue;
+        }
+        double d = q8 ? (double)((float)amax / 127.0f) : (double)((float)max / -8.0f);
+        double step = fabs(d) * (1 + 0x1p-10); /* the binary16 scale: 2^-11 relative */
+        /* q4_0 holds d (n - 8), n in [0, 15]: from -8 d to 7 d, so a value of the other sign
+         * than the largest may exceed 7 |d| and is clamped there, as in ggml */
+        const double lo = q8 ? -HUGE_VAL : fmin(-8 * d, 7 * d) * (1 + 0x1p-10),
+                     hi = q8 ? HUGE_VAL : fmax(-8 * d, 7 * d) * (1 + 0x1p-10);
+        for (int j = 0; j < SMATTN_QBLOCK; j++) {
+            double got = smattn_load(m.in.k.data, m.in.k.dtype, o + j);
+            double xc = fmin(fmax(xb[j], lo), hi);
+            ck_assert_msg(fabs(got - xc) <= step / 2 + fabs(xb[j]) * 0x1p-10 + 1e-300,
+                          "%s: element %lld: %a for %a (step %a)", name, (long long)(o + j), got,
+                          xb[j], step);
+            if (fabs(xb[j]) == amax) /* the largest: q = +-127, or nibble 0 */
+                ck_assert_msg(fabs(fabs(got) - (q8 ? 127.0 : 8.0) * fabs(d)) <=
+                                  fabs(d) * (q8 ? 127.0 : 8.0) * 0x1p-10,
+                              "%s: the largest %a stored as %a", name, xb[j], got);
+        }
+    }
+    /* the twin: decoded times the factor of the element's (b, KV head) */
+    for (int64_t e = 0; e < c->count[1]; e++) {
+        int64_t g = (e / p->D) % p->Hkv, bb = e / (p->T * p->Hkv * p->D);
+        double f = p->descale->k_head ? p->descale->k_head[bb * p->Hkv + g] : p->descale->k;
+        double want = smattn_load(m.in.k.data, m.in.k.dtype, e) * f;
+        double got = ((const double *)tw.in.k.data)[e];
+        ck_assert_msg(got == want || (isnan(got) && isnan(want)), "%s: twin K[%lld] %a, want %a",
+                      name, (long long)e, got, want);
+    }
+    conform_inst_free(&tw);
+    conform_inst_free(&m);
+    conform_battery_free(&b);
+}
+END_TEST
+
 Suite *conform_quant_suite(void);
 Suite *conform_quant_suite(void)
 {
@@ -226,6 +310,7 @@ Suite *conform_quant_suite(void)
     tcase_add_test(tc, builtin_skips_what_it_does_not_claim);
     tcase_add_test(tc, float_plugin_skips_them_all);
     tcase_add_test(tc, gen_ref_check_round_trip);
+    tcase_add_loop_test(tc, blocks_as_ggml_quantises_them, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
