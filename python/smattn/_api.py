@@ -977,6 +977,11 @@ _DOC_ARGS = """
     fp8_e4m3, fp8_e5m2: names among "q", "k", "v" of uint8 arrays holding fp8 bit patterns
         (SPEC 2.9: e4m3fn, no infinity, NaN S.1111.111; e5m2 IEEE-like); ml_dtypes'
         float8_e4m3fn and float8_e5m2 arrays are recognised without being named.
+    q8_0, q4_0: names among "k", "v" of uint8 arrays of llama.cpp's raw blocks (SPEC 2.9: per
+        32 elements a little-endian binary16 scale d, then 32 int8 q (value d q) or 16
+        bytes of nibbles n (value d (n - 8), element j < 16 the low nibble of byte j)), the
+        last axis in bytes as `smattn gen` writes them: [B, T, Hkv, D/32*34] or D/32*18
+        (D and Dv multiples of 32; strides of whole blocks).
     q_descale, k_descale, v_descale: a number (vLLM's k_scale) or [B, Hkv] numbers
         (FlashAttention 3's descales; query head h takes its KV head's): the real input is
         the decoded value times it, exactly; each a positive finite binary32 value
