@@ -76,7 +76,8 @@ START_TEST(example_passes_every_quant_case)
 END_TEST
 
 /* The built-in kernel reads fp8 (SPEC 6.11) and claims neither the blocks nor descales:
- * the fp8 cases pass, each other case is skipped with the dtype or the descale named. */
+ * the fp8 cases pass, each other case is skipped with the dtype or the descale named (or,
+ * once the kernel reads and claims them, passes: never a failure). */
 START_TEST(builtin_skips_what_it_does_not_claim)
 {
     json_object *root = run_quant("builtin", "quick"), *cases = cases_of(root);
@@ -85,7 +86,10 @@ START_TEST(builtin_skips_what_it_does_not_claim)
         json_object *c = json_object_array_get_idx(cases, k);
         const char *name = test_report_field(c, "name"), *st = test_report_field(c, "status"),
                    *reason = test_report_field(c, "reason");
-        if (strstr(name, "descale") || strstr(name, "_scale")) {
+        if (!strcmp(st, "pass") && (strstr(name, "scale") || strstr(name, "q8_0") ||
+                                    strstr(name, "q4_0"))) {
+            passed++; /* claimed by now */
+        } else if (strstr(name, "descale") || strstr(name, "_scale")) {
             ck_assert_msg(!strcmp(st, "skip") && strstr(reason, "descale_") &&
                               strstr(reason, "not claimed"),
                           "%s: %s %s", name, st, reason);
@@ -100,7 +104,8 @@ START_TEST(builtin_skips_what_it_does_not_claim)
             passed++;
         }
     }
-    ck_assert_msg(passed >= 3 && skipped >= 6, "passed %zu, skipped %zu", passed, skipped);
+    ck_assert_msg(passed >= 3 && passed + skipped >= 10, "passed %zu, skipped %zu", passed,
+                  skipped);
     json_object_put(root);
 }
 END_TEST
