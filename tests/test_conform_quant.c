@@ -110,6 +110,20 @@ START_TEST(builtin_skips_what_it_does_not_claim)
 }
 END_TEST
 
+/* A plugin claiming a block format for Q (SPEC 2.9: K and V only) is refused at load,
+ * with the reason. */
+START_TEST(blocks_claimed_for_q_are_refused)
+{
+    const char *args[] = {"conform", "--kernel", test_built("tests/fixtures/fixture_q_blocks.so"),
+                          "--only", "quant/", NULL};
+    test_outcome o = test_cli_run(dir, args);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "claims q8_0 or q4_0 for Q (q_dtypes 0x82)") &&
+                      strstr(o.err, "K and V only"),
+                  "exit %d: %s", o.code, o.err);
+    test_outcome_free(&o);
+}
+END_TEST
+
 /* A float32-only plugin (claiming the masks and GQA the cases use) is handed no quantised
  * case: each skipped, the dtype or descale it lacks named. */
 START_TEST(float_plugin_skips_them_all)
@@ -314,6 +328,7 @@ Suite *conform_quant_suite(void)
     tcase_add_test(tc, example_passes_every_quant_case);
     tcase_add_test(tc, builtin_skips_what_it_does_not_claim);
     tcase_add_test(tc, float_plugin_skips_them_all);
+    tcase_add_test(tc, blocks_claimed_for_q_are_refused);
     tcase_add_test(tc, gen_ref_check_round_trip);
     tcase_add_loop_test(tc, blocks_as_ggml_quantises_them, 0, 2);
     suite_add_tcase(s, tc);
