@@ -35,8 +35,10 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
-    info.q_dtypes = floats;
-    info.kv_dtypes = floats;
+    /* and fp8 Q, K and V, read exactly (SPEC 6.11: smattn's kernel) */
+    const uint32_t fp8 = SMATTN_DTYPE_BIT(SMATTN_F8E4M3) | SMATTN_DTYPE_BIT(SMATTN_F8E5M2);
+    info.q_dtypes = floats | fp8;
+    info.kv_dtypes = floats | fp8;
     info.out_dtypes = floats;
     info.max_head_dim = 0;
     info.empty_rows = SMATTN_EMPTY_ZERO;

@@ -155,6 +155,10 @@ typedef struct conform_case {
     int64_t split_at;      /* > 0: also run the keys [0, split_at) and [split_at, T) as two
                               problems and merge them (split-KV consistency, SPEC 9.6);
                               only on a plain non-causal problem without sinks */
+    /* Descales (SPEC 2.9, conform/battery_quant.c): prob.descale, owned with its per-head
+     * arrays [B][Hkv] (NULL: none). */
+    smattn_descale *descale;
+    double *descale_heads[3];
 } conform_case;
 
 typedef struct conform_battery {
@@ -205,6 +209,18 @@ void conform_unmap(void *p, size_t bytes);
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
 void conform_inst_free(conform_inst *m);
+/* Nonzero if instance m reads quantised inputs: Q, K or V in an 8-bit or block dtype, or
+ * descales (SPEC 2.9). */
+int conform_inst_quantised(const conform_inst *m);
+/* Its binary64 twin (SPEC 2.9): Q, K and V in binary64 with every element of their views
+ * decoded and multiplied by its factor (exact), slots outside the views NaN, the problem
+ * without descales; the other inputs shared with m (valid while m is). The oracle's
+ * outputs and the bound of the twin are those of m; the judge reads the twin. 0, or -1
+ * when out of memory. */
+int conform_inst_real(const conform_inst *m, conform_inst *tw);
+/* The same with the factors of tensor `forget` ('q', 'k' or 'v'; 0: none) taken as 1: the
+ * problem of a kernel that leaves that descale out (the judge's hint). */
+int conform_inst_real_forget(const conform_inst *m, char forget, conform_inst *tw);
 /* A layout case's inputs as the kernel is handed them (SPEC 2.7): from the dense instance
  * dense (conform_case_materialise of c), Q packed when c packs the queries, K and V packed
  * or in pages (every slot no sequence uses, and keys past seqused_k, holding NaN and

@@ -101,6 +101,53 @@ static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
     fprintf(f, "]");
 }
 
+/* The quantised inputs' lists ("fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0") and the descales
+ * ("q_descale", ... a number or B lists of Hkv; each a binary32, printed with 17 digits so
+ * that the number read back is exactly it) of case.json (SPEC 7.1, 2.9). */
+static void put_quant(FILE *f, const smattn_problem *p, const smattn_inputs *in)
+{
+    if (p->op != SMATTN_OP_ATTENTION)
+        return;
+    static const smattn_dtype kinds[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
+    static const char *const keys[4] = {"fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
+    const smattn_tensor *t[3] = {&in->q, &in->k, &in->v};
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int k = 0; k < 4; k++) {
+        int n = 0;
+        for (int a = 0; a < 3; a++) {
+            if (!t[a]->data || t[a]->dtype != kinds[k])
+                continue;
+            if (!n++)
+                fprintf(f, ",\n  \"%s\": [", keys[k]);
+            else
+                fprintf(f, ", ");
+            fprintf(f, "\"%s\"", names[a]);
+        }
+        if (n)
+            fprintf(f, "]");
+    }
+    const smattn_descale *d = p->descale;
+    if (!d)
+        return;
+    const double one[3] = {d->q, d->k, d->v};
+    const double *heads[3] = {d->q_head, d->k_head, d->v_head};
+    for (int a = 0; a < 3; a++) {
+        if (!heads[a]) {
+            if (one[a] != 1.0)
+                fprintf(f, ",\n  \"%s_descale\": %.17g", names[a], one[a]);
+            continue;
+        }
+        fprintf(f, ",\n  \"%s_descale\": [", names[a]);
+        for (int64_t b = 0; b < p->B; b++) {
+            fprintf(f, "%s[", b ? ", " : "");
+            for (int64_t g = 0; g < p->Hkv; g++)
+                fprintf(f, "%s%.17g", g ? ", " : "", heads[a][b * p->Hkv + g]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "]");
+    }
+}
+
 /* case.json with every option of the problem (SPEC 7.1). */
 static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
                            int bf16, int backward, char *err, size_t errlen)
@@ -121,13 +168,16 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
     put_alibi(f, p);
+    put_quant(f, p, in);
     if (bf16) {
         const char *names[7];
         int n = 0;
-        if (p->op == SMATTN_OP_ATTENTION)
-            names[n++] = "q", names[n++] = "k", names[n++] = "v";
-        else
+        if (p->op != SMATTN_OP_ATTENTION)
             names[n++] = "x";
+        else /* those of Q, K and V in bfloat16 (not quantised) */
+            for (int k = 0; k < 3; k++)
+                if ((k == 0 ? &in->q : k == 1 ? &in->k : &in->v)->dtype == SMATTN_BF16)
+                    names[n++] = k == 0 ? "q" : k == 1 ? "k" : "v";
         if (in->bias.data)
             names[n++] = "bias";
         if (in->sinks.data)
@@ -166,19 +216,52 @@ static int write_dout(const char *dir, const conform_case *c, const smattn_probl
     return rc;
 }
 
+/* The dtypes a case's Q (which 0) or K and V (1) are written in: the case's own 8-bit or
+ * block dtype (the quant category, SPEC 2.9), else gen's t. */
+static smattn_dtype gen_dtype(const conform_case *c, int which, smattn_dtype t)
+{
+    smattn_dtype own = which ? c->kv_dtype : c->q_dtype;
+    int quant = own == SMATTN_F8E4M3 || own == SMATTN_F8E5M2 ||
+                (which && (own == SMATTN_Q8_0 || own == SMATTN_Q4_0));
+    return quant ? own : t;
+}
+
+/* A .npy of Q, K or V in dtype dt: the float types as they are; fp8 as |u1 bit patterns of
+ * the same shape; q8_0 and q4_0 as |u1 raw blocks, the last dimension D / 32 blocks of
+ * bytes (SPEC 7.1, "Quantised arrays"). */
+static int write_qkv(const char *dir, const char *file, smattn_dtype dt, const int64_t shape[4],
+                     const void *data, char *err, size_t errlen)
+{
+    if (dt != SMATTN_F8E4M3 && dt != SMATTN_F8E5M2 && smattn_dtype_block(dt) == 1)
+        return write_array(dir, file, smattn_npy_type_of(dt), 4, shape, data, err, errlen);
+    int64_t s[4] = {shape[0], shape[1], shape[2], shape[3]};
+    if (smattn_dtype_block(dt) > 1)
+        s[3] = shape[3] / smattn_dtype_block(dt) * (int64_t)smattn_dtype_size(dt);
+    return write_array(dir, file, SMATTN_NPY_U8, 4, s, data, err, errlen);
+}
+
 static int write_case(const conform_case *c, const char *dir, smattn_dtype t, smattn_empty empty,
                       smattn_empty_lse empty_lse, int layout, uint64_t seed, char *err,
                       size_t errlen)
 {
     const int backward = (layout & CONFORM_GEN_BACKWARD) != 0;
     layout &= ~CONFORM_GEN_BACKWARD;
-    conform_inst m;
+    const smattn_dtype qdt = gen_dtype(c, 0, t), kvdt = gen_dtype(c, 1, t);
+    const int quant = qdt != t || kvdt != t;
+    conform_inst m, mq; /* mq: Q, K and V in their own dtypes (a quantised case), else m */
     if (conform_case_materialise(c, t, t, empty, empty_lse, &m)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (quant && conform_case_materialise(c, qdt, kvdt, empty, empty_lse, &mq)) {
+        conform_inst_free(&m);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (quant) /* the quantised Q, K and V with the other inputs in t */
+        m.in.q = mq.in.q, m.in.k = mq.in.k, m.in.v = mq.in.v;
     const smattn_problem *p = &m.prob;
-    if (layout && p->op == SMATTN_OP_ATTENTION) {
+    if (layout && p->op == SMATTN_OP_ATTENTION && !quant) {
         int lr = write_layout_case(dir, &m, t, layout, err, errlen);
         if (lr <= 0) {
             conform_inst_free(&m);
@@ -190,9 +273,9 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
     int64_t v[4] = {p->B, p->T, p->Hkv, p->Dv}, x[4] = {p->B, p->Hq, p->S, p->T};
     int rc = make_dir(dir, err, errlen);
     if (!rc && p->op == SMATTN_OP_ATTENTION)
-        rc = write_array(dir, "q.npy", nt, 4, q, m.in.q.data, err, errlen) ||
-             write_array(dir, "k.npy", nt, 4, k, m.in.k.data, err, errlen) ||
-             write_array(dir, "v.npy", nt, 4, v, m.in.v.data, err, errlen);
+        rc = write_qkv(dir, "q.npy", m.in.q.dtype, q, m.in.q.data, err, errlen) ||
+             write_qkv(dir, "k.npy", m.in.k.dtype, k, m.in.k.data, err, errlen) ||
+             write_qkv(dir, "v.npy", m.in.v.dtype, v, m.in.v.data, err, errlen);
     else if (!rc)
         rc = write_array(dir, "x.npy", nt, 4, x, m.in.x.data, err, errlen);
     if (!rc && m.in.bias.data)
@@ -201,12 +284,15 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
         rc = write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, x, m.in.mask.data, err, errlen);
     if (!rc && m.in.sinks.data)
         rc = write_array(dir, "sinks.npy", nt, 1, &p->Hq, m.in.sinks.data, err, errlen);
-    const int grads = backward && p->op == SMATTN_OP_ATTENTION;
+    /* the backward takes no quantised input (SPEC 10): a quantised case stays forward */
+    const int grads = backward && p->op == SMATTN_OP_ATTENTION && !quant;
     if (!rc && grads)
         rc = write_dout(dir, c, p, t, seed, err, errlen);
     if (!rc)
         rc = write_case_json(dir, p, &m.in, t == SMATTN_BF16, grads, err, errlen);
     conform_inst_free(&m);
+    if (quant)
+        conform_inst_free(&mq);
     return rc ? -1 : 0;
 }
 
@@ -512,7 +598,8 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
         if (c->strided) /* files are contiguous: these cases would repeat others */
             continue;
         char name[sizeof c->name], why[400];
-        if (conform_case_dtype_fits(c, t, t, why, sizeof why)) { /* listed, not written */
+        if (conform_case_dtype_fits(c, gen_dtype(c, 0, t), gen_dtype(c, 1, t), why, sizeof why) ||
+            conform_case_dtype_fits(c, t, t, why, sizeof why)) { /* listed, not written */
             json_object *e = json_object_new_object();
             json_object_object_add(e, "name", json_object_new_string(c->name));
             json_object_object_add(e, "reason", json_object_new_string(why));
@@ -996,8 +1083,20 @@ static void check_one(const char *dir, const char *name, const char *category,
     else if (!bad && (st = smattn_validate(p, &c.in, &got)) != SMATTN_OK) {
         snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
                  smattn_status_name(st));
-    } else if (!bad)
-        conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding outside */
+    } else if (!bad) {
+        /* quantised inputs (SPEC 2.9): judged as the binary64 twin of the real values */
+        conform_inst qi, tw;
+        memset(&qi, 0, sizeof qi);
+        qi.prob = c.prob, qi.in = c.in;
+        if (!conform_inst_quantised(&qi))
+            conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding */
+        else if (conform_inst_real(&qi, &tw))
+            snprintf(r->reason, sizeof r->reason, "out of memory decoding the quantised inputs");
+        else {
+            conform_judge_rows(&tw.prob, &tw.in, &got, pm, 0, 0, sample, r);
+            conform_inst_free(&tw);
+        }
+    }
     if (!bad && c.backward && !c.has_layout && p->op == SMATTN_OP_ATTENTION)
         check_grads(dir, &c, &got, pm, r);
     for (int t = 0; t < 3; t++)

@@ -85,7 +85,16 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
-    uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, ALiBi's, the backward's */
+    const uint32_t blocks = SMATTN_DTYPE_BIT(SMATTN_Q8_0) | SMATTN_DTYPE_BIT(SMATTN_Q4_0);
+    if (info->q_dtypes & blocks) { /* no case would ever hand them over: say so */
+        snprintf(err, errlen,
+                 "%s: claims q8_0 or q4_0 for Q (q_dtypes 0x%x); SPEC 2.9 has the block "
+                 "formats for K and V only (kv_dtypes)",
+                 who, info->q_dtypes);
+        return -1;
+    }
+    uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, 20-25 */
+                     SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD |
                      SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
                      SMATTN_CAP_BACKWARD_DETERMINISTIC;
     if (info->caps & ~known) {

@@ -46,6 +46,8 @@ def why_not(cj, d):
         return "window or softcap: not in torch's SDPA"
     if "seqused_k" in cj:
         return "seqused_k: no such argument in torch"
+    if cj.get("alibi_mode", "none") != "none":
+        return "ALiBi (alibi_mode %s): no such argument in torch's SDPA" % cj["alibi_mode"]
     if cj.get("empty_rows", "zero") != "zero":
         return "empty rows %s: torch gives zeros" % cj["empty_rows"]
     # Any other key (ALiBi, descales, quantised dtypes, ...) changes the problem in a way

@@ -14,7 +14,9 @@
  * SMATTN_FUZZ_FULL=2 (its replay of the regressions, some found before the cut) also checks
  * the problem as decoded, uncut. fuzz/README.md has the measurements. ALiBi (SPEC 2.8): 3 in
  * 8 attention inputs get one of its modes, drawn from the decoded seed (fuzz_problem_alibi),
- * so that the corpus decodes as before. */
+ * so that the corpus decodes as before; so are quantised inputs (fuzz_problem_quant: a
+ * quarter of the attention inputs get fp8, q8_0 or q4_0 inputs and descales; the kernel
+ * may decline the blocks and descales until it reads them). */
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_diff"
@@ -37,6 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (pass == 1 && fuzz_problem_shrink(&fp, FUZZ_DIFF_MAX_P))
             return 0;
         if (fuzz_problem_alibi(&fp)) /* ALiBi's modes, drawn from the seed */
+            return 0;
+        if (fuzz_problem_quant(&fp, FUZZ_DIFF_QUANT_IN8)) /* SPEC 2.9, from the seed too */
             return 0;
         /* pass 1 after pass 0: only if it was cut */
         if (pass == 0 || fp.full_p || full_mode < 2)

@@ -97,6 +97,16 @@ enum smattn_plugin_caps {
     SMATTN_CAP_PACKED_KV = 1u << 17, /* cu_seqlens_k (and seqused_k): K, V [1,total_k,Hkv,.] */
     SMATTN_CAP_PAGED_NHD = 1u << 18, /* block_table, K, V [num_pages,page_size,Hkv,.] */
     SMATTN_CAP_PAGED_HND = 1u << 19, /* block_table, K, V [num_pages,Hkv,page_size,.] */
+    /* Descales of quantised inputs (SPEC 2.9): smattn_problem.descale with per-tensor
+     * factors (vLLM's k_scale, v_scale), and with per-(batch, KV head) arrays (FlashAttention
+     * 3's q/k/v_descale). The 8-bit and block dtypes themselves are claimed in q_dtypes and
+     * kv_dtypes (SMATTN_F8E4M3, SMATTN_F8E5M2; SMATTN_Q8_0, SMATTN_Q4_0 for K and V only).
+     * The checker judges a quantised case as its binary64 twin holding the real values
+     * (decoded element times factor), with the kernel's declared model (SPEC 6.11: a
+     * descale folded into the scale is a larger u_score). A plugin built before these bits
+     * does not read prob->descale: the checker gives it no case with one. */
+    SMATTN_CAP_DESCALE_TENSOR = 1u << 20,
+    SMATTN_CAP_DESCALE_HEAD = 1u << 21,
     /* ALiBi from slopes and distances (SPEC 2.8), one bit per mode: alibi_mode
      * SMATTN_ALIBI_SYMMETRIC, SMATTN_ALIBI_ONE_SIDED, SMATTN_ALIBI_MASK (the last with the
      * bias input, which it multiplies by the slope). A plugin built before these fields

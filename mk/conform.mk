@@ -44,6 +44,7 @@ FIXTURE_MODES := good segv hang oob status abi nosym badinfo badname ctor_abort 
                  hang_all prec_hang_all wide_exp big_tiny ftz huge_blocks huge_acc evilname \
                  sinkmax unknown_cap nan_model badutf8 bomb bomb_nproc flaky flaky_claims \
                  steady_claims row_bug row_bug_hidden
+FIXTURE_MODES += q_blocks
 FIXTURES      := $(patsubst %,$(FIXTURE_DIR)/fixture_%.so,$(FIXTURE_MODES))
 $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)

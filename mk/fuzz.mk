@@ -36,7 +36,11 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	@$< --target fuzz_diff --case $(BUILD)/fuzz/decode-smoke/case \
 	  fuzz/corpus/fuzz_diff/seed-000-chunked_prefill > $(BUILD)/fuzz/decode-smoke.txt
 	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/case $(BUILD)/fuzz/decode-smoke/out --weights
-	@echo "fuzz_decode: a decoded seed written as a case, reproduced by smattn ref"
+	@$< --target fuzz_ref_props --case $(BUILD)/fuzz/decode-smoke/quant \
+	  fuzz/regressions/fuzz_ref_props/harness-q8_0-subnormal-block.bin \
+	  >> $(BUILD)/fuzz/decode-smoke.txt
+	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/quant $(BUILD)/fuzz/decode-smoke/quant-out --weights
+	@echo "fuzz_decode: a decoded seed and a quantised input (q8_0, descales) written as cases, reproduced by smattn ref"
 
 # The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
 # fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).

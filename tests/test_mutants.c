@@ -34,6 +34,8 @@ static const struct {
     {"bw_gqa_not_summed", "backward"}, {"bw_mask_ignored", "backward"},
     {"bw_softcap_no_derivative", "backward"}, {"bw_delta_wrong_o", "backward"},
     {"bw_empty_nan", "backward"},
+    {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
+    {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -169,7 +171,8 @@ END_TEST
  * the backward's, conform/judge_backward.c): the ALiBi
  * mutants name the reading of ALiBi their outputs follow (the one-sided causal prefill tells
  * the two modes apart through the LSE alone); tail_keys_dropped passes the full row (T = 20,
- * a multiple of 4) and fails the split-KV check of its parts (T = 3 and 17). */
+ * a multiple of 4) and fails the split-KV check of its parts (T = 3 and 17); the quantised
+ * mutants fail the case aimed at their bug, a forgotten descale named as such. */
 static const struct {
     const char *name, *only, *reason;
 } alibi_named[] = {
@@ -190,6 +193,11 @@ static const struct {
      "softcap's derivative: dQ and dK are off while dV"},
     {"bw_delta_wrong_o", "backward/plain", "Delta or dP: dQ and dK are off"},
     {"bw_empty_nan", "backward/padding", "empty row turned NaN: dQ[b=1,i=2,h=0,d=0] = NaN"},
+    {"descale_k_ignored", "quant/e4m3_descale_head_gqa",
+     "descale: the outputs follow the K descale left out"},
+    {"q4_0_nibbles_swapped", "quant/q4_0_kv_prefill", "error/bound ratio"},
+    {"q8_0_scale_other_block", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
+    {"e4m3_nan_as_480", "quant/e4m3_nan_key", "where the spec has NaN"},
 };
 
 START_TEST(alibi_mutant_named)

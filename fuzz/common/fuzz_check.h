@@ -26,6 +26,11 @@ static inline int64_t fuzz_diff_long_T(const fuzz_problem *fp)
     return 1025 + (int64_t)(fp->seed >> 26);
 }
 #define FUZZ_REF_PROPS_MAX_P 64
+/* Eighths of the attention inputs fuzz_problem_quant makes quantised (SPEC 2.9), by target:
+ * fuzz_dtypes' half, fuzz_diff's and fuzz_ref_props' quarter. */
+#define FUZZ_DTYPES_QUANT_IN8 4
+#define FUZZ_DIFF_QUANT_IN8 2
+#define FUZZ_REF_PROPS_QUANT_IN8 2
 #define FUZZ_DP_MAX_P 256 /* fuzz_decode_prefill: before its prefill is cut to T^2 <= it */
 
 /* First lines of a report: "MISMATCH <target> <shape class>", "check: <what>", then the

@@ -632,10 +632,168 @@ int fuzz_problem_alibi(fuzz_problem *fp)
     return 0;
 }
 
+/* ---- quantised inputs (SPEC 2.9) ------------------------------------------------------- */
+
+static int is_fp8(smattn_dtype t)
+{
+    return t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2;
+}
+
+static int is_block(smattn_dtype t)
+{
+    return smattn_dtype_block(t) > 1;
+}
+
+/* The bytes of n elements of t. */
+static size_t bytes_of(smattn_dtype t, size_t n)
+{
+    return n / (size_t)smattn_dtype_block(t) * smattn_dtype_size(t);
+}
+
+/* v in [lo, hi] as an integer (NaN: lo's side, 0 when in range), never an out-of-range
+ * conversion. */
+static int clamp_int(float v, int lo, int hi)
+{
+    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
+}
+
+/* One block of 32 values as llama.cpp's quantize_row_q8_0_ref / _q4_0_ref do, in binary32,
+ * the scale stored as binary16 (little-endian); a NaN scale if a value is not finite. Where
+ * 1/d overflows (a block of subnormal binary32 values) x / d is used: ggml converts an
+ * infinity to int8 there, which C leaves undefined (fuzz_ref_props found it). */
+static void quant_block(const double *x, smattn_dtype t, unsigned char *dst)
+{
+    float amax = 0.0f, max = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float v = (float)x[j];
+        finite &= isfinite(v) != 0;
+        if (fabsf(v) > amax)
+            amax = fabsf(v), max = v;
+    }
+    memset(dst, 0, smattn_dtype_size(t));
+    uint16_t h = 0x7e00; /* binary16 NaN */
+    if (!finite) {
+        dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
+        return;
+    }
+    const float d = t == SMATTN_Q8_0 ? amax / 127.0f : max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    smattn_store(&h, SMATTN_F16, 0, (double)d);
+    dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float s0 = isfinite(id) ? (float)x[j] * id : (float)x[j] / d;
+        if (t == SMATTN_Q8_0) {
+            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(s0), -128, 127);
+        } else if (j < 16) {
+            float s1 = isfinite(id) ? (float)x[j + 16] * id : (float)x[j + 16] / d;
+            int lo = clamp_int(s0 + 8.5f, 0, 15), hi = clamp_int(s1 + 8.5f, 0, 15);
+            dst[2 + j] = (unsigned char)(lo | hi << 4);
+        }
+    }
+}
+
+/* Tensor [B, rows, H, dim] of dtype t at *buf re-encoded in dtype to with its last
+ * dimension widened to dim2 (the new columns uniform in [-2, 2] from r); the buffer
+ * replaced. 0, or -1 out of memory. */
+static int requant(void **buf, smattn_tensor *t, size_t *n, int64_t B, int64_t rows, int64_t H,
+                   int64_t dim, int64_t dim2, smattn_dtype to, prng *r)
+{
+    const size_t n2 = (size_t)(B * rows * H * dim2);
+    double *x = malloc((n2 ? n2 : 1) * sizeof *x);
+    unsigned char *c = alloc_elems(bytes_of(to, n2), 1);
+    if (!x || !c) {
+        free(x), free(c);
+        return -1;
+    }
+    for (size_t row = 0; row < (size_t)(B * rows * H); row++)
+        for (int64_t d = 0; d < dim2; d++)
+            x[row * (size_t)dim2 + (size_t)d] =
+                d < dim ? smattn_load(*buf, t->dtype, (int64_t)row * dim + d)
+                        : 4 * prng_unif(r) - 2;
+    if (is_block(to))
+        for (size_t k = 0; k < n2 / SMATTN_QBLOCK; k++)
+            quant_block(x + k * SMATTN_QBLOCK, to, c + k * smattn_dtype_size(to));
+    else
+        for (size_t e = 0; e < n2; e++)
+            smattn_store(c, to, (int64_t)e, x[e]);
+    free(x);
+    free(*buf);
+    *buf = c;
+    *n = n2;
+    t->data = c;
+    t->dtype = to;
+    t->stride[3] = 1, t->stride[2] = dim2, t->stride[1] = H * dim2, t->stride[0] = rows * H * dim2;
+    return 0;
+}
+
+int fuzz_problem_quant(fuzz_problem *fp, int in8)
+{
+    smattn_problem *p = &fp->p;
+    prng r = {(uint64_t)fp->seed * 0xd1342543de82ef95u + 0x9a47u};
+    if (p->op != SMATTN_OP_ATTENTION || (int)(prng_next(&r) % 8) >= in8)
+        return 0;
+    static const smattn_dtype qs[3] = {SMATTN_F32, SMATTN_F8E4M3, SMATTN_F8E5M2};
+    static const smattn_dtype kvs[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
+    const smattn_dtype qt = qs[prng_next(&r) % 3], kvt = kvs[prng_next(&r) % 4];
+    const int descale = (int)(prng_next(&r) % 3); /* 0 none, 1 per tensor, 2 per head */
+    int64_t D2 = p->D, Dv2 = p->Dv;
+    if (is_block(kvt)) /* whole blocks along D and Dv (SPEC 2.9) */
+        D2 = (p->D + 31) / 32 * 32, Dv2 = (p->Dv + 31) / 32 * 32;
+    void **qb = (void **)&fp->q;
+    if (((qt != SMATTN_F32 || D2 != p->D) &&
+         requant(qb, &fp->in.q, &fp->nq, p->B, p->S, p->Hq, p->D, D2,
+                 qt != SMATTN_F32 ? qt : fp->in.q.dtype, &r)) ||
+        requant(&fp->k, &fp->in.k, &fp->nk, p->B, p->T, p->Hkv, p->D, D2, kvt, &r) ||
+        requant(&fp->v, &fp->in.v, &fp->nv, p->B, p->T, p->Hkv, p->Dv, Dv2, kvt, &r)) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    p->D = D2, p->Dv = Dv2;
+    if (!descale)
+        return 0;
+    const int64_t n = p->B * p->Hkv;
+    fp->descale = malloc(sizeof *fp->descale + 3 * (size_t)n * sizeof(double));
+    if (!fp->descale) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    *fp->descale = smattn_descale_default();
+    double *arr = (double *)(fp->descale + 1);
+    double *one[3] = {&fp->descale->q, &fp->descale->k, &fp->descale->v};
+    const double **head[3] = {&fp->descale->q_head, &fp->descale->k_head, &fp->descale->v_head};
+    for (int t = 0; t < 3; t++) {
+        if (prng_next(&r) % 4 == 0)
+            continue; /* this tensor without a factor */
+        for (int64_t e = 0; e < (descale == 2 ? n : 1); e++) /* binary32 in [2^-4, 2^4] */
+            arr[t * n + e] = (double)(float)ldexp(1.0 + prng_unif(&r), (int)(prng_next(&r) % 8) - 4);
+        if (descale == 2)
+            *head[t] = arr + t * n;
+        else
+            *one[t] = arr[t * n];
+    }
+    p->descale = fp->descale;
+    return 0;
+}
+
+int fuzz_problem_kernel_may_decline(const fuzz_problem *fp)
+{
+    return fp->p.descale || is_block(fp->in.k.dtype) || is_block(fp->in.v.dtype);
+}
+
+double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g)
+{
+    const smattn_descale *d = fp->p.descale;
+    if (!d)
+        return 1.0;
+    const double *a = which == 'q' ? d->q_head : which == 'k' ? d->k_head : d->v_head;
+    return a ? a[b * fp->p.Hkv + g] : which == 'q' ? d->q : which == 'k' ? d->k : d->v;
+}
+
 void fuzz_problem_free(fuzz_problem *fp)
 {
     free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),
-        free(fp->sinks), free(fp->alibi_slopes);
+        free(fp->sinks), free(fp->alibi_slopes), free(fp->descale);
     memset(fp, 0, sizeof *fp);
 }
 
@@ -685,6 +843,16 @@ void fuzz_problem_print(FILE *f, const fuzz_problem *fp)
             fp->raw_bytes);
     if (fp->full_p)
         fprintf(f, "  (shrunk from %" PRId64 " elements of P)", fp->full_p);
+    if (p->op == SMATTN_OP_ATTENTION && (is_fp8(fp->in.q.dtype) || fp->p.descale)) {
+        fprintf(f, "  q_dtype=%s", smattn_dtype_name(fp->in.q.dtype));
+        const char names[3] = {'q', 'k', 'v'};
+        for (int t = 0; fp->p.descale && t < 3; t++) {
+            fprintf(f, " %c_descale:", names[t]);
+            for (int64_t b = 0; b < p->B; b++)
+                for (int64_t g = 0; g < p->Hkv; g++)
+                    fprintf(f, " %a", fuzz_descale(fp, names[t], b, g));
+        }
+    }
     if (p->alibi_mode != SMATTN_ALIBI_NONE) {
         static const char *const modes[4] = {"none", "symmetric", "one_sided", "mask"};
         int64_t n = (p->alibi_slopes_per_batch ? p->B : 1) * p->Hq;

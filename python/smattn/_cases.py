@@ -17,8 +17,14 @@ _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q
 # bit -> feature name (smattn_kernel.h): bits 0-19 above, then ALiBi's 22-24
 _CAP_BITS = list(enumerate(_CAP_NAMES)) + [(22, "alibi_symmetric"), (23, "alibi_one_sided"),
                                            (24, "alibi_mask")]
+_CAP_BITS += [(20, "descale_tensor"), (21, "descale_head")]  # descales (SPEC 2.9)
+_CAP_BITS.sort()
 _ALIBI_NAME = {1: "symmetric", 2: "one_sided", 3: "mask"}
-_DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16"}
+_DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16", 5: "float8_e4m3fn",
+               6: "float8_e5m2", 7: "q8_0", 8: "q4_0"}
+# the quantised dtypes (SPEC 2.9): the case's arrays are their bytes, named in these kwargs
+_QUANT_KW = {5: "fp8_e4m3", 6: "fp8_e5m2", 7: "q8_0", 8: "q4_0"}
+_QUANT_BYTES = {5: (1, 1), 6: (1, 1), 7: (34, 32), 8: (18, 32)}  # bytes per element block
 _EMPTY_NAME = {v: k for k, v in _EMPTY.items()}
 _EMPTY_LSE_NAME = {v: k for k, v in _EMPTY_LSE.items()}
 
@@ -181,7 +187,7 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
             cat = c.category.decode()
             if categories is not None and cat not in categories:
                 continue
-            yield _make_case(c, dtype, layout, seed)
+            yield _make_case(c, dtype, layout, seed, bat, idx)
     finally:
         shim.smattn_py_battery_free(bat)
 
@@ -237,7 +243,43 @@ def _lay_out(c, q, k, v, kw):
     return q, k, v, "bshd"
 
 
-def _make_case(c, dtype, layout, seed):
+def _quantised(bat, idx, c, q, k, v, layout, kw):
+    """A quant case's Q, K and V as `smattn conform` hands them to a kernel (SPEC 2.9): uint8
+    fp8 bit patterns of the arrays' shapes, or q8_0 / q4_0 raw blocks with the last axis in
+    bytes (as `smattn gen` writes them), named in kw's fp8_e4m3, fp8_e5m2, q8_0 or q4_0; the
+    descales in kw's q_descale, k_descale, v_descale (a number or [B, Hkv])."""
+    from . import _lib
+    p = c.prob
+    shapes = ((p.B, p.S, p.Hq, p.D), (p.B, p.T, p.Hkv, p.D), (p.B, p.T, p.Hkv, p.Dv))
+    codes = (c.q_dtype, c.kv_dtype, c.kv_dtype)
+    out = [q, k, v]
+    for w, (name, shape, code) in enumerate(zip("qkv", shapes, codes)):
+        if code not in _QUANT_KW:
+            continue
+        size, per = _QUANT_BYTES[code]
+        shp = shape[:3] + (shape[3] // per * size,)
+        a = np.empty(shp, dtype=np.uint8)
+        n = _lib.shim().smattn_py_battery_case_quant(bat, idx, w, a.ctypes.data, a.nbytes)
+        if n != a.nbytes:
+            raise RuntimeError("smattn: case %s: its %s could not be quantised"
+                               % (c.name.decode(), name))
+        kw.setdefault(_QUANT_KW[code], []).append(name)
+        out[w] = np.swapaxes(a, 1, 2) if layout == "bhsd" else a
+    if p.descale:
+        ds = _lib.Descale.from_address(p.descale)
+        for name in "qkv":
+            head = getattr(ds, name + "_head")
+            if head:
+                kw[name + "_descale"] = np.array(
+                    [head[e] for e in range(p.B * p.Hkv)], dtype=np.float64).reshape(p.B, p.Hkv)
+            elif getattr(ds, name) != 1.0:
+                kw[name + "_descale"] = float(getattr(ds, name))
+    for key in set(_QUANT_KW.values()) & set(kw):
+        kw[key] = tuple(kw[key])
+    return out
+
+
+def _make_case(c, dtype, layout, seed, bat=None, idx=None):
     p = c.prob
     B, S, T, Hq, Hkv, D, Dv = p.B, p.S, p.T, p.Hq, p.Hkv, p.D, p.Dv
     cnt = list(c.count)
@@ -252,6 +294,10 @@ def _make_case(c, dtype, layout, seed):
     # in the case's q dtype, K and V in its kv dtype; float32 there means "the caller's"
     q_cast = dtype if qd == "float32" else qd
     kv_cast = dtype if kvd == "float32" else kvd
+    if c.q_dtype in _QUANT_KW:  # fp8 Q: bias and sinks stay binary32 (SPEC 2.9), and Q,
+        q_cast = "float32"      # K and V come from _quantised
+    if c.kv_dtype in _QUANT_KW:
+        kv_cast = "float32"
     bias, sinks = (_cast(a, q_cast) for a in (bias, sinks))
     mask = _cast(mask, np.bool_)
     q = k = v = x = None
@@ -284,6 +330,8 @@ def _make_case(c, dtype, layout, seed):
     # the conventions of the case, always: check() judges by them, so the kernel must follow
     kw["empty_rows"] = _EMPTY_NAME[p.empty_rows]
     kw["empty_lse"] = _EMPTY_LSE_NAME[p.empty_lse]
+    if not softmax and (c.q_dtype in _QUANT_KW or c.kv_dtype in _QUANT_KW):
+        q, k, v = _quantised(bat, idx, c, q, k, v, layout, kw)
     feats = [n for bit, n in _CAP_BITS if c.caps & (1 << bit)]
     if c.layout:
         q, k, v, layout = _lay_out(c, q, k, v, kw)

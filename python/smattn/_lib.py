@@ -240,6 +240,9 @@ def shim():
         s.smattn_py_battery_size.argtypes = [ctypes.c_void_p]
         s.smattn_py_battery_case.restype = ctypes.c_int
         s.smattn_py_battery_case.argtypes = [ctypes.c_void_p, c_i64, _P(PyCase)]
+        s.smattn_py_battery_case_quant.restype = c_i64
+        s.smattn_py_battery_case_quant.argtypes = [ctypes.c_void_p, c_i64, ctypes.c_int,
+                                                   ctypes.c_void_p, ctypes.c_size_t]
         s.smattn_py_battery_free.restype = None
         s.smattn_py_battery_free.argtypes = [ctypes.c_void_p]
         _shim, SHIM_PATH = s, path

@@ -66,7 +66,7 @@ def test_cases_are_the_conform_battery(tmp_path, seed):
             B, Hq, S, T = c.x.shape
             got.append((c.name, c.category, c.features, dict(B=B, S=S, T=T, Hq=Hq)))
             continue
-        if c.category == "layout":  # packed or paged arrays: the twin's shape
+        if c.category in ("layout", "quant"):  # packed, paged or block arrays: the shape
             got.append((c.name, c.category, c.features, c.shape))
             continue
         B, S, Hq, D = c.q.shape
