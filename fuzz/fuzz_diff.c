@@ -14,7 +14,12 @@
  * SMATTN_FUZZ_FULL=2 (its replay of the regressions, some found before the cut) also checks
  * the problem as decoded, uncut. fuzz/README.md has the measurements. ALiBi (SPEC 2.8): 3 in
  * 8 attention inputs get one of its modes, drawn from the decoded seed (fuzz_problem_alibi),
- * so that the corpus decodes as before. */
+ * so that the corpus decodes as before. Layouts (SPEC 2.7): 3 in 8 attention inputs also run
+ * as a ragged or paged twin drawn from the seed (fuzz_layout_draw: packed queries, packed
+ * keys, pages in a random order), whose oracle and kernel outputs must be the dense
+ * problem's bits (fuzz_diff_check_layout). */
+#include <stdlib.h>
+
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_diff"
@@ -38,9 +43,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         if (fuzz_problem_alibi(&fp)) /* ALiBi's modes, drawn from the seed */
             return 0;
+        fuzz_layout fl; /* a ragged or paged twin, drawn from the seed */
+        int lay = fuzz_layout_draw(&fp, &fl);
+        if (lay < 0)
+            abort(); /* out of memory in the harness: not a finding, but nothing to test */
         /* pass 1 after pass 0: only if it was cut */
         if (pass == 0 || fp.full_p || full_mode < 2)
-            fuzz_diff_check(TARGET, &fp, full_mode != 0);
+            fuzz_diff_check_layout(TARGET, &fp, lay ? &fl : NULL, full_mode != 0);
+        fuzz_layout_free(&fl);
         fuzz_problem_free(&fp);
     }
     return 0;
