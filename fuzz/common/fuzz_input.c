@@ -632,7 +632,8 @@ int fuzz_problem_alibi(fuzz_problem *fp)
     return 0;
 }
 
-/* Element e of tensor t (dims a, b, c, d by its strides) copied from src to dst. */
+/* Element i[0..3] of tensor t (through its strides) copied to element o[0..3] of dst
+ * (strides ds, t's dtype). */
 static void copy_elem(void *dst, const int64_t ds[4], const smattn_tensor *t, const int64_t i[4],
                       const int64_t o[4])
 {
