@@ -63,7 +63,8 @@ static const char *usage_of(const char *cmd)
                "         [--force] OUT\n"
                "  --layout: attention cases with packed queries (cu_seqlens_q) and packed keys\n"
                "  (cu_seqlens_k), a paged cache (block_table.npy, pages of 16) or FlashInfer's\n"
-               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense\n"
+               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense. The layout\n"
+               "  cases keep their own (pages, HND, seqused_k), as conform hands them over\n"
                "  --backward: each attention case also gets do.npy, the gradient of O (uniform\n"
                "  in [-1, 1) in --dtype; SPEC 7.1, 10), so that 'smattn ref' writes its exact\n"
                "  dq.npy, dk.npy, dv.npy (dense layout only)\n";

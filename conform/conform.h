@@ -541,7 +541,8 @@ void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t c
  * query and one key with its queries packed (cu_seqlens_q) and its keys packed
  * (cu_seqlens_k), paged (block_table.npy, pages of 16 in reverse order, NaN in unused
  * slots) or paged in FlashInfer's CSR form (SPEC 7.1): the same problem on every row a
- * sequence has. layout | CONFORM_GEN_BACKWARD (dense only) also writes each attention
+ * sequence has; a layout case (has_layout) is written in its own layout whichever of 1-3
+ * (conform_case_lay_out: its packing, seqused_k, pages, NHD or HND). layout | CONFORM_GEN_BACKWARD (dense only) also writes each attention
  * case's do.npy [B,S,Hq,Dv] (SPEC 7.1, 10: a backward case), uniform in [-1, 1) in dtype t
  * from the case's name and the seed. */
 #define CONFORM_GEN_BACKWARD 16

@@ -195,6 +195,8 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
 
 static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtype t, int layout,
                              char *err, size_t errlen);
+static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
+                                 smattn_dtype t, char *err, size_t errlen);
 
 /* do.npy [B,S,Hq,Dv] of a backward case (SPEC 7.1, 10.1): uniform in [-1, 1) like V, from
  * a stream of its own seeded by the case's name and the run's seed (the battery's streams
@@ -262,7 +264,9 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
         m.in.q = mq.in.q, m.in.k = mq.in.k, m.in.v = mq.in.v;
     const smattn_problem *p = &m.prob;
     if (layout && p->op == SMATTN_OP_ATTENTION && !quant) {
-        int lr = write_layout_case(dir, &m, t, layout, err, errlen);
+        /* a layout case keeps its own layout; the others take --layout's rule */
+        int lr = c->has_layout ? write_own_layout_case(dir, c, &m, t, err, errlen)
+                               : write_layout_case(dir, &m, t, layout, err, errlen);
         if (lr <= 0) {
             conform_inst_free(&m);
             return lr;
@@ -486,6 +490,129 @@ nomem:
 done:
     free(cu_q), free(cu_k), free(tl), free(pg), free(last);
     free(q), free(k), free(v), free(bias), free(mask), free(table), free(indices);
+    return rc;
+}
+
+/* A layout case (c->has_layout: conform/battery_layout.c) written in its own layout, as
+ * `smattn conform` hands it to a kernel claiming it (conform_case_lay_out): its own packing,
+ * seqused_k and dead keys, pages (page size, order, shared pages, spare table columns)
+ * and NHD or HND, with NaN and infinities in every slot no sequence uses; q_lens or
+ * kv_lens where the layout leaves Q or K/V dense. S and T become what the loader derives
+ * (the longest sequence's where packed or paged); bias and mask are cut to them. 1 when
+ * a packed tensor would be empty (the caller writes the case dense), 0 written, -1 with
+ * err. */
+static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
+                                 smattn_dtype t, char *err, size_t errlen)
+{
+    const smattn_layout *L = &c->layout;
+    const smattn_problem *p = &m->prob;
+    const int64_t B = p->B, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    const size_t es = smattn_dtype_size(t);
+    smattn_npy_type nt = smattn_npy_type_of(t);
+    if ((L->cu_seqlens_q && L->cu_seqlens_q[B] == 0) || (L->cu_seqlens_k && L->cu_seqlens_k[B] == 0))
+        return 1;
+    conform_inst lm;
+    if (conform_case_lay_out(c, m, &lm)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int64_t S2 = L->cu_seqlens_q ? 1 : p->S, T2 = L->cu_seqlens_k || L->block_table ? 1 : p->T;
+    int32_t *table = L->block_table ? malloc((size_t)(B * L->max_pages) * sizeof *table) : NULL;
+    unsigned char *cut[2] = {NULL, NULL};
+    int rc = -1;
+    if (L->block_table && !table)
+        goto nomem;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t Sb = p->q_lens ? p->q_lens[b] : p->S, Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+        if (L->cu_seqlens_q && Sb > S2)
+            S2 = Sb;
+        if ((L->cu_seqlens_k || L->block_table) && Tb > T2)
+            T2 = Tb;
+        for (int64_t col = 0; table && col < L->max_pages; col++)
+            table[b * L->max_pages + col] = L->block_table[b * L->bt_stride + col];
+    }
+    /* bias and mask cut to [B, Hq, S', T'] */
+    const smattn_tensor *bm[2] = {&m->in.bias, &m->in.mask};
+    for (int n = 0; n < 2; n++) {
+        if (!bm[n]->data)
+            continue;
+        size_t bes = n ? 1 : es;
+        if (!(cut[n] = malloc((size_t)(B * Hq * S2 * T2) * bes)))
+            goto nomem;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t i = 0; i < S2; i++)
+                    copy_row(cut[n] + (size_t)(((b * Hq + h) * S2 + i) * T2) * bes,
+                             (const unsigned char *)bm[n]->data +
+                                 (size_t)(b * bm[n]->stride[0] + h * bm[n]->stride[1] +
+                                          i * bm[n]->stride[2]) *
+                                     bes,
+                             T2, bm[n]->stride[3], bes);
+    }
+    const int64_t tq = L->cu_seqlens_q ? L->cu_seqlens_q[B] : 0;
+    const int64_t tk = L->cu_seqlens_k ? L->cu_seqlens_k[B] : 0, ps = L->page_size;
+    int64_t sq[4] = {B, p->S, Hq, D}, sk[4] = {B, p->T, Hkv, D}, sv[4] = {B, p->T, Hkv, Dv};
+    int rq = 4, rk = 4;
+    if (L->cu_seqlens_q)
+        sq[0] = tq, sq[1] = Hq, sq[2] = D, rq = 3;
+    if (L->cu_seqlens_k) {
+        sk[0] = sv[0] = tk, sk[1] = sv[1] = Hkv, sk[2] = D, sv[2] = Dv, rk = 3;
+    } else if (L->block_table) { /* [num_pages, page_size, Hkv, .] or HND [.., Hkv, page_size, .] */
+        sk[0] = sv[0] = L->num_pages;
+        sk[1] = sv[1] = c->kv_hnd ? Hkv : ps;
+        sk[2] = sv[2] = c->kv_hnd ? ps : Hkv;
+        sk[3] = D, sv[3] = Dv;
+    }
+    const int64_t sbm[4] = {B, Hq, S2, T2}, st[2] = {B, L->max_pages};
+    rc = make_dir(dir, err, errlen) ||
+         write_array(dir, "q.npy", nt, rq, sq, lm.in.q.data, err, errlen) ||
+         write_array(dir, "k.npy", nt, rk, sk, lm.in.k.data, err, errlen) ||
+         write_array(dir, "v.npy", nt, rk, sv, lm.in.v.data, err, errlen) ||
+         (table && write_array(dir, "block_table.npy", SMATTN_NPY_I32, 2, st, table, err, errlen)) ||
+         (cut[0] && write_array(dir, "bias.npy", nt, 4, sbm, cut[0], err, errlen)) ||
+         (cut[1] && write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, sbm, cut[1], err, errlen)) ||
+         (m->in.sinks.data && write_array(dir, "sinks.npy", nt, 1, &p->Hq, m->in.sinks.data, err, errlen));
+    if (!rc) {
+        char path[FPATH];
+        (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            snprintf(err, errlen, "%s: cannot write", path);
+            rc = -1;
+            goto done;
+        }
+        fprintf(f,
+                "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
+                "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
+                p->scale, causal_names[p->causal], (long long)p->window_left,
+                (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
+                empty_lse_names[p->empty_lse]);
+        if (L->cu_seqlens_q)
+            put_list(f, "cu_seqlens_q", L->cu_seqlens_q, B + 1);
+        else if (p->q_lens)
+            put_list(f, "q_lens", p->q_lens, B);
+        if (L->cu_seqlens_k) {
+            put_list(f, "cu_seqlens_k", L->cu_seqlens_k, B + 1);
+            if (L->seqused_k)
+                put_list(f, "seqused_k", L->seqused_k, B);
+        } else if (p->kv_lens)
+            put_list(f, "kv_lens", p->kv_lens, B);
+        if (L->block_table && c->kv_hnd)
+            fprintf(f, ",\n  \"kv_layout\": \"HND\"");
+        put_alibi(f, p);
+        if (t == SMATTN_BF16)
+            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s]", cut[0] ? ", \"bias\"" : "",
+                    m->in.sinks.data ? ", \"sinks\"" : "");
+        fprintf(f, "\n}\n");
+        rc = conform_file_close(f, path, err, errlen) ? -1 : 0;
+    }
+    goto done;
+nomem:
+    snprintf(err, errlen, "out of memory");
+    rc = -1;
+done:
+    conform_inst_free(&lm);
+    free(table), free(cut[0]), free(cut[1]);
     return rc;
 }
 

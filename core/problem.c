@@ -77,13 +77,15 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
     int64_t n1, n2, n3; /* the extents of dims 1-3 whose products are the strides */
     /* A layout's Q/O/LSE and K/V (SPEC 2.7): packed rows [1, total, H, D] (LSE [1, Hq,
      * total_q]) or pages [num_pages, page_size, Hkv, D] (NHD), so that stride[0] spans the
-     * whole packed tensor (one page). Its arrays are read: total = cu[B], when B >= 1. */
+     * whole packed tensor (one page). Its arrays are read: total = cu[B], when B >= 1; a
+     * total of 0 is one row, as validation checks it (else LSE [1, Hq, 0] had stride 0
+     * between heads and overlapped itself: SMATTN_ERR_ALIAS on a valid problem). */
     const smattn_layout *L = p->layout;
     int64_t rows_q = p->S, rows_k = p->T;
     if (L && L->cu_seqlens_q && p->B >= 1)
-        rows_q = L->cu_seqlens_q[p->B];
+        rows_q = L->cu_seqlens_q[p->B] == 0 ? 1 : L->cu_seqlens_q[p->B];
     if (L && L->cu_seqlens_k && p->B >= 1)
-        rows_k = L->cu_seqlens_k[p->B];
+        rows_k = L->cu_seqlens_k[p->B] == 0 ? 1 : L->cu_seqlens_k[p->B];
     else if (L && L->block_table)
         rows_k = L->page_size;
     switch (role) {

@@ -94,6 +94,7 @@ typedef struct opt_ws {
                           * this tile), its weights' sum */
     float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
     const char **krows, **vrows; /* [hg][OPT_BK] a tile's K and V rows (opt_tile_rows) */
+    const char **pfk, **pfv;     /* [OPT_BK] the K and V rows to prefetch (opt_tile_rows) */
 } opt_ws;
 
 /* rows[jj] = the address of the row of key kt + jj (jj < nk) of KV head g in sequence b of

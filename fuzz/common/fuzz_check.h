@@ -92,6 +92,12 @@ void fuzz_diff_check(const char *target, const fuzz_problem *fp, int all_isas);
 void fuzz_diff_check_as(const char *target, const fuzz_problem *fp, int all_isas,
                         smattn_dtype out_t);
 
+/* fuzz_diff_check with the problem's layout twin (fuzz_layout_draw; NULL: none) checked
+ * too: the oracle's outputs on it the dense problem's bits, and on each ISA checked, the
+ * kernel's on it (the decoded thread count) the dense run's bits. */
+void fuzz_diff_check_layout(const char *target, const fuzz_problem *fp, const fuzz_layout *fl,
+                            int all_isas);
+
 /* The same bits in every element of two outputs of one dtype. */
 void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,
                           const fuzz_outputs *b, const char *what);

@@ -788,6 +788,189 @@ double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g)
         return 1.0;
     const double *a = which == 'q' ? d->q_head : which == 'k' ? d->k_head : d->v_head;
     return a ? a[b * fp->p.Hkv + g] : which == 'q' ? d->q : which == 'k' ? d->k : d->v;
+
+/* Element i[0..3] of tensor t (through its strides) copied to element o[0..3] of dst
+ * (strides ds, t's dtype). */
+static void copy_elem(void *dst, const int64_t ds[4], const smattn_tensor *t, const int64_t i[4],
+                      const int64_t o[4])
+{
+    size_t es = smattn_dtype_size(t->dtype);
+    int64_t from = i[0] * t->stride[0] + i[1] * t->stride[1] + i[2] * t->stride[2] + i[3] * t->stride[3];
+    int64_t to = o[0] * ds[0] + o[1] * ds[1] + o[2] * ds[2] + o[3] * ds[3];
+    memcpy((unsigned char *)dst + (size_t)to * es, (const unsigned char *)t->data + (size_t)from * es, es);
+}
+
+/* n elements of dtype t, each NaN, +inf or -inf: what a layout leaves unread (SPEC 2.7). */
+static void *garbage_elems(smattn_dtype t, int64_t n)
+{
+    void *buf = alloc_elems((size_t)(n > 0 ? n : 1), smattn_dtype_size(t));
+    for (int64_t k = 0; buf && k < n; k++)
+        smattn_store(buf, t, k, k % 3 == 0 ? (double)NAN : k % 3 == 1 ? HUGE_VAL : -HUGE_VAL);
+    return buf;
+}
+
+int fuzz_layout_draw(const fuzz_problem *fp, fuzz_layout *fl)
+{
+    memset(fl, 0, sizeof *fl);
+    const smattn_problem *p = &fp->p;
+    /* the seed and the shape: inputs too short to reach the seed's bytes (seed 0) vary */
+    prng r = {(uint64_t)fp->seed * 0xd1b54a32d192ed03u +
+              (uint64_t)(((p->T * 67 + p->S) * 67 + p->D) * 67 + p->Dv) * 4 + (uint64_t)p->B};
+    if (p->op != SMATTN_OP_ATTENTION || prng_next(&r) % 8 >= 3)
+        return 0;
+    /* 0 packed Q; 1 packed K; 2 paged; 3 packed Q and K; 4 packed Q over pages */
+    int kind = (int)(prng_next(&r) % 5);
+    fl->packed_q = kind == 0 || kind >= 3;
+    fl->keys = kind == 1 || kind == 3 ? 1 : kind == 2 || kind == 4 ? 2 : 0;
+    const int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    int64_t Sb[2], Tb[2];
+    for (int64_t b = 0; b < B; b++) {
+        Sb[b] = p->q_lens ? p->q_lens[b] : S;
+        Tb[b] = p->kv_lens ? p->kv_lens[b] : T;
+    }
+    fl->p = *p;
+    fl->in = fp->in;
+    fl->p.layout = &fl->L;
+    if (fl->packed_q) { /* the twin's q_lens are the slices */
+        for (int64_t b = 0; b < B; b++)
+            fl->cu_q[b + 1] = fl->cu_q[b] + Sb[b];
+        const int64_t total = fl->cu_q[B];
+        const int64_t qs[4] = {(int64_t)(prng_next(&r) % 4096), Hq * D, D, 1}; /* [0] unused */
+        if (!(fl->q = garbage_elems(fp->in.q.dtype, (total > 0 ? total : 1) * Hq * D))) /* >= 1 row */
+            return -1;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Sb[b]; i++)
+                for (int64_t h = 0; h < Hq; h++)
+                    for (int64_t d = 0; d < D; d++)
+                        copy_elem(fl->q, qs, &fp->in.q, (const int64_t[4]){b, i, h, d},
+                                  (const int64_t[4]){0, fl->cu_q[b] + i, h, d});
+        fl->in.q.data = fl->q;
+        memcpy(fl->in.q.stride, qs, sizeof qs);
+        fl->L.cu_seqlens_q = fl->cu_q;
+        fl->p.q_lens = NULL;
+    }
+    if (fl->keys == 1) { /* packed keys, half of them with seqused_k and dead keys after */
+        const int used = prng_next(&r) % 2 == 0;
+        for (int64_t b = 0; b < B; b++) {
+            fl->used[b] = Tb[b];
+            fl->cu_k[b + 1] = fl->cu_k[b] + Tb[b] + (used ? (int64_t)(prng_next(&r) % 4) : 0);
+        }
+        const int64_t total = fl->cu_k[B];
+        const int64_t ks[4] = {(int64_t)(prng_next(&r) % 4096), Hkv * D, D, 1};
+        const int64_t vs[4] = {ks[0], Hkv * Dv, Dv, 1};
+        if (!(fl->k = garbage_elems(fp->in.k.dtype, (total > 0 ? total : 1) * Hkv * D)) ||
+            !(fl->v = garbage_elems(fp->in.v.dtype, (total > 0 ? total : 1) * Hkv * Dv)))
+            return -1;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < Tb[b]; t++)
+                for (int64_t g = 0; g < Hkv; g++) {
+                    for (int64_t d = 0; d < D; d++)
+                        copy_elem(fl->k, ks, &fp->in.k, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){0, fl->cu_k[b] + t, g, d});
+                    for (int64_t d = 0; d < Dv; d++)
+                        copy_elem(fl->v, vs, &fp->in.v, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){0, fl->cu_k[b] + t, g, d});
+                }
+        fl->L.cu_seqlens_k = fl->cu_k;
+        fl->L.seqused_k = used ? fl->used : NULL;
+        fl->p.kv_lens = NULL;
+        fl->in.k.data = fl->k, fl->in.v.data = fl->v;
+        memcpy(fl->in.k.stride, ks, sizeof ks);
+        memcpy(fl->in.v.stride, vs, sizeof vs);
+    } else if (fl->keys == 2) { /* pages in a random order, NHD or HND, wild entries after */
+        static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 64};
+        const int64_t ps = sizes[prng_next(&r) % (sizeof sizes / sizeof *sizes)];
+        fl->hnd = prng_next(&r) % 2 == 0;
+        const int64_t max_pages = (T + ps - 1) / ps + (int64_t)(prng_next(&r) % 2);
+        const int64_t bt_stride = max_pages + (int64_t)(prng_next(&r) % 2);
+        int64_t fresh = 0;
+        for (int64_t b = 0; b < B; b++)
+            fresh += (Tb[b] + ps - 1) / ps;
+        const int64_t num_pages = fresh + (int64_t)(prng_next(&r) % 3) + (fresh == 0);
+        if (!(fl->bt = alloc_elems((size_t)(B * bt_stride), sizeof *fl->bt)))
+            return -1;
+        static const int32_t wild[] = {-1, INT32_MAX, INT32_MIN, 1 << 30};
+        for (int64_t k = 0; k < B * bt_stride; k++)
+            fl->bt[k] = wild[prng_next(&r) % 4];
+        int32_t *perm = alloc_elems((size_t)num_pages, sizeof *perm);
+        if (!perm)
+            return -1;
+        for (int64_t k = 0; k < num_pages; k++)
+            perm[k] = (int32_t)k;
+        for (int64_t k = num_pages - 1; k > 0; k--) {
+            int64_t j = (int64_t)(prng_next(&r) % (uint64_t)(k + 1));
+            int32_t x = perm[k];
+            perm[k] = perm[j], perm[j] = x;
+        }
+        for (int64_t b = 0, next = 0; b < B; b++)
+            for (int64_t k = 0; k < (Tb[b] + ps - 1) / ps; k++)
+                fl->bt[b * bt_stride + k] = perm[next++];
+        free(perm);
+        int64_t ks[4], vs[4]; /* [num_pages, page_size, Hkv, D]; HND: [.., Hkv, page_size, D] */
+        ks[0] = ps * Hkv * D, ks[3] = 1, ks[1] = fl->hnd ? D : Hkv * D, ks[2] = fl->hnd ? ps * D : D;
+        vs[0] = ps * Hkv * Dv, vs[3] = 1, vs[1] = fl->hnd ? Dv : Hkv * Dv, vs[2] = fl->hnd ? ps * Dv : Dv;
+        if (!(fl->k = garbage_elems(fp->in.k.dtype, num_pages * ks[0])) ||
+            !(fl->v = garbage_elems(fp->in.v.dtype, num_pages * vs[0])))
+            return -1;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < Tb[b]; t++) {
+                const int64_t pg = fl->bt[b * bt_stride + t / ps], slot = t % ps;
+                for (int64_t g = 0; g < Hkv; g++) {
+                    for (int64_t d = 0; d < D; d++)
+                        copy_elem(fl->k, ks, &fp->in.k, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){pg, slot, g, d});
+                    for (int64_t d = 0; d < Dv; d++)
+                        copy_elem(fl->v, vs, &fp->in.v, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){pg, slot, g, d});
+                }
+            }
+        for (int64_t b = 0; b < B; b++)
+            fl->kv_lens[b] = Tb[b];
+        fl->L.block_table = fl->bt;
+        fl->L.bt_stride = bt_stride, fl->L.max_pages = max_pages;
+        fl->L.num_pages = num_pages, fl->L.page_size = ps;
+        fl->p.kv_lens = fl->kv_lens;
+        fl->in.k.data = fl->k, fl->in.v.data = fl->v;
+        memcpy(fl->in.k.stride, ks, sizeof ks);
+        memcpy(fl->in.v.stride, vs, sizeof vs);
+    }
+    return 1;
+}
+
+void fuzz_layout_free(fuzz_layout *fl)
+{
+    free(fl->q), free(fl->k), free(fl->v), free(fl->bt);
+    memset(fl, 0, sizeof *fl);
+}
+
+void fuzz_layout_print(FILE *f, const fuzz_layout *fl)
+{
+    const smattn_layout *L = &fl->L;
+    const int64_t B = fl->p.B;
+    fprintf(f, "layout:");
+    if (L->cu_seqlens_q) {
+        fprintf(f, " cu_seqlens_q");
+        for (int64_t b = 0; b <= B; b++)
+            fprintf(f, " %" PRId64, L->cu_seqlens_q[b]);
+    }
+    if (L->cu_seqlens_k) {
+        fprintf(f, " cu_seqlens_k");
+        for (int64_t b = 0; b <= B; b++)
+            fprintf(f, " %" PRId64, L->cu_seqlens_k[b]);
+        if (L->seqused_k)
+            for (int64_t b = 0; b < B; b++)
+                fprintf(f, "%s%" PRId64, b ? " " : " seqused_k ", L->seqused_k[b]);
+    }
+    if (L->block_table) {
+        fprintf(f, " pages of %" PRId64 " (%s), %" PRId64 " of them, kv_lens", L->page_size,
+                fl->hnd ? "HND" : "NHD", L->num_pages);
+        for (int64_t b = 0; b < B; b++)
+            fprintf(f, " %" PRId64, fl->kv_lens[b]);
+        fprintf(f, ", block_table [%" PRId64 "][%" PRId64 "]:", B, L->bt_stride);
+        for (int64_t k = 0; k < B * L->bt_stride; k++)
+            fprintf(f, " %" PRId32, L->block_table[k]);
+    }
+    fprintf(f, "\n");
 }
 
 void fuzz_problem_free(fuzz_problem *fp)

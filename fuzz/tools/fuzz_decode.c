@@ -302,6 +302,19 @@ int main(int argc, char **argv)
                fp.bias ? smattn_dtype_name(dc.bias) : "-", smattn_dtype_name(dc.out),
                smattn_dtype_name(dc.out));
     fuzz_problem_print(stdout, &fp);
+    if (target && (!strcmp(target, "fuzz_diff") || long_rows)) { /* its layout twin */
+        fuzz_layout fl;
+        int lay = fuzz_layout_draw(&fp, &fl);
+        if (lay < 0) {
+            fprintf(stderr, "fuzz_decode: out of memory\n");
+            return 1;
+        }
+        if (lay)
+            fuzz_layout_print(stdout, &fl);
+        else
+            printf("layout: none (the dense problem only)\n");
+        fuzz_layout_free(&fl);
+    }
     int rc = 0;
     if (dir) {
         rc = write_case(&fp, dir) || check_case(&fp, dir);

@@ -1080,6 +1080,11 @@ def _visibility(b):
     j = np.arange(b.T, dtype=np.int64)[None, :]
     out = np.empty((b.B, b.Hq, b.S, b.T), dtype=bool)
     kv, ql = b.lens
+    r = b.ragged  # a layout's S_b and T_b (SPEC 2.7): its slices, seqused_k or kv_lens
+    if r is not None and r.cu_q is not None:
+        ql = r.q_len
+    if r is not None and r.k_len is not None:
+        kv = r.k_len
     for bb in range(b.B):
         Tb = b.T if kv is None else int(kv[bb])
         Sb = b.S if ql is None else int(ql[bb])
@@ -1104,10 +1109,13 @@ def visible(q, k, v, **problem):
     SPEC 3.5 says a -inf bias hides a key). For a kernel that takes a mask or an additive
     bias only: mask=visible(...), or bias=np.where(visible(...), 0, -np.inf) plus the
     problem's own bias. A row with no True is an empty row (SPEC 3.4): its output follows
-    empty_rows, not the mask. problem: the arguments of reference() (layout included)."""
+    empty_rows, not the mask. problem: the arguments of reference() (layout included).
+    With cu_seqlens_q it is [B, Hq, S, T] (P's shape; S and T the longest sequence's), each
+    sequence under its own S_b and T_b (SPEC 2.7)."""
     b = _build(q, k, v, **problem)
     out = _visibility(b)
-    return out if b.batched else out[0]
+    packed = b.ragged is not None and b.ragged.cu_q is not None
+    return out if b.batched or packed else out[0]
 
 
 # ---- judging ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _api, _lib
+from . import _api, _lib, _ragged
 from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
@@ -47,7 +47,7 @@ class Case:
     float16 array; "bfloat16" inputs are float32 arrays holding bfloat16 values exactly;
     `smattn conform` asks a kernel for out_dtype outputs when it claims that dtype).
     garbage: invisible slots (masked, padded, never-seen keys) hold NaN or infinity on
-    purpose (SPEC 3.6). visible(): which keys each row sees (dense cases). shape: the
+    purpose (SPEC 3.6). visible(): which keys each row sees (the dense twin's for a layout case). shape: the
     problem's B, S, T, Hq, Hkv, D, Dv (of the dense, padded twin for a layout case).
 
     A ragged or paged case (category "layout", features packed_q, packed_kv, paged_nhd or
@@ -94,14 +94,27 @@ class Case:
         bias need not rebuild those rules: pass mask=case.visible(), or add
         np.where(case.visible(), 0, -np.inf) to the case's bias (a -inf bias entry hides
         its key as well, SPEC 3.5). Rows with no visible key are empty rows: their output
-        follows kwargs["empty_rows"] (SPEC 3.4), whatever the mask gives."""
+        follows kwargs["empty_rows"] (SPEC 3.4), whatever the mask gives. A layout case's
+        is its dense twin's, [B, Hq, S, T] of `shape`, under its sequences' own S_b and T_b
+        (cu_seqlens_q, cu_seqlens_k, seqused_k, kv_lens; SPEC 2.7): row i of sequence b is
+        packed row cu_seqlens_q[b] + i of q, key j its key j wherever its page is."""
         kw = {n: self.kwargs[n] for n in ("causal", "window", "kv_lens", "q_lens", "mask")
               if n in self.kwargs}
         if self.op == "softmax":
-            b = _api._build_softmax(self.x, **kw)
-        else:
-            b = _api._build(self.q, self.k, self.v, layout=self.layout, **kw)
-        return _api._visibility(b)
+            return _api._visibility(_api._build_softmax(self.x, **kw))
+        rag = {n: a for n, a in self.kwargs.items() if n in _ragged.ARGS}
+        if not _ragged.given(rag):
+            return _api._visibility(_api._build(self.q, self.k, self.v, layout=self.layout, **kw))
+        # the layout's own S and T are its longest sequences': the twin's may be longer (the
+        # rows and keys past them are no sequence's), and the mask has the twin's shape
+        mask = kw.pop("mask", None)
+        b = _api._build(self.q, self.k, self.v, layout=self.layout, **kw, **rag)
+        sh = self.shape
+        out = np.zeros((sh["B"], sh["Hq"], sh["S"], sh["T"]), dtype=bool)
+        out[:, :, :b.S, :b.T] = _api._visibility(b)
+        if mask is not None:
+            out &= np.broadcast_to(np.asarray(mask, dtype=bool), out.shape)
+        return out
 
     def __repr__(self):
         ins = ("x%s" % (tuple(self.x.shape),) if self.op == "softmax" else
