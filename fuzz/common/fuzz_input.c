@@ -788,6 +788,7 @@ double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g)
         return 1.0;
     const double *a = which == 'q' ? d->q_head : which == 'k' ? d->k_head : d->v_head;
     return a ? a[b * fp->p.Hkv + g] : which == 'q' ? d->q : which == 'k' ? d->k : d->v;
+}
 
 /* Element i[0..3] of tensor t (through its strides) copied to element o[0..3] of dst
  * (strides ds, t's dtype). */
