@@ -866,6 +866,16 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
                 rc = -1;
         }
         smattn__bwp_clear(&L), smattn__bwp_clear(&N);
+        if (!rc && acc.n > 1) { /* rows of distinct denominators: first without their product */
+            long pu = 0;
+            int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
+            if (pu > u->prec_used)
+                u->prec_used = pu;
+            if (sr != 0) {
+                ret = sr;
+                goto out;
+            }
+        }
         if (!rc)
             rc = acc_combine(&acc, &e);
     }
@@ -878,6 +888,7 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
         if (pu > u->prec_used)
             u->prec_used = pu;
     }
+out:
     mpfr_clears(w, tmp, sc, (mpfr_ptr)0);
     acc_free(&acc);
     ex_clear(&e);
