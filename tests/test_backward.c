@@ -723,6 +723,101 @@ START_TEST(trap_far_key_near_midpoint)
 }
 END_TEST
 
+/* Far keys across a GQA group (a defect fuzz_backward's seeds found): H query heads on one
+ * KV head, one query each, T = 14 keys whose scores (set by the bias; K = 0) are 0 for key 0
+ * and -(2^60 a_j + 2^18 b_hj) for the others, a_j the marks of a Golomb ruler (so no pair
+ * sums coincide) and b_hj distinct per head, head 0's smallest. Every P_hj with j > 0 is
+ * below MPFR's range, so the interval loop cannot decide the keys' dK (a sum of terms of
+ * both signs around 0) nor a dV on a binary64 midpoint; the rows' denominators put over one
+ * multiply past 2^18 terms, where the oracle used to stop with SMATTN_ERR_PRECISION. The
+ * values are known: head 0's terms exceed the others' by e^{2^28}. */
+static void far_keys_case(tc *c, int64_t H, const double *dout)
+{
+    static const int a[14] = {0, 4, 6, 20, 35, 52, 59, 77, 78, 86, 89, 99, 122, 127};
+    tc_init(c, 1, 1, 14, H, 1, 2, 1, 41);
+    memset(c->k, 0, (size_t)nk(c) * sizeof(double));
+    for (int64_t j = 0; j < 14; j++)
+        c->v[j] = j ? 1 : 0;
+    for (int64_t h = 0; h < H; h++) {
+        c->q[h * 2] = h % 2 ? -1.5 : 0.75; /* head 0 positive, the next negative */
+        c->q[h * 2 + 1] = h % 2 ? 0.5 : -1.25;
+        c->dout[h] = dout[h];
+    }
+    tc_add_bias(c);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t j = 0; j < 14; j++)
+            c->bias[h * 14 + j] =
+                j ? -(0x1p60 * a[j] + 0x1p18 * (double)(h ? 1024 + 97 * h + 31 * j : 3 * j)) : 0;
+}
+
+START_TEST(gqa_far_keys)
+{
+    /* dK: the sign of head 0's term; dV of the far keys +0; dQ +0 (K = 0) */
+    static const double dout3[3] = {1, 1, 1};
+    tc c;
+    far_keys_case(&c, 3, dout3);
+    smattn_ref_stats st;
+    ck_assert_int_eq(tc_run(&c, 1, &st), SMATTN_OK);
+    for (int64_t j = 0; j < 14; j++)
+        for (int64_t d = 0; d < 2; d++) {
+            /* dS_0j > 0 for j > 0 (dP_j = 1 > Delta), dS_00 < 0: dK_jd has q_0d's sign or
+             * the opposite, and rounds to zero */
+            double want = copysign(0.0, j ? c.q[d] : -c.q[d]);
+            ck_assert_msg(bits64(c.dk[j * 2 + d]) == bits64(want), "dk[%" PRId64 "][%" PRId64
+                          "] = %a", j, d, c.dk[j * 2 + d]);
+        }
+    for (int64_t j = 1; j < 14; j++)
+        ck_assert_uint_eq(bits64(c.dv[j]), 0);
+    for (int64_t x = 0; x < nq(&c); x++)
+        ck_assert_uint_eq(bits64(c.dq[x]), 0);
+    tc_free(&c);
+
+    /* dV_0 = sum_h dO_h P_h0 = (1 + 2^-52 + 2^-53) - (far terms, head 0's positive): just
+     * below a binary64 midpoint whose tie would round up */
+    static const double dout6[6] = {1 + 0x1p-52, 0x1p-54, 0x1p-54, 0x1p-55, -0x1p-56, -0x1p-56};
+    far_keys_case(&c, 6, dout6);
+    ck_assert_int_eq(tc_run(&c, 1, &st), SMATTN_OK);
+    ck_assert_msg(c.dv[0] == 1 + 0x1p-52, "dv[0] = %a", c.dv[0]);
+    tc_free(&c);
+}
+END_TEST
+
+/* The same far keys: the GQA backward against its MHA expansion (K, V repeated per head):
+ * dQ the same bits, and each dK, and the far keys' dV, the signed zero the expansion's
+ * head 0 gives (the others' terms being e^{2^28} smaller). */
+START_TEST(gqa_far_keys_mha_expansion)
+{
+    static const double dout3[3] = {1, -0.5, 2};
+    tc g, m;
+    far_keys_case(&g, 3, dout3);
+    far_keys_case(&m, 3, dout3);
+    free(m.k), free(m.v);
+    m.p.Hkv = 3;
+    m.k = calloc((size_t)nk(&m), sizeof(double));
+    m.v = malloc((size_t)nv(&m) * sizeof(double));
+    for (int64_t j = 0; j < 14; j++)
+        for (int64_t h = 0; h < 3; h++)
+            m.v[j * 3 + h] = g.v[j];
+    ck_assert_int_eq(tc_run(&g, 0, NULL), SMATTN_OK);
+    ck_assert_int_eq(tc_run(&m, 0, NULL), SMATTN_OK);
+    for (int64_t x = 0; x < nq(&g); x++)
+        ck_assert_uint_eq(bits64(g.dq[x]), bits64(m.dq[x]));
+    for (int64_t j = 0; j < 14; j++) {
+        for (int64_t d = 0; d < 2; d++)
+            ck_assert_msg(bits64(g.dk[j * 2 + d]) == bits64(m.dk[(j * 3 + 0) * 2 + d]),
+                          "dk[%" PRId64 "][%" PRId64 "] = %a, head 0's %a", j, d, g.dk[j * 2 + d],
+                          m.dk[(j * 3) * 2 + d]);
+        if (j) /* P_hj: head 0's */
+            ck_assert_uint_eq(bits64(g.dv[j]), bits64(m.dv[j * 3]));
+    }
+    /* dV_0 = sum_h dO_h (1 - far terms): 2.5 less something far below its ulp, the
+     * expansion's heads 1, -0.5 and 2 */
+    ck_assert_msg(g.dv[0] == m.dv[0] + m.dv[1] + m.dv[2] && g.dv[0] == 2.5, "dv[0] = %a", g.dv[0]);
+    tc_free(&g);
+    tc_free(&m);
+}
+END_TEST
+
 /* dSinks across batches: two batches with the same inputs and opposite dO and dLSE give
  * opposite irrational terms P_sink (dLSE - Delta) whose sum is 0 exactly (+0); a row that
  * sees no key but its sink adds its dLSE exactly; a NaN sink makes its head's dsink NaN. */
@@ -1168,6 +1263,8 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, trap_cross_row_midpoint);
     tcase_add_test(tcs, trap_rational_dq_midpoint);
     tcase_add_test(tcs, trap_far_key_near_midpoint);
+    tcase_add_test(tcs, gqa_far_keys);
+    tcase_add_test(tcs, gqa_far_keys_mha_expansion);
     tcase_add_test(tcs, dsinks_traps);
     tcase_add_test(tcs, dk_sums_to_zero);
     tcase_add_test(tcs, masked_keys_exact_zero);
