@@ -324,7 +324,7 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
         fin = np.isfinite(e)
         unbounded += int(np.count_nonzero(fin & (bd == math.inf)))
         nonfinite += int(np.count_nonzero(fin & ~np.isfinite(c)))
-        elements += int(np.count_nonzero(bd != math.inf) + np.count_nonzero(~fin))
+        elements += int(r.size)
         bad = r > 1
         mismatched += int(np.count_nonzero(bad))
         if u.size:
