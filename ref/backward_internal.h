@@ -144,6 +144,11 @@ struct bw_job {
     int64_t fail_unit;
     smattn_status fail;
     smattn_ref_stats stats;
+    /* dBias summed over the broadcast dimensions (a stride 0, SPEC 10.1): its extents
+     * (1 where summed) and one unit per (b, h, i) of them after the others */
+    int bias_sum;
+    int64_t bext[4];
+    int64_t bias_first;
 };
 
 /* backward_fast.c: the binary64 phase (SPEC 10.3): decides every element whose enclosure

@@ -1066,6 +1066,112 @@ static int sum_within_rounding(const double *x, int64_t n, double target)
     return ok;
 }
 
+/* dBias summed over a broadcast bias's dimensions (SPEC 10.1: a stride 0 asks for the sum
+ * over that dimension): the full-shape dBias of the same problem summed, within the
+ * roundings (half an ulp of each full element, of the sum); over the keys, a row's sum is
+ * exactly dLSE_i (0 without dLSE, SPEC 10.1: sum_j P_j (dP_j - Delta) = 0), an exact
+ * zero or rational only the exact path decides (with the fast tiers off too); a `nan`
+ * empty row makes every sum it enters NaN. */
+static smattn_status run_dbias_strides(tc *c, const int64_t st[4], double *out)
+{
+    smattn_inputs in;
+    smattn_grad_inputs gin;
+    smattn_grad_outputs go;
+    c->want_dbias = 0;
+    tc_tensors(c, &in, &gin, &go);
+    go.dbias = (smattn_out_tensor){out, SMATTN_F64, {st[0], st[1], st[2], st[3]}};
+    smattn_ref_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.no_fast_phase = g_no_fast;
+    return smattn_ref_backward(&c->p, &in, &gin, &go, &cfg, NULL);
+}
+
+static int sum_rounded(const double *x, int64_t n, double target)
+{
+    mpfr_t s, slack;
+    mpfr_inits2(4000, s, slack, (mpfr_ptr)0);
+    mpfr_set_d(s, -target, MPFR_RNDN);
+    mpfr_set_d(slack, 0.5 * (nextafter(fabs(target), HUGE_VAL) - fabs(target)), MPFR_RNDN);
+    for (int64_t k = 0; k < n; k++) {
+        mpfr_add_d(s, s, x[k], MPFR_RNDN);
+        mpfr_add_d(slack, slack, 0.5 * (nextafter(fabs(x[k]), HUGE_VAL) - fabs(x[k])), MPFR_RNDN);
+    }
+    int ok = mpfr_cmpabs(s, slack) <= 0;
+    mpfr_clears(s, slack, (mpfr_ptr)0);
+    return ok;
+}
+
+START_TEST(dbias_broadcast_sums)
+{
+    for (int nofast = 0; nofast < 2; nofast++) {
+        g_no_fast = nofast;
+        tc c;
+        tc_init(&c, 2, 3, 5, 4, 2, 3, 2, 61);
+        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        tc_add_bias(&c);
+        tc_add_mask(&c, 7);
+        c.want_dbias = 1;
+        ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+        const int64_t B = 2, H = 4, S = 3, T = 5;
+        double *full = malloc((size_t)nfull(&c) * sizeof(double));
+        memcpy(full, c.dbias, (size_t)nfull(&c) * sizeof(double));
+        /* [1, 1, S, T]: over batches and heads (rows of both KV heads); [B, H, 1, 1] */
+        static const int64_t sts[3][4] = {{0, 0, T, 1}, {H * T, T, 0, 1}, {H, 1, 0, 0}};
+        for (int v = 0; v < 3; v++) {
+            double out[2 * 4 * 3 * 5];
+            ck_assert_int_eq(run_dbias_strides(&c, sts[v], out), SMATTN_OK);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t i = 0; i < S; i++)
+                        for (int64_t j = 0; j < T; j++) {
+                            const int64_t *st = sts[v];
+                            if ((st[0] == 0 && b) || (st[1] == 0 && h) || (st[2] == 0 && i) ||
+                                (st[3] == 0 && j))
+                                continue; /* one element per summed set */
+                            double terms[2 * 4 * 3 * 5];
+                            int64_t n = 0;
+                            for (int64_t bb = 0; bb < B; bb++)
+                                for (int64_t hh = 0; hh < H; hh++)
+                                    for (int64_t ii = 0; ii < S; ii++)
+                                        for (int64_t jj = 0; jj < T; jj++)
+                                            if ((st[0] == 0 || bb == b) && (st[1] == 0 || hh == h) &&
+                                                (st[2] == 0 || ii == i) && (st[3] == 0 || jj == j))
+                                                terms[n++] = full[((bb * H + hh) * S + ii) * T + jj];
+                            double got = out[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+                            ck_assert_msg(sum_rounded(terms, n, got),
+                                          "variant %d (%lld,%lld,%lld,%lld): %a", v, (long long)b,
+                                          (long long)h, (long long)i, (long long)j, got);
+                            if (v == 2) /* over S and T, no dLSE or sink: exactly +0 */
+                                ck_assert_uint_eq(bits64(got), 0);
+                        }
+        }
+        /* over the keys with dLSE: a row's sum is its dLSE exactly */
+        tc_add_dlse(&c);
+        static const int64_t stj[4] = {H * S, S, 1, 0};
+        double out[2 * 4 * 3];
+        ck_assert_int_eq(run_dbias_strides(&c, stj, out), SMATTN_OK);
+        for (int64_t r = 0; r < B * H * S; r++) {
+            int empty = 1; /* a row the mask and causality leave empty sums to +0 */
+            for (int64_t j = 0; j < T; j++)
+                empty &= c.mask[r * T + j] == 0 || j > r % S + T - S;
+            ck_assert_msg(bits64(out[r]) == bits64(empty ? 0.0 : c.dlse[r]), "row %lld: %a, dLSE %a",
+                          (long long)r, out[r], c.dlse[r]);
+        }
+        /* a `nan` empty row: NaN in every sum it enters */
+        c.p.empty_rows = SMATTN_EMPTY_NAN;
+        memset(c.mask, 0, (size_t)T); /* row (0, 0, 0) sees nothing */
+        static const int64_t sth[4] = {0, 0, T, 1};
+        double o3[3 * 5];
+        ck_assert_int_eq(run_dbias_strides(&c, sth, o3), SMATTN_OK);
+        for (int64_t j = 0; j < T; j++)
+            ck_assert_msg(isnan(o3[j]), "j %lld: %a", (long long)j, o3[j]);
+        free(full);
+        tc_free(&c);
+    }
+    g_no_fast = 0;
+}
+END_TEST
+
 /* dBias = dS: over a row's visible keys sum_j dS_j = dLSE_i - P_sink (dLSE_i - Delta_i)
  * (sum_j P_j (dP_j - Delta) = 0 and sum_j P_j = 1 - P_sink). Without sinks each row's dBias
  * sums to dLSE_i (0 without dLSE); with one query per head, dsink_h is the row's sink term,
@@ -1215,8 +1321,8 @@ START_TEST(validation)
     double dbias_buf[12];
     o2.dbias = (smattn_out_tensor){dbias_buf, SMATTN_F64, {12, 6, 3, 1}};
     ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_OK);
-    o2.dbias.stride[1] = 0; /* a reduction over heads: not yet */
-    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_UNSUPPORTED);
+    o2.dbias.stride[1] = 0; /* a reduction over heads: [B, 1, S, T] */
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_OK);
     o2.dbias = (smattn_out_tensor){go.dq.data, SMATTN_F64, {12, 6, 3, 1}}; /* over dQ */
     ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_ALIAS);
     o2 = go;
@@ -1273,6 +1379,7 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, bitwise_across_threads);
     tcase_add_test(tcs, nan_conventions);
     tcase_add_test(tcs, dS_row_sums);
+    tcase_add_test(tcs, dbias_broadcast_sums);
     tcase_add_test(tcs, decode_row_of_prefill);
     tcase_add_test(tcs, validation);
     suite_add_tcase(s, tcs);
