@@ -153,8 +153,9 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     if (bound->dq.dtype != SMATTN_F64 || bound->dk.dtype != SMATTN_F64 ||
         bound->dv.dtype != SMATTN_F64 || (want_db && bound->dbias.dtype != SMATTN_F64) ||
         !is_float(fmt->dq.dtype) || !is_float(fmt->dk.dtype) || !is_float(fmt->dv.dtype) ||
-        (want_db && !is_float(fmt->dbias.dtype)) || (want_ds && bound->dsinks.dtype != SMATTN_F64) ||
-        (want_ds && !is_float(fmt->dsinks.dtype)) || !is_float(pm->o_dtype) ||
+        (want_db && !is_float(fmt->dbias.dtype)) ||
+        (want_ds && (bound->dsinks.dtype != SMATTN_F64 || !is_float(fmt->dsinks.dtype))) ||
+        !is_float(pm->o_dtype) ||
         !is_float(pm->lse_dtype))
         return SMATTN_ERR_DTYPE;
     if (!pm_ok(&pm->fwd) || !pm_ok(&pm->bwd))
@@ -209,8 +210,9 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     ld *ov = malloc((size_t)Dv * sizeof *ov);
     ld *krow = malloc(nT * (size_t)D * sizeof *krow);
     ld *vrow = malloc(nT * (size_t)Dv * sizeof *vrow);
+    const size_t nbx = db_sum ? (size_t)(bx[0] * bx[1] * bx[2] * bx[3]) : 0;
     if (!bo || !bl || !a.kx || !a.vx || !a.ev || !a.cnt || !a.bad || !idx || !buf || !qd ||
-        !dov || !ov || !krow || !vrow || tsum_alloc(&tb, db_sum ? (size_t)(bx[0] * bx[1] * bx[2] * bx[3]) : 0) ||
+        !dov || !ov || !krow || !vrow || tsum_alloc(&tb, nbx) ||
         tsum_alloc(&ts, want_ds ? (size_t)Hq : 0)) {
         st = SMATTN_ERR_NOMEM;
         goto done;
@@ -617,7 +619,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
             }
 #undef DBK
     /* B12, B13: the sums */
-    for (int64_t k = 0; db_sum && k < bx[0] * bx[1] * bx[2] * bx[3]; k++) {
+    for (int64_t k = 0; k < (int64_t)nbx; k++) {
         int64_t j = k % bx[3], i = k / bx[3] % bx[2], h = k / bx[3] / bx[2] % bx[1],
                 b = k / bx[3] / bx[2] / bx[1];
         put(&bound->dbias, smattn__off4(bound->dbias.stride, b, h, i, j),

@@ -1565,16 +1565,17 @@ static int exact_bias_sum(bw_unit *u, const int64_t *tr, const int64_t *tj, int6
             mpfr_set_prec(e.c2, 2);
             mpfr_set_si(e.c2, -1, MPFR_RNDN);
             smattn__bwp_reset(&e.t2);
-            if (smattn__bwp_add_scaled(&e.t1, &L, e.c1) || smattn__bwp_add_scaled(&e.t1, &N, e.c2) ||
-                smattn__bwp_normalize(&e.t1) || smattn__bwp_push(&e.t2, row->texp[row->gid[jj]], e.one))
+            if (smattn__bwp_add_scaled(&e.t1, &L, e.c1) ||
+                smattn__bwp_add_scaled(&e.t1, &N, e.c2) || smattn__bwp_normalize(&e.t1) ||
+                smattn__bwp_push(&e.t2, row->texp[row->gid[jj]], e.one))
                 rc = -1;
             else if (!(rc = smattn__bwp_mul(&e.A, &e.t2, &e.t1, BW_TERM_CAP)) &&
                      smattn__bwp_add_scaled(&Ar, &e.A, e.one))
                 rc = -1;
         }
         m = m1;
-        if (!rc && (smattn__bwp_normalize(&Ar) ||
-                    (rc = smattn__bwp_mul(&e.Dn, &L, &L, BW_TERM_CAP))))
+        if (!rc &&
+            (smattn__bwp_normalize(&Ar) || (rc = smattn__bwp_mul(&e.Dn, &L, &L, BW_TERM_CAP))))
             break;
         if (!rc && Ar.n && acc_add(&acc, &Ar, &e.Dn, e.one))
             rc = -1;
@@ -1721,8 +1722,8 @@ static smattn_status bias_run(bw_unit *u, int64_t idx, long max_prec)
                 Rr += g6[5], A += fabs(g6[3]);
             }
             if (ok) {
-                double bound = (Rr * 1.01 + (double)(nt + 1) * 8 * 0x1p-106 * A) * 1.01 *
-                               (1 + 0x1p-40);
+                double bound =
+                    (Rr * 1.01 + (double)(nt + 1) * 8 * 0x1p-106 * A) * 1.01 * (1 + 0x1p-40);
                 done = smattn__ref_decide_dd(v.hi, v.lo, bound, out->dtype, &bits);
                 u->fast_elems += done;
             }
@@ -1836,13 +1837,12 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
             } else {
                 for (int64_t k = 0; k < u.ncap; k++)
                     mpfr_inits2(64, u.tl[k], u.th[k], (mpfr_ptr)0);
-                st = bias_unit >= 0 ? bias_run(&u, bias_unit, maxp)
-                                    : sink_run(&u, sink_head, maxp);
+                st = bias_unit >= 0 ? bias_run(&u, bias_unit, maxp) : sink_run(&u, sink_head, maxp);
             }
         }
     }
     if (sink_head < 0 && bias_unit < 0) { /* dsinks and dBias-sum units evaluate rows
-                                              * counted by their own units */
+                                           * counted by their own units */
         stats->rows += u.R;
         stats->rows_empty += u.empty_rows;
     }

@@ -547,8 +547,8 @@ static void sum_ws_clear(sum_ws *s)
         for (int64_t k = 0; k < s->n; k++)
             mpfr_clear(s->E[k]);
     free(s->E);
-    mpfr_clears(w->nlo, w->nhi, w->dlo, w->dhi, w->lo, w->hi, w->a, w->b, w->x, w->c, w->d,
-                w->tmp, w->B, w->shift, w->shd, w->f, s->slo, s->shi, (mpfr_ptr)0);
+    mpfr_clears(w->nlo, w->nhi, w->dlo, w->dhi, w->lo, w->hi, w->a, w->b, w->x, w->c, w->d, w->tmp,
+                w->B, w->shift, w->shd, w->f, s->slo, s->shi, (mpfr_ptr)0);
 }
 
 /* [slo, shi] encloses e^{-E_top} sum_k A_k / D_k at precision prec. */

@@ -763,8 +763,8 @@ START_TEST(gqa_far_keys)
             /* dS_0j > 0 for j > 0 (dP_j = 1 > Delta), dS_00 < 0: dK_jd has q_0d's sign or
              * the opposite, and rounds to zero */
             double want = copysign(0.0, j ? c.q[d] : -c.q[d]);
-            ck_assert_msg(bits64(c.dk[j * 2 + d]) == bits64(want), "dk[%" PRId64 "][%" PRId64
-                          "] = %a", j, d, c.dk[j * 2 + d]);
+            ck_assert_msg(bits64(c.dk[j * 2 + d]) == bits64(want),
+                          "dk[%" PRId64 "][%" PRId64 "] = %a", j, d, c.dk[j * 2 + d]);
         }
     for (int64_t j = 1; j < 14; j++)
         ck_assert_uint_eq(bits64(c.dv[j]), 0);
@@ -1134,9 +1134,11 @@ START_TEST(dbias_broadcast_sums)
                                 for (int64_t hh = 0; hh < H; hh++)
                                     for (int64_t ii = 0; ii < S; ii++)
                                         for (int64_t jj = 0; jj < T; jj++)
-                                            if ((st[0] == 0 || bb == b) && (st[1] == 0 || hh == h) &&
+                                            if ((st[0] == 0 || bb == b) &&
+                                                (st[1] == 0 || hh == h) &&
                                                 (st[2] == 0 || ii == i) && (st[3] == 0 || jj == j))
-                                                terms[n++] = full[((bb * H + hh) * S + ii) * T + jj];
+                                                terms[n++] =
+                                                    full[((bb * H + hh) * S + ii) * T + jj];
                             double got = out[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
                             ck_assert_msg(sum_rounded(terms, n, got),
                                           "variant %d (%lld,%lld,%lld,%lld): %a", v, (long long)b,
@@ -1154,8 +1156,8 @@ START_TEST(dbias_broadcast_sums)
             int empty = 1; /* a row the mask and causality leave empty sums to +0 */
             for (int64_t j = 0; j < T; j++)
                 empty &= c.mask[r * T + j] == 0 || j > r % S + T - S;
-            ck_assert_msg(bits64(out[r]) == bits64(empty ? 0.0 : c.dlse[r]), "row %lld: %a, dLSE %a",
-                          (long long)r, out[r], c.dlse[r]);
+            ck_assert_msg(bits64(out[r]) == bits64(empty ? 0.0 : c.dlse[r]),
+                          "row %lld: %a, dLSE %a", (long long)r, out[r], c.dlse[r]);
         }
         /* a `nan` empty row: NaN in every sum it enters */
         c.p.empty_rows = SMATTN_EMPTY_NAN;

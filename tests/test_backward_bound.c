@@ -267,9 +267,10 @@ static double sums_ratio(const bwcase *c, const smattn_backward_precision *m, in
 {
     const smattn_problem *p = &c->p;
     const int64_t S = p->S, T = p->T, Hq = p->Hq;
-    float *ps = malloc((size_t)Hq * sizeof(float)), *pb = malloc((size_t)(S * T) * sizeof(float));
-    double *es = malloc((size_t)Hq * sizeof(double)), *eb = malloc((size_t)(S * T) * sizeof(double));
-    double *bs = malloc((size_t)Hq * sizeof(double)), *bb = malloc((size_t)(S * T) * sizeof(double));
+    const size_t nh = (size_t)Hq, nst = (size_t)(S * T);
+    float *ps = malloc(nh * sizeof(float)), *pb = malloc(nst * sizeof(float));
+    double *es = malloc(nh * sizeof(double)), *eb = malloc(nst * sizeof(double));
+    double *bs = malloc(nh * sizeof(double)), *bb = malloc(nst * sizeof(double));
     plain_sums(c, bug, ps, pb);
     bwgrads ex, bd, fm;
     bwgrads_make(&ex, p, SMATTN_F64);
