@@ -14,7 +14,8 @@ from . import _api, _lib, _ragged
 
 Gradients = namedtuple("Gradients", ["dq", "dk", "dv", "dbias", "dsinks"])
 Gradients.__doc__ = """The gradients of reference_backward and attention_backward: dq, dk,
-dv in the layouts of q, k, v; dbias [B, Hq, S, T] (None unless the problem has a bias or
+dv in the layouts of q, k, v; dbias in the bias's own shape, summed over the dimensions it
+is broadcast along ([B, Hq, S, T] without a bias; None unless the problem has a bias or
 dbias=True asks for it); dsinks [Hq] (None unless the problem has sinks or dsinks=True asks
 for it)."""
 
@@ -70,6 +71,26 @@ class _Setup:
             _api._tensor(self.gin.dlse, g, _api._dtype_code(g, "dlse"), (0, 1, 2, None), b.keep)
         self.has_bias = bool(b.inputs.bias.data)
         self.has_sinks = bool(b.inputs.sinks.data)
+        # dBias in the bias's own shape (SPEC 10.1): NumPy's broadcast aligns it to the
+        # right of [B, Hq, S, T]; a dimension it broadcasts along is summed (stride 0)
+        self.bias_shape = self.shape_bias if b.batched else self.shape_bias[1:]
+        self.bias_sum = (False,) * 4
+        raw = problem.get("bias")
+        am = problem.get("attn_mask")
+        if raw is None and am is not None and _api._asarray(am, "attn_mask").dtype.kind == "f":
+            raw = am
+        if self.has_bias and raw is not None:
+            own = tuple(_api._asarray(raw, "bias").shape)
+            pad = (1,) * (4 - len(own)) + own
+            self.bias_sum = tuple(pad[k] == 1 and self.shape_bias[k] > 1 for k in range(4))
+            self.bias_shape = own
+
+    def bias_grad(self, code):
+        """A dBias array in the bias's own shape and its canonical [B, Hq, S, T] axes (a
+        summed dimension of extent 1, stride 0)."""
+        a = _grad_array(self.bias_shape, code)
+        full = tuple(1 if self.bias_sum[k] else n for k, n in enumerate(self.shape_bias))
+        return a, a.reshape(full)
 
     def outputs(self, codes, want_dbias, want_dsinks):
         """Fresh gradient arrays (dq, dk, dv, dbias, dsinks; codes: their dtypes) and the
@@ -82,8 +103,11 @@ class _Setup:
         _out(gout.dv, dv, codes[2], self.ax)
         db = ds = None
         if want_dbias:
-            db = _grad_array(self.shape_bias, codes[3])
-            _out(gout.dbias, db, codes[3], (0, 1, 2, 3))
+            db, view = self.bias_grad(codes[3])
+            _out(gout.dbias, view, codes[3], (0, 1, 2, 3))
+            for k in range(4):
+                if self.bias_sum[k]:
+                    gout.dbias.stride[k] = 0
         if want_dsinks:
             ds = _grad_array((self.b.Hq,), codes[4])
             _out(gout.dsinks, ds, codes[4], (0, None, None, None))
@@ -93,7 +117,6 @@ class _Setup:
         dq, dk, dv, db, ds = arrays
         if not self.b.batched:
             dq, dk, dv = dq[0], dk[0], dv[0]
-            db = db[0] if db is not None else None
         return Gradients(dq, dk, dv, db, ds)
 
 
@@ -114,10 +137,10 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
     of q, k and v). threads: 0 all cores.
 
     Returns Gradients(dq, dk, dv, dbias, dsinks): dq like q, dk like k, dv like v (dK and
-    dV summed over each KV head's group of query heads, SPEC 2.2), dbias [B, Hq, S, T]
-    (the full shape: a broadcast bias's gradient is its sum over the broadcast dimensions,
-    which the caller takes: dbias.sum(axis=..., keepdims=True)), dsinks [Hq]. Masked keys
-    get exactly +0. Errors as reference()'s, naming the argument."""
+    dV summed over each KV head's group of query heads, SPEC 2.2), dbias in the bias's own
+    shape (a broadcast bias's gradient is the exact sum over the dimensions it is broadcast
+    along, rounded once, SPEC 10.1; [B, Hq, S, T] when dbias=True without a bias), dsinks
+    [Hq]. Masked keys get exactly +0. Errors as reference()'s, naming the argument."""
     threads = _api._integer(threads, "threads", 32, minimum=0)
     su = _Setup("reference_backward", q, k, v, do, dlse, problem)
     code = _api._out_code(dtype, su.b)
@@ -265,7 +288,8 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
 
     dq, dk, dv: the kernel's gradients in the layouts of q, k, v, any float dtype (bfloat16
     as uint16 bit patterns or ml_dtypes); their dtypes are the outputs' rounding. dbias: the
-    full-shape gradient [B, Hq, S, T] (3-D inputs: [Hq, S, T]). dsinks: [Hq]. q, k, v, do,
+    gradient in the bias's own shape (summed over the dimensions it is broadcast along, as
+    reference_backward returns it; [B, Hq, S, T] without a bias). dsinks: [Hq]. q, k, v, do,
     dlse and the problem arguments: as for reference_backward(). precision: "float32",
     "float16", "bfloat16", "float64" (a plain kernel computing and storing O and LSE in that
     type: smattn_backward_precision_of), "opt" (smattn.attention_backward's model), or a
@@ -281,17 +305,18 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
     given = [("dQ", dq, su.shape_q, su.ax), ("dK", dk, su.shape_k, su.ax),
              ("dV", dv, su.shape_v, su.ax)]
     if dbias is not None:
-        given.append(("dBias", dbias, su.shape_bias, (0, 1, 2, 3)))
+        given.append(("dBias", dbias, su.bias_shape, (0, 1, 2, 3)))
     if dsinks is not None:
         given.append(("dSinks", dsinks, (b.Hq,), (0,)))
     got, codes = {}, {}
     for name, arr, shape, axes in given:
         a = _api._asarray(arr, name.lower())
-        want = shape if (b.batched or name == "dSinks") else shape[1:]
+        whole = b.batched or name in ("dSinks", "dBias")  # dBias: the bias's own shape
+        want = shape if whole else shape[1:]
         if tuple(a.shape) != tuple(want):
             raise ValueError("%s: shape %s, want %s" % (name.lower(), tuple(a.shape), list(want)))
         codes[name] = _api._dtype_code(a, name.lower())
-        got[name] = a if (b.batched or name == "dSinks") else a[None]
+        got[name] = a if whole else a[None]
     # the exact values (binary64) and the bounds, in the caller's layout
     want_db, want_ds = "dBias" in got, "dSinks" in got
     gexact, exact = su.outputs((_api.F64,) * 5, want_db, want_ds)
@@ -333,7 +358,7 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
             ix = np.unravel_index(int(np.argmax(r)), r.shape)
             if float(r[ix]) >= max_ratio:
                 max_ratio = float(r[ix])
-                pos = ix if (b.batched or name == "dSinks") else ix[1:]
+                pos = ix if (b.batched or name in ("dSinks", "dBias")) else ix[1:]
                 worst = _api.Element(name, tuple(int(x) for x in pos), float(c[ix]), float(e[ix]),
                                      float(bd[ix]))
                 if bad[ix] and first_bad is None:

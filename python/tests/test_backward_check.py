@@ -218,3 +218,53 @@ def test_backward_cases():
     assert any(c.dlse is not None for c in cs) and any(c.dlse is None for c in cs)
     with pytest.raises(TypeError, match="not a backward case"):
         fwd[0].check_backward(None, None, None)
+
+
+def test_broadcast_bias_gradient_in_its_own_shape():
+    """dbias of a broadcast bias: the exact sum over the dimensions it is broadcast along
+    (SPEC 10.1), in the bias's own shape; against the full-shape gradient summed."""
+    q, k, v, do = (x.astype(np.float64) for x in problem(seed=60))
+    full = (2, 4, 5, 7)
+    for shape in ((5, 7), (4, 1, 7), (2, 1, 1, 1), (1, 4, 5, 1), (7,)):
+        bias = rand(*shape, seed=61).astype(np.float64)
+        g = smattn.reference_backward(q, k, v, do, bias=bias, causal="lower_right",
+                                      dtype="float64")
+        assert g.dbias.shape == shape
+        f = smattn.reference_backward(q, k, v, do, bias=np.broadcast_to(bias, full).copy(),
+                                      causal="lower_right", dtype="float64")
+        pad = (1,) * (4 - len(shape)) + shape
+        axes = tuple(a for a in range(4) if pad[a] == 1 and full[a] > 1)
+        want = f.dbias.sum(axis=axes, keepdims=True).reshape(shape)
+        tol = 64 * np.finfo(np.float64).eps * np.abs(f.dbias).sum(axis=axes, keepdims=True)
+        assert np.all(np.abs(g.dbias - want) <= tol.reshape(shape) + 1e-300), shape
+    # over the keys, without dLSE or sinks, a row's sum is exactly +0 (SPEC 10.1)
+    g = smattn.reference_backward(q, k, v, do, bias=rand(2, 4, 5, 1, seed=62),
+                                  dtype="float64")
+    assert g.dbias.shape == (2, 4, 5, 1) and np.all(g.dbias == 0)
+    assert not np.any(np.signbit(g.dbias))
+    # float32 inputs and outputs, judged by check_backward in the bias's shape
+    q, k, v, do = problem(seed=63)
+    bias = rand(5, 7, seed=64)
+    g = smattn.reference_backward(q, k, v, do, bias=bias, dtype="float32")
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, bias=bias, dbias=g.dbias)
+    assert r.passed and r.elements == q.size + k.size + v.size + 5 * 7, str(r)
+    db = g.dbias.copy()
+    db[3, 2] += np.float32(0.01) * max(1.0, abs(float(db[3, 2])))
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, bias=bias, dbias=db)
+    assert not r.passed and r.worst.output == "dBias" and r.worst.index == (3, 2)
+    with pytest.raises(ValueError, match=r"dbias: shape \(2, 4, 5, 7\), want \[5, 7\]"):
+        smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, bias=bias,
+                              dbias=np.zeros((2, 4, 5, 7), np.float32))
+
+
+def test_dsinks_are_judged():
+    q, k, v, do = problem(seed=70)
+    sinks, dlse = rand(4, seed=71), rand(2, 4, 5, seed=72)
+    g = smattn.reference_backward(q, k, v, do, sinks=sinks, dlse=dlse, dtype="float32")
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, sinks=sinks, dlse=dlse,
+                              dsinks=g.dsinks)
+    assert r.passed and r.elements == q.size + k.size + v.size + 4, str(r)
+    ds = g.dsinks.copy()
+    ds[2] += np.float32(0.01)  # the sum cancels: its bound is ~1e-5 absolute
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, sinks=sinks, dlse=dlse, dsinks=ds)
+    assert not r.passed and r.worst.output == "dSinks" and r.worst.index == (2,)
