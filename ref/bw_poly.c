@@ -589,70 +589,100 @@ static void sum_enclose(sum_ws *s, const bw_poly *A, const bw_poly *D, mpfr_prec
 static int sum_sign(const bw_poly *A, const bw_poly *D, int64_t n, long max_prec, int depth,
                     long *prec_used, int *sg);
 
-/* sum_sign's split (above): n terms and one constant n0 / d0, the sign of that sum. */
+/* sum_sign's split (below): each term A_k / D_k = (a_k / d_k) e^{E_k} +
+ * (d_k A_k - a_k e^{E_k} D_k) / (d_k D_k), a_k and d_k the top coefficients of A_k and D_k
+ * and E_k the difference of their top exponents, so that e^{E_k} D_k's top cancels A_k's;
+ * the rational parts of equal E_k gather in one term (n / d) e^{E} over 1. Then the sign
+ * of that sum. 1 decided, 0 not, -1 memory. */
 static int sum_split(const bw_poly *A, const bw_poly *D, int64_t n, long max_prec, int depth,
                      long *prec_used, int *sg)
 {
-    bw_poly *A2 = calloc((size_t)n + 1, sizeof *A2), *D2 = calloc((size_t)n + 1, sizeof *D2);
-    mpfr_t n0, d0, t1, t2, one;
-    mpfr_inits2(MPFR_PREC_MIN, n0, d0, t1, t2, one, (mpfr_ptr)0);
-    mpfr_set_zero(n0, 1);
-    mpfr_set_ui(d0, 1, MPFR_RNDN);
-    mpfr_set_ui(one, 1, MPFR_RNDN);
-    int cancelled = 0, ret = -1;
-    if (!A2 || !D2)
+    const int64_t cap = 2 * n;
+    bw_poly *A2 = calloc((size_t)cap, sizeof *A2), *D2 = calloc((size_t)cap, sizeof *D2);
+    mpfr_t *En = calloc((size_t)n, sizeof *En), *Nn = calloc((size_t)n, sizeof *Nn),
+           *Dn = calloc((size_t)n, sizeof *Dn);
+    mpfr_t E, t1, t2, tau, zero;
+    mpfr_inits2(MPFR_PREC_MIN, E, t1, t2, tau, zero, (mpfr_ptr)0);
+    mpfr_set_zero(zero, 1);
+    int64_t ng = 0, m = n;
+    int any = 0, ret = -1;
+    if (!A2 || !D2 || !En || !Nn || !Dn)
         goto done;
-    for (int64_t k = 0; k <= n; k++)
+    for (int64_t k = 0; k < cap; k++)
         smattn__bwp_init(&A2[k]), smattn__bwp_init(&D2[k]);
+    for (int64_t k = 0; k < n; k++)
+        mpfr_inits2(MPFR_PREC_MIN, En[k], Nn[k], Dn[k], (mpfr_ptr)0);
     for (int64_t k = 0; k < n; k++) {
         if (A[k].n == 0)
             continue;
-        if (!mpfr_equal_p(A[k].t[0].tau, D[k].t[0].tau)) {
-            if (smattn__bwp_add_scaled(&A2[k], &A[k], one) ||
-                smattn__bwp_add_scaled(&D2[k], &D[k], one))
-                goto done;
-            continue;
-        }
+        any = 1;
         mpfr_srcptr a = A[k].t[0].c, d = D[k].t[0].c;
-        cancelled = 1;
-        mpfr_set_prec(t1, mpfr_get_prec(a));
-        mpfr_neg(t1, a, MPFR_RNDN);
-        if (smattn__bwp_add_scaled(&A2[k], &A[k], d) || smattn__bwp_add_scaled(&A2[k], &D[k], t1) ||
-            smattn__bwp_normalize(&A2[k]) || smattn__bwp_add_scaled(&D2[k], &D[k], d))
+        mpfr_set_prec(t1, mpfr_get_prec(D[k].t[0].tau));
+        mpfr_neg(t1, D[k].t[0].tau, MPFR_RNDN);
+        smattn__bw_exact_add(E, A[k].t[0].tau, t1);
+        /* A2 = d A - a e^E D, D2 = d D */
+        if (smattn__bwp_add_scaled(&A2[k], &A[k], d) || smattn__bwp_add_scaled(&D2[k], &D[k], d))
             goto done;
-        /* n0 / d0 += a / d */
-        smattn__bw_exact_mul(t1, n0, d);
-        smattn__bw_exact_mul(t2, a, d0);
-        smattn__bw_exact_add(n0, t1, t2);
-        smattn__bw_exact_mul(t1, d0, d);
-        mpfr_swap(t1, d0);
+        for (int64_t x = 0; x < D[k].n; x++) {
+            smattn__bw_exact_add(tau, D[k].t[x].tau, E);
+            smattn__bw_exact_mul(t1, D[k].t[x].c, a);
+            mpfr_set_prec(t2, mpfr_get_prec(t1));
+            mpfr_neg(t2, t1, MPFR_RNDN);
+            if (smattn__bwp_push(&A2[k], tau, t2))
+                goto done;
+        }
+        if (smattn__bwp_normalize(&A2[k]))
+            goto done;
+        /* (a / d) e^E into its group: n / d += a / d_k */
+        int64_t g = 0;
+        while (g < ng && !mpfr_equal_p(En[g], E))
+            g++;
+        if (g == ng) {
+            mpfr_set_prec(En[g], mpfr_get_prec(E));
+            mpfr_set(En[g], E, MPFR_RNDN);
+            mpfr_set_zero(Nn[g], 1);
+            mpfr_set_prec(Dn[g], 2);
+            mpfr_set_ui(Dn[g], 1, MPFR_RNDN);
+            ng++;
+        }
+        smattn__bw_exact_mul(t1, Nn[g], d);
+        smattn__bw_exact_mul(t2, a, Dn[g]);
+        smattn__bw_exact_add(Nn[g], t1, t2);
+        smattn__bw_exact_mul(t1, Dn[g], d);
+        mpfr_swap(t1, Dn[g]);
     }
-    if (!cancelled) {
+    if (!any) {
         ret = 0;
         goto done;
     }
-    mpfr_set_prec(t1, MPFR_PREC_MIN);
-    mpfr_set_zero(t1, 1);
-    if ((!mpfr_zero_p(n0) && smattn__bwp_push(&A2[n], t1, n0)) || smattn__bwp_push(&D2[n], t1, d0))
-        goto done;
-    ret = sum_sign(A2, D2, n + 1, max_prec, depth + 1, prec_used, sg);
+    for (int64_t g = 0; g < ng; g++) {
+        if (mpfr_zero_p(Nn[g]))
+            continue;
+        if (smattn__bwp_push(&A2[m], En[g], Nn[g]) || smattn__bwp_push(&D2[m], zero, Dn[g]))
+            goto done;
+        m++;
+    }
+    ret = sum_sign(A2, D2, m, max_prec, depth + 1, prec_used, sg);
 done:
     if (A2 && D2)
-        for (int64_t k = 0; k <= n; k++)
+        for (int64_t k = 0; k < cap; k++)
             smattn__bwp_clear(&A2[k]), smattn__bwp_clear(&D2[k]);
-    free(A2), free(D2);
-    mpfr_clears(n0, d0, t1, t2, one, (mpfr_ptr)0);
+    if (En && Nn && Dn)
+        for (int64_t k = 0; k < n; k++)
+            mpfr_clears(En[k], Nn[k], Dn[k], (mpfr_ptr)0);
+    free(A2), free(D2), free(En), free(Nn), free(Dn);
+    mpfr_clears(E, t1, t2, tau, zero, (mpfr_ptr)0);
     return ret;
 }
 
 /* The sign of sum_k A_k / D_k, known to be nonzero, into *sg. An enclosure that keeps
  * holding 0 is mostly a sum whose leading parts cancel exactly while the rest lies far below
  * them (scores spread over 2^70: e^{-2^70} is below MPFR's range, so no precision sees it).
- * Then the terms whose top exponents agree are split as A_k / D_k = a_k / d_k +
- * (d_k A_k - a_k D_k) / (d_k D_k) (a_k, d_k their top coefficients, d_k > 0): the rational
- * parts gather in one constant term and the rest starts below the cancelled tops, so the
- * next level's enclosure is scaled by the largest remaining exponent. The split is an exact
- * identity, so trying it early costs time, never correctness. 1 decided, 0 not, -1 memory. */
+ * Then each term is split (sum_split) into its leading part, a rational times e^{E_k}, and
+ * the rest, which starts below it: the leading parts of equal E_k gather (and cancel, if
+ * they do), so the next level's enclosure is scaled by the largest remaining exponent. The
+ * split is an exact identity, so trying it early costs time, never correctness. 1 decided,
+ * 0 not, -1 memory. */
 static int sum_sign(const bw_poly *A, const bw_poly *D, int64_t n, long max_prec, int depth,
                     long *prec_used, int *sg)
 {

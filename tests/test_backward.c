@@ -782,6 +782,42 @@ START_TEST(gqa_far_keys)
 }
 END_TEST
 
+/* dSinks across batches with far keys: three batches of one query (T = 14, the far keys of
+ * gqa_far_keys by batch), a sink at -2^61 below the top key, dLSE 1, -1, 0. Each batch's
+ * term e^{-2^61} (dLSE_b L_b - F_b) / L_b^2 (F_b the far keys' weights) is about +-1 or
+ * tiny times e^{-2^61}: the +-1 cancel exactly and the rest, -2 F_0 - F_2 + F_1^2 < 0 to
+ * leading order, is below MPFR's range; the three denominators put over one pass 2^18
+ * terms. The sign splits off the cancelling parts exactly: -0. */
+START_TEST(dsinks_far_keys_across_batches)
+{
+    static const int a[14] = {0, 4, 6, 20, 35, 52, 59, 77, 78, 86, 89, 99, 122, 127};
+    tc c;
+    tc_init(&c, 3, 1, 14, 1, 1, 2, 1, 44);
+    memset(c.k, 0, (size_t)nk(&c) * sizeof(double));
+    tc_add_bias(&c);
+    tc_add_sinks(&c);
+    tc_add_dlse(&c);
+    for (int64_t b = 0; b < 3; b++) {
+        c.dout[b] = 1;
+        c.dlse[b] = b == 0 ? 1 : b == 1 ? -1 : 0;
+        for (int64_t j = 0; j < 14; j++) {
+            c.v[b * 14 + j] = j ? 1 : 0;
+            c.bias[b * 14 + j] =
+                j ? -(0x1p60 * a[j] + 0x1p18 * (double)(b ? 1024 + 97 * b + 31 * j : 3 * j)) : 0;
+        }
+    }
+    c.sinks[0] = -0x1p61;
+    c.want_dsinks = 1;
+    for (int nofast = 0; nofast < 2; nofast++) {
+        g_no_fast = nofast;
+        ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+        ck_assert_msg(bits64(c.dsinks[0]) == bits64(-0.0), "dsinks %a", c.dsinks[0]);
+    }
+    g_no_fast = 0;
+    tc_free(&c);
+}
+END_TEST
+
 /* The same far keys: the GQA backward against its MHA expansion (K, V repeated per head):
  * dQ the same bits, and each dK, and the far keys' dV, the signed zero the expansion's
  * head 0 gives (the others' terms being e^{2^28} smaller). */
@@ -1373,6 +1409,7 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, trap_far_key_near_midpoint);
     tcase_add_test(tcs, gqa_far_keys);
     tcase_add_test(tcs, gqa_far_keys_mha_expansion);
+    tcase_add_test(tcs, dsinks_far_keys_across_batches);
     tcase_add_test(tcs, dsinks_traps);
     tcase_add_test(tcs, dk_sums_to_zero);
     tcase_add_test(tcs, masked_keys_exact_zero);
