@@ -663,16 +663,16 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         sp[nsp++].name = "dLSE";
     }
     /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required; dBias [B,Hq,S,T] and
-     * dSinks [Hq] optional. A dBias stride 0 on a dimension of extent > 1 would ask for the
-     * sum over it (a broadcast bias's own shape), not computed yet (SPEC 10.6). */
+     * dSinks [Hq] optional. A dBias stride 0 on a dimension asks for the sum over it (a
+     * broadcast bias's own shape, SPEC 10.1): the tensor then has extent 1 there. */
     int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
     int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
     int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
     int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
     int64_t ns[4] = {p->Hq, 1, 1, 1};
     for (int k = 0; gout->dbias.data && k < 4; k++)
-        if (gout->dbias.stride[k] == 0 && nb[k] > 1)
-            return SMATTN_ERR_UNSUPPORTED;
+        if (gout->dbias.stride[k] == 0)
+            nb[k] = 1;
     const smattn_out_tensor *ot[5] = {&gout->dq, &gout->dk, &gout->dv, &gout->dbias,
                                       &gout->dsinks};
     const int64_t *on[5] = {nq, nk, nv, nb, ns};

@@ -50,7 +50,8 @@ static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
 }
 
 /* A backward case: B (1 with rank 3), S 3, T 5, Hq 4, Hkv 2 (GQA), D 3, Dv 2, lower-right
- * causality, binary32 inputs; optionally a full bias, sinks and dLSE. */
+ * causality, binary32 inputs; optionally a bias (1: full; 2: [S, T], broadcast over B and
+ * Hq), sinks and dLSE. */
 enum { S_ = 3, T_ = 5, HQ = 4, HKV = 2, D_ = 3, DV = 2, BMAX = 2 };
 typedef struct bcase {
     int64_t B;
@@ -83,7 +84,9 @@ static void make_case(bcase *c, const char *dir, int rank, int bias, int sinks, 
     put(dir, "k.npy", SMATTN_NPY_F32, rank, sk + o, c->k);
     put(dir, "v.npy", SMATTN_NPY_F32, rank, sv + o, c->v);
     put(dir, "do.npy", SMATTN_NPY_F32, rank, sd + o, c->dout);
-    if (bias)
+    if (bias == 2)
+        put(dir, "bias.npy", SMATTN_NPY_F32, 2, sb + 2, c->b);
+    else if (bias)
         put(dir, "bias.npy", SMATTN_NPY_F32, rank, sb + o, c->b);
     if (sinks)
         put(dir, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){HQ}, c->s);
@@ -116,6 +119,8 @@ static void library(const bcase *c, smattn_dtype t, void *g[5])
         in.bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', in.bias.stride), SMATTN_OK);
     }
+    if (c->bias == 2) /* [S, T]: broadcast over B and Hq */
+        in.bias.stride[0] = in.bias.stride[1] = 0;
     if (c->sinks)
         in.sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
     gin.dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
@@ -135,6 +140,8 @@ static void library(const bcase *c, smattn_dtype t, void *g[5])
         g[k] = calloc((size_t)n[k], smattn_dtype_size(t));
         *slot[k] = (smattn_out_tensor){g[k], t, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(&p, roles[k], slot[k]->stride), SMATTN_OK);
+        if (k == 3 && c->bias == 2) /* dBias summed over B and Hq (SPEC 10.1) */
+            slot[k]->stride[0] = slot[k]->stride[1] = 0;
     }
     ck_assert_int_eq(smattn_ref_backward(&p, &in, &gin, &go, NULL, NULL), SMATTN_OK);
 }
@@ -249,6 +256,28 @@ START_TEST(ref_writes_gradients)
 }
 END_TEST
 
+/* A bias.npy of shape [S, T] broadcast over batches and heads: dbias.npy has its shape,
+ * the library's sums over B and Hq (SPEC 10.1), bit for bit. */
+START_TEST(ref_dbias_in_the_bias_shape)
+{
+    bcase bc;
+    char dir[256], out[256];
+    snprintf(dir, sizeof dir, "%s/cb", tmp);
+    snprintf(out, sizeof out, "%s/ob", tmp);
+    make_case(&bc, dir, 4, 2, 0, 0);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    void *g[5];
+    library(&bc, SMATTN_F32, g);
+    expect_file(out, "dbias.npy", 2, (int64_t[]){S_, T_}, g[3], 4);
+    char err[512] = "";
+    ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
+    for (int k = 0; k < 5; k++)
+        free(g[k]);
+}
+END_TEST
+
 /* A run into an OUT that holds gradients removes those it does not write as stale
  * (opt writes dq, dk, dv but neither dbias nor dsinks); gradients that the marker does not
  * list make the set not whole. */
@@ -259,7 +288,7 @@ START_TEST(gradients_in_the_set)
     snprintf(dir, sizeof dir, "%s/c", tmp);
     snprintf(out, sizeof out, "%s/o", tmp);
     make_case(&bc, dir, 4, 1, 1, 0);
-    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, NULL});
+    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype", "f32", NULL});
     ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
     ck_assert(exists(test_path(out, "dbias.npy")));
@@ -611,6 +640,7 @@ Suite *backward_cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, load_backward_case);
     tcase_add_test(tc, ref_writes_gradients);
+    tcase_add_test(tc, ref_dbias_in_the_bias_shape);
     tcase_add_test(tc, gradients_in_the_set);
     tcase_add_test(tc, bad_gradients_refused);
     tcase_add_test(tc, gen_backward);

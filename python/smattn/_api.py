@@ -35,7 +35,7 @@ _LAYOUTS = ("bshd", "bhsd")
 _ISAS = ("scalar", "avx2", "avx512")
 
 # Status codes (smattn.h, pinned) and the Python exception each becomes.
-_ERR_DTYPE, _ERR_NULL, _ERR_NOMEM, _ERR_UNSUPPORTED = 6, 1, 12, 15
+_ERR_DTYPE, _ERR_NULL, _ERR_NOMEM, _ERR_UNSUPPORTED, _ERR_OPTION = 6, 1, 12, 15, 11
 _TYPE_ERRORS = (_ERR_NULL, _ERR_DTYPE, _ERR_UNSUPPORTED)
 _RUNTIME_ERRORS = (13, 14, 17)  # precision limit, threads, internal
 

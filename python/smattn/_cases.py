@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _api, _lib, _ragged
 from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
+from ._backward import check_backward
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
               "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max",
@@ -74,11 +75,29 @@ class Case:
     out_dtype: str = "float32"
     shape: Dict[str, int] = field(default_factory=dict)
     _extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+    do: Optional[np.ndarray] = None
+    dlse: Optional[np.ndarray] = None
+
+    def check_backward(self, dq, dk, dv, dbias=None, dsinks=None, precision="float32",
+                       **overrides):
+        """A backward case (op "backward", cases(backward=True)): check_backward(dq, dk, dv,
+        self.q, self.k, self.v, self.do, dlse=self.dlse, layout=self.layout, **self.kwargs)
+        for the gradients of a kernel run as kernel_backward(case.q, case.k, case.v,
+        case.do, dlse=case.dlse, **case.kwargs)."""
+        if self.op != "backward":
+            raise TypeError("%s is not a backward case: take cases(backward=True)" % self.name)
+        kw = dict(self.kwargs, **overrides)
+        return check_backward(dq, dk, dv, self.q, self.k, self.v, self.do, dlse=self.dlse,
+                              dbias=dbias, dsinks=dsinks, precision=precision,
+                              layout=self.layout, **kw)
 
     def check(self, o=None, lse=None, p=None, precision="float32", **overrides):
         """check(o, self.q, self.k, self.v, layout=self.layout, **self.kwargs); for a
         softmax case check_softmax(p, self.x, **self.kwargs)."""
         kw = dict(self.kwargs, **overrides)
+        if self.op == "backward":
+            raise TypeError("%s is a backward case: judge the kernel's gradients with "
+                            "case.check_backward(dq, dk, dv)" % self.name)
         if self.op == "softmax":
             if o is not None:
                 raise TypeError("%s is a softmax case: it has no O; pass the kernel's P as "
@@ -159,7 +178,7 @@ def _cast(t, dtype):
 
 
 def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None,
-          regressions=None, categories=None):
+          regressions=None, categories=None, backward=False):
     """Yield the battery of `smattn conform --suite SUITE --seed SEED`, case for case and in
     its order, as Case objects: the golden vectors of SPEC 8, the fuzzer finds (category
     "regressions"), edge cases by category, random prefill / chunked / decode sweeps, and
@@ -173,7 +192,16 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     "bshd" or "bhsd", any case (views, no copy). vectors, regressions: the golden vectors'
     and the fuzzer finds' directories ("" for none; default: found in the source tree, the
     wheel, or the installed share/smattn, as `smattn conform` finds them). categories: only
-    cases of these categories (e.g. ["causal", "gqa"])."""
+    cases of these categories (e.g. ["causal", "gqa"]).
+
+    backward=True: the backward cases instead (SPEC 10): the battery's attention cases the
+    exact backward takes (dense layouts, no ALiBi), each with op "backward", the feature
+    "backward", a dO in O's shape and layout (case.do, drawn from seed and the case's
+    position, in the case's q dtype) and, every other case, a dLSE [B, Hq, S] (case.dlse,
+    else None). Run the kernel's backward on case.q, case.k, case.v, case.do (and
+    case.dlse) with case.kwargs and judge its gradients with case.check_backward(dq, dk,
+    dv); the fast one is smattn.attention_backward (float32 kwargs, finite inputs: skip
+    cases with garbage)."""
     layout = _layout(layout)
     if suite == "huge":  # stride-0 and sparse views over gigabytes of reserved memory
         raise ValueError("suite 'huge' runs through `smattn conform --suite huge` only: its "
@@ -200,7 +228,12 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
             cat = c.category.decode()
             if categories is not None and cat not in categories:
                 continue
-            yield _make_case(c, dtype, layout, seed, bat, idx)
+            if not backward:
+                yield _make_case(c, dtype, layout, seed, bat, idx)
+            elif (c.prob.op == 0 and not c.layout and not c.prob.alibi_mode
+                  and not c.prob.descale and c.kv_dtype <= 3 and c.q_dtype <= 3):
+                # the backward takes binary64/32/16 and bfloat16 inputs only (SPEC 10.6)
+                yield _backward_case(_make_case(c, dtype, layout, seed, bat, idx), idx, seed)
     finally:
         shim.smattn_py_battery_free(bat)
 
@@ -351,3 +384,21 @@ def _make_case(c, dtype, layout, seed, bat=None, idx=None):
     return Case(c.name.decode(), c.category.decode(), q, k, v, kw, feats, kvd,
                 bool(c.garbage), layout, seed, "softmax" if softmax else "attention", x, qd,
                 outd, dict(B=B, S=S, T=T, Hq=Hq, Hkv=Hkv, D=D, Dv=Dv))
+
+
+def _backward_case(case, idx, seed):
+    """An attention case made a backward case: dO (and every other case dLSE) from a
+    generator seeded by (seed, idx), in the dtype of the case's q."""
+    rng = np.random.default_rng([seed, idx])
+    sh = case.shape
+    if case.layout == "bshd":
+        o_shape = (sh["B"], sh["S"], sh["Hq"], sh["Dv"])
+    else:
+        o_shape = (sh["B"], sh["Hq"], sh["S"], sh["Dv"])
+    qd = case.q.dtype if case.q.dtype != np.uint16 else np.float32
+    case.do = rng.standard_normal(o_shape).astype(qd)
+    if idx % 2:
+        case.dlse = rng.standard_normal((sh["B"], sh["Hq"], sh["S"])).astype(qd)
+    case.op = "backward"
+    case.features = case.features + ["backward"]
+    return case
