@@ -406,6 +406,14 @@ START_TEST(gen_backward)
         }
         smattn_case c;
         ck_assert_msg(smattn_case_load(cdir, &c, err, sizeof err) == 0, "%s: %s", cdir, err);
+        if (c.in.q.dtype >= SMATTN_F8E4M3 || c.in.k.dtype >= SMATTN_F8E4M3 ||
+            c.in.v.dtype >= SMATTN_F8E4M3 || c.prob.descale) {
+            /* the backward takes no quantised input (SPEC 10.6): the case stays forward */
+            ck_assert_msg(!c.backward && !exists(test_path(cdir, "do.npy")), "%s", cdir);
+            smattn_case_free(&c);
+            without++;
+            continue;
+        }
         ck_assert_msg(c.backward && c.gin.dout.dtype == SMATTN_BF16, "%s", cdir);
         int64_t size = c.prob.B * c.prob.Hq * c.prob.S * c.prob.T * (c.prob.D + c.prob.Dv);
         if (size < best_size && c.in.bias.data)
@@ -429,7 +437,8 @@ START_TEST(gen_backward)
         with++;
     }
     json_object_put(man);
-    ck_assert_msg(with > 10 && without > 0, "%zu attention, %zu softmax cases", with, without);
+    ck_assert_msg(with > 10 && without > 0, "%zu backward cases, %zu softmax or quantised ones", with,
+                  without);
     ck_assert_msg(best[0], "no attention case with a bias");
     char res[300];
     snprintf(res, sizeof res, "%s/res", tmp);
