@@ -56,7 +56,8 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsub
 LIBS    := -lmpfr -lgmp -lm -pthread
 
 DEPS_BUILD := libmpfr-dev libgmp-dev libjson-c-dev zlib1g-dev pkg-config python3
-DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest parallel python3-yaml
+DEPS_CHECK := $(DEPS_BUILD) check man-db groff-base python3-numpy python3-pytest parallel python3-yaml \
+              clang
 
 LIB_SRC := $(wildcard core/*.c ref/*.c opt/*.c)
 IO_SRC  := $(wildcard io/*.c)
@@ -166,7 +167,8 @@ endif
 check-unit: tests check-fuzz-replay
 	$(call say,TEST,$(TESTBIN))CK_TIMEOUT_MULTIPLIER=$(CK_TIMEOUT_MULTIPLIER) \
 	  SMATTN_CLI=$(abspath $(CLI)) SMATTN_ROOT=$(CURDIR) $(TESTBIN)
-	$(if $(SAN)$(CHECK_UNIT_NO_EXTRA),,@$(MAKE) --no-print-directory check-reach check-shards check-man check-make check-examples)
+	$(if $(SAN)$(CHECK_UNIT_NO_EXTRA),,@$(MAKE) --no-print-directory check-reach check-shards check-man check-make check-examples \
+	  check-fuzz-clang)
 
 # The quick suite in 3 shards through GNU parallel (examples/at-scale/parallel.sh), merged,
 # against one unsharded run; gen's shards; the Slurm and Kubernetes recipes syntax-checked.

@@ -219,9 +219,14 @@ int main(int argc, char **argv)
     }
     if (runs < 1)
         runs = 1;
+    char la0[64], la1[64];
+    bench_loadavg(la0, sizeof la0);
     printf("layouts (SPEC 2.7), isa %s, threads %d, median of %d interleaved pairs:\n",
            cfg.isa ? cfg.isa : smattn_opt_isa(), cfg.threads, runs);
     int rc = bench_decode(&cfg, runs);
     rc |= bench_prefill(&cfg, runs);
+    bench_loadavg(la1, sizeof la1);
+    printf("  load average before: %s; after: %s (ratios from a loaded machine are not final)\n",
+           la0, la1);
     return rc;
 }

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +16,17 @@ double bench_now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void bench_loadavg(char *buf, size_t cap)
+{
+    double l[3];
+    FILE *f = fopen("/proc/loadavg", "r");
+    buf[0] = 0;
+    if (f && fscanf(f, "%lf %lf %lf", &l[0], &l[1], &l[2]) == 3)
+        snprintf(buf, cap, "%.2f %.2f %.2f", l[0], l[1], l[2]);
+    if (f)
+        fclose(f);
 }
 
 static int cmp_double(const void *a, const void *b)

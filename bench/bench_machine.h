@@ -44,6 +44,10 @@ size_t bench_kv_bytes(int t, size_t n);
 /* Wall-clock seconds (CLOCK_MONOTONIC). */
 double bench_now(void);
 
+/* The three load averages of /proc/loadavg ("1.02 0.87 0.55"; "" where there is none):
+ * printed beside times measured on a shared machine. */
+void bench_loadavg(char *buf, size_t cap);
+
 /* Sort n run times in increasing order (for medians and best times). */
 void bench_sort(double *x, size_t n);
 

@@ -63,7 +63,8 @@ static const char *usage_of(const char *cmd)
                "         [--force] OUT\n"
                "  --layout: attention cases with packed queries (cu_seqlens_q) and packed keys\n"
                "  (cu_seqlens_k), a paged cache (block_table.npy, pages of 16) or FlashInfer's\n"
-               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense\n"
+               "  kv_indptr/kv_indices/kv_last_page_len (SPEC 7.1); default dense. The layout\n"
+               "  cases keep their own (pages, HND, seqused_k), as conform hands them over\n"
                "  --backward: each attention case also gets do.npy, the gradient of O (uniform\n"
                "  in [-1, 1) in --dtype; SPEC 7.1, 10), so that 'smattn ref' writes its exact\n"
                "  dq.npy, dk.npy, dv.npy (dense layout only)\n";
@@ -431,9 +432,21 @@ static int run_conform(const opts *op, conform_baseline *base)
         conform_kernel_close(&k);
         return EXIT_USAGE;
     }
-    conform_result *res = calloc(b.n + mb.n ? b.n + mb.n : 1, sizeof *res);
+    conform_backward_battery bwb;
+    memset(&bwb, 0, sizeof bwb);
+    if (strcmp(o.suite, "huge") && conform_backward_battery_build(&bwb, o.suite, o.seed)) {
+        cli_error("conform", "out of memory");
+        conform_merge_battery_free(&mb);
+        conform_battery_free(&b);
+        conform_kernel_close(&k);
+        return EXIT_USAGE;
+    }
+    const size_t nbw = bwb.cases.n, nmb = mb.n;
+    conform_result *res = calloc(b.n + mb.n + nbw ? b.n + mb.n + nbw : 1, sizeof *res);
     if (!res) {
         cli_error("conform", "out of memory");
+        conform_backward_battery_free(&bwb);
+        conform_merge_battery_free(&mb);
         conform_battery_free(&b);
         conform_kernel_close(&k);
         return EXIT_USAGE;
@@ -449,6 +462,9 @@ static int run_conform(const opts *op, conform_baseline *base)
         todo += selected(o.only, b.cases[n].name) && conform_shard_has(&o.shard, b.cases[n].name);
     for (size_t n = 0; n < mb.n; n++)
         todo += selected(o.only, mb.cases[n].name) && conform_shard_has(&o.shard, mb.cases[n].name);
+    for (size_t n = 0; n < nbw; n++)
+        todo += selected(o.only, bwb.cases.cases[n].name) &&
+                conform_shard_has(&o.shard, bwb.cases.cases[n].name);
     for (size_t n = 0; n < b.n; n++) {
         if (!selected(o.only, b.cases[n].name) || !conform_shard_has(&o.shard, b.cases[n].name))
             continue;
@@ -498,6 +514,38 @@ static int run_conform(const opts *op, conform_baseline *base)
         r->index = (int64_t)(b.n + n);
     }
     conform_merge_battery_free(&mb);
+    /* the backward battery (SPEC 10), last: skipped by a kernel that does not export
+     * smattn_plugin_backward */
+    for (size_t n = 0; n < nbw; n++) {
+        const char *name = bwb.cases.cases[n].name;
+        if (!selected(o.only, name) || !conform_shard_has(&o.shard, name))
+            continue;
+        if (bar)
+            progress(nr, todo, name);
+        double left = o.time_budget > 0 ? o.time_budget - (cli_now_seconds() - t0) : HUGE_VAL;
+        conform_result *r = &res[nr++];
+        if (left <= 0 || hangs >= CONFORM_MAX_HANGS) { /* as the attention cases */
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "%s", name);
+            snprintf(r->category, sizeof r->category, "backward");
+            r->caps = bwb.cases.cases[n].caps;
+            r->status = CONFORM_SKIP;
+            if (hangs >= CONFORM_MAX_HANGS)
+                snprintf(r->reason, sizeof r->reason,
+                         "not run: the run stopped after %d cases in a row hung", hangs);
+            else
+                snprintf(r->reason, sizeof r->reason, "not run: the --time budget of %g s ran out",
+                         o.time_budget);
+        } else {
+            conform_run_backward_case(&k, &bwb, n, timeout < left ? timeout : left, capture, r);
+            if (r->status == CONFORM_FAIL && !strncmp(r->reason, "hang", 4))
+                hangs++;
+            else if (r->status != CONFORM_SKIP)
+                hangs = 0;
+        }
+        r->index = (int64_t)(b.n + nmb + n);
+    }
+    conform_backward_battery_free(&bwb);
     if (bar)
         progress(todo, todo, "");
     if (capture >= 0)

@@ -53,8 +53,11 @@ static const char opt_help[] =
     "  (smattn_attention, or smattn_softmax for x.npy; smattn_merge for a merge case) and\n"
     "  written in --dtype, as a set.\n"
     "  The kernel takes every input (q, k, v, x, bias, sinks) in f32, f16 or bf16 (q, k, v\n"
-    "  also fp8, without descales); an f64 input exits with 2. A backward case (do.npy)\n"
-    "  gets the forward's outputs only.\n"
+    "  also fp8, without descales); an f64 input exits with 2. A backward case (do.npy,\n"
+    "  optional dlse.npy) also gets dq.npy, dk.npy, dv.npy in --dtype from the fast\n"
+    "  backward (smattn_attention_backward, SPEC 10.8) reading the forward's O and LSE as\n"
+    "  written; no dbias.npy or dsinks.npy (the oracle's only); a non-finite input there\n"
+    "  exits with 2.\n"
     "options:\n"
     "  --dtype T     output dtype: f32 (default), f16, bf16 (written as '<u2' bits); f16\n"
     "                and bf16 are the f32 results rounded once (no f64: the kernel is f32)\n"
@@ -227,6 +230,24 @@ static int run_engine(engine eng, const run_args *ra, const smattn_case *c,
         smattn_opt_config cfg = {ra->threads, ra->isa};
         st = c->prob.op == SMATTN_OP_SOFTMAX ? smattn_softmax(&c->prob, &c->in, out, &cfg)
                                              : smattn_attention(&c->prob, &c->in, out, &cfg);
+        if (st == SMATTN_OK && g) {
+            /* FlashAttention-2's backward from the O and LSE just written (SPEC 10.8) */
+            smattn_forward_saved saved;
+            memset(&saved, 0, sizeof saved);
+            saved.o.data = out->o.data, saved.o.dtype = out->o.dtype;
+            saved.lse.data = out->lse.data, saved.lse.dtype = out->lse.dtype;
+            memcpy(saved.o.stride, out->o.stride, sizeof saved.o.stride);
+            memcpy(saved.lse.stride, out->lse.stride, sizeof saved.lse.stride);
+            st = smattn_attention_backward(&c->prob, &c->in, &saved, &c->gin, g, &cfg);
+            if (st != SMATTN_OK) {
+                snprintf(msg, len, "opt: kernel (backward): %s (%s)%s", smattn_status_str(st),
+                         smattn_status_name(st),
+                         st == SMATTN_ERR_UNSUPPORTED
+                             ? "; smattn ref writes the exact gradients of any case"
+                             : "");
+                return st == SMATTN_ERR_UNSUPPORTED ? EXIT_INPUT : cli_exit_code_of(st);
+            }
+        }
     }
     if (st == SMATTN_OK)
         return EXIT_OK;
@@ -261,8 +282,8 @@ static int cmd_run(engine eng, int argc, char **argv)
     unsigned which = SMATTN_CASE_OUT_O | SMATTN_CASE_OUT_LSE;
     if (ra.weights || c.prob.op == SMATTN_OP_SOFTMAX)
         which |= SMATTN_CASE_OUT_P;
-    /* the gradients of a backward case: the oracle's only (SPEC 7.1) */
-    const int backward = eng == ENGINE_REF && c.backward;
+    /* the gradients of a backward case: the oracle's, or the fast backward's (dq, dk, dv) */
+    const int backward = c.backward && (eng == ENGINE_REF || c.prob.op == SMATTN_OP_ATTENTION);
     /* outputs too large to hold are found from the headers, before the data are read */
     if (smattn_case_outputs_check(&c, ra.dtype, which, msg, sizeof msg) ||
         (backward && smattn_case_grads_check(&c, ra.dtype, msg, sizeof msg))) {
@@ -278,6 +299,13 @@ static int cmd_run(engine eng, int argc, char **argv)
     if (st == SMATTN_OK && backward &&
         (st = smattn_case_grads_alloc(&c, ra.dtype, &grads, msg, sizeof msg)) != SMATTN_OK)
         smattn_case_outputs_free(&out);
+    if (st == SMATTN_OK && backward && eng == ENGINE_OPT) {
+        /* the fast backward computes neither dBias nor dSinks (smattn.h) */
+        free(grads.dbias.data);
+        free(grads.dsinks.data);
+        memset(&grads.dbias, 0, sizeof grads.dbias);
+        memset(&grads.dsinks, 0, sizeof grads.dsinks);
+    }
     int rc = EXIT_OK;
     if (st != SMATTN_OK)
         rc = cli_fail(cli_exit_code_of(st), msg);

@@ -14,6 +14,7 @@
 #include "conform/conform.h"
 #include "io/case.h"
 #include "conform/battery_impl.h"
+#include "core/internal.h"
 #include "io/vector.h"
 
 /* ---- features ------------------------------------------------------------------------ */
@@ -38,9 +39,12 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "packed_kv",
                                         "paged_nhd",
                                         "paged_hnd",
-                                        [22] = "alibi_symmetric",
+                                        "descale_tensor",
+                                        "descale_head",
+                                        "alibi_symmetric",
                                         "alibi_one_sided",
-                                        "alibi_mask"};
+                                        "alibi_mask",
+                                        [25] = "backward_deterministic"};
 
 const char *conform_cap_name(unsigned bit)
 {
@@ -92,6 +96,13 @@ uint32_t conform_problem_caps(const smattn_problem *p, const smattn_inputs *in)
         c |= SMATTN_CAP_ALIBI_ONE_SIDED;
     if (p->alibi_mode == SMATTN_ALIBI_MASK)
         c |= SMATTN_CAP_ALIBI_MASK;
+    if (p->op == SMATTN_OP_ATTENTION && p->descale) { /* SPEC 2.9: factors other than 1 */
+        const smattn_descale *d = p->descale;
+        if (d->q != 1.0 || d->k != 1.0 || d->v != 1.0)
+            c |= SMATTN_CAP_DESCALE_TENSOR;
+        if (d->q_head || d->k_head || d->v_head)
+            c |= SMATTN_CAP_DESCALE_HEAD;
+    }
     if (p->layout) { /* a paged cache's kv_lens are the layout's own lengths (SPEC 2.7) */
         c |= conform_layout_caps(p->layout, in);
         if (p->layout->block_table)
@@ -700,6 +711,7 @@ int conform_battery_build_dirs(conform_battery *b, const char *suite, uint64_t s
     battery_alibi(&bd, full);
     battery_split(&bd, full);
     dtypes(&bd);
+    battery_quant(&bd, full);
     strides(&bd);
     battery_layouts(&bd, full);
     softmax(&bd);
@@ -751,6 +763,81 @@ static int view_extents(const smattn_problem *p, int t, int64_t ext[4])
     return 1;
 }
 
+/* The dtype tensor t (materialise's order: Q, K, V, X, bias, sinks) takes: kvdt for K and
+ * V, qdt for the others, except that the 8-bit floats are Q's only (SPEC 2.9): X, the bias
+ * and the sinks of an fp8 case stay binary32. */
+static smattn_dtype tensor_dtype(int t, smattn_dtype qdt, smattn_dtype kvdt)
+{
+    if (t == 1 || t == 2)
+        return kvdt;
+    if (t != 0 && (qdt == SMATTN_F8E4M3 || qdt == SMATTN_F8E5M2))
+        return SMATTN_F32;
+    return qdt;
+}
+
+static int is_block(smattn_dtype t)
+{
+    return smattn_dtype_block(t) > 1;
+}
+
+/* binary32 x as binary16 bits, little-endian at dst (the scale of a block). */
+static void put_f16(unsigned char *dst, float x)
+{
+    uint16_t h = 0;
+    smattn_store(&h, SMATTN_F16, 0, (double)x);
+    dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
+}
+
+/* v in [lo, hi] as an integer (NaN: lo), never an out-of-range conversion. */
+static int clamp_int(float v, int lo, int hi)
+{
+    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
+}
+
+/* x / d as the quantisers take it, x times 1/d in binary32; x / d where 1/d overflows (a
+ * block of subnormal binary32 values), whose infinity ggml would convert to int8. */
+static float scaled(double x, float d, float id)
+{
+    return isfinite(id) ? (float)x * id : (float)x / d;
+}
+
+/* One block of 32 values quantised as llama.cpp's reference quantisers do, in binary32
+ * (ggml quantize_row_q8_0_ref: d = amax / 127, q = round(x / d); quantize_row_q4_0_ref:
+ * d = max / -8 for the value of largest magnitude, nibble min(15, trunc(x / d + 8.5))),
+ * the scale stored as binary16. A block holding a NaN or an infinity (the garbage of
+ * invisible slots, SPEC 3.6) gets a NaN scale: every element of it decodes as NaN. */
+static void quantise_block(const double *x, smattn_dtype t, unsigned char *dst)
+{
+    float amax = 0.0f, max = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float v = (float)x[j];
+        finite &= isfinite(v) != 0;
+        if (fabsf(v) > amax)
+            amax = fabsf(v), max = v;
+    }
+    size_t size = smattn_dtype_size(t);
+    memset(dst, 0, size);
+    if (!finite) {
+        dst[0] = 0x00, dst[1] = 0x7e; /* binary16 quiet NaN */
+        return;
+    }
+    if (t == SMATTN_Q8_0) {
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_f16(dst, d);
+        for (int j = 0; j < SMATTN_QBLOCK; j++)
+            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(scaled(x[j], d, id)), -128, 127);
+        return;
+    }
+    const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(dst, d);
+    for (int j = 0; j < SMATTN_QBLOCK / 2; j++) {
+        int lo = clamp_int(scaled(x[j], d, id) + 8.5f, 0, 15),
+            hi = clamp_int(scaled(x[j + 16], d, id) + 8.5f, 0, 15);
+        dst[2 + j] = (unsigned char)(lo | hi << 4);
+    }
+}
+
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m)
 {
@@ -766,10 +853,17 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
     for (int t = 0; t < 6; t++) {
         if (!src[t]->data)
             continue;
-        smattn_dtype dt = (t == 1 || t == 2) ? kvdt : qdt;
+        smattn_dtype dt = tensor_dtype(t, qdt, kvdt);
         int64_t n = c->count[idx[t]];
         /* sparse: reserved, so that the memory the views never reach stays untouched */
         size_t bytes = (size_t)(n ? n : 1) * smattn_dtype_size(dt);
+        if (is_block(dt)) { /* whole blocks of the contiguous rows (SPEC 2.9) */
+            if (c->sparse || n % SMATTN_QBLOCK) {
+                conform_inst_free(m);
+                return -1;
+            }
+            bytes = (size_t)(n / SMATTN_QBLOCK) * smattn_dtype_size(dt);
+        }
         void *buf = c->sparse ? conform_map_zero(bytes) : malloc(bytes);
         if (!buf) {
             conform_inst_free(m);
@@ -786,6 +880,10 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
                             int64_t e = a * st[0] + i * st[1] + h * st[2] + d * st[3];
                             smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
                         }
+        } else if (is_block(dt)) {
+            for (int64_t k = 0; k < n / SMATTN_QBLOCK; k++)
+                quantise_block((const double *)src[t]->data + k * SMATTN_QBLOCK, dt,
+                               (unsigned char *)buf + (size_t)k * smattn_dtype_size(dt));
         } else {
             for (int64_t e = 0; e < n; e++)
                 smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
@@ -805,10 +903,40 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
                                    &c->in64.x, &c->in64.bias, &c->in64.sinks};
     static const int idx[6] = {T_Q, T_K, T_V, T_X, T_BIAS, T_SINKS};
     for (int t = 0; t < 6; t++) {
-        smattn_dtype dt = (t == 1 || t == 2) ? kvdt : qdt;
+        smattn_dtype dt = tensor_dtype(t, qdt, kvdt);
         if (!src[t]->data || dt == SMATTN_F64)
             continue;
         const double *d = src[t]->data;
+        if (is_block(dt)) {
+            /* a block's values are rounded to a grid of its largest (a small one next to a
+             * large one may become 0, as in the kernels): only a scale past binary16 or a
+             * whole block lost changes the case */
+            if (c->sparse || c->count[idx[t]] % SMATTN_QBLOCK) {
+                snprintf(why, cap, "%s is not stored as whole blocks of %d contiguous elements",
+                         names[t], SMATTN_QBLOCK);
+                return -1;
+            }
+            for (int64_t e = 0; e < c->count[idx[t]]; e += SMATTN_QBLOCK) {
+                unsigned char blk[64];
+                quantise_block(d + e, dt, blk);
+                double amax = 0.0, got = 0.0;
+                int finite = 1;
+                for (int j = 0; j < SMATTN_QBLOCK; j++) {
+                    finite &= isfinite(d[e + j]) != 0;
+                    amax = fmax(amax, fabs(d[e + j]));
+                    got = fmax(got, fabs(smattn_load(blk, dt, j)));
+                }
+                if (!finite || amax == 0.0 || (isfinite(got) && got != 0.0))
+                    continue;
+                snprintf(why, cap,
+                         "%s holds a block of largest magnitude %.3g, which %s in %s: the "
+                         "converted case would not be this case",
+                         names[t], amax, got == 0.0 ? "flushes to zero" : "overflows",
+                         smattn_dtype_name(dt));
+                return -1;
+            }
+            continue;
+        }
         int64_t ext[4];
         if (c->sparse && view_extents(&c->prob, t, ext)) {
             /* the view's elements only: each is random in a range every dtype holds */
@@ -861,4 +989,63 @@ void conform_inst_free(conform_inst *m)
         else
             free(m->owned[t]);
     memset(m, 0, sizeof *m);
+}
+
+int conform_inst_quantised(const conform_inst *m)
+{
+    const smattn_tensor *t[3] = {&m->in.q, &m->in.k, &m->in.v};
+    for (int k = 0; k < 3; k++)
+        if (t[k]->data && (t[k]->dtype == SMATTN_F8E4M3 || t[k]->dtype == SMATTN_F8E5M2 ||
+                           is_block(t[k]->dtype)))
+            return 1;
+    return m->prob.op == SMATTN_OP_ATTENTION && m->prob.descale != NULL;
+}
+
+int conform_inst_real(const conform_inst *m, conform_inst *tw)
+{
+    return conform_inst_real_forget(m, 0, tw);
+}
+
+int conform_inst_real_forget(const conform_inst *m, char forget, conform_inst *tw)
+{
+    memset(tw, 0, sizeof *tw);
+    tw->prob = m->prob;
+    tw->prob.descale = NULL;
+    tw->in = m->in;
+    const smattn_problem *p = &m->prob;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return 0;
+    const smattn_tensor *src[3] = {&m->in.q, &m->in.k, &m->in.v};
+    smattn_tensor *dst[3] = {&tw->in.q, &tw->in.k, &tw->in.v};
+    static const char role[3] = {'q', 'k', 'v'};
+    const int64_t G = p->Hq / p->Hkv;
+    for (int t = 0; t < 3; t++) {
+        if (!src[t]->data)
+            continue;
+        const int64_t ext[4] = {p->B, t ? p->T : p->S, t ? p->Hkv : p->Hq, t == 2 ? p->Dv : p->D};
+        const int64_t *st = src[t]->stride;
+        int64_t last = 0;
+        for (int a = 0; a < 4; a++)
+            last += ext[a] > 0 ? (ext[a] - 1) * (st[a] > 0 ? st[a] : 0) : 0;
+        double *d = malloc((size_t)(last + 1) * sizeof *d);
+        if (!d) {
+            conform_inst_free(tw);
+            return -1;
+        }
+        for (int64_t e = 0; e <= last; e++)
+            d[e] = (double)NAN;
+        for (int64_t b = 0; b < ext[0]; b++)
+            for (int64_t i = 0; i < ext[1]; i++)
+                for (int64_t h = 0; h < ext[2]; h++) {
+                    double f = role[t] == forget ? 1.0 : smattn__descale(p, role[t], b, t ? h : h / G);
+                    for (int64_t c = 0; c < ext[3]; c++) {
+                        int64_t o = b * st[0] + i * st[1] + h * st[2] + c * st[3];
+                        d[o] = smattn_load(src[t]->data, src[t]->dtype, o) * f;
+                    }
+                }
+        tw->owned[t] = d;
+        dst[t]->data = d;
+        dst[t]->dtype = SMATTN_F64;
+    }
+    return 0;
 }

@@ -294,6 +294,9 @@ void bat_case_free(conform_case *c)
         free(c->lay_arrays[k]);
     free(c->lay_table);
     free(c->slopes);
+    free(c->descale);
+    for (int k = 0; k < 3; k++)
+        free(c->descale_heads[k]);
 }
 
 float *bat_case_alibi(builder *bd, conform_case *c, smattn_alibi_mode mode, int per_batch,

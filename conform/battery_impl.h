@@ -67,6 +67,9 @@ void battery_layouts(builder *bd, int full);
 /* battery_alibi.c: ALiBi's category (SPEC 2.8). */
 void battery_alibi(builder *bd, int full);
 
+/* battery_quant.c: 8-bit and block-quantised inputs with descales (SPEC 2.9). */
+void battery_quant(builder *bd, int full);
+
 /* battery_split.c: split-KV consistency (SPEC 9.6). */
 void battery_split(builder *bd, int full);
 

@@ -29,12 +29,16 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
                 SMATTN_CAP_PACKED_Q | SMATTN_CAP_PACKED_KV | SMATTN_CAP_PAGED_NHD |
                 SMATTN_CAP_PAGED_HND |
                 /* ALiBi from slopes, every mode (SPEC 2.8) */
-                SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK;
+                SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
+                /* smattn_attention_backward: bitwise at any thread count (SPEC 10.8) */
+                SMATTN_CAP_BACKWARD_DETERMINISTIC;
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
-    info.q_dtypes = floats;
-    info.kv_dtypes = floats;
+    /* and fp8 Q, K and V, read exactly (SPEC 6.11: smattn's kernel) */
+    const uint32_t fp8 = SMATTN_DTYPE_BIT(SMATTN_F8E4M3) | SMATTN_DTYPE_BIT(SMATTN_F8E5M2);
+    info.q_dtypes = floats | fp8;
+    info.kv_dtypes = floats | fp8;
     info.out_dtypes = floats;
     info.max_head_dim = 0;
     info.empty_rows = SMATTN_EMPTY_ZERO;
@@ -73,6 +77,14 @@ int conform_builtin_merge(const smattn_merge_problem *p, const smattn_merge_inpu
 {
     smattn_opt_config cfg = {builtin_threads, NULL};
     return (int)smattn_merge(p, in, out, &cfg);
+}
+
+int conform_builtin_backward(const smattn_problem *p, const smattn_inputs *in,
+                             const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                             const smattn_grad_outputs *out)
+{
+    smattn_opt_config cfg = {builtin_threads, NULL};
+    return (int)smattn_attention_backward(p, in, saved, gin, out, &cfg);
 }
 
 smattn_precision conform_builtin_precision(const smattn_problem *p)

@@ -65,6 +65,7 @@ typedef struct conform_kernel {
     int has_softmax;         /* smattn_plugin_softmax is exported */
     int has_precision;       /* smattn_plugin_precision is exported (else info.precision) */
     int has_merge;           /* smattn_plugin_merge is exported (the merge battery runs) */
+    int has_backward;        /* smattn_plugin_backward is exported (the backward battery runs) */
 } conform_kernel;
 
 /* Load "builtin" (or NULL) or a .so path, describing it in a child that has `timeout`
@@ -81,6 +82,7 @@ typedef struct conform_entry {
     smattn_plugin_precision_fn precision; /* NULL: info.precision */
     smattn_plugin_threads_fn threads;     /* NULL: the plugin takes no thread count */
     smattn_plugin_merge_fn merge;         /* NULL: no merge entry */
+    smattn_plugin_backward_fn backward;   /* NULL: no backward entry */
 } conform_entry;
 int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, size_t errlen);
 /* 0 if a precision model is in range (SPEC 6.1), else -1 with one line in err. */
@@ -114,6 +116,9 @@ smattn_precision conform_builtin_precision(const smattn_problem *p);
 int conform_builtin_threads(int n);
 int conform_builtin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
                           const smattn_outputs *out);
+int conform_builtin_backward(const smattn_problem *p, const smattn_inputs *in,
+                             const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                             const smattn_grad_outputs *out);
 
 /* ---- the battery --------------------------------------------------------------------- */
 
@@ -150,6 +155,10 @@ typedef struct conform_case {
     int64_t split_at;      /* > 0: also run the keys [0, split_at) and [split_at, T) as two
                               problems and merge them (split-KV consistency, SPEC 9.6);
                               only on a plain non-causal problem without sinks */
+    /* Descales (SPEC 2.9, conform/battery_quant.c): prob.descale, owned with its per-head
+     * arrays [B][Hkv] (NULL: none). */
+    smattn_descale *descale;
+    double *descale_heads[3];
 } conform_case;
 
 typedef struct conform_battery {
@@ -200,6 +209,18 @@ void conform_unmap(void *p, size_t bytes);
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m);
 void conform_inst_free(conform_inst *m);
+/* Nonzero if instance m reads quantised inputs: Q, K or V in an 8-bit or block dtype, or
+ * descales (SPEC 2.9). */
+int conform_inst_quantised(const conform_inst *m);
+/* Its binary64 twin (SPEC 2.9): Q, K and V in binary64 with every element of their views
+ * decoded and multiplied by its factor (exact), slots outside the views NaN, the problem
+ * without descales; the other inputs shared with m (valid while m is). The oracle's
+ * outputs and the bound of the twin are those of m; the judge reads the twin. 0, or -1
+ * when out of memory. */
+int conform_inst_real(const conform_inst *m, conform_inst *tw);
+/* The same with the factors of tensor `forget` ('q', 'k' or 'v'; 0: none) taken as 1: the
+ * problem of a kernel that leaves that descale out (the judge's hint). */
+int conform_inst_real_forget(const conform_inst *m, char forget, conform_inst *tw);
 /* A layout case's inputs as the kernel is handed them (SPEC 2.7): from the dense instance
  * dense (conform_case_materialise of c), Q packed when c packs the queries, K and V packed
  * or in pages (every slot no sequence uses, and keys past seqused_k, holding NaN and
@@ -348,6 +369,34 @@ void conform_merge_battery_free(conform_merge_battery *mb);
 void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c, double timeout,
                             int capture_fd, conform_result *r);
 
+/* ---- the backward battery (backward_check.c, SPEC 10) ---------------------------------- */
+
+/* Forward cases of category "backward" (clean inputs: no garbage in invisible slots) and,
+ * per case, dO [B,S,Hq,Dv] and dLSE [B,Hq,S] (NULL: none) in binary64, contiguous. */
+typedef struct conform_backward_battery {
+    conform_battery cases;
+    double **dout, **dlse;
+    size_t cap;
+} conform_backward_battery;
+/* The cases of suite "quick" or "full" (a superset) for a seed. 0, or -1 out of memory. */
+int conform_backward_battery_build(conform_backward_battery *bb, const char *suite, uint64_t seed);
+void conform_backward_battery_free(conform_backward_battery *bb);
+/* Run case idx on k in a child: its forward (O and LSE in a dtype of info.out_dtypes), then
+ * smattn_plugin_backward from them (twice, on 1 and 2 threads, when k claims
+ * SMATTN_CAP_BACKWARD_DETERMINISTIC, the bits compared); judged by
+ * conform_judge_backward_result. A kernel without the entry, or not claiming the case's
+ * features or SMATTN_CAP_LSE, skips it. */
+void conform_run_backward_case(const conform_kernel *k, const conform_backward_battery *bb,
+                               size_t idx, double timeout, int capture_fd, conform_result *r);
+/* Judge got (dq, dk, dv) against smattn_ref_backward under smattn_backward_bound for pm
+ * (conform/judge_backward.c) into r: status, elements, mismatched, max_ratio, worst_*, and
+ * for a failure a reason naming the bug class (SPEC 10.1-10.2: an empty row given a NaN, a
+ * key no row sees given gradient, the GQA group not summed, softcap's derivative, Delta or
+ * dP, P itself), then the worst element. */
+void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs *in,
+                                   const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
+                                   const smattn_backward_precision *pm, conform_result *r);
+
 /* Split-KV consistency (SPEC 9.6): the kernel's own O and LSE over keys [0, t) (sp[0],
  * sin[0], sout[0]) and [t, T) (sp[1], ...), merged by the oracle (smattn_ref_merge), agree
  * with its attention over all keys (full) within the sum of the two bounds: the full
@@ -492,7 +541,8 @@ void conform_conventions_str(const smattn_plugin_info *info, char *out, size_t c
  * query and one key with its queries packed (cu_seqlens_q) and its keys packed
  * (cu_seqlens_k), paged (block_table.npy, pages of 16 in reverse order, NaN in unused
  * slots) or paged in FlashInfer's CSR form (SPEC 7.1): the same problem on every row a
- * sequence has. layout | CONFORM_GEN_BACKWARD (dense only) also writes each attention
+ * sequence has; a layout case (has_layout) is written in its own layout whichever of 1-3
+ * (conform_case_lay_out: its packing, seqused_k, pages, NHD or HND). layout | CONFORM_GEN_BACKWARD (dense only) also writes each attention
  * case's do.npy [B,S,Hq,Dv] (SPEC 7.1, 10: a backward case), uniform in [-1, 1) in dtype t
  * from the case's name and the seed. */
 #define CONFORM_GEN_BACKWARD 16

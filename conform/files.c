@@ -101,6 +101,53 @@ static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
     fprintf(f, "]");
 }
 
+/* The quantised inputs' lists ("fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0") and the descales
+ * ("q_descale", ... a number or B lists of Hkv; each a binary32, printed with 17 digits so
+ * that the number read back is exactly it) of case.json (SPEC 7.1, 2.9). */
+static void put_quant(FILE *f, const smattn_problem *p, const smattn_inputs *in)
+{
+    if (p->op != SMATTN_OP_ATTENTION)
+        return;
+    static const smattn_dtype kinds[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
+    static const char *const keys[4] = {"fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
+    const smattn_tensor *t[3] = {&in->q, &in->k, &in->v};
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int k = 0; k < 4; k++) {
+        int n = 0;
+        for (int a = 0; a < 3; a++) {
+            if (!t[a]->data || t[a]->dtype != kinds[k])
+                continue;
+            if (!n++)
+                fprintf(f, ",\n  \"%s\": [", keys[k]);
+            else
+                fprintf(f, ", ");
+            fprintf(f, "\"%s\"", names[a]);
+        }
+        if (n)
+            fprintf(f, "]");
+    }
+    const smattn_descale *d = p->descale;
+    if (!d)
+        return;
+    const double one[3] = {d->q, d->k, d->v};
+    const double *heads[3] = {d->q_head, d->k_head, d->v_head};
+    for (int a = 0; a < 3; a++) {
+        if (!heads[a]) {
+            if (one[a] != 1.0)
+                fprintf(f, ",\n  \"%s_descale\": %.17g", names[a], one[a]);
+            continue;
+        }
+        fprintf(f, ",\n  \"%s_descale\": [", names[a]);
+        for (int64_t b = 0; b < p->B; b++) {
+            fprintf(f, "%s[", b ? ", " : "");
+            for (int64_t g = 0; g < p->Hkv; g++)
+                fprintf(f, "%s%.17g", g ? ", " : "", heads[a][b * p->Hkv + g]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "]");
+    }
+}
+
 /* case.json with every option of the problem (SPEC 7.1). */
 static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
                            int bf16, int backward, char *err, size_t errlen)
@@ -121,13 +168,16 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
     put_alibi(f, p);
+    put_quant(f, p, in);
     if (bf16) {
         const char *names[7];
         int n = 0;
-        if (p->op == SMATTN_OP_ATTENTION)
-            names[n++] = "q", names[n++] = "k", names[n++] = "v";
-        else
+        if (p->op != SMATTN_OP_ATTENTION)
             names[n++] = "x";
+        else /* those of Q, K and V in bfloat16 (not quantised) */
+            for (int k = 0; k < 3; k++)
+                if ((k == 0 ? &in->q : k == 1 ? &in->k : &in->v)->dtype == SMATTN_BF16)
+                    names[n++] = k == 0 ? "q" : k == 1 ? "k" : "v";
         if (in->bias.data)
             names[n++] = "bias";
         if (in->sinks.data)
@@ -145,6 +195,8 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
 
 static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtype t, int layout,
                              char *err, size_t errlen);
+static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
+                                 smattn_dtype t, char *err, size_t errlen);
 
 /* do.npy [B,S,Hq,Dv] of a backward case (SPEC 7.1, 10.1): uniform in [-1, 1) like V, from
  * a stream of its own seeded by the case's name and the run's seed (the battery's streams
@@ -166,20 +218,55 @@ static int write_dout(const char *dir, const conform_case *c, const smattn_probl
     return rc;
 }
 
+/* The dtypes a case's Q (which 0) or K and V (1) are written in: the case's own 8-bit or
+ * block dtype (the quant category, SPEC 2.9), else gen's t. */
+static smattn_dtype gen_dtype(const conform_case *c, int which, smattn_dtype t)
+{
+    smattn_dtype own = which ? c->kv_dtype : c->q_dtype;
+    int quant = own == SMATTN_F8E4M3 || own == SMATTN_F8E5M2 ||
+                (which && (own == SMATTN_Q8_0 || own == SMATTN_Q4_0));
+    return quant ? own : t;
+}
+
+/* A .npy of Q, K or V in dtype dt: the float types as they are; fp8 as |u1 bit patterns of
+ * the same shape; q8_0 and q4_0 as |u1 raw blocks, the last dimension D / 32 blocks of
+ * bytes (SPEC 7.1, "Quantised arrays"). */
+static int write_qkv(const char *dir, const char *file, smattn_dtype dt, const int64_t shape[4],
+                     const void *data, char *err, size_t errlen)
+{
+    if (dt != SMATTN_F8E4M3 && dt != SMATTN_F8E5M2 && smattn_dtype_block(dt) == 1)
+        return write_array(dir, file, smattn_npy_type_of(dt), 4, shape, data, err, errlen);
+    int64_t s[4] = {shape[0], shape[1], shape[2], shape[3]};
+    if (smattn_dtype_block(dt) > 1)
+        s[3] = shape[3] / smattn_dtype_block(dt) * (int64_t)smattn_dtype_size(dt);
+    return write_array(dir, file, SMATTN_NPY_U8, 4, s, data, err, errlen);
+}
+
 static int write_case(const conform_case *c, const char *dir, smattn_dtype t, smattn_empty empty,
                       smattn_empty_lse empty_lse, int layout, uint64_t seed, char *err,
                       size_t errlen)
 {
     const int backward = (layout & CONFORM_GEN_BACKWARD) != 0;
     layout &= ~CONFORM_GEN_BACKWARD;
-    conform_inst m;
+    const smattn_dtype qdt = gen_dtype(c, 0, t), kvdt = gen_dtype(c, 1, t);
+    const int quant = qdt != t || kvdt != t;
+    conform_inst m, mq; /* mq: Q, K and V in their own dtypes (a quantised case), else m */
     if (conform_case_materialise(c, t, t, empty, empty_lse, &m)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (quant && conform_case_materialise(c, qdt, kvdt, empty, empty_lse, &mq)) {
+        conform_inst_free(&m);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (quant) /* the quantised Q, K and V with the other inputs in t */
+        m.in.q = mq.in.q, m.in.k = mq.in.k, m.in.v = mq.in.v;
     const smattn_problem *p = &m.prob;
-    if (layout && p->op == SMATTN_OP_ATTENTION) {
-        int lr = write_layout_case(dir, &m, t, layout, err, errlen);
+    if (layout && p->op == SMATTN_OP_ATTENTION && !quant) {
+        /* a layout case keeps its own layout; the others take --layout's rule */
+        int lr = c->has_layout ? write_own_layout_case(dir, c, &m, t, err, errlen)
+                               : write_layout_case(dir, &m, t, layout, err, errlen);
         if (lr <= 0) {
             conform_inst_free(&m);
             return lr;
@@ -190,9 +277,9 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
     int64_t v[4] = {p->B, p->T, p->Hkv, p->Dv}, x[4] = {p->B, p->Hq, p->S, p->T};
     int rc = make_dir(dir, err, errlen);
     if (!rc && p->op == SMATTN_OP_ATTENTION)
-        rc = write_array(dir, "q.npy", nt, 4, q, m.in.q.data, err, errlen) ||
-             write_array(dir, "k.npy", nt, 4, k, m.in.k.data, err, errlen) ||
-             write_array(dir, "v.npy", nt, 4, v, m.in.v.data, err, errlen);
+        rc = write_qkv(dir, "q.npy", m.in.q.dtype, q, m.in.q.data, err, errlen) ||
+             write_qkv(dir, "k.npy", m.in.k.dtype, k, m.in.k.data, err, errlen) ||
+             write_qkv(dir, "v.npy", m.in.v.dtype, v, m.in.v.data, err, errlen);
     else if (!rc)
         rc = write_array(dir, "x.npy", nt, 4, x, m.in.x.data, err, errlen);
     if (!rc && m.in.bias.data)
@@ -201,12 +288,15 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
         rc = write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, x, m.in.mask.data, err, errlen);
     if (!rc && m.in.sinks.data)
         rc = write_array(dir, "sinks.npy", nt, 1, &p->Hq, m.in.sinks.data, err, errlen);
-    const int grads = backward && p->op == SMATTN_OP_ATTENTION;
+    /* the backward takes no quantised input (SPEC 10): a quantised case stays forward */
+    const int grads = backward && p->op == SMATTN_OP_ATTENTION && !quant;
     if (!rc && grads)
         rc = write_dout(dir, c, p, t, seed, err, errlen);
     if (!rc)
         rc = write_case_json(dir, p, &m.in, t == SMATTN_BF16, grads, err, errlen);
     conform_inst_free(&m);
+    if (quant)
+        conform_inst_free(&mq);
     return rc ? -1 : 0;
 }
 
@@ -403,6 +493,129 @@ done:
     return rc;
 }
 
+/* A layout case (c->has_layout: conform/battery_layout.c) written in its own layout, as
+ * `smattn conform` hands it to a kernel claiming it (conform_case_lay_out): its own packing,
+ * seqused_k and dead keys, pages (page size, order, shared pages, spare table columns)
+ * and NHD or HND, with NaN and infinities in every slot no sequence uses; q_lens or
+ * kv_lens where the layout leaves Q or K/V dense. S and T become what the loader derives
+ * (the longest sequence's where packed or paged); bias and mask are cut to them. 1 when
+ * a packed tensor would be empty (the caller writes the case dense), 0 written, -1 with
+ * err. */
+static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
+                                 smattn_dtype t, char *err, size_t errlen)
+{
+    const smattn_layout *L = &c->layout;
+    const smattn_problem *p = &m->prob;
+    const int64_t B = p->B, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    const size_t es = smattn_dtype_size(t);
+    smattn_npy_type nt = smattn_npy_type_of(t);
+    if ((L->cu_seqlens_q && L->cu_seqlens_q[B] == 0) || (L->cu_seqlens_k && L->cu_seqlens_k[B] == 0))
+        return 1;
+    conform_inst lm;
+    if (conform_case_lay_out(c, m, &lm)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int64_t S2 = L->cu_seqlens_q ? 1 : p->S, T2 = L->cu_seqlens_k || L->block_table ? 1 : p->T;
+    int32_t *table = L->block_table ? malloc((size_t)(B * L->max_pages) * sizeof *table) : NULL;
+    unsigned char *cut[2] = {NULL, NULL};
+    int rc = -1;
+    if (L->block_table && !table)
+        goto nomem;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t Sb = p->q_lens ? p->q_lens[b] : p->S, Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+        if (L->cu_seqlens_q && Sb > S2)
+            S2 = Sb;
+        if ((L->cu_seqlens_k || L->block_table) && Tb > T2)
+            T2 = Tb;
+        for (int64_t col = 0; table && col < L->max_pages; col++)
+            table[b * L->max_pages + col] = L->block_table[b * L->bt_stride + col];
+    }
+    /* bias and mask cut to [B, Hq, S', T'] */
+    const smattn_tensor *bm[2] = {&m->in.bias, &m->in.mask};
+    for (int n = 0; n < 2; n++) {
+        if (!bm[n]->data)
+            continue;
+        size_t bes = n ? 1 : es;
+        if (!(cut[n] = malloc((size_t)(B * Hq * S2 * T2) * bes)))
+            goto nomem;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t i = 0; i < S2; i++)
+                    copy_row(cut[n] + (size_t)(((b * Hq + h) * S2 + i) * T2) * bes,
+                             (const unsigned char *)bm[n]->data +
+                                 (size_t)(b * bm[n]->stride[0] + h * bm[n]->stride[1] +
+                                          i * bm[n]->stride[2]) *
+                                     bes,
+                             T2, bm[n]->stride[3], bes);
+    }
+    const int64_t tq = L->cu_seqlens_q ? L->cu_seqlens_q[B] : 0;
+    const int64_t tk = L->cu_seqlens_k ? L->cu_seqlens_k[B] : 0, ps = L->page_size;
+    int64_t sq[4] = {B, p->S, Hq, D}, sk[4] = {B, p->T, Hkv, D}, sv[4] = {B, p->T, Hkv, Dv};
+    int rq = 4, rk = 4;
+    if (L->cu_seqlens_q)
+        sq[0] = tq, sq[1] = Hq, sq[2] = D, rq = 3;
+    if (L->cu_seqlens_k) {
+        sk[0] = sv[0] = tk, sk[1] = sv[1] = Hkv, sk[2] = D, sv[2] = Dv, rk = 3;
+    } else if (L->block_table) { /* [num_pages, page_size, Hkv, .] or HND [.., Hkv, page_size, .] */
+        sk[0] = sv[0] = L->num_pages;
+        sk[1] = sv[1] = c->kv_hnd ? Hkv : ps;
+        sk[2] = sv[2] = c->kv_hnd ? ps : Hkv;
+        sk[3] = D, sv[3] = Dv;
+    }
+    const int64_t sbm[4] = {B, Hq, S2, T2}, st[2] = {B, L->max_pages};
+    rc = make_dir(dir, err, errlen) ||
+         write_array(dir, "q.npy", nt, rq, sq, lm.in.q.data, err, errlen) ||
+         write_array(dir, "k.npy", nt, rk, sk, lm.in.k.data, err, errlen) ||
+         write_array(dir, "v.npy", nt, rk, sv, lm.in.v.data, err, errlen) ||
+         (table && write_array(dir, "block_table.npy", SMATTN_NPY_I32, 2, st, table, err, errlen)) ||
+         (cut[0] && write_array(dir, "bias.npy", nt, 4, sbm, cut[0], err, errlen)) ||
+         (cut[1] && write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, sbm, cut[1], err, errlen)) ||
+         (m->in.sinks.data && write_array(dir, "sinks.npy", nt, 1, &p->Hq, m->in.sinks.data, err, errlen));
+    if (!rc) {
+        char path[FPATH];
+        (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            snprintf(err, errlen, "%s: cannot write", path);
+            rc = -1;
+            goto done;
+        }
+        fprintf(f,
+                "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
+                "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
+                p->scale, causal_names[p->causal], (long long)p->window_left,
+                (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
+                empty_lse_names[p->empty_lse]);
+        if (L->cu_seqlens_q)
+            put_list(f, "cu_seqlens_q", L->cu_seqlens_q, B + 1);
+        else if (p->q_lens)
+            put_list(f, "q_lens", p->q_lens, B);
+        if (L->cu_seqlens_k) {
+            put_list(f, "cu_seqlens_k", L->cu_seqlens_k, B + 1);
+            if (L->seqused_k)
+                put_list(f, "seqused_k", L->seqused_k, B);
+        } else if (p->kv_lens)
+            put_list(f, "kv_lens", p->kv_lens, B);
+        if (L->block_table && c->kv_hnd)
+            fprintf(f, ",\n  \"kv_layout\": \"HND\"");
+        put_alibi(f, p);
+        if (t == SMATTN_BF16)
+            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s]", cut[0] ? ", \"bias\"" : "",
+                    m->in.sinks.data ? ", \"sinks\"" : "");
+        fprintf(f, "\n}\n");
+        rc = conform_file_close(f, path, err, errlen) ? -1 : 0;
+    }
+    goto done;
+nomem:
+    snprintf(err, errlen, "out of memory");
+    rc = -1;
+done:
+    conform_inst_free(&lm);
+    free(table), free(cut[0]), free(cut[1]);
+    return rc;
+}
+
 /* Remove path and everything below it (symbolic links removed, never followed). */
 static int remove_tree(const char *path)
 {
@@ -512,7 +725,8 @@ long conform_gen_write(const conform_battery *b, const char *out, smattn_dtype t
         if (c->strided) /* files are contiguous: these cases would repeat others */
             continue;
         char name[sizeof c->name], why[400];
-        if (conform_case_dtype_fits(c, t, t, why, sizeof why)) { /* listed, not written */
+        if (conform_case_dtype_fits(c, gen_dtype(c, 0, t), gen_dtype(c, 1, t), why, sizeof why) ||
+            conform_case_dtype_fits(c, t, t, why, sizeof why)) { /* listed, not written */
             json_object *e = json_object_new_object();
             json_object_object_add(e, "name", json_object_new_string(c->name));
             json_object_object_add(e, "reason", json_object_new_string(why));
@@ -647,8 +861,45 @@ static void put_name(const char *file, char *err, size_t errlen)
     }
 }
 
+static int read_array(const char *dir, const char *file, int rank, const int64_t w[4],
+                      const int64_t stride[4], const char *const *names, smattn_npy *a,
+                      smattn_out_tensor *got, char *err, size_t errlen);
+
 static int read_output(const char *dir, const char *file, const smattn_case *c, int t,
                        smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
+{
+    int64_t w[4], stride[4];
+    int rank = smattn_case_out_layout(c, t, w, stride);
+    static const char *const dn[3][4] = {
+        {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
+    static const char *const packed[2][3] = {{"total_q", "Hq", "Dv"}, {"Hq", "total_q", ""}};
+    const char *const *names = c->packed_q && t < 2 ? packed[t] : dn[t] + (c->rank == 3);
+    return read_array(dir, file, rank, w, stride, names, a, got, err, errlen);
+}
+
+/* A gradient of a backward case (t: 0 dq [B,S,Hq,D], 1 dk [B,T,Hkv,D], 2 dv [B,T,Hkv,Dv];
+ * 3-D without B in the case's 3-D convention), as read_output. */
+static int read_grad(const char *dir, const char *file, const smattn_case *c, int t,
+                     smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
+{
+    const smattn_problem *p = &c->prob;
+    const int64_t n[3][4] = {{p->B, p->S, p->Hq, p->D}, {p->B, p->T, p->Hkv, p->D},
+                             {p->B, p->T, p->Hkv, p->Dv}};
+    static const char *const dn[3][4] = {
+        {"B", "S", "Hq", "D"}, {"B", "T", "Hkv", "D"}, {"B", "T", "Hkv", "Dv"}};
+    int64_t w[4], stride[4];
+    stride[3] = 1;
+    for (int k = 2; k >= 0; k--)
+        stride[k] = stride[k + 1] * n[t][k + 1];
+    const int drop = c->rank == 3;
+    for (int k = drop; k < 4; k++)
+        w[k - drop] = n[t][k];
+    return read_array(dir, file, 4 - drop, w, stride, dn[t] + drop, a, got, err, errlen);
+}
+
+static int read_array(const char *dir, const char *file, int rank, const int64_t w[4],
+                      const int64_t stride[4], const char *const *names, smattn_npy *a,
+                      smattn_out_tensor *got, char *err, size_t errlen)
 {
     char path[FPATH];
     if (!has_entry(dir, file))
@@ -657,12 +908,6 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
         snprintf(err, errlen, "%s: the path is too long", file);
         return -1;
     }
-    int64_t w[4], stride[4];
-    int rank = smattn_case_out_layout(c, t, w, stride);
-    static const char *const dn[3][4] = {
-        {"B", "S", "Hq", "Dv"}, {"B", "Hq", "S", ""}, {"B", "Hq", "S", "T"}};
-    static const char *const packed[2][3] = {{"total_q", "Hq", "Dv"}, {"Hq", "total_q", ""}};
-    const char *const *names = c->packed_q && t < 2 ? packed[t] : dn[t] + (c->rank == 3);
     /* The header first, checked against the case; the data only then (a wrong 2 GiB o.npy
      * was read whole before its shape was looked at). */
     if (smattn_npy_read_header(path, a, err, errlen)) {
@@ -714,7 +959,7 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     }
     got->data = a->data;
     got->dtype = dt;
-    memcpy(got->stride, stride, sizeof stride);
+    memcpy(got->stride, stride, sizeof got->stride);
     return 0;
 }
 
@@ -843,6 +1088,65 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
     smattn_case_twin_free(&tw);
 }
 
+/* The gradients a backward case's directory holds (dq.npy, dk.npy, dv.npy: all three or
+ * none), judged against smattn_ref_backward under smattn_backward_bound (SPEC 10.7) for
+ * the model pm in both passes, O and LSE stored in the dtypes of o.npy and lse.npy; the
+ * verdict joined to the forward's in r (a forward failure is reported first). */
+static void check_grads(const char *dir, const smattn_case *c, const smattn_outputs *fwd,
+                        const smattn_precision *pm, conform_result *r)
+{
+    static const char *const files[3] = {"dq.npy", "dk.npy", "dv.npy"};
+    smattn_npy arr[3];
+    memset(arr, 0, sizeof arr);
+    smattn_grad_outputs got;
+    memset(&got, 0, sizeof got);
+    smattn_out_tensor *gt[3] = {&got.dq, &got.dk, &got.dv};
+    char err[400];
+    int present = 0, missing = -1, bad = 0;
+    for (int t = 0; t < 3 && !bad; t++) {
+        int rc = read_grad(dir, files[t], c, t, &arr[t], gt[t], err, sizeof err);
+        if (rc < 0) {
+            r->status = CONFORM_FAIL;
+            snprintf(r->reason, sizeof r->reason, "%s", err);
+            bad = 1;
+        } else if (rc > 0) {
+            missing = missing < 0 ? t : missing;
+        } else {
+            present++;
+        }
+    }
+    if (!bad && present && missing >= 0) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "%s missing: the gradients are judged together (dq.npy, dk.npy and dv.npy, "
+                 "or none)",
+                 files[missing]);
+    } else if (!bad && present == 3) {
+        smattn_backward_precision bpm;
+        bpm.fwd = *pm;
+        bpm.bwd = *pm;
+        bpm.o_dtype = fwd->o.data ? fwd->o.dtype : SMATTN_F32;
+        bpm.lse_dtype = fwd->lse.data ? fwd->lse.dtype : bpm.o_dtype;
+        conform_result g;
+        memset(&g, 0, sizeof g);
+        conform_judge_backward_result(&c->prob, &c->in, &c->gin, &got, &bpm, &g);
+        r->elements += g.elements;
+        r->mismatched += g.mismatched;
+        r->nonfinite += g.nonfinite;
+        if (g.max_ratio > r->max_ratio || g.max_ratio != g.max_ratio)
+            r->max_ratio = g.max_ratio;
+        if (g.status == CONFORM_FAIL && r->status != CONFORM_FAIL) {
+            r->status = CONFORM_FAIL;
+            r->worst_out = -1;
+            r->worst_got = g.worst_got, r->worst_exact = g.worst_exact;
+            r->worst_bound = g.worst_bound;
+            snprintf(r->reason, sizeof r->reason, "gradients: %.490s", g.reason);
+        }
+    }
+    for (int t = 0; t < 3; t++)
+        smattn_npy_free(&arr[t]);
+}
+
 static void check_one(const char *dir, const char *name, const char *category,
                       const smattn_precision *pm, const char *skip, const conform_sample *sample,
                       conform_result *r)
@@ -906,8 +1210,22 @@ static void check_one(const char *dir, const char *name, const char *category,
     else if (!bad && (st = smattn_validate(p, &c.in, &got)) != SMATTN_OK) {
         snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
                  smattn_status_name(st));
-    } else if (!bad)
-        conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding outside */
+    } else if (!bad) {
+        /* quantised inputs (SPEC 2.9): judged as the binary64 twin of the real values */
+        conform_inst qi, tw;
+        memset(&qi, 0, sizeof qi);
+        qi.prob = c.prob, qi.in = c.in;
+        if (!conform_inst_quantised(&qi))
+            conform_judge_rows(p, &c.in, &got, pm, 0, 0, sample, r); /* .npy: no padding */
+        else if (conform_inst_real(&qi, &tw))
+            snprintf(r->reason, sizeof r->reason, "out of memory decoding the quantised inputs");
+        else {
+            conform_judge_rows(&tw.prob, &tw.in, &got, pm, 0, 0, sample, r);
+            conform_inst_free(&tw);
+        }
+    }
+    if (!bad && c.backward && !c.has_layout && p->op == SMATTN_OP_ATTENTION)
+        check_grads(dir, &c, &got, pm, r);
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);
     smattn_case_free(&c);

@@ -47,3 +47,14 @@ int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs
 {
     return conform_builtin_merge(p, in, out);
 }
+
+/* The backward (SPEC 10): smattn_attention_backward from the forward's saved O and LSE. */
+int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
+                           const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                           const smattn_grad_outputs *out);
+int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
+                           const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                           const smattn_grad_outputs *out)
+{
+    return conform_builtin_backward(p, in, saved, gin, out);
+}

@@ -85,8 +85,18 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
                  who, info->q_dtypes, info->kv_dtypes, info->out_dtypes);
         return -1;
     }
-    uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, and ALiBi's */
-                     SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK;
+    const uint32_t blocks = SMATTN_DTYPE_BIT(SMATTN_Q8_0) | SMATTN_DTYPE_BIT(SMATTN_Q4_0);
+    if (info->q_dtypes & blocks) { /* no case would ever hand them over: say so */
+        snprintf(err, errlen,
+                 "%s: claims q8_0 or q4_0 for Q (q_dtypes 0x%x); SPEC 2.9 has the block "
+                 "formats for K and V only (kv_dtypes)",
+                 who, info->q_dtypes);
+        return -1;
+    }
+    uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, 20-25 */
+                     SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD |
+                     SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
+                     SMATTN_CAP_BACKWARD_DETERMINISTIC;
     if (info->caps & ~known) {
         snprintf(err, errlen,
                  "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,
@@ -119,6 +129,7 @@ typedef struct desc_msg {
     char name[64], version[64];
     int has_softmax, has_precision;
     int has_merge;
+    int has_backward;
 } desc_msg;
 
 /* Stages the child announces on the pipe before the message, so that a crash or hang is
@@ -211,6 +222,7 @@ static void describe_child(const char *path, int fd)
         m.has_precision = prec != NULL;
         void *mg = dlsym(h, SMATTN_PLUGIN_MERGE_SYMBOL);
         m.has_merge = mg != NULL;
+        m.has_backward = dlsym(h, SMATTN_PLUGIN_BACKWARD_SYMBOL) != NULL;
         const char *missing = !describe ? SMATTN_PLUGIN_DESCRIBE_SYMBOL
                               : !att    ? SMATTN_PLUGIN_ATTENTION_SYMBOL
                                         : NULL;
@@ -304,6 +316,7 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
         k->has_softmax = 1;
         k->has_precision = 1;
         k->has_merge = 1;
+        k->has_backward = 1;
         return take_info(k, conform_builtin_describe(SMATTN_PLUGIN_ABI_VERSION), "builtin", err,
                          errlen);
     }
@@ -377,6 +390,7 @@ int conform_kernel_open(const char *spec, double timeout, conform_kernel *k, cha
         k->has_softmax = m.has_softmax;
         k->has_precision = m.has_precision;
         k->has_merge = m.has_merge;
+        k->has_backward = m.has_backward;
         return take_info(k, &k->info, who, err, errlen);
     }
     if (hung)
@@ -407,6 +421,7 @@ int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, si
         e->precision = conform_builtin_precision;
         e->threads = conform_builtin_threads;
         e->merge = conform_builtin_merge;
+        e->backward = conform_builtin_backward;
         return 0;
     }
     dlerror();
@@ -421,6 +436,7 @@ int conform_kernel_bind(const conform_kernel *k, conform_entry *e, char *err, si
     SYM_AS(smattn_plugin_precision_fn, h, SMATTN_PLUGIN_PRECISION_SYMBOL, e->precision);
     SYM_AS(smattn_plugin_threads_fn, h, SMATTN_PLUGIN_THREADS_SYMBOL, e->threads);
     SYM_AS(smattn_plugin_merge_fn, h, SMATTN_PLUGIN_MERGE_SYMBOL, e->merge);
+    SYM_AS(smattn_plugin_backward_fn, h, SMATTN_PLUGIN_BACKWARD_SYMBOL, e->backward);
     if (!e->attention) {
         snprintf(err, errlen, "missing symbol %s", SMATTN_PLUGIN_ATTENTION_SYMBOL);
         return -1;

@@ -247,6 +247,41 @@ static const char *unclaimed(const conform_kernel *k, const conform_case *c, cha
     return NULL;
 }
 
+/* A failed case with descales (SPEC 2.9): if the outputs pass as those of the problem with
+ * one tensor's factors left out (taken as 1), the reason says so first. */
+static void descale_hint(const conform_inst *m, const smattn_outputs *out,
+                         const smattn_precision *pm, unsigned flags, int strided,
+                         const conform_sample *sample, conform_result *r)
+{
+    static const char which[3] = {'q', 'k', 'v'};
+    static const char *const names[3] = {"Q", "K", "V"};
+    for (int t = 0; t < 3; t++) {
+        conform_inst alt;
+        if (conform_inst_real_forget(m, which[t], &alt))
+            return;
+        conform_result *ar = malloc(sizeof *ar);
+        if (!ar) {
+            conform_inst_free(&alt);
+            return;
+        }
+        memset(ar, 0, sizeof *ar);
+        conform_judge_rows(&alt.prob, &alt.in, out, pm, flags, strided, sample, ar);
+        conform_inst_free(&alt);
+        int follows = ar->status == CONFORM_PASS;
+        free(ar);
+        if (!follows)
+            continue;
+        char first[380]; /* the judge's sentence, cut to leave room for the hint */
+        memcpy(first, r->reason, sizeof first - 1);
+        first[sizeof first - 1] = '\0';
+        snprintf(r->reason, sizeof r->reason,
+                 "descale: the outputs follow the %s descale left out (every factor 1), not "
+                 "the problem's; %s",
+                 names[t], first);
+        return;
+    }
+}
+
 void conform_run_case(const conform_kernel *k, const conform_case *c, double timeout,
                       int capture_fd, conform_result *r)
 {
@@ -342,8 +377,10 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
     }
     /* split-KV (SPEC 9.6): the keys [0, t) and [t, T) as two problems of their own (K and V
      * from key t on for the second), each writing O and LSE */
-    const int64_t t_split =
-        att && (!sample || sample->k <= 0) && c->split_at > 0 && c->split_at < p->T && n[1] ? c->split_at : 0;
+    const int64_t t_split = att && (!sample || sample->k <= 0) && c->split_at > 0 &&
+                                    c->split_at < p->T && n[1] && !conform_inst_quantised(&m)
+                                ? c->split_at
+                                : 0;
     guarded gs[2][2];
     memset(gs, 0, sizeof gs);
     smattn_problem sp[2];
@@ -534,10 +571,23 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
     }
     double secs = r->seconds;
     const unsigned flags = (k->info.caps & SMATTN_CAP_SINK_IN_MAX) ? SMATTN__BOUND_SINK_IN_MAX : 0u;
+    /* quantised inputs (SPEC 2.9): judged as the binary64 twin holding the real values */
+    conform_inst tw;
+    memset(&tw, 0, sizeof tw);
+    if (!c->has_layout && conform_inst_quantised(&m) && conform_inst_real(&m, &tw)) {
+        snprintf(r->reason, sizeof r->reason,
+                 "could not run: the checker ran out of memory decoding the quantised inputs");
+        goto done;
+    }
     if (c->has_layout)
         conform_judge_layout(p, &m.in, kp, &out, &pm, flags, c->strided, sample, r);
-    else
+    else if (tw.prob.B) {
+        conform_judge_rows(&tw.prob, &tw.in, &out, &pm, flags, c->strided, sample, r);
+        if (r->status == CONFORM_FAIL && m.prob.descale)
+            descale_hint(&m, &out, &pm, flags, c->strided, sample, r);
+    } else
         conform_judge_rows(p, &m.in, &out, &pm, flags, c->strided, sample, r); /* keeps output */
+    conform_inst_free(&tw);
     r->seconds = secs;
     if (t_split && r->status == CONFORM_PASS) {
         if (rep->split != 2) {

@@ -79,6 +79,58 @@ typedef struct bmodel {
     ld u, us, up, om, eps_f, l_f, phi, Omega;
 } bmodel;
 
+/* Sums of terms over rows (dBias over a broadcast bias's dimensions, dSinks over a head's
+ * batches and queries): the exact sum, the terms' errors and majorants, the evaluation's
+ * slack (its largest relative rs times the sum of majorants), the count, a term with no
+ * finite bound. */
+typedef struct tsum {
+    ld *x, *e, *m, *em, *rs;
+    int64_t *cnt;
+    unsigned char *bad;
+} tsum;
+
+static int tsum_alloc(tsum *t, size_t n)
+{
+    t->x = calloc(n ? n * 5 : 1, sizeof(ld));
+    t->cnt = calloc(n ? n : 1, sizeof(int64_t));
+    t->bad = calloc(n ? n : 1, 1);
+    if (!t->x || !t->cnt || !t->bad)
+        return -1;
+    t->e = t->x + n, t->m = t->e + n, t->em = t->m + n, t->rs = t->em + n;
+    return 0;
+}
+
+static void tsum_free(tsum *t)
+{
+    free(t->x), free(t->cnt), free(t->bad);
+}
+
+/* Add a term of exact value x, error e, evaluation majorant em (times rs). */
+static void tsum_add(tsum *t, size_t k, ld x, ld e, ld em, ld rs)
+{
+    t->x[k] += x;
+    t->e[k] += e;
+    t->m[k] += fabsl(x) + e;
+    t->em[k] += em;
+    t->rs[k] = fmaxl(t->rs[k], rs);
+    t->cnt[k]++;
+}
+
+/* SPEC 10.7 B12: a sum of N terms in any order (each through at most N - 1 additions),
+ * rounded once to f. */
+static double tsum_bound(const tsum *t, size_t k, const bmodel *m, const ofmt *f)
+{
+    if (t->bad[k])
+        return HUGE_VAL;
+    if (!t->cnt[k])
+        return 0; /* no term: an exact +0 */
+    const ld N = (ld)t->cnt[k], gN = gam(N, m->u);
+    if (!(t->m[k] * (1 + gN) < m->Omega))
+        return HUGE_VAL;
+    ld E = t->e[k] + gN * t->m[k] + 2 * N * m->om;
+    return publish(E, t->x[k], t->rs[k] * t->em[k], f);
+}
+
 /* Per (b, key, KV head) accumulators of dK (D columns) and dV (Dv columns). */
 typedef struct acc {
     ld *kx, *ke, *km, *vx, *ve, *vm, *ev; /* exact, error, majorant; ev: evaluation slack */
@@ -94,23 +146,24 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
 {
     if (!prob || !in || !gin || !pm || !fmt || !bound)
         return SMATTN_ERR_NULL;
-    if (bound->dsinks.data)
-        return SMATTN_ERR_UNSUPPORTED; /* SPEC 10.7: dSinks is not bounded yet */
     smattn_status st = smattn__validate_backward(prob, in, gin, bound);
     if (st)
         return st;
-    const int want_db = bound->dbias.data != NULL;
+    const int want_db = bound->dbias.data != NULL, want_ds = bound->dsinks.data != NULL;
     if (bound->dq.dtype != SMATTN_F64 || bound->dk.dtype != SMATTN_F64 ||
         bound->dv.dtype != SMATTN_F64 || (want_db && bound->dbias.dtype != SMATTN_F64) ||
         !is_float(fmt->dq.dtype) || !is_float(fmt->dk.dtype) || !is_float(fmt->dv.dtype) ||
-        (want_db && !is_float(fmt->dbias.dtype)) || !is_float(pm->o_dtype) ||
+        (want_db && !is_float(fmt->dbias.dtype)) ||
+        (want_ds && (bound->dsinks.dtype != SMATTN_F64 || !is_float(fmt->dsinks.dtype))) ||
+        !is_float(pm->o_dtype) ||
         !is_float(pm->lse_dtype))
         return SMATTN_ERR_DTYPE;
     if (!pm_ok(&pm->fwd) || !pm_ok(&pm->bwd))
         return SMATTN_ERR_OPTION;
     const ofmt fq = out_format(fmt->dq.dtype), fk = out_format(fmt->dk.dtype),
                fv = out_format(fmt->dv.dtype),
-               fb = out_format(want_db ? fmt->dbias.dtype : SMATTN_F64);
+               fb = out_format(want_db ? fmt->dbias.dtype : SMATTN_F64),
+               fs = out_format(want_ds ? fmt->dsinks.dtype : SMATTN_F64);
     bmodel m;
     m.u = (ld)pm->bwd.u_acc;
     m.us = (ld)pm->bwd.u_score;
@@ -132,6 +185,17 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     double *bl = malloc((size_t)(B * Hq * S) * sizeof *bl);
     acc a;
     memset(&a, 0, sizeof a);
+    /* dBias summed over the dimensions of stride 0 (its extents 1 there), and dSinks */
+    int64_t bx[4] = {B, Hq, S, T};
+    int db_sum = 0;
+    for (int k = 0; want_db && k < 4; k++)
+        if (bound->dbias.stride[k] == 0) {
+            db_sum |= bx[k] > 1;
+            bx[k] = 1;
+        }
+    tsum tb, ts;
+    memset(&tb, 0, sizeof tb);
+    memset(&ts, 0, sizeof ts);
     const size_t nkv = (size_t)(B * T * Hkv);
     a.kx = calloc(nkv * (size_t)D * 3, sizeof(ld));
     a.vx = calloc(nkv * (size_t)Dv * 3, sizeof(ld));
@@ -146,8 +210,10 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     ld *ov = malloc((size_t)Dv * sizeof *ov);
     ld *krow = malloc(nT * (size_t)D * sizeof *krow);
     ld *vrow = malloc(nT * (size_t)Dv * sizeof *vrow);
+    const size_t nbx = db_sum ? (size_t)(bx[0] * bx[1] * bx[2] * bx[3]) : 0;
     if (!bo || !bl || !a.kx || !a.vx || !a.ev || !a.cnt || !a.bad || !idx || !buf || !qd ||
-        !dov || !ov || !krow || !vrow) {
+        !dov || !ov || !krow || !vrow || tsum_alloc(&tb, nbx) ||
+        tsum_alloc(&ts, want_ds ? (size_t)Hq : 0)) {
         st = SMATTN_ERR_NOMEM;
         goto done;
     }
@@ -176,6 +242,10 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     const ld gDv = gam((ld)Dv, m.u);
     const int has_dlse = gin->dlse.data != NULL;
 
+/* the summed dBias element of (b, h, i, j) */
+#define DBK(b_, h_, i_, j_)                                                                    \
+    ((size_t)((((bx[0] > 1 ? (b_) : 0) * bx[1] + (bx[1] > 1 ? (h_) : 0)) * bx[2] +             \
+               (bx[2] > 1 ? (i_) : 0)) * bx[3] + (bx[3] > 1 ? (j_) : 0)))
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
             const int64_t g = smattn__kv_head(prob, h);
@@ -213,9 +283,15 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                 double vq = 0;
                 for (int64_t d = 0; d < D; d++)
                     put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d), 0);
-                if (want_db)
+                if (want_db && !db_sum)
                     for (int64_t j = 0; j < T; j++)
                         put(&bound->dbias, smattn__off4(bound->dbias.stride, b, h, i, j), 0);
+                if (want_ds && in->sinks.data && i < smattn__q_len(prob, b)) {
+                    double sv = smattn_load(in->sinks.data, in->sinks.dtype,
+                                            in->sinks.stride[0] * h);
+                    if (isnan(sv) || sv == HUGE_VAL)
+                        ts.bad[h] = 1; /* a NaN sink: dsink_h NaN (SPEC 10.1) */
+                }
                 if (nk + has_sink == 0) { /* empty (SPEC 10.2) */
                     const int64_t Tb = smattn__kv_len(prob, b);
                     if (prob->empty_rows == SMATTN_EMPTY_NAN) {
@@ -224,7 +300,9 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                                 HUGE_VAL);
                         for (int64_t j = 0; j < T; j++) {
                             a.bad[(b * T + j) * Hkv + g] = 1;
-                            if (want_db)
+                            if (db_sum)
+                                tb.bad[DBK(b, h, i, j)] = 1;
+                            else if (want_db)
                                 put(&bound->dbias,
                                     smattn__off4(bound->dbias.stride, b, h, i, j), HUGE_VAL);
                         }
@@ -255,6 +333,34 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                         for (int64_t d = 0; d < D; d++)
                             put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d),
                                 HUGE_VAL);
+                    if (want_ds && !nanrow) { /* B13: dLSE_i times P_sink = exp(zeta - LSE) */
+                        const ld BL = (ld)bl[(b * Hq + h) * S + i];
+                        ld dl = has_dlse ? ldload(&gin->dlse,
+                                                  smattn__off4(gin->dlse.stride, b, h, i, 0))
+                                         : 0;
+                        if (!(BL < HUGE_VALL) || !isfinite(dl)) {
+                            ts.bad[h] = 1;
+                        } else {
+                            /* P_sink = 1 exactly; the kernel's from the stored LSE, Delta
+                             * = dO . O_hat with O = +0 within B_O */
+                            ld xs = BL + m.u * BL;
+                            ld eP1 = p_expm1(1, 0, xs + m.l_f) + m.om;
+                            const double *BO = bo + ((b * S + i) * Hq + h) * Dv;
+                            ld eD = 0, dOO = 0;
+                            for (int64_t cc = 0; cc < Dv; cc++) {
+                                ld dv_ = ldload(&gin->dout,
+                                                smattn__off4(gin->dout.stride, b, i, h, cc));
+                                if (!isfinite(dv_) || !(BO[cc] < HUGE_VAL))
+                                    ts.bad[h] = 1;
+                                eD += fabsl(dv_) * (ld)BO[cc];
+                                dOO += fabsl(dv_) * (ld)BO[cc];
+                            }
+                            eD += gDv * dOO + (ld)Dv * m.om;
+                            ld ey = eD + m.u * (fabsl(dl) + eD) + m.om, ay = fabsl(dl) + ey;
+                            ld et = eP1 * ay + ey + m.u * (1 + eP1) * ay + m.om;
+                            tsum_add(&ts, (size_t)h, dl, et, ay + et, EVAL_UNIT * 64);
+                        }
+                    }
                     continue;
                 }
                 /* Load the row's data; non-finite data makes the row's gradients NaN
@@ -302,10 +408,14 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                         put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d), HUGE_VAL);
                     for (int64_t t = 0; t < nk; t++) {
                         a.bad[(b * T + idx[t]) * Hkv + g] = 1;
-                        if (want_db)
+                        if (db_sum)
+                            tb.bad[DBK(b, h, i, idx[t])] = 1;
+                        else if (want_db)
                             put(&bound->dbias,
                                 smattn__off4(bound->dbias.stride, b, h, i, idx[t]), HUGE_VAL);
                     }
+                    if (want_ds && has_sink)
+                        ts.bad[h] = 1;
                     continue;
                 }
                 /* Exact scores, P, LSE, O, dP and Delta in long double (SPEC 10.7 B11). */
@@ -401,12 +511,33 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                     eW[t] = eU + m.up * (fabsl(dU[t]) + eU) + m.om; /* rounded to u_p */
                     if (want_db) {
                         ld eb = eS[t] + m.up * (fabsl(dS[t]) + eS[t]);
-                        double vb = row_ovf ? HUGE_VAL
-                                            : publish(eb, dS[t],
-                                                      rs * (fabsl(p[t]) * ax + eb), &fb);
-                        put(&bound->dbias, smattn__off4(bound->dbias.stride, b, h, i, idx[t]),
-                            vb);
+                        if (db_sum) { /* B12: a term of the sum */
+                            size_t k = DBK(b, h, i, idx[t]);
+                            tsum_add(&tb, k, dS[t], eb, fabsl(p[t]) * ax + eb, rs);
+                            if (row_ovf)
+                                tb.bad[k] = 1;
+                        } else {
+                            double vb = row_ovf ? HUGE_VAL
+                                                : publish(eb, dS[t],
+                                                          rs * (fabsl(p[t]) * ax + eb), &fb);
+                            put(&bound->dbias,
+                                smattn__off4(bound->dbias.stride, b, h, i, idx[t]), vb);
+                        }
                     }
+                }
+                /* B13: the row's term of dsink_h, P_sink (dLSE - Delta), P_sink from the
+                 * stored LSE as B1 with an exact score, Delta from the stored O (B3) */
+                if (want_ds && has_sink) {
+                    ld ps = expl(zeta - Mp) / L, lps = zeta - lse;
+                    ld xs = BL + m.u * (fabsl(lps) + BL);
+                    ld ePs = p_expm1(ps, lps, xs + m.l_f) + m.om;
+                    ld y = dlse - Delta;
+                    ld ey = eDelta + m.u * (fabsl(dlse) + fabsl(Delta) + eDelta) + m.om;
+                    ld ay = fabsl(y) + ey;
+                    ld et = ePs * ay + ps * ey + m.u * (ps + ePs) * ay + m.om;
+                    tsum_add(&ts, (size_t)h, ps * y, et, ps * ay + et, rs);
+                    if (row_ovf)
+                        ts.bad[h] = 1;
                 }
                 /* B7: dQ = scale sum_j dU_j k_j, n terms in any order */
                 const ld gn = gam((ld)nk, m.u);
@@ -486,8 +617,19 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                     put(&bound->dv, smattn__off4(bound->dv.stride, b, j, g, cc), v);
                 }
             }
+#undef DBK
+    /* B12, B13: the sums */
+    for (int64_t k = 0; k < (int64_t)nbx; k++) {
+        int64_t j = k % bx[3], i = k / bx[3] % bx[2], h = k / bx[3] / bx[2] % bx[1],
+                b = k / bx[3] / bx[2] / bx[1];
+        put(&bound->dbias, smattn__off4(bound->dbias.stride, b, h, i, j),
+            tsum_bound(&tb, (size_t)k, &m, &fb));
+    }
+    for (int64_t h = 0; want_ds && h < Hq; h++)
+        put(&bound->dsinks, h * bound->dsinks.stride[0], tsum_bound(&ts, (size_t)h, &m, &fs));
     st = SMATTN_OK;
 done:
+    tsum_free(&tb), tsum_free(&ts);
     free(bo), free(bl), free(a.kx), free(a.vx), free(a.ev), free(a.cnt), free(a.bad);
     free(idx), free(buf), free(qd), free(dov), free(ov), free(krow), free(vrow);
     return st;

@@ -77,13 +77,15 @@ smattn_status smattn_contiguous_strides(const smattn_problem *p, char role, int6
     int64_t n1, n2, n3; /* the extents of dims 1-3 whose products are the strides */
     /* A layout's Q/O/LSE and K/V (SPEC 2.7): packed rows [1, total, H, D] (LSE [1, Hq,
      * total_q]) or pages [num_pages, page_size, Hkv, D] (NHD), so that stride[0] spans the
-     * whole packed tensor (one page). Its arrays are read: total = cu[B], when B >= 1. */
+     * whole packed tensor (one page). Its arrays are read: total = cu[B], when B >= 1; a
+     * total of 0 is one row, as validation checks it (else LSE [1, Hq, 0] had stride 0
+     * between heads and overlapped itself: SMATTN_ERR_ALIAS on a valid problem). */
     const smattn_layout *L = p->layout;
     int64_t rows_q = p->S, rows_k = p->T;
     if (L && L->cu_seqlens_q && p->B >= 1)
-        rows_q = L->cu_seqlens_q[p->B];
+        rows_q = L->cu_seqlens_q[p->B] == 0 ? 1 : L->cu_seqlens_q[p->B];
     if (L && L->cu_seqlens_k && p->B >= 1)
-        rows_k = L->cu_seqlens_k[p->B];
+        rows_k = L->cu_seqlens_k[p->B] == 0 ? 1 : L->cu_seqlens_k[p->B];
     else if (L && L->block_table)
         rows_k = L->page_size;
     switch (role) {
@@ -661,16 +663,16 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         sp[nsp++].name = "dLSE";
     }
     /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required; dBias [B,Hq,S,T] and
-     * dSinks [Hq] optional. A dBias stride 0 on a dimension of extent > 1 would ask for the
-     * sum over it (a broadcast bias's own shape), not computed yet (SPEC 10.6). */
+     * dSinks [Hq] optional. A dBias stride 0 on a dimension asks for the sum over it (a
+     * broadcast bias's own shape, SPEC 10.1): the tensor then has extent 1 there. */
     int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
     int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
     int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
     int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
     int64_t ns[4] = {p->Hq, 1, 1, 1};
     for (int k = 0; gout->dbias.data && k < 4; k++)
-        if (gout->dbias.stride[k] == 0 && nb[k] > 1)
-            return SMATTN_ERR_UNSUPPORTED;
+        if (gout->dbias.stride[k] == 0)
+            nb[k] = 1;
     const smattn_out_tensor *ot[5] = {&gout->dq, &gout->dk, &gout->dv, &gout->dbias,
                                       &gout->dsinks};
     const int64_t *on[5] = {nq, nk, nv, nb, ns};

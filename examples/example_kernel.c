@@ -13,19 +13,79 @@
  * the bool mask, an additive bias (-inf hides a key), sinks, softcap before the bias,
  * GQA as h / (Hq / Hkv), any strides, the zero convention for empty rows, the three LSE
  * sentinels, and the NaN rules of SPEC 4.2. The softmax op is the same row with s = x.
+ * Quantised inputs (SPEC 2.9): Q, K and V may be fp8 (e4m3fn, e5m2), K and V llama.cpp's
+ * q8_0 or q4_0 blocks, each decoded exactly to binary32; their descales are folded into
+ * the scale (Q, K) and into the output's division (V) in binary64 (SPEC 6.11).
  */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "smattn_kernel.h"
+
+/* A binary16 value from its bits (the scale of a block, and e5m2 as its top byte). */
+static float half_value(unsigned h)
+{
+    unsigned e = (h >> 10) & 31u, m = h & 1023u;
+    float v = e == 0 ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(1024u + m), (int)e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* An fp8 byte (SPEC 2.9): e5m2 is binary16's top byte; e4m3fn has bias 7, subnormals
+ * m 2^-9, no infinity, and S.1111.111 its only NaN. Exact in binary32. */
+static float fp8_value(unsigned char b, smattn_dtype t)
+{
+    if (t == SMATTN_F8E5M2)
+        return half_value((unsigned)b << 8);
+    unsigned e = (b >> 3) & 15u, m = b & 7u;
+    float v = e == 15 && m == 7 ? NAN : e == 0 ? ldexpf((float)m, -9)
+                                               : ldexpf((float)(8u + m), (int)e - 10);
+    return (b & 0x80u) ? -v : v;
+}
+
+/* Element o of a q8_0 or q4_0 tensor (SPEC 2.9): block o / 32, a little-endian binary16
+ * scale d then the quants; q8_0's element j is d q_j (int8), q4_0's d (n_j - 8) with n_j the
+ * low nibble of byte j (j < 16) or the high nibble of byte j - 16. Exact in binary32 (11
+ * significant bits times at most 8); an infinite scale times 0 is NaN, as the spec says. */
+static float block_value(const unsigned char *base, smattn_dtype t, int64_t o)
+{
+    const int64_t size = t == SMATTN_Q8_0 ? 34 : 18, j = o % 32;
+    const unsigned char *blk = base + (o / 32) * size;
+    const float d = half_value((unsigned)blk[0] | (unsigned)blk[1] << 8);
+    if (t == SMATTN_Q8_0)
+        return d * (float)(int8_t)blk[2 + j];
+    unsigned n = j < 16 ? blk[2 + j] & 15u : blk[2 + j - 16] >> 4;
+    return d * (float)((int)n - 8);
+}
 
 /* Element (i0, i1, i2, i3) of a float32 tensor. */
 static float at4(const smattn_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
 {
-    const float *f = t->data;
-    return f[i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3]];
+    const int64_t o = i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3];
+    switch (t->dtype) { /* or of a quantised one, decoded */
+    case SMATTN_F8E4M3:
+    case SMATTN_F8E5M2:
+        return fp8_value(((const unsigned char *)t->data)[o], t->dtype);
+    case SMATTN_Q8_0:
+    case SMATTN_Q4_0:
+        return block_value(t->data, t->dtype, o);
+    default:
+        return ((const float *)t->data)[o];
+    }
+}
+
+/* The descale (SPEC 2.9) of tensor 'q', 'k' or 'v' for batch b and KV head g: 1 without. */
+static double descale(const smattn_problem *p, char which, int64_t b, int64_t g)
+{
+    const smattn_descale *d = p->descale;
+    if (!d)
+        return 1.0;
+    const double *a = which == 'q' ? d->q_head : which == 'k' ? d->k_head : d->v_head;
+    return a ? a[b * p->Hkv + g] : which == 'q' ? d->q : which == 'k' ? d->k : d->v;
 }
 
 static float *out4(const smattn_out_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
@@ -119,7 +179,12 @@ static float key_score(const smattn_problem *p, const smattn_inputs *in, int64_t
                 *bad = 1;
             dot += q * k;
         }
-        sigma = dot * scale;
+        /* the Q and K descales fold into the scale (SPEC 6.11, Q1): q.k of the decoded
+         * values times scale f_q f_k, the factors' products in binary64 (within 2^-52 of
+         * exact), then one rounding to binary32 as without them */
+        sigma = p->descale ? (float)((double)dot * ((double)scale * descale(p, 'q', b, g) *
+                                                    descale(p, 'k', b, g)))
+                           : dot * scale;
     } else {
         float x = at4(&in->x, b, h, i, j); /* -inf hid the key already */
         if (isnan(x) || x == INFINITY)
@@ -230,9 +295,11 @@ static void attend_row(const smattn_problem *p, const smattn_inputs *in, const s
         }
     }
 
+    /* V's descale: O is linear in V, so f_v N / L, with N f_v exact in binary64 */
+    const double fv = dv ? descale(p, 'v', b, kv_head(p, h)) : 1.0;
     if (out->o.data)
         for (int64_t c = 0; c < dv; c++)
-            *out4(&out->o, b, i, h, c) = acc[c] / L;
+            *out4(&out->o, b, i, h, c) = (float)((double)acc[c] * fv / (double)L);
     if (out->lse.data)
         *out4(&out->lse, b, h, i, 0) = m + logf(L);
     if (out->p.data)
@@ -240,10 +307,22 @@ static void attend_row(const smattn_problem *p, const smattn_inputs *in, const s
             *out4(&out->p, b, h, i, j) = s[j] == -INFINITY ? 0.0f : expf(s[j] - m) / L;
 }
 
-/* What this kernel takes: float32 everywhere (bias and sinks too), the zero convention. */
+/* Q, K or V in t: float32 or fp8; K and V (kv) also q8_0 or q4_0. */
+static int qkv_dtype_ok(smattn_dtype t, int kv)
+{
+    return t == SMATTN_F32 || t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2 ||
+           (kv && (t == SMATTN_Q8_0 || t == SMATTN_Q4_0));
+}
+
+/* What this kernel takes: float32 everywhere (bias and sinks too) but the quantised Q, K
+ * and V above, the zero convention. */
 static int supported(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *out)
 {
-    const smattn_tensor *f32_in[] = {&in->q, &in->k, &in->v, &in->x, &in->bias, &in->sinks};
+    if ((in->q.data && !qkv_dtype_ok(in->q.dtype, 0)) ||
+        (in->k.data && !qkv_dtype_ok(in->k.dtype, 1)) ||
+        (in->v.data && !qkv_dtype_ok(in->v.dtype, 1)))
+        return 0;
+    const smattn_tensor *f32_in[] = {&in->x, &in->bias, &in->sinks};
     for (size_t t = 0; t < sizeof f32_in / sizeof f32_in[0]; t++)
         if (f32_in[t]->data && f32_in[t]->dtype != SMATTN_F32)
             return 0;
@@ -296,9 +375,13 @@ static const smattn_plugin_info info = {
             SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
             SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
             SMATTN_CAP_SINK_IN_MAX | /* m starts at the sink (attend_row) */
-            SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK,
-    .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
-    .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
+            SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
+            SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD,
+    .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F8E4M3) |
+                SMATTN_DTYPE_BIT(SMATTN_F8E5M2),
+    .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F8E4M3) |
+                 SMATTN_DTYPE_BIT(SMATTN_F8E5M2) | SMATTN_DTYPE_BIT(SMATTN_Q8_0) |
+                 SMATTN_DTYPE_BIT(SMATTN_Q4_0),
     .out_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32),
     .max_head_dim = 0,
     .empty_rows = SMATTN_EMPTY_ZERO,
@@ -383,4 +466,142 @@ int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs
                 }
             }
     return 0;
+}
+
+/* The backward (SPEC 10; the optional entry smattn_plugin_backward): FlashAttention-2's,
+ * in binary32 from the O and LSE the forward saved. Per (b, h), row by row: the scores
+ * again, P_j = exp(s_j - LSE), dP_j = dO . v_j, Delta = dO . O, dS_j = P_j (dP_j - Delta
+ * + dLSE), under softcap dU_j = dS_j (1 - t_j^2) with t_j = tanh(sigma_j / c) (the bias
+ * comes after the cap: its gradient is dS, not dU); dQ_i = scale sum_j dU_j k_j, and the
+ * head's dK_j += dU_j q_i, dV_j += P_j dO_i, added into its KV head's dK, dV (the group's
+ * sum, SPEC 2.2) once the head is done; dQ and dK times the scale at the end. Invisible
+ * keys are skipped (their score is -inf): they get no gradient, and an empty row none at
+ * all (the zero convention). Declines ALiBi, non-finite inputs at visible positions
+ * (SPEC 10.2's rules are not written here), dbias and dsinks. */
+int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
+                           const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                           const smattn_grad_outputs *out);
+
+/* The pre-cap score sigma_j (the scaled dot product), for softcap's derivative. */
+static float pre_cap_score(const smattn_problem *p, const smattn_inputs *in, int64_t b, int64_t h,
+                           int64_t i, int64_t j)
+{
+    float dot = 0.0f;
+    for (int64_t d = 0; d < p->D; d++)
+        dot += at4(&in->q, b, i, h, d) * at4(&in->k, b, j, kv_head(p, h), d);
+    return finite_score(dot * (float)p->scale);
+}
+
+static int backward_supported(const smattn_problem *p, const smattn_inputs *in,
+                              const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                              const smattn_grad_outputs *out)
+{
+    smattn_outputs fwd;
+    memset(&fwd, 0, sizeof fwd);
+    if (p->op != SMATTN_OP_ATTENTION || p->layout || p->alibi_mode != SMATTN_ALIBI_NONE ||
+        out->dbias.data || out->dsinks.data || !supported(p, in, &fwd))
+        return 0;
+    const smattn_tensor *f32[] = {&saved->o, &saved->lse, &gin->dout, &gin->dlse};
+    for (size_t t = 0; t < sizeof f32 / sizeof f32[0]; t++)
+        if (f32[t]->data && f32[t]->dtype != SMATTN_F32)
+            return 0;
+    return out->dq.dtype == SMATTN_F32 && out->dk.dtype == SMATTN_F32 &&
+           out->dv.dtype == SMATTN_F32;
+}
+
+int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
+                           const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
+                           const smattn_grad_outputs *out)
+{
+    if (!p || !in || !saved || !gin || !out)
+        return SMATTN_ERR_NULL;
+    if (!backward_supported(p, in, saved, gin, out))
+        return SMATTN_ERR_UNSUPPORTED;
+    const float scale = (float)p->scale;
+    float *s = malloc((size_t)p->T * sizeof *s);
+    float *dk = malloc((size_t)(p->T * p->D) * sizeof *dk);   /* this head's dK [T][D] */
+    float *dv = malloc((size_t)(p->T * p->Dv) * sizeof *dv);  /* and dV [T][Dv] */
+    if (!s || !dk || !dv) {
+        free(s), free(dk), free(dv);
+        return SMATTN_ERR_NOMEM;
+    }
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = 0; j < p->T; j++)
+            for (int64_t g = 0; g < p->Hkv; g++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dk, b, j, g, d) = 0.0f;
+                for (int64_t c = 0; c < p->Dv; c++)
+                    *out4(&out->dv, b, j, g, c) = 0.0f;
+            }
+    int bad = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++) {
+            const int64_t g = kv_head(p, h);
+            for (int64_t e = 0; e < p->T * p->D; e++)
+                dk[e] = 0.0f;
+            for (int64_t e = 0; e < p->T * p->Dv; e++)
+                dv[e] = 0.0f;
+            for (int64_t i = 0; i < p->S; i++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dq, b, i, h, d) = 0.0f;
+                int any = 0;
+                for (int64_t j = 0; j < p->T; j++) {
+                    s[j] = key_visible(p, in, b, h, i, j) ? key_score(p, in, b, h, i, j, &bad)
+                                                          : -INFINITY;
+                    any |= s[j] != -INFINITY;
+                }
+                if (!any)
+                    continue; /* an empty row (zero convention): nothing flows back */
+                const float lse = at4(&saved->lse, b, h, i, 0);
+                float delta = 0.0f; /* dO . O, from the O the forward stored */
+                for (int64_t c = 0; c < p->Dv; c++) {
+                    float o = at4(&saved->o, b, i, h, c), d_o = at4(&gin->dout, b, i, h, c);
+                    if (!isfinite(d_o))
+                        bad = 1;
+                    delta += d_o * o;
+                }
+                const float dlse = gin->dlse.data ? at4(&gin->dlse, b, h, i, 0) : 0.0f;
+                if (!isfinite(dlse))
+                    bad = 1;
+                for (int64_t j = 0; j < p->T; j++) {
+                    if (s[j] == -INFINITY)
+                        continue;
+                    const float P = expf(s[j] - lse);
+                    float dP = 0.0f;
+                    for (int64_t c = 0; c < p->Dv; c++) {
+                        float v = at4(&in->v, b, j, g, c);
+                        if (!isfinite(v))
+                            bad = 1;
+                        dP += at4(&gin->dout, b, i, h, c) * v;
+                    }
+                    float dU = P * (dP - delta + dlse);
+                    if (p->softcap > 0) {
+                        const float t = tanhf(pre_cap_score(p, in, b, h, i, j) / (float)p->softcap);
+                        dU *= 1.0f - t * t;
+                    }
+                    for (int64_t d = 0; d < p->D; d++) {
+                        *out4(&out->dq, b, i, h, d) += dU * at4(&in->k, b, j, g, d);
+                        dk[j * p->D + d] += dU * at4(&in->q, b, i, h, d);
+                    }
+                    for (int64_t c = 0; c < p->Dv; c++)
+                        dv[j * p->Dv + c] += P * at4(&gin->dout, b, i, h, c);
+                }
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dq, b, i, h, d) *= scale;
+            }
+            /* the head's part of its KV head's gradients: the group's sum (SPEC 2.2) */
+            for (int64_t j = 0; j < p->T; j++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dk, b, j, g, d) += dk[j * p->D + d];
+                for (int64_t c = 0; c < p->Dv; c++)
+                    *out4(&out->dv, b, j, g, c) += dv[j * p->Dv + c];
+            }
+        }
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t j = 0; j < p->T; j++)
+            for (int64_t g = 0; g < p->Hkv; g++)
+                for (int64_t d = 0; d < p->D; d++)
+                    *out4(&out->dk, b, j, g, d) *= scale;
+    free(s), free(dk), free(dv);
+    return bad ? SMATTN_ERR_UNSUPPORTED : SMATTN_OK;
 }

@@ -4,8 +4,10 @@
  * sinks, softcap, lengths, the three empty-row conventions) cut to FUZZ_BACKWARD_MAX_P
  * elements of P, with a dO (and sometimes a dLSE) drawn from the input, against properties
  * its definition implies:
- *  - status: SMATTN_OK, or SMATTN_ERR_PRECISION only where SPEC 10.3 item 6 allows it (an
- *    undecided element at the precision limit); a softmax problem or a descriptor with one
+ *  - status: SMATTN_OK, or SMATTN_ERR_PRECISION only with softcap (SPEC 10.3 item 6: no
+ *    exact expansion; without softcap it needs an exact rational across rows whose common
+ *    denominator passes 2^18 terms, which these sizes make rare enough that a campaign's
+ *    finding of one is worth a look); a softmax problem or a descriptor with one
  *    planted error gives exactly the validation status that error calls for;
  *  - keys no row sees (SPEC 10.1): dK and dV exactly +0, unless an empty row of the `nan`
  *    convention (every key NaN) or of `mean` (dV of the keys [0, T_b)) touches them; dBias
@@ -16,6 +18,8 @@
  *    decoded thread count, gives the same dQ, dBias and dSinks bits, and each dK, dV is
  *    the sum of its group's expanded ones within their rounding (half an ulp of each, the
  *    sum taken exactly);
+ *  - dBias summed over the heads and queries (a stride 0, SPEC 10.1; with c1 = 5): each
+ *    element the full-shape dBias's sum within their roundings, NaN when a term is;
  *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
  * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
  * outputs instead of binary64, bit 2 special values in dO and dLSE), c1 (a planted
@@ -110,7 +114,7 @@ static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int d
         double *t = dlse && k == 2 ? g->dlse : g->dout;
         int64_t n = dlse && k == 2 ? nl : no;
         t[(int64_t)((splitmix(&s) + 2) / 4 * (double)n) % n] =
-            fuzz_special_value((int)((splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
+            (double)fuzz_special_value((int)((splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
     }
     smattn_problem q = *p;
     g->gin.dout = (smattn_tensor){g->dout, SMATTN_F64, {0}};
@@ -144,13 +148,19 @@ static double at(const smattn_tensor *t, int64_t i0, int64_t i1, int64_t i2, int
                            i3 * t->stride[3]);
 }
 
-/* The oracle; 1 if it stopped at its precision limit (SMATTN_ERR_PRECISION, which SPEC 10.3
- * item 6 allows for an element it could not decide), 0 on success; else a MISMATCH. */
+/* The oracle; 1 if it stopped at its precision limit with softcap (SMATTN_ERR_PRECISION,
+ * which SPEC 10.3 item 6 allows for an element it could not decide), 0 on success; else a
+ * MISMATCH. */
 static int run(const fuzz_problem *fp, const smattn_problem *p, const smattn_inputs *in,
                const grads *g, int threads, const char *what)
 {
     smattn_ref_config rc = {threads, FUZZ_BACKWARD_MAX_PREC, 0, 0};
     smattn_status s = smattn_ref_backward(p, in, &g->gin, &g->go, &rc, NULL);
+    if (s == SMATTN_ERR_PRECISION && p->softcap == 0)
+        fail(fp, what,
+             "smattn_ref_backward: SMATTN_ERR_PRECISION without softcap (SPEC 10.3 item 6 "
+             "leaves it to an exact rational across rows whose common denominator passes 2^18 "
+             "terms: check that it is one)");
     if (s == SMATTN_ERR_PRECISION)
         return 1;
     if (s != SMATTN_OK) {
@@ -177,10 +187,8 @@ static void check_validation(const fuzz_problem *fp, const grads *g, int which)
     case 2: go.dq.dtype = SMATTN_BOOL, want = SMATTN_ERR_DTYPE; break;
     case 3: go.dv.data = go.dk.data, want = SMATTN_ERR_ALIAS; break;
     case 4: gin.dout.stride[1] = -1, want = SMATTN_ERR_STRIDE; break;
-    case 5:
-        if (p.Hq < 2)
-            return;
-        go.dbias.stride[1] = 0, want = SMATTN_ERR_UNSUPPORTED; /* a sum over the heads */
+    case 5: /* a dBias summed over the heads (valid, SPEC 10.1) written over dQ */
+        go.dbias.stride[1] = 0, go.dbias.data = go.dq.data, want = SMATTN_ERR_ALIAS;
         break;
     case 6: p.layout = &lay, want = SMATTN_ERR_UNSUPPORTED; break;
     default: return;
@@ -416,6 +424,56 @@ static void check_gqa(const fuzz_problem *fp, const grads *g)
     grads_free(&e); /* its dO and dLSE are g's: e.dout and e.dlse stay NULL */
 }
 
+/* ---- dBias summed over the heads and queries ([B, 1, 1, T], SPEC 10.1) ---------------------- */
+
+/* Each summed element is the sum of the full-shape dBias over its heads and queries within
+ * their roundings (half an ulp of each, and of the sum); NaN when one of them is. */
+static void check_dbias_sums(const fuzz_problem *fp, const grads *g)
+{
+    const smattn_problem *p = &fp->p;
+    const int64_t B = p->B, H = p->Hq, S = p->S, T = p->T;
+    const size_t es = smattn_dtype_size(g->t);
+    void *out = xcalloc((size_t)(B * T), es);
+    grads e = *g;
+    e.go.dbias = (smattn_out_tensor){out, g->t, {T, 0, 0, 1}};
+    if (run(fp, p, &fp->in, &e, fp->threads, "dBias summed over heads and queries")) {
+        free(out);
+        return;
+    }
+    mpfr_t sum, slack;
+    mpfr_inits2(2400, sum, slack, (mpfr_ptr)0);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < T; j++) {
+            double a = smattn_load(out, g->t, b * T + j);
+            int nan = 0, finite = 1;
+            mpfr_set_d(sum, -a, MPFR_RNDN);
+            mpfr_set_d(slack, half_ulp(a, g->t), MPFR_RNDN);
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < S; i++) {
+                    double t = gat(g, 3, ((b * H + h) * S + i) * T + j);
+                    nan |= isnan(t);
+                    finite &= isfinite(t);
+                    if (isfinite(t)) {
+                        mpfr_add_d(sum, sum, t, MPFR_RNDN);
+                        mpfr_add_d(slack, slack, half_ulp(t, g->t), MPFR_RNDN);
+                    }
+                }
+            char d[200];
+            if (nan && !isnan(a)) {
+                snprintf(d, sizeof d, "dBias sum [b=%lld, j=%lld] = %a, a term is NaN",
+                         (long long)b, (long long)j, a);
+                fail(fp, "dBias summed over heads and queries", d);
+            }
+            if (!finite || !isfinite(a) || mpfr_cmpabs(sum, slack) <= 0)
+                continue;
+            snprintf(d, sizeof d, "dBias sum [b=%lld, j=%lld] = %a, the full elements sum to %a more",
+                     (long long)b, (long long)j, a, mpfr_get_d(sum, MPFR_RNDN));
+            fail(fp, "dBias summed over heads and queries", d);
+        }
+    mpfr_clears(sum, slack, (mpfr_ptr)0);
+    free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_provider dp;
@@ -441,6 +499,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_masked(&fp, &g);
             check_finite(&fp, &g);
             check_gqa(&fp, &g);
+            if (c1 == 5) /* the planted summing stride's valid twin */
+                check_dbias_sums(&fp, &g);
         }
     }
     grads_free(&g);

@@ -14,7 +14,15 @@
  * SMATTN_FUZZ_FULL=2 (its replay of the regressions, some found before the cut) also checks
  * the problem as decoded, uncut. fuzz/README.md has the measurements. ALiBi (SPEC 2.8): 3 in
  * 8 attention inputs get one of its modes, drawn from the decoded seed (fuzz_problem_alibi),
- * so that the corpus decodes as before. */
+ * so that the corpus decodes as before; so are quantised inputs (fuzz_problem_quant: a
+ * quarter of the attention inputs get fp8, q8_0 or q4_0 inputs and descales; the kernel
+ * may decline the blocks and descales until it reads them). Layouts (SPEC 2.7): 3 in 8
+ * attention inputs without blocks or descales also run as a ragged or paged twin drawn from
+ * the seed (fuzz_layout_draw: packed queries, packed keys, pages in a random order), whose
+ * oracle and kernel outputs must be the dense problem's bits (fuzz_diff_check_layout). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "fuzz/common/fuzz_check.h"
 
 #define TARGET "fuzz_diff"
@@ -38,9 +46,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         if (fuzz_problem_alibi(&fp)) /* ALiBi's modes, drawn from the seed */
             return 0;
+        if (fuzz_problem_quant(&fp, FUZZ_DIFF_QUANT_IN8)) /* SPEC 2.9, from the seed too */
+            return 0;
+        fuzz_layout fl; /* a ragged or paged twin, drawn from the seed (not of block formats,
+                           whose layout copy would cut blocks, nor of descales) */
+        memset(&fl, 0, sizeof fl);
+        int lay = fuzz_problem_kernel_may_decline(&fp) ? 0 : fuzz_layout_draw(&fp, &fl);
+        if (lay < 0)
+            abort(); /* out of memory in the harness: not a finding, but nothing to test */
         /* pass 1 after pass 0: only if it was cut */
         if (pass == 0 || fp.full_p || full_mode < 2)
-            fuzz_diff_check(TARGET, &fp, full_mode != 0);
+            fuzz_diff_check_layout(TARGET, &fp, lay ? &fl : NULL, full_mode != 0);
+        fuzz_layout_free(&fl);
         fuzz_problem_free(&fp);
     }
     return 0;

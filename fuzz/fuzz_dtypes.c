@@ -9,7 +9,10 @@
  * output dtype: the kernel within the SPEC 6 bound for outputs of that dtype (u_out from
  * the dtype, A6), and bit for bit: threads 1 vs the decoded count, a repeated call,
  * NaN/inf garbage beyond kv_lens. Every f32/f16/bf16 combination is supported, so a status
- * other than SMATTN_OK is a MISMATCH. This is a target of its own because extending the
+ * other than SMATTN_OK is a MISMATCH. Half the attention inputs are then quantised
+ * (fuzz_problem_quant, SPEC 2.9: fp8 Q, K and V, q8_0 and q4_0 K and V, descales), drawn
+ * from the decoded seed; the kernel may decline the blocks and descales until it reads
+ * them, and is judged on everything else. This is a target of its own because extending the
  * shared decoder would change what every other target's corpus means.
  * One ISA per input (by the decoded seed); SMATTN_FUZZ_FULL=1 or 2 (make check's replay)
  * runs every ISA, and 2 (the regressions) also the problem as decoded when the cut changed
@@ -42,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         if (pass == 0 || fp.full_p || full_mode < 2) {
             fuzz_dtype_choice c = fuzz_take_dtypes(&dp); /* the cut reads nothing */
-            if (fuzz_problem_convert(&fp, c.qx, c.bias))
+            if (fuzz_problem_convert(&fp, c.qx, c.bias) ||
+                fuzz_problem_quant(&fp, FUZZ_DTYPES_QUANT_IN8))
                 return 0;
             fuzz_diff_check_as(TARGET, &fp, full_mode != 0, c.out);
         }

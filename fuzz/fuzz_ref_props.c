@@ -13,6 +13,9 @@
  *    or X + c (softmax) on a grid where the sum is exact gives the same P and O bits;
  *  - key permutation invariance (no causality, window or kv_lens): permuting K, V (or X),
  *    bias and mask along the keys permutes P and leaves O and LSE bit for bit.
+ * A quarter of the attention inputs are quantised (fuzz_problem_quant, SPEC 2.9): the hull
+ * is of the real V values (times their descale), and a block-quantised K or V is permuted
+ * by whole rows of blocks.
  * Any failure is a MISMATCH report followed by abort(). */
 #include <math.h>
 #include <stdlib.h>
@@ -143,7 +146,7 @@ static void check_rows(const fuzz_problem *fp, const fuzz_outputs *r)
                             double lo = HUGE_VAL, hi = -HUGE_VAL;
                             int fin = 1;
                             for (int64_t j = 0; j < Tb; j++) {
-                                double v = at(&in->v, b, j, g, c);
+                                double v = at(&in->v, b, j, g, c) * fuzz_descale(fp, 'v', b, g);
                                 fin &= isfinite(v) != 0;
                                 lo = fmin(lo, v), hi = fmax(hi, v);
                             }
@@ -196,7 +199,7 @@ static void check_rows(const fuzz_problem *fp, const fuzz_outputs *r)
                     int fin = 1;
                     for (int64_t j = 0; j < p->T; j++)
                         if (vis[j]) {
-                            double v = at(&in->v, b, j, g, c);
+                            double v = at(&in->v, b, j, g, c) * fuzz_descale(fp, 'v', b, g);
                             fin &= isfinite(v) != 0;
                             lo = fmin(lo, v), hi = fmax(hi, v);
                         }
@@ -365,10 +368,11 @@ static void check_permutation(const fuzz_problem *fp, const fuzz_outputs *r)
     }
     smattn_inputs in = fp->in;
     void *bufs[4] = {NULL, NULL, NULL, NULL};
-    if (att) {
+    if (att) { /* rows of blocks for q8_0 and q4_0: D / 32 units of 34 or 18 bytes */
         size_t es = smattn_dtype_size(fp->in.k.dtype);
-        bufs[0] = permute(fp->k, es, (int64_t[4]){p->B, p->T, p->Hkv, p->D}, 1, perm);
-        bufs[1] = permute(fp->v, es, (int64_t[4]){p->B, p->T, p->Hkv, p->Dv}, 1, perm);
+        int64_t blk = smattn_dtype_block(fp->in.k.dtype);
+        bufs[0] = permute(fp->k, es, (int64_t[4]){p->B, p->T, p->Hkv, p->D / blk}, 1, perm);
+        bufs[1] = permute(fp->v, es, (int64_t[4]){p->B, p->T, p->Hkv, p->Dv / blk}, 1, perm);
         in.k.data = bufs[0], in.v.data = bufs[1];
     } else {
         bufs[0] = permute(fp->x, sizeof(float), (int64_t[4]){p->B, p->Hq, p->S, p->T}, 3, perm);
@@ -411,7 +415,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_problem fp;
     if (fuzz_problem_decode_bytes(&fp, data, size))
         return 0;
-    if (fuzz_problem_shrink(&fp, FUZZ_REF_PROPS_MAX_P))
+    if (fuzz_problem_shrink(&fp, FUZZ_REF_PROPS_MAX_P) ||
+        fuzz_problem_quant(&fp, FUZZ_REF_PROPS_QUANT_IN8)) /* SPEC 2.9, from the seed */
         return 0;
     fuzz_outputs r, r2;
     smattn_ref_config rc = {1, 0, 0, 0};

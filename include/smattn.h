@@ -352,8 +352,9 @@ SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
  *   dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv] (required), any float dtype; dk and dv
  *   hold the sums over each KV head's group of query heads (SPEC 2.2).
  *   dbias [B,Hq,S,T] (optional, with or without a bias input): dS, +0 where the key is not
- *   visible; a stride 0 on a dimension of extent > 1 (the sum over a broadcast dimension) is
- *   SMATTN_ERR_UNSUPPORTED for now. dsinks [Hq] (optional): the sum over batches and queries
+ *   visible; a stride 0 on a dimension sums over it (a broadcast bias's own shape: the
+ *   tensor has extent 1 there, SPEC 10.1). dsinks [Hq] (optional): the sum over batches
+ *   and queries
  *   of P_sink (dLSE - Delta); +0 for a head without a sink (absent or -inf).
  * No output may overlap itself, another output, or any input (SMATTN_ERR_ALIAS). */
 typedef struct smattn_grad_inputs {
@@ -363,7 +364,7 @@ typedef struct smattn_grad_inputs {
 
 typedef struct smattn_grad_outputs {
     smattn_out_tensor dq, dk, dv;
-    smattn_out_tensor dbias;  /* optional, full shape (SPEC 10.1) */
+    smattn_out_tensor dbias;  /* optional, [B,Hq,S,T]; stride 0: summed there (SPEC 10.1) */
     smattn_out_tensor dsinks; /* optional, [Hq] (SPEC 10.1) */
 } smattn_grad_outputs;
 
@@ -651,8 +652,9 @@ smattn_backward_precision smattn_backward_precision_of(smattn_dtype t);
 /* Per-element bounds on |computed - exact| for the gradients of a backward kernel obeying
  * pm whose outputs are rounded to the dtypes of fmt (dq, dk, dv, and dbias if bound->dbias
  * is wanted; only dtypes are read), written as binary64 into bound->dq, dk, dv (required,
- * dtype F64, shapes of SPEC 10.1) and bound->dbias (optional); bound->dsinks must be absent
- * (SMATTN_ERR_UNSUPPORTED). The bound covers comparing against smattn_ref_backward's
+ * dtype F64, shapes of SPEC 10.1) and bound->dbias, bound->dsinks (optional; a dbias
+ * stride 0 bounds the sum over that dimension, SPEC 10.7 B12, B13; the output dtype of
+ * dsinks is fmt->dsinks's). The bound covers comparing against smattn_ref_backward's
  * binary64 result. Exact zeros (empty rows, keys no row sees) get 0; elements whose exact
  * value is not finite, or that a row out of the forward's contract (SPEC 6.8) touches, get
  * +inf. Status: smattn_ref_backward's validation, SMATTN_ERR_DTYPE, SMATTN_ERR_OPTION (pm

@@ -97,6 +97,16 @@ enum smattn_plugin_caps {
     SMATTN_CAP_PACKED_KV = 1u << 17, /* cu_seqlens_k (and seqused_k): K, V [1,total_k,Hkv,.] */
     SMATTN_CAP_PAGED_NHD = 1u << 18, /* block_table, K, V [num_pages,page_size,Hkv,.] */
     SMATTN_CAP_PAGED_HND = 1u << 19, /* block_table, K, V [num_pages,Hkv,page_size,.] */
+    /* Descales of quantised inputs (SPEC 2.9): smattn_problem.descale with per-tensor
+     * factors (vLLM's k_scale, v_scale), and with per-(batch, KV head) arrays (FlashAttention
+     * 3's q/k/v_descale). The 8-bit and block dtypes themselves are claimed in q_dtypes and
+     * kv_dtypes (SMATTN_F8E4M3, SMATTN_F8E5M2; SMATTN_Q8_0, SMATTN_Q4_0 for K and V only).
+     * The checker judges a quantised case as its binary64 twin holding the real values
+     * (decoded element times factor), with the kernel's declared model (SPEC 6.11: a
+     * descale folded into the scale is a larger u_score). A plugin built before these bits
+     * does not read prob->descale: the checker gives it no case with one. */
+    SMATTN_CAP_DESCALE_TENSOR = 1u << 20,
+    SMATTN_CAP_DESCALE_HEAD = 1u << 21,
     /* ALiBi from slopes and distances (SPEC 2.8), one bit per mode: alibi_mode
      * SMATTN_ALIBI_SYMMETRIC, SMATTN_ALIBI_ONE_SIDED, SMATTN_ALIBI_MASK (the last with the
      * bias input, which it multiplies by the slope). A plugin built before these fields
@@ -144,6 +154,36 @@ typedef int (*smattn_plugin_threads_fn)(int n);
 #define SMATTN_PLUGIN_MERGE_SYMBOL "smattn_plugin_merge"
 typedef int (*smattn_plugin_merge_fn)(const smattn_merge_problem *prob,
                                       const smattn_merge_inputs *in, const smattn_outputs *out);
+
+/* Optional: the backward (SPEC 10), exported as
+ *   int smattn_plugin_backward(const smattn_problem *prob, const smattn_inputs *in,
+ *                              const smattn_forward_saved *saved,
+ *                              const smattn_grad_inputs *gin, const smattn_grad_outputs *out);
+ * with smattn_attention_backward's contract: saved holds the O and LSE the kernel's own
+ * smattn_plugin_attention wrote for the same problem and inputs (in a dtype of
+ * info.out_dtypes, contiguous; an empty row's LSE as info.empty_lse says), gin the
+ * gradients dO and dLSE (dlse.data NULL: dLSE = 0) in a dtype of info.q_dtypes, out->dq,
+ * dk and dv in a dtype of info.out_dtypes (contiguous, prefilled with a signalling-NaN
+ * pattern: every element must be written, +0 where nothing flows back), out->dbias and
+ * out->dsinks absent (data NULL). dK and dV hold the sums over each KV head's group of
+ * query heads (SPEC 2.2). SMATTN_ERR_UNSUPPORTED declines a case. The checker runs its
+ * backward battery on it in a child, the forward first, and judges dQ, dK, dV against
+ * smattn_ref_backward under smattn_backward_bound (SPEC 10.7), the model having the
+ * forward's precision (smattn_plugin_precision or info.precision) for both passes and O,
+ * LSE stored in the dtype handed back. Added after SMATTN_PLUGIN_ABI version 1's other
+ * entries: a plugin without it is judged as before (the backward cases skipped). */
+#define SMATTN_PLUGIN_BACKWARD_SYMBOL "smattn_plugin_backward"
+typedef int (*smattn_plugin_backward_fn)(const smattn_problem *prob, const smattn_inputs *in,
+                                         const smattn_forward_saved *saved,
+                                         const smattn_grad_inputs *gin,
+                                         const smattn_grad_outputs *out);
+/* A property of a backward, capability bit 25: the same inputs give the same gradient bits
+ * on every call, and at every thread count the plugin takes (smattn_plugin_threads). The
+ * checker runs each backward case twice (on 1 thread and on 2 when the plugin takes a
+ * thread count) and fails a kernel claiming this whose bits change. */
+enum smattn_plugin_caps_backward {
+    SMATTN_CAP_BACKWARD_DETERMINISTIC = 1u << 25
+};
 
 #ifdef __cplusplus
 }

@@ -170,8 +170,9 @@ smattn_status smattn_case_outputs_alloc(const smattn_case *c, smattn_dtype t, un
 void smattn_case_outputs_free(smattn_outputs *out);
 
 /* The gradients of a backward case (c->backward) in dtype t, contiguous, in the case's
- * rank convention: dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv], and dbias [B,Hq,S,T]
- * (the full shape, SPEC 10.1) when the case has a bias, dsinks [Hq] when it has sinks.
+ * rank convention: dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv], and dbias in bias.npy's
+ * own shape (summed over the dimensions it broadcasts along, stride 0 there, SPEC 10.1)
+ * when the case has a bias, dsinks [Hq] when it has sinks.
  * smattn_case_grads_check tells from the headers alone whether they fit (as
  * smattn_case_outputs_check); smattn_case_grads_alloc returns SMATTN_OK or a status with
  * one line in err, and leaves nothing allocated on failure. */

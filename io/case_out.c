@@ -26,13 +26,19 @@
 #define N_OUT 8
 
 /* Output shapes in the case's convention: rank 4 [B,...] or rank 3 without B; with a
- * packed q, o [total_q,Hq,Dv] and lse [Hq,total_q] (p stays [B,Hq,S,T]). dsinks is [Hq]. */
+ * packed q, o [total_q,Hq,Dv] and lse [Hq,total_q] (p stays [B,Hq,S,T]). dsinks is [Hq];
+ * dbias has bias.npy's own shape (SPEC 10.1: summed over the dimensions it broadcasts). */
 static int out_shape(const smattn_case *c, int which, int64_t shape[4])
 {
     const smattn_problem *p = &c->prob;
     if (which == 7) {
         shape[0] = p->Hq;
         return 1;
+    }
+    if (which == 6 && c->bias.rank > 0) {
+        for (int r = 0; r < c->bias.rank; r++)
+            shape[r] = c->bias.shape[r];
+        return c->bias.rank;
     }
     if (c->packed_q && which == 0) {
         shape[0] = c->total_q, shape[1] = p->Hq, shape[2] = p->Dv;
@@ -58,6 +64,15 @@ int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], in
     static const char roles[N_OUT] = {'o', 'l', 'p', 'q', 'k', 'v', 'b', 's'};
     int rank = out_shape(c, which, shape);
     smattn_contiguous_strides(&c->prob, roles[which], stride);
+    if (which == 6 && c->bias.rank > 0) { /* bias.npy's shape, right-aligned: stride 0 sums */
+        int64_t pad[4] = {1, 1, 1, 1}, st = 1;
+        for (int r = 0; r < rank; r++)
+            pad[4 - rank + r] = shape[r];
+        for (int k = 3; k >= 0; k--) {
+            stride[k] = pad[k] == 1 ? 0 : st;
+            st *= pad[k];
+        }
+    }
     if (c->packed_q && which < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */
         stride[0] = 0;
         stride[1] = which == 0 ? shape[1] * shape[2] : shape[1];

@@ -44,6 +44,7 @@ FIXTURE_MODES := good segv hang oob status abi nosym badinfo badname ctor_abort 
                  hang_all prec_hang_all wide_exp big_tiny ftz huge_blocks huge_acc evilname \
                  sinkmax unknown_cap nan_model badutf8 bomb bomb_nproc flaky flaky_claims \
                  steady_claims row_bug row_bug_hidden
+FIXTURE_MODES += q_blocks
 FIXTURES      := $(patsubst %,$(FIXTURE_DIR)/fixture_%.so,$(FIXTURE_MODES))
 $(FIXTURE_DIR)/fixture_%.so: tests/fixtures/plugin_fixture.c include/smattn_kernel.h include/smattn.h | deps
 	@mkdir -p $(dir $@)
@@ -69,5 +70,16 @@ $(FIXTURE_DIR)/layout_%.so: tests/fixtures/layout_fixture.c include/smattn_kerne
 	@mkdir -p $(dir $@)
 	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DLAYOUT_$* -o $@ $< -lm
 
-conform-plugins: $(OPT_PLUGIN) $(FIXTURES) $(REASONS) $(LAYOUTS)
-tests: $(OPT_PLUGIN) $(FIXTURES) $(REASONS) $(LAYOUTS)
+# The backward's determinism claim (tests/test_conform_backward.c): the example plugin
+# claiming SMATTN_CAP_BACKWARD_DETERMINISTIC, keeping it or not, hanging in its backward,
+# writing past dK, or ending the process in its precision hook
+# (tests/fixtures/backward_fixture.c).
+BACKWARD_MODES := det nondet hang oob prec_exit
+BACKWARDS      := $(patsubst %,$(FIXTURE_DIR)/backward_%.so,$(BACKWARD_MODES))
+$(FIXTURE_DIR)/backward_%.so: tests/fixtures/backward_fixture.c examples/example_kernel.c \
+                              include/smattn_kernel.h include/smattn.h | deps
+	@mkdir -p $(dir $@)
+	$(call say,CC,$@)$(CC) $(CFLAGS_BASE) -fPIC -shared -DBACKWARD_$* -o $@ $< -lm
+
+conform-plugins: $(OPT_PLUGIN) $(FIXTURES) $(REASONS) $(LAYOUTS) $(BACKWARDS)
+tests: $(OPT_PLUGIN) $(FIXTURES) $(REASONS) $(LAYOUTS) $(BACKWARDS)

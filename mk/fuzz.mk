@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # mk/fuzz.mk: the fuzzing rules (fuzz/README.md), included by the Makefile.
-.PHONY: check-fuzz-replay check-fuzz-decode fuzz-build fuzz-build-fast fuzz-bins fuzz fuzz-seeds fuzz-merge fuzz-min \
+.PHONY: check-fuzz-replay check-fuzz-clang check-fuzz-decode fuzz-build fuzz-build-fast fuzz-bins fuzz fuzz-seeds fuzz-merge fuzz-min \
         fuzz-speed fuzz-cov fuzz-afl-build fuzz-afl
 
 # ---- fuzzing (fuzz/README.md) ---------------------------------------------------
@@ -17,6 +17,15 @@ check-fuzz-replay: $(patsubst %,$(BUILD)/fuzz/replay/%,$(FUZZ_TARGETS)) check-fu
 	  SMATTN_FUZZ_FULL=1 $(BUILD)/fuzz/replay/$$t fuzz/corpus/$$t || exit 1; \
 	  SMATTN_FUZZ_FULL=2 $(BUILD)/fuzz/replay/$$t fuzz/regressions/$$t || exit 1; done
 
+# fuzz/'s sources through clang's warnings: the libFuzzer builds (fuzz-build) compile them
+# with clang only, which warns where gcc does not (a float promoted to double in an
+# assignment, a variable set but not used); a second or two.
+FUZZ_C_SRC := $(wildcard fuzz/*.c fuzz/common/*.c fuzz/tools/*.c)
+check-fuzz-clang:
+	@echo "  TEST  fuzz/ under clang's warnings ($(words $(FUZZ_C_SRC)) files, -fsyntax-only)"
+	@for f in $(FUZZ_C_SRC); do \
+	  clang $(filter-out $(SAN),$(CFLAGS_BASE)) $(JSONC_CFLAGS) -fsyntax-only $$f || exit 1; done
+
 # tools/fuzz_decode.c: `build/fuzz/fuzz_decode [--target T] [--case DIR] FILE` prints what
 # an input decodes to and writes it as a case directory; the replay smoke-tests it on one
 # seed through `smattn ref`.
@@ -27,7 +36,11 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	@$< --target fuzz_diff --case $(BUILD)/fuzz/decode-smoke/case \
 	  fuzz/corpus/fuzz_diff/seed-000-chunked_prefill > $(BUILD)/fuzz/decode-smoke.txt
 	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/case $(BUILD)/fuzz/decode-smoke/out --weights
-	@echo "fuzz_decode: a decoded seed written as a case, reproduced by smattn ref"
+	@$< --target fuzz_ref_props --case $(BUILD)/fuzz/decode-smoke/quant \
+	  fuzz/regressions/fuzz_ref_props/harness-q8_0-subnormal-block.bin \
+	  >> $(BUILD)/fuzz/decode-smoke.txt
+	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/quant $(BUILD)/fuzz/decode-smoke/quant-out --weights
+	@echo "fuzz_decode: a decoded seed and a quantised input (q8_0, descales) written as cases, reproduced by smattn ref"
 
 # The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
 # fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).

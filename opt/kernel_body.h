@@ -162,12 +162,13 @@ static void KN(load_row)(float *dst, const smattn_tensor *t, int64_t off, int64_
 
 /* ---- micro-kernels ------------------------------------------------------------------------ */
 
-/* The next tile's K and V rows, to be requested during this tile's QK (n = 0: none). */
+/* The next tile's K and V rows, to be requested during this tile's QK (n = 0: none). The
+ * rows are named by their addresses (opt_tile_rows, through the layout's locator), so
+ * that a tile across pages is requested whole, not only its first page's run. */
 typedef struct opt_prefetch {
-    const char *k, *v;    /* the first row of each */
-    size_t ks, vs;        /* row strides in bytes */
-    size_t kbytes, vbytes; /* bytes of a row */
-    int64_t n;            /* rows */
+    const char *const *k, *const *v; /* row j's address at k[j], v[j] (v NULL: K only) */
+    size_t kbytes, vbytes;           /* bytes of a row */
+    int64_t n;                       /* rows */
 } opt_prefetch;
 
 static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t j1)
@@ -176,7 +177,7 @@ static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t
      * were a third of it); may hint a line past a row's end: a hint never faults */
     const size_t n = pf->kbytes > pf->vbytes ? pf->kbytes : pf->vbytes;
     for (int64_t j = j0; j < j1 && j < pf->n; j++) {
-        const char *k = pf->k + (size_t)j * pf->ks, *v = pf->v + (size_t)j * pf->vs;
+        const char *k = pf->k[j], *v = pf->v ? pf->v[j] : k;
         for (size_t off = 0; off < n; off += 128) {
             __builtin_prefetch(k + off, 0, 3);
             __builtin_prefetch(k + off + 64, 0, 3);
@@ -186,10 +187,11 @@ static inline void opt_prefetch_rows(const opt_prefetch *pf, int64_t j0, int64_t
     }
 }
 
-/* A cursor over rows to prefetch one line at a time, spread over a loop's trips. */
+/* A cursor over rows (their addresses at row[0 .. rows)) to prefetch one line at a time,
+ * spread over a loop's trips. */
 typedef struct opt_pfcur {
-    const char *row;
-    size_t col, rowbytes, stride;
+    const char *const *row;
+    size_t col, rowbytes;
     int64_t rows;
 } opt_pfcur;
 
@@ -197,11 +199,11 @@ static inline void opt_pf_line(opt_pfcur *c)
 {
     if (c->rows <= 0)
         return;
-    __builtin_prefetch(c->row + c->col, 0, 2);
+    __builtin_prefetch(*c->row + c->col, 0, 2);
     c->col += 64;
     if (c->col >= c->rowbytes) {
         c->col = 0;
-        c->row += c->stride;
+        c->row++;
         c->rows--;
     }
 }
@@ -213,7 +215,7 @@ static inline void opt_pf_lines4(opt_pfcur *c)
 {
     if (c->rows <= 0)
         return;
-    const char *a = c->row + c->col;
+    const char *a = *c->row + c->col;
     __builtin_prefetch(a, 0, 2);
     __builtin_prefetch(a + 64, 0, 2);
     __builtin_prefetch(a + 128, 0, 2);
@@ -221,7 +223,7 @@ static inline void opt_pf_lines4(opt_pfcur *c)
     c->col += 256;
     if (c->col >= c->rowbytes) {
         c->col = 0;
-        c->row += c->stride;
+        c->row++;
         c->rows--;
     }
 }
@@ -689,25 +691,22 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * while this one's scores are computed: decode is bound by memory latency, and the
      * loads must overlap the arithmetic; one unit ahead, not one tile of all the item's
      * heads, so that what arrives is not evicted before its use */
-    /* (a paged next tile: the rows of its first page) */
-    if (pn > 0)
-        pn = smattn__key_run(p, pkt, pn);
-    opt_prefetch pf = {NULL, NULL, 0, 0, krow, vrow, 0};
+    /* (the rows found through the locator, opt_tile_rows: a next tile across pages is
+     * requested whole; with only its first page's run, a paged decode read 3 of each 4
+     * K rows of a tile on demand, 1.2-1.27x the dense decode's time) */
+    opt_prefetch pf = {NULL, NULL, krow, vrow, 0};
     if (pn > 0 && !scored && kt_->stride[3] == 1 && vt_->stride[3] == 1) { /* used by QK */
-        pf.n = pn;
-        pf.k = (const char *)kt_->data + opt_byte_off(kt_->dtype, smattn__key_off(p, kt_->stride, b, pkt, pg, 0));
-        pf.v = (const char *)vt_->data + opt_byte_off(vt_->dtype, smattn__key_off(p, vt_->stride, b, pkt, pg, 0));
-        pf.ks = opt_byte_off(kt_->dtype, kt_->stride[1]);
-        pf.vs = opt_byte_off(vt_->dtype, vt_->stride[1]);
+        opt_tile_rows(p, kt_, b, pkt, pn, pg, ws->pfk);
+        opt_tile_rows(p, vt_, b, pkt, pn, pg, ws->pfv);
+        pf.k = ws->pfk, pf.v = ws->pfv, pf.n = pn;
     }
     /* keys outer (decode): the next tile's K rows of this head (pn rows from key pkt of
      * KV head pg), requested during this unit's P.V, a line or two per key, so that
      * memory keeps working while the arithmetic runs from L2 (`make bench`, NOTES.md) */
-    opt_prefetch pvpf = {NULL, NULL, 0, 0, krow, 0, 0};
+    opt_prefetch pvpf = {NULL, NULL, krow, 0, 0};
     if (pn > 0 && scored && kt_->stride[3] == 1) {
-        pvpf.n = pn;
-        pvpf.k = (const char *)kt_->data + opt_byte_off(kt_->dtype, smattn__key_off(p, kt_->stride, b, pkt, pg, 0));
-        pvpf.ks = opt_byte_off(kt_->dtype, kt_->stride[1]);
+        opt_tile_rows(p, kt_, b, pkt, pn, pg, ws->pfk);
+        pvpf.k = ws->pfk, pvpf.n = pn;
     }
     OPT_PH_BEGIN(t_scores);
     if (!scored) { /* else the item computed them, keys outer (attention_item) */
@@ -872,11 +871,14 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         /* a paged tile: P.V over each page's rows in key order. Each (row, column) of
          * pv_tile is one fma chain over the keys, resumed from ACC: the bits of one call
          * over the tile (gathering V instead cost a paged decode 10-25% more) */
-        const opt_prefetch none = {NULL, NULL, 0, 0, 0, 0, 0};
         for (int64_t j0 = 0, n; j0 < nk; j0 += n) {
             n = smattn__key_run(p, kt + j0, nk - j0);
             const int64_t o = smattn__key_off(p, vt_->stride, b, kt + j0, g, 0);
-            const opt_prefetch *pp = j0 == 0 ? &pvpf : &none;
+            /* each run its share of the rows to prefetch, as many lines per key as one
+             * call over the tile requests */
+            const int64_t pa = j0 * pvpf.n / nk, pz = (j0 + n) * pvpf.n / nk;
+            const opt_prefetch share = {pvpf.k ? pvpf.k + pa : NULL, NULL, krow, 0, pz - pa};
+            const opt_prefetch *pp = &share;
             if (vt_->dtype == SMATTN_F32)
                 KTN(pv_tile, f32)(ACC, Dvp, S_ + j0, VIS + j0, F, R, Rp, (const float *)vt_->data + o, ldv, n, Dvk, pp, 0);
             else if (vt_->dtype == SMATTN_F16)

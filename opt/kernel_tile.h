@@ -454,10 +454,10 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
     for (int64_t cs = 0; cs < Dvk; cs += cstep)
     for (int64_t r0 = 0; r0 < Rp; r0 += 4) {
         /* this row block's share of the rows to prefetch, a line or two per key */
-        opt_pfcur cur = {NULL, 0, 0, 0, 0}, *pc = NULL;
+        opt_pfcur cur = {NULL, 0, 0, 0}, *pc = NULL;
         if (pf->n > 0 && cs == 0) {
             const int64_t ra = r0 * pf->n / Rp, rz = (r0 + 4) * pf->n / Rp;
-            cur = (opt_pfcur){pf->k + (size_t)ra * pf->ks, 0, pf->kbytes, pf->ks, rz - ra};
+            cur = (opt_pfcur){pf->k + ra, 0, pf->kbytes, rz - ra};
             pc = &cur;
         }
         const unsigned char *f = full + r0;

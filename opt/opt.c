@@ -246,7 +246,8 @@ static void ws_free(opt_ws *w)
     free(w->q), free(w->qp), free(w->kt), free(w->ktt), free(w->v), free(w->s), free(w->vis), free(w->acc);
     free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
     free(w->mt), free(w->sm), free(w->dm);
-    free((void *)w->krows), free((void *)w->vrows), free(w->kq);
+    free((void *)w->krows), free((void *)w->vrows), free((void *)w->pfk), free((void *)w->pfv);
+    free(w->kq);
 }
 
 static int ws_alloc(opt_ws *w, const opt_job *job)
@@ -275,11 +276,13 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->dm = calloc(R + 16, sizeof(float)); /* the padding read by whole vectors stays 0 */
     w->krows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->krows);
     w->vrows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->vrows);
+    w->pfk = malloc((size_t)OPT_BK * sizeof *w->pfk);
+    w->pfv = malloc((size_t)OPT_BK * sizeof *w->pfv);
     const int kq = p->op == SMATTN_OP_ATTENTION && opt_is_block(job->in->k.dtype);
     w->kq = kq ? malloc((size_t)job->hg * OPT_BK * Dp * sizeof(float)) : NULL;
     if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
         !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm || !w->krows || !w->vrows ||
-        (kq && !w->kq)) {
+        !w->pfk || !w->pfv || (kq && !w->kq)) {
         ws_free(w);
         return -1;
     }

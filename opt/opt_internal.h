@@ -94,6 +94,7 @@ typedef struct opt_ws {
                           * this tile), its weights' sum */
     float *dm;           /* [R + 16] m_old - m_new, then the correction (zero padded) */
     const char **krows, **vrows; /* [hg][OPT_BK] a tile's K and V rows (opt_tile_rows) */
+    const char **pfk, **pfv;     /* [OPT_BK] the K and V rows to prefetch (opt_tile_rows) */
     float *kq;    /* [hg][OPT_BK][Dp] a block-quantised K tile dequantised (the decode's
                    * keys-outer scores), NULL for other dtypes */
 } opt_ws;

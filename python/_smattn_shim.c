@@ -56,6 +56,7 @@ void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vector
                             const char *regressions, char *err, size_t errlen);
 int64_t smattn_py_battery_size(const void *b);
 int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out);
+int64_t smattn_py_battery_case_quant(const void *b, int64_t k, int which, void *dst, size_t cap);
 void smattn_py_battery_free(void *b);
 
 /* The layout version and the sizes of the structs Python mirrors, for _lib.py's check. */
@@ -113,7 +114,21 @@ void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
      * non-finite input) is no evidence of padding outside the arrays' views. */
     (void)garbage;
     conform_sample sample = {rows_k, seed};
-    conform_judge_rows(p, in, got, pm, 0, 0, &sample, r);
+    /* quantised inputs (SPEC 2.9): judged as the binary64 twin of the real values */
+    conform_inst qi, tw;
+    memset(&qi, 0, sizeof qi);
+    memset(&tw, 0, sizeof tw);
+    qi.prob = *p, qi.in = *in;
+    if (!conform_inst_quantised(&qi)) {
+        conform_judge_rows(p, in, got, pm, 0, 0, &sample, r);
+    } else if (conform_inst_real(&qi, &tw)) {
+        r->status = CONFORM_SKIP;
+        r->worst_out = -1;
+        snprintf(r->reason, sizeof r->reason, "out of memory");
+    } else {
+        conform_judge_rows(&tw.prob, &tw.in, got, pm, 0, 0, &sample, r);
+        conform_inst_free(&tw);
+    }
     out->rows_judged = r->rows_judged, out->rows_total = r->rows_total;
     out->status = (int)r->status;
     out->worst_out = r->worst_out;
@@ -173,6 +188,32 @@ int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out)
     out->layout = c->has_layout ? &c->layout : NULL;
     out->kv_hnd = c->kv_hnd;
     return 0;
+}
+
+/* A quantised case's Q (which 0), K (1) or V (2) as `smattn conform` hands it to a kernel
+ * (conform_case_materialise in the case's own dtypes: fp8 bytes, q8_0 / q4_0 blocks), copied
+ * into dst (cap bytes). Returns the bytes, or -1 (no such case or tensor, out of memory, or
+ * cap too small). */
+int64_t smattn_py_battery_case_quant(const void *b, int64_t k, int which, void *dst, size_t cap)
+{
+    const conform_battery *bt = b;
+    if (k < 0 || (size_t)k >= bt->n || which < 0 || which > 2)
+        return -1;
+    const conform_case *c = &bt->cases[k];
+    conform_inst m;
+    if (conform_case_materialise(c, c->q_dtype, c->kv_dtype, c->prob.empty_rows,
+                                 c->prob.empty_lse, &m))
+        return -1;
+    const smattn_tensor *t = which == 0 ? &m.in.q : which == 1 ? &m.in.k : &m.in.v;
+    const int64_t n = c->count[which], blk = smattn_dtype_block(t->dtype);
+    const size_t bytes = (size_t)(n / (blk ? blk : 1)) * smattn_dtype_size(t->dtype);
+    int64_t rc = -1;
+    if (t->data && bytes <= cap) {
+        memcpy(dst, t->data, bytes);
+        rc = (int64_t)bytes;
+    }
+    conform_inst_free(&m);
+    return rc;
 }
 
 void smattn_py_battery_free(void *b)

@@ -866,6 +866,16 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
                 rc = -1;
         }
         smattn__bwp_clear(&L), smattn__bwp_clear(&N);
+        if (!rc && acc.n > 1) { /* rows of distinct denominators: first without their product */
+            long pu = 0;
+            int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
+            if (pu > u->prec_used)
+                u->prec_used = pu;
+            if (sr != 0) {
+                ret = sr;
+                goto out;
+            }
+        }
         if (!rc)
             rc = acc_combine(&acc, &e);
     }
@@ -878,6 +888,7 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
         if (pu > u->prec_used)
             u->prec_used = pu;
     }
+out:
     mpfr_clears(w, tmp, sc, (mpfr_ptr)0);
     acc_free(&acc);
     ex_clear(&e);
@@ -1314,6 +1325,16 @@ static int exact_sink(bw_unit *u, const unsigned char *kind, smattn_dtype t, lon
                     acc_add(&acc, &e.A, &e.Dn, e.one)))
             rc = -1;
     }
+    if (!rc && acc.n > 1) { /* rows of distinct denominators: first without their product */
+        long pu = 0;
+        int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
+        if (pu > u->prec_used)
+            u->prec_used = pu;
+        if (sr != 0) {
+            ret = sr;
+            goto out;
+        }
+    }
     if (!rc)
         rc = acc_combine(&acc, &e);
     if (rc == -2) {
@@ -1325,6 +1346,7 @@ static int exact_sink(bw_unit *u, const unsigned char *kind, smattn_dtype t, lon
         if (pu > u->prec_used)
             u->prec_used = pu;
     }
+out:
     smattn__bwp_clear(&L), smattn__bwp_clear(&N);
     mpfr_clears(w, tmp, zero, (mpfr_ptr)0);
     acc_free(&acc);
@@ -1508,6 +1530,255 @@ static smattn_status sink_run(bw_unit *u, int64_t h, long max_prec)
     return SMATTN_OK;
 }
 
+/* ---- dBias summed over a broadcast bias's dimensions (SPEC 10.1) ------------------------ */
+
+/* The exact expansion of one summed dBias element: each row's terms over its keys of the
+ * element, sum_j e^{t_a(j)} (x_j L - N), over the row's L^2; the rows' ratios by
+ * smattn__bwp_decide_sum, else over one denominator. 1 decided, 0 not, -1 memory. */
+static int exact_bias_sum(bw_unit *u, const int64_t *tr, const int64_t *tj, int64_t nt,
+                          smattn_dtype t, long maxp, uint64_t *bits)
+{
+    bw_ex e;
+    ex_init(&e);
+    bw_acc acc;
+    memset(&acc, 0, sizeof acc);
+    bw_poly L, N, Ar;
+    smattn__bwp_init(&L), smattn__bwp_init(&N), smattn__bwp_init(&Ar);
+    mpfr_t w, tmp;
+    mpfr_inits2(64, w, tmp, (mpfr_ptr)0);
+    int rc = 0, ret = -1;
+    for (int64_t m = 0; m < nt && !rc;) {
+        const bw_row *row = &u->rows[tr[m]];
+        if (row_poly(u, row, 0, 0, &L, w, tmp) || row_poly(u, row, 1, 0, &N, w, tmp)) {
+            rc = -1;
+            break;
+        }
+        smattn__bwp_reset(&Ar);
+        int64_t m1 = m;
+        for (; m1 < nt && tr[m1] == tr[m] && !rc; m1++) { /* the row's keys of the element */
+            int64_t jj = tj[m1];
+            if (row->Uzero[jj])
+                continue;
+            smattn__bwp_reset(&e.t1);
+            mpfr_set_prec(e.c1, mpfr_get_prec(row->x[jj]));
+            mpfr_set(e.c1, row->x[jj], MPFR_RNDN);
+            mpfr_set_prec(e.c2, 2);
+            mpfr_set_si(e.c2, -1, MPFR_RNDN);
+            smattn__bwp_reset(&e.t2);
+            if (smattn__bwp_add_scaled(&e.t1, &L, e.c1) ||
+                smattn__bwp_add_scaled(&e.t1, &N, e.c2) || smattn__bwp_normalize(&e.t1) ||
+                smattn__bwp_push(&e.t2, row->texp[row->gid[jj]], e.one))
+                rc = -1;
+            else if (!(rc = smattn__bwp_mul(&e.A, &e.t2, &e.t1, BW_TERM_CAP)) &&
+                     smattn__bwp_add_scaled(&Ar, &e.A, e.one))
+                rc = -1;
+        }
+        m = m1;
+        if (!rc &&
+            (smattn__bwp_normalize(&Ar) || (rc = smattn__bwp_mul(&e.Dn, &L, &L, BW_TERM_CAP))))
+            break;
+        if (!rc && Ar.n && acc_add(&acc, &Ar, &e.Dn, e.one))
+            rc = -1;
+    }
+    if (!rc && acc.n > 1) {
+        long pu = 0;
+        int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
+        if (pu > u->prec_used)
+            u->prec_used = pu;
+        if (sr != 0) {
+            ret = sr;
+            goto out;
+        }
+    }
+    if (!rc)
+        rc = acc_combine(&acc, &e);
+    if (rc == -2) {
+        ret = 0;
+    } else if (rc == 0) {
+        long pu = 0;
+        int rational = 0;
+        ret = smattn__bwp_decide(&e.num, &e.den, t, BW_START_PREC, maxp, bits, &pu, &rational);
+        if (pu > u->prec_used)
+            u->prec_used = pu;
+    }
+out:
+    smattn__bwp_clear(&L), smattn__bwp_clear(&N), smattn__bwp_clear(&Ar);
+    mpfr_clears(w, tmp, (mpfr_ptr)0);
+    acc_free(&acc);
+    ex_clear(&e);
+    return ret;
+}
+
+/* One (b, h, i) of the summed dBias's extents: its rows (every b, h, i summed into it, by
+ * batch and head so that each KV head's rows are contiguous), then each of its keys' sums
+ * of dS (SPEC 10.2: NaN if any term is, +0 with none) through the tiers of sink_run. */
+static smattn_status bias_run(bw_unit *u, int64_t idx, long max_prec)
+{
+    const bw_job *job = u->job;
+    const smattn_problem *p = u->p;
+    const smattn_out_tensor *out = &job->gout->dbias;
+    const int64_t *ext = job->bext, R = u->R, T = u->T;
+    const int fast = !job->cfg->no_fast_phase && !u->softcap;
+    const int64_t i0 = idx % ext[2], h0 = idx / ext[2] % ext[1], b0 = idx / ext[2] / ext[1];
+    const int64_t nb = ext[0] == 1 ? p->B : 1, nh = ext[1] == 1 ? p->Hq : 1,
+                  ni = ext[2] == 1 ? p->S : 1, nj = ext[3] == 1 ? T : 1;
+    smattn_status st = SMATTN_OK;
+    u->rows = calloc((size_t)R, sizeof *u->rows);
+    int64_t *tr = malloc((size_t)(R * nj + 1) * sizeof *tr);
+    int64_t *tj = malloc((size_t)(R * nj + 1) * sizeof *tj);
+    unsigned char *jnan = calloc((size_t)T, 1);
+    if (!u->rows || !tr || !tj || !jnan) {
+        st = SMATTN_ERR_NOMEM;
+        goto out;
+    }
+    for (int64_t r = 0; r < R; r++) {
+        bw_row *row = &u->rows[r];
+        if (row_alloc(row, T, u->D, u->Dv)) {
+            st = SMATTN_ERR_NOMEM;
+            goto out;
+        }
+        row->b = nb > 1 ? r / (nh * ni) : b0;
+        row->h = nh > 1 ? r / ni % nh : h0;
+        row->i = ni > 1 ? r % ni : i0;
+        row->needed = 0;
+        u->g = row->h / u->gs;
+        if ((st = row_prepare(u, row)) || (row->kind == RK_NORMAL && row_alloc_fast(row))) {
+            st = st ? st : SMATTN_ERR_NOMEM;
+            goto out;
+        }
+        /* NaN at the keys the conventions say (SPEC 10.2) */
+        if (row->kind == RK_EMPTY_NAN)
+            memset(jnan, 1, (size_t)T);
+        if (row->kind == RK_POISON || (row->kind == RK_NORMAL && row->dsnan))
+            for (int64_t jj = 0; jj < row->n; jj++)
+                jnan[row->idx[jj]] = 1;
+        row->needed = row->kind == RK_NORMAL && !row->dsnan;
+    }
+    /* the tiers run on every row with terms: binary64, then double-double, by (b, KV head) */
+    for (int64_t r0 = 0; fast && r0 < R;) {
+        int64_t r1 = r0;
+        while (r1 < R && u->rows[r1].b == u->rows[r0].b &&
+               u->rows[r1].h / u->gs == u->rows[r0].h / u->gs)
+            r1++;
+        u->g = u->rows[r0].h / u->gs;
+        if (smattn__bw_fast_rows(u, u->rows[r0].b, &u->rows[r0], r1 - r0) ||
+            smattn__bw_dd_rows(u, &u->rows[r0], r1 - r0)) {
+            st = SMATTN_ERR_NOMEM;
+            goto out;
+        }
+        r0 = r1;
+    }
+    int exact_ready = 0;
+    for (int64_t j0 = 0; j0 < ext[3]; j0++) {
+        /* the terms: (row, key position) with the key in the element's keys */
+        int64_t nt = 0;
+        int nan = 0;
+        for (int64_t jk = 0; jk < nj; jk++)
+            nan |= jnan[nj > 1 ? jk : j0];
+        for (int64_t r = 0; r < R && !nan; r++) {
+            const bw_row *row = &u->rows[r];
+            if (!row->needed)
+                continue;
+            for (int64_t jj = 0; jj < row->n; jj++)
+                if (nj > 1 || row->idx[jj] == j0)
+                    tr[nt] = r, tj[nt++] = jj;
+        }
+        uint64_t bits = 0;
+        int done = nan || nt == 0;
+        if (nan)
+            bits = smattn__ref_nan_bits(out->dtype);
+        if (fast && !done) { /* binary64 tier: the sum of the rows' dS with their bounds */
+            double v = 0, Rr = 0, A = 0;
+            int ok = 1;
+            for (int64_t m = 0; m < nt && ok; m++) {
+                const bw_row *row = &u->rows[tr[m]];
+                ok = !row->fast_bad;
+                v += row->fS[tj[m]], A += fabs(row->fS[tj[m]]), Rr += row->fSr[tj[m]];
+            }
+            if (ok) {
+                double g = (double)(nt + 1) * 0x1p-53 / (1 - (double)(nt + 1) * 0x1p-53);
+                double bound =
+                    (Rr * (1 + 0x1p-40) + g * A) * (1 + 2 * g) * (1 + 0x1p-40) + 0x1p-1074;
+                double lo = nextafter(v - bound, -HUGE_VAL), hi = nextafter(v + bound, HUGE_VAL);
+                if (isfinite(v) && isfinite(bound) && (lo > 0 || hi < 0)) {
+                    uint64_t x = smattn__round_bits(lo, out->dtype),
+                             y = smattn__round_bits(hi, out->dtype);
+                    if (x == y)
+                        bits = x, done = 1, u->fast_elems++;
+                }
+            }
+        }
+        if (fast && !done) { /* double-double tier */
+            dd v = {0, 0};
+            double Rr = 0, A = 0;
+            int ok = 1;
+            for (int64_t m = 0; m < nt && ok; m++) {
+                const bw_row *row = &u->rows[tr[m]];
+                ok = row->dd_ok;
+                if (!ok)
+                    break;
+                const double *g6 = &row->g6[6 * tj[m]];
+                v = dd_add(v, (dd){g6[3], g6[4]});
+                Rr += g6[5], A += fabs(g6[3]);
+            }
+            if (ok) {
+                double bound =
+                    (Rr * 1.01 + (double)(nt + 1) * 8 * 0x1p-106 * A) * 1.01 * (1 + 0x1p-40);
+                done = smattn__ref_decide_dd(v.hi, v.lo, bound, out->dtype, &bits);
+                u->fast_elems += done;
+            }
+        }
+        for (int64_t r = 0; r < R && !done && !exact_ready; r++) {
+            u->g = u->rows[r].h / u->gs; /* row_exact reads the row's K and V */
+            if (u->rows[r].needed && (st = row_exact(u, &u->rows[r])))
+                goto out;
+        }
+        exact_ready |= !done;
+        int level = 0;
+        for (mpfr_prec_t prec = job->cfg->fixed_prec > 0 ? job->cfg->fixed_prec : BW_START_PREC;
+             !done && prec <= max_prec; prec *= 2, level++) {
+            if (u->prec_used < prec)
+                u->prec_used = prec;
+            for (int64_t r = 0; r < R; r++) /* row_level borrows tl, th: all rows first */
+                if (u->rows[r].needed)
+                    row_level(u, &u->rows[r], prec);
+            for (int64_t m = 0; m < nt; m++) {
+                const bw_row *row = &u->rows[tr[m]];
+                int64_t jj = tj[m];
+                mpfr_set_prec(u->tl[m], prec);
+                mpfr_set_prec(u->th[m], prec);
+                if (row->Uzero[jj]) {
+                    mpfr_set_zero(u->tl[m], 1), mpfr_set_zero(u->th[m], 1);
+                } else {
+                    mpfr_set(u->tl[m], u->softcap ? row->Slo[jj] : row->Ulo[jj], MPFR_RNDD);
+                    mpfr_set(u->th[m], u->softcap ? row->Shi[jj] : row->Uhi[jj], MPFR_RNDU);
+                }
+                u->pl[m] = u->tl[m];
+                u->ph[m] = u->th[m];
+            }
+            sum_terms(u, nt, 1.0, prec);
+            done = decide_iv(u->lo, u->hi, out->dtype, &bits, u->tmp);
+            if (!done && level >= BW_EXACT_AFTER && !u->softcap) {
+                int rc = exact_bias_sum(u, tr, tj, nt, out->dtype, max_prec, &bits);
+                if (rc < 0) {
+                    st = SMATTN_ERR_NOMEM;
+                    goto out;
+                }
+                done = rc;
+                u->exact_elems += rc;
+            }
+        }
+        if (!done) {
+            st = SMATTN_ERR_PRECISION;
+            goto out;
+        }
+        smattn__store_bits(out->data, out->dtype, smattn__off4(out->stride, b0, h0, i0, j0), bits);
+    }
+out:
+    free(tr), free(tj), free(jnan);
+    return st;
+}
+
 static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stats)
 {
     const smattn_problem *p = job->p;
@@ -1515,16 +1786,22 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
     memset(&u, 0, sizeof u);
     u.job = job;
     u.p = p;
-    int64_t sink_head = unit >= p->B * p->Hkv ? unit - p->B * p->Hkv : -1;
+    int64_t bias_unit = job->bias_sum && unit >= job->bias_first ? unit - job->bias_first : -1;
+    int64_t sink_head = unit >= p->B * p->Hkv && bias_unit < 0 ? unit - p->B * p->Hkv : -1;
     u.b = sink_head < 0 ? unit / p->Hkv : 0;
     u.gs = p->Hq / p->Hkv;
     u.g = sink_head < 0 ? unit % p->Hkv : sink_head / u.gs;
     u.R = sink_head < 0 ? u.gs * p->S : p->B * p->S;
+    if (bias_unit >= 0) { /* rows: every (b, h, i) the element's sum runs over */
+        u.b = 0;
+        u.R = (job->bext[0] == 1 ? p->B : 1) * (job->bext[1] == 1 ? p->Hq : 1) *
+              (job->bext[2] == 1 ? p->S : 1);
+    }
     u.T = p->T;
     u.D = p->D;
     u.Dv = p->Dv;
     u.softcap = p->softcap > 0;
-    u.want_bias = job->gout->dbias.data != NULL;
+    u.want_bias = job->gout->dbias.data != NULL && !job->bias_sum;
     mpfr_inits2(64, u.a, u.b2, u.c, u.d, u.lo, u.hi, u.tmp, (mpfr_ptr)0);
     int64_t W = u.D > u.Dv ? u.D : u.Dv;
     u.El = malloc((size_t)(u.T + 1) * sizeof *u.El);
@@ -1542,10 +1819,13 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
         for (int64_t k = 0; k < W; k++)
             mpfr_init2(u.prod[k], 106);
         long maxp = job->cfg->max_prec > 0 ? job->cfg->max_prec : BW_DEFAULT_MAX_PREC;
-        if (sink_head < 0) {
+        if (sink_head < 0 && bias_unit < 0) {
             st = unit_run(&u, maxp);
-        } else {                                  /* term scratch for the rows of the head */
-            u.ncap = (u.R > u.T ? u.R : u.T) + 1; /* a head's rows, or row_level's groups */
+        } else { /* term scratch: a head's rows, a dBias sum's (row, key) terms, or
+                  * row_level's groups */
+            int64_t tb = job->bext[3] == 1 ? p->T : 1;
+            u.ncap = bias_unit >= 0 ? (u.R * tb > u.T ? u.R * tb : u.T) + 1
+                                    : (u.R > u.T ? u.R : u.T) + 1;
             u.tl = malloc((size_t)u.ncap * sizeof *u.tl);
             u.th = malloc((size_t)u.ncap * sizeof *u.th);
             u.pl = malloc((size_t)u.ncap * sizeof *u.pl);
@@ -1557,11 +1837,12 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
             } else {
                 for (int64_t k = 0; k < u.ncap; k++)
                     mpfr_inits2(64, u.tl[k], u.th[k], (mpfr_ptr)0);
-                st = sink_run(&u, sink_head, maxp);
+                st = bias_unit >= 0 ? bias_run(&u, bias_unit, maxp) : sink_run(&u, sink_head, maxp);
             }
         }
     }
-    if (sink_head < 0) { /* a dsinks unit evaluates rows counted by their own units */
+    if (sink_head < 0 && bias_unit < 0) { /* dsinks and dBias-sum units evaluate rows
+                                           * counted by their own units */
         stats->rows += u.R;
         stats->rows_empty += u.empty_rows;
     }
@@ -1636,6 +1917,16 @@ smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *
     job.gout = gout;
     job.cfg = cfg;
     job.units = p->B * p->Hkv + (gout->dsinks.data ? p->Hq : 0);
+    job.bias_first = job.units;
+    if (gout->dbias.data) {
+        const int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
+        for (int k = 0; k < 4; k++) {
+            job.bext[k] = gout->dbias.stride[k] == 0 ? 1 : nb[k];
+            job.bias_sum |= gout->dbias.stride[k] == 0 && nb[k] > 1;
+        }
+        if (job.bias_sum)
+            job.units += job.bext[0] * job.bext[1] * job.bext[2];
+    }
     atomic_init(&job.next, 0);
     job.fail_unit = -1;
     if (pthread_mutex_init(&job.lock, NULL))

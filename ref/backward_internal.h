@@ -50,6 +50,15 @@ int smattn__bwp_equal(const bw_poly *a, const bw_poly *b);
 int smattn__bwp_decide(const bw_poly *num, const bw_poly *den, smattn_dtype t, long start_prec,
                        long max_prec, uint64_t *bits, long *prec_used, int *rational);
 
+/* The correct rounding to t of sum_k A[k] / D[k] (each D[k] normalised with positive
+ * coefficients, each A[k] normalised) without their common denominator: each ratio enclosed
+ * on its own, a boundary B inside the enclosure passed only once the sum is proven to differ
+ * from it (an exact test modulo a prime, bw_poly.c). Returns 1 with *bits set, 0 when the
+ * sum may equal B or max_prec was reached (the caller then puts the terms over one
+ * denominator), -1 on allocation failure. */
+int smattn__bwp_decide_sum(const bw_poly *A, const bw_poly *D, int64_t n, smattn_dtype t,
+                           long start_prec, long max_prec, uint64_t *bits, long *prec_used);
+
 /* What a row adds (SPEC 10.2): SKIP nothing (dQ +0); NORMAL its gradients; POISON NaN at
  * its visible keys and in dQ; EMPTY_NAN NaN at every key and in dQ; MEAN dO / T_b to dV. */
 enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
@@ -135,6 +144,11 @@ struct bw_job {
     int64_t fail_unit;
     smattn_status fail;
     smattn_ref_stats stats;
+    /* dBias summed over the broadcast dimensions (a stride 0, SPEC 10.1): its extents
+     * (1 where summed) and one unit per (b, h, i) of them after the others */
+    int bias_sum;
+    int64_t bext[4];
+    int64_t bias_first;
 };
 
 /* backward_fast.c: the binary64 phase (SPEC 10.3): decides every element whose enclosure

@@ -723,6 +723,137 @@ START_TEST(trap_far_key_near_midpoint)
 }
 END_TEST
 
+/* Far keys across a GQA group (a defect fuzz_backward's seeds found): H query heads on one
+ * KV head, one query each, T = 14 keys whose scores (set by the bias; K = 0) are 0 for key 0
+ * and -(2^60 a_j + 2^18 b_hj) for the others, a_j the marks of a Golomb ruler (so no pair
+ * sums coincide) and b_hj distinct per head, head 0's smallest. Every P_hj with j > 0 is
+ * below MPFR's range, so the interval loop cannot decide the keys' dK (a sum of terms of
+ * both signs around 0) nor a dV on a binary64 midpoint; the rows' denominators put over one
+ * multiply past 2^18 terms, where the oracle used to stop with SMATTN_ERR_PRECISION. The
+ * values are known: head 0's terms exceed the others' by e^{2^28}. */
+static void far_keys_case(tc *c, int64_t H, const double *dout)
+{
+    static const int a[14] = {0, 4, 6, 20, 35, 52, 59, 77, 78, 86, 89, 99, 122, 127};
+    tc_init(c, 1, 1, 14, H, 1, 2, 1, 41);
+    memset(c->k, 0, (size_t)nk(c) * sizeof(double));
+    for (int64_t j = 0; j < 14; j++)
+        c->v[j] = j ? 1 : 0;
+    for (int64_t h = 0; h < H; h++) {
+        c->q[h * 2] = h % 2 ? -1.5 : 0.75; /* head 0 positive, the next negative */
+        c->q[h * 2 + 1] = h % 2 ? 0.5 : -1.25;
+        c->dout[h] = dout[h];
+    }
+    tc_add_bias(c);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t j = 0; j < 14; j++)
+            c->bias[h * 14 + j] =
+                j ? -(0x1p60 * a[j] + 0x1p18 * (double)(h ? 1024 + 97 * h + 31 * j : 3 * j)) : 0;
+}
+
+START_TEST(gqa_far_keys)
+{
+    /* dK: the sign of head 0's term; dV of the far keys +0; dQ +0 (K = 0) */
+    static const double dout3[3] = {1, 1, 1};
+    tc c;
+    far_keys_case(&c, 3, dout3);
+    smattn_ref_stats st;
+    ck_assert_int_eq(tc_run(&c, 1, &st), SMATTN_OK);
+    for (int64_t j = 0; j < 14; j++)
+        for (int64_t d = 0; d < 2; d++) {
+            /* dS_0j > 0 for j > 0 (dP_j = 1 > Delta), dS_00 < 0: dK_jd has q_0d's sign or
+             * the opposite, and rounds to zero */
+            double want = copysign(0.0, j ? c.q[d] : -c.q[d]);
+            ck_assert_msg(bits64(c.dk[j * 2 + d]) == bits64(want),
+                          "dk[%" PRId64 "][%" PRId64 "] = %a", j, d, c.dk[j * 2 + d]);
+        }
+    for (int64_t j = 1; j < 14; j++)
+        ck_assert_uint_eq(bits64(c.dv[j]), 0);
+    for (int64_t x = 0; x < nq(&c); x++)
+        ck_assert_uint_eq(bits64(c.dq[x]), 0);
+    tc_free(&c);
+
+    /* dV_0 = sum_h dO_h P_h0 = (1 + 2^-52 + 2^-53) - (far terms, head 0's positive): just
+     * below a binary64 midpoint whose tie would round up */
+    static const double dout6[6] = {1 + 0x1p-52, 0x1p-54, 0x1p-54, 0x1p-55, -0x1p-56, -0x1p-56};
+    far_keys_case(&c, 6, dout6);
+    ck_assert_int_eq(tc_run(&c, 1, &st), SMATTN_OK);
+    ck_assert_msg(c.dv[0] == 1 + 0x1p-52, "dv[0] = %a", c.dv[0]);
+    tc_free(&c);
+}
+END_TEST
+
+/* dSinks across batches with far keys: three batches of one query (T = 14, the far keys of
+ * gqa_far_keys by batch), a sink at -2^61 below the top key, dLSE 1, -1, 0. Each batch's
+ * term e^{-2^61} (dLSE_b L_b - F_b) / L_b^2 (F_b the far keys' weights) is about +-1 or
+ * tiny times e^{-2^61}: the +-1 cancel exactly and the rest, -2 F_0 - F_2 + F_1^2 < 0 to
+ * leading order, is below MPFR's range; the three denominators put over one pass 2^18
+ * terms. The sign splits off the cancelling parts exactly: -0. */
+START_TEST(dsinks_far_keys_across_batches)
+{
+    static const int a[14] = {0, 4, 6, 20, 35, 52, 59, 77, 78, 86, 89, 99, 122, 127};
+    tc c;
+    tc_init(&c, 3, 1, 14, 1, 1, 2, 1, 44);
+    memset(c.k, 0, (size_t)nk(&c) * sizeof(double));
+    tc_add_bias(&c);
+    tc_add_sinks(&c);
+    tc_add_dlse(&c);
+    for (int64_t b = 0; b < 3; b++) {
+        c.dout[b] = 1;
+        c.dlse[b] = b == 0 ? 1 : b == 1 ? -1 : 0;
+        for (int64_t j = 0; j < 14; j++) {
+            c.v[b * 14 + j] = j ? 1 : 0;
+            c.bias[b * 14 + j] =
+                j ? -(0x1p60 * a[j] + 0x1p18 * (double)(b ? 1024 + 97 * b + 31 * j : 3 * j)) : 0;
+        }
+    }
+    c.sinks[0] = -0x1p61;
+    c.want_dsinks = 1;
+    for (int nofast = 0; nofast < 2; nofast++) {
+        g_no_fast = nofast;
+        ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+        ck_assert_msg(bits64(c.dsinks[0]) == bits64(-0.0), "dsinks %a", c.dsinks[0]);
+    }
+    g_no_fast = 0;
+    tc_free(&c);
+}
+END_TEST
+
+/* The same far keys: the GQA backward against its MHA expansion (K, V repeated per head):
+ * dQ the same bits, and each dK, and the far keys' dV, the signed zero the expansion's
+ * head 0 gives (the others' terms being e^{2^28} smaller). */
+START_TEST(gqa_far_keys_mha_expansion)
+{
+    static const double dout3[3] = {1, -0.5, 2};
+    tc g, m;
+    far_keys_case(&g, 3, dout3);
+    far_keys_case(&m, 3, dout3);
+    free(m.k), free(m.v);
+    m.p.Hkv = 3;
+    m.k = calloc((size_t)nk(&m), sizeof(double));
+    m.v = malloc((size_t)nv(&m) * sizeof(double));
+    for (int64_t j = 0; j < 14; j++)
+        for (int64_t h = 0; h < 3; h++)
+            m.v[j * 3 + h] = g.v[j];
+    ck_assert_int_eq(tc_run(&g, 0, NULL), SMATTN_OK);
+    ck_assert_int_eq(tc_run(&m, 0, NULL), SMATTN_OK);
+    for (int64_t x = 0; x < nq(&g); x++)
+        ck_assert_uint_eq(bits64(g.dq[x]), bits64(m.dq[x]));
+    for (int64_t j = 0; j < 14; j++) {
+        for (int64_t d = 0; d < 2; d++)
+            ck_assert_msg(bits64(g.dk[j * 2 + d]) == bits64(m.dk[(j * 3 + 0) * 2 + d]),
+                          "dk[%" PRId64 "][%" PRId64 "] = %a, head 0's %a", j, d, g.dk[j * 2 + d],
+                          m.dk[(j * 3) * 2 + d]);
+        if (j) /* P_hj: head 0's */
+            ck_assert_uint_eq(bits64(g.dv[j]), bits64(m.dv[j * 3]));
+    }
+    /* dV_0 = sum_h dO_h (1 - far terms): 2.5 less something far below its ulp, the
+     * expansion's heads 1, -0.5 and 2 */
+    ck_assert_msg(g.dv[0] == m.dv[0] + m.dv[1] + m.dv[2] && g.dv[0] == 2.5, "dv[0] = %a", g.dv[0]);
+    tc_free(&g);
+    tc_free(&m);
+}
+END_TEST
+
 /* dSinks across batches: two batches with the same inputs and opposite dO and dLSE give
  * opposite irrational terms P_sink (dLSE - Delta) whose sum is 0 exactly (+0); a row that
  * sees no key but its sink adds its dLSE exactly; a NaN sink makes its head's dsink NaN. */
@@ -971,6 +1102,114 @@ static int sum_within_rounding(const double *x, int64_t n, double target)
     return ok;
 }
 
+/* dBias summed over a broadcast bias's dimensions (SPEC 10.1: a stride 0 asks for the sum
+ * over that dimension): the full-shape dBias of the same problem summed, within the
+ * roundings (half an ulp of each full element, of the sum); over the keys, a row's sum is
+ * exactly dLSE_i (0 without dLSE, SPEC 10.1: sum_j P_j (dP_j - Delta) = 0), an exact
+ * zero or rational only the exact path decides (with the fast tiers off too); a `nan`
+ * empty row makes every sum it enters NaN. */
+static smattn_status run_dbias_strides(tc *c, const int64_t st[4], double *out)
+{
+    smattn_inputs in;
+    smattn_grad_inputs gin;
+    smattn_grad_outputs go;
+    c->want_dbias = 0;
+    tc_tensors(c, &in, &gin, &go);
+    go.dbias = (smattn_out_tensor){out, SMATTN_F64, {st[0], st[1], st[2], st[3]}};
+    smattn_ref_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.no_fast_phase = g_no_fast;
+    return smattn_ref_backward(&c->p, &in, &gin, &go, &cfg, NULL);
+}
+
+static int sum_rounded(const double *x, int64_t n, double target)
+{
+    mpfr_t s, slack;
+    mpfr_inits2(4000, s, slack, (mpfr_ptr)0);
+    mpfr_set_d(s, -target, MPFR_RNDN);
+    mpfr_set_d(slack, 0.5 * (nextafter(fabs(target), HUGE_VAL) - fabs(target)), MPFR_RNDN);
+    for (int64_t k = 0; k < n; k++) {
+        mpfr_add_d(s, s, x[k], MPFR_RNDN);
+        mpfr_add_d(slack, slack, 0.5 * (nextafter(fabs(x[k]), HUGE_VAL) - fabs(x[k])), MPFR_RNDN);
+    }
+    int ok = mpfr_cmpabs(s, slack) <= 0;
+    mpfr_clears(s, slack, (mpfr_ptr)0);
+    return ok;
+}
+
+START_TEST(dbias_broadcast_sums)
+{
+    for (int nofast = 0; nofast < 2; nofast++) {
+        g_no_fast = nofast;
+        tc c;
+        tc_init(&c, 2, 3, 5, 4, 2, 3, 2, 61);
+        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        tc_add_bias(&c);
+        tc_add_mask(&c, 7);
+        c.want_dbias = 1;
+        ck_assert_int_eq(tc_run(&c, 0, NULL), SMATTN_OK);
+        const int64_t B = 2, H = 4, S = 3, T = 5;
+        double *full = malloc((size_t)nfull(&c) * sizeof(double));
+        memcpy(full, c.dbias, (size_t)nfull(&c) * sizeof(double));
+        /* [1, 1, S, T]: over batches and heads (rows of both KV heads); [B, H, 1, 1] */
+        static const int64_t sts[3][4] = {{0, 0, T, 1}, {H * T, T, 0, 1}, {H, 1, 0, 0}};
+        for (int v = 0; v < 3; v++) {
+            double out[2 * 4 * 3 * 5];
+            ck_assert_int_eq(run_dbias_strides(&c, sts[v], out), SMATTN_OK);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t i = 0; i < S; i++)
+                        for (int64_t j = 0; j < T; j++) {
+                            const int64_t *st = sts[v];
+                            if ((st[0] == 0 && b) || (st[1] == 0 && h) || (st[2] == 0 && i) ||
+                                (st[3] == 0 && j))
+                                continue; /* one element per summed set */
+                            double terms[2 * 4 * 3 * 5];
+                            int64_t n = 0;
+                            for (int64_t bb = 0; bb < B; bb++)
+                                for (int64_t hh = 0; hh < H; hh++)
+                                    for (int64_t ii = 0; ii < S; ii++)
+                                        for (int64_t jj = 0; jj < T; jj++)
+                                            if ((st[0] == 0 || bb == b) &&
+                                                (st[1] == 0 || hh == h) &&
+                                                (st[2] == 0 || ii == i) && (st[3] == 0 || jj == j))
+                                                terms[n++] =
+                                                    full[((bb * H + hh) * S + ii) * T + jj];
+                            double got = out[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+                            ck_assert_msg(sum_rounded(terms, n, got),
+                                          "variant %d (%lld,%lld,%lld,%lld): %a", v, (long long)b,
+                                          (long long)h, (long long)i, (long long)j, got);
+                            if (v == 2) /* over S and T, no dLSE or sink: exactly +0 */
+                                ck_assert_uint_eq(bits64(got), 0);
+                        }
+        }
+        /* over the keys with dLSE: a row's sum is its dLSE exactly */
+        tc_add_dlse(&c);
+        static const int64_t stj[4] = {H * S, S, 1, 0};
+        double out[2 * 4 * 3];
+        ck_assert_int_eq(run_dbias_strides(&c, stj, out), SMATTN_OK);
+        for (int64_t r = 0; r < B * H * S; r++) {
+            int empty = 1; /* a row the mask and causality leave empty sums to +0 */
+            for (int64_t j = 0; j < T; j++)
+                empty &= c.mask[r * T + j] == 0 || j > r % S + T - S;
+            ck_assert_msg(bits64(out[r]) == bits64(empty ? 0.0 : c.dlse[r]),
+                          "row %lld: %a, dLSE %a", (long long)r, out[r], c.dlse[r]);
+        }
+        /* a `nan` empty row: NaN in every sum it enters */
+        c.p.empty_rows = SMATTN_EMPTY_NAN;
+        memset(c.mask, 0, (size_t)T); /* row (0, 0, 0) sees nothing */
+        static const int64_t sth[4] = {0, 0, T, 1};
+        double o3[3 * 5];
+        ck_assert_int_eq(run_dbias_strides(&c, sth, o3), SMATTN_OK);
+        for (int64_t j = 0; j < T; j++)
+            ck_assert_msg(isnan(o3[j]), "j %lld: %a", (long long)j, o3[j]);
+        free(full);
+        tc_free(&c);
+    }
+    g_no_fast = 0;
+}
+END_TEST
+
 /* dBias = dS: over a row's visible keys sum_j dS_j = dLSE_i - P_sink (dLSE_i - Delta_i)
  * (sum_j P_j (dP_j - Delta) = 0 and sum_j P_j = 1 - P_sink). Without sinks each row's dBias
  * sums to dLSE_i (0 without dLSE); with one query per head, dsink_h is the row's sink term,
@@ -1120,8 +1359,8 @@ START_TEST(validation)
     double dbias_buf[12];
     o2.dbias = (smattn_out_tensor){dbias_buf, SMATTN_F64, {12, 6, 3, 1}};
     ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_OK);
-    o2.dbias.stride[1] = 0; /* a reduction over heads: not yet */
-    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_UNSUPPORTED);
+    o2.dbias.stride[1] = 0; /* a reduction over heads: [B, 1, S, T] */
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_OK);
     o2.dbias = (smattn_out_tensor){go.dq.data, SMATTN_F64, {12, 6, 3, 1}}; /* over dQ */
     ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &o2, NULL, NULL), SMATTN_ERR_ALIAS);
     o2 = go;
@@ -1168,6 +1407,9 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, trap_cross_row_midpoint);
     tcase_add_test(tcs, trap_rational_dq_midpoint);
     tcase_add_test(tcs, trap_far_key_near_midpoint);
+    tcase_add_test(tcs, gqa_far_keys);
+    tcase_add_test(tcs, gqa_far_keys_mha_expansion);
+    tcase_add_test(tcs, dsinks_far_keys_across_batches);
     tcase_add_test(tcs, dsinks_traps);
     tcase_add_test(tcs, dk_sums_to_zero);
     tcase_add_test(tcs, masked_keys_exact_zero);
@@ -1176,6 +1418,7 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, bitwise_across_threads);
     tcase_add_test(tcs, nan_conventions);
     tcase_add_test(tcs, dS_row_sums);
+    tcase_add_test(tcs, dbias_broadcast_sums);
     tcase_add_test(tcs, decode_row_of_prefill);
     tcase_add_test(tcs, validation);
     suite_add_tcase(s, tcs);

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conform/judge_backward.h"
@@ -177,11 +178,19 @@ START_TEST(zeros_and_statuses)
     ck_assert_int_eq(smattn_backward_bound(p, &c.in, &c.gin, &m, &f.go, &f.go), SMATTN_ERR_DTYPE);
     ck_assert_int_eq(smattn_backward_bound(p, &c.in, &c.gin, NULL, &f.go, &b.go),
                      SMATTN_ERR_NULL);
-    smattn_grad_outputs withs = b.go;
+    smattn_grad_outputs withs = b.go, fs = f.go;
     double ds[8];
+    float dsf[8];
     withs.dsinks = (smattn_out_tensor){ds, SMATTN_F64, {1, 0, 0, 0}};
     ck_assert_int_eq(smattn_backward_bound(p, &c.in, &c.gin, &m, &f.go, &withs),
-                     SMATTN_ERR_UNSUPPORTED);
+                     SMATTN_OK); /* fmt->dsinks absent: its dtype read as binary64 */
+    fs.dsinks = (smattn_out_tensor){dsf, SMATTN_F32, {1, 0, 0, 0}};
+    withs.dsinks.dtype = SMATTN_F32;
+    ck_assert_int_eq(smattn_backward_bound(p, &c.in, &c.gin, &m, &fs, &withs), SMATTN_ERR_DTYPE);
+    withs.dsinks.dtype = SMATTN_F64;
+    ck_assert_int_eq(smattn_backward_bound(p, &c.in, &c.gin, &m, &fs, &withs), SMATTN_OK);
+    for (int64_t h = 0; h < p->Hq; h++) /* no sinks: every dsink_h an exact +0 */
+        ck_assert(ds[h] == 0);
     /* a NaN in q makes its row's dQ (and the dK of the keys it sees) +inf */
     c.q[0] = NAN;
     ck_assert_int_eq(smattn_backward_bound(p, &c.in, &c.gin, &m, &f.go, &b.go), SMATTN_OK);
@@ -196,6 +205,126 @@ START_TEST(zeros_and_statuses)
 }
 END_TEST
 
+/* B12, B13: dSinks and dBias summed over batches and heads ([1, 1, S, T]) of a plain binary32
+ * kernel (P_sink = exp(zeta - LSE) from the stored LSE, Delta from the stored O, serial
+ * binary32 sums over b and i, and over b and h) are within the bound; a dsink without its
+ * dLSE, or a dBias sum of batch 0 only, is beyond it. bug: 0 none, 1 dLSE dropped from
+ * dsinks, 2 dBias over batch 0 only. */
+static void plain_sums(const bwcase *c, int bug, float *dsinks, float *dbias)
+{
+    const smattn_problem *p = &c->p;
+    const int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv, D = p->D,
+                  Dv = p->Dv, G = Hq / Hkv;
+    const float scale = (float)p->scale, cap = (float)p->softcap;
+    memset(dsinks, 0, (size_t)Hq * sizeof(float));
+    memset(dbias, 0, (size_t)(S * T) * sizeof(float));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t gh = h / G;
+                const float lse = c->lse[(b * Hq + h) * S + i];
+                const float *q = c->q + ((b * S + i) * Hq + h) * D;
+                const float *dO = c->dout + ((b * S + i) * Hq + h) * Dv;
+                const int qpad = p->q_lens && i >= p->q_lens[b];
+                const int sink = c->sinks && !qpad && c->sinks[h] != -INFINITY;
+                int nvis = 0;
+                for (int64_t j = 0; j < T; j++)
+                    nvis += smattn_visible(p, &c->in, b, h, i, j) &&
+                            !(c->bias && c->bias[((b * Hq + h) * S + i) * T + j] == -INFINITY);
+                if (nvis == 0 && !sink)
+                    continue;
+                float Delta = 0;
+                for (int64_t cc = 0; cc < Dv; cc++)
+                    Delta += dO[cc] * (float)smattn_load(c->o, c->odt,
+                                                         ((b * S + i) * Hq + h) * Dv + cc);
+                const float dl = c->dlse ? c->dlse[(b * Hq + h) * S + i] : 0.0f;
+                if (sink)
+                    dsinks[h] += expf(c->sinks[h] - lse) * ((bug == 1 ? 0.0f : dl) - Delta);
+                for (int64_t j = 0; j < T && !(bug == 2 && b > 0); j++) {
+                    if (!smattn_visible(p, &c->in, b, h, i, j) ||
+                        (c->bias && c->bias[((b * Hq + h) * S + i) * T + j] == -INFINITY))
+                        continue;
+                    const float *k = c->k + ((b * T + j) * Hkv + gh) * D;
+                    const float *v = c->v + ((b * T + j) * Hkv + gh) * Dv;
+                    float dot = 0, dP = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += q[d] * k[d];
+                    float sc = dot * scale;
+                    if (cap > 0)
+                        sc = cap * tanhf(sc / cap);
+                    if (c->bias)
+                        sc += c->bias[((b * Hq + h) * S + i) * T + j];
+                    for (int64_t cc = 0; cc < Dv; cc++)
+                        dP += dO[cc] * v[cc];
+                    dbias[i * T + j] += expf(sc - lse) * (dP - Delta + dl);
+                }
+            }
+}
+
+/* The oracle's dsinks and [1, 1, S, T] dBias, their bounds, and the largest ratio of the
+ * plain sums (bug as plain_sums). */
+static double sums_ratio(const bwcase *c, const smattn_backward_precision *m, int bug)
+{
+    const smattn_problem *p = &c->p;
+    const int64_t S = p->S, T = p->T, Hq = p->Hq;
+    const size_t nh = (size_t)Hq, nst = (size_t)(S * T);
+    float *ps = malloc(nh * sizeof(float)), *pb = malloc(nst * sizeof(float));
+    double *es = malloc(nh * sizeof(double)), *eb = malloc(nst * sizeof(double));
+    double *bs = malloc(nh * sizeof(double)), *bb = malloc(nst * sizeof(double));
+    plain_sums(c, bug, ps, pb);
+    bwgrads ex, bd, fm;
+    bwgrads_make(&ex, p, SMATTN_F64);
+    bwgrads_make(&bd, p, SMATTN_F64);
+    bwgrads_make(&fm, p, SMATTN_F32);
+    ex.go.dsinks = (smattn_out_tensor){es, SMATTN_F64, {1, 0, 0, 0}};
+    ex.go.dbias = (smattn_out_tensor){eb, SMATTN_F64, {0, 0, T, 1}};
+    bd.go.dsinks = (smattn_out_tensor){bs, SMATTN_F64, {1, 0, 0, 0}};
+    bd.go.dbias = (smattn_out_tensor){bb, SMATTN_F64, {0, 0, T, 1}};
+    fm.go.dsinks = (smattn_out_tensor){ps, SMATTN_F32, {1, 0, 0, 0}};
+    fm.go.dbias = (smattn_out_tensor){pb, SMATTN_F32, {0, 0, T, 1}};
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref_backward(p, &c->in, &c->gin, &ex.go, &cfg, NULL), SMATTN_OK);
+    ck_assert_int_eq(smattn_backward_bound(p, &c->in, &c->gin, m, &fm.go, &bd.go), SMATTN_OK);
+    double worst = 0;
+    for (int64_t h = 0; h < Hq; h++)
+        worst = fmax(worst, smattn_error_ratio((double)ps[h], es[h], bs[h]));
+    for (int64_t x = 0; x < S * T; x++)
+        worst = fmax(worst, smattn_error_ratio((double)pb[x], eb[x], bb[x]));
+    bwgrads_free(&ex), bwgrads_free(&bd), bwgrads_free(&fm);
+    free(ps), free(pb), free(es), free(eb), free(bs), free(bb);
+    return worst;
+}
+
+START_TEST(sums_within_bound)
+{
+    const int n = test_scaled(30);
+    double worst = 0;
+    int caught[3] = {0, 0, 0}, tried = 0;
+    for (int k = 0; k < n; k++) {
+        const uint64_t seed = 5000 + (uint64_t)k;
+        bwcase c;
+        unsigned feat = BW_SINKS | BW_BIAS | BW_DLSE | (k % 2 ? BW_GQA : 0) |
+                        (k % 3 == 0 ? BW_CAUSAL_LR : 0) | (k % 5 == 1 ? BW_SOFTCAP : 0) |
+                        (k % 4 == 2 ? BW_MASK : 0);
+        ck_assert_int_eq(bwcase_make(&c, seed, feat, k % 3 == 2 ? SMATTN_BF16 : SMATTN_F32), 0);
+        smattn_backward_precision m = plain_model(&c);
+        double r = sums_ratio(&c, &m, 0);
+        worst = fmax(worst, r);
+        ck_assert_msg(r <= 1, "seed %llu: plain sums at ratio %g", (unsigned long long)seed, r);
+        if (c.p.B > 1) {
+            tried++;
+            for (int bug = 1; bug <= 2; bug++)
+                caught[bug] += sums_ratio(&c, &m, bug) > 1;
+        }
+        bwcase_free(&c);
+    }
+    fprintf(stderr, "backward_bound: dSinks and dBias over batches and heads, %d problems, worst "
+            "ratio %g; dLSE dropped caught on %d of %d, one batch's dBias on %d of %d\n", n,
+            worst, caught[1], tried, caught[2], tried);
+    ck_assert(tried > 0 && caught[1] * 4 >= tried * 3 && caught[2] * 4 >= tried * 3);
+}
+END_TEST
+
 Suite *backward_bound_suite(void);
 Suite *backward_bound_suite(void)
 {
@@ -206,6 +335,7 @@ Suite *backward_bound_suite(void)
     tcase_add_test(t, planted_bugs_exceed);
     tcase_add_test(t, stored_o_term);
     tcase_add_test(t, zeros_and_statuses);
+    tcase_add_test(t, sums_within_bound);
     suite_add_tcase(s, t);
     return s;
 }

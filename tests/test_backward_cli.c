@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <json.h>
 
@@ -49,7 +50,8 @@ static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
 }
 
 /* A backward case: B (1 with rank 3), S 3, T 5, Hq 4, Hkv 2 (GQA), D 3, Dv 2, lower-right
- * causality, binary32 inputs; optionally a full bias, sinks and dLSE. */
+ * causality, binary32 inputs; optionally a bias (1: full; 2: [S, T], broadcast over B and
+ * Hq), sinks and dLSE. */
 enum { S_ = 3, T_ = 5, HQ = 4, HKV = 2, D_ = 3, DV = 2, BMAX = 2 };
 typedef struct bcase {
     int64_t B;
@@ -82,7 +84,9 @@ static void make_case(bcase *c, const char *dir, int rank, int bias, int sinks, 
     put(dir, "k.npy", SMATTN_NPY_F32, rank, sk + o, c->k);
     put(dir, "v.npy", SMATTN_NPY_F32, rank, sv + o, c->v);
     put(dir, "do.npy", SMATTN_NPY_F32, rank, sd + o, c->dout);
-    if (bias)
+    if (bias == 2)
+        put(dir, "bias.npy", SMATTN_NPY_F32, 2, sb + 2, c->b);
+    else if (bias)
         put(dir, "bias.npy", SMATTN_NPY_F32, rank, sb + o, c->b);
     if (sinks)
         put(dir, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){HQ}, c->s);
@@ -115,6 +119,8 @@ static void library(const bcase *c, smattn_dtype t, void *g[5])
         in.bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', in.bias.stride), SMATTN_OK);
     }
+    if (c->bias == 2) /* [S, T]: broadcast over B and Hq */
+        in.bias.stride[0] = in.bias.stride[1] = 0;
     if (c->sinks)
         in.sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
     gin.dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
@@ -134,6 +140,8 @@ static void library(const bcase *c, smattn_dtype t, void *g[5])
         g[k] = calloc((size_t)n[k], smattn_dtype_size(t));
         *slot[k] = (smattn_out_tensor){g[k], t, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(&p, roles[k], slot[k]->stride), SMATTN_OK);
+        if (k == 3 && c->bias == 2) /* dBias summed over B and Hq (SPEC 10.1) */
+            slot[k]->stride[0] = slot[k]->stride[1] = 0;
     }
     ck_assert_int_eq(smattn_ref_backward(&p, &in, &gin, &go, NULL, NULL), SMATTN_OK);
 }
@@ -248,8 +256,31 @@ START_TEST(ref_writes_gradients)
 }
 END_TEST
 
-/* A forward run into an OUT that holds gradients removes them as stale; gradients that the
- * marker does not list make the set not whole; opt writes a backward case's forward only. */
+/* A bias.npy of shape [S, T] broadcast over batches and heads: dbias.npy has its shape,
+ * the library's sums over B and Hq (SPEC 10.1), bit for bit. */
+START_TEST(ref_dbias_in_the_bias_shape)
+{
+    bcase bc;
+    char dir[256], out[256];
+    snprintf(dir, sizeof dir, "%s/cb", tmp);
+    snprintf(out, sizeof out, "%s/ob", tmp);
+    make_case(&bc, dir, 4, 2, 0, 0);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    void *g[5];
+    library(&bc, SMATTN_F32, g);
+    expect_file(out, "dbias.npy", 2, (int64_t[]){S_, T_}, g[3], 4);
+    char err[512] = "";
+    ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
+    for (int k = 0; k < 5; k++)
+        free(g[k]);
+}
+END_TEST
+
+/* A run into an OUT that holds gradients removes those it does not write as stale
+ * (opt writes dq, dk, dv but neither dbias nor dsinks); gradients that the marker does not
+ * list make the set not whole. */
 START_TEST(gradients_in_the_set)
 {
     bcase bc;
@@ -257,7 +288,7 @@ START_TEST(gradients_in_the_set)
     snprintf(dir, sizeof dir, "%s/c", tmp);
     snprintf(out, sizeof out, "%s/o", tmp);
     make_case(&bc, dir, 4, 1, 1, 0);
-    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, NULL});
+    test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype", "f32", NULL});
     ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
     ck_assert(exists(test_path(out, "dbias.npy")));
@@ -266,11 +297,17 @@ START_TEST(gradients_in_the_set)
     test_outcome_free(&r);
     static const char *const grads[5] = {"dq.npy", "dk.npy", "dv.npy", "dbias.npy", "dsinks.npy"};
     for (int k = 0; k < 5; k++)
-        ck_assert_msg(!exists(test_path(out, grads[k])), "%s stayed", grads[k]);
+        ck_assert_msg(exists(test_path(out, grads[k])) == (k < 3), "%s %s", grads[k],
+                      k < 3 ? "not written by opt" : "stayed");
+    ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
+    write_text(test_path(out, "dbias.npy"), "not of this set");
+    ck_assert_int_ne(smattn_case_outputs_verify(out, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "dbias.npy is not in the set"), "%s", err);
+    unlink(test_path(out, "dbias.npy"));
     ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
     write_text(test_path(out, "dk.npy"), "not of this set");
     ck_assert_int_ne(smattn_case_outputs_verify(out, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "dk.npy is not in the set"), "%s", err);
+    ck_assert_msg(strstr(err, "dk.npy differs from the one .smattn-set records"), "%s", err);
 }
 END_TEST
 
@@ -369,6 +406,14 @@ START_TEST(gen_backward)
         }
         smattn_case c;
         ck_assert_msg(smattn_case_load(cdir, &c, err, sizeof err) == 0, "%s: %s", cdir, err);
+        if (c.in.q.dtype >= SMATTN_F8E4M3 || c.in.k.dtype >= SMATTN_F8E4M3 ||
+            c.in.v.dtype >= SMATTN_F8E4M3 || c.prob.descale) {
+            /* the backward takes no quantised input (SPEC 10.6): the case stays forward */
+            ck_assert_msg(!c.backward && !exists(test_path(cdir, "do.npy")), "%s", cdir);
+            smattn_case_free(&c);
+            without++;
+            continue;
+        }
         ck_assert_msg(c.backward && c.gin.dout.dtype == SMATTN_BF16, "%s", cdir);
         int64_t size = c.prob.B * c.prob.Hq * c.prob.S * c.prob.T * (c.prob.D + c.prob.Dv);
         if (size < best_size && c.in.bias.data)
@@ -392,7 +437,8 @@ START_TEST(gen_backward)
         with++;
     }
     json_object_put(man);
-    ck_assert_msg(with > 10 && without > 0, "%zu attention, %zu softmax cases", with, without);
+    ck_assert_msg(with > 10 && without > 0, "%zu backward cases, %zu softmax or quantised ones", with,
+                  without);
     ck_assert_msg(best[0], "no attention case with a bias");
     char res[300];
     snprintf(res, sizeof res, "%s/res", tmp);
@@ -433,6 +479,168 @@ START_TEST(gen_backward)
 }
 END_TEST
 
+/* The fast backward of a case as smattn opt runs it: smattn_attention (binary32 O and LSE,
+ * or rounded to t), then smattn_attention_backward from them; g[0..2] dq, dk, dv in t. */
+static void fast(const bcase *c, smattn_dtype t, void *g[3])
+{
+    smattn_problem p = smattn_problem_default();
+    p.B = c->B, p.S = S_, p.T = T_, p.Hq = HQ, p.Hkv = HKV, p.D = D_, p.Dv = DV;
+    p.scale = smattn_default_scale(D_);
+    p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    smattn_inputs in;
+    memset(&in, 0, sizeof in);
+    smattn_grad_inputs gin;
+    memset(&gin, 0, sizeof gin);
+    in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    in.k = (smattn_tensor){c->k, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){c->v, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', in.q.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', in.k.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'v', in.v.stride), SMATTN_OK);
+    if (c->bias) {
+        in.bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', in.bias.stride), SMATTN_OK);
+    }
+    if (c->sinks)
+        in.sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
+    gin.dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'o', gin.dout.stride), SMATTN_OK);
+    if (c->dlse) {
+        gin.dlse = (smattn_tensor){c->dl, SMATTN_F32, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, 'l', gin.dlse.stride), SMATTN_OK);
+    }
+    const size_t es = smattn_dtype_size(t);
+    void *o = calloc((size_t)(c->B * S_ * HQ * DV), es), *l = calloc((size_t)(c->B * HQ * S_), es);
+    smattn_outputs out;
+    memset(&out, 0, sizeof out);
+    out.o = (smattn_out_tensor){o, t, {0}};
+    out.lse = (smattn_out_tensor){l, t, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'o', out.o.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(&p, 'l', out.lse.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_attention(&p, &in, &out, NULL), SMATTN_OK);
+    smattn_forward_saved saved;
+    saved.o = (smattn_tensor){o, t, {0}};
+    saved.lse = (smattn_tensor){l, t, {0}};
+    memcpy(saved.o.stride, out.o.stride, sizeof saved.o.stride);
+    memcpy(saved.lse.stride, out.lse.stride, sizeof saved.lse.stride);
+    smattn_grad_outputs go;
+    memset(&go, 0, sizeof go);
+    smattn_out_tensor *slot[3] = {&go.dq, &go.dk, &go.dv};
+    const char roles[3] = {'q', 'k', 'v'};
+    const int64_t n[3] = {c->B * S_ * HQ * D_, c->B * T_ * HKV * D_, c->B * T_ * HKV * DV};
+    for (int k = 0; k < 3; k++) {
+        g[k] = calloc((size_t)n[k], es);
+        *slot[k] = (smattn_out_tensor){g[k], t, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, roles[k], slot[k]->stride), SMATTN_OK);
+    }
+    ck_assert_int_eq(smattn_attention_backward(&p, &in, &saved, &gin, &go, NULL), SMATTN_OK);
+    free(o);
+    free(l);
+}
+
+/* `smattn opt` on a backward case writes dq, dk, dv with smattn_attention_backward's bits
+ * (from the forward's O and LSE as written, in --dtype), in both rank conventions, and no
+ * dbias or dsinks. */
+START_TEST(opt_writes_gradients)
+{
+    for (int v = 0; v < 3; v++) {
+        const int rank = v == 1 ? 3 : 4, extras = v != 1;
+        const smattn_dtype t = v == 2 ? SMATTN_BF16 : SMATTN_F32;
+        bcase bc;
+        char dir[256], out[256];
+        snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
+        snprintf(out, sizeof out, "%s/o%d", tmp, v);
+        make_case(&bc, dir, rank, extras, extras, extras);
+        test_outcome r =
+            test_cli_run(tmp, (const char *[]){"opt", dir, out, "--dtype",
+                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
+        ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
+        test_outcome_free(&r);
+        void *g[3];
+        fast(&bc, t, g);
+        const int o = 4 - rank;
+        const int64_t sq[4] = {bc.B, S_, HQ, D_}, sk[4] = {bc.B, T_, HKV, D_},
+                      sv[4] = {bc.B, T_, HKV, DV};
+        const size_t es = smattn_dtype_size(t);
+        expect_file(out, "dq.npy", rank, sq + o, g[0], es);
+        expect_file(out, "dk.npy", rank, sk + o, g[1], es);
+        expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+        ck_assert(!exists(test_path(out, "dbias.npy")) && !exists(test_path(out, "dsinks.npy")));
+        char err[512] = "";
+        ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
+        for (int k = 0; k < 3; k++)
+            free(g[k]);
+    }
+}
+END_TEST
+
+/* Read dir/name (binary32), scale element e by f, write it back. */
+static void scale_elem(const char *dir, const char *name, int64_t e, float f)
+{
+    smattn_npy a;
+    char err[256];
+    ck_assert_msg(smattn_npy_read(test_path(dir, name), &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(a.type, SMATTN_NPY_F32);
+    ((float *)a.data)[e] *= f;
+    put(dir, name, SMATTN_NPY_F32, a.rank, a.shape, a.data);
+    smattn_npy_free(&a);
+}
+
+/* `smattn check` judges the gradients a backward case holds against the bound of SPEC
+ * 10.7: opt's and ref's pass; one element of dK moved by half fails the case, naming the
+ * gradient; dq.npy without dk.npy, or a dv.npy of the wrong shape, fails it too. */
+START_TEST(check_judges_gradients)
+{
+    bcase bc;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/c", tmp);
+    make_case(&bc, dir, 4, 1, 1, 1);
+    const char *json = test_path(tmp, "r.json");
+    for (int k = 0; k < 2; k++) {
+        test_outcome r = test_cli_run(
+            tmp, (const char *[]){k ? "ref" : "opt", dir, dir, "--dtype", "f32", NULL});
+        ck_assert_msg(r.code == 0, "%s: exit %d: %s", k ? "ref" : "opt", r.code, r.err);
+        test_outcome_free(&r);
+        r = test_cli_run(tmp, (const char *[]){"check", dir, "--json", json, NULL});
+        ck_assert_msg(r.code == 0, "check after %s: exit %d: %s %s", k ? "ref" : "opt", r.code,
+                      r.out, r.err);
+        test_outcome_free(&r);
+        json_object *rep = json_object_from_file(json), *cases, *c, *v;
+        ck_assert(rep && json_object_object_get_ex(rep, "cases", &cases));
+        c = json_object_array_get_idx(cases, 0);
+        /* O, LSE and the three gradients: 24 + 24 + 72 + 60 + 40 elements */
+        ck_assert(json_object_object_get_ex(c, "elements", &v));
+        ck_assert_int_eq(json_object_get_int64(v), 2 * (S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ +
+                                                        T_ * HKV * D_ + T_ * HKV * DV));
+        json_object_put(rep);
+    }
+    unlink(test_path(dir, ".smattn-set")); /* edited below: taken as they are */
+    scale_elem(dir, "dk.npy", 7, 1.5f);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"check", dir, "--json", json, NULL});
+    ck_assert_msg(r.code == 1, "check of a wrong dK: exit %d: %s", r.code, r.out);
+    ck_assert_msg(strstr(r.out, "gradients: ") && strstr(r.out, "dK[b=0,j=1,g=0,d=1]"), "%s",
+                  r.out);
+    test_outcome_free(&r);
+    scale_elem(dir, "dk.npy", 7, 1 / 1.5f);
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 0, "check after the undo: exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+    unlink(test_path(dir, "dk.npy"));
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "dk.npy missing: the gradients are judged together"),
+                  "exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+    const float z[2 * T_ * HKV * (DV + 1)] = {0};
+    put(dir, "dk.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, T_, HKV, D_}, z);
+    put(dir, "dv.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, T_, HKV, DV + 1}, z);
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "dv.npy: got shape [2,5,2,3]") &&
+                      strstr(r.out, "want [B,T,Hkv,Dv] = [2,5,2,2]"),
+                  "exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+}
+END_TEST
+
 Suite *backward_cli_suite(void);
 Suite *backward_cli_suite(void)
 {
@@ -441,9 +649,12 @@ Suite *backward_cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, load_backward_case);
     tcase_add_test(tc, ref_writes_gradients);
+    tcase_add_test(tc, ref_dbias_in_the_bias_shape);
     tcase_add_test(tc, gradients_in_the_set);
     tcase_add_test(tc, bad_gradients_refused);
     tcase_add_test(tc, gen_backward);
+    tcase_add_test(tc, opt_writes_gradients);
+    tcase_add_test(tc, check_judges_gradients);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

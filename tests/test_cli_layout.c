@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "conform/conform.h"
 #include "io/case.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
@@ -364,7 +365,9 @@ START_TEST(gen_layouts_are_the_dense_cases)
             total++;
             if (cl.has_layout) {
                 laid++;
-                ck_assert(cl.packed_q && (l == 0 ? cl.packed_k : cl.paged));
+                /* a layout case keeps its own (gen_layout_cases_keep_their_own_layout) */
+                if (strncmp(de->d_name, "layout-", 7) != 0)
+                    ck_assert(cl.packed_q && (l == 0 ? cl.packed_k : cl.paged));
                 same_problem(de->d_name, &cd, &cl);
             } else /* no query or no key at all, or a softmax: written dense */
                 ck_assert(cd.prob.op == SMATTN_OP_SOFTMAX || !cl.has_layout);
@@ -375,6 +378,86 @@ START_TEST(gen_layouts_are_the_dense_cases)
         ck_assert_msg(laid > total / 2, "%s: only %d of %d cases with a layout", layouts[l], laid,
                       total);
     }
+}
+END_TEST
+
+/* gen --layout writes each of the battery's layout cases in its own layout, as `smattn
+ * conform` hands it to a kernel (conform_case_lay_out): its packing, seqused_k, pages in
+ * its own order and size, NHD or HND, whatever --layout names (its rule, pages of 16 in
+ * reverse order, NHD, is for the dense cases); and the case is still the dense one. */
+START_TEST(gen_layout_cases_keep_their_own_layout)
+{
+    conform_battery bat;
+    char err[1200];
+    ck_assert_msg(conform_battery_build(&bat, "quick", 0, "", err, sizeof err) == 0, "%s", err);
+    const char *dense = in_tmp("dense"), *out = in_tmp("own");
+    const char *a1[] = {"gen", "--suite=quick", "--seed=0", dense, NULL};
+    test_outcome r = test_cli_run(tmp, a1);
+    ck_assert_msg(r.code == 0, "%s", r.err);
+    test_outcome_free(&r);
+    const char *a2[] = {"gen", "--suite=quick", "--seed=0", "--layout=packed", out, NULL};
+    r = test_cli_run(tmp, a2);
+    ck_assert_msg(r.code == 0, "%s", r.err);
+    test_outcome_free(&r);
+    int seen = 0, hnd = 0, used = 0, odd_pages = 0, dense_q = 0;
+    for (size_t n = 0; n < bat.n; n++) {
+        const conform_case *c = &bat.cases[n];
+        if (!c->has_layout || c->prob.op != SMATTN_OP_ATTENTION)
+            continue;
+        char name[128], a[512], b[512];
+        snprintf(name, sizeof name, "%s", c->name);
+        for (char *x = name; *x; x++)
+            if (*x == '/')
+                *x = '-';
+        snprintf(a, sizeof a, "%s/%s", dense, name);
+        snprintf(b, sizeof b, "%s/%s", out, name);
+        smattn_case cd, cl;
+        ck_assert_msg(smattn_case_load(a, &cd, err, sizeof err) == 0, "%s: %s", a, err);
+        ck_assert_msg(smattn_case_load(b, &cl, err, sizeof err) == 0, "%s: %s", b, err);
+        const smattn_layout *L = &c->layout, *G = &cl.layout;
+        const int64_t B = c->prob.B;
+        if ((L->cu_seqlens_q && L->cu_seqlens_q[B] == 0) ||
+            (L->cu_seqlens_k && L->cu_seqlens_k[B] == 0)) { /* no packed file can be empty */
+            ck_assert_msg(!cl.has_layout, "%s", name);
+            smattn_case_free(&cd), smattn_case_free(&cl);
+            continue;
+        }
+        ck_assert_msg(cl.has_layout && cl.packed_q == (L->cu_seqlens_q != NULL) &&
+                          cl.packed_k == (L->cu_seqlens_k != NULL) &&
+                          cl.paged == (L->block_table != NULL),
+                      "%s: not its own layout", name);
+        for (int64_t k = 0; L->cu_seqlens_q && k <= B; k++)
+            ck_assert_msg(G->cu_seqlens_q[k] == L->cu_seqlens_q[k], "%s: cu_seqlens_q", name);
+        for (int64_t k = 0; L->cu_seqlens_k && k <= B; k++)
+            ck_assert_msg(G->cu_seqlens_k[k] == L->cu_seqlens_k[k], "%s: cu_seqlens_k", name);
+        ck_assert_msg((G->seqused_k != NULL) == (L->seqused_k != NULL), "%s: seqused_k", name);
+        for (int64_t k = 0; L->seqused_k && k < B; k++)
+            ck_assert_msg(G->seqused_k[k] == L->seqused_k[k], "%s: seqused_k", name);
+        if (L->block_table) {
+            ck_assert_msg(G->page_size == L->page_size && G->num_pages == L->num_pages &&
+                              G->max_pages == L->max_pages && cl.json.kv_hnd == c->kv_hnd,
+                          "%s: page geometry", name);
+            for (int64_t bb = 0; bb < B; bb++) {
+                int64_t np = (cl.prob.kv_lens[bb] + L->page_size - 1) / L->page_size;
+                for (int64_t k = 0; k < np; k++)
+                    ck_assert_msg(G->block_table[bb * G->bt_stride + k] ==
+                                      L->block_table[bb * L->bt_stride + k],
+                                  "%s: block_table[%lld][%lld]", name, (long long)bb,
+                                  (long long)k);
+            }
+            hnd += c->kv_hnd;
+            odd_pages += L->page_size != 16;
+            dense_q += !L->cu_seqlens_q;
+        }
+        used += L->seqused_k != NULL;
+        same_problem(name, &cd, &cl);
+        seen++;
+        smattn_case_free(&cd), smattn_case_free(&cl);
+    }
+    conform_battery_free(&bat);
+    ck_assert_msg(seen >= 15 && hnd >= 2 && used >= 1 && odd_pages >= 3 && dense_q >= 1,
+                  "%d cases, %d HND, %d with seqused_k, %d not of 16, %d with dense q", seen,
+                  hnd, used, odd_pages, dense_q);
 }
 END_TEST
 
@@ -478,6 +561,7 @@ Suite *cli_layout_suite(void)
     tcase_add_test(tc, check_judges_layout_outputs);
     tcase_add_test(tc, sampled_check_of_a_layout_is_sampled);
     tcase_add_test(tc, gen_layouts_are_the_dense_cases);
+    tcase_add_test(tc, gen_layout_cases_keep_their_own_layout);
     suite_add_tcase(s, tc);
     /* needs the library's layouts (smattn_ref, smattn_attention with a layout) */
     TCase *e2e = tcase_create("library");

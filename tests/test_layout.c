@@ -765,6 +765,43 @@ START_TEST(contiguous_strides_of_layouts)
 }
 END_TEST
 
+/* A packed batch whose every sequence is empty (total 0) is one row of storage, as
+ * validation checks it: its contiguous strides pass validation and the kernel and the
+ * oracle run (LSE [1, Hq, 0] once had stride 0 between heads: SMATTN_ERR_ALIAS). */
+START_TEST(contiguous_strides_of_empty_batches)
+{
+    const int64_t Hq = 3, D = 4;
+    int64_t cuq[3] = {0, 0, 0}, cuk[3] = {0, 0, 0};
+    smattn_layout L = {cuq, cuk, NULL, NULL, 0, 0, 0, 0};
+    smattn_problem p = smattn_problem_default();
+    p.B = 2, p.S = 3, p.T = 5, p.Hq = Hq, p.Hkv = 1, p.D = p.Dv = D;
+    p.layout = &L;
+    float q[3 * 4] = {0}, k[4] = {0}, v[4] = {0}, o[3 * 4], l[3];
+    double od[3 * 4], ld[3];
+    smattn_inputs in;
+    smattn_outputs out, outd;
+    memset(&in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    in.q = (smattn_tensor){q, SMATTN_F32, {0}};
+    in.k = (smattn_tensor){k, SMATTN_F32, {0}};
+    in.v = (smattn_tensor){v, SMATTN_F32, {0}};
+    out.o = (smattn_out_tensor){o, SMATTN_F32, {0}};
+    out.lse = (smattn_out_tensor){l, SMATTN_F32, {0}};
+    const char roles[] = "qkvol";
+    int64_t *st[5] = {in.q.stride, in.k.stride, in.v.stride, out.o.stride, out.lse.stride};
+    for (int r = 0; r < 5; r++)
+        ck_assert_int_eq(smattn_contiguous_strides(&p, roles[r], st[r]), SMATTN_OK);
+    ck_assert(out.lse.stride[1] == 1 && out.lse.stride[2] == 1); /* [1, Hq, one row] */
+    ck_assert(in.q.stride[1] == Hq * D);
+    ck_assert_int_eq(smattn_validate(&p, &in, &out), SMATTN_OK);
+    ck_assert_int_eq(smattn_attention(&p, &in, &out, NULL), SMATTN_OK);
+    outd = out;
+    outd.o.data = od, outd.o.dtype = SMATTN_F64;
+    outd.lse.data = ld, outd.lse.dtype = SMATTN_F64;
+    ck_assert_int_eq(smattn_ref(&p, &in, &outd, NULL, NULL), SMATTN_OK);
+}
+END_TEST
+
 Suite *layout_suite(void);
 Suite *layout_suite(void)
 {
@@ -778,6 +815,7 @@ Suite *layout_suite(void)
     tcase_add_test(tc, explain_names_the_entry);
     tcase_add_test(tc, layout_arrays_are_inputs_for_aliasing);
     tcase_add_test(tc, contiguous_strides_of_layouts);
+    tcase_add_test(tc, contiguous_strides_of_empty_batches);
     suite_add_tcase(s, tc);
     return s;
 }

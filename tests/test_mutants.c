@@ -31,6 +31,11 @@ static const struct {
     {"alibi_slope_sign", "alibi"},   {"alibi_off_by_one", "alibi"},
     {"alibi_mode_confused", "alibi"}, {"tail_keys_dropped", "split"},
     {"merge_no_max", "merge"},
+    {"bw_gqa_not_summed", "backward"}, {"bw_mask_ignored", "backward"},
+    {"bw_softcap_no_derivative", "backward"}, {"bw_delta_wrong_o", "backward"},
+    {"bw_empty_nan", "backward"},
+    {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
+    {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -162,10 +167,12 @@ START_TEST(mutant_rejected)
 }
 END_TEST
 
-/* Mutants failing one case with the reason aimed at their bug (conform/judge.c): the ALiBi
+/* Mutants failing one case with the reason aimed at their bug (conform/judge.c and, for
+ * the backward's, conform/judge_backward.c): the ALiBi
  * mutants name the reading of ALiBi their outputs follow (the one-sided causal prefill tells
  * the two modes apart through the LSE alone); tail_keys_dropped passes the full row (T = 20,
- * a multiple of 4) and fails the split-KV check of its parts (T = 3 and 17). */
+ * a multiple of 4) and fails the split-KV check of its parts (T = 3 and 17); the quantised
+ * mutants fail the case aimed at their bug, a forgotten descale named as such. */
 static const struct {
     const char *name, *only, *reason;
 } alibi_named[] = {
@@ -178,6 +185,19 @@ static const struct {
     {"tail_keys_dropped", "split/prefill_t20_at3",
      "split-KV: the kernel's own attention over keys [0, 3) and [3, 20), merged by the oracle"},
     {"merge_no_max", "merge/lse_spread_pm1000", "error/bound ratio inf at O element"},
+    /* the backward's (conform/judge_backward.c): each names its bug class */
+    {"bw_gqa_not_summed", "backward/gqa_hq4_hkv2",
+     "GQA group not summed: dV (and dK) are off while dQ is within its bound"},
+    {"bw_mask_ignored", "backward/mask", "masked key given gradient: dK[b=0,j=0,g=0,d=0]"},
+    {"bw_softcap_no_derivative", "backward/softcap",
+     "softcap's derivative: dQ and dK are off while dV"},
+    {"bw_delta_wrong_o", "backward/plain", "Delta or dP: dQ and dK are off"},
+    {"bw_empty_nan", "backward/padding", "empty row turned NaN: dQ[b=1,i=2,h=0,d=0] = NaN"},
+    {"descale_k_ignored", "quant/e4m3_descale_head_gqa",
+     "descale: the outputs follow the K descale left out"},
+    {"q4_0_nibbles_swapped", "quant/q4_0_kv_prefill", "error/bound ratio"},
+    {"q8_0_scale_other_block", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
+    {"e4m3_nan_as_480", "quant/e4m3_nan_key", "where the spec has NaN"},
 };
 
 START_TEST(alibi_mutant_named)

@@ -26,6 +26,11 @@ static inline int64_t fuzz_diff_long_T(const fuzz_problem *fp)
     return 1025 + (int64_t)(fp->seed >> 26);
 }
 #define FUZZ_REF_PROPS_MAX_P 64
+/* Eighths of the attention inputs fuzz_problem_quant makes quantised (SPEC 2.9), by target:
+ * fuzz_dtypes' half, fuzz_diff's and fuzz_ref_props' quarter. */
+#define FUZZ_DTYPES_QUANT_IN8 4
+#define FUZZ_DIFF_QUANT_IN8 2
+#define FUZZ_REF_PROPS_QUANT_IN8 2
 #define FUZZ_DP_MAX_P 256 /* fuzz_decode_prefill: before its prefill is cut to T^2 <= it */
 
 /* First lines of a report: "MISMATCH <target> <shape class>", "check: <what>", then the
@@ -86,6 +91,12 @@ void fuzz_diff_check(const char *target, const fuzz_problem *fp, int all_isas);
  * (fuzz_dtypes); a kernel status other than SMATTN_OK is a MISMATCH, as above. */
 void fuzz_diff_check_as(const char *target, const fuzz_problem *fp, int all_isas,
                         smattn_dtype out_t);
+
+/* fuzz_diff_check with the problem's layout twin (fuzz_layout_draw; NULL: none) checked
+ * too: the oracle's outputs on it the dense problem's bits, and on each ISA checked, the
+ * kernel's on it (the decoded thread count) the dense run's bits. */
+void fuzz_diff_check_layout(const char *target, const fuzz_problem *fp, const fuzz_layout *fl,
+                            int all_isas);
 
 /* The same bits in every element of two outputs of one dtype. */
 void fuzz_check_same_bits(const char *target, const fuzz_problem *fp, const fuzz_outputs *a,

@@ -632,10 +632,352 @@ int fuzz_problem_alibi(fuzz_problem *fp)
     return 0;
 }
 
+/* ---- quantised inputs (SPEC 2.9) ------------------------------------------------------- */
+
+static int is_fp8(smattn_dtype t)
+{
+    return t == SMATTN_F8E4M3 || t == SMATTN_F8E5M2;
+}
+
+static int is_block(smattn_dtype t)
+{
+    return smattn_dtype_block(t) > 1;
+}
+
+/* The bytes of n elements of t. */
+static size_t bytes_of(smattn_dtype t, size_t n)
+{
+    return n / (size_t)smattn_dtype_block(t) * smattn_dtype_size(t);
+}
+
+/* v in [lo, hi] as an integer (NaN: lo's side, 0 when in range), never an out-of-range
+ * conversion. */
+static int clamp_int(float v, int lo, int hi)
+{
+    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
+}
+
+/* One block of 32 values as llama.cpp's quantize_row_q8_0_ref / _q4_0_ref do, in binary32,
+ * the scale stored as binary16 (little-endian); a NaN scale if a value is not finite. Where
+ * 1/d overflows (a block of subnormal binary32 values) x / d is used: ggml converts an
+ * infinity to int8 there, which C leaves undefined (fuzz_ref_props found it). */
+static void quant_block(const double *x, smattn_dtype t, unsigned char *dst)
+{
+    float amax = 0.0f, max = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float v = (float)x[j];
+        finite &= isfinite(v) != 0;
+        if (fabsf(v) > amax)
+            amax = fabsf(v), max = v;
+    }
+    memset(dst, 0, smattn_dtype_size(t));
+    uint16_t h = 0x7e00; /* binary16 NaN */
+    if (!finite) {
+        dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
+        return;
+    }
+    const float d = t == SMATTN_Q8_0 ? amax / 127.0f : max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    smattn_store(&h, SMATTN_F16, 0, (double)d);
+    dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float s0 = isfinite(id) ? (float)x[j] * id : (float)x[j] / d;
+        if (t == SMATTN_Q8_0) {
+            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(s0), -128, 127);
+        } else if (j < 16) {
+            float s1 = isfinite(id) ? (float)x[j + 16] * id : (float)x[j + 16] / d;
+            int lo = clamp_int(s0 + 8.5f, 0, 15), hi = clamp_int(s1 + 8.5f, 0, 15);
+            dst[2 + j] = (unsigned char)(lo | hi << 4);
+        }
+    }
+}
+
+/* Tensor [B, rows, H, dim] of dtype t at *buf re-encoded in dtype to with its last
+ * dimension widened to dim2 (the new columns uniform in [-2, 2] from r); the buffer
+ * replaced. 0, or -1 out of memory. */
+static int requant(void **buf, smattn_tensor *t, size_t *n, int64_t B, int64_t rows, int64_t H,
+                   int64_t dim, int64_t dim2, smattn_dtype to, prng *r)
+{
+    const size_t n2 = (size_t)(B * rows * H * dim2);
+    double *x = malloc((n2 ? n2 : 1) * sizeof *x);
+    unsigned char *c = alloc_elems(bytes_of(to, n2), 1);
+    if (!x || !c) {
+        free(x), free(c);
+        return -1;
+    }
+    for (size_t row = 0; row < (size_t)(B * rows * H); row++)
+        for (int64_t d = 0; d < dim2; d++)
+            x[row * (size_t)dim2 + (size_t)d] =
+                d < dim ? smattn_load(*buf, t->dtype, (int64_t)row * dim + d)
+                        : 4 * prng_unif(r) - 2;
+    if (is_block(to))
+        for (size_t k = 0; k < n2 / SMATTN_QBLOCK; k++)
+            quant_block(x + k * SMATTN_QBLOCK, to, c + k * smattn_dtype_size(to));
+    else
+        for (size_t e = 0; e < n2; e++)
+            smattn_store(c, to, (int64_t)e, x[e]);
+    free(x);
+    free(*buf);
+    *buf = c;
+    *n = n2;
+    t->data = c;
+    t->dtype = to;
+    t->stride[3] = 1, t->stride[2] = dim2, t->stride[1] = H * dim2, t->stride[0] = rows * H * dim2;
+    return 0;
+}
+
+int fuzz_problem_quant(fuzz_problem *fp, int in8)
+{
+    smattn_problem *p = &fp->p;
+    prng r = {(uint64_t)fp->seed * 0xd1342543de82ef95u + 0x9a47u};
+    if (p->op != SMATTN_OP_ATTENTION || (int)(prng_next(&r) % 8) >= in8)
+        return 0;
+    static const smattn_dtype qs[3] = {SMATTN_F32, SMATTN_F8E4M3, SMATTN_F8E5M2};
+    static const smattn_dtype kvs[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
+    const smattn_dtype qt = qs[prng_next(&r) % 3], kvt = kvs[prng_next(&r) % 4];
+    const int descale = (int)(prng_next(&r) % 3); /* 0 none, 1 per tensor, 2 per head */
+    int64_t D2 = p->D, Dv2 = p->Dv;
+    if (is_block(kvt)) /* whole blocks along D and Dv (SPEC 2.9) */
+        D2 = (p->D + 31) / 32 * 32, Dv2 = (p->Dv + 31) / 32 * 32;
+    void **qb = (void **)&fp->q;
+    if (((qt != SMATTN_F32 || D2 != p->D) &&
+         requant(qb, &fp->in.q, &fp->nq, p->B, p->S, p->Hq, p->D, D2,
+                 qt != SMATTN_F32 ? qt : fp->in.q.dtype, &r)) ||
+        requant(&fp->k, &fp->in.k, &fp->nk, p->B, p->T, p->Hkv, p->D, D2, kvt, &r) ||
+        requant(&fp->v, &fp->in.v, &fp->nv, p->B, p->T, p->Hkv, p->Dv, Dv2, kvt, &r)) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    p->D = D2, p->Dv = Dv2;
+    if (!descale)
+        return 0;
+    const int64_t n = p->B * p->Hkv;
+    fp->descale = malloc(sizeof *fp->descale + 3 * (size_t)n * sizeof(double));
+    if (!fp->descale) {
+        fuzz_problem_free(fp);
+        return 1;
+    }
+    *fp->descale = smattn_descale_default();
+    double *arr = (double *)(fp->descale + 1);
+    double *one[3] = {&fp->descale->q, &fp->descale->k, &fp->descale->v};
+    const double **head[3] = {&fp->descale->q_head, &fp->descale->k_head, &fp->descale->v_head};
+    for (int t = 0; t < 3; t++) {
+        if (prng_next(&r) % 4 == 0)
+            continue; /* this tensor without a factor */
+        for (int64_t e = 0; e < (descale == 2 ? n : 1); e++) /* binary32 in [2^-4, 2^4] */
+            arr[t * n + e] = (double)(float)ldexp(1.0 + prng_unif(&r), (int)(prng_next(&r) % 8) - 4);
+        if (descale == 2)
+            *head[t] = arr + t * n;
+        else
+            *one[t] = arr[t * n];
+    }
+    p->descale = fp->descale;
+    return 0;
+}
+
+int fuzz_problem_kernel_may_decline(const fuzz_problem *fp)
+{
+    return fp->p.descale || is_block(fp->in.k.dtype) || is_block(fp->in.v.dtype);
+}
+
+double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g)
+{
+    const smattn_descale *d = fp->p.descale;
+    if (!d)
+        return 1.0;
+    const double *a = which == 'q' ? d->q_head : which == 'k' ? d->k_head : d->v_head;
+    return a ? a[b * fp->p.Hkv + g] : which == 'q' ? d->q : which == 'k' ? d->k : d->v;
+}
+
+/* Element i[0..3] of tensor t (through its strides) copied to element o[0..3] of dst
+ * (strides ds, t's dtype). */
+static void copy_elem(void *dst, const int64_t ds[4], const smattn_tensor *t, const int64_t i[4],
+                      const int64_t o[4])
+{
+    size_t es = smattn_dtype_size(t->dtype);
+    int64_t from = i[0] * t->stride[0] + i[1] * t->stride[1] + i[2] * t->stride[2] + i[3] * t->stride[3];
+    int64_t to = o[0] * ds[0] + o[1] * ds[1] + o[2] * ds[2] + o[3] * ds[3];
+    memcpy((unsigned char *)dst + (size_t)to * es, (const unsigned char *)t->data + (size_t)from * es, es);
+}
+
+/* n elements of dtype t, each NaN, +inf or -inf: what a layout leaves unread (SPEC 2.7). */
+static void *garbage_elems(smattn_dtype t, int64_t n)
+{
+    void *buf = alloc_elems((size_t)(n > 0 ? n : 1), smattn_dtype_size(t));
+    for (int64_t k = 0; buf && k < n; k++)
+        smattn_store(buf, t, k, k % 3 == 0 ? (double)NAN : k % 3 == 1 ? HUGE_VAL : -HUGE_VAL);
+    return buf;
+}
+
+int fuzz_layout_draw(const fuzz_problem *fp, fuzz_layout *fl)
+{
+    memset(fl, 0, sizeof *fl);
+    const smattn_problem *p = &fp->p;
+    /* the seed and the shape: inputs too short to reach the seed's bytes (seed 0) vary */
+    prng r = {(uint64_t)fp->seed * 0xd1b54a32d192ed03u +
+              (uint64_t)(((p->T * 67 + p->S) * 67 + p->D) * 67 + p->Dv) * 4 + (uint64_t)p->B};
+    if (p->op != SMATTN_OP_ATTENTION || prng_next(&r) % 8 >= 3)
+        return 0;
+    /* 0 packed Q; 1 packed K; 2 paged; 3 packed Q and K; 4 packed Q over pages */
+    int kind = (int)(prng_next(&r) % 5);
+    fl->packed_q = kind == 0 || kind >= 3;
+    fl->keys = kind == 1 || kind == 3 ? 1 : kind == 2 || kind == 4 ? 2 : 0;
+    const int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    int64_t Sb[2], Tb[2];
+    for (int64_t b = 0; b < B; b++) {
+        Sb[b] = p->q_lens ? p->q_lens[b] : S;
+        Tb[b] = p->kv_lens ? p->kv_lens[b] : T;
+    }
+    fl->p = *p;
+    fl->in = fp->in;
+    fl->p.layout = &fl->L;
+    if (fl->packed_q) { /* the twin's q_lens are the slices */
+        for (int64_t b = 0; b < B; b++)
+            fl->cu_q[b + 1] = fl->cu_q[b] + Sb[b];
+        const int64_t total = fl->cu_q[B];
+        const int64_t qs[4] = {(int64_t)(prng_next(&r) % 4096), Hq * D, D, 1}; /* [0] unused */
+        if (!(fl->q = garbage_elems(fp->in.q.dtype, (total > 0 ? total : 1) * Hq * D))) /* >= 1 row */
+            return -1;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Sb[b]; i++)
+                for (int64_t h = 0; h < Hq; h++)
+                    for (int64_t d = 0; d < D; d++)
+                        copy_elem(fl->q, qs, &fp->in.q, (const int64_t[4]){b, i, h, d},
+                                  (const int64_t[4]){0, fl->cu_q[b] + i, h, d});
+        fl->in.q.data = fl->q;
+        memcpy(fl->in.q.stride, qs, sizeof qs);
+        fl->L.cu_seqlens_q = fl->cu_q;
+        fl->p.q_lens = NULL;
+    }
+    if (fl->keys == 1) { /* packed keys, half of them with seqused_k and dead keys after */
+        const int used = prng_next(&r) % 2 == 0;
+        for (int64_t b = 0; b < B; b++) {
+            fl->used[b] = Tb[b];
+            fl->cu_k[b + 1] = fl->cu_k[b] + Tb[b] + (used ? (int64_t)(prng_next(&r) % 4) : 0);
+        }
+        const int64_t total = fl->cu_k[B];
+        const int64_t ks[4] = {(int64_t)(prng_next(&r) % 4096), Hkv * D, D, 1};
+        const int64_t vs[4] = {ks[0], Hkv * Dv, Dv, 1};
+        if (!(fl->k = garbage_elems(fp->in.k.dtype, (total > 0 ? total : 1) * Hkv * D)) ||
+            !(fl->v = garbage_elems(fp->in.v.dtype, (total > 0 ? total : 1) * Hkv * Dv)))
+            return -1;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < Tb[b]; t++)
+                for (int64_t g = 0; g < Hkv; g++) {
+                    for (int64_t d = 0; d < D; d++)
+                        copy_elem(fl->k, ks, &fp->in.k, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){0, fl->cu_k[b] + t, g, d});
+                    for (int64_t d = 0; d < Dv; d++)
+                        copy_elem(fl->v, vs, &fp->in.v, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){0, fl->cu_k[b] + t, g, d});
+                }
+        fl->L.cu_seqlens_k = fl->cu_k;
+        fl->L.seqused_k = used ? fl->used : NULL;
+        fl->p.kv_lens = NULL;
+        fl->in.k.data = fl->k, fl->in.v.data = fl->v;
+        memcpy(fl->in.k.stride, ks, sizeof ks);
+        memcpy(fl->in.v.stride, vs, sizeof vs);
+    } else if (fl->keys == 2) { /* pages in a random order, NHD or HND, wild entries after */
+        static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 64};
+        const int64_t ps = sizes[prng_next(&r) % (sizeof sizes / sizeof *sizes)];
+        fl->hnd = prng_next(&r) % 2 == 0;
+        const int64_t max_pages = (T + ps - 1) / ps + (int64_t)(prng_next(&r) % 2);
+        const int64_t bt_stride = max_pages + (int64_t)(prng_next(&r) % 2);
+        int64_t fresh = 0;
+        for (int64_t b = 0; b < B; b++)
+            fresh += (Tb[b] + ps - 1) / ps;
+        const int64_t num_pages = fresh + (int64_t)(prng_next(&r) % 3) + (fresh == 0);
+        if (!(fl->bt = alloc_elems((size_t)(B * bt_stride), sizeof *fl->bt)))
+            return -1;
+        static const int32_t wild[] = {-1, INT32_MAX, INT32_MIN, 1 << 30};
+        for (int64_t k = 0; k < B * bt_stride; k++)
+            fl->bt[k] = wild[prng_next(&r) % 4];
+        int32_t *perm = alloc_elems((size_t)num_pages, sizeof *perm);
+        if (!perm)
+            return -1;
+        for (int64_t k = 0; k < num_pages; k++)
+            perm[k] = (int32_t)k;
+        for (int64_t k = num_pages - 1; k > 0; k--) {
+            int64_t j = (int64_t)(prng_next(&r) % (uint64_t)(k + 1));
+            int32_t x = perm[k];
+            perm[k] = perm[j], perm[j] = x;
+        }
+        for (int64_t b = 0, next = 0; b < B; b++)
+            for (int64_t k = 0; k < (Tb[b] + ps - 1) / ps; k++)
+                fl->bt[b * bt_stride + k] = perm[next++];
+        free(perm);
+        int64_t ks[4], vs[4]; /* [num_pages, page_size, Hkv, D]; HND: [.., Hkv, page_size, D] */
+        ks[0] = ps * Hkv * D, ks[3] = 1, ks[1] = fl->hnd ? D : Hkv * D, ks[2] = fl->hnd ? ps * D : D;
+        vs[0] = ps * Hkv * Dv, vs[3] = 1, vs[1] = fl->hnd ? Dv : Hkv * Dv, vs[2] = fl->hnd ? ps * Dv : Dv;
+        if (!(fl->k = garbage_elems(fp->in.k.dtype, num_pages * ks[0])) ||
+            !(fl->v = garbage_elems(fp->in.v.dtype, num_pages * vs[0])))
+            return -1;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < Tb[b]; t++) {
+                const int64_t pg = fl->bt[b * bt_stride + t / ps], slot = t % ps;
+                for (int64_t g = 0; g < Hkv; g++) {
+                    for (int64_t d = 0; d < D; d++)
+                        copy_elem(fl->k, ks, &fp->in.k, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){pg, slot, g, d});
+                    for (int64_t d = 0; d < Dv; d++)
+                        copy_elem(fl->v, vs, &fp->in.v, (const int64_t[4]){b, t, g, d},
+                                  (const int64_t[4]){pg, slot, g, d});
+                }
+            }
+        for (int64_t b = 0; b < B; b++)
+            fl->kv_lens[b] = Tb[b];
+        fl->L.block_table = fl->bt;
+        fl->L.bt_stride = bt_stride, fl->L.max_pages = max_pages;
+        fl->L.num_pages = num_pages, fl->L.page_size = ps;
+        fl->p.kv_lens = fl->kv_lens;
+        fl->in.k.data = fl->k, fl->in.v.data = fl->v;
+        memcpy(fl->in.k.stride, ks, sizeof ks);
+        memcpy(fl->in.v.stride, vs, sizeof vs);
+    }
+    return 1;
+}
+
+void fuzz_layout_free(fuzz_layout *fl)
+{
+    free(fl->q), free(fl->k), free(fl->v), free(fl->bt);
+    memset(fl, 0, sizeof *fl);
+}
+
+void fuzz_layout_print(FILE *f, const fuzz_layout *fl)
+{
+    const smattn_layout *L = &fl->L;
+    const int64_t B = fl->p.B;
+    fprintf(f, "layout:");
+    if (L->cu_seqlens_q) {
+        fprintf(f, " cu_seqlens_q");
+        for (int64_t b = 0; b <= B; b++)
+            fprintf(f, " %" PRId64, L->cu_seqlens_q[b]);
+    }
+    if (L->cu_seqlens_k) {
+        fprintf(f, " cu_seqlens_k");
+        for (int64_t b = 0; b <= B; b++)
+            fprintf(f, " %" PRId64, L->cu_seqlens_k[b]);
+        if (L->seqused_k)
+            for (int64_t b = 0; b < B; b++)
+                fprintf(f, "%s%" PRId64, b ? " " : " seqused_k ", L->seqused_k[b]);
+    }
+    if (L->block_table) {
+        fprintf(f, " pages of %" PRId64 " (%s), %" PRId64 " of them, kv_lens", L->page_size,
+                fl->hnd ? "HND" : "NHD", L->num_pages);
+        for (int64_t b = 0; b < B; b++)
+            fprintf(f, " %" PRId64, fl->kv_lens[b]);
+        fprintf(f, ", block_table [%" PRId64 "][%" PRId64 "]:", B, L->bt_stride);
+        for (int64_t k = 0; k < B * L->bt_stride; k++)
+            fprintf(f, " %" PRId32, L->block_table[k]);
+    }
+    fprintf(f, "\n");
+}
+
 void fuzz_problem_free(fuzz_problem *fp)
 {
     free(fp->q), free(fp->x), free(fp->k), free(fp->v), free(fp->bias), free(fp->mask),
-        free(fp->sinks), free(fp->alibi_slopes);
+        free(fp->sinks), free(fp->alibi_slopes), free(fp->descale);
     memset(fp, 0, sizeof *fp);
 }
 
@@ -685,6 +1027,16 @@ void fuzz_problem_print(FILE *f, const fuzz_problem *fp)
             fp->raw_bytes);
     if (fp->full_p)
         fprintf(f, "  (shrunk from %" PRId64 " elements of P)", fp->full_p);
+    if (p->op == SMATTN_OP_ATTENTION && (is_fp8(fp->in.q.dtype) || fp->p.descale)) {
+        fprintf(f, "  q_dtype=%s", smattn_dtype_name(fp->in.q.dtype));
+        const char names[3] = {'q', 'k', 'v'};
+        for (int t = 0; fp->p.descale && t < 3; t++) {
+            fprintf(f, " %c_descale:", names[t]);
+            for (int64_t b = 0; b < p->B; b++)
+                for (int64_t g = 0; g < p->Hkv; g++)
+                    fprintf(f, " %a", fuzz_descale(fp, names[t], b, g));
+        }
+    }
     if (p->alibi_mode != SMATTN_ALIBI_NONE) {
         static const char *const modes[4] = {"none", "symmetric", "one_sided", "mask"};
         int64_t n = (p->alibi_slopes_per_batch ? p->B : 1) * p->Hq;

@@ -86,6 +86,7 @@ typedef struct fuzz_problem {
     size_t nq, nx, nk, nv, nbias, nmask; /* element counts (bias/mask: as stored) */
     int64_t full_p; /* B*Hq*S*T as decoded if fuzz_problem_shrink cut it, else 0 */
     float *alibi_slopes; /* fuzz_problem_alibi's slopes (owned), or NULL */
+    smattn_descale *descale; /* fuzz_problem_quant's descales and their arrays (owned), or NULL */
 } fuzz_problem;
 
 /* ALiBi (SPEC 2.8) drawn from the decoded seed, so that the bytes decode as before: an
@@ -94,6 +95,48 @@ typedef struct fuzz_problem {
  * signs, or zero, one list or B lists. Call after fuzz_problem_shrink (it reads B and Hq).
  * Returns nonzero if memory runs out (the problem is then freed). */
 int fuzz_problem_alibi(fuzz_problem *fp);
+
+/* Quantised inputs (SPEC 2.9) drawn from the decoded seed, so that the bytes decode as
+ * before: an attention problem gets, with probability in8 / 8, Q in e4m3 or e5m2 (or kept),
+ * K and V in e4m3, e5m2, q8_0 or q4_0, and descales per tensor or per (batch, KV head)
+ * (binary32 factors in [2^-4, 2^4]) or none. Q, K and V are re-encoded from their values:
+ * fp8 by nearest-even (e4m3: NaN past 448), blocks as llama.cpp's reference quantisers do
+ * (a block holding a NaN or an infinity gets a NaN scale); for the blocks, D and Dv are
+ * rounded up to multiples of 32, the new columns of Q, K and V drawn from the seed. Call
+ * after fuzz_problem_shrink, _stretch_keys, _convert and _alibi. Returns nonzero if memory
+ * runs out (the problem is then freed). */
+int fuzz_problem_quant(fuzz_problem *fp, int in8);
+/* The kernel may decline the problem (SMATTN_ERR_UNSUPPORTED) while it does not read
+ * q8_0, q4_0 or descales: nonzero if fp uses them. */
+int fuzz_problem_kernel_may_decline(const fuzz_problem *fp);
+/* The descale factor of tensor 'q', 'k' or 'v' for batch b and KV head g (1: none). */
+double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g);
+
+/* A ragged or paged twin of a decoded attention problem (SPEC 2.7), drawn from the decoded
+ * seed, so that the bytes decode as before: 3 attention inputs in 8 get packed queries
+ * (cu_seqlens_q from q_lens), packed keys (cu_seqlens_k from kv_lens, half of them with
+ * seqused_k and up to 3 dead keys per sequence), pages (of 1-64 keys in a random order,
+ * NHD or HND, spare table columns and pages, wild entries past the used ones), or packed
+ * queries with either. Q, K and V are copied to their places, every slot the layout leaves
+ * unread holds NaN or infinities; B, S, T, the masks, bias, sinks and ALiBi stay the
+ * decoded problem's, whose outputs the twin's must equal bit for bit. Call after
+ * fuzz_problem_shrink, fuzz_problem_stretch_keys and fuzz_problem_alibi; fl->p points into
+ * *fl (do not copy it). Returns 1 if a layout was drawn, 0 if none (fl zeroed), -1 if
+ * memory ran out (free fl). */
+typedef struct fuzz_layout {
+    smattn_problem p; /* the decoded problem with the layout */
+    smattn_inputs in; /* Q, K, V in their layout; the rest as decoded */
+    smattn_layout L;
+    int64_t cu_q[3], cu_k[3], used[2], kv_lens[2];
+    int32_t *bt;
+    void *q, *k, *v;
+    int packed_q, keys; /* keys: 0 dense, 1 packed, 2 paged */
+    int hnd;            /* pages stored [num_pages, Hkv, page_size, D] */
+} fuzz_layout;
+int fuzz_layout_draw(const fuzz_problem *fp, fuzz_layout *fl);
+void fuzz_layout_free(fuzz_layout *fl);
+/* One line: the layout's arrays. */
+void fuzz_layout_print(FILE *f, const fuzz_layout *fl);
 
 /* Decode data[0, size) into *fp (always succeeds unless memory runs out: returns nonzero).
  * The provider is left where decoding stopped, so that a target may read more from it. */

@@ -3,7 +3,8 @@
  * the given target sees it: fuzz_diff, fuzz_diff_long, fuzz_decode_prefill, fuzz_dtypes and
  * fuzz_ref_props cut it with fuzz_problem_shrink, fuzz_diff_long stretches its keys,
  * fuzz_dtypes rounds Q/X and bias to the dtypes it reads after the problem and prints
- * them with its output dtype), and
+ * them with its output dtype; fuzz_diff, fuzz_dtypes and fuzz_ref_props quantise some
+ * inputs, fuzz_problem_quant), and
  * with --case DIR writes it as a case directory (SPEC 7.1) that
  * `smattn ref DIR OUT --weights` and `smattn opt DIR OUT --weights` reproduce. The case is
  * checked on the way out: it is loaded back and the oracle must give the same bits on the
@@ -62,6 +63,63 @@ static smattn_npy_type npy_of(smattn_dtype t)
     return t == SMATTN_F16 ? SMATTN_NPY_F16 : t == SMATTN_BF16 ? SMATTN_NPY_U16 : SMATTN_NPY_F32;
 }
 
+/* Q, K or V of dtype t and shape s (SPEC 7.1): floats as npy_of says; fp8 as |u1 bit patterns
+ * of the same shape; q8_0 and q4_0 as |u1 raw blocks, the last axis D / 32 blocks of bytes. */
+static int put_qkv(const char *dir, const char *name, smattn_dtype t, const int64_t s[4],
+                   const void *data)
+{
+    if (t != SMATTN_F8E4M3 && t != SMATTN_F8E5M2 && smattn_dtype_block(t) == 1)
+        return put_npy(dir, name, npy_of(t), 4, s, data);
+    int64_t b[4] = {s[0], s[1], s[2], s[3]};
+    if (smattn_dtype_block(t) > 1)
+        b[3] = s[3] / smattn_dtype_block(t) * (int64_t)smattn_dtype_size(t);
+    return put_npy(dir, name, SMATTN_NPY_U8, 4, b, data);
+}
+
+/* case.json's lists of quantised arrays and its descales (SPEC 7.1: a factor printed with
+ * 17 digits reads back as the binary32 it is). */
+static void put_quant(FILE *f, const fuzz_problem *fp)
+{
+    const smattn_problem *p = &fp->p;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return;
+    static const smattn_dtype kinds[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
+    static const char *const keys[4] = {"fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
+    const smattn_dtype have[3] = {fp->in.q.dtype, fp->in.k.dtype, fp->in.v.dtype};
+    static const char names[3] = {'q', 'k', 'v'};
+    for (int k = 0; k < 4; k++) {
+        int n = 0;
+        for (int a = 0; a < 3; a++) {
+            if (have[a] != kinds[k])
+                continue;
+            fprintf(f, n++ ? ", " : ",\n  \"%s\": [", keys[k]);
+            fprintf(f, "\"%c\"", names[a]);
+        }
+        if (n)
+            fprintf(f, "]");
+    }
+    const smattn_descale *d = p->descale;
+    if (!d)
+        return;
+    const double one[3] = {d->q, d->k, d->v};
+    const double *heads[3] = {d->q_head, d->k_head, d->v_head};
+    for (int a = 0; a < 3; a++) {
+        if (!heads[a]) {
+            if (one[a] != 1.0)
+                fprintf(f, ",\n  \"%c_descale\": %.17g", names[a], one[a]);
+            continue;
+        }
+        fprintf(f, ",\n  \"%c_descale\": [", names[a]);
+        for (int64_t b = 0; b < p->B; b++) {
+            fprintf(f, "%s[", b ? ", " : "");
+            for (int64_t g = 0; g < p->Hkv; g++)
+                fprintf(f, "%s%.17g", g ? ", " : "", heads[a][b * p->Hkv + g]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "]");
+    }
+}
+
 static void put_lens(FILE *f, const char *key, const int64_t *lens, int64_t B)
 {
     if (!lens)
@@ -83,10 +141,9 @@ static int write_case(const fuzz_problem *fp, const char *dir)
     int bad = 0;
     if (p->op == SMATTN_OP_ATTENTION) {
         smattn_dtype kt = fp->in.k.dtype;
-        bad |= put_npy(dir, "q.npy", npy_of(fp->in.q.dtype), 4, (int64_t[]){p->B, p->S, p->Hq, p->D},
-                       fp->q);
-        bad |= put_npy(dir, "k.npy", npy_of(kt), 4, (int64_t[]){p->B, p->T, p->Hkv, p->D}, fp->k);
-        bad |= put_npy(dir, "v.npy", npy_of(kt), 4, (int64_t[]){p->B, p->T, p->Hkv, p->Dv}, fp->v);
+        bad |= put_qkv(dir, "q.npy", fp->in.q.dtype, (int64_t[]){p->B, p->S, p->Hq, p->D}, fp->q);
+        bad |= put_qkv(dir, "k.npy", kt, (int64_t[]){p->B, p->T, p->Hkv, p->D}, fp->k);
+        bad |= put_qkv(dir, "v.npy", kt, (int64_t[]){p->B, p->T, p->Hkv, p->Dv}, fp->v);
     } else {
         bad |= put_npy(dir, "x.npy", npy_of(fp->in.x.dtype), 4, (int64_t[]){p->B, p->Hq, p->S, p->T},
                        fp->x);
@@ -119,6 +176,7 @@ static int write_case(const fuzz_problem *fp, const char *dir)
             empty[p->empty_rows], lse[p->empty_lse]);
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
+    put_quant(f, fp);
     /* bf16 .npy files hold raw '<u2' bits: case.json names them */
     const char *bf[4];
     int nbf = 0;
@@ -199,6 +257,12 @@ int main(int argc, char **argv)
         return 2;
     }
     int64_t max_p = 0;
+    /* the targets that quantise some inputs (fuzz_problem_quant) */
+    const int quant_in8 = !target                          ? 0
+                          : !strcmp(target, "fuzz_dtypes") ? FUZZ_DTYPES_QUANT_IN8
+                          : !strcmp(target, "fuzz_diff")   ? FUZZ_DIFF_QUANT_IN8
+                          : !strcmp(target, "fuzz_ref_props") ? FUZZ_REF_PROPS_QUANT_IN8
+                                                              : 0;
     int long_rows = target && !strcmp(target, "fuzz_diff_long");
     int dtypes = target && !strcmp(target, "fuzz_dtypes");
     if (target && (!strcmp(target, "fuzz_diff") || long_rows || dtypes))
@@ -224,7 +288,8 @@ int main(int argc, char **argv)
     if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p)) ||
         (long_rows && fuzz_diff_long_T(&fp) &&
          fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp))) ||
-        (dtypes && (dc = fuzz_take_dtypes(&dp), fuzz_problem_convert(&fp, dc.qx, dc.bias)))) {
+        (dtypes && (dc = fuzz_take_dtypes(&dp), fuzz_problem_convert(&fp, dc.qx, dc.bias))) ||
+        (quant_in8 && fuzz_problem_quant(&fp, quant_in8))) {
         fprintf(stderr, "fuzz_decode: out of memory\n");
         return 1;
     }
@@ -237,6 +302,19 @@ int main(int argc, char **argv)
                fp.bias ? smattn_dtype_name(dc.bias) : "-", smattn_dtype_name(dc.out),
                smattn_dtype_name(dc.out));
     fuzz_problem_print(stdout, &fp);
+    if (target && (!strcmp(target, "fuzz_diff") || long_rows)) { /* its layout twin */
+        fuzz_layout fl;
+        int lay = fuzz_layout_draw(&fp, &fl);
+        if (lay < 0) {
+            fprintf(stderr, "fuzz_decode: out of memory\n");
+            return 1;
+        }
+        if (lay)
+            fuzz_layout_print(stdout, &fl);
+        else
+            printf("layout: none (the dense problem only)\n");
+        fuzz_layout_free(&fl);
+    }
     int rc = 0;
     if (dir) {
         rc = write_case(&fp, dir) || check_case(&fp, dir);

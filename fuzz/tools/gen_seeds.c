@@ -154,22 +154,9 @@ static size_t with_dtypes(const uint8_t *base, size_t n, const int choice[3], ui
     return len;
 }
 
-/* fuzz_backward's seeds that cost the replay 0.5 to 16 s of CPU time each (its exact
- * expansions of GQA units and of scores spread over 2^70; measured on this seed set, all
- * others below 0.05 s): numbered but not written, so that make check stays quick and the
- * other seeds keep their names and choices. Campaigns find such inputs again. */
-static int backward_slow(int kept)
-{
-    static const int slow[] = {38, 50, 52, 74, 92, 98, 117};
-    for (size_t k = 0; k < sizeof slow / sizeof slow[0]; k++)
-        if (slow[k] == kept)
-            return 1;
-    return 0;
-}
-
 static void gen_problems(const char *dir, int mode)
 {
-    int kept = 0, left_out = 0, max_kept = mode == GEN_LONG || mode == GEN_DTYPES ? 40 : 120;
+    int kept = 0, max_kept = mode == GEN_LONG || mode == GEN_DTYPES ? 40 : 120;
     uint8_t buf[256];
     static uint8_t dbuf[4096]; /* fuzz_dtypes.options: max_len = 4096 */
     for (int tries = 0; tries < 200000 && kept < max_kept; tries++) {
@@ -218,15 +205,13 @@ static void gen_problems(const char *dir, int mode)
             snprintf(name, sizeof name, "seed-%03d-%s", kept, fuzz_shape_class_name(fp.shape_class));
             if (mode == GEN_DTYPES)
                 put(dir, name, dbuf, dlen);
-            else if (!(mode == GEN_BACKWARD && backward_slow(kept)))
-                put(dir, name, buf, len);
             else
-                left_out++;
+                put(dir, name, buf, len);
             kept++;
         }
         fuzz_problem_free(&fp);
     }
-    printf("gen_seeds: %d inputs in %s\n", kept - left_out, dir);
+    printf("gen_seeds: %d inputs in %s\n", kept, dir);
 }
 
 /* fuzz_dtypes: fuzz_diff inputs (e.g. its regressions) as they are (f16 everywhere, unless
@@ -273,7 +258,11 @@ static void gen_case_files(const char *dir)
             size_t cnt = 1;
             for (int k = 0; k < rank; k++)
                 cnt *= (size_t)shape[k];
-            uint8_t data[8 * 12];
+            uint8_t data[8 * 12]; /* 12 elements of up to 8 bytes: the largest shape */
+            if (cnt * 8 > sizeof data) {
+                fprintf(stderr, "gen_seeds: %zu elements do not fit the data buffer\n", cnt);
+                exit(1);
+            }
             for (size_t i = 0; i < sizeof data; i++)
                 data[i] = t == SMATTN_NPY_BOOL ? (uint8_t)(i % 2) : (uint8_t)(i * 37);
             size_t len;

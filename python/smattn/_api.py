@@ -17,7 +17,10 @@ import numpy as np
 
 from . import _lib, _ragged
 
-F64, F32, F16, BF16, BOOL, F8E4M3, F8E5M2 = 0, 1, 2, 3, 4, 5, 6
+F64, F32, F16, BF16, BOOL, F8E4M3, F8E5M2, Q8_0, Q4_0 = 0, 1, 2, 3, 4, 5, 6, 7, 8
+# llama.cpp's blocks (SPEC 2.9): 32 elements in 34 (q8_0) or 18 (q4_0) bytes
+_QBLOCK = 32
+_BLOCK_BYTES = {Q8_0: 34, Q4_0: 18}
 _NP_OF = {F64: np.float64, F32: np.float32, F16: np.float16, BF16: np.uint16}
 _ITEMSIZE = {F64: 8, F32: 4, F16: 2, BF16: 2, BOOL: 1, F8E4M3: 1, F8E5M2: 1}
 _FP8_NAMES = {"float8_e4m3fn": F8E4M3, "float8_e5m2": F8E5M2}
@@ -32,7 +35,7 @@ _LAYOUTS = ("bshd", "bhsd")
 _ISAS = ("scalar", "avx2", "avx512")
 
 # Status codes (smattn.h, pinned) and the Python exception each becomes.
-_ERR_DTYPE, _ERR_NULL, _ERR_NOMEM, _ERR_UNSUPPORTED = 6, 1, 12, 15
+_ERR_DTYPE, _ERR_NULL, _ERR_NOMEM, _ERR_UNSUPPORTED, _ERR_OPTION = 6, 1, 12, 15, 11
 _TYPE_ERRORS = (_ERR_NULL, _ERR_DTYPE, _ERR_UNSUPPORTED)
 _RUNTIME_ERRORS = (13, 14, 17)  # precision limit, threads, internal
 
@@ -55,6 +58,9 @@ def _dtype_code(a, name, fp8=None):
     ml_dtypes' float8_e4m3fn / float8_e5m2, or uint8 bit patterns when fp8 (the format the
     caller named the array in: F8E4M3 or F8E5M2) is given."""
     dt = a.dtype
+    if fp8 in _BLOCK_BYTES:
+        _block_dims(a, name, fp8)  # uint8 whole blocks, or a TypeError / ValueError
+        return fp8
     if fp8 is not None:
         if dt == np.uint8 or _FP8_NAMES.get(dt.name) == fp8:
             return fp8
@@ -170,6 +176,14 @@ def _element_strides(a):
 def _tensor(t, a, code, axes, keep):
     """Fill smattn_tensor t with array a, a's axes in the order `axes` of the canonical
     layout; copied only when its strides cannot be expressed (negative, misaligned)."""
+    if code in _BLOCK_BYTES:  # strides in elements of whole blocks (SPEC 2.9)
+        a, _, st = _block_dims(a, "?", code)
+        keep.append(a)
+        t.data = a.ctypes.data if a.size else None
+        t.dtype = code
+        for k, ax in enumerate(axes):
+            t.stride[k] = st[ax] if ax is not None else 0
+        return a
     st = _element_strides(a)
     if st is None:  # negative or partial-element strides, or a misaligned base: a copy
         a = np.array(a, order="C", copy=True)
@@ -212,19 +226,44 @@ def _pick(name, value, alias_name, alias_value):
     return value
 
 
-def _fp8_names(fp8_e4m3, fp8_e5m2):
-    """{name: dtype code} of the arrays named in fp8_e4m3 / fp8_e5m2 (among q, k, v)."""
-    named = {}
-    for lst, code, key in ((fp8_e4m3, F8E4M3, "fp8_e4m3"), (fp8_e5m2, F8E5M2, "fp8_e5m2")):
+def _fp8_names(fp8_e4m3, fp8_e5m2, q8_0=(), q4_0=()):
+    """{name: dtype code} of the arrays named in fp8_e4m3 / fp8_e5m2 (among q, k, v) and in
+    q8_0 / q4_0 (k and v: the block formats are K's and V's, SPEC 2.9)."""
+    named, where = {}, {}
+    for lst, code, key in ((fp8_e4m3, F8E4M3, "fp8_e4m3"), (fp8_e5m2, F8E5M2, "fp8_e5m2"),
+                           (q8_0, Q8_0, "q8_0"), (q4_0, Q4_0, "q4_0")):
         if isinstance(lst, str):
             lst = (lst,)
+        allowed = ("q", "k", "v") if code in (F8E4M3, F8E5M2) else ("k", "v")
         for n in lst or ():
-            if n not in ("q", "k", "v"):
-                raise ValueError("%s: %r is not one of 'q', 'k', 'v'" % (key, n))
+            if n not in allowed:
+                raise ValueError("%s: %r is not one of %s%s" % (
+                    key, n, ", ".join(repr(a) for a in allowed),
+                    "" if len(allowed) == 3 else " (block formats are for K and V only)"))
             if n in named:
-                raise ValueError("%s is named in both fp8_e4m3 and fp8_e5m2" % n)
-            named[n] = code
+                raise ValueError("%s is named in both %s and %s" % (n, where[n], key))
+            named[n], where[n] = code, key
     return named
+
+
+def _block_dims(a, name, code):
+    """An array of q8_0 / q4_0 blocks as `smattn gen` writes them (SPEC 7.1): uint8, the
+    last axis whole blocks of bytes; returns (its shape with the last axis in elements, its
+    strides in elements), copying it to C order when its strides are not whole blocks."""
+    if a.dtype != np.uint8:
+        raise TypeError("%s: named in %s, but its dtype is '%s' (want uint8 raw blocks)"
+                        % (name, "q8_0" if code == Q8_0 else "q4_0", a.dtype))
+    size = _BLOCK_BYTES[code]
+    if a.ndim < 1 or a.shape[-1] % size:
+        raise ValueError("%s: shape %s: the last axis is not a whole number of %d-byte %s "
+                         "blocks" % (name, tuple(a.shape), size,
+                                     "q8_0" if code == Q8_0 else "q4_0"))
+    st = list(a.strides)
+    if a.shape[-1] > 1 and st[-1] != 1 or any(s < 0 or s % size for s in st[:-1]):
+        a = np.ascontiguousarray(a)
+        st = list(a.strides)
+    shape = list(a.shape[:-1]) + [a.shape[-1] // size * _QBLOCK]
+    return a, shape, [s // size * _QBLOCK for s in st[:-1]] + [1]
 
 
 def _descale(prob, keep, B, Hkv, q_descale, k_descale, v_descale):
@@ -260,16 +299,17 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
            bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
            empty_lse="neg_inf", layout="bshd", is_causal=None, attn_mask=None,
            softmax_scale=None, window_size=None, alibi_slopes=None, alibi_mode=None,
-           fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None, **ragged):
+           fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None,
+           q8_0=(), q4_0=(), **ragged):
     keep = []
     unknown = sorted(set(ragged) - set(_ragged.ARGS))
     if unknown:
         raise TypeError("unexpected keyword argument %r" % unknown[0])
-    fp8 = _fp8_names(fp8_e4m3, fp8_e5m2)
+    fp8 = _fp8_names(fp8_e4m3, fp8_e5m2, q8_0, q4_0)
     if _ragged.given(ragged) and (fp8 or any(x is not None
                                              for x in (q_descale, k_descale, v_descale))):
-        raise TypeError("fp8 arrays and descales are not supported with ragged or paged "
-                        "layouts yet")
+        raise TypeError("fp8 or block-quantised arrays and descales are not supported with "
+                        "ragged or paged layouts yet")
     if _ragged.given(ragged):
         return _build_ragged(q, k, v, scale=scale, causal=causal, window=window,
                              kv_lens=kv_lens, q_lens=q_lens, bias=bias, mask=mask, sinks=sinks,
@@ -305,17 +345,20 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     # canonical axes (b, s, h, d) in the caller's array
     ax = (0, 1, 2, 3) if layout == "bshd" else (0, 2, 1, 3)
 
-    def dims(a):
+    def dims(a, n=None):
+        code = fp8.get(n)
+        if code in _BLOCK_BYTES:  # the last axis in elements: bytes / block size * 32
+            return [_block_dims(a, n, code)[1][i] for i in ax]
         return [a.shape[i] for i in ax]
 
     for a, n, names in ((q, "q", "B S Hq D"), (k, "k", "B T Hkv D"), (v, "v", "B T Hkv Dv")):
-        for dim, dn in zip(dims(a), names.split()):
+        for dim, dn in zip(dims(a, n), names.split()):
             if dim < 1:
                 raise _status_error(2, "%s: shape %s has %s = %d: "  # SMATTN_ERR_SHAPE
                                     % (n, tuple(a.shape), dn, dim))
-    B, S, Hq, D = dims(q)
-    Bk, T, Hkv, Dk = dims(k)
-    Bv, Tv, Hv, Dv = dims(v)
+    B, S, Hq, D = dims(q, "q")
+    Bk, T, Hkv, Dk = dims(k, "k")
+    Bv, Tv, Hv, Dv = dims(v, "v")
     if Bk != B or Bv != B:
         raise ValueError("%s: shape %s does not match q's batch size B = %d"
                          % ("k" if Bk != B else "v", tuple((k if Bk != B else v).shape), B))
@@ -581,7 +624,8 @@ def _widest(b):
     bfloat16, which neither holds), else their common 16-bit type."""
     codes = {b.inputs.x.dtype} if b.softmax else {b.inputs.q.dtype, b.inputs.k.dtype,
                                                   b.inputs.v.dtype}
-    codes = {F32 if c in (F8E4M3, F8E5M2) else c for c in codes}  # fp8 times a binary32
+    codes = {F32 if c in (F8E4M3, F8E5M2, Q8_0, Q4_0) else c  # quantised times a binary32
+             for c in codes}
     if F64 in codes:                                                 # descale: float32
         return F64
     if F32 in codes or codes == {F16, BF16}:
@@ -666,8 +710,9 @@ def _ref_chunks(b, budget):
 
 def _shift(t, off):
     """Tensor t's data moved by `off` elements (a view of a sub-problem)."""
-    if t.data and off:
-        t.data = t.data + off * _ITEMSIZE[t.dtype]
+    if t.data and off:  # a block tensor's offsets are whole blocks (strides of 32)
+        t.data = t.data + (off // _QBLOCK * _BLOCK_BYTES[t.dtype] if t.dtype in _BLOCK_BYTES
+                           else off * _ITEMSIZE[t.dtype])
 
 
 def _sub_problem(b, out, b0, nb, h0, nh):
@@ -862,8 +907,10 @@ def _run(engine, q, k, v, dtype, weights, threads, isa, kw, progress=None):
         err = _status_error(st, "opt: kernel: ")
         if st == _ERR_UNSUPPORTED:
             err = TypeError(str(err) + "; smattn.attention takes q, k, v, bias and sinks in "
-                            "float32, float16 or bfloat16 (any mix; not float64) and gives "
-                            "dtype 'float32', 'float16' or 'bfloat16'")
+                            "float32, float16 or bfloat16 (any mix; not float64), q, k and v "
+                            "also in fp8 (fp8_e4m3, fp8_e5m2), and gives dtype 'float32', "
+                            "'float16' or 'bfloat16'; it does not read q8_0 or q4_0 blocks "
+                            "or descales yet (smattn.reference does)")
         raise err
     return (o, lse, p) if weights else (o, lse)
 
@@ -930,6 +977,11 @@ _DOC_ARGS = """
     fp8_e4m3, fp8_e5m2: names among "q", "k", "v" of uint8 arrays holding fp8 bit patterns
         (SPEC 2.9: e4m3fn, no infinity, NaN S.1111.111; e5m2 IEEE-like); ml_dtypes'
         float8_e4m3fn and float8_e5m2 arrays are recognised without being named.
+    q8_0, q4_0: names among "k", "v" of uint8 arrays of llama.cpp's raw blocks (SPEC 2.9: per
+        32 elements a little-endian binary16 scale d, then 32 int8 q (value d q) or 16
+        bytes of nibbles n (value d (n - 8), element j < 16 the low nibble of byte j)), the
+        last axis in bytes as `smattn gen` writes them: [B, T, Hkv, D/32*34] or D/32*18
+        (D and Dv multiples of 32; strides of whole blocks).
     q_descale, k_descale, v_descale: a number (vLLM's k_scale) or [B, Hkv] numbers
         (FlashAttention 3's descales; query head h takes its KV head's): the real input is
         the decoded value times it, exactly; each a positive finite binary32 value
@@ -943,7 +995,8 @@ def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
               block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
               kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None,
-              fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None):
+              fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None,
+              q8_0=(), q4_0=()):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
@@ -951,7 +1004,7 @@ def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
               page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
-              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2,
+              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2, q8_0=q8_0, q4_0=q4_0,
               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return _run("ref", q, k, v, dtype, weights, threads, None, kw, progress)
 
@@ -978,7 +1031,8 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               window_size=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
               block_table=None, kv_layout=None, kv_indptr=None, kv_indices=None,
               kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None,
-              fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None):
+              fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None,
+              q8_0=(), q4_0=()):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
@@ -986,16 +1040,18 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
               page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
-              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2,
+              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2, q8_0=q8_0, q4_0=q4_0,
               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return _run("opt", q, k, v, dtype, weights, threads, isa, kw)
 
 
 attention.__doc__ = """The fast kernel (smattn_attention: SIMD flash-attention tiles, a
     thread pool), within the SPEC 6 bound of its model (check(..., precision="opt")).
-    Takes q, k, v, bias and sinks in float32, float16 or bfloat16, in any mix (read exactly
-    into binary32), and gives O, LSE and P in float32, float16 or bfloat16 (rounded once
-    from its float32 result); float64 anywhere is a TypeError. isa: None, "scalar", "avx2"
+    Takes q, k, v, bias and sinks in float32, float16 or bfloat16, in any mix, and q, k and v
+    also in fp8 (read exactly into binary32), and gives O, LSE and P in float32, float16 or
+    bfloat16 (rounded once from its float32 result); float64 anywhere is a TypeError, and so,
+    until the kernel reads them, are q8_0 and q4_0 blocks and descales (smattn.reference
+    takes them). isa: None, "scalar", "avx2"
     or "avx512".
 """ + _DOC_ARGS
 
@@ -1024,6 +1080,11 @@ def _visibility(b):
     j = np.arange(b.T, dtype=np.int64)[None, :]
     out = np.empty((b.B, b.Hq, b.S, b.T), dtype=bool)
     kv, ql = b.lens
+    r = b.ragged  # a layout's S_b and T_b (SPEC 2.7): its slices, seqused_k or kv_lens
+    if r is not None and r.cu_q is not None:
+        ql = r.q_len
+    if r is not None and r.k_len is not None:
+        kv = r.k_len
     for bb in range(b.B):
         Tb = b.T if kv is None else int(kv[bb])
         Sb = b.S if ql is None else int(ql[bb])
@@ -1048,10 +1109,13 @@ def visible(q, k, v, **problem):
     SPEC 3.5 says a -inf bias hides a key). For a kernel that takes a mask or an additive
     bias only: mask=visible(...), or bias=np.where(visible(...), 0, -np.inf) plus the
     problem's own bias. A row with no True is an empty row (SPEC 3.4): its output follows
-    empty_rows, not the mask. problem: the arguments of reference() (layout included)."""
+    empty_rows, not the mask. problem: the arguments of reference() (layout included).
+    With cu_seqlens_q it is [B, Hq, S, T] (P's shape; S and T the longest sequence's), each
+    sequence under its own S_b and T_b (SPEC 2.7)."""
     b = _build(q, k, v, **problem)
     out = _visibility(b)
-    return out if b.batched else out[0]
+    packed = b.ragged is not None and b.ragged.cu_q is not None
+    return out if b.batched or packed else out[0]
 
 
 # ---- judging ---------------------------------------------------------------------------
@@ -1313,7 +1377,7 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
           cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, kv_layout=None,
           kv_indptr=None, kv_indices=None, kv_last_page_len=None, page_size=None,
           alibi_slopes=None, alibi_mode=None, fp8_e4m3=(), fp8_e5m2=(), q_descale=None,
-          k_descale=None, v_descale=None):
+          k_descale=None, v_descale=None, q8_0=(), q4_0=()):
     kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
               bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
               empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
@@ -1321,7 +1385,7 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
               seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
               kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
               page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
-              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2,
+              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2, q8_0=q8_0, q4_0=q4_0,
               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     b = _build(q, k, v, **kw)
     if o is None:

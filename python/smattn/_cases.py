@@ -8,8 +8,9 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _api, _lib
+from . import _api, _lib, _ragged
 from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
+from ._backward import check_backward
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
               "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max",
@@ -17,8 +18,14 @@ _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q
 # bit -> feature name (smattn_kernel.h): bits 0-19 above, then ALiBi's 22-24
 _CAP_BITS = list(enumerate(_CAP_NAMES)) + [(22, "alibi_symmetric"), (23, "alibi_one_sided"),
                                            (24, "alibi_mask")]
+_CAP_BITS += [(20, "descale_tensor"), (21, "descale_head")]  # descales (SPEC 2.9)
+_CAP_BITS.sort()
 _ALIBI_NAME = {1: "symmetric", 2: "one_sided", 3: "mask"}
-_DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16"}
+_DTYPE_NAME = {0: "float64", 1: "float32", 2: "float16", 3: "bfloat16", 5: "float8_e4m3fn",
+               6: "float8_e5m2", 7: "q8_0", 8: "q4_0"}
+# the quantised dtypes (SPEC 2.9): the case's arrays are their bytes, named in these kwargs
+_QUANT_KW = {5: "fp8_e4m3", 6: "fp8_e5m2", 7: "q8_0", 8: "q4_0"}
+_QUANT_BYTES = {5: (1, 1), 6: (1, 1), 7: (34, 32), 8: (18, 32)}  # bytes per element block
 _EMPTY_NAME = {v: k for k, v in _EMPTY.items()}
 _EMPTY_LSE_NAME = {v: k for k, v in _EMPTY_LSE.items()}
 
@@ -41,7 +48,7 @@ class Case:
     float16 array; "bfloat16" inputs are float32 arrays holding bfloat16 values exactly;
     `smattn conform` asks a kernel for out_dtype outputs when it claims that dtype).
     garbage: invisible slots (masked, padded, never-seen keys) hold NaN or infinity on
-    purpose (SPEC 3.6). visible(): which keys each row sees (dense cases). shape: the
+    purpose (SPEC 3.6). visible(): which keys each row sees (the dense twin's for a layout case). shape: the
     problem's B, S, T, Hq, Hkv, D, Dv (of the dense, padded twin for a layout case).
 
     A ragged or paged case (category "layout", features packed_q, packed_kv, paged_nhd or
@@ -68,11 +75,29 @@ class Case:
     out_dtype: str = "float32"
     shape: Dict[str, int] = field(default_factory=dict)
     _extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+    do: Optional[np.ndarray] = None
+    dlse: Optional[np.ndarray] = None
+
+    def check_backward(self, dq, dk, dv, dbias=None, dsinks=None, precision="float32",
+                       **overrides):
+        """A backward case (op "backward", cases(backward=True)): check_backward(dq, dk, dv,
+        self.q, self.k, self.v, self.do, dlse=self.dlse, layout=self.layout, **self.kwargs)
+        for the gradients of a kernel run as kernel_backward(case.q, case.k, case.v,
+        case.do, dlse=case.dlse, **case.kwargs)."""
+        if self.op != "backward":
+            raise TypeError("%s is not a backward case: take cases(backward=True)" % self.name)
+        kw = dict(self.kwargs, **overrides)
+        return check_backward(dq, dk, dv, self.q, self.k, self.v, self.do, dlse=self.dlse,
+                              dbias=dbias, dsinks=dsinks, precision=precision,
+                              layout=self.layout, **kw)
 
     def check(self, o=None, lse=None, p=None, precision="float32", **overrides):
         """check(o, self.q, self.k, self.v, layout=self.layout, **self.kwargs); for a
         softmax case check_softmax(p, self.x, **self.kwargs)."""
         kw = dict(self.kwargs, **overrides)
+        if self.op == "backward":
+            raise TypeError("%s is a backward case: judge the kernel's gradients with "
+                            "case.check_backward(dq, dk, dv)" % self.name)
         if self.op == "softmax":
             if o is not None:
                 raise TypeError("%s is a softmax case: it has no O; pass the kernel's P as "
@@ -88,14 +113,27 @@ class Case:
         bias need not rebuild those rules: pass mask=case.visible(), or add
         np.where(case.visible(), 0, -np.inf) to the case's bias (a -inf bias entry hides
         its key as well, SPEC 3.5). Rows with no visible key are empty rows: their output
-        follows kwargs["empty_rows"] (SPEC 3.4), whatever the mask gives."""
+        follows kwargs["empty_rows"] (SPEC 3.4), whatever the mask gives. A layout case's
+        is its dense twin's, [B, Hq, S, T] of `shape`, under its sequences' own S_b and T_b
+        (cu_seqlens_q, cu_seqlens_k, seqused_k, kv_lens; SPEC 2.7): row i of sequence b is
+        packed row cu_seqlens_q[b] + i of q, key j its key j wherever its page is."""
         kw = {n: self.kwargs[n] for n in ("causal", "window", "kv_lens", "q_lens", "mask")
               if n in self.kwargs}
         if self.op == "softmax":
-            b = _api._build_softmax(self.x, **kw)
-        else:
-            b = _api._build(self.q, self.k, self.v, layout=self.layout, **kw)
-        return _api._visibility(b)
+            return _api._visibility(_api._build_softmax(self.x, **kw))
+        rag = {n: a for n, a in self.kwargs.items() if n in _ragged.ARGS}
+        if not _ragged.given(rag):
+            return _api._visibility(_api._build(self.q, self.k, self.v, layout=self.layout, **kw))
+        # the layout's own S and T are its longest sequences': the twin's may be longer (the
+        # rows and keys past them are no sequence's), and the mask has the twin's shape
+        mask = kw.pop("mask", None)
+        b = _api._build(self.q, self.k, self.v, layout=self.layout, **kw, **rag)
+        sh = self.shape
+        out = np.zeros((sh["B"], sh["Hq"], sh["S"], sh["T"]), dtype=bool)
+        out[:, :, :b.S, :b.T] = _api._visibility(b)
+        if mask is not None:
+            out &= np.broadcast_to(np.asarray(mask, dtype=bool), out.shape)
+        return out
 
     def __repr__(self):
         ins = ("x%s" % (tuple(self.x.shape),) if self.op == "softmax" else
@@ -140,7 +178,7 @@ def _cast(t, dtype):
 
 
 def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None,
-          regressions=None, categories=None):
+          regressions=None, categories=None, backward=False):
     """Yield the battery of `smattn conform --suite SUITE --seed SEED`, case for case and in
     its order, as Case objects: the golden vectors of SPEC 8, the fuzzer finds (category
     "regressions"), edge cases by category, random prefill / chunked / decode sweeps, and
@@ -154,7 +192,16 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     "bshd" or "bhsd", any case (views, no copy). vectors, regressions: the golden vectors'
     and the fuzzer finds' directories ("" for none; default: found in the source tree, the
     wheel, or the installed share/smattn, as `smattn conform` finds them). categories: only
-    cases of these categories (e.g. ["causal", "gqa"])."""
+    cases of these categories (e.g. ["causal", "gqa"]).
+
+    backward=True: the backward cases instead (SPEC 10): the battery's attention cases the
+    exact backward takes (dense layouts, no ALiBi), each with op "backward", the feature
+    "backward", a dO in O's shape and layout (case.do, drawn from seed and the case's
+    position, in the case's q dtype) and, every other case, a dLSE [B, Hq, S] (case.dlse,
+    else None). Run the kernel's backward on case.q, case.k, case.v, case.do (and
+    case.dlse) with case.kwargs and judge its gradients with case.check_backward(dq, dk,
+    dv); the fast one is smattn.attention_backward (float32 kwargs, finite inputs: skip
+    cases with garbage)."""
     layout = _layout(layout)
     if suite == "huge":  # stride-0 and sparse views over gigabytes of reserved memory
         raise ValueError("suite 'huge' runs through `smattn conform --suite huge` only: its "
@@ -181,7 +228,12 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
             cat = c.category.decode()
             if categories is not None and cat not in categories:
                 continue
-            yield _make_case(c, dtype, layout, seed)
+            if not backward:
+                yield _make_case(c, dtype, layout, seed, bat, idx)
+            elif (c.prob.op == 0 and not c.layout and not c.prob.alibi_mode
+                  and not c.prob.descale and c.kv_dtype <= 3 and c.q_dtype <= 3):
+                # the backward takes binary64/32/16 and bfloat16 inputs only (SPEC 10.6)
+                yield _backward_case(_make_case(c, dtype, layout, seed, bat, idx), idx, seed)
     finally:
         shim.smattn_py_battery_free(bat)
 
@@ -237,7 +289,43 @@ def _lay_out(c, q, k, v, kw):
     return q, k, v, "bshd"
 
 
-def _make_case(c, dtype, layout, seed):
+def _quantised(bat, idx, c, q, k, v, layout, kw):
+    """A quant case's Q, K and V as `smattn conform` hands them to a kernel (SPEC 2.9): uint8
+    fp8 bit patterns of the arrays' shapes, or q8_0 / q4_0 raw blocks with the last axis in
+    bytes (as `smattn gen` writes them), named in kw's fp8_e4m3, fp8_e5m2, q8_0 or q4_0; the
+    descales in kw's q_descale, k_descale, v_descale (a number or [B, Hkv])."""
+    from . import _lib
+    p = c.prob
+    shapes = ((p.B, p.S, p.Hq, p.D), (p.B, p.T, p.Hkv, p.D), (p.B, p.T, p.Hkv, p.Dv))
+    codes = (c.q_dtype, c.kv_dtype, c.kv_dtype)
+    out = [q, k, v]
+    for w, (name, shape, code) in enumerate(zip("qkv", shapes, codes)):
+        if code not in _QUANT_KW:
+            continue
+        size, per = _QUANT_BYTES[code]
+        shp = shape[:3] + (shape[3] // per * size,)
+        a = np.empty(shp, dtype=np.uint8)
+        n = _lib.shim().smattn_py_battery_case_quant(bat, idx, w, a.ctypes.data, a.nbytes)
+        if n != a.nbytes:
+            raise RuntimeError("smattn: case %s: its %s could not be quantised"
+                               % (c.name.decode(), name))
+        kw.setdefault(_QUANT_KW[code], []).append(name)
+        out[w] = np.swapaxes(a, 1, 2) if layout == "bhsd" else a
+    if p.descale:
+        ds = _lib.Descale.from_address(p.descale)
+        for name in "qkv":
+            head = getattr(ds, name + "_head")
+            if head:
+                kw[name + "_descale"] = np.array(
+                    [head[e] for e in range(p.B * p.Hkv)], dtype=np.float64).reshape(p.B, p.Hkv)
+            elif getattr(ds, name) != 1.0:
+                kw[name + "_descale"] = float(getattr(ds, name))
+    for key in set(_QUANT_KW.values()) & set(kw):
+        kw[key] = tuple(kw[key])
+    return out
+
+
+def _make_case(c, dtype, layout, seed, bat=None, idx=None):
     p = c.prob
     B, S, T, Hq, Hkv, D, Dv = p.B, p.S, p.T, p.Hq, p.Hkv, p.D, p.Dv
     cnt = list(c.count)
@@ -252,6 +340,10 @@ def _make_case(c, dtype, layout, seed):
     # in the case's q dtype, K and V in its kv dtype; float32 there means "the caller's"
     q_cast = dtype if qd == "float32" else qd
     kv_cast = dtype if kvd == "float32" else kvd
+    if c.q_dtype in _QUANT_KW:  # fp8 Q: bias and sinks stay binary32 (SPEC 2.9), and Q,
+        q_cast = "float32"      # K and V come from _quantised
+    if c.kv_dtype in _QUANT_KW:
+        kv_cast = "float32"
     bias, sinks = (_cast(a, q_cast) for a in (bias, sinks))
     mask = _cast(mask, np.bool_)
     q = k = v = x = None
@@ -284,9 +376,29 @@ def _make_case(c, dtype, layout, seed):
     # the conventions of the case, always: check() judges by them, so the kernel must follow
     kw["empty_rows"] = _EMPTY_NAME[p.empty_rows]
     kw["empty_lse"] = _EMPTY_LSE_NAME[p.empty_lse]
+    if not softmax and (c.q_dtype in _QUANT_KW or c.kv_dtype in _QUANT_KW):
+        q, k, v = _quantised(bat, idx, c, q, k, v, layout, kw)
     feats = [n for bit, n in _CAP_BITS if c.caps & (1 << bit)]
     if c.layout:
         q, k, v, layout = _lay_out(c, q, k, v, kw)
     return Case(c.name.decode(), c.category.decode(), q, k, v, kw, feats, kvd,
                 bool(c.garbage), layout, seed, "softmax" if softmax else "attention", x, qd,
                 outd, dict(B=B, S=S, T=T, Hq=Hq, Hkv=Hkv, D=D, Dv=Dv))
+
+
+def _backward_case(case, idx, seed):
+    """An attention case made a backward case: dO (and every other case dLSE) from a
+    generator seeded by (seed, idx), in the dtype of the case's q."""
+    rng = np.random.default_rng([seed, idx])
+    sh = case.shape
+    if case.layout == "bshd":
+        o_shape = (sh["B"], sh["S"], sh["Hq"], sh["Dv"])
+    else:
+        o_shape = (sh["B"], sh["Hq"], sh["S"], sh["Dv"])
+    qd = case.q.dtype if case.q.dtype != np.uint16 else np.float32
+    case.do = rng.standard_normal(o_shape).astype(qd)
+    if idx % 2:
+        case.dlse = rng.standard_normal((sh["B"], sh["Hq"], sh["S"])).astype(qd)
+    case.op = "backward"
+    case.features = case.features + ["backward"]
+    return case

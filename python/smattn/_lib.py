@@ -98,6 +98,22 @@ class Precision(ctypes.Structure):
         return "Precision(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f, _ in self._fields_)
 
 
+class BackwardPrecision(ctypes.Structure):
+    """The backward kernel model of SPEC 10.7 (smattn_backward_precision in smattn.h): the
+    forward that stored O and LSE, their dtypes, and the backward's own arithmetic."""
+    _fields_ = [("fwd", Precision), ("o_dtype", ctypes.c_int), ("lse_dtype", ctypes.c_int),
+                ("bwd", Precision)]
+
+    def __repr__(self):
+        return ("BackwardPrecision(fwd=%r, o_dtype=%d, lse_dtype=%d, bwd=%r)"
+                % (self.fwd, self.o_dtype, self.lse_dtype, self.bwd))
+
+
+class ForwardSaved(ctypes.Structure):
+    """smattn_forward_saved: the O and LSE the forward stored (smattn_attention_backward)."""
+    _fields_ = [("o", Tensor), ("lse", Tensor)]
+
+
 class RefConfig(ctypes.Structure):
     _fields_ = [("threads", ctypes.c_int), ("max_prec", ctypes.c_long),
                 ("no_fast_phase", ctypes.c_int), ("fixed_prec", ctypes.c_long)]
@@ -175,6 +191,12 @@ ref_progress = _proto("smattn_ref_progress", ctypes.c_int, _P(Problem), _P(Input
                       _P(RefConfig), ctypes.c_void_p, ProgressFn, ctypes.c_void_p)
 ref_backward = _proto("smattn_ref_backward", ctypes.c_int, _P(Problem), _P(Inputs),
                       _P(GradInputs), _P(GradOutputs), _P(RefConfig), ctypes.c_void_p)
+attention_backward = _proto("smattn_attention_backward", ctypes.c_int, _P(Problem), _P(Inputs),
+                            _P(ForwardSaved), _P(GradInputs), _P(GradOutputs), _P(OptConfig))
+backward_bound = _proto("smattn_backward_bound", ctypes.c_int, _P(Problem), _P(Inputs),
+                        _P(GradInputs), _P(BackwardPrecision), _P(GradOutputs), _P(GradOutputs))
+backward_precision_of = _proto("smattn_backward_precision_of", BackwardPrecision, ctypes.c_int)
+opt_backward_precision = _proto("smattn_opt_backward_precision", BackwardPrecision, _P(Problem))
 visible = _proto("smattn_visible", ctypes.c_int, _P(Problem), _P(Inputs), c_i64, c_i64, c_i64,
                  c_i64)
 attention = _proto("smattn_attention", ctypes.c_int, _P(Problem), _P(Inputs), _P(Outputs),
@@ -240,6 +262,9 @@ def shim():
         s.smattn_py_battery_size.argtypes = [ctypes.c_void_p]
         s.smattn_py_battery_case.restype = ctypes.c_int
         s.smattn_py_battery_case.argtypes = [ctypes.c_void_p, c_i64, _P(PyCase)]
+        s.smattn_py_battery_case_quant.restype = c_i64
+        s.smattn_py_battery_case_quant.argtypes = [ctypes.c_void_p, c_i64, ctypes.c_int,
+                                                   ctypes.c_void_p, ctypes.c_size_t]
         s.smattn_py_battery_free.restype = None
         s.smattn_py_battery_free.argtypes = [ctypes.c_void_p]
         _shim, SHIM_PATH = s, path

@@ -54,9 +54,11 @@ def test_cases_are_the_conform_battery(tmp_path, seed):
     subprocess.run([_cli(), "conform", "--suite", "quick", "--seed", str(seed), "--json",
                     str(out)], check=True, cwd=str(tmp_path), env=env,
                    stdout=subprocess.DEVNULL)
-    # the merge battery (SPEC 9) runs on smattn_plugin_merge, not on attention: not a case
+    # the merge battery (SPEC 9) runs on smattn_plugin_merge and the backward battery
+    # (SPEC 10) on smattn_plugin_backward, not on attention alone: not cases here
     want = [(c["name"], c["category"], c["features"], c["shape"])
-            for c in json.loads(out.read_text())["cases"] if c["category"] != "merge"]
+            for c in json.loads(out.read_text())["cases"]
+            if c["category"] not in ("merge", "backward")]
     got, ops = [], {}
     for c in smattn.cases("quick", seed=seed):
         ops[c.name] = op = getattr(c, "op", "attention")
@@ -64,7 +66,7 @@ def test_cases_are_the_conform_battery(tmp_path, seed):
             B, Hq, S, T = c.x.shape
             got.append((c.name, c.category, c.features, dict(B=B, S=S, T=T, Hq=Hq)))
             continue
-        if c.category == "layout":  # packed or paged arrays: the twin's shape
+        if c.category in ("layout", "quant"):  # packed, paged or block arrays: the shape
             got.append((c.name, c.category, c.features, c.shape))
             continue
         B, S, Hq, D = c.q.shape

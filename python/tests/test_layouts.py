@@ -211,8 +211,9 @@ def test_library_line_library():
     """A layout the library refuses is told by its line (smattn_validate_explain), naming the
     entry; the table is spoiled after the package's own checks passed."""
     q, kc, vc = arrays()
-    b = smattn._api._build(q, kc, vc, cu_seqlens_q=CU_Q, block_table=TABLE, kv_lens=KV_LENS)
-    b.ragged.table[2, 2] = 99  # the array the descriptor points at
+    b = smattn._api._build(q, kc, vc, cu_seqlens_q=CU_Q, block_table=TABLE.copy(),
+                           kv_lens=KV_LENS)
+    b.ragged.table[2, 2] = 99  # the array the descriptor points at (a copy: TABLE is shared)
     out, *held = smattn._api._outputs(b, "float32", False)
     with pytest.raises(ValueError, match=r"block_table\[2\]\[2\] = 99 is outside \[0, 6\) "
                                          r"\(SMATTN_ERR_LAYOUT\)"):
@@ -251,3 +252,60 @@ def test_cases_yield_layouts_library():
             assert not r and "O[b=" in r.reason
     assert seen == {"packed_q", "packed_kv", "paged_nhd", "paged_hnd"}
     assert junk >= 10 and table_junk >= 10, (junk, table_junk)
+
+
+def _c_visible(b, S, T):
+    """smattn_visible on the built problem (its layout included) for every (b, h, i, j) of
+    its own extents, padded with False to the twin's S and T."""
+    out = np.zeros((b.B, b.Hq, S, T), dtype=bool)
+    for idx in np.ndindex(b.B, b.Hq, b.S, b.T):
+        out[idx] = _lib.visible(ctypes.byref(b.prob), ctypes.byref(b.inputs), *idx) != 0
+    return out
+
+
+def test_visible_takes_the_layouts_lengths():
+    """visible() with a layout: each sequence's S_b from cu_seqlens_q and T_b from
+    seqused_k (or kv_lens with pages), as smattn_visible; rows a sequence does not have see
+    nothing (a packed sequence shorter than the longest once saw every key)."""
+    q, k, v, cu = packed_k()
+    for kw in (dict(cu_seqlens_k=cu, seqused_k=KV_LENS),
+               dict(block_table=TABLE, kv_lens=KV_LENS)):
+        if "block_table" in kw:
+            q, k, v = arrays()
+        for causal in (None, True, "upper_left"):
+            vis = smattn.visible(q, k, v, cu_seqlens_q=CU_Q, causal=causal, **kw)
+            b = smattn._api._build(q, k, v, cu_seqlens_q=CU_Q, causal=causal, **kw)
+            assert vis.shape == (3, 4, 4, 10)
+            assert np.array_equal(vis, _c_visible(b, 4, 10))
+            assert not vis[1, :, 1:].any() and not vis[0, :, :, 5:].any()
+
+
+def test_case_visible_of_layout_cases_library():
+    """Case.visible() of a ragged or paged case is its dense twin's, [B, Hq, S, T] of
+    case.shape: smattn_visible on the case's own problem (its layout), and the dense twin's
+    visibility (q_lens and kv_lens from the layout, the same options) row by row; a kernel
+    that takes only the twin and a mask passes check() with it."""
+    n = 0
+    for c in smattn.cases("quick", categories=["layout"]):
+        if c.op != "attention":
+            continue
+        sh = c.shape
+        vis = c.visible()
+        assert vis.shape == (sh["B"], sh["Hq"], sh["S"], sh["T"]), c.name
+        rag = {k: a for k, a in c.kwargs.items() if k in _ragged.ARGS}
+        opts = {k: c.kwargs[k] for k in ("causal", "window", "kv_lens", "q_lens")
+                if k in c.kwargs}
+        b = smattn._api._build(c.q, c.k, c.v, **rag, **opts)
+        want = _c_visible(b, sh["S"], sh["T"])
+        if "mask" in c.kwargs:
+            want &= np.broadcast_to(np.asarray(c.kwargs["mask"], bool), want.shape)
+        assert np.array_equal(vis, want), c.name
+        # the twin, dense, with the layout's lengths
+        Q, K, V, ql, kvl = b.ragged.twin(c.q, c.k, c.v)
+        tw = smattn.visible(Q, K, V, q_lens=ql, kv_lens=kvl, **{
+            k: a for k, a in opts.items() if k not in ("kv_lens", "q_lens")})
+        assert np.array_equal(vis[:, :, :b.S, :b.T] & tw, vis[:, :, :b.S, :b.T]), c.name
+        if "mask" not in c.kwargs:
+            assert np.array_equal(vis[:, :, :b.S, :b.T], tw), c.name
+        n += 1
+    assert n >= 15

@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: MIT */
+/* backward_check.c: the backward battery (SPEC 10) for a kernel exporting
+ * smattn_plugin_backward: small problems from the forward's categories (masks, GQA,
+ * softcap, bias, sinks, empty rows, padding, decode and prefill, dLSE), each run in a
+ * child like the attention cases (the kernel's forward first, its O and LSE handed to its
+ * backward), the gradients judged against smattn_ref_backward under smattn_backward_bound
+ * (conform/judge_backward.c), and run twice for a kernel claiming
+ * SMATTN_CAP_BACKWARD_DETERMINISTIC. */
+#define _DEFAULT_SOURCE 1
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conform/battery_impl.h"
+#include "conform/conform.h"
+
+/* ---- the cases ---------------------------------------------------------------------------- */
+
+/* What a case gets beyond its forward problem. */
+enum { BW_DLSE = 1 };
+
+static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, unsigned flags)
+{
+    /* room for every case made so far (a case made before an allocation failed too, so
+     * that conform_backward_battery_free finds NULL there) */
+    while (bb->cases.n > bb->cap) {
+        size_t cap = bb->cap ? 2 * bb->cap : 32;
+        double **d = realloc(bb->dout, cap * sizeof *d);
+        if (d)
+            bb->dout = d;
+        double **l = d ? realloc(bb->dlse, cap * sizeof *l) : NULL;
+        if (!d || !l)
+            return bd->oom = 1, -1;
+        bb->dlse = l;
+        for (size_t k = bb->cap; k < cap; k++)
+            bb->dout[k] = bb->dlse[k] = NULL;
+        bb->cap = cap;
+    }
+    if (!c || bd->oom)
+        return -1;
+    c->garbage = 0; /* clean inputs: a backward may decline non-finite ones (smattn.h) */
+    bat_finish(bd, c);
+    size_t k = bb->cases.n - 1;
+    const smattn_problem *p = &c->prob;
+    /* dO and dLSE uniform in [-1, 1), from a stream of their own */
+    rng r = {bat_hash_name(c->name, bd->seed ^ 0x6261636b77617264u)};
+    int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    bb->dout[k] = malloc((size_t)no * sizeof(double));
+    bb->dlse[k] = (flags & BW_DLSE) ? malloc((size_t)nl * sizeof(double)) : NULL;
+    if (!bb->dout[k] || ((flags & BW_DLSE) && !bb->dlse[k]))
+        return bd->oom = 1, -1;
+    for (int64_t e = 0; e < no; e++)
+        bb->dout[k][e] = (double)(bat_rng_next(&r) >> 11) * 0x1p-52 - 1.0;
+    for (int64_t e = 0; bb->dlse[k] && e < nl; e++)
+        bb->dlse[k][e] = (double)(bat_rng_next(&r) >> 11) * 0x1p-52 - 1.0;
+    return 0;
+}
+
+static conform_case *att(builder *bd, const char *name, int64_t B, int64_t S, int64_t T,
+                         int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv)
+{
+    return bat_case_new(bd, "backward", name, SMATTN_OP_ATTENTION, B, S, T, Hq, Hkv, D, Dv, 2.0, 0);
+}
+
+static void build(conform_backward_battery *bb, builder *bd, int full)
+{
+    conform_case *c;
+    bw_grads(bb, bd, att(bd, "plain", 2, 5, 7, 2, 2, 8, 8), 0);
+    bw_grads(bb, bd, att(bd, "dlse", 1, 4, 6, 2, 2, 8, 8), BW_DLSE);
+    bw_grads(bb, bd, att(bd, "dv_ne_d", 1, 4, 6, 2, 2, 8, 12), 0);
+    if ((c = att(bd, "causal_lower_right", 1, 6, 9, 2, 2, 8, 8)))
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "causal_upper_left", 1, 7, 5, 2, 2, 8, 8)))
+        c->prob.causal = SMATTN_CAUSAL_UPPER_LEFT;
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "window", 1, 8, 8, 2, 2, 8, 8)))
+        c->prob.window_left = 2, c->prob.window_right = 1;
+    bw_grads(bb, bd, c, 0);
+    /* kv_lens and q_lens: padding keys no row sees, padding query rows (empty) */
+    if ((c = att(bd, "padding", 2, 4, 8, 2, 2, 8, 8))) {
+        bat_case_lens(bd, c, 0, (int64_t[]){3, 8});
+        bat_case_lens(bd, c, 1, (int64_t[]){4, 2});
+    }
+    bw_grads(bb, bd, c, 0);
+    /* a bool mask hiding key 2 from every row, and scattered entries (no row emptied) */
+    unsigned char *m = (c = att(bd, "mask", 1, 5, 8, 2, 2, 8, 8)) ? bat_case_mask(bd, c) : NULL;
+    for (int64_t e = 0; m && e < c->count[T_MASK]; e++)
+        m[e] = e % 8 != 2 && e % 8 != 0 && (e % 5 != 3 || e % 8 == 7);
+    bw_grads(bb, bd, c, 0);
+    /* a bias with a -inf column (key 5 hidden from every row) */
+    double *bias = (c = att(bd, "bias", 1, 4, 7, 2, 2, 8, 8)) ? bat_case_bias(bd, c, 1.0) : NULL;
+    for (int64_t e = 0; bias && e < c->count[T_BIAS]; e++)
+        if (e % 7 == 5)
+            bias[e] = -HUGE_VAL;
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "sinks", 1, 4, 6, 2, 2, 8, 8)))
+        bat_case_sinks(bd, c, -1.0, 1.0);
+    bw_grads(bb, bd, c, BW_DLSE);
+    if ((c = att(bd, "softcap", 1, 5, 7, 2, 2, 16, 16)))
+        c->prob.softcap = 2.0;
+    bw_grads(bb, bd, c, 0);
+    bw_grads(bb, bd, att(bd, "gqa_hq4_hkv2", 1, 4, 6, 4, 2, 8, 8), 0);
+    bw_grads(bb, bd, att(bd, "mqa_hq3_hkv1", 1, 3, 5, 3, 1, 8, 8), 0);
+    /* lower-right with S > T: rows 0..2 see no key (SPEC 3.4); with a sink, the sink alone */
+    if ((c = att(bd, "empty_rows", 1, 6, 3, 2, 2, 8, 8)))
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "empty_rows_sinks_dlse", 1, 5, 3, 2, 1, 8, 8))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        bat_case_sinks(bd, c, -1.0, 1.0);
+    }
+    bw_grads(bb, bd, c, BW_DLSE);
+    if ((c = att(bd, "decode", 2, 1, 96, 4, 2, 16, 16)))
+        bat_case_lens(bd, c, 0, (int64_t[]){96, 37});
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "prefill_causal", 1, 40, 40, 2, 1, 16, 16)))
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    bw_grads(bb, bd, c, 0);
+    /* bfloat16 inputs, O, LSE and gradients (a training step's dtypes): Delta reads the
+     * rounded O (SPEC 10.7 B3); a kernel without bfloat16 takes binary32 */
+    if ((c = att(bd, "bf16", 1, 6, 10, 4, 2, 16, 16))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c->q_dtype = c->kv_dtype = c->out_dtype = SMATTN_BF16;
+    }
+    bw_grads(bb, bd, c, BW_DLSE);
+    /* everything at once */
+    if ((c = att(bd, "mixed", 2, 5, 9, 4, 2, 8, 8))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c->prob.softcap = 3.0;
+        bat_case_bias(bd, c, 1.0);
+        bat_case_sinks(bd, c, -1.0, 1.0);
+        bat_case_lens(bd, c, 0, (int64_t[]){9, 6});
+    }
+    bw_grads(bb, bd, c, BW_DLSE);
+    if (!full)
+        return;
+    if ((c = att(bd, "prefill_causal_d64", 1, 96, 96, 4, 2, 64, 64)))
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    bw_grads(bb, bd, c, BW_DLSE);
+    if ((c = att(bd, "decode_t700", 1, 1, 700, 8, 1, 32, 32)))
+        bat_case_sinks(bd, c, -1.0, 1.0);
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "chunked_prefill", 1, 16, 80, 2, 2, 32, 32)))
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "softcap_large", 1, 8, 12, 2, 1, 32, 32)))
+        c->prob.softcap = 30.0;
+    bw_grads(bb, bd, c, BW_DLSE);
+    /* random shapes and features */
+    rng r = {bat_hash_name("backward/random", bd->seed)};
+    for (int k = 0; k < 8 && !bd->oom; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "random_%03d", k);
+        int64_t Hkv = bat_rng_int(&r, 1, 2), G = bat_rng_int(&r, 1, 3);
+        c = att(bd, name, bat_rng_int(&r, 1, 2), bat_rng_int(&r, 1, 24), bat_rng_int(&r, 1, 40),
+                Hkv * G, Hkv, 8 * bat_rng_int(&r, 1, 4), 8 * bat_rng_int(&r, 1, 4));
+        if (!c)
+            break;
+        uint64_t f = bat_rng_next(&r);
+        c->prob.causal = (smattn_causal)(f % 3);
+        if (f & 8)
+            c->prob.softcap = 5.0;
+        if (f & 16)
+            bat_case_bias(bd, c, 1.0);
+        if (f & 32)
+            bat_case_sinks(bd, c, -1.0, 1.0);
+        bw_grads(bb, bd, c, (f & 64) ? BW_DLSE : 0);
+    }
+}
+
+int conform_backward_battery_build(conform_backward_battery *bb, const char *suite, uint64_t seed)
+{
+    memset(bb, 0, sizeof *bb);
+    builder bd = {&bb->cases, seed, {0}, 0};
+    build(bb, &bd, suite && !strcmp(suite, "full"));
+    if (bd.oom) {
+        conform_backward_battery_free(bb);
+        return -1;
+    }
+    return 0;
+}
+
+void conform_backward_battery_free(conform_backward_battery *bb)
+{
+    for (size_t k = 0; k < bb->cases.n && k < bb->cap; k++)
+        free(bb->dout[k]), free(bb->dlse[k]);
+    free(bb->dout);
+    free(bb->dlse);
+    conform_battery_free(&bb->cases);
+    memset(bb, 0, sizeof *bb);
+}
+
+/* ---- running a case ----------------------------------------------------------------------- */
+
+static int pick(unsigned accepted, smattn_dtype want)
+{
+    if (accepted & SMATTN_DTYPE_BIT(want))
+        return (int)want;
+    static const smattn_dtype pref[3] = {SMATTN_F32, SMATTN_F16, SMATTN_BF16};
+    for (int k = 0; k < 3; k++)
+        if (accepted & SMATTN_DTYPE_BIT(pref[k]))
+            return (int)pref[k];
+    return -1;
+}
+
+/* The child's answer, on a shared page. */
+typedef struct bw_report {
+    volatile int stage;    /* 1 loading, 2 precision, 3 forward, 4 backward */
+    volatile int fwd_returned, fwd_status, returned, status;
+    volatile int rerun;    /* the second backward returned 0 */
+    volatile int threads;  /* the two runs were on 1 and 2 threads */
+    smattn_precision pm;
+    char err[256];
+} bw_report;
+
+/* A shared mapping for one output, as run.c lays out the forward's: [guard page][CANARY_BYTES
+ * of canary][the data][canary to the page's end, at least CANARY_BYTES][guard page], the
+ * guard pages PROT_NONE, so that a write just outside the data changes a canary and one
+ * further out crashes. */
+#define CANARY_BYTES 64
+#define CANARY 0xA5
+
+static size_t page(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static size_t body_len(size_t bytes)
+{
+    return (bytes + 2 * CANARY_BYTES + page() - 1) / page() * page();
+}
+
+static void *shared(size_t bytes)
+{
+    const size_t ps = page(), body = body_len(bytes);
+    unsigned char *m = mmap(NULL, body + 2 * ps, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    if (mprotect(m, ps, PROT_NONE) || mprotect(m + ps + body, ps, PROT_NONE)) {
+        munmap(m, body + 2 * ps);
+        return NULL;
+    }
+    memset(m + ps, CANARY, body);
+    return m + ps + CANARY_BYTES;
+}
+
+static void release(void *data, size_t bytes)
+{
+    if (data)
+        munmap((unsigned char *)data - CANARY_BYTES - page(), body_len(bytes) + 2 * page());
+}
+
+/* The prefill: a signalling NaN of the dtype in every element, canaries after. */
+static void prefill(void *data, smattn_dtype t, int64_t n)
+{
+    size_t es = smattn_dtype_size(t);
+    unsigned char pat[8];
+    uint64_t b64 = 0x7ff4a5a5a5a5a5a5u;
+    uint32_t b32 = 0x7fa5a5a5u;
+    uint16_t b16 = t == SMATTN_F16 ? 0x7d5a : 0x7fa5;
+    memcpy(pat, t == SMATTN_F64 ? (void *)&b64 : t == SMATTN_F32 ? (void *)&b32 : (void *)&b16, es);
+    for (int64_t e = 0; e < n; e++)
+        memcpy((unsigned char *)data + (size_t)e * es, pat, es);
+}
+
+static int is_prefill(const void *data, smattn_dtype t, int64_t e)
+{
+    unsigned char want[8];
+    prefill(want, t, 1);
+    size_t es = smattn_dtype_size(t);
+    return memcmp((const unsigned char *)data + (size_t)e * es, want, es) == 0;
+}
+
+/* A canary changed: -1 before the data, 1 after it, 0 none. */
+static int canary_broken(const void *data, smattn_dtype t, int64_t n)
+{
+    const size_t bytes = (size_t)n * smattn_dtype_size(t);
+    const unsigned char *d = data, *end = d - CANARY_BYTES + body_len(bytes);
+    for (const unsigned char *c = d - CANARY_BYTES; c < d; c++)
+        if (*c != CANARY)
+            return -1;
+    for (const unsigned char *c = d + bytes; c < end; c++)
+        if (*c != CANARY)
+            return 1;
+    return 0;
+}
+
+static const char *const gname[3] = {"dQ", "dK", "dV"};
+
+void conform_run_backward_case(const conform_kernel *k, const conform_backward_battery *bb,
+                               size_t idx, double timeout, int capture_fd, conform_result *r)
+{
+    const conform_case *c = &bb->cases.cases[idx];
+    const smattn_problem *cp = &c->prob;
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", c->name);
+    snprintf(r->category, sizeof r->category, "backward");
+    r->caps = c->caps;
+    int64_t sh[7] = {cp->B, cp->S, cp->T, cp->Hq, cp->Hkv, cp->D, cp->Dv};
+    memcpy(r->shape, sh, sizeof sh);
+    r->worst_out = -1;
+    r->status = CONFORM_SKIP;
+    uint32_t missing = c->caps & ~k->info.caps;
+    if (!k->has_backward) {
+        snprintf(r->reason, sizeof r->reason, "not claimed: the kernel exports no %s",
+                 SMATTN_PLUGIN_BACKWARD_SYMBOL);
+        return;
+    }
+    if (missing) {
+        char names[256];
+        conform_caps_str(missing, names, sizeof names);
+        snprintf(r->reason, sizeof r->reason, "uses %s, not claimed", names);
+        return;
+    }
+    if (!(k->info.caps & SMATTN_CAP_LSE)) {
+        snprintf(r->reason, sizeof r->reason,
+                 "not claimed: the backward reads the forward's LSE, and the kernel does not "
+                 "claim SMATTN_CAP_LSE");
+        return;
+    }
+    if (k->info.max_head_dim && (cp->D > k->info.max_head_dim || cp->Dv > k->info.max_head_dim)) {
+        snprintf(r->reason, sizeof r->reason, "head dim over the kernel's max_head_dim %lld",
+                 (long long)k->info.max_head_dim);
+        return;
+    }
+    int qdt = pick(k->info.q_dtypes, c->q_dtype), kvdt = pick(k->info.kv_dtypes, c->kv_dtype),
+        odt = pick(k->info.out_dtypes, c->out_dtype);
+    if (qdt < 0 || kvdt < 0 || odt < 0) {
+        snprintf(r->reason, sizeof r->reason, "not claimed: no float dtype for an input or output");
+        return;
+    }
+    r->status = CONFORM_FAIL;
+    conform_inst m;
+    if (conform_case_materialise(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, k->info.empty_rows,
+                                 k->info.empty_lse, &m)) {
+        snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
+        return;
+    }
+    const smattn_problem *p = &m.prob;
+    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    const int64_t ng[3] = {p->B * p->S * p->Hq * p->D, p->B * p->T * p->Hkv * p->D,
+                           p->B * p->T * p->Hkv * p->Dv};
+    const size_t qes = smattn_dtype_size((smattn_dtype)qdt), oes = smattn_dtype_size((smattn_dtype)odt);
+    /* dO and dLSE in the dtype of Q (the oracle reads the same values) */
+    void *dob = malloc((size_t)no * qes), *dlb = bb->dlse[idx] ? malloc((size_t)nl * qes) : NULL;
+    void *fo = shared((size_t)no * oes), *fl = shared((size_t)nl * oes);
+    void *gb[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
+    bw_report *rep = shared(sizeof *rep);
+    int ok = dob && (dlb || !bb->dlse[idx]) && fo && fl && rep;
+    for (int u = 0; u < 2 && ok; u++)
+        for (int t = 0; t < 3 && ok; t++)
+            ok = (gb[u][t] = shared((size_t)ng[t] * oes)) != NULL;
+    if (!ok) {
+        snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
+        goto done;
+    }
+    for (int64_t e = 0; e < no; e++)
+        smattn_store(dob, (smattn_dtype)qdt, e, bb->dout[idx][e]);
+    for (int64_t e = 0; dlb && e < nl; e++)
+        smattn_store(dlb, (smattn_dtype)qdt, e, bb->dlse[idx][e]);
+    prefill(fo, (smattn_dtype)odt, no);
+    prefill(fl, (smattn_dtype)odt, nl);
+    for (int u = 0; u < 2; u++)
+        for (int t = 0; t < 3; t++)
+            prefill(gb[u][t], (smattn_dtype)odt, ng[t]);
+    smattn_outputs fwd;
+    memset(&fwd, 0, sizeof fwd);
+    fwd.o.data = fo, fwd.o.dtype = (smattn_dtype)odt;
+    fwd.lse.data = fl, fwd.lse.dtype = (smattn_dtype)odt;
+    smattn_contiguous_strides(p, 'o', fwd.o.stride);
+    smattn_contiguous_strides(p, 'l', fwd.lse.stride);
+    smattn_forward_saved saved;
+    saved.o = (smattn_tensor){fo, (smattn_dtype)odt, {0, 0, 0, 0}};
+    saved.lse = (smattn_tensor){fl, (smattn_dtype)odt, {0, 0, 0, 0}};
+    memcpy(saved.o.stride, fwd.o.stride, sizeof saved.o.stride);
+    memcpy(saved.lse.stride, fwd.lse.stride, sizeof saved.lse.stride);
+    smattn_grad_inputs gin;
+    memset(&gin, 0, sizeof gin);
+    gin.dout.data = dob, gin.dout.dtype = (smattn_dtype)qdt;
+    smattn_contiguous_strides(p, 'o', gin.dout.stride);
+    if (dlb) {
+        gin.dlse.data = dlb, gin.dlse.dtype = (smattn_dtype)qdt;
+        smattn_contiguous_strides(p, 'l', gin.dlse.stride);
+    }
+    smattn_grad_outputs go[2];
+    memset(go, 0, sizeof go);
+    for (int u = 0; u < 2; u++) {
+        smattn_out_tensor *ts[3] = {&go[u].dq, &go[u].dk, &go[u].dv};
+        const int64_t n4[3][4] = {{p->B, p->S, p->Hq, p->D}, {p->B, p->T, p->Hkv, p->D},
+                                  {p->B, p->T, p->Hkv, p->Dv}};
+        for (int t = 0; t < 3; t++) {
+            ts[t]->data = gb[u][t];
+            ts[t]->dtype = (smattn_dtype)odt;
+            ts[t]->stride[3] = 1;
+            for (int a = 2; a >= 0; a--)
+                ts[t]->stride[a] = ts[t]->stride[a + 1] * n4[t][a + 1];
+        }
+    }
+    const int twice = (k->info.caps & SMATTN_CAP_BACKWARD_DETERMINISTIC) != 0;
+    memset(rep, 0, sizeof *rep);
+    conform_capture_reset(capture_fd);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sigset_t old;
+    pid_t pid = conform_child_fork(capture_fd, &old);
+    if (pid < 0) {
+        snprintf(r->reason, sizeof r->reason, "could not run: fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        alarm((unsigned)ceil(timeout) + 2);
+        rep->stage = 1;
+        conform_entry e;
+        if (conform_kernel_bind(k, &e, rep->err, sizeof rep->err) || !e.backward)
+            _exit(0);
+        rep->stage = 2;
+        rep->pm = e.precision ? e.precision(p) : k->info.precision;
+        rep->stage = 3;
+        int th = e.threads && e.threads(1) == 0;
+        rep->fwd_status = e.attention(p, &m.in, &fwd);
+        rep->fwd_returned = 1;
+        if (rep->fwd_status != 0)
+            _exit(0);
+        rep->stage = 4;
+        rep->status = e.backward(p, &m.in, &saved, &gin, &go[0]);
+        rep->returned = 1;
+        if (rep->status == 0 && twice) {
+            rep->threads = th && e.threads(2) == 0;
+            rep->rerun = e.backward(p, &m.in, &saved, &gin, &go[1]) == 0 ? 1 : -1;
+        }
+        _exit(0);
+    }
+    int ws = 0;
+    int hung = conform_child_finish(pid, timeout, &old, &ws);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    conform_capture_read(capture_fd, r->output, sizeof r->output);
+    static const char *const where[5] = {"loading the plugin", "loading the plugin",
+                                         "smattn_plugin_precision", "the forward",
+                                         "the backward"};
+    const char *in_what = where[rep->stage >= 1 && rep->stage <= 4 ? rep->stage : 0];
+    if (hung) {
+        snprintf(r->reason, sizeof r->reason, "hang: %s did not return within %.3g s (killed)",
+                 in_what, timeout);
+        goto done;
+    }
+    if (WIFSIGNALED(ws)) {
+        snprintf(r->reason, sizeof r->reason, "crash: %s died with signal %d (%s)", in_what,
+                 WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+        goto done;
+    }
+    if (rep->stage == 1) {
+        rep->err[sizeof rep->err - 1] = '\0';
+        snprintf(r->reason, sizeof r->reason, "crash: the plugin could not be loaded: %s",
+                 rep->err[0] ? rep->err : "no backward entry");
+        goto done;
+    }
+    if (!rep->returned) {
+        if (rep->fwd_returned && rep->fwd_status == SMATTN_ERR_UNSUPPORTED) {
+            r->status = CONFORM_SKIP;
+            snprintf(r->reason, sizeof r->reason, "the kernel declined the forward "
+                                                  "(SMATTN_ERR_UNSUPPORTED)");
+        } else if (rep->fwd_returned && rep->fwd_status != 0) {
+            snprintf(r->reason, sizeof r->reason, "the forward returned status %d (%s)",
+                     rep->fwd_status, smattn_status_name((smattn_status)rep->fwd_status));
+        } else {
+            snprintf(r->reason, sizeof r->reason,
+                     "crash: %s's process exited with status %d without returning", in_what,
+                     WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+        }
+        goto done;
+    }
+    if (rep->status == SMATTN_ERR_UNSUPPORTED) {
+        r->status = CONFORM_SKIP;
+        snprintf(r->reason, sizeof r->reason, "the kernel declined the backward "
+                                              "(SMATTN_ERR_UNSUPPORTED)");
+        goto done;
+    }
+    if (rep->status != 0) {
+        snprintf(r->reason, sizeof r->reason, "the backward returned status %d (%s)", rep->status,
+                 smattn_status_name((smattn_status)rep->status));
+        goto done;
+    }
+    for (int u = 0; u < 1 + twice; u++)
+        for (int t = 0; t < 3; t++) {
+            int side = canary_broken(gb[u][t], (smattn_dtype)odt, ng[t]);
+            if (side) {
+                snprintf(r->reason, sizeof r->reason,
+                         "wrote outside its outputs: %s %s (a %lld-element buffer)",
+                         side < 0 ? "before the start of" : "past the end of", gname[t],
+                         (long long)ng[t]);
+                goto done;
+            }
+        }
+    for (int t = 0; t < 3; t++)
+        for (int64_t e = 0; e < ng[t]; e++)
+            if (is_prefill(gb[0][t], (smattn_dtype)odt, e)) {
+                snprintf(r->reason, sizeof r->reason,
+                         "%s element %lld was never written (it still holds the prefill "
+                         "pattern; SPEC 10.1: +0 where nothing flows back)",
+                         gname[t], (long long)e);
+                goto done;
+            }
+    char perr[400];
+    if (conform_precision_check(&rep->pm, "smattn_plugin_precision", perr, sizeof perr)) {
+        snprintf(r->reason, sizeof r->reason, "%s", perr);
+        goto done;
+    }
+    /* the model: the built-in's own; a plugin's forward precision for both passes */
+    smattn_backward_precision bpm;
+    if (k->builtin) {
+        bpm = smattn_opt_backward_precision(p);
+    } else {
+        bpm.fwd = rep->pm;
+        bpm.bwd = rep->pm;
+    }
+    bpm.o_dtype = bpm.lse_dtype = (smattn_dtype)odt;
+    r->pm = bpm.bwd;
+    r->has_pm = 1;
+    double secs = r->seconds;
+    conform_judge_backward_result(p, &m.in, &gin, &go[0], &bpm, r);
+    r->seconds = secs;
+    if (twice && r->status == CONFORM_PASS) {
+        r->rerun = rep->rerun == 1 ? 1 : -1;
+        for (int t = 0; t < 3 && r->rerun == 1; t++)
+            for (int64_t e = 0; e < ng[t]; e++)
+                if (memcmp((const char *)gb[0][t] + (size_t)e * oes,
+                           (const char *)gb[1][t] + (size_t)e * oes, oes)) {
+                    r->rerun = -1;
+                    r->status = CONFORM_FAIL;
+                    snprintf(r->reason, sizeof r->reason,
+                             "not deterministic: %s element %lld differs between two runs%s, "
+                             "although the kernel claims SMATTN_CAP_BACKWARD_DETERMINISTIC",
+                             gname[t], (long long)e, rep->threads ? " (on 1 thread and on 2)" : "");
+                    break;
+                }
+        if (rep->rerun != 1 && r->status == CONFORM_PASS) {
+            r->status = CONFORM_FAIL;
+            snprintf(r->reason, sizeof r->reason,
+                     "not deterministic: the second run of the backward did not return 0, "
+                     "although the kernel claims SMATTN_CAP_BACKWARD_DETERMINISTIC");
+        }
+    }
+done:
+    free(dob);
+    free(dlb);
+    release(fo, (size_t)no * oes);
+    release(fl, (size_t)nl * oes);
+    for (int u = 0; u < 2; u++)
+        for (int t = 0; t < 3; t++)
+            release(gb[u][t], (size_t)ng[t] * oes);
+    release(rep, sizeof *rep);
+    conform_inst_free(&m);
+}

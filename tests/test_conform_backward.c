@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/* test_conform_backward.c: the backward battery of `smattn conform` (conform/backward_check.c,
+ * SPEC 10) as a user runs it (SMATTN_CLI): the built-in kernel, its .so and the example
+ * plugin pass every backward case of both suites (none skipped); a plugin without the
+ * entry skips them, saying why; a kernel claiming SMATTN_CAP_BACKWARD_DETERMINISTIC is run
+ * twice per case and fails when its bits change; and the judge's reasons name the bug
+ * class of gradients planted wrong (conform_judge_backward_result on the oracle's own
+ * gradients, perturbed). Plugins: build/plugins, build/tests/fixtures (mk/conform.mk). */
+#include <check.h>
+#include <json.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conform/conform.h"
+#include "smattn.h"
+#include "tests/support/cli_run.h"
+#include "tests/support/fs.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    ck_assert_int_eq(test_mkdtemp(dir, sizeof dir, "conform_bw"), 0);
+}
+
+static void teardown(void)
+{
+    test_rm_tree(dir);
+}
+
+/* `smattn conform --only backward/ --json DIR/r.json [args]`: exit status and the report. */
+static int run_backward(json_object **report, const char *a0, ...)
+{
+    const char *args[16] = {"conform", "--only", "backward/", "--json", test_path(dir, "r.json")};
+    int n = 5;
+    va_list ap;
+    va_start(ap, a0);
+    for (const char *a = a0; a && n < 15; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    test_outcome o = test_cli_run(dir, args);
+    int code = o.code;
+    test_outcome_free(&o);
+    *report = json_object_from_file(test_path(dir, "r.json"));
+    ck_assert_msg(*report != NULL, "no JSON report (exit %d)", code);
+    return code;
+}
+
+static json_object *cases_of(json_object *r)
+{
+    json_object *c;
+    ck_assert(json_object_object_get_ex(r, "cases", &c));
+    return c;
+}
+
+static const char *str_of(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && v ? json_object_get_string(v) : "";
+}
+
+/* Every case of the report in category backward with status want (and, given, a reason
+ * holding `reason`, a rerun field `rerun`); returns the count. */
+static size_t all_are(json_object *r, const char *want, const char *reason, const char *rerun)
+{
+    json_object *cs = cases_of(r);
+    size_t n = json_object_array_length(cs);
+    for (size_t i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(cs, i);
+        ck_assert_str_eq(str_of(c, "category"), "backward");
+        ck_assert_msg(!strcmp(str_of(c, "status"), want), "%s: %s (%s), want %s",
+                      str_of(c, "name"), str_of(c, "status"), str_of(c, "reason"), want);
+        if (reason)
+            ck_assert_msg(strstr(str_of(c, "reason"), reason), "%s: reason '%s'",
+                          str_of(c, "name"), str_of(c, "reason"));
+        if (rerun)
+            ck_assert_str_eq(str_of(c, "rerun"), rerun);
+    }
+    return n;
+}
+
+/* The built-in kernel (in process and as smattn_opt.so) passes every backward case of
+ * quick and full, each run twice with the same bits (it claims bit 25). */
+START_TEST(builtin_passes_both_suites)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, NULL), 0);
+    size_t quick = all_are(r, "pass", NULL, "same bits");
+    ck_assert_uint_ge(quick, 18);
+    json_object_put(r);
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("plugins/smattn_opt.so"), NULL), 0);
+    ck_assert_uint_eq(all_are(r, "pass", NULL, "same bits"), quick);
+    json_object_put(r);
+    ck_assert_int_eq(run_backward(&r, "--suite", "full", NULL), 0);
+    ck_assert_uint_gt(all_are(r, "pass", NULL, "same bits"), quick);
+    json_object_put(r);
+}
+END_TEST
+
+/* The example plugin's plain backward passes; it does not claim determinism, so nothing
+ * is run twice. */
+START_TEST(example_passes)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("plugins/example_kernel.so"), NULL), 0);
+    ck_assert_uint_ge(all_are(r, "pass", NULL, ""), 18);
+    json_object_put(r);
+}
+END_TEST
+
+/* A plugin without smattn_plugin_backward skips the battery, naming the entry (alone, the
+ * run has nothing that ran: exit 1; with the rest of the suite its verdict is unchanged). */
+START_TEST(no_entry_skips)
+{
+    json_object *r;
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/fixture_good.so"), NULL), 1);
+    ck_assert_uint_ge(all_are(r, "skip", "exports no smattn_plugin_backward", NULL), 18);
+    json_object_put(r);
+}
+END_TEST
+
+/* Bit 25: a kernel keeping the claim passes with each case run twice; one whose second run
+ * moves an element by an ulp fails every case, saying so. */
+START_TEST(determinism_claim)
+{
+    json_object *r;
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/backward_det.so"), NULL), 0);
+    all_are(r, "pass", NULL, "same bits");
+    json_object_put(r);
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/backward_nondet.so"), NULL), 1);
+    all_are(r, "fail",
+            "not deterministic: dV element 0 differs between two runs, although the kernel "
+            "claims SMATTN_CAP_BACKWARD_DETERMINISTIC",
+            "other bits");
+    json_object_put(r);
+}
+END_TEST
+
+/* A backward that never returns is killed at the case time limit ("hang: the backward did
+ * not return"), and after CONFORM_MAX_HANGS in a row the rest are not run, as for the
+ * attention cases. */
+START_TEST(hangs_stop_the_run)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("tests/fixtures/backward_hang.so"),
+                                  "--case-timeout", "1", NULL),
+                     1);
+    json_object *cs = cases_of(r);
+    size_t n = json_object_array_length(cs);
+    ck_assert_uint_ge(n, 18);
+    for (size_t i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(cs, i);
+        const char *want = i < CONFORM_MAX_HANGS ? "hang: the backward did not return within 1 s"
+                                                 : "not run: the run stopped after 3 cases in a "
+                                                   "row hung";
+        ck_assert_msg(strstr(str_of(c, "reason"), want), "%s: %s", str_of(c, "name"),
+                      str_of(c, "reason"));
+    }
+    json_object_put(r);
+}
+END_TEST
+
+/* A write one element past the end of dK changes a canary: every case fails, saying so. */
+START_TEST(write_outside_fails)
+{
+    json_object *r;
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/backward_oob.so"), NULL), 1);
+    all_are(r, "fail", "wrote outside its outputs: past the end of dK", NULL);
+    json_object_put(r);
+}
+END_TEST
+
+/* A precision hook that ends the case's process fails the case as a crash there, not as
+ * gradients never written. */
+START_TEST(precision_exit_is_a_crash)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("tests/fixtures/backward_prec_exit.so"),
+                                  "--only", "backward/plain", NULL),
+                     1);
+    ck_assert_uint_eq(all_are(r, "fail",
+                              "crash: smattn_plugin_precision's process exited with status 3 "
+                              "without returning",
+                              NULL),
+                      1);
+    json_object_put(r);
+}
+END_TEST
+
+/* ---- the judge, in process ------------------------------------------------------------ */
+
+/* A GQA problem with a causal mask, kv_lens hiding a key of batch 1, and an empty row (a
+ * padding query): binary32 inputs, the oracle's gradients rounded to binary32 as `got`. */
+typedef struct jcase {
+    smattn_problem p;
+    int64_t kv_lens[2], q_lens[2];
+    float q[2 * 3 * 4 * 4], k[2 * 4 * 2 * 4], v[2 * 4 * 2 * 4], dout[2 * 3 * 4 * 4];
+    float dq[2 * 3 * 4 * 4], dk[2 * 4 * 2 * 4], dv[2 * 4 * 2 * 4];
+    smattn_inputs in;
+    smattn_grad_inputs gin;
+    smattn_grad_outputs got;
+} jcase;
+
+static void jcase_make(jcase *c)
+{
+    memset(c, 0, sizeof *c);
+    smattn_problem *p = &c->p;
+    *p = smattn_problem_default();
+    p->B = 2, p->S = 3, p->T = 4, p->Hq = 4, p->Hkv = 2, p->D = p->Dv = 4;
+    p->scale = 0.5;
+    p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    c->kv_lens[0] = 4, c->kv_lens[1] = 3;
+    c->q_lens[0] = 3, c->q_lens[1] = 2;
+    p->kv_lens = c->kv_lens, p->q_lens = c->q_lens;
+    uint64_t s = 12345;
+    float *arr[4] = {c->q, c->k, c->v, c->dout};
+    size_t len[4] = {sizeof c->q, sizeof c->k, sizeof c->v, sizeof c->dout};
+    for (int t = 0; t < 4; t++)
+        for (size_t e = 0; e < len[t] / sizeof(float); e++) {
+            s = s * 6364136223846793005u + 1442695040888963407u;
+            arr[t][e] = (float)((double)(s >> 40) * 0x1p-23 - 1.0);
+        }
+    smattn_contiguous_strides(p, 'q', c->in.q.stride);
+    smattn_contiguous_strides(p, 'k', c->in.k.stride);
+    smattn_contiguous_strides(p, 'v', c->in.v.stride);
+    smattn_contiguous_strides(p, 'o', c->gin.dout.stride);
+    c->in.q.data = c->q, c->in.k.data = c->k, c->in.v.data = c->v, c->gin.dout.data = c->dout;
+    c->in.q.dtype = c->in.k.dtype = c->in.v.dtype = c->gin.dout.dtype = SMATTN_F32;
+    smattn_out_tensor *o[3] = {&c->got.dq, &c->got.dk, &c->got.dv};
+    void *d[3] = {c->dq, c->dk, c->dv};
+    const int64_t n[3][4] = {{2, 3, 4, 4}, {2, 4, 2, 4}, {2, 4, 2, 4}};
+    for (int t = 0; t < 3; t++) {
+        o[t]->data = d[t], o[t]->dtype = SMATTN_F32;
+        o[t]->stride[3] = 1;
+        for (int a = 2; a >= 0; a--)
+            o[t]->stride[a] = o[t]->stride[a + 1] * n[t][a + 1];
+    }
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref_backward(p, &c->in, &c->gin, &c->got, &cfg, NULL), SMATTN_OK);
+}
+
+static void judge(jcase *c, conform_result *r)
+{
+    memset(r, 0, sizeof *r);
+    smattn_backward_precision pm = smattn_backward_precision_of(SMATTN_F32);
+    pm.o_dtype = pm.lse_dtype = SMATTN_F32;
+    conform_judge_backward_result(&c->p, &c->in, &c->gin, &c->got, &pm, r);
+}
+
+START_TEST(judge_names_the_class)
+{
+    jcase c;
+    conform_result r;
+    jcase_make(&c);
+    judge(&c, &r); /* correctly rounded: far inside the bound */
+    ck_assert_msg(r.status == CONFORM_PASS, "%s", r.reason);
+    ck_assert_int_eq(r.elements, 2 * (48 + 32 + 32));
+    ck_assert_msg(r.max_ratio < 0.5, "max ratio %g", r.max_ratio);
+    /* batch 1's padding query i = 2 sees no key: its dQ NaN */
+    float keep = c.dq[(1 * 3 + 2) * 16 + 1 * 4 + 3];
+    c.dq[(1 * 3 + 2) * 16 + 1 * 4 + 3] = NAN;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "empty row turned NaN: dQ[b=1,i=2,h=1,d=3] = NaN"), "%s",
+                  r.reason);
+    c.dq[(1 * 3 + 2) * 16 + 1 * 4 + 3] = keep;
+    /* key 3 of batch 1 is padding (kv_lens 3): no row sees it */
+    c.dv[(1 * 4 + 3) * 8 + 0 * 4 + 2] = 0.25f;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "masked key given gradient: dV[b=1,j=3,g=0,c=2] = 0.25"),
+                  "%s", r.reason);
+    c.dv[(1 * 4 + 3) * 8 + 0 * 4 + 2] = 0.0f;
+    /* dK of KV head 1 halved: dK alone off (its scale) */
+    for (int j = 0; j < 3; j++)
+        for (int d = 0; d < 4; d++)
+            c.dk[(0 * 4 + j) * 8 + 1 * 4 + d] *= 0.5f;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dK = scale sum dU q is off while dQ and dV"), "%s", r.reason);
+    /* and dV of KV head 1 halved too (one head of its pair): the group not summed */
+    for (int j = 0; j < 3; j++)
+        for (int d = 0; d < 4; d++)
+            c.dv[(0 * 4 + j) * 8 + 1 * 4 + d] *= 0.5f;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "GQA group not summed"), "%s", r.reason);
+    ck_assert_msg(strstr(r.reason, "sums over the 2 query heads"), "%s", r.reason);
+    jcase_make(&c);
+    /* dQ and dK off, dV right: Delta or dP */
+    c.dq[5] *= 1.5f;
+    c.dk[9] *= 1.5f;
+    judge(&c, &r);
+    ck_assert_msg(strstr(r.reason, "Delta or dP: dQ and dK are off"), "%s", r.reason);
+    /* everything off: P */
+    c.dv[9] *= 1.5f;
+    judge(&c, &r);
+    ck_assert_msg(strstr(r.reason, "P = exp(s - LSE) is off"), "%s", r.reason);
+}
+END_TEST
+
+Suite *conform_backward_suite(void);
+Suite *conform_backward_suite(void)
+{
+    Suite *s = suite_create("conform_backward");
+    TCase *tc = tcase_create("conform_backward");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, builtin_passes_both_suites);
+    tcase_add_test(tc, example_passes);
+    tcase_add_test(tc, no_entry_skips);
+    tcase_add_test(tc, determinism_claim);
+    tcase_add_test(tc, hangs_stop_the_run);
+    tcase_add_test(tc, write_outside_fails);
+    tcase_add_test(tc, precision_exit_is_a_crash);
+    tcase_add_test(tc, judge_names_the_class);
+    suite_add_tcase(s, tc);
+    return s;
+}
