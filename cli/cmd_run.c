@@ -132,9 +132,9 @@ static int parse_run_args(engine eng, int argc, char **argv, run_args *ra, char 
     return 0;
 }
 
-/* The optimised kernel's input dtypes (smattn.h): f32, f16 or bf16 for every input; the
- * first it does not take (f64) named in msg; 0 if it takes them all. Needs the headers
- * only (smattn_case_open). */
+/* The optimised kernel's input dtypes (smattn.h): f32, f16 or bf16 for every input, fp8 for
+ * q, k and v, q8_0 and q4_0 for k and v; the first it does not take (f64) named in msg; 0 if
+ * it takes them all. Needs the headers only (smattn_case_open). */
 static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
 {
     const smattn_inputs *in = &c->in;
@@ -148,15 +148,13 @@ static int opt_check_dtypes(const smattn_case *c, char *msg, size_t len)
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++) {
         const smattn_tensor *t = need[k].t;
         const int fp8 = k < 3 && (t->dtype == SMATTN_F8E4M3 || t->dtype == SMATTN_F8E5M2);
+        const int block = (k == 1 || k == 2) && (t->dtype == SMATTN_Q8_0 || t->dtype == SMATTN_Q4_0);
         if (!need[k].npy->itemsize || t->dtype == SMATTN_F32 || t->dtype == SMATTN_F16 ||
-            t->dtype == SMATTN_BF16 || fp8)
+            t->dtype == SMATTN_BF16 || fp8 || block)
             continue;
         snprintf(msg, len, "opt: %s is %s; the kernel takes f32, f16 or bf16%s", need[k].file,
-                 smattn_dtype_name(t->dtype), k < 3 ? " (q, k, v also fp8)" : "");
-        return -1;
-    }
-    if (c->prob.descale) {
-        snprintf(msg, len, "opt: case.json gives a descale; the kernel takes none yet");
+                 smattn_dtype_name(t->dtype),
+                 k < 3 ? " (q, k, v also fp8; k and v also q8_0 and q4_0)" : "");
         return -1;
     }
     return 0;

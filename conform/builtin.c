@@ -28,6 +28,7 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
                 /* ragged and paged batches, bit for bit the dense twin (SPEC 2.7) */
                 SMATTN_CAP_PACKED_Q | SMATTN_CAP_PACKED_KV | SMATTN_CAP_PAGED_NHD |
                 SMATTN_CAP_PAGED_HND |
+                SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD | /* SPEC 2.9 */
                 /* ALiBi from slopes, every mode (SPEC 2.8) */
                 SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
                 /* smattn_attention_backward: bitwise at any thread count (SPEC 10.8) */
@@ -35,10 +36,11 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);
-    /* and fp8 Q, K and V, read exactly (SPEC 6.11: smattn's kernel) */
+    /* and fp8 Q, K and V, q8_0 and q4_0 K and V, read exactly (SPEC 6.11: smattn's kernel) */
     const uint32_t fp8 = SMATTN_DTYPE_BIT(SMATTN_F8E4M3) | SMATTN_DTYPE_BIT(SMATTN_F8E5M2);
+    const uint32_t blocks = SMATTN_DTYPE_BIT(SMATTN_Q8_0) | SMATTN_DTYPE_BIT(SMATTN_Q4_0);
     info.q_dtypes = floats | fp8;
-    info.kv_dtypes = floats | fp8;
+    info.kv_dtypes = floats | fp8 | blocks;
     info.out_dtypes = floats;
     info.max_head_dim = 0;
     info.empty_rows = SMATTN_EMPTY_ZERO;

@@ -909,8 +909,8 @@ def _run(engine, q, k, v, dtype, weights, threads, isa, kw, progress=None):
             err = TypeError(str(err) + "; smattn.attention takes q, k, v, bias and sinks in "
                             "float32, float16 or bfloat16 (any mix; not float64), q, k and v "
                             "also in fp8 (fp8_e4m3, fp8_e5m2), and gives dtype 'float32', "
-                            "'float16' or 'bfloat16'; it does not read q8_0 or q4_0 blocks "
-                            "or descales yet (smattn.reference does)")
+                            "'float16' or 'bfloat16'; k and v also as q8_0 or q4_0 blocks, "
+                            "with descales")
         raise err
     return (o, lse, p) if weights else (o, lse)
 
@@ -1047,12 +1047,11 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
 
 attention.__doc__ = """The fast kernel (smattn_attention: SIMD flash-attention tiles, a
     thread pool), within the SPEC 6 bound of its model (check(..., precision="opt")).
-    Takes q, k, v, bias and sinks in float32, float16 or bfloat16, in any mix, and q, k and v
-    also in fp8 (read exactly into binary32), and gives O, LSE and P in float32, float16 or
-    bfloat16 (rounded once from its float32 result); float64 anywhere is a TypeError, and so,
-    until the kernel reads them, are q8_0 and q4_0 blocks and descales (smattn.reference
-    takes them). isa: None, "scalar", "avx2"
-    or "avx512".
+    Takes q, k, v, bias and sinks in float32, float16 or bfloat16, in any mix, q, k and v
+    also in fp8, k and v also as q8_0 or q4_0 blocks (each read exactly into binary32), with
+    descales per tensor or per (batch, KV head), and gives O, LSE and P in float32, float16
+    or bfloat16 (rounded once from its float32 result); float64 anywhere is a TypeError.
+    isa: None, "scalar", "avx2" or "avx512".
 """ + _DOC_ARGS
 
 
