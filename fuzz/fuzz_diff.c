@@ -15,9 +15,9 @@
  * the problem as decoded, uncut. fuzz/README.md has the measurements. ALiBi (SPEC 2.8): 3 in
  * 8 attention inputs get one of its modes, drawn from the decoded seed (fuzz_problem_alibi),
  * so that the corpus decodes as before; so are quantised inputs (fuzz_problem_quant: a
- * quarter of the attention inputs get fp8, q8_0 or q4_0 inputs and descales; the kernel
- * may decline the blocks and descales until it reads them). Layouts (SPEC 2.7): 3 in 8
- * attention inputs without blocks or descales also run as a ragged or paged twin drawn from
+ * quarter of the attention inputs get fp8, q8_0 or q4_0 inputs and descales, which the
+ * kernel must read). Layouts (SPEC 2.7): 3 in 8 attention inputs without q8_0 or q4_0 also
+ * run as a ragged or paged twin drawn from
  * the seed (fuzz_layout_draw: packed queries, packed keys, pages in a random order), whose
  * oracle and kernel outputs must be the dense problem's bits (fuzz_diff_check_layout). */
 #include <stdlib.h>
@@ -49,9 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (fuzz_problem_quant(&fp, FUZZ_DIFF_QUANT_IN8)) /* SPEC 2.9, from the seed too */
             return 0;
         fuzz_layout fl; /* a ragged or paged twin, drawn from the seed (not of block formats,
-                           whose layout copy would cut blocks, nor of descales) */
+                           whose element-wise layout copy would cut blocks) */
         memset(&fl, 0, sizeof fl);
-        int lay = fuzz_problem_kernel_may_decline(&fp) ? 0 : fuzz_layout_draw(&fp, &fl);
+        int blocks = smattn_dtype_block(fp.in.k.dtype) > 1 || smattn_dtype_block(fp.in.v.dtype) > 1;
+        int lay = blocks ? 0 : fuzz_layout_draw(&fp, &fl);
         if (lay < 0)
             abort(); /* out of memory in the harness: not a finding, but nothing to test */
         /* pass 1 after pass 0: only if it was cut */

@@ -11,8 +11,8 @@
  * NaN/inf garbage beyond kv_lens. Every f32/f16/bf16 combination is supported, so a status
  * other than SMATTN_OK is a MISMATCH. Half the attention inputs are then quantised
  * (fuzz_problem_quant, SPEC 2.9: fp8 Q, K and V, q8_0 and q4_0 K and V, descales), drawn
- * from the decoded seed; the kernel may decline the blocks and descales until it reads
- * them, and is judged on everything else. This is a target of its own because extending the
+ * from the decoded seed; the kernel reads them all, so a status other than SMATTN_OK is a
+ * MISMATCH there too. This is a target of its own because extending the
  * shared decoder would change what every other target's corpus means.
  * One ISA per input (by the decoded seed); SMATTN_FUZZ_FULL=1 or 2 (make check's replay)
  * runs every ISA, and 2 (the regressions) also the problem as decoded when the cut changed

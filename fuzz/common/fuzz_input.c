@@ -776,11 +776,6 @@ int fuzz_problem_quant(fuzz_problem *fp, int in8)
     return 0;
 }
 
-int fuzz_problem_kernel_may_decline(const fuzz_problem *fp)
-{
-    return fp->p.descale || is_block(fp->in.k.dtype) || is_block(fp->in.v.dtype);
-}
-
 double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g)
 {
     const smattn_descale *d = fp->p.descale;

@@ -106,9 +106,6 @@ int fuzz_problem_alibi(fuzz_problem *fp);
  * after fuzz_problem_shrink, _stretch_keys, _convert and _alibi. Returns nonzero if memory
  * runs out (the problem is then freed). */
 int fuzz_problem_quant(fuzz_problem *fp, int in8);
-/* The kernel may decline the problem (SMATTN_ERR_UNSUPPORTED) while it does not read
- * q8_0, q4_0 or descales: nonzero if fp uses them. */
-int fuzz_problem_kernel_may_decline(const fuzz_problem *fp);
 /* The descale factor of tensor 'q', 'k' or 'v' for batch b and KV head g (1: none). */
 double fuzz_descale(const fuzz_problem *fp, char which, int64_t b, int64_t g);
 
