@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "io/npy.h"
 #include "smattn.h"
@@ -88,6 +89,11 @@ void smattn_case_json_init(smattn_case_json *cj);
 int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, char *err,
                            size_t errlen);
 void smattn_case_json_free(smattn_case_json *cj);
+/* Writes case.json's lists of quantised arrays ("fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0") and
+ * its descales ("q_descale", ...: a number or B lists of Hkv, each binary32 printed with 17
+ * digits so that it reads back exactly) for p and in, each as ",\n  \"key\": value" (SPEC
+ * 7.1, 2.9); nothing for the softmax op. The writers of `gen` and `fuzz_decode` share it. */
+void smattn_case_json_put_quant(FILE *f, const smattn_problem *p, const smattn_inputs *in);
 
 /* A loaded case. prob and in point into the owned arrays below, and prob.layout into the
  * case itself: a case is used where it was loaded, never copied. */

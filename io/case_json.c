@@ -566,3 +566,50 @@ int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, c
     }
     return rc;
 }
+
+/* The quantised inputs' lists ("fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0") and the descales
+ * ("q_descale", ... a number or B lists of Hkv; each a binary32, printed with 17 digits so
+ * that the number read back is exactly it) of case.json (SPEC 7.1, 2.9). */
+void smattn_case_json_put_quant(FILE *f, const smattn_problem *p, const smattn_inputs *in)
+{
+    if (p->op != SMATTN_OP_ATTENTION)
+        return;
+    static const smattn_dtype kinds[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
+    static const char *const keys[4] = {"fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
+    const smattn_tensor *t[3] = {&in->q, &in->k, &in->v};
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int k = 0; k < 4; k++) {
+        int n = 0;
+        for (int a = 0; a < 3; a++) {
+            if (!t[a]->data || t[a]->dtype != kinds[k])
+                continue;
+            if (!n++)
+                fprintf(f, ",\n  \"%s\": [", keys[k]);
+            else
+                fprintf(f, ", ");
+            fprintf(f, "\"%s\"", names[a]);
+        }
+        if (n)
+            fprintf(f, "]");
+    }
+    const smattn_descale *d = p->descale;
+    if (!d)
+        return;
+    const double one[3] = {d->q, d->k, d->v};
+    const double *heads[3] = {d->q_head, d->k_head, d->v_head};
+    for (int a = 0; a < 3; a++) {
+        if (!heads[a]) {
+            if (one[a] != 1.0)
+                fprintf(f, ",\n  \"%s_descale\": %.17g", names[a], one[a]);
+            continue;
+        }
+        fprintf(f, ",\n  \"%s_descale\": [", names[a]);
+        for (int64_t b = 0; b < p->B; b++) {
+            fprintf(f, "%s[", b ? ", " : "");
+            for (int64_t g = 0; g < p->Hkv; g++)
+                fprintf(f, "%s%.17g", g ? ", " : "", heads[a][b * p->Hkv + g]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "]");
+    }
+}

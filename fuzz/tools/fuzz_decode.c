@@ -76,50 +76,6 @@ static int put_qkv(const char *dir, const char *name, smattn_dtype t, const int6
     return put_npy(dir, name, SMATTN_NPY_U8, 4, b, data);
 }
 
-/* case.json's lists of quantised arrays and its descales (SPEC 7.1: a factor printed with
- * 17 digits reads back as the binary32 it is). */
-static void put_quant(FILE *f, const fuzz_problem *fp)
-{
-    const smattn_problem *p = &fp->p;
-    if (p->op != SMATTN_OP_ATTENTION)
-        return;
-    static const smattn_dtype kinds[4] = {SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0, SMATTN_Q4_0};
-    static const char *const keys[4] = {"fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0"};
-    const smattn_dtype have[3] = {fp->in.q.dtype, fp->in.k.dtype, fp->in.v.dtype};
-    static const char names[3] = {'q', 'k', 'v'};
-    for (int k = 0; k < 4; k++) {
-        int n = 0;
-        for (int a = 0; a < 3; a++) {
-            if (have[a] != kinds[k])
-                continue;
-            fprintf(f, n++ ? ", " : ",\n  \"%s\": [", keys[k]);
-            fprintf(f, "\"%c\"", names[a]);
-        }
-        if (n)
-            fprintf(f, "]");
-    }
-    const smattn_descale *d = p->descale;
-    if (!d)
-        return;
-    const double one[3] = {d->q, d->k, d->v};
-    const double *heads[3] = {d->q_head, d->k_head, d->v_head};
-    for (int a = 0; a < 3; a++) {
-        if (!heads[a]) {
-            if (one[a] != 1.0)
-                fprintf(f, ",\n  \"%c_descale\": %.17g", names[a], one[a]);
-            continue;
-        }
-        fprintf(f, ",\n  \"%c_descale\": [", names[a]);
-        for (int64_t b = 0; b < p->B; b++) {
-            fprintf(f, "%s[", b ? ", " : "");
-            for (int64_t g = 0; g < p->Hkv; g++)
-                fprintf(f, "%s%.17g", g ? ", " : "", heads[a][b * p->Hkv + g]);
-            fprintf(f, "]");
-        }
-        fprintf(f, "]");
-    }
-}
-
 static void put_lens(FILE *f, const char *key, const int64_t *lens, int64_t B)
 {
     if (!lens)
@@ -176,7 +132,7 @@ static int write_case(const fuzz_problem *fp, const char *dir)
             empty[p->empty_rows], lse[p->empty_lse]);
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
-    put_quant(f, fp);
+    smattn_case_json_put_quant(f, &fp->p, &fp->in);
     /* bf16 .npy files hold raw '<u2' bits: case.json names them */
     const char *bf[4];
     int nbf = 0;
