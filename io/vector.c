@@ -220,12 +220,74 @@ static int window_value(ctx *cx, json_object *obj)
     return 0;
 }
 
+/* One ALiBi slope: a hex string whose value is a finite binary32 exactly (SPEC 2.8). */
+static int slope_value(ctx *cx, json_object *e, const char *where, float *out)
+{
+    double x;
+    if (!json_object_is_type(e, json_type_string) || parse_float(json_object_get_string(e), &x) ||
+        !isfinite(x) || (double)(float)x != x)
+        return FAIL(cx, "problem.alibi_slopes%s: want a hex string holding a finite binary32",
+                    where);
+    *out = (float)x;
+    return 0;
+}
+
+/* Optional "alibi_mode" ("none", "symmetric", "one_sided", "mask") and "alibi_slopes": Hq
+ * slopes, or B lists of Hq slopes (per batch), as case.json has them (SPEC 7.1). */
+static int alibi_value(ctx *cx, json_object *obj)
+{
+    static const char *const modes[] = {"none", "symmetric", "one_sided", "mask"};
+    smattn_problem *p = &cx->v->prob;
+    int mode = 0;
+    if (enum_value(cx, obj, "alibi_mode", modes, 4, &mode))
+        return -1;
+    json_object *a = get(obj, "alibi_slopes");
+    if ((mode == 0) != (a == NULL))
+        return FAIL(cx, "problem: \"alibi_mode\" and \"alibi_slopes\" go together");
+    if (mode == 0)
+        return 0;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return FAIL(cx, "problem.alibi_mode: ALiBi is for the attention op");
+    const int lists = json_object_is_type(a, json_type_array) && json_object_array_length(a) > 0 &&
+                      json_object_is_type(json_object_array_get_idx(a, 0), json_type_array);
+    const int64_t nl = lists ? p->B : 1;
+    if (!json_object_is_type(a, json_type_array) ||
+        (int64_t)json_object_array_length(a) != (lists ? p->B : p->Hq))
+        return FAIL(cx, "problem.alibi_slopes: want Hq = %lld slopes or B = %lld lists of them",
+                    (long long)p->Hq, (long long)p->B);
+    float *s = vec_alloc(cx->v, (size_t)(nl * p->Hq) * sizeof *s);
+    if (!s)
+        return oom(cx);
+    char where[48];
+    for (int64_t b = 0; b < nl; b++) {
+        json_object *row = lists ? json_object_array_get_idx(a, (size_t)b) : a;
+        if (!json_object_is_type(row, json_type_array) ||
+            (int64_t)json_object_array_length(row) != p->Hq)
+            return FAIL(cx, "problem.alibi_slopes[%lld]: want Hq = %lld slopes", (long long)b,
+                        (long long)p->Hq);
+        for (int64_t h = 0; h < p->Hq; h++) {
+            if (lists)
+                snprintf(where, sizeof where, "[%lld][%lld]", (long long)b, (long long)h);
+            else
+                snprintf(where, sizeof where, "[%lld]", (long long)h);
+            if (slope_value(cx, json_object_array_get_idx(row, (size_t)h), where,
+                            &s[b * p->Hq + h]))
+                return -1;
+        }
+    }
+    p->alibi_mode = (smattn_alibi_mode)mode;
+    p->alibi_slopes = s;
+    p->alibi_slopes_per_batch = lists;
+    return 0;
+}
+
 static int parse_problem(ctx *cx, json_object *obj)
 {
-    static const char *const keys[] = {"op",        "B",      "S",       "T",      "Hq",
-                                       "Hkv",       "D",      "Dv",      "scale",  "softcap",
-                                       "causal",    "window", "kv_lens", "q_lens", "empty_rows",
-                                       "empty_lse", NULL};
+    static const char *const keys[] = {
+        "op",      "B",      "S",          "T",         "Hq",         "Hkv",
+        "D",       "Dv",     "scale",      "softcap",   "causal",     "window",
+        "kv_lens", "q_lens", "empty_rows", "empty_lse", "alibi_mode", "alibi_slopes",
+        NULL};
     static const char *const ops[] = {"attention", "softmax"};
     static const char *const causal[] = {"none", "lower_right", "upper_left"};
     static const char *const rows[] = {"zero", "nan", "mean"};
@@ -251,7 +313,8 @@ static int parse_problem(ctx *cx, json_object *obj)
         enum_value(cx, obj, "causal", causal, 3, &c) ||
         enum_value(cx, obj, "empty_rows", rows, 3, &r) ||
         enum_value(cx, obj, "empty_lse", lse, 3, &l) || window_value(cx, obj) ||
-        lens_value(cx, obj, "kv_lens", &p->kv_lens) || lens_value(cx, obj, "q_lens", &p->q_lens))
+        lens_value(cx, obj, "kv_lens", &p->kv_lens) || lens_value(cx, obj, "q_lens", &p->q_lens) ||
+        alibi_value(cx, obj))
         return -1;
     p->causal = (smattn_causal)c;
     p->empty_rows = (smattn_empty)r;

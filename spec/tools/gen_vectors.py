@@ -507,6 +507,11 @@ def evaluate(prob, inp):
     causal = prob['causal']
     wl, wr = prob['window']
     kv_lens, q_lens = prob['kv_lens'], prob['q_lens']
+    # ALiBi (SPEC 2.8): binary32 slopes, [Hq] or [B][Hq], used exactly.
+    amode = prob.get('alibi_mode', 'none')
+    raw = prob.get('alibi_slopes', [])
+    per_batch = bool(raw) and isinstance(raw[0], list)
+    slopes = [Fraction(float.fromhex(x)) for x in (sum(raw, []) if per_batch else raw)]
     O = {}
     L = {}
     P = {}
@@ -598,6 +603,14 @@ def evaluate(prob, inp):
                     else:
                         dot = inp['x'].at((b, h, i, j))
                     bias = inp['bias'].at((b, h, i, j)) if 'bias' in inp else Fraction(0)
+                    if amode != 'none':
+                        m = slopes[b * Hq + h if per_batch else h]
+                        if amode == 'symmetric':  # -m |i + T_b - S_b - j|, lower-right
+                            bias += -m * abs(i + Tb - Sb - j)
+                        elif amode == 'one_sided':  # m (j - T_b + 1)
+                            bias += m * (j - Tb + 1)
+                        else:  # mask: the bias input times the slope
+                            bias = m * bias
                     scores.append(Score(scale * dot, cap, bias))
                 vrows = [[inp['v'].at((b, j, g, c)) for c in range(Dv)] if att else None
                          for j in J]
@@ -632,6 +645,9 @@ def naive_check(name, prob, inp, rows, expected):
     att = prob['op'] == 'attention'
     if float.fromhex(prob['softcap']) != 0:
         return 0
+    amode = prob.get('alibi_mode', 'none')
+    raw = prob.get('alibi_slopes', [])
+    flat = [float.fromhex(x) for x in (sum(raw, []) if raw and isinstance(raw[0], list) else raw)]
     S, T, Hq = prob['S'], prob['T'], prob['Hq']
     Hkv, D, Dv = (prob['Hkv'], prob['D'], prob['Dv']) if att else (1, 1, 1)
     scale = float.fromhex(prob['scale'])
@@ -648,6 +664,13 @@ def naive_check(name, prob, inp, rows, expected):
                 else:
                     dot = float(inp['x'].at((b, h, i, j)))
                 bias = float(inp['bias'].at((b, h, i, j))) if 'bias' in inp else 0.0
+                if amode != 'none':  # SPEC 2.8, in binary64 from the problem's own fields
+                    m = flat[b * Hq + h] if len(flat) > Hq else flat[h]
+                    Sb = prob['q_lens'][b] if prob['q_lens'] else S
+                    Tb = prob['kv_lens'][b] if prob['kv_lens'] else T
+                    bias = {'symmetric': lambda: bias - m * abs(i + Tb - Sb - j),
+                            'one_sided': lambda: bias + m * (j - Tb + 1),
+                            'mask': lambda: m * bias}[amode]()
                 s.append(scale * dot + bias)
             sink = inp['sinks'].data[h] if 'sinks' in inp else None
             extra = [float(sink)] if isinstance(sink, Fraction) else []
@@ -692,17 +715,25 @@ def default_scale(D):
 
 def problem(op='attention', B=1, S=1, T=1, Hq=1, Hkv=1, D=1, Dv=1, scale=None, softcap=0,
             causal='none', window=(-1, -1), kv_lens=None, q_lens=None, empty_rows='zero',
-            empty_lse='neg_inf'):
+            empty_lse='neg_inf', alibi_mode='none', alibi_slopes=None):
     if scale is None:
         scale = default_scale(D) if op == 'attention' else 1.0
     if op == 'softmax':
         Hkv = D = Dv = 1
     for v in (scale, softcap):
         assert Fraction(round_frac(Fraction(v), 'f64')) == Fraction(v)
-    return {'op': op, 'B': B, 'S': S, 'T': T, 'Hq': Hq, 'Hkv': Hkv, 'D': D, 'Dv': Dv,
+    d = {'op': op, 'B': B, 'S': S, 'T': T, 'Hq': Hq, 'Hkv': Hkv, 'D': D, 'Dv': Dv,
             'scale': hexstr(float(scale)), 'softcap': hexstr(float(softcap)), 'causal': causal,
             'window': list(window), 'kv_lens': kv_lens, 'q_lens': q_lens,
             'empty_rows': empty_rows, 'empty_lse': empty_lse}
+    if alibi_mode != 'none':  # optional keys: the vectors without ALiBi stay as they were
+        def f32hex(x):
+            assert Fraction(round_frac(Fraction(x), 'f32')) == Fraction(x), x
+            return hexstr(float(x))
+        d['alibi_mode'] = alibi_mode
+        d['alibi_slopes'] = [([f32hex(x) for x in row] if isinstance(row, list) else f32hex(row))
+                             for row in alibi_slopes]
+    return d
 
 
 def shapes_for(prob):
@@ -1095,6 +1126,54 @@ def vectors():
         problem(S=1, T=5, D=1, Dv=1, scale=1, causal='lower_right', window=(1, -1)),
         q=('f32', [1]), k=('f32', [NAN, INF, NINF, 1, 2]), v=('f32', [INF, NAN, NINF, 5, 9]),
         bias=('f32', [NAN, INF, NAN, 0, F(-1, 2)], [1, 1, 1, 5]))
+
+    # -- ALiBi (SPEC 2.8): the term comes from the distance and the head's slope -------------
+    # One small problem read in each mode: q = 1, k = [2, 0, -1] (so q.k = [2, 0, -1]),
+    # V = [1, 2, 4], scale 1; every score below is q.k plus the term.
+    alibi_in = dict(q=('f32', [1, 1, 1, 1]), k=('f32', [2, 0, -1]), v=('f32', [1, 2, 4]))
+    add('alibi_symmetric', '2.8',
+        'FlashAttention\'s symmetric ALiBi, -m |i + T - S - j|, no mask: S = 2, T = 3, slopes '
+        '[1, -0.5]; head 0 row 0 (distances 1, 0, 1) scores [1, 0, -2]: P = [e, 1, e^-2] / '
+        '(e + 1 + e^-2) ~ [0.7054, 0.2595, 0.0351], O ~ 1.3649, LSE = log(e + 1 + e^-2) ~ 1.3490; '
+        'row 1 (distances 2, 1, 0) [0, -1, -1]; head 1 (slope -0.5 adds 0.5 |d|) rows '
+        '[2.5, 0, -0.5] and [3, 0.5, -1]',
+        problem(S=2, T=3, Hq=2, Hkv=1, scale=1, alibi_mode='symmetric',
+                alibi_slopes=[1, F(-1, 2)]), **alibi_in)
+    add('alibi_one_sided', '2.8',
+        'vLLM\'s one-sided ALiBi, m (j - T + 1), no mask: the inputs and slopes of '
+        'alibi_symmetric; head 0 adds [-2, -1, 0] to both rows: scores [0, -1, -1], P = '
+        '[1, e^-1, e^-1] / (1 + 2/e) ~ [0.5761, 0.2119, 0.2119], O ~ 1.8479, LSE = log(1 + 2/e) '
+        '~ 0.5514; head 1 (slope -0.5) adds [1, 0.5, 0]: [3, 0.5, -1], the same as the symmetric '
+        'mode on the last row only; row 0 differs in O, P and LSE',
+        problem(S=2, T=3, Hq=2, Hkv=1, scale=1, alibi_mode='one_sided',
+                alibi_slopes=[1, F(-1, 2)]), **alibi_in)
+    causal_in = dict(q=('f32', [1, 1, 1, 1]), k=('f32', [2, 0, -1, 2, 0, NAN]),
+                     v=('f32', [1, 2, 4, 1, 2, NAN]))
+    add('alibi_causal_symmetric', '2.8',
+        'symmetric ALiBi under a lower-right causal mask, B = 2, S = 2, T = 3, kv_lens [3, 2] '
+        '(batch 1\'s key 2 is NaN padding), per-batch slopes [[1], [0.5]]: batch 0 row 0 sees '
+        'keys 0, 1 with scores [1, 0] (P = [e, 1] / (e + 1) ~ [0.7311, 0.2689], LSE = log(1 + e) '
+        '~ 1.3133), row 1 [0, -1, -1] (LSE = log(1 + 2/e) ~ 0.5514); batch 1 (T_b = 2) row 0 '
+        'sees key 0 alone (LSE = 2 exactly), row 1 [1.5, 0]. O and P equal alibi_causal_one_sided\'s '
+        'bit for bit; the LSE differs by m (S_b - 1 - i): 1 and 0.5 on row 0, 0 on row 1',
+        problem(B=2, S=2, T=3, scale=1, causal='lower_right', kv_lens=[3, 2],
+                alibi_mode='symmetric', alibi_slopes=[[1], [F(1, 2)]]), **causal_in)
+    add('alibi_causal_one_sided', '2.8',
+        'one-sided ALiBi, m (j - T_b + 1), on the problem of alibi_causal_symmetric: batch 0 '
+        'row 0 scores [0, -1] (P as there, LSE = log(1 + e) - 1 ~ 0.3133), row 1 [0, -1, -1] '
+        '(as there); batch 1 counts from T_b = 2, not T: row 0 key 0 alone, LSE = 1.5 exactly '
+        '(2 there), row 1 [1.5, 0] (as there). Under a causal mask the modes differ only in '
+        'the LSE, and only on rows before the last',
+        problem(B=2, S=2, T=3, scale=1, causal='lower_right', kv_lens=[3, 2],
+                alibi_mode='one_sided', alibi_slopes=[[1], [F(1, 2)]]), **causal_in)
+    add('alibi_mask', '2.8',
+        'llama.cpp\'s mask mode: the f16 bias holds -|p0 - p1| or -inf (rows [-1, 0, -inf] and '
+        '[-2, -1, 0], broadcast over the heads) and is multiplied by the slope, [0.5, 0]: head 0 '
+        'row 0 scores [1.5, 0] (P = [e^1.5, 1] / (e^1.5 + 1) ~ [0.8176, 0.1824], LSE ~ 1.7014), '
+        'row 1 [1, -0.5, -1]; head 1 (slope 0) [2, 0] and [2, 0, -1]: the -inf still hides key 2 '
+        'of row 0 (0 x -inf never arises)',
+        problem(S=2, T=3, Hq=2, Hkv=1, scale=1, alibi_mode='mask', alibi_slopes=[F(1, 2), 0]),
+        bias=('f16', [-1, 0, NINF, -2, -1, 0], [1, 1, 2, 3]), **alibi_in)
     return out
 
 
