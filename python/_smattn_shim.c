@@ -58,7 +58,7 @@ int64_t smattn_py_battery_size(const void *b);
 int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out);
 int64_t smattn_py_battery_case_quant(const void *b, int64_t k, int which, void *dst, size_t cap);
 void smattn_py_battery_free(void *b);
-void *smattn_py_merge_battery_new(uint64_t seed);
+void *smattn_py_merge_battery_new(uint64_t seed, const char *vectors);
 int64_t smattn_py_merge_battery_size(const void *b);
 int smattn_py_merge_battery_case(const void *b, int64_t k, const char **name,
                                  smattn_merge_problem *prob, const double **o, const double **l);
@@ -229,13 +229,19 @@ void smattn_py_battery_free(void *b)
     free(b);
 }
 
-/* The merge battery of `smattn conform` (conform/merge_check.c, category "merge") for a
- * seed: its cases' problems and binary64 partials, o [N,B,S,Hq,Dv] and l [N,B,Hq,S]
- * contiguous. NULL when out of memory. */
-void *smattn_py_merge_battery_new(uint64_t seed)
+/* The merge battery of `smattn conform` (conform/merge_battery.c, category "merge") for a
+ * seed, with the merge golden vectors of the directory vectors (NULL or "": none): its
+ * cases' problems and binary64 partials, o [N,B,S,Hq,Dv] and l [N,B,Hq,S] contiguous. NULL
+ * when out of memory. */
+void *smattn_py_merge_battery_new(uint64_t seed, const char *vectors)
 {
     conform_merge_battery *b = calloc(1, sizeof *b);
     if (b && conform_merge_battery_build(b, seed)) {
+        free(b);
+        return NULL;
+    }
+    if (b && conform_merge_battery_add_vectors(b, vectors)) {
+        conform_merge_battery_free(b);
         free(b);
         return NULL;
     }

@@ -229,7 +229,7 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     if merge and backward:
         raise ValueError("merge=True and backward=True: take one battery at a time")
     if merge:
-        yield from _merge_cases(suite, seed, dtype, categories)
+        yield from _merge_cases(suite, seed, dtype, categories, vectors)
         return
     layout = _layout(layout)
     if suite == "huge":  # stride-0 and sparse views over gigabytes of reserved memory
@@ -272,9 +272,9 @@ _BASE_NAME = {0: "e", 1: "2"}
 _PARTS_NAME = {0: "neg_inf", 1: "pos_inf"}
 
 
-def _merge_cases(suite, seed, dtype, categories):
-    """The merge battery (conform/merge_check.c) as Case objects, in its order. Its cases
-    do not depend on the suite."""
+def _merge_cases(suite, seed, dtype, categories, vectors):
+    """The merge battery (conform/merge_battery.c) as Case objects, in its order, then the
+    merge golden vectors as "merge/golden_<name>". Its cases do not depend on the suite."""
     if suite not in ("quick", "full"):
         raise ValueError("suite %r: want 'quick' or 'full'" % (suite,))
     if dtype not in ("float64", "float32", "float16"):
@@ -283,7 +283,8 @@ def _merge_cases(suite, seed, dtype, categories):
     if categories is not None and "merge" not in categories:
         return
     shim = _lib.shim()
-    bat = shim.smattn_py_merge_battery_new(seed)
+    vdir = vectors if vectors is not None else _lib.vectors_dir()
+    bat = shim.smattn_py_merge_battery_new(seed, None if vdir is None else vdir.encode())
     if not bat:
         raise MemoryError("smattn: out of memory building the merge battery")
     try:

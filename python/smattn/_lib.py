@@ -268,7 +268,7 @@ def shim():
         s.smattn_py_battery_free.restype = None
         s.smattn_py_battery_free.argtypes = [ctypes.c_void_p]
         s.smattn_py_merge_battery_new.restype = ctypes.c_void_p
-        s.smattn_py_merge_battery_new.argtypes = [ctypes.c_uint64]
+        s.smattn_py_merge_battery_new.argtypes = [ctypes.c_uint64, ctypes.c_char_p]
         s.smattn_py_merge_battery_size.restype = c_i64
         s.smattn_py_merge_battery_size.argtypes = [ctypes.c_void_p]
         s.smattn_py_merge_battery_case.restype = ctypes.c_int
