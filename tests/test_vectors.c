@@ -227,6 +227,74 @@ START_TEST(alibi_keys_checked)
 }
 END_TEST
 
+/* A merge vector (SPEC 9): its problem and partials are read in their shapes, and a vector
+ * with a P, a missing input, a wrong shape or a mean convention is refused. */
+START_TEST(merge_keys_checked)
+{
+    static const char *const good_in =
+        "\"o_parts\": {\"dtype\": \"f32\", \"shape\": [2,1,1,1,2], \"data\": [\"0x1p+0\", "
+        "\"0x1p+1\", \"nan\", \"-0x1p+0\"]}, \"lse_parts\": {\"dtype\": \"f16\", \"shape\": "
+        "[2,1,1,1], \"data\": [\"0x1p-1\", \"-inf\"]}";
+    static const struct {
+        const char *problem, *inputs, *extra;
+    } files[] = {
+        {"\"lse_base\": \"2\", \"empty_rows\": \"nan\"", NULL, ""}, /* good */
+        {"\"empty_rows\": \"mean\"", NULL, ""},
+        {"\"lse_base\": \"10\"", NULL, ""},
+        {"\"T\": 3", NULL, ""},
+        {"", "\"o_parts\": {\"dtype\": \"f32\", \"shape\": [2,1,1,1,2], \"data\": "
+             "[\"0x1p+0\", \"0x1p+1\", \"nan\", \"-0x1p+0\"]}", ""},
+        {"", "\"o_parts\": {\"dtype\": \"f32\", \"shape\": [2,1,1,2,1], \"data\": "
+             "[\"0x1p+0\", \"0x1p+1\", \"nan\", \"-0x1p+0\"]}, \"lse_parts\": {\"dtype\": "
+             "\"f32\", \"shape\": [2,1,1,1], \"data\": [\"0x1p+0\", \"0x1p+0\"]}", ""},
+        {"", NULL, ", \"expected\": {\"f64\": {\"p\": []}}"},
+    };
+    char path[] = "/tmp/smattn_mvecXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f,
+                "{\"name\": \"%s\", \"problem\": {\"op\": \"merge\", \"N\": 2, \"B\": 1, "
+                "\"S\": 1, \"Hq\": 1, \"Dv\": 2%s%s}, \"inputs\": {%s}%s}\n",
+                strrchr(path, '/') + 1, files[k].problem[0] ? ", " : "", files[k].problem,
+                files[k].inputs ? files[k].inputs : good_in, files[k].extra);
+        fclose(f);
+        smattn_vector v;
+        char err[512] = "";
+        int rc = smattn_vector_load(path, &v, err, sizeof err);
+        if (k > 0) {
+            ck_assert_msg(rc != 0, "file %zu accepted", k);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s", err);
+        ck_assert(v.merge);
+        ck_assert_int_eq(v.mprob.N, 2);
+        ck_assert_int_eq(v.mprob.Dv, 2);
+        ck_assert_int_eq(v.mprob.lse_base, SMATTN_LSE_BASE_2);
+        ck_assert_int_eq(v.mprob.empty_rows, SMATTN_EMPTY_NAN);
+        ck_assert_int_eq(v.n[SMATTN_VEC_O], 2);
+        ck_assert_int_eq(v.n[SMATTN_VEC_LSE], 1);
+        ck_assert_int_eq(v.n[SMATTN_VEC_P], 0);
+        ck_assert(smattn_load(v.min.o_parts.data, v.min.o_parts.dtype,
+                              v.min.o_part_stride + 1) == -1.0);
+        ck_assert(smattn_load(v.min.lse_parts.data, v.min.lse_parts.dtype, 0) == 0.5);
+        /* the oracle on it: one finite partial, so O = O_1 and LSE = 0.5 exactly */
+        double o[2], l[1];
+        smattn_outputs out;
+        memset(&out, 0, sizeof out);
+        out.o = (smattn_out_tensor){o, SMATTN_F64, {2, 2, 2, 1}};
+        out.lse = (smattn_out_tensor){l, SMATTN_F64, {1, 1, 1, 0}};
+        ck_assert_int_eq(smattn_vector_run(&v, &out), SMATTN_OK);
+        ck_assert(o[0] == 1.0 && o[1] == 2.0 && l[0] == 0.5);
+        smattn_vector_free(&v);
+    }
+    unlink(path);
+}
+END_TEST
+
 Suite *vectors_suite(void);
 Suite *vectors_suite(void)
 {
@@ -237,6 +305,7 @@ Suite *vectors_suite(void)
     tcase_add_test(tc, directory_has_vectors);
     tcase_add_test(tc, alibi_causal_pair_differs_only_in_lse);
     tcase_add_test(tc, alibi_keys_checked);
+    tcase_add_test(tc, merge_keys_checked);
     if (vec_count > 0)
         tcase_add_loop_test(tc, vector_matches_oracle, 0, vec_count);
     suite_add_tcase(s, tc);
