@@ -426,7 +426,9 @@ static int run_conform(const opts *op, conform_baseline *base)
     }
     conform_merge_battery mb;
     memset(&mb, 0, sizeof mb);
-    if (strcmp(o.suite, "huge") && conform_merge_battery_build(&mb, o.seed)) {
+    if (strcmp(o.suite, "huge") && (conform_merge_battery_build(&mb, o.seed) ||
+                                     conform_merge_battery_add_vectors(&mb, vdir))) {
+        conform_merge_battery_free(&mb);
         cli_error("conform", "out of memory");
         conform_battery_free(&b);
         conform_kernel_close(&k);

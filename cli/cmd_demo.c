@@ -138,7 +138,7 @@ static smattn_status run_dtype(const smattn_vector *v, smattn_dtype t, double *v
         smattn_contiguous_strides(&v->prob, roles[k], ot[k]->stride);
     }
     if (st == SMATTN_OK)
-        st = smattn_ref(&v->prob, &v->in, &out, NULL, NULL);
+        st = smattn_vector_run(v, &out);
     for (int k = 0; k < 3; k++) {
         if (st == SMATTN_OK && val[k])
             for (int64_t e = 0; e < v->n[k]; e++)
@@ -151,7 +151,12 @@ static smattn_status run_dtype(const smattn_vector *v, smattn_dtype t, double *v
 static void print_problem(const smattn_vector *v)
 {
     const smattn_problem *p = &v->prob;
-    if (p->op == SMATTN_OP_ATTENTION)
+    const smattn_merge_problem *m = &v->mprob;
+    if (v->merge)
+        printf("  problem: merge N=%lld B=%lld S=%lld Hq=%lld Dv=%lld, LSE base %s\n",
+               (long long)m->N, (long long)m->B, (long long)m->S, (long long)m->Hq,
+               (long long)m->Dv, m->lse_base == SMATTN_LSE_BASE_2 ? "2" : "e");
+    else if (p->op == SMATTN_OP_ATTENTION)
         printf("  problem: attention B=%lld S=%lld T=%lld Hq=%lld Hkv=%lld D=%lld Dv=%lld, "
                "scale %a\n",
                (long long)p->B, (long long)p->S, (long long)p->T, (long long)p->Hq,

@@ -363,6 +363,9 @@ typedef struct conform_merge_battery {
 } conform_merge_battery;
 /* 0, or -1 out of memory. */
 int conform_merge_battery_build(conform_merge_battery *mb, uint64_t seed);
+/* Append the merge golden vectors of dir (sorted; "op": "merge", SPEC 8) as the cases
+ * "merge/golden_<name>"; NULL or "" adds none. 0, or -1 out of memory. */
+int conform_merge_battery_add_vectors(conform_merge_battery *mb, const char *dir);
 void conform_merge_battery_free(conform_merge_battery *mb);
 /* Run case c on k's smattn_plugin_merge in a child and judge it (category "merge"); a
  * kernel without the entry skips it. */

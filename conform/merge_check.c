@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* merge_check.c: the merge battery (SPEC 9) for a kernel exporting smattn_plugin_merge:
- * LSEs spread past exp's range, -inf and +inf empty partials injected (FlashInfer's and
- * vLLM's identity, FlashAttention-2's +inf), every part empty, one part alone per row, N = 1
- * and N = 64, base 2; each case run in a child like the attention cases and judged against
- * smattn_ref_merge under smattn_merge_bound. */
+/* merge_check.c: the merge battery's cases (merge_battery.c, SPEC 9) run on a kernel
+ * exporting smattn_plugin_merge, each in a child like the attention cases, and judged
+ * against smattn_ref_merge under smattn_merge_bound. */
 #define _DEFAULT_SOURCE 1
 #include <errno.h>
 #include <signal.h>
@@ -16,90 +14,6 @@
 #include <unistd.h>
 
 #include "conform/conform.h"
-
-static uint64_t mrng(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15u;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double munif(uint64_t *s)
-{
-    return (double)(mrng(s) >> 11) * 0x1p-53;
-}
-
-/* kind: 0 plain, 1 spread past exp's range, 2 -inf injected, 3 +inf injected (FA2's empty
- * parts), 4 all empty, 5 one part per row, 6 base 2 */
-static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int64_t S,
-                    int64_t Hq, int64_t Dv, int kind, uint64_t seed)
-{
-    if (mb->n == mb->cap) {
-        size_t cap = mb->cap ? 2 * mb->cap : 16;
-        conform_merge_case *nc = realloc(mb->cases, cap * sizeof *nc);
-        if (!nc)
-            return -1;
-        mb->cases = nc, mb->cap = cap;
-    }
-    conform_merge_case *c = &mb->cases[mb->n];
-    memset(c, 0, sizeof *c);
-    snprintf(c->name, sizeof c->name, "merge/%s", name);
-    smattn_merge_problem *p = &c->prob;
-    *p = smattn_merge_problem_default();
-    p->N = N, p->B = 1, p->S = S, p->Hq = Hq, p->Dv = Dv;
-    if (kind == 3)
-        p->empty_parts = SMATTN_LSE_POS_INF;
-    if (kind == 6)
-        p->lse_base = SMATTN_LSE_BASE_2;
-    const int64_t no = S * Hq * Dv, nl = Hq * S;
-    c->o = malloc((size_t)(N * no) * sizeof *c->o);
-    c->l = malloc((size_t)(N * nl) * sizeof *c->l);
-    if (!c->o || !c->l) {
-        free(c->o), free(c->l);
-        return -1;
-    }
-    uint64_t s = seed ^ (uint64_t)kind * 0x51ed27u;
-    const double empty = kind == 3 ? HUGE_VAL : -HUGE_VAL;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t h = 0; h < Hq; h++)
-            for (int64_t i = 0; i < S; i++) {
-                double l = kind == 1 ? 2000 * munif(&s) - 1000 : 6 * munif(&s) - 3;
-                int is_empty = ((kind == 2 || kind == 3) && munif(&s) < 0.25) || kind == 4 ||
-                               (kind == 5 && n != (h + i) % N);
-                c->l[n * nl + h * S + i] = is_empty ? empty : l;
-                for (int64_t d = 0; d < Dv; d++)
-                    c->o[n * no + (i * Hq + h) * Dv + d] = is_empty ? 0.0 : 2 * munif(&s) - 1;
-            }
-    mb->n++;
-    return 0;
-}
-
-int conform_merge_battery_build(conform_merge_battery *mb, uint64_t seed)
-{
-    memset(mb, 0, sizeof *mb);
-    int rc = add_case(mb, "n1", 1, 3, 2, 8, 0, seed) ||
-             add_case(mb, "n2_plain", 2, 4, 2, 16, 0, seed) ||
-             add_case(mb, "n64", 64, 2, 2, 8, 0, seed) ||
-             add_case(mb, "lse_spread_pm1000", 8, 3, 2, 8, 1, seed) ||
-             add_case(mb, "neg_inf_parts", 8, 4, 2, 8, 2, seed) ||
-             add_case(mb, "pos_inf_parts_fa2", 8, 4, 2, 8, 3, seed) ||
-             add_case(mb, "all_parts_empty", 4, 2, 2, 8, 4, seed) ||
-             add_case(mb, "one_part_per_row", 6, 4, 3, 8, 5, seed) ||
-             add_case(mb, "base2", 5, 3, 2, 8, 6, seed);
-    if (rc)
-        conform_merge_battery_free(mb);
-    return rc ? -1 : 0;
-}
-
-void conform_merge_battery_free(conform_merge_battery *mb)
-{
-    for (size_t k = 0; k < mb->n; k++)
-        free(mb->cases[k].o), free(mb->cases[k].l);
-    free(mb->cases);
-    memset(mb, 0, sizeof *mb);
-}
 
 static int pick(unsigned accepted)
 {

@@ -220,13 +220,111 @@ static int window_value(ctx *cx, json_object *obj)
     return 0;
 }
 
+/* One ALiBi slope: a hex string whose value is a finite binary32 exactly (SPEC 2.8). */
+static int slope_value(ctx *cx, json_object *e, const char *where, float *out)
+{
+    double x;
+    if (!json_object_is_type(e, json_type_string) || parse_float(json_object_get_string(e), &x) ||
+        !isfinite(x) || (double)(float)x != x)
+        return FAIL(cx, "problem.alibi_slopes%s: want a hex string holding a finite binary32",
+                    where);
+    *out = (float)x;
+    return 0;
+}
+
+/* Optional "alibi_mode" ("none", "symmetric", "one_sided", "mask") and "alibi_slopes": Hq
+ * slopes, or B lists of Hq slopes (per batch), as case.json has them (SPEC 7.1). */
+static int alibi_value(ctx *cx, json_object *obj)
+{
+    static const char *const modes[] = {"none", "symmetric", "one_sided", "mask"};
+    smattn_problem *p = &cx->v->prob;
+    int mode = 0;
+    if (enum_value(cx, obj, "alibi_mode", modes, 4, &mode))
+        return -1;
+    json_object *a = get(obj, "alibi_slopes");
+    if ((mode == 0) != (a == NULL))
+        return FAIL(cx, "problem: \"alibi_mode\" and \"alibi_slopes\" go together");
+    if (mode == 0)
+        return 0;
+    if (p->op != SMATTN_OP_ATTENTION)
+        return FAIL(cx, "problem.alibi_mode: ALiBi is for the attention op");
+    const int lists = json_object_is_type(a, json_type_array) && json_object_array_length(a) > 0 &&
+                      json_object_is_type(json_object_array_get_idx(a, 0), json_type_array);
+    const int64_t nl = lists ? p->B : 1;
+    if (!json_object_is_type(a, json_type_array) ||
+        (int64_t)json_object_array_length(a) != (lists ? p->B : p->Hq))
+        return FAIL(cx, "problem.alibi_slopes: want Hq = %lld slopes or B = %lld lists of them",
+                    (long long)p->Hq, (long long)p->B);
+    float *s = vec_alloc(cx->v, (size_t)(nl * p->Hq) * sizeof *s);
+    if (!s)
+        return oom(cx);
+    char where[48];
+    for (int64_t b = 0; b < nl; b++) {
+        json_object *row = lists ? json_object_array_get_idx(a, (size_t)b) : a;
+        if (!json_object_is_type(row, json_type_array) ||
+            (int64_t)json_object_array_length(row) != p->Hq)
+            return FAIL(cx, "problem.alibi_slopes[%lld]: want Hq = %lld slopes", (long long)b,
+                        (long long)p->Hq);
+        for (int64_t h = 0; h < p->Hq; h++) {
+            if (lists)
+                snprintf(where, sizeof where, "[%lld][%lld]", (long long)b, (long long)h);
+            else
+                snprintf(where, sizeof where, "[%lld]", (long long)h);
+            if (slope_value(cx, json_object_array_get_idx(row, (size_t)h), where,
+                            &s[b * p->Hq + h]))
+                return -1;
+        }
+    }
+    p->alibi_mode = (smattn_alibi_mode)mode;
+    p->alibi_slopes = s;
+    p->alibi_slopes_per_batch = lists;
+    return 0;
+}
+
+/* A merge problem (SPEC 9.1): N, B, S, Hq, Dv, lse_base, empty_parts, empty_rows (zero or
+ * nan), empty_lse. prob gets B, S, Hq and Dv for the output shapes. */
+static int parse_merge_problem(ctx *cx, json_object *obj)
+{
+    static const char *const keys[] = {"op",         "N",         "B",        "S",
+                                       "Hq",         "Dv",        "lse_base", "empty_parts",
+                                       "empty_rows", "empty_lse", NULL};
+    static const char *const bases[] = {"e", "2"};
+    static const char *const parts[] = {"neg_inf", "pos_inf"};
+    static const char *const rows[] = {"zero", "nan"};
+    static const char *const lse[] = {"neg_inf", "pos_inf", "zero"};
+    smattn_vector *v = cx->v;
+    smattn_merge_problem *m = &v->mprob;
+    *m = smattn_merge_problem_default();
+    int b = 0, pa = 0, r = 0, l = 0;
+    if (check_keys(cx, obj, "problem", keys) || dim_value(cx, obj, "N", 1, &m->N) ||
+        dim_value(cx, obj, "B", 1, &m->B) || dim_value(cx, obj, "S", 1, &m->S) ||
+        dim_value(cx, obj, "Hq", 1, &m->Hq) || dim_value(cx, obj, "Dv", 1, &m->Dv) ||
+        enum_value(cx, obj, "lse_base", bases, 2, &b) ||
+        enum_value(cx, obj, "empty_parts", parts, 2, &pa) ||
+        enum_value(cx, obj, "empty_rows", rows, 2, &r) ||
+        enum_value(cx, obj, "empty_lse", lse, 3, &l))
+        return -1;
+    m->lse_base = (smattn_lse_base)b;
+    m->empty_parts = (smattn_empty_lse)pa;
+    m->empty_rows = (smattn_empty)r;
+    m->empty_lse = (smattn_empty_lse)l;
+    v->merge = 1;
+    smattn_problem *p = &v->prob;
+    *p = smattn_problem_default();
+    p->op = SMATTN_OP_ATTENTION;
+    p->B = m->B, p->S = m->S, p->Hq = m->Hq, p->Dv = m->Dv;
+    p->T = p->Hkv = p->D = 1;
+    return 0;
+}
+
 static int parse_problem(ctx *cx, json_object *obj)
 {
-    static const char *const keys[] = {"op",        "B",      "S",       "T",      "Hq",
-                                       "Hkv",       "D",      "Dv",      "scale",  "softcap",
-                                       "causal",    "window", "kv_lens", "q_lens", "empty_rows",
-                                       "empty_lse", NULL};
-    static const char *const ops[] = {"attention", "softmax"};
+    static const char *const keys[] = {
+        "op",      "B",      "S",          "T",         "Hq",         "Hkv",
+        "D",       "Dv",     "scale",      "softcap",   "causal",     "window",
+        "kv_lens", "q_lens", "empty_rows", "empty_lse", "alibi_mode", "alibi_slopes",
+        NULL};
+    static const char *const ops[] = {"attention", "softmax", "merge"};
     static const char *const causal[] = {"none", "lower_right", "upper_left"};
     static const char *const rows[] = {"zero", "nan", "mean"};
     static const char *const lse[] = {"neg_inf", "pos_inf", "zero"};
@@ -235,7 +333,12 @@ static int parse_problem(ctx *cx, json_object *obj)
     if (!obj || !json_object_is_type(obj, json_type_object))
         return FAIL(cx, "missing \"problem\" object");
     int op = -1, c = 0, r = 0, l = 0;
-    if (check_keys(cx, obj, "problem", keys) || enum_value(cx, obj, "op", ops, 2, &op))
+    if (!obj || !json_object_is_type(obj, json_type_object) ||
+        enum_value(cx, obj, "op", ops, 3, &op))
+        return -1;
+    if (op == 2)
+        return parse_merge_problem(cx, obj);
+    if (check_keys(cx, obj, "problem", keys))
         return -1;
     if (op < 0)
         return FAIL(cx, "problem: missing \"op\"");
@@ -251,7 +354,8 @@ static int parse_problem(ctx *cx, json_object *obj)
         enum_value(cx, obj, "causal", causal, 3, &c) ||
         enum_value(cx, obj, "empty_rows", rows, 3, &r) ||
         enum_value(cx, obj, "empty_lse", lse, 3, &l) || window_value(cx, obj) ||
-        lens_value(cx, obj, "kv_lens", &p->kv_lens) || lens_value(cx, obj, "q_lens", &p->q_lens))
+        lens_value(cx, obj, "kv_lens", &p->kv_lens) || lens_value(cx, obj, "q_lens", &p->q_lens) ||
+        alibi_value(cx, obj))
         return -1;
     p->causal = (smattn_causal)c;
     p->empty_rows = (smattn_empty)r;
@@ -391,8 +495,73 @@ static int parse_input(ctx *cx, const char *name, json_object *obj, smattn_tenso
     return 0;
 }
 
+/* A merge vector's inputs: "o_parts" [N,B,S,Hq,Dv] and "lse_parts" [N,B,Hq,S], float,
+ * full shapes, row-major (SPEC 9.1). */
+static int parse_merge_inputs(ctx *cx, json_object *obj)
+{
+    static const char *const keys[] = {"o_parts", "lse_parts", NULL};
+    static const char *const tkeys[] = {"dtype", "shape", "data", NULL};
+    smattn_vector *v = cx->v;
+    const smattn_merge_problem *m = &v->mprob;
+    if (!obj || !json_object_is_type(obj, json_type_object))
+        return FAIL(cx, "missing \"inputs\" object");
+    if (check_keys(cx, obj, "inputs", keys))
+        return -1;
+    const int64_t want[2][5] = {{m->N, m->B, m->S, m->Hq, m->Dv}, {m->N, m->B, m->Hq, m->S, 1}};
+    const int rank[2] = {5, 4};
+    smattn_tensor *ts[2] = {&v->min.o_parts, &v->min.lse_parts};
+    for (int k = 0; k < 2; k++) {
+        char where[32];
+        snprintf(where, sizeof where, "inputs.%s", keys[k]);
+        json_object *t = get(obj, keys[k]);
+        if (!t)
+            return FAIL(cx, "inputs: missing \"%s\"", keys[k]);
+        if (!json_object_is_type(t, json_type_object))
+            return FAIL(cx, "%s: want an object", where);
+        if (check_keys(cx, t, where, tkeys) || parse_dtype(cx, t, where, &ts[k]->dtype))
+            return -1;
+        if (ts[k]->dtype == SMATTN_BOOL)
+            return FAIL(cx, "%s.dtype: want a float dtype", where);
+        json_object *s = get(t, "shape");
+        if (!s || !json_object_is_type(s, json_type_array) ||
+            (int)json_object_array_length(s) != rank[k])
+            return FAIL(cx, "%s.shape: want an array of %d integers", where, rank[k]);
+        int64_t n = 1;
+        for (int r = 0; r < rank[k]; r++) {
+            json_object *e = json_object_array_get_idx(s, (size_t)r);
+            if (!json_object_is_type(e, json_type_int) || json_object_get_int64(e) != want[k][r])
+                return FAIL(cx, "%s.shape[%d]: want %lld (from the problem)", where, r,
+                            (long long)want[k][r]);
+            if (n > INT64_MAX / want[k][r])
+                return FAIL(cx, "%s: the size overflows", where);
+            n *= want[k][r];
+        }
+        json_object *d = get(t, "data");
+        if (!d || !json_object_is_type(d, json_type_array) ||
+            (int64_t)json_object_array_length(d) != n || (uint64_t)n > SIZE_MAX / 8)
+            return FAIL(cx, "%s.data: want an array of %lld elements", where, (long long)n);
+        void *base = vec_alloc(v, (size_t)n * smattn_dtype_size(ts[k]->dtype));
+        if (!base)
+            return oom(cx);
+        for (size_t e = 0; e < (size_t)n; e++)
+            if (store_elem(cx, json_object_array_get_idx(d, e), where, e, ts[k]->dtype, base))
+                return -1;
+        ts[k]->data = base;
+    }
+    /* row-major: a part after another, then [B,S,Hq,Dv] and [B,Hq,S] */
+    smattn_tensor *o = &v->min.o_parts, *l = &v->min.lse_parts;
+    o->stride[0] = m->S * m->Hq * m->Dv, o->stride[1] = m->Hq * m->Dv, o->stride[2] = m->Dv;
+    o->stride[3] = 1;
+    l->stride[0] = m->Hq * m->S, l->stride[1] = m->S, l->stride[2] = 1, l->stride[3] = 0;
+    v->min.o_part_stride = m->B * o->stride[0];
+    v->min.lse_part_stride = m->B * l->stride[0];
+    return 0;
+}
+
 static int parse_inputs(ctx *cx, json_object *obj)
 {
+    if (cx->v->merge)
+        return parse_merge_inputs(cx, obj);
     static const char *const keys[] = {"q", "k", "v", "x", "bias", "mask", "sinks", NULL};
     smattn_inputs *in = &cx->v->in;
     smattn_tensor *ts[7] = {&in->q, &in->k, &in->v, &in->x, &in->bias, &in->mask, &in->sinks};
@@ -469,6 +638,8 @@ static int parse_outputs(ctx *cx, json_object *obj, const char *where, int t)
         snprintf(w, sizeof w, "%s.%s", where, out_names[k]);
         if (a && k == 0 && cx->v->prob.op != SMATTN_OP_ATTENTION)
             return FAIL(cx, "%s: softmax has no output o", w);
+        if (a && k == SMATTN_VEC_P && cx->v->merge)
+            return FAIL(cx, "%s: a merge has no output p", w);
         if (a && parse_values(cx, a, w, k, t))
             return -1;
     }
@@ -503,7 +674,7 @@ static int output_counts(ctx *cx)
     int64_t *n = cx->v->n;
     n[SMATTN_VEC_O] = p->op == SMATTN_OP_ATTENTION ? count_of(no, 4) : 0;
     n[SMATTN_VEC_LSE] = count_of(nl, 3);
-    n[SMATTN_VEC_P] = count_of(np, 4);
+    n[SMATTN_VEC_P] = cx->v->merge ? 0 : count_of(np, 4);
     int64_t in[2][4] = {{p->B, p->S, p->Hq, p->D},
                         {p->B, p->T, p->Hkv, p->D > p->Dv ? p->D : p->Dv}};
     for (int k = 0; k < 3; k++)
@@ -565,4 +736,13 @@ int smattn_vector_load(const char *path, smattn_vector *v, char *err, size_t err
         smattn_io_err_prefix(err, errlen, smattn_io_path(stem[0] ? stem : path, q));
     }
     return rc;
+}
+
+smattn_status smattn_vector_run(const smattn_vector *v, const smattn_outputs *out)
+{
+    if (!v->merge)
+        return smattn_ref(&v->prob, &v->in, out, NULL, NULL);
+    if (out->p.data)
+        return SMATTN_ERR_OPTION;
+    return smattn_ref_merge(&v->mprob, &v->min, out, NULL);
 }

@@ -24,10 +24,20 @@ typedef struct smattn_vector {
     double *expected[4][3];
     char **exact[3];             /* 40-digit decimal strings, NULL when absent */
     void *owned;                 /* everything above is freed by smattn_vector_free */
+    /* A merge vector ("op": "merge", SPEC 9): merge != 0, the problem and partial states in
+     * mprob and min, and prob holds B, S, Hq and Dv only (T = Hkv = D = 1), so that O and LSE
+     * keep their shapes and contiguous strides; n[P] is 0. */
+    int merge;
+    smattn_merge_problem mprob;
+    smattn_merge_inputs min;
 } smattn_vector;
 
 /* Load a vector file. Returns 0 on success; otherwise nonzero with one line in err. */
 int smattn_vector_load(const char *path, smattn_vector *v, char *err, size_t errlen);
 void smattn_vector_free(smattn_vector *v);
+
+/* The oracle on a loaded vector: smattn_ref (no P for a merge) or smattn_ref_merge (out->p
+ * must be empty), default configuration. */
+smattn_status smattn_vector_run(const smattn_vector *v, const smattn_outputs *out);
 
 #endif

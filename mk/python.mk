@@ -17,7 +17,7 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo pyth
 # The shim: its own copy of the oracle and bound (core/ ref/) beside conform's judge and
 # battery and io/ (the golden vectors), so that libsmattn.so.0 need export nothing private.
 PY_SHIM     := $(BUILD)/python/_smattn_conform.so
-PY_SHIM_SRC := conform/judge.c conform/rows.c conform/battery.c conform/battery_case.c conform/battery_alibi.c conform/battery_quant.c conform/battery_split.c conform/battery_sizes.c conform/battery_huge.c conform/battery_layout.c conform/shard.c conform/datadir.c $(IO_SRC) $(LIB_SRC)
+PY_SHIM_SRC := conform/judge.c conform/rows.c conform/battery.c conform/battery_case.c conform/battery_alibi.c conform/battery_quant.c conform/battery_split.c conform/battery_sizes.c conform/battery_huge.c conform/battery_layout.c conform/merge_battery.c conform/shard.c conform/datadir.c $(IO_SRC) $(LIB_SRC)
 PY_SHIM_OBJ := $(patsubst %.c,$(BUILD)/pic/%.o,python/_smattn_shim.c $(PY_SHIM_SRC))
 # io/util.h includes <json.h>: the pic rule's per-target flag slot carries json-c's -I.
 $(patsubst %.c,$(BUILD)/pic/%.o,$(IO_SRC) conform/battery.c conform/battery_case.c conform/battery_sizes.c python/_smattn_shim.c): \

@@ -11,7 +11,7 @@
 
 #include "conform/conform.h"
 
-#define SMATTN_PY_ABI 3
+#define SMATTN_PY_ABI 4 /* 4: the merge battery */
 
 /* conform_result's figures and the element its reason names (conform.h). */
 typedef struct smattn_py_result {
@@ -58,6 +58,11 @@ int64_t smattn_py_battery_size(const void *b);
 int smattn_py_battery_case(const void *b, int64_t k, smattn_py_case *out);
 int64_t smattn_py_battery_case_quant(const void *b, int64_t k, int which, void *dst, size_t cap);
 void smattn_py_battery_free(void *b);
+void *smattn_py_merge_battery_new(uint64_t seed, const char *vectors);
+int64_t smattn_py_merge_battery_size(const void *b);
+int smattn_py_merge_battery_case(const void *b, int64_t k, const char **name,
+                                 smattn_merge_problem *prob, const double **o, const double **l);
+void smattn_py_merge_battery_free(void *b);
 
 /* The layout version and the sizes of the structs Python mirrors, for _lib.py's check. */
 int smattn_py_abi(int64_t sizes[8])
@@ -221,5 +226,52 @@ void smattn_py_battery_free(void *b)
     if (!b)
         return;
     conform_battery_free(b);
+    free(b);
+}
+
+/* The merge battery of `smattn conform` (conform/merge_battery.c, category "merge") for a
+ * seed, with the merge golden vectors of the directory vectors (NULL or "": none): its
+ * cases' problems and binary64 partials, o [N,B,S,Hq,Dv] and l [N,B,Hq,S] contiguous. NULL
+ * when out of memory. */
+void *smattn_py_merge_battery_new(uint64_t seed, const char *vectors)
+{
+    conform_merge_battery *b = calloc(1, sizeof *b);
+    if (b && conform_merge_battery_build(b, seed)) {
+        free(b);
+        return NULL;
+    }
+    if (b && conform_merge_battery_add_vectors(b, vectors)) {
+        conform_merge_battery_free(b);
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+int64_t smattn_py_merge_battery_size(const void *b)
+{
+    return (int64_t)((const conform_merge_battery *)b)->n;
+}
+
+/* Case k of b: 0, or -1 when k is out of range. The pointers are owned by the battery. */
+int smattn_py_merge_battery_case(const void *b, int64_t k, const char **name,
+                                 smattn_merge_problem *prob, const double **o, const double **l)
+{
+    const conform_merge_battery *mb = b;
+    if (k < 0 || (size_t)k >= mb->n)
+        return -1;
+    const conform_merge_case *c = &mb->cases[k];
+    *name = c->name;
+    *prob = c->prob;
+    *o = c->o;
+    *l = c->l;
+    return 0;
+}
+
+void smattn_py_merge_battery_free(void *b)
+{
+    if (!b)
+        return;
+    conform_merge_battery_free(b);
     free(b);
 }

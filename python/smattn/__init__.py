@@ -21,12 +21,12 @@ from ._api import (Element, Report, assert_close, attention, check, check_softma
 from ._backward import (Gradients, assert_close_backward, attention_backward, check_backward,
                         reference_backward)
 from ._cases import Case, cases
-from ._merge import merge, merge_reference
+from ._merge import check_merge, merge, merge_reference
 from ._lib import LIBRARY_PATH
 from ._version import VERSION as _VERSION
 
 __all__ = ["reference", "attention", "check", "assert_close", "cases", "precision", "Report",
-           "reference_softmax", "check_softmax", "visible", "merge_reference", "merge",
+           "reference_softmax", "check_softmax", "visible", "merge_reference", "merge", "check_merge",
            "Element", "Case", "LIBRARY_PATH", "__version__", "reference_backward", "Gradients",
            "attention_backward", "check_backward", "assert_close_backward"]
 

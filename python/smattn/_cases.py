@@ -11,6 +11,7 @@ import numpy as np
 from . import _api, _lib, _ragged
 from ._api import _EMPTY, _EMPTY_LSE, _integer, _layout, check, check_softmax
 from ._backward import check_backward
+from ._merge import MergeProblem, check_merge
 
 _CAP_NAMES = ("causal_lower_right", "causal_upper_left", "window", "kv_lens", "q_lens", "mask",
               "bias", "sinks", "softcap", "gqa", "strides", "lse", "p", "dv", "sink_in_max",
@@ -77,6 +78,8 @@ class Case:
     _extra: Dict[str, Any] = field(default_factory=dict, repr=False)
     do: Optional[np.ndarray] = None
     dlse: Optional[np.ndarray] = None
+    o_parts: Optional[np.ndarray] = None
+    lse_parts: Optional[np.ndarray] = None
 
     def check_backward(self, dq, dk, dv, dbias=None, dsinks=None, precision="float32",
                        **overrides):
@@ -95,6 +98,11 @@ class Case:
         """check(o, self.q, self.k, self.v, layout=self.layout, **self.kwargs); for a
         softmax case check_softmax(p, self.x, **self.kwargs)."""
         kw = dict(self.kwargs, **overrides)
+        if self.op == "merge":
+            if p is not None:
+                raise TypeError("%s is a merge case: it has no P; pass the merged O (and LSE "
+                                "as lse=)" % self.name)
+            return check_merge(o, lse, self.o_parts, self.lse_parts, precision=precision, **kw)
         if self.op == "backward":
             raise TypeError("%s is a backward case: judge the kernel's gradients with "
                             "case.check_backward(dq, dk, dv)" % self.name)
@@ -117,6 +125,8 @@ class Case:
         is its dense twin's, [B, Hq, S, T] of `shape`, under its sequences' own S_b and T_b
         (cu_seqlens_q, cu_seqlens_k, seqused_k, kv_lens; SPEC 2.7): row i of sequence b is
         packed row cu_seqlens_q[b] + i of q, key j its key j wherever its page is."""
+        if self.op == "merge":
+            raise TypeError("%s is a merge case: partial states have no keys to see" % self.name)
         kw = {n: self.kwargs[n] for n in ("causal", "window", "kv_lens", "q_lens", "mask")
               if n in self.kwargs}
         if self.op == "softmax":
@@ -136,6 +146,10 @@ class Case:
         return out
 
     def __repr__(self):
+        if self.op == "merge":
+            return "Case(%s, merge o_parts%s lse_parts%s, base %s)" % (
+                self.name, tuple(self.o_parts.shape), tuple(self.lse_parts.shape),
+                self.kwargs["base"])
         ins = ("x%s" % (tuple(self.x.shape),) if self.op == "softmax" else
                "q%s k%s v%s" % (tuple(self.q.shape), tuple(self.k.shape), tuple(self.v.shape)))
         return "Case(%s, %s%s, %s)" % (self.name, "softmax " if self.op == "softmax" else "",
@@ -178,7 +192,7 @@ def _cast(t, dtype):
 
 
 def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None,
-          regressions=None, categories=None, backward=False):
+          regressions=None, categories=None, backward=False, merge=False):
     """Yield the battery of `smattn conform --suite SUITE --seed SEED`, case for case and in
     its order, as Case objects: the golden vectors of SPEC 8, the fuzzer finds (category
     "regressions"), edge cases by category, random prefill / chunked / decode sweeps, and
@@ -201,7 +215,22 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     else None). Run the kernel's backward on case.q, case.k, case.v, case.do (and
     case.dlse) with case.kwargs and judge its gradients with case.check_backward(dq, dk,
     dv); the fast one is smattn.attention_backward (float32 kwargs, finite inputs: skip
-    cases with garbage)."""
+    cases with garbage).
+
+    merge=True: the merge cases instead (SPEC 9; the category "merge" that `smattn conform`
+    runs on a kernel exporting smattn_plugin_merge, the same cases for the same seed): op
+    "merge", the feature "merge", partial states case.o_parts [N, B, S, Hq, Dv] and
+    case.lse_parts [N, B, Hq, S] in `dtype` (LSEs spread over +-1000, -inf and +inf empty
+    parts, rows whose parts are all empty, base 2), and kwargs base, empty_parts, empty_rows
+    and empty_lse (merge_reference's keywords). Merge them with the kernel, e.g.
+    smattn.merge(case.o_parts, case.lse_parts, **case.kwargs), and judge the merged O and
+    LSE with case.check(o, lse=lse): smattn.check_merge under smattn_merge_bound for
+    `precision` (serial sums; "opt": smattn.merge's model)."""
+    if merge and backward:
+        raise ValueError("merge=True and backward=True: take one battery at a time")
+    if merge:
+        yield from _merge_cases(suite, seed, dtype, categories, vectors)
+        return
     layout = _layout(layout)
     if suite == "huge":  # stride-0 and sparse views over gigabytes of reserved memory
         raise ValueError("suite 'huge' runs through `smattn conform --suite huge` only: its "
@@ -239,6 +268,47 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
 
 
 _JUNK = (np.nan, np.inf, -np.inf)
+_BASE_NAME = {0: "e", 1: "2"}
+_PARTS_NAME = {0: "neg_inf", 1: "pos_inf"}
+
+
+def _merge_cases(suite, seed, dtype, categories, vectors):
+    """The merge battery (conform/merge_battery.c) as Case objects, in its order, then the
+    merge golden vectors as "merge/golden_<name>". Its cases do not depend on the suite."""
+    if suite not in ("quick", "full"):
+        raise ValueError("suite %r: want 'quick' or 'full'" % (suite,))
+    if dtype not in ("float64", "float32", "float16"):
+        raise TypeError("dtype %r: want 'float64', 'float32' or 'float16'" % (dtype,))
+    seed = _integer(seed, "seed", 64, signed=False)
+    if categories is not None and "merge" not in categories:
+        return
+    shim = _lib.shim()
+    vdir = vectors if vectors is not None else _lib.vectors_dir()
+    bat = shim.smattn_py_merge_battery_new(seed, None if vdir is None else vdir.encode())
+    if not bat:
+        raise MemoryError("smattn: out of memory building the merge battery")
+    try:
+        for idx in range(shim.smattn_py_merge_battery_size(bat)):
+            name = ctypes.c_char_p()
+            p = MergeProblem()
+            o = ctypes.POINTER(ctypes.c_double)()
+            lp = ctypes.POINTER(ctypes.c_double)()
+            if shim.smattn_py_merge_battery_case(bat, idx, ctypes.byref(name), ctypes.byref(p),
+                                                 ctypes.byref(o), ctypes.byref(lp)):
+                break
+            N, B, S, H, Dv = p.N, p.B, p.S, p.Hq, p.Dv
+            o_parts = np.ctypeslib.as_array(o, shape=(N * B * S * H * Dv,)).astype(dtype)
+            lse_parts = np.ctypeslib.as_array(lp, shape=(N * B * H * S,)).astype(dtype)
+            kw = {"base": _BASE_NAME[p.lse_base], "empty_parts": _PARTS_NAME[p.empty_parts],
+                  "empty_rows": _EMPTY_NAME[p.empty_rows],
+                  "empty_lse": _EMPTY_LSE_NAME[p.empty_lse]}
+            yield Case(name.value.decode(), "merge", None, None, None, kw, ["merge"], dtype,
+                       False, "bshd", seed, "merge", None, dtype, dtype,
+                       dict(N=N, B=B, S=S, Hq=H, Dv=Dv),
+                       o_parts=o_parts.reshape(N, B, S, H, Dv),
+                       lse_parts=lse_parts.reshape(N, B, H, S))
+    finally:
+        shim.smattn_py_merge_battery_free(bat)
 
 
 def _lay_out(c, q, k, v, kw):

@@ -139,7 +139,7 @@ class PyCase(ctypes.Structure):  # smattn_py_case, python/_smattn_shim.c
                 ("layout", ctypes.POINTER(Layout)), ("kv_hnd", ctypes.c_int)]
 
 
-_SHIM_ABI = 3
+_SHIM_ABI = 4
 _P = ctypes.POINTER
 
 
@@ -267,6 +267,17 @@ def shim():
                                                    ctypes.c_void_p, ctypes.c_size_t]
         s.smattn_py_battery_free.restype = None
         s.smattn_py_battery_free.argtypes = [ctypes.c_void_p]
+        s.smattn_py_merge_battery_new.restype = ctypes.c_void_p
+        s.smattn_py_merge_battery_new.argtypes = [ctypes.c_uint64, ctypes.c_char_p]
+        s.smattn_py_merge_battery_size.restype = c_i64
+        s.smattn_py_merge_battery_size.argtypes = [ctypes.c_void_p]
+        s.smattn_py_merge_battery_case.restype = ctypes.c_int
+        # the problem is smattn._merge.MergeProblem, passed by address (no import cycle)
+        s.smattn_py_merge_battery_case.argtypes = [ctypes.c_void_p, c_i64,
+                                                   _P(ctypes.c_char_p), ctypes.c_void_p,
+                                                   _P(_P(c_dbl)), _P(_P(c_dbl))]
+        s.smattn_py_merge_battery_free.restype = None
+        s.smattn_py_merge_battery_free.argtypes = [ctypes.c_void_p]
         _shim, SHIM_PATH = s, path
         return s
     raise ImportError("smattn: cannot load the checker _smattn_conform.so; tried: %s. Build it "

@@ -507,6 +507,11 @@ def evaluate(prob, inp):
     causal = prob['causal']
     wl, wr = prob['window']
     kv_lens, q_lens = prob['kv_lens'], prob['q_lens']
+    # ALiBi (SPEC 2.8): binary32 slopes, [Hq] or [B][Hq], used exactly.
+    amode = prob.get('alibi_mode', 'none')
+    raw = prob.get('alibi_slopes', [])
+    per_batch = bool(raw) and isinstance(raw[0], list)
+    slopes = [Fraction(float.fromhex(x)) for x in (sum(raw, []) if per_batch else raw)]
     O = {}
     L = {}
     P = {}
@@ -598,6 +603,14 @@ def evaluate(prob, inp):
                     else:
                         dot = inp['x'].at((b, h, i, j))
                     bias = inp['bias'].at((b, h, i, j)) if 'bias' in inp else Fraction(0)
+                    if amode != 'none':
+                        m = slopes[b * Hq + h if per_batch else h]
+                        if amode == 'symmetric':  # -m |i + T_b - S_b - j|, lower-right
+                            bias += -m * abs(i + Tb - Sb - j)
+                        elif amode == 'one_sided':  # m (j - T_b + 1)
+                            bias += m * (j - Tb + 1)
+                        else:  # mask: the bias input times the slope
+                            bias = m * bias
                     scores.append(Score(scale * dot, cap, bias))
                 vrows = [[inp['v'].at((b, j, g, c)) for c in range(Dv)] if att else None
                          for j in J]
@@ -623,6 +636,94 @@ def evaluate(prob, inp):
     return res, rows
 
 
+# ---- the merge of partial states (SPEC 9) ----------------------------------------------
+
+def log2_of_pow2(x):
+    """k if the positive Fraction x is 2^k, else None."""
+    n, d = x.numerator, x.denominator
+    if n & (n - 1) == 0 and d & (d - 1) == 0:
+        return n.bit_length() - d.bit_length()
+    return None
+
+
+def evaluate_merge(prob, inp):
+    """Exact merged {'o', 'lse'} (SPEC 9.2): LSE = log_b sum b^LSE_n, O_c = sum b^(LSE_n -
+    LSE) O_nc over the finite partials; empty partials (-inf, or +inf with empty_parts
+    pos_inf) never read; a NaN LSE, or +inf with empty_parts neg_inf, makes the row NaN."""
+    N, B, S, Hq, Dv = (prob[k] for k in ('N', 'B', 'S', 'Hq', 'Dv'))
+    base2 = prob['lse_base'] == '2'
+    O, L = {}, {}
+    for b in range(B):
+        for h in range(Hq):
+            for i in range(S):
+                lses = [inp['lse_parts'].at((n, b, h, i)) for n in range(N)]
+                orows = [[inp['o_parts'].at((n, b, i, h, c)) for c in range(Dv)]
+                         for n in range(N)]
+                poison = any(x == NAN or (x == INF and prob['empty_parts'] == 'neg_inf')
+                             for x in lses)
+                F = [n for n, x in enumerate(lses) if is_finite(x)]
+                if poison:
+                    o, lse = [('s', NAN)] * Dv, ('s', NAN)
+                elif not F:
+                    o = [('q', Fraction(0)) if prob['empty_rows'] == 'zero' else ('s', NAN)] * Dv
+                    lse = {'neg_inf': ('s', NINF), 'pos_inf': ('s', INF),
+                           'zero': ('q', Fraction(0))}[prob['empty_lse']]
+                else:
+                    o, lse = merge_row([lses[n] for n in F], [orows[n] for n in F], Dv, base2)
+                for c in range(Dv):
+                    O[(b, i, h, c)] = o[c]
+                L[(b, h, i)] = lse
+    return {'o': [O[(b, i, h, c)] for b in range(B) for i in range(S) for h in range(Hq)
+                  for c in range(Dv)],
+            'lse': [L[(b, h, i)] for b in range(B) for h in range(Hq) for i in range(S)]}
+
+
+def merge_row(t, orows, Dv, base2):
+    """One row of finite partials: LSEs t (Fractions), O rows; values as evaluate()'s."""
+    M = max(t)
+    d = [x - M for x in t]
+    # base 2 with integer differences: every weight 2^d_n is rational
+    rational_w = base2 and all(x.denominator == 1 for x in d)
+    W = [Fraction(2) ** int(x) for x in d] if rational_w else None
+
+    def weights():
+        if rational_w:
+            return [ivq(w) for w in W]
+        ln2 = iv.log(iv.mpf(2)) if base2 else None
+        return [iv.exp(ivq(x) * ln2) if base2 else iv.exp(ivq(x)) for x in d]
+
+    if len(t) == 1:
+        lse = ('q', t[0])
+    elif rational_w and log2_of_pow2(sum(W)) is not None:
+        lse = ('q', M + log2_of_pow2(sum(W)))
+    else:
+        def ev_lse():
+            tot = iv_sum(weights())
+            return ivq(M) + (iv.log(tot) / iv.log(iv.mpf(2)) if base2 else iv.log(tot))
+        lse = ('x', ev_lse, None)
+    o = []
+    for c in range(Dv):
+        col = [r[c] for r in orows]
+        rule = column_rule(col)
+        if rule:
+            o.append(rule)
+            continue
+        if len(set(col)) == 1:
+            o.append(('q', col[0]))  # a convex combination of equal values
+            continue
+        if rational_w:
+            o.append(('q', sum(w * v for w, v in zip(W, col)) / sum(W)))
+            continue
+
+        def ev_o(col=col):
+            w = weights()
+            return iv_sum(x * ivq(v) for x, v in zip(w, col)) / iv_sum(w)
+        # base e: the sign test of SPEC 5.5 with the LSEs as scores and O as V
+        info = None if base2 else [(x, 1, v) for x, v in zip(t, col)]
+        o.append(('x', ev_o, info))
+    return o, lse
+
+
 # ---- an independent double-precision sanity check of the f64 results --------------------
 
 def naive_check(name, prob, inp, rows, expected):
@@ -632,6 +733,9 @@ def naive_check(name, prob, inp, rows, expected):
     att = prob['op'] == 'attention'
     if float.fromhex(prob['softcap']) != 0:
         return 0
+    amode = prob.get('alibi_mode', 'none')
+    raw = prob.get('alibi_slopes', [])
+    flat = [float.fromhex(x) for x in (sum(raw, []) if raw and isinstance(raw[0], list) else raw)]
     S, T, Hq = prob['S'], prob['T'], prob['Hq']
     Hkv, D, Dv = (prob['Hkv'], prob['D'], prob['Dv']) if att else (1, 1, 1)
     scale = float.fromhex(prob['scale'])
@@ -648,6 +752,13 @@ def naive_check(name, prob, inp, rows, expected):
                 else:
                     dot = float(inp['x'].at((b, h, i, j)))
                 bias = float(inp['bias'].at((b, h, i, j))) if 'bias' in inp else 0.0
+                if amode != 'none':  # SPEC 2.8, in binary64 from the problem's own fields
+                    m = flat[b * Hq + h] if len(flat) > Hq else flat[h]
+                    Sb = prob['q_lens'][b] if prob['q_lens'] else S
+                    Tb = prob['kv_lens'][b] if prob['kv_lens'] else T
+                    bias = {'symmetric': lambda: bias - m * abs(i + Tb - Sb - j),
+                            'one_sided': lambda: bias + m * (j - Tb + 1),
+                            'mask': lambda: m * bias}[amode]()
                 s.append(scale * dot + bias)
             sink = inp['sinks'].data[h] if 'sinks' in inp else None
             extra = [float(sink)] if isinstance(sink, Fraction) else []
@@ -692,17 +803,25 @@ def default_scale(D):
 
 def problem(op='attention', B=1, S=1, T=1, Hq=1, Hkv=1, D=1, Dv=1, scale=None, softcap=0,
             causal='none', window=(-1, -1), kv_lens=None, q_lens=None, empty_rows='zero',
-            empty_lse='neg_inf'):
+            empty_lse='neg_inf', alibi_mode='none', alibi_slopes=None):
     if scale is None:
         scale = default_scale(D) if op == 'attention' else 1.0
     if op == 'softmax':
         Hkv = D = Dv = 1
     for v in (scale, softcap):
         assert Fraction(round_frac(Fraction(v), 'f64')) == Fraction(v)
-    return {'op': op, 'B': B, 'S': S, 'T': T, 'Hq': Hq, 'Hkv': Hkv, 'D': D, 'Dv': Dv,
+    d = {'op': op, 'B': B, 'S': S, 'T': T, 'Hq': Hq, 'Hkv': Hkv, 'D': D, 'Dv': Dv,
             'scale': hexstr(float(scale)), 'softcap': hexstr(float(softcap)), 'causal': causal,
             'window': list(window), 'kv_lens': kv_lens, 'q_lens': q_lens,
             'empty_rows': empty_rows, 'empty_lse': empty_lse}
+    if alibi_mode != 'none':  # optional keys: the vectors without ALiBi stay as they were
+        def f32hex(x):
+            assert Fraction(round_frac(Fraction(x), 'f32')) == Fraction(x), x
+            return hexstr(float(x))
+        d['alibi_mode'] = alibi_mode
+        d['alibi_slopes'] = [([f32hex(x) for x in row] if isinstance(row, list) else f32hex(row))
+                             for row in alibi_slopes]
+    return d
 
 
 def shapes_for(prob):
@@ -711,8 +830,70 @@ def shapes_for(prob):
             'sinks': [Hq]}
 
 
+def merge_problem(N=2, B=1, S=1, Hq=1, Dv=1, lse_base='e', empty_parts='neg_inf',
+                  empty_rows='zero', empty_lse='neg_inf'):
+    return {'op': 'merge', 'N': N, 'B': B, 'S': S, 'Hq': Hq, 'Dv': Dv, 'lse_base': lse_base,
+            'empty_parts': empty_parts, 'empty_rows': empty_rows, 'empty_lse': empty_lse}
+
+
+def build_merge(name, spec, description, prob, **inputs):
+    """The JSON document of one merge vector (SPEC 9)."""
+    N, B, S, Hq, Dv = (prob[k] for k in ('N', 'B', 'S', 'Hq', 'Dv'))
+    shp = {'o_parts': [N, B, S, Hq, Dv], 'lse_parts': [N, B, Hq, S]}
+    inp = {k: Tensor(dt, shp[k], data) for k, (dt, data) in inputs.items()}
+    assert set(inp) == set(shp), (name, set(inp))
+    vals = evaluate_merge(prob, inp)
+    expected = {dt: {} for dt in OUT_DTYPES}
+    exact = {}
+    for out in ('o', 'lse'):
+        exact[out] = []
+        for dt in OUT_DTYPES:
+            expected[dt][out] = []
+        for v in vals[out]:
+            got, text = decide(v)
+            exact[out].append(text)
+            for dt in OUT_DTYPES:
+                expected[dt][out].append(got[dt])
+    return {
+        'name': name, 'description': description, 'spec': spec, 'problem': prob,
+        'inputs': {k: inp[k].json() for k in ('o_parts', 'lse_parts')},
+        'expected': {dt: {k: [hexstr(x) for x in expected[dt][k]] for k in expected[dt]}
+                     for dt in OUT_DTYPES},
+        'exact': exact, '_checked': naive_merge_check(name, prob, inp, expected),
+    }
+
+
+def naive_merge_check(name, prob, inp, expected):
+    """The f64 expectations of rows with finite LSEs and O, recomputed in plain binary64."""
+    N, B, S, Hq, Dv = (prob[k] for k in ('N', 'B', 'S', 'Hq', 'Dv'))
+    base = 2.0 if prob['lse_base'] == '2' else math.e
+    ef = expected['f64']
+    checked = 0
+    for b in range(B):
+        for h in range(Hq):
+            for i in range(S):
+                ls = [inp['lse_parts'].at((n, b, h, i)) for n in range(N)]
+                os_ = [[inp['o_parts'].at((n, b, i, h, c)) for c in range(Dv)] for n in range(N)]
+                if not all(is_finite(x) for x in ls) or not all(is_finite(v) for r in os_ for v in r):
+                    continue
+                m = float(max(ls))
+                w = [base ** (float(x) - m) for x in ls]
+                lse = m + math.log(math.fsum(w), base)
+                li = (b * Hq + h) * S + i
+                assert abs(lse - ef['lse'][li]) <= 1e-12 * max(1.0, abs(lse)), (name, li)
+                for c in range(Dv):
+                    o = math.fsum(x * float(r[c]) for x, r in zip(w, os_)) / math.fsum(w)
+                    oi = ((b * S + i) * Hq + h) * Dv + c
+                    big = max(abs(float(r[c])) for r in os_)
+                    assert abs(o - ef['o'][oi]) <= 1e-12 * big + 1e-300, (name, oi, o)
+                checked += 1
+    return checked
+
+
 def build(name, spec, description, prob, **inputs):
     """Compute and return the JSON document of one vector."""
+    if prob['op'] == 'merge':
+        return build_merge(name, spec, description, prob, **inputs)
     shp = shapes_for(prob)
     inp = {}
     for key, (dtype, data, *rest) in inputs.items():
@@ -1095,6 +1276,103 @@ def vectors():
         problem(S=1, T=5, D=1, Dv=1, scale=1, causal='lower_right', window=(1, -1)),
         q=('f32', [1]), k=('f32', [NAN, INF, NINF, 1, 2]), v=('f32', [INF, NAN, NINF, 5, 9]),
         bias=('f32', [NAN, INF, NAN, 0, F(-1, 2)], [1, 1, 1, 5]))
+
+    # -- ALiBi (SPEC 2.8): the term comes from the distance and the head's slope -------------
+    # One small problem read in each mode: q = 1, k = [2, 0, -1] (so q.k = [2, 0, -1]),
+    # V = [1, 2, 4], scale 1; every score below is q.k plus the term.
+    alibi_in = dict(q=('f32', [1, 1, 1, 1]), k=('f32', [2, 0, -1]), v=('f32', [1, 2, 4]))
+    add('alibi_symmetric', '2.8',
+        'FlashAttention\'s symmetric ALiBi, -m |i + T - S - j|, no mask: S = 2, T = 3, slopes '
+        '[1, -0.5]; head 0 row 0 (distances 1, 0, 1) scores [1, 0, -2]: P = [e, 1, e^-2] / '
+        '(e + 1 + e^-2) ~ [0.7054, 0.2595, 0.0351], O ~ 1.3649, LSE = log(e + 1 + e^-2) ~ 1.3490; '
+        'row 1 (distances 2, 1, 0) [0, -1, -1]; head 1 (slope -0.5 adds 0.5 |d|) rows '
+        '[2.5, 0, -0.5] and [3, 0.5, -1]',
+        problem(S=2, T=3, Hq=2, Hkv=1, scale=1, alibi_mode='symmetric',
+                alibi_slopes=[1, F(-1, 2)]), **alibi_in)
+    add('alibi_one_sided', '2.8',
+        'vLLM\'s one-sided ALiBi, m (j - T + 1), no mask: the inputs and slopes of '
+        'alibi_symmetric; head 0 adds [-2, -1, 0] to both rows: scores [0, -1, -1], P = '
+        '[1, e^-1, e^-1] / (1 + 2/e) ~ [0.5761, 0.2119, 0.2119], O ~ 1.8479, LSE = log(1 + 2/e) '
+        '~ 0.5514; head 1 (slope -0.5) adds [1, 0.5, 0]: [3, 0.5, -1], the same as the symmetric '
+        'mode on the last row only; row 0 differs in O, P and LSE',
+        problem(S=2, T=3, Hq=2, Hkv=1, scale=1, alibi_mode='one_sided',
+                alibi_slopes=[1, F(-1, 2)]), **alibi_in)
+    causal_in = dict(q=('f32', [1, 1, 1, 1]), k=('f32', [2, 0, -1, 2, 0, NAN]),
+                     v=('f32', [1, 2, 4, 1, 2, NAN]))
+    add('alibi_causal_symmetric', '2.8',
+        'symmetric ALiBi under a lower-right causal mask, B = 2, S = 2, T = 3, kv_lens [3, 2] '
+        '(batch 1\'s key 2 is NaN padding), per-batch slopes [[1], [0.5]]: batch 0 row 0 sees '
+        'keys 0, 1 with scores [1, 0] (P = [e, 1] / (e + 1) ~ [0.7311, 0.2689], LSE = log(1 + e) '
+        '~ 1.3133), row 1 [0, -1, -1] (LSE = log(1 + 2/e) ~ 0.5514); batch 1 (T_b = 2) row 0 '
+        'sees key 0 alone (LSE = 2 exactly), row 1 [1.5, 0]. O and P equal alibi_causal_one_sided\'s '
+        'bit for bit; the LSE differs by m (S_b - 1 - i): 1 and 0.5 on row 0, 0 on row 1',
+        problem(B=2, S=2, T=3, scale=1, causal='lower_right', kv_lens=[3, 2],
+                alibi_mode='symmetric', alibi_slopes=[[1], [F(1, 2)]]), **causal_in)
+    add('alibi_causal_one_sided', '2.8',
+        'one-sided ALiBi, m (j - T_b + 1), on the problem of alibi_causal_symmetric: batch 0 '
+        'row 0 scores [0, -1] (P as there, LSE = log(1 + e) - 1 ~ 0.3133), row 1 [0, -1, -1] '
+        '(as there); batch 1 counts from T_b = 2, not T: row 0 key 0 alone, LSE = 1.5 exactly '
+        '(2 there), row 1 [1.5, 0] (as there). Under a causal mask the modes differ only in '
+        'the LSE, and only on rows before the last',
+        problem(B=2, S=2, T=3, scale=1, causal='lower_right', kv_lens=[3, 2],
+                alibi_mode='one_sided', alibi_slopes=[[1], [F(1, 2)]]), **causal_in)
+    add('alibi_mask', '2.8',
+        'llama.cpp\'s mask mode: the f16 bias holds -|p0 - p1| or -inf (rows [-1, 0, -inf] and '
+        '[-2, -1, 0], broadcast over the heads) and is multiplied by the slope, [0.5, 0]: head 0 '
+        'row 0 scores [1.5, 0] (P = [e^1.5, 1] / (e^1.5 + 1) ~ [0.8176, 0.1824], LSE ~ 1.7014), '
+        'row 1 [1, -0.5, -1]; head 1 (slope 0) [2, 0] and [2, 0, -1]: the -inf still hides key 2 '
+        'of row 0 (0 x -inf never arises)',
+        problem(S=2, T=3, Hq=2, Hkv=1, scale=1, alibi_mode='mask', alibi_slopes=[F(1, 2), 0]),
+        bias=('f16', [-1, 0, NINF, -2, -1, 0], [1, 1, 2, 3]), **alibi_in)
+
+    # -- the merge of partial states (SPEC 9): o_parts [N,B,S,Hq,Dv], lse_parts [N,B,Hq,S] --
+    add('merge_two_parts', '9.2',
+        'two partials of one row, LSE [1, 0]: LSE = log(e + 1) ~ 1.3133, weights e/(e + 1) ~ '
+        '0.7311 and 1/(e + 1) ~ 0.2689; O_1 = [1, 2, 0.5, inf], O_2 = [3, -2, 0.5, 1] give '
+        'O ~ [1.5379, 0.9242, 0.5, inf]: 0.5 exactly (equal values), +inf from a finite '
+        'partial\'s +inf (per column, as V in SPEC 4.2)',
+        merge_problem(N=2, Dv=4),
+        o_parts=('f32', [1, 2, F(1, 2), INF, 3, -2, F(1, 2), 1]), lse_parts=('f32', [1, 0]))
+    big = rnd(1e30, 'f32')
+    add('merge_far_apart', '9.2',
+        'LSEs far apart, past exp\'s range in every format; row 0: LSE [0, -1000], LSE = '
+        'log(1 + e^-1000) ~ 5.08e-435, +0 in every dtype (below half the least subnormal, '
+        'positive), O = O_1 = [1, -1] (moved by ~1e-434); row 1: LSE [1000, 999], LSE = 1000 + '
+        'log(1 + 1/e) ~ 1000.3133 (f16 1000.5, bf16 1000), O = (e O_1 + O_2)/(e + 1) ~ '
+        '[1.4621, 0.5379] with O_1 = [2, 0], O_2 = [0, 2]; row 2: LSE [f32(1e30), 0], LSE = '
+        'f32(1e30) (f16: inf), O = O_1 = [4, 8]',
+        merge_problem(N=2, S=3, Dv=2),
+        o_parts=('f32', [1, -1, 2, 0, 4, 8, 5, 7, 0, 2, -3, 9]),
+        lse_parts=('f32', [0, 1000, big, -1000, 999, 0]))
+    add('merge_empty_parts', '9.2',
+        'empty partials, LSE -inf (FlashInfer\'s and vLLM\'s identity (0, -inf)), their O '
+        'NaN and never read; row 0: LSE [-inf, 0.5, -inf], one finite partial: LSE = 0.5 and '
+        'O = O_2 = [3, -1] exactly; row 1: every partial empty: O = +0, LSE = -inf '
+        '(empty_rows zero, empty_lse neg_inf); row 2: LSE [+inf, 0, 0]: +inf is an infinite '
+        'mass under empty_parts neg_inf, so the row is NaN',
+        merge_problem(N=3, S=3, Dv=2),
+        o_parts=('f32', [NAN, NAN, NAN, NAN, 1, 2, 3, -1, NAN, NAN, 5, 6, NAN, NAN, NAN, NAN,
+                         7, 8]),
+        lse_parts=('f32', [NINF, NINF, INF, F(1, 2), NINF, 0, NINF, NINF, 0]))
+    add('merge_empty_parts_fa2', '9.2',
+        'FlashAttention-2\'s conventions: empty partials written +inf (empty_parts pos_inf; '
+        '-inf is empty too), empty rows O = NaN and LSE = +inf; row 0: LSE [+inf, 0.5, -inf]: '
+        'LSE = 0.5, O = O_2 = [3, -1] exactly; row 1: LSE [+inf, +inf, -inf]: empty, O = NaN, '
+        'LSE = +inf; row 2: LSE [NaN, 0, 0]: a NaN partial makes the row NaN',
+        merge_problem(N=3, S=3, Dv=2, empty_parts='pos_inf', empty_rows='nan',
+                      empty_lse='pos_inf'),
+        o_parts=('f32', [NAN, NAN, NAN, NAN, 1, 2, 3, -1, NAN, NAN, 5, 6, NAN, NAN, NAN, NAN,
+                         7, 8]),
+        lse_parts=('f32', [INF, INF, NAN, F(1, 2), INF, 0, NINF, NINF, 0]))
+    add('merge_base2', '9.2',
+        'base 2 (FlashInfer\'s cascade states): LSE = log2 sum 2^LSE_n; row 0: LSE [3, 1], '
+        'weights 8/10 and 2/10: LSE = log2(10) ~ 3.3219, O = 0.8 [1, 10] + 0.2 [6, 0] = [2, 8] '
+        'exactly; row 1: LSE [2, 2]: LSE = 3 exactly, O = the mean of [1, 2] and [3, 3] = [2, '
+        '2.5]; row 2: LSE [0.5, 0]: LSE = log2(1 + sqrt 2) ~ 1.2716, O = (sqrt 2 [1, 0] + '
+        '[0, 1]) / (1 + sqrt 2) ~ [0.5858, 0.4142]',
+        merge_problem(N=2, S=3, Dv=2, lse_base='2'),
+        o_parts=('f32', [1, 10, 1, 2, 1, 0, 6, 0, 3, 3, 0, 1]),
+        lse_parts=('f32', [3, 2, F(1, 2), 1, 2, 0]))
     return out
 
 
