@@ -106,7 +106,8 @@ golden=$(echo "$conf" | awk '$1 == "golden" && $2 ~ /^[0-9]+$/ {print $2}')
 from=$(echo "$conf" | sed -n 's/^golden vectors: [0-9]* ran from //p')
 [ "$(cd "$from" 2>/dev/null && pwd -P)" = "$(cd "$P/share/smattn/vectors" && pwd -P)" ] ||
     fail "the installed smattn conform took its vectors from '$from', not $PREFIX/share/smattn/vectors"
-nvec=$(ls "$P/share/smattn/vectors/"*.json | wc -l)
+# (the merge vectors run in the merge category, for a kernel with a merge entry: counted apart)
+nvec=$(grep -L '"op": *"merge"' "$P/share/smattn/vectors/"*.json | wc -l)
 # the fuzzer finds (conform/regressions) are installed and run too: a category never vanishes
 nreg=$(ls -d "$P/share/smattn/regressions/"*/ 2>/dev/null | wc -l)
 ran_reg=$(echo "$conf" | awk '$1 == "regressions" && $2 ~ /^[0-9]+$/ {print $2}')
