@@ -781,64 +781,6 @@ static int is_block(smattn_dtype t)
     return smattn_dtype_block(t) > 1;
 }
 
-/* binary32 x as binary16 bits, little-endian at dst (the scale of a block). */
-static void put_f16(unsigned char *dst, float x)
-{
-    uint16_t h = 0;
-    smattn_store(&h, SMATTN_F16, 0, (double)x);
-    dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
-}
-
-/* v in [lo, hi] as an integer (NaN: lo), never an out-of-range conversion. */
-static int clamp_int(float v, int lo, int hi)
-{
-    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
-}
-
-/* x / d as the quantisers take it, x times 1/d in binary32; x / d where 1/d overflows (a
- * block of subnormal binary32 values), whose infinity ggml would convert to int8. */
-static float scaled(double x, float d, float id)
-{
-    return isfinite(id) ? (float)x * id : (float)x / d;
-}
-
-/* One block of 32 values quantised as llama.cpp's reference quantisers do, in binary32
- * (ggml quantize_row_q8_0_ref: d = amax / 127, q = round(x / d); quantize_row_q4_0_ref:
- * d = max / -8 for the value of largest magnitude, nibble min(15, trunc(x / d + 8.5))),
- * the scale stored as binary16. A block holding a NaN or an infinity (the garbage of
- * invisible slots, SPEC 3.6) gets a NaN scale: every element of it decodes as NaN. */
-static void quantise_block(const double *x, smattn_dtype t, unsigned char *dst)
-{
-    float amax = 0.0f, max = 0.0f;
-    int finite = 1;
-    for (int j = 0; j < SMATTN_QBLOCK; j++) {
-        float v = (float)x[j];
-        finite &= isfinite(v) != 0;
-        if (fabsf(v) > amax)
-            amax = fabsf(v), max = v;
-    }
-    size_t size = smattn_dtype_size(t);
-    memset(dst, 0, size);
-    if (!finite) {
-        dst[0] = 0x00, dst[1] = 0x7e; /* binary16 quiet NaN */
-        return;
-    }
-    if (t == SMATTN_Q8_0) {
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        put_f16(dst, d);
-        for (int j = 0; j < SMATTN_QBLOCK; j++)
-            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(scaled(x[j], d, id)), -128, 127);
-        return;
-    }
-    const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put_f16(dst, d);
-    for (int j = 0; j < SMATTN_QBLOCK / 2; j++) {
-        int lo = clamp_int(scaled(x[j], d, id) + 8.5f, 0, 15),
-            hi = clamp_int(scaled(x[j + 16], d, id) + 8.5f, 0, 15);
-        dst[2 + j] = (unsigned char)(lo | hi << 4);
-    }
-}
-
 int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt,
                              smattn_empty empty, smattn_empty_lse empty_lse, conform_inst *m)
 {
@@ -883,7 +825,7 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
                         }
         } else if (is_block(dt)) {
             for (int64_t k = 0; k < n / SMATTN_QBLOCK; k++)
-                quantise_block((const double *)src[t]->data + k * SMATTN_QBLOCK, dt,
+                smattn__quantise_block((const double *)src[t]->data + k * SMATTN_QBLOCK, dt,
                                (unsigned char *)buf + (size_t)k * smattn_dtype_size(dt));
         } else {
             for (int64_t e = 0; e < n; e++)
@@ -919,7 +861,7 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
             }
             for (int64_t e = 0; e < c->count[idx[t]]; e += SMATTN_QBLOCK) {
                 unsigned char blk[64];
-                quantise_block(d + e, dt, blk);
+                smattn__quantise_block(d + e, dt, blk);
                 double amax = 0.0, got = 0.0;
                 int finite = 1;
                 for (int j = 0; j < SMATTN_QBLOCK; j++) {

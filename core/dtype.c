@@ -124,12 +124,14 @@ double smattn__f16_to_double(uint16_t h)
 {
     int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
     double v;
-    if (e == 0x1f)
+    if (e == 0x1f) {
         v = m ? (double)NAN : HUGE_VAL;
-    else if (e == 0)
-        v = ldexp((double)m, -24);
-    else
-        v = ldexp((double)(m | 0x400), e - 25);
+    } else if (e == 0) {
+        v = (double)m * 0x1p-24; /* exact: m < 2^10 */
+    } else { /* a normal number's binary64 bits: the exponent rebiased, m in the top bits */
+        uint64_t u = (uint64_t)(e - 15 + 1023) << 52 | (uint64_t)m << 42;
+        memcpy(&v, &u, 8);
+    }
     return sign ? -v : v;
 }
 
@@ -292,4 +294,49 @@ void smattn_store(void *base, smattn_dtype t, int64_t offset, double x)
     if (smattn_dtype_size(t) == 0 || smattn_dtype_block(t) != 1)
         return; /* an unknown or block dtype: nothing to store (smattn__formats has no entry) */
     smattn__store_bits(base, t, offset, t == SMATTN_BOOL ? (x != 0) : smattn__round_bits(x, t));
+}
+
+/* v in [lo, hi] as an integer (NaN: lo), never an out-of-range conversion. */
+static int clamp_int(float v, int lo, int hi)
+{
+    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
+}
+
+/* x / d as the quantisers take it, x times 1/d in binary32; x / d where 1/d overflows (a
+ * block of subnormal binary32 values): ggml would convert that infinity to int8, which C
+ * leaves undefined (fuzz_ref_props found it). */
+static float quant_scaled(double x, float d, float id)
+{
+    return isfinite(id) ? (float)x * id : (float)x / d;
+}
+
+void smattn__quantise_block(const double *x, smattn_dtype t, unsigned char *dst)
+{
+    float amax = 0.0f, max = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        float v = (float)x[j];
+        finite &= isfinite(v) != 0;
+        if (fabsf(v) > amax)
+            amax = fabsf(v), max = v;
+    }
+    memset(dst, 0, smattn_dtype_size(t));
+    const float d = t == SMATTN_Q8_0 ? amax / 127.0f : max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    /* binary16 little-endian: the scale, or a quiet NaN for a block that is not finite */
+    uint16_t h = 0x7e00;
+    if (finite)
+        h = (uint16_t)smattn__round_bits((double)d, SMATTN_F16);
+    dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
+    if (!finite)
+        return;
+    for (int j = 0; j < SMATTN_QBLOCK; j++) {
+        if (t == SMATTN_Q8_0)
+            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(quant_scaled(x[j], d, id)),
+                                                          -128, 127);
+        else if (j < SMATTN_QBLOCK / 2)
+            dst[2 + j] = (unsigned char)(clamp_int(quant_scaled(x[j], d, id) + 8.5f, 0, 15) |
+                                         clamp_int(quant_scaled(x[j + 16], d, id) + 8.5f, 0,
+                                                   15) << 4);
+    }
 }

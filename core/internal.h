@@ -37,6 +37,13 @@ double smattn__bits_to_double(uint64_t bits, smattn_dtype t);
  * gives infinity. */
 uint64_t smattn__encode(int sign, uint64_t m, int q, smattn_dtype t);
 void smattn__store_bits(void *base, smattn_dtype t, int64_t offset, uint64_t bits);
+/* One block of SMATTN_QBLOCK values x quantised to t (SMATTN_Q8_0 or SMATTN_Q4_0) at dst as
+ * llama.cpp's reference quantisers do, in binary32 (ggml quantize_row_q8_0_ref: d = amax /
+ * 127, q = round(x / d); quantize_row_q4_0_ref: d = max / -8 for the value of largest
+ * magnitude, nibble min(15, trunc(x / d + 8.5))), the scale stored as binary16. A block
+ * holding a NaN or an infinity gets a NaN scale (every element decodes as NaN). The checker's
+ * battery and the fuzzers' inputs both quantise through it. */
+void smattn__quantise_block(const double *x, smattn_dtype t, unsigned char *dst);
 
 /* smattn_bound with flags. SMATTN__BOUND_SINK_IN_MAX: the kernel keeps the sink inside its
  * running maximum from the start (SPEC 6.1 A3), so no weight has a positive exponent and

@@ -116,6 +116,21 @@ START_TEST(round_bits_matches_hardware)
     ck_assert(smattn__round_bits(1.0 + 0x3p-8, SMATTN_BF16) == 0x3f82);
     ck_assert(smattn__f16_to_double(0x0001) == 0x1p-24);
     ck_assert(smattn__bf16_to_double(0x3f80) == 1.0);
+    /* every binary16 pattern against the definition (-1)^s 2^(e-15) (1 + m/2^10), 2^-14 m/2^10
+     * below (IEEE 754 3.4), signed zeros and NaN's sign aside; and back to the same bits */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        int e = (int)(h >> 10 & 31), m = (int)(h & 1023);
+        double x = smattn__f16_to_double((uint16_t)h);
+        double want = e == 31 ? (m ? (double)NAN : HUGE_VAL)
+                              : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+        if (h >> 15)
+            want = -want;
+        bad += e == 31 && m ? !isnan(x)
+                            : x != want || !!signbit(x) != (int)(h >> 15) ||
+                                  smattn__round_bits(x, SMATTN_F16) != h;
+    }
+    ck_assert_int_eq(bad, 0);
 }
 END_TEST
 

@@ -160,6 +160,45 @@ START_TEST(q4_0_nibble_order)
 }
 END_TEST
 
+/* The quantiser the battery and the fuzzers share (ggml's reference quantisers), worked by
+ * hand: q8_0 of 0, 1, ..., 31 has d = 31 / 127 and q_j = round(j * 127 / 31); q4_0's scale
+ * is the largest-magnitude value over -8 (here -31 / -8), nibble trunc(x / d + 8.5) capped at
+ * 15; a block of subnormal binary32 values (1/d overflows) still quantises by x / d; a NaN
+ * in a block gives a NaN scale. */
+START_TEST(quantise_block_by_hand)
+{
+    double x[SMATTN_QBLOCK];
+    unsigned char b8[34], b4[18];
+    for (int j = 0; j < SMATTN_QBLOCK; j++)
+        x[j] = j;
+    smattn__quantise_block(x, SMATTN_Q8_0, b8);
+    const float d8 = 31.0f / 127.0f;
+    uint16_t h8 = (uint16_t)(b8[0] | b8[1] << 8); /* the scale: d in binary16 */
+    ck_assert(smattn__f16_to_double(h8) ==
+              smattn__bits_to_double(smattn__round_bits((double)d8, SMATTN_F16), SMATTN_F16));
+    for (int j = 0; j < SMATTN_QBLOCK; j++) /* j * 127 / 31 is never within 1/62 of a tie */
+        ck_assert_int_eq((signed char)b8[2 + j], (int)lround(j * 127.0 / 31.0));
+    ck_assert_int_eq((signed char)b8[2 + 31], 127);
+    x[31] = -31; /* largest magnitude negative: q4_0's d = -31 / -8 > 0 */
+    smattn__quantise_block(x, SMATTN_Q4_0, b4);
+    for (int j = 0; j < SMATTN_QBLOCK; j++) { /* x / d + 8.5 = 8 j / 31 + 8.5: no ties */
+        int nib = j < 16 ? b4[2 + j] & 15 : b4[2 + j - 16] >> 4;
+        double v = x[j] * 8.0 / 31.0 + 8.5;
+        ck_assert_int_eq(nib, v >= 15.0 ? 15 : (int)floor(v));
+        ck_assert(smattn_load(b4, SMATTN_Q4_0, j) == 3.875 * (nib - 8));
+    }
+    ck_assert_int_eq(b4[2 + 15] >> 4, 0); /* -31 / d = -8: nibble 0 */
+    for (int j = 0; j < SMATTN_QBLOCK; j++)
+        x[j] = j % 2 ? 0x1p-140 : -0x1p-141; /* 1/d overflows binary32 */
+    smattn__quantise_block(x, SMATTN_Q8_0, b8);
+    ck_assert_int_eq((signed char)b8[2 + 1], 127);
+    ck_assert_int_eq((signed char)b8[2 + 0], -64);
+    x[5] = NAN;
+    smattn__quantise_block(x, SMATTN_Q4_0, b4);
+    ck_assert(isnan(smattn_load(b4, SMATTN_Q4_0, 0)) && isnan(smattn_load(b4, SMATTN_Q4_0, 31)));
+}
+END_TEST
+
 /* ---- problems ------------------------------------------------------------------------ */
 
 enum { QB = 2, QS = 3, QT = 37, QHQ = 4, QHKV = 2, QD = 32, QDV = 64 };
@@ -439,6 +478,7 @@ Suite *quant_suite(void)
     tcase_add_test(tc, e5m2_by_hand);
     tcase_add_test(tc, q8_0_by_hand);
     tcase_add_test(tc, q4_0_nibble_order);
+    tcase_add_test(tc, quantise_block_by_hand);
     tcase_add_test(tc, quantised_equals_its_twin);
     tcase_add_test(tc, e4m3_nan_is_nan);
     tcase_add_test(tc, validation_names_the_field);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/internal.h" /* smattn__quantise_block */
+
 /* ---- the byte source ----------------------------------------------------------------- */
 
 void fuzz_provider_init(fuzz_provider *dp, const uint8_t *data, size_t size)
@@ -650,49 +652,6 @@ static size_t bytes_of(smattn_dtype t, size_t n)
     return n / (size_t)smattn_dtype_block(t) * smattn_dtype_size(t);
 }
 
-/* v in [lo, hi] as an integer (NaN: lo's side, 0 when in range), never an out-of-range
- * conversion. */
-static int clamp_int(float v, int lo, int hi)
-{
-    return v >= (float)hi ? hi : v >= (float)lo ? (int)v : lo;
-}
-
-/* One block of 32 values as llama.cpp's quantize_row_q8_0_ref / _q4_0_ref do, in binary32,
- * the scale stored as binary16 (little-endian); a NaN scale if a value is not finite. Where
- * 1/d overflows (a block of subnormal binary32 values) x / d is used: ggml converts an
- * infinity to int8 there, which C leaves undefined (fuzz_ref_props found it). */
-static void quant_block(const double *x, smattn_dtype t, unsigned char *dst)
-{
-    float amax = 0.0f, max = 0.0f;
-    int finite = 1;
-    for (int j = 0; j < SMATTN_QBLOCK; j++) {
-        float v = (float)x[j];
-        finite &= isfinite(v) != 0;
-        if (fabsf(v) > amax)
-            amax = fabsf(v), max = v;
-    }
-    memset(dst, 0, smattn_dtype_size(t));
-    uint16_t h = 0x7e00; /* binary16 NaN */
-    if (!finite) {
-        dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
-        return;
-    }
-    const float d = t == SMATTN_Q8_0 ? amax / 127.0f : max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    smattn_store(&h, SMATTN_F16, 0, (double)d);
-    dst[0] = (unsigned char)(h & 0xff), dst[1] = (unsigned char)(h >> 8);
-    for (int j = 0; j < SMATTN_QBLOCK; j++) {
-        float s0 = isfinite(id) ? (float)x[j] * id : (float)x[j] / d;
-        if (t == SMATTN_Q8_0) {
-            dst[2 + j] = (unsigned char)(int8_t)clamp_int(roundf(s0), -128, 127);
-        } else if (j < 16) {
-            float s1 = isfinite(id) ? (float)x[j + 16] * id : (float)x[j + 16] / d;
-            int lo = clamp_int(s0 + 8.5f, 0, 15), hi = clamp_int(s1 + 8.5f, 0, 15);
-            dst[2 + j] = (unsigned char)(lo | hi << 4);
-        }
-    }
-}
-
 /* Tensor [B, rows, H, dim] of dtype t at *buf re-encoded in dtype to with its last
  * dimension widened to dim2 (the new columns uniform in [-2, 2] from r); the buffer
  * replaced. 0, or -1 out of memory. */
@@ -713,7 +672,7 @@ static int requant(void **buf, smattn_tensor *t, size_t *n, int64_t B, int64_t r
                         : 4 * prng_unif(r) - 2;
     if (is_block(to))
         for (size_t k = 0; k < n2 / SMATTN_QBLOCK; k++)
-            quant_block(x + k * SMATTN_QBLOCK, to, c + k * smattn_dtype_size(to));
+            smattn__quantise_block(x + k * SMATTN_QBLOCK, to, c + k * smattn_dtype_size(to));
     else
         for (size_t e = 0; e < n2; e++)
             smattn_store(c, to, (int64_t)e, x[e]);
