@@ -62,19 +62,35 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
     int64_t lo, hi, g = smattn__kv_head(p, h);
     smattn__key_range(p, b, i, &lo, &hi);
     int bad = 0;
+    /* the query row in binary32 once, each key's row before its dot (both exact: every
+     * input dtype's values are binary32 numbers); element by element past the buffers */
+    enum { RBUF = 512 };
+    float qbuf[RBUF], kbuf[RBUF];
+    const int held = p->D <= RBUF;
+    for (int64_t d = 0; held && d < p->D; d++)
+        qbuf[d] = (float)smattn_load(in->q.data, in->q.dtype,
+                                     smattn__row_off(p, in->q.stride, b, i, h, d));
+    float sh, sl;
+    opt_scale(job, b, g, &sh, &sl);
     for (int64_t j = 0; j < p->T; j++) {
         float val = 0.0f;
         if (j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j)) {
             float dot = 0.0f;
+            const int64_t k0 = smattn__key_off(p, in->k.stride, b, j, g, 0), ks = in->k.stride[3];
+            if (held && in->k.dtype == SMATTN_F32)
+                for (int64_t d = 0; d < p->D; d++)
+                    kbuf[d] = opt_ld_f32(in->k.data, k0 + d * ks);
+            else if (held)
+                for (int64_t d = 0; d < p->D; d++)
+                    kbuf[d] = (float)smattn_load(in->k.data, in->k.dtype, k0 + d * ks);
             for (int64_t d = 0; d < p->D; d++) {
-                float q = (float)smattn_load(in->q.data, in->q.dtype,
-                                             smattn__row_off(p, in->q.stride, b, i, h, d));
-                float k = (float)smattn_load(in->k.data, in->k.dtype,
-                                             smattn__key_off(p, in->k.stride, b, j, g, d));
+                float q = held ? qbuf[d]
+                               : (float)smattn_load(in->q.data, in->q.dtype,
+                                                    smattn__row_off(p, in->q.stride, b, i, h, d));
+                float k = held ? kbuf[d]
+                               : (float)smattn_load(in->k.data, in->k.dtype, k0 + d * ks);
                 dot = fmaf(q, k, dot);
             }
-            float sh, sl;
-            opt_scale(job, b, g, &sh, &sl);
             float x = fmaf(dot, sh, dot * sl);
             if (p->softcap > 0)
                 x = opt_softcap(x, (float)p->softcap);
