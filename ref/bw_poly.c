@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bw_poly.c: exact sparse exponential polynomials and the exact rounding of their ratios,
  * the backward oracle's exact path (SPEC 10.3). */
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,70 +8,33 @@
 #include "ref/backward_internal.h"
 #include "ref/ref_internal.h"
 
-/* ---- exact arithmetic -------------------------------------------------------------------- */
+/* ---- exact arithmetic: the forward's (exact.c), an exact zero made +0 ------------------- */
 
 static long lsb_bound(mpfr_srcptr x)
 {
     return (long)mpfr_get_exp(x) - (long)mpfr_get_prec(x);
 }
 
+static int plus_zero(mpfr_ptr rop, int t)
+{
+    if (mpfr_zero_p(rop))
+        mpfr_set_zero(rop, 1);
+    return t;
+}
+
 int smattn__bw_exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
 {
-    if (mpfr_zero_p(a) && mpfr_zero_p(b)) {
-        mpfr_set_prec(rop, MPFR_PREC_MIN);
-        mpfr_set_zero(rop, 1);
-        return 0;
-    }
-    if (mpfr_zero_p(a))
-        return mpfr_set_prec(rop, mpfr_get_prec(b)), mpfr_set(rop, b, MPFR_RNDN);
-    if (mpfr_zero_p(b))
-        return mpfr_set_prec(rop, mpfr_get_prec(a)), mpfr_set(rop, a, MPFR_RNDN);
-    long hi = (long)(mpfr_get_exp(a) > mpfr_get_exp(b) ? mpfr_get_exp(a) : mpfr_get_exp(b));
-    long lo = lsb_bound(a) < lsb_bound(b) ? lsb_bound(a) : lsb_bound(b);
-    mpfr_prec_t prec = (mpfr_prec_t)(hi - lo + 2);
-    if (prec < MPFR_PREC_MIN)
-        prec = MPFR_PREC_MIN;
-    mpfr_set_prec(rop, prec);
-    int t = mpfr_add(rop, a, b, MPFR_RNDN);
-    if (mpfr_zero_p(rop))
-        mpfr_set_zero(rop, 1); /* an exact zero is +0 */
-    return t;
+    return plus_zero(rop, smattn__exact_add(rop, a, b));
 }
 
 int smattn__bw_exact_mul(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
 {
-    mpfr_set_prec(rop, mpfr_get_prec(a) + mpfr_get_prec(b));
-    int t = mpfr_mul(rop, a, b, MPFR_RNDN);
-    if (mpfr_zero_p(rop))
-        mpfr_set_zero(rop, 1);
-    return t;
+    return plus_zero(rop, smattn__exact_mul(rop, a, b));
 }
 
 int smattn__bw_exact_sum(mpfr_ptr rop, mpfr_ptr *x, long n)
 {
-    long hi = LONG_MIN, lo = LONG_MAX, nz = 0;
-    for (long k = 0; k < n; k++) {
-        if (mpfr_zero_p(x[k]))
-            continue;
-        nz++;
-        if ((long)mpfr_get_exp(x[k]) > hi)
-            hi = (long)mpfr_get_exp(x[k]);
-        if (lsb_bound(x[k]) < lo)
-            lo = lsb_bound(x[k]);
-    }
-    if (nz == 0) {
-        mpfr_set_prec(rop, MPFR_PREC_MIN);
-        mpfr_set_zero(rop, 1);
-        return 0;
-    }
-    long lg = 1;
-    while ((1L << lg) < n + 1)
-        lg++;
-    mpfr_set_prec(rop, (mpfr_prec_t)(hi - lo + lg + 2));
-    int t = mpfr_sum(rop, x, (unsigned long)n, MPFR_RNDN);
-    if (mpfr_zero_p(rop))
-        mpfr_set_zero(rop, 1);
-    return t;
+    return plus_zero(rop, smattn__exact_sum(rop, x, n));
 }
 
 /* ---- polynomials ------------------------------------------------------------------------- */

@@ -16,8 +16,7 @@ static long lsb_bound(mpfr_srcptr x)
     return (long)mpfr_get_exp(x) - (long)mpfr_get_prec(x);
 }
 
-/* rop = a + b exactly (rop's precision is set large enough). 0 on success. */
-static int exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
+int smattn__exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
 {
     if (mpfr_zero_p(a))
         return mpfr_set_prec(rop, mpfr_get_prec(b)), mpfr_set(rop, b, MPFR_RNDN);
@@ -32,15 +31,13 @@ static int exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
     return mpfr_add(rop, a, b, MPFR_RNDN);
 }
 
-/* rop = a * b exactly. */
-static int exact_mul(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
+int smattn__exact_mul(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b)
 {
     mpfr_set_prec(rop, mpfr_get_prec(a) + mpfr_get_prec(b));
     return mpfr_mul(rop, a, b, MPFR_RNDN);
 }
 
-/* rop = sum of x[0..n) exactly (each x of precision <= 106). 0 on success. */
-static int exact_sum(mpfr_ptr rop, mpfr_ptr *x, long n)
+int smattn__exact_sum(mpfr_ptr rop, mpfr_ptr *x, long n)
 {
     long hi = LONG_MIN, lo = LONG_MAX;
     long nz = 0;
@@ -151,7 +148,7 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
             mpfr_mul_d(prod[d], prod[d], smattn__ref_k(r, j, d), MPFR_RNDN); /* exact: 53+53 bits */
             ptrs[d] = prod[d];
         }
-        if (exact_sum(st->tmp, ptrs, (long)r->D))
+        if (smattn__exact_sum(st->tmp, ptrs, (long)r->D))
             return -1;
     } else {
         mpfr_set_prec(st->tmp, 53);
@@ -159,7 +156,7 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
     }
     mpfr_set_prec(st->a, 53);
     mpfr_set_d(st->a, r->p->scale, MPFR_RNDN);
-    if (exact_mul(st->b, st->tmp, st->a))
+    if (smattn__exact_mul(st->b, st->tmp, st->a))
         return -1;
     if (st->softcap) { /* the bias is added after the cap (SPEC 2.4): keep them apart */
         mpfr_set_prec(s, mpfr_get_prec(st->b));
@@ -172,12 +169,12 @@ static int exact_score(exact_state *st, int64_t jj, mpfr_t *prod, mpfr_ptr *ptrs
     mpfr_set_d(st->a, smattn__ref_bias(r, j), MPFR_RNDN);
     double alibi = smattn__ref_alibi(r, j);
     if (alibi == 0)
-        return exact_add(s, st->b, st->a) ? -1 : 0;
-    if (exact_add(st->c, st->b, st->a)) /* the bias, then the ALiBi term (SPEC 2.8) */
+        return smattn__exact_add(s, st->b, st->a) ? -1 : 0;
+    if (smattn__exact_add(st->c, st->b, st->a)) /* the bias, then the ALiBi term (SPEC 2.8) */
         return -1;
     mpfr_set_prec(st->a, 53);
     mpfr_set_d(st->a, alibi, MPFR_RNDN);
-    if (exact_add(s, st->c, st->a))
+    if (smattn__exact_add(s, st->c, st->a))
         return -1;
     return 0;
 }
@@ -326,7 +323,7 @@ static int sign_exp_sum(exact_state *st, term *tm, int64_t nt, mpfr_prec_t prec)
     int64_t m = 0;
     for (int64_t k = 0; k < nt; k++) {
         if (m > 0 && mpfr_equal_p(tm[m - 1].val, tm[k].val)) {
-            exact_add(st->tmp, tm[m - 1].coef, tm[k].coef);
+            smattn__exact_add(st->tmp, tm[m - 1].coef, tm[k].coef);
             mpfr_set_prec(tm[m - 1].coef, mpfr_get_prec(st->tmp));
             mpfr_set(tm[m - 1].coef, st->tmp, MPFR_RNDN);
         } else {
@@ -407,7 +404,7 @@ static int sign_o(exact_state *st, void *ctx, mpfr_prec_t prec)
         mpfr_set_prec(st->a, mpfr_get_prec(st->B) + 64);
         mpfr_mul_ui(st->a, st->B, (unsigned long)cnt, MPFR_RNDN); /* exact */
         mpfr_neg(st->a, st->a, MPFR_RNDN);
-        exact_add(st->coef[k], st->W[k], st->a);
+        smattn__exact_add(st->coef[k], st->W[k], st->a);
         tm[k].val = st->g[k].is_sink ? st->sink : st->s[st->order[st->g[k].first]];
         tm[k].coef = st->coef[k];
     }
@@ -453,7 +450,7 @@ static int sign_p(exact_state *st, void *ctx, mpfr_prec_t prec)
         if (k == gj) {
             mpfr_set_prec(st->a, 2);
             mpfr_set_ui(st->a, 1, MPFR_RNDN);
-            exact_add(st->tmp, st->coef[k], st->a);
+            smattn__exact_add(st->tmp, st->coef[k], st->a);
             mpfr_set_prec(st->coef[k], mpfr_get_prec(st->tmp));
             mpfr_set(st->coef[k], st->tmp, MPFR_RNDN);
         }
@@ -509,7 +506,7 @@ static int column_sums(exact_state *st, int64_t c)
         }
         for (int64_t m = 0; m < st->g[k].count; m++)
             st->ptrs[m] = st->vcol[st->g[k].first + m];
-        if (exact_sum(st->W[k], st->ptrs, (long)st->g[k].count))
+        if (smattn__exact_sum(st->W[k], st->ptrs, (long)st->g[k].count))
             return -1;
     }
     return 0;
@@ -841,7 +838,7 @@ smattn_status smattn__ref_mean_row(ref_row *r)
             r->o_bits[c] = smattn__ref_nan_bits(t);
         else if (pos || neg)
             r->o_bits[c] = smattn__ref_inf_bits(t, neg);
-        else if (exact_sum(st.W[0], st.ptrs, (long)n))
+        else if (smattn__exact_sum(st.W[0], st.ptrs, (long)n))
             status = SMATTN_ERR_INTERNAL;
         else if (!round_rational(&st, st.W[0], n, t, &r->o_bits[c]))
             status = SMATTN_ERR_PRECISION;

@@ -72,6 +72,13 @@ int smattn__ref_decide_dd(double yh, double yl, double err, smattn_dtype t, uint
  * elements undecided), 0 if the row is outside its range (then nothing is decided). */
 int smattn__ref_fast_row(ref_row *r);
 
+/* exact.c: exact sums and products of MPFR numbers, rop's precision set to hold the exact
+ * result (a zero result keeps MPFR's sign; the backward's wrappers make it +0). 0 on
+ * success. smattn__exact_sum: x[0..n), n >= 0, zero terms allowed. */
+int smattn__exact_add(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b);
+int smattn__exact_mul(mpfr_ptr rop, mpfr_srcptr a, mpfr_srcptr b);
+int smattn__exact_sum(mpfr_ptr rop, mpfr_ptr *x, long n);
+
 /* exact.c: the MPFR phase (SPEC 5.3-5.5); decides every element not yet decided. */
 smattn_status smattn__ref_exact_row(ref_row *r, long start_prec, long max_prec);
 /* The mean convention of an empty row over keys r->idx[0..n) (SPEC 3.4). */
