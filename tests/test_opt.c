@@ -383,6 +383,8 @@ static int sweep(int extreme, int count, uint64_t base, const char *what)
     int fails = 0;
     for (int n = 0; n < count; n++) {
         tcase c;
+        if (!e && !test_keep(n, count))
+            continue;
         uint64_t seed = e ? strtoull(e, NULL, 10) : base + (uint64_t)n;
         gen(&c, seed, extreme);
         fails += check_case(&c, &st) != 0;
@@ -560,6 +562,8 @@ START_TEST(opt_decode_kv_heads)
     memset(&st, 0, sizeof st);
     for (int a = 0; a < 6; a++) {
         tcase c;
+        if (!test_keep(a, 6))
+            continue;
         xorshift r = {777 + (uint64_t)a};
         memset(&c, 0, sizeof c);
         c.seed = 7100 + (uint64_t)a;
@@ -608,6 +612,8 @@ START_TEST(opt_decode_gqa_expansion)
     int fails = 0, runs = 0;
     static const int64_t groups[] = {7, 8, 6};
     for (int a = 0; a < 9; a++) {
+        if (!test_keep(a, 9))
+            continue;
         const int64_t G = groups[a % 3], Hkv = 4, Hq = G * Hkv, B = 1 + a % 2;
         const int64_t T = 2101 + 64 * (a % 4), D = a < 6 ? 128 : 64;
         const smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + a / 3 % 3);
@@ -1175,6 +1181,8 @@ START_TEST(opt_huge_scale)
     for (int a = 0; a < 5; a++)
         for (int k = 0; k < 5; k++) {
             tcase c;
+            if (!test_keep(5 * a + k, 25))
+                continue;
             if (k < 4) {
                 gen(&c, 16000 + 10 * (uint64_t)a + (uint64_t)k, k == 3 ? 4 : 0);
                 if (k % 2 && !c.mask) { /* bool mask [B,Hq,1,T] */

@@ -19,6 +19,14 @@ int test_scaled(int n)
     return k < 1 ? 1 : k;
 }
 
+int test_keep(int k, int count)
+{
+    double s = test_scale();
+    if (s >= 1 || k == count - 1)
+        return 1;
+    return floor((k + 1) * s) > floor(k * s);
+}
+
 uint64_t rng_next(rng *r)
 {
     uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
