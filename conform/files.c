@@ -841,6 +841,23 @@ static int read_grad(const char *dir, const char *file, const smattn_case *c, in
     static const char *const dn[3][4] = {
         {"B", "S", "Hq", "D"}, {"B", "T", "Hkv", "D"}, {"B", "T", "Hkv", "Dv"}};
     int64_t w[4], stride[4];
+    if (c->has_layout) { /* SPEC 10.1: dQ in Q's storage, dK and dV in K's and V's */
+        static const char *const packed[3][3] = {
+            {"total_q", "Hq", "D"}, {"total_k", "Hkv", "D"}, {"total_k", "Hkv", "Dv"}};
+        static const char *const nhd[2][4] = {{"num_pages", "page_size", "Hkv", "D"},
+                                              {"num_pages", "page_size", "Hkv", "Dv"}};
+        static const char *const hnd[2][4] = {{"num_pages", "Hkv", "page_size", "D"},
+                                              {"num_pages", "Hkv", "page_size", "Dv"}};
+        const int rank = smattn_case_out_layout(c, 3 + t, w, stride);
+        const char *const *names = dn[t] + (4 - rank);
+        if (t == 0 && c->packed_q)
+            names = packed[0];
+        else if (t > 0 && c->packed_k)
+            names = packed[t];
+        else if (t > 0 && c->paged)
+            names = c->json.kv_hnd ? hnd[t - 1] : nhd[t - 1];
+        return read_array(dir, file, rank, w, stride, names, a, got, err, errlen);
+    }
     stride[3] = 1;
     for (int k = 2; k >= 0; k--)
         stride[k] = stride[k + 1] * n[t][k + 1];
@@ -1177,7 +1194,7 @@ static void check_one(const char *dir, const char *name, const char *category,
             conform_inst_free(&tw);
         }
     }
-    if (!bad && c.backward && !c.has_layout && p->op == SMATTN_OP_ATTENTION)
+    if (!bad && c.backward && p->op == SMATTN_OP_ATTENTION)
         check_grads(dir, &c, &got, pm, r);
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);

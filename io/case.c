@@ -1061,7 +1061,8 @@ static int check_bf16_names(const smattn_case *c, char *err, size_t errlen)
 }
 
 /* do.npy and dlse.npy (SPEC 7.1, 10.1): dO [B,S,Hq,Dv] and dLSE [B,Hq,S], without B when
- * q/k/v are 3-D; float dtypes. Only attention cases without a layout have a backward. */
+ * q/k/v are 3-D, or O's and LSE's packed shapes with cu_seqlens_q; float dtypes. Attention
+ * cases only. */
 static int check_grads(smattn_case *c, char *err, size_t errlen)
 {
     const smattn_npy *d = &c->dout, *l = &c->dlse;
@@ -1074,13 +1075,39 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
         smattn_io_err(err, errlen, "do.npy: a softmax case (x.npy) has no backward (SPEC 10.6)");
         return -1;
     }
-    if (c->has_layout) {
-        smattn_io_err(err, errlen,
-                      "do.npy: the backward of a ragged or paged case is not defined yet "
-                      "(SPEC 10.6); give its dense twin");
-        return -1;
-    }
     const smattn_problem *p = &c->prob;
+    if (c->packed_q) { /* O's and LSE's storage: [total_q,Hq,Dv] and [Hq,total_q] (SPEC 2.7) */
+        char s[128];
+        if (d->rank != 3 || d->shape[0] != c->total_q || d->shape[1] != p->Hq ||
+            d->shape[2] != p->Dv) {
+            shape_str(d, s, sizeof s);
+            smattn_io_err(err, errlen,
+                          "do.npy: shape %s, want [total_q,Hq,Dv] = [%lld,%lld,%lld] (O's)", s,
+                          (long long)c->total_q, (long long)p->Hq, (long long)p->Dv);
+            return -1;
+        }
+        if (float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0,
+                        &c->gin.dout.dtype, err, errlen))
+            return -1;
+        strides_34(d, c->gin.dout.stride);
+        c->backward = 1;
+        if (!present(l))
+            return 0;
+        if (l->rank != 2 || l->shape[0] != p->Hq || l->shape[1] != c->total_q) {
+            shape_str(l, s, sizeof s);
+            smattn_io_err(err, errlen, "dlse.npy: shape %s, want [Hq,total_q] = [%lld,%lld] "
+                                       "(LSE's)",
+                          s, (long long)p->Hq, (long long)c->total_q);
+            return -1;
+        }
+        if (float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0,
+                        &c->gin.dlse.dtype, err, errlen))
+            return -1;
+        c->gin.dlse.stride[0] = 0;
+        c->gin.dlse.stride[1] = l->stride[0];
+        c->gin.dlse.stride[2] = l->stride[1];
+        return 0;
+    }
     const int o = c->rank - 3; /* 1: B first */
     const int64_t want_d[4] = {p->B, p->S, p->Hq, p->Dv}, want_l[3] = {p->B, p->Hq, p->S};
     char s[128];

@@ -352,7 +352,8 @@ START_TEST(bad_gradients_refused)
     snprintf(lay, sizeof lay, "%s/lay", tmp);
     make_case(&bc, lay, 3, 0, 0, 0);
     write_text(test_path(lay, "case.json"), "{\"cu_seqlens_q\": [0, 3]}");
-    expect_bad(lay, "do.npy: the backward of a ragged or paged case is not defined yet");
+    put(lay, "do.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, HQ, DV}, z);
+    expect_bad(lay, "do.npy: shape [2,4,2], want [total_q,Hq,Dv] = [3,4,2] (O's)");
     write_text(test_path(dir, "case.json"), "{}");
     ck_assert_int_eq(remove(test_path(dir, "do.npy")), 0);
     expect_bad(dir, "dlse.npy: needs do.npy");
@@ -589,6 +590,75 @@ static void scale_elem(const char *dir, const char *name, int64_t e, float f)
 /* `smattn check` judges the gradients a backward case holds against the bound of SPEC
  * 10.7: opt's and ref's pass; one element of dK moved by half fails the case, naming the
  * gradient; dq.npy without dk.npy, or a dv.npy of the wrong shape, fails it too. */
+/* A ragged case (SPEC 7.1, 10.1): packed queries (cu_seqlens_q [0, 3] and 3-D arrays) and
+ * packed keys ([0, 5]) are the dense 3-D case: `ref` writes dq.npy [total_q,Hq,D], dk.npy
+ * and dv.npy [total_k,Hkv,D] with the dense case's bytes after the header, `opt` writes them
+ * too, and `check` passes both. */
+START_TEST(ragged_case_backward)
+{
+    bcase bc;
+    char dense[256], rag[256], od[256], orr[256];
+    snprintf(dense, sizeof dense, "%s/dense", tmp);
+    snprintf(rag, sizeof rag, "%s/rag", tmp);
+    snprintf(od, sizeof od, "%s/od", tmp);
+    snprintf(orr, sizeof orr, "%s/or", tmp);
+    make_case(&bc, dense, 3, 0, 0, 1);
+    make_case(&bc, rag, 3, 0, 0, 1);
+    write_text(test_path(rag, "case.json"),
+               "{\"causal\": \"lower_right\", \"cu_seqlens_q\": [0, 3], "
+               "\"cu_seqlens_k\": [0, 5]}");
+    const char *dirs[2] = {dense, rag}, *outs[2] = {od, orr};
+    for (int k = 0; k < 2; k++) {
+        test_outcome r =
+            test_cli_run(tmp, (const char *[]){"ref", dirs[k], outs[k], "--dtype", "f32", NULL});
+        ck_assert_msg(r.code == 0, "ref %s: exit %d: %s", dirs[k], r.code, r.err);
+        test_outcome_free(&r);
+    }
+    static const char *const g[5] = {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"};
+    for (int k = 0; k < 5; k++) {
+        smattn_npy a, b;
+        char err[256];
+        ck_assert_msg(smattn_npy_read(test_path(od, g[k]), &a, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(smattn_npy_read(test_path(orr, g[k]), &b, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(a.rank, b.rank);
+        ck_assert(memcmp(a.shape, b.shape, (size_t)a.rank * sizeof a.shape[0]) == 0);
+        for (int64_t e = 0; e < a.count; e++)
+            ck_assert_msg(((const float *)a.data)[e] == ((const float *)b.data)[e] ||
+                              (isnan(((const float *)a.data)[e]) &&
+                               isnan(((const float *)b.data)[e])),
+                          "%s[%lld]: dense %a, ragged %a", g[k], (long long)e,
+                          (double)((const float *)a.data)[e], (double)((const float *)b.data)[e]);
+        ck_assert_msg(memcmp(a.data, b.data, (size_t)a.count * a.itemsize) == 0, "%s differs", g[k]);
+        smattn_npy_free(&a), smattn_npy_free(&b);
+    }
+    for (int k = 0; k < 2; k++) {
+        test_outcome r = test_cli_run(
+            tmp, (const char *[]){k ? "ref" : "opt", rag, rag, "--dtype", "f32", NULL});
+        ck_assert_msg(r.code == 0, "%s: exit %d: %s", k ? "ref" : "opt", r.code, r.err);
+        test_outcome_free(&r);
+        const char *json = test_path(tmp, "rag.json");
+        r = test_cli_run(tmp, (const char *[]){"check", rag, "--json", json, NULL});
+        ck_assert_msg(r.code == 0, "check after %s: exit %d: %s %s", k ? "ref" : "opt", r.code,
+                      r.out, r.err);
+        test_outcome_free(&r);
+        json_object *rep = json_object_from_file(json), *cases, *c, *v;
+        ck_assert(rep && json_object_object_get_ex(rep, "cases", &cases));
+        c = json_object_array_get_idx(cases, 0);
+        ck_assert(json_object_object_get_ex(c, "elements", &v)); /* O, LSE, dQ, dK, dV */
+        ck_assert_int_eq(json_object_get_int64(v), S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ +
+                                                       T_ * HKV * D_ + T_ * HKV * DV);
+        json_object_put(rep);
+    }
+    /* a wrong dK element of the ragged case fails its check */
+    unlink(test_path(rag, ".smattn-set"));
+    scale_elem(rag, "dk.npy", 7, 1.5f);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "dK["), "check of a wrong dK: exit %d: %s", r.code,
+                  r.out);
+    test_outcome_free(&r);
+}
+END_TEST
+
 START_TEST(check_judges_gradients)
 {
     bcase bc;
@@ -655,6 +725,7 @@ Suite *backward_cli_suite(void)
     tcase_add_test(tc, gen_backward);
     tcase_add_test(tc, opt_writes_gradients);
     tcase_add_test(tc, check_judges_gradients);
+    tcase_add_test(tc, ragged_case_backward);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
