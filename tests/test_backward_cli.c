@@ -372,7 +372,7 @@ END_TEST
 
 /* gen --backward: every attention case gets do.npy in O's shape and the input dtype, drawn
  * from the seed (the same bits twice); softmax cases none; the manifest says so; ref on a
- * generated case writes its gradients; a layout other than dense is refused. */
+ * generated case writes its gradients; with --layout paged do.npy is packed like O. */
 START_TEST(gen_backward)
 {
     char out[256], out2[256];
@@ -472,10 +472,78 @@ START_TEST(gen_backward)
     char *m2 = test_slurp(test_path(out2, "manifest.json"));
     ck_assert_msg(strstr(m2, "\"backward\":false") || strstr(m2, "\"backward\": false"), "%s", m2);
     free(m2);
+    /* --layout paged: the attention cases' do.npy in O's packed shape, its rows those of the
+     * dense gen's (the same stream); a table that shares a page stays forward only; ref then
+     * check passes on the smallest one */
+    char pg[256];
+    snprintf(pg, sizeof pg, "%s/genpaged", tmp);
     r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--layout", "paged",
-                                           test_path(tmp, "never"), NULL});
-    ck_assert_msg(r.code == 2 && strstr(r.err, "--backward"), "exit %d: %s", r.code, r.err);
-    ck_assert(!exists(test_path(tmp, "never")));
+                                           "--dtype", "bf16", pg, NULL});
+    ck_assert_msg(r.code == 0, "gen --layout paged: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    man = json_object_from_file(test_path(pg, "manifest.json"));
+    ck_assert(man && json_object_object_get_ex(man, "cases", &cases));
+    n = json_object_array_length(cases);
+    size_t packed = 0, shared = 0, compared = 0;
+    best[0] = 0, best_size = INT64_MAX;
+    for (size_t k = 0; k < n; k++) {
+        json_object *d;
+        ck_assert(json_object_object_get_ex(json_object_array_get_idx(cases, k), "dir", &d));
+        char cdir[512], dd[512], err[512] = "";
+        snprintf(cdir, sizeof cdir, "%s/%s", pg, json_object_get_string(d));
+        snprintf(dd, sizeof dd, "%s/%s", out, json_object_get_string(d));
+        if (!exists(test_path(cdir, "q.npy")))
+            continue;
+        smattn_case c;
+        ck_assert_msg(smattn_case_load(cdir, &c, err, sizeof err) == 0, "%s: %s", cdir, err);
+        if (!c.packed_q || c.in.k.dtype >= SMATTN_F8E4M3 || c.prob.descale) {
+            smattn_case_free(&c);
+            continue;
+        }
+        if (!exists(test_path(cdir, "do.npy"))) { /* a shared page: no backward */
+            ck_assert_msg(c.paged, "%s: a packed case without do.npy", cdir);
+            shared++;
+            smattn_case_free(&c);
+            continue;
+        }
+        ck_assert_msg(c.backward, "%s", cdir);
+        packed++;
+        smattn_npy a, b;
+        ck_assert(smattn_npy_read(test_path(cdir, "do.npy"), &a, err, sizeof err) == 0);
+        ck_assert(a.rank == 3 && a.shape[0] == c.total_q && a.shape[1] == c.prob.Hq &&
+                  a.shape[2] == c.prob.Dv);
+        smattn_case dc; /* the dense gen's case: its do.npy rows, packed */
+        if (!c.layout.block_table || strstr(cdir, "layout") ||
+            smattn_case_load(dd, &dc, err, sizeof err) != 0) {
+            smattn_npy_free(&a);
+        } else {
+            ck_assert(smattn_npy_read(test_path(dd, "do.npy"), &b, err, sizeof err) == 0);
+            const int64_t rowb = c.prob.Hq * c.prob.Dv * 2, S = dc.prob.S;
+            for (int64_t bb = 0; bb < c.prob.B; bb++)
+                for (int64_t i = 0; i < c.layout.cu_seqlens_q[bb + 1] - c.layout.cu_seqlens_q[bb];
+                     i++)
+                    ck_assert_msg(memcmp((char *)a.data + (c.layout.cu_seqlens_q[bb] + i) * rowb,
+                                         (char *)b.data + (bb * S + i) * rowb, (size_t)rowb) == 0,
+                                  "%s: do.npy row (%lld, %lld) is not the dense gen's", cdir,
+                                  (long long)bb, (long long)i);
+            compared++;
+            smattn_npy_free(&a), smattn_npy_free(&b);
+            smattn_case_free(&dc);
+        }
+        int64_t size = c.prob.B * c.prob.Hq * c.prob.S * c.prob.T * (c.prob.D + c.prob.Dv);
+        if (size < best_size && c.paged)
+            best_size = size, snprintf(best, sizeof best, "%s", cdir);
+        smattn_case_free(&c);
+    }
+    json_object_put(man);
+    ck_assert_msg(packed > 10 && compared > 5 && best[0], "%zu packed backward cases, %zu compared",
+                  packed, compared);
+    (void)shared;
+    r = test_cli_run(tmp, (const char *[]){"ref", best, best, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "ref %s: exit %d: %s", best, r.code, r.err);
+    test_outcome_free(&r);
+    r = test_cli_run(tmp, (const char *[]){"check", best, NULL});
+    ck_assert_msg(r.code == 0, "check %s: exit %d: %s %s", best, r.code, r.out, r.err);
     test_outcome_free(&r);
 }
 END_TEST
@@ -655,6 +723,32 @@ START_TEST(ragged_case_backward)
     test_outcome r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
     ck_assert_msg(r.code == 1 && strstr(r.out, "dK["), "check of a wrong dK: exit %d: %s", r.code,
                   r.out);
+    test_outcome_free(&r);
+    /* seqused_k [4]: packed key 4 is no key of the sequence; ref writes +0 there, and a
+     * gradient there fails the check */
+    write_text(test_path(rag, "case.json"),
+               "{\"causal\": \"lower_right\", \"cu_seqlens_q\": [0, 3], "
+               "\"cu_seqlens_k\": [0, 5], \"seqused_k\": [4]}");
+    r = test_cli_run(tmp, (const char *[]){"ref", rag, rag, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "ref with seqused_k: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    smattn_npy a;
+    char err[256];
+    ck_assert(smattn_npy_read(test_path(rag, "dk.npy"), &a, err, sizeof err) == 0);
+    for (int e = 0; e < HKV * D_; e++)
+        ck_assert_msg(((const float *)a.data)[4 * HKV * D_ + e] == 0 &&
+                          !signbit(((const float *)a.data)[4 * HKV * D_ + e]),
+                      "dk.npy row 4 not +0");
+    r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
+    ck_assert_msg(r.code == 0, "check with seqused_k: exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+    unlink(test_path(rag, ".smattn-set"));
+    ((float *)a.data)[4 * HKV * D_ + 1] = 0.25f;
+    put(rag, "dk.npy", SMATTN_NPY_F32, a.rank, a.shape, a.data);
+    smattn_npy_free(&a);
+    r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "storage no key reaches given gradient: dK"),
+                  "check of a stray dK: exit %d: %s", r.code, r.out);
     test_outcome_free(&r);
 }
 END_TEST
