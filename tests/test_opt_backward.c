@@ -145,8 +145,11 @@ START_TEST(bitwise_threads_isas)
 {
     static const unsigned kinds[] = {BW_BIG | BW_CAUSAL_LR | BW_GQA | BW_DLSE,
                                      BW_BIG | BW_MASK | BW_BIAS | BW_SOFTCAP | BW_SINKS,
-                                     BW_BIG | BW_WINDOW | BW_KVLENS | BW_MEAN | BW_EMPTY};
-    for (int k = 0; k < 3; k++) {
+                                     BW_BIG | BW_WINDOW | BW_KVLENS | BW_MEAN | BW_EMPTY,
+                                     /* `nan` empty rows beside regular ones in a group
+                                      * (lower-right, S > T_b): no dS is stored there */
+                                     BW_BIG | BW_NANCONV | BW_KVLENS | BW_CAUSAL_LR | BW_GQA};
+    for (int k = 0; k < 4; k++) {
         bwcase c;
         ck_assert_int_eq(bwcase_make(&c, 77 + (uint64_t)k, kinds[k], SMATTN_BF16), 0);
         bwgrads ref, g;
