@@ -1885,9 +1885,8 @@ void smattn__bw_zero(const smattn_out_tensor *t, int64_t n0, int64_t n1, int64_t
 static void *bw_worker(void *arg)
 {
     bw_job *job = arg;
-    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
-    mpfr_set_emin(mpfr_get_emin_min());
-    mpfr_set_emax(mpfr_get_emax_max());
+    mpfr_exp_t range[2];
+    smattn__ref_mpfr_widen(range);
     smattn_ref_stats stats;
     memset(&stats, 0, sizeof stats);
     for (;;) {
@@ -1895,26 +1894,18 @@ static void *bw_worker(void *arg)
         if (unit >= job->units)
             break;
         smattn_status st = unit_eval(job, unit, &stats);
-        if (st) {
-            pthread_mutex_lock(&job->lock);
-            if (job->fail_unit < 0 || unit < job->fail_unit) {
-                job->fail_unit = unit;
-                job->fail = st;
-            }
-            pthread_mutex_unlock(&job->lock);
-        }
+        if (st)
+            smattn__ref_fail_record(&job->fail, unit, st);
     }
-    pthread_mutex_lock(&job->lock);
+    pthread_mutex_lock(&job->fail.lock);
     job->stats.rows += stats.rows;
     job->stats.rows_empty += stats.rows_empty;
     job->stats.rows_rational += stats.rows_rational;
     job->stats.rows_fast += stats.rows_fast;
     if (stats.max_prec_used > job->stats.max_prec_used)
         job->stats.max_prec_used = stats.max_prec_used;
-    pthread_mutex_unlock(&job->lock);
-    mpfr_set_emin(emin);
-    mpfr_set_emax(emax);
-    mpfr_free_cache();
+    pthread_mutex_unlock(&job->fail.lock);
+    smattn__ref_mpfr_restore(range);
     return NULL;
 }
 
@@ -1963,29 +1954,11 @@ smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *
             job.units += job.bext[0] * job.bext[1] * job.bext[2];
     }
     atomic_init(&job.next, 0);
-    job.fail_unit = -1;
-    if (pthread_mutex_init(&job.lock, NULL))
+    if (smattn__ref_fail_init(&job.fail))
         return SMATTN_ERR_THREADS;
-    int nt = cfg->threads > 0 && cfg->threads < smattn__ncpu() ? cfg->threads : smattn__ncpu();
-    if (!mpfr_buildopt_tls_p())
-        nt = 1;
-    if ((int64_t)nt > job.units)
-        nt = (int)job.units;
-    if (nt < 1)
-        nt = 1;
-    pthread_t *tid = nt > 1 ? malloc((size_t)(nt - 1) * sizeof *tid) : NULL;
-    int started = 0;
-    for (int t = 0; tid && t < nt - 1; t++) {
-        if (pthread_create(&tid[t], NULL, bw_worker, &job))
-            break;
-        started++;
-    }
-    bw_worker(&job);
-    for (int t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    free(tid);
-    pthread_mutex_destroy(&job.lock);
+    smattn__ref_threads(cfg->threads, job.units, bw_worker, &job);
+    st = smattn__ref_fail_done(&job.fail);
     if (stats)
         *stats = job.stats;
-    return job.fail_unit >= 0 ? job.fail : SMATTN_OK;
+    return st;
 }

@@ -13,6 +13,7 @@
 
 #include "core/internal.h"
 #include "core/layout.h"
+#include "ref/ref_internal.h"
 
 /* One term c e^tau; both exact (MPFR numbers whose precision holds every bit). */
 typedef struct bw_term {
@@ -182,9 +183,7 @@ struct bw_job {
     const smattn_ref_config *cfg;
     int64_t units;
     atomic_llong next;
-    pthread_mutex_t lock;
-    int64_t fail_unit;
-    smattn_status fail;
+    ref_fail fail; /* the lowest failing unit; its lock guards stats */
     smattn_ref_stats stats;
     /* dBias summed over the broadcast dimensions (a stride 0, SPEC 10.1): its extents
      * (1 where summed) and one unit per (b, h, i) of them after the others */
