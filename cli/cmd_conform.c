@@ -629,9 +629,6 @@ int cmd_gen(int argc, char **argv)
         y++;
     if (y == 4)
         return usage_error("gen", "--layout: want dense, packed, paged or csr");
-    if (o.backward && y != 0)
-        return usage_error("gen", "--backward: the backward of a ragged or paged case is not "
-                                  "defined yet (SPEC 10.6): give --layout dense");
     char err[1200], vdir[1100];
     if ((rc = vectors_for("gen", &o, vdir, sizeof vdir)))
         return rc;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* backward_check.c: the backward battery (SPEC 10) for a kernel exporting
  * smattn_plugin_backward: small problems from the forward's categories (masks, GQA,
- * softcap, bias, sinks, empty rows, padding, decode and prefill, dLSE), each run in a
+ * softcap, bias, sinks, empty rows, padding, decode and prefill, dLSE, ragged and paged
+ * layouts for a kernel claiming their bits, ALiBi's modes), each run in a
  * child like the attention cases (the kernel's forward first, its O and LSE handed to its
  * backward), the gradients judged against smattn_ref_backward under smattn_backward_bound
  * (conform/judge_backward.c), and run twice for a kernel claiming
@@ -20,6 +21,8 @@
 
 #include "conform/battery_impl.h"
 #include "conform/conform.h"
+#include "core/internal.h"
+#include "core/layout.h"
 
 /* ---- the cases ---------------------------------------------------------------------------- */
 
@@ -45,8 +48,10 @@ static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, 
     }
     if (!c || bd->oom)
         return -1;
-    c->garbage = 0; /* clean inputs: a backward may decline non-finite ones (smattn.h) */
-    bat_finish(bd, c);
+    if (!c->has_layout) { /* a layout case is finished, clean, by bat_lay_case */
+        c->garbage = 0; /* clean inputs: a backward may decline non-finite ones (smattn.h) */
+        bat_finish(bd, c);
+    }
     size_t k = bb->cases.n - 1;
     const smattn_problem *p = &c->prob;
     /* dO and dLSE uniform in [-1, 1), from a stream of their own */
@@ -140,8 +145,76 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
         bat_case_lens(bd, c, 0, (int64_t[]){9, 6});
     }
     bw_grads(bb, bd, c, BW_DLSE);
+    /* ragged and paged (SPEC 2.7, 10.1), for a kernel claiming the layout's bits: dO and dLSE
+     * in O's and LSE's storage, dQ, dK, dV in Q's, K's and V's, +0 where no key reaches */
+    {
+        int64_t sq[3] = {2, 1, 3}, tk[3] = {9, 4, 6};
+        bat_lay_spec ls = {1, BAT_KV_PACKED, 0, 0, 0, 0, 3, 1, SMATTN_ALIBI_NONE};
+        bw_grads(bb, bd,
+                 bat_lay_case(bd, "backward", "layout_packed_seqused_k", 3, sq, tk, 3, 9, 2, 1,
+                              8, SMATTN_CAUSAL_NONE, -1, -1, &ls),
+                 BW_DLSE);
+    }
+    {
+        int64_t sq[3] = {5, 2, 1}, tk[3] = {7, 11, 3};
+        bat_lay_spec ls = {1, BAT_KV_PAGED, 0, 3, 2, 0, 0, 1, SMATTN_ALIBI_NONE};
+        bw_grads(bb, bd,
+                 bat_lay_case(bd, "backward", "layout_paged_p3_gqa_causal", 3, sq, tk, 5, 12, 4, 2,
+                              8, SMATTN_CAUSAL_LOWER_RIGHT, -1, -1, &ls),
+                 0);
+    }
+    {
+        int64_t sq[2] = {1, 1}, tk[2] = {37, 50};
+        bat_lay_spec ls = {0, BAT_KV_PAGED, 1, 16, 1, 0, 0, 1, SMATTN_ALIBI_NONE};
+        bw_grads(bb, bd,
+                 bat_lay_case(bd, "backward", "layout_paged_hnd_decode", 2, sq, tk, 1, 64, 2, 2,
+                              16, SMATTN_CAUSAL_NONE, -1, -1, &ls),
+                 0);
+    }
+    {
+        int64_t sq[4] = {0, 3, 2, 0}, tk[4] = {5, 0, 6, 0};
+        bat_lay_spec ls = {1, BAT_KV_PACKED, 0, 0, 0, 0, 0, 1, SMATTN_ALIBI_NONE};
+        bw_grads(bb, bd,
+                 bat_lay_case(bd, "backward", "layout_packed_zero_length", 4, sq, tk, 3, 6, 2, 1,
+                              8, SMATTN_CAUSAL_LOWER_RIGHT, -1, -1, &ls),
+                 BW_DLSE);
+    }
+    /* ALiBi (SPEC 2.8): each mode, one of them paged */
+    {
+        int64_t sq[2] = {4, 3}, tk[2] = {10, 7};
+        bat_lay_spec ls = {1, BAT_KV_PAGED, 0, 4, 1, 0, 0, 1, SMATTN_ALIBI_SYMMETRIC};
+        bw_grads(bb, bd,
+                 bat_lay_case(bd, "backward", "alibi_symmetric_paged_causal", 2, sq, tk, 4, 10, 4,
+                              2, 8, SMATTN_CAUSAL_LOWER_RIGHT, -1, -1, &ls),
+                 BW_DLSE);
+    }
+    if ((c = att(bd, "alibi_one_sided_decode", 2, 1, 40, 4, 1, 16, 16))) {
+        bat_case_alibi(bd, c, SMATTN_ALIBI_ONE_SIDED, 1, NULL);
+        bat_case_lens(bd, c, 0, (int64_t[]){40, 17});
+    }
+    bw_grads(bb, bd, c, 0);
+    if ((c = att(bd, "alibi_mask_bias", 1, 5, 8, 2, 1, 8, 8))) {
+        bat_case_bias(bd, c, 1.0);
+        bat_case_alibi(bd, c, SMATTN_ALIBI_MASK, 0, NULL);
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    }
+    bw_grads(bb, bd, c, 0);
     if (!full)
         return;
+    {
+        int64_t sq[3] = {7, 1, 4}, tk[3] = {12, 9, 4};
+        bat_lay_spec ls = {1, BAT_KV_PAGED, 1, 3, 2, 0, 0, 1, SMATTN_ALIBI_NONE};
+        bw_grads(bb, bd,
+                 bat_lay_case(bd, "backward", "layout_paged_hnd_window", 3, sq, tk, 7, 12, 6, 3,
+                              8, SMATTN_CAUSAL_NONE, 2, 1, &ls),
+                 BW_DLSE);
+    }
+    if ((c = att(bd, "alibi_one_sided_softcap_gqa", 1, 6, 9, 4, 2, 8, 8))) {
+        c->prob.softcap = 3.0;
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        bat_case_alibi(bd, c, SMATTN_ALIBI_ONE_SIDED, 0, NULL);
+    }
+    bw_grads(bb, bd, c, BW_DLSE);
     if ((c = att(bd, "prefill_causal_d64", 1, 96, 96, 4, 2, 64, 64)))
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     bw_grads(bb, bd, c, BW_DLSE);
@@ -340,16 +413,27 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         return;
     }
     r->status = CONFORM_FAIL;
-    conform_inst m;
+    conform_inst m, lm;
+    memset(&lm, 0, sizeof lm);
     if (conform_case_materialise(c, (smattn_dtype)qdt, (smattn_dtype)kvdt, k->info.empty_rows,
                                  k->info.empty_lse, &m)) {
         snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
         return;
     }
-    const smattn_problem *p = &m.prob;
-    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    const int64_t ng[3] = {p->B * p->S * p->Hq * p->D, p->B * p->T * p->Hkv * p->D,
-                           p->B * p->T * p->Hkv * p->Dv};
+    /* a layout case: the kernel gets it laid out, and dO, dLSE and the gradients live in
+     * the layout's storage (SPEC 2.7, 10.1) */
+    if (c->has_layout && conform_case_lay_out(c, &m, &lm)) {
+        snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
+        conform_inst_free(&m);
+        return;
+    }
+    const smattn_problem *p = c->has_layout ? &lm.prob : &m.prob;
+    const smattn_inputs *pin = c->has_layout ? &lm.in : &m.in;
+    int64_t qn[2], kn[2];
+    smattn__storage_rows(p, qn, kn);
+    const int64_t no = qn[0] * qn[1] * p->Hq * p->Dv, nl = qn[0] * p->Hq * qn[1];
+    const int64_t ng[3] = {qn[0] * qn[1] * p->Hq * p->D, kn[0] * kn[1] * p->Hkv * p->D,
+                           kn[0] * kn[1] * p->Hkv * p->Dv};
     const size_t qes = smattn_dtype_size((smattn_dtype)qdt), oes = smattn_dtype_size((smattn_dtype)odt);
     /* dO and dLSE in the dtype of Q (the oracle reads the same values) */
     void *dob = malloc((size_t)no * qes), *dlb = bb->dlse[idx] ? malloc((size_t)nl * qes) : NULL;
@@ -364,10 +448,27 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
         goto done;
     }
-    for (int64_t e = 0; e < no; e++)
-        smattn_store(dob, (smattn_dtype)qdt, e, bb->dout[idx][e]);
-    for (int64_t e = 0; dlb && e < nl; e++)
-        smattn_store(dlb, (smattn_dtype)qdt, e, bb->dlse[idx][e]);
+    /* the battery's dense dO [B,S,Hq,Dv] and dLSE [B,Hq,S], each stored row where O's and
+     * LSE's storage holds it */
+    {
+        int64_t so[4], sl[4];
+        smattn_contiguous_strides(p, 'o', so);
+        smattn_contiguous_strides(p, 'l', sl);
+        for (int64_t e = 0; e < no; e++)
+            smattn_store(dob, (smattn_dtype)qdt, e, 0.0);
+        for (int64_t e = 0; dlb && e < nl; e++)
+            smattn_store(dlb, (smattn_dtype)qdt, e, 0.0);
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t i = 0; i < p->S; i++)
+                for (int64_t h = 0; smattn__row_stored(p, b, i) && h < p->Hq; h++) {
+                    for (int64_t d = 0; d < p->Dv; d++)
+                        smattn_store(dob, (smattn_dtype)qdt, smattn__row_off(p, so, b, i, h, d),
+                                     bb->dout[idx][((b * p->S + i) * p->Hq + h) * p->Dv + d]);
+                    if (dlb)
+                        smattn_store(dlb, (smattn_dtype)qdt, smattn__lse_off(p, sl, b, h, i),
+                                     bb->dlse[idx][(b * p->Hq + h) * p->S + i]);
+                }
+    }
     prefill(fo, (smattn_dtype)odt, no);
     prefill(fl, (smattn_dtype)odt, nl);
     for (int u = 0; u < 2; u++)
@@ -394,16 +495,20 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     }
     smattn_grad_outputs go[2];
     memset(go, 0, sizeof go);
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < 2; u++) { /* the strides of Q, K and V (HND pages included) */
         smattn_out_tensor *ts[3] = {&go[u].dq, &go[u].dk, &go[u].dv};
-        const int64_t n4[3][4] = {{p->B, p->S, p->Hq, p->D}, {p->B, p->T, p->Hkv, p->D},
-                                  {p->B, p->T, p->Hkv, p->Dv}};
+        const smattn_tensor *src[3] = {&pin->q, &pin->k, &pin->v};
+        const int64_t n4[3][4] = {{qn[0], qn[1], p->Hq, p->D}, {kn[0], kn[1], p->Hkv, p->D},
+                                  {kn[0], kn[1], p->Hkv, p->Dv}};
         for (int t = 0; t < 3; t++) {
             ts[t]->data = gb[u][t];
             ts[t]->dtype = (smattn_dtype)odt;
             ts[t]->stride[3] = 1;
             for (int a = 2; a >= 0; a--)
                 ts[t]->stride[a] = ts[t]->stride[a + 1] * n4[t][a + 1];
+            if (c->has_layout && (t == 0 ? p->layout->cu_seqlens_q != NULL
+                                         : p->layout->cu_seqlens_k || p->layout->block_table))
+                memcpy(ts[t]->stride, src[t]->stride, sizeof ts[t]->stride);
         }
     }
     const int twice = (k->info.caps & SMATTN_CAP_BACKWARD_DETERMINISTIC) != 0;
@@ -427,16 +532,16 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         rep->pm = e.precision ? e.precision(p) : k->info.precision;
         rep->stage = 3;
         int th = e.threads && e.threads(1) == 0;
-        rep->fwd_status = e.attention(p, &m.in, &fwd);
+        rep->fwd_status = e.attention(p, pin, &fwd);
         rep->fwd_returned = 1;
         if (rep->fwd_status != 0)
             _exit(0);
         rep->stage = 4;
-        rep->status = e.backward(p, &m.in, &saved, &gin, &go[0]);
+        rep->status = e.backward(p, pin, &saved, &gin, &go[0]);
         rep->returned = 1;
         if (rep->status == 0 && twice) {
             rep->threads = th && e.threads(2) == 0;
-            rep->rerun = e.backward(p, &m.in, &saved, &gin, &go[1]) == 0 ? 1 : -1;
+            rep->rerun = e.backward(p, pin, &saved, &gin, &go[1]) == 0 ? 1 : -1;
         }
         _exit(0);
     }
@@ -528,7 +633,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     r->pm = bpm.bwd;
     r->has_pm = 1;
     double secs = r->seconds;
-    conform_judge_backward_result(p, &m.in, &gin, &go[0], &bpm, r);
+    conform_judge_backward_result(p, pin, &gin, &go[0], &bpm, r);
     r->seconds = secs;
     if (twice && r->status == CONFORM_PASS) {
         r->rerun = rep->rerun == 1 ? 1 : -1;
@@ -560,5 +665,6 @@ done:
         for (int t = 0; t < 3; t++)
             release(gb[u][t], (size_t)ng[t] * oes);
     release(rep, sizeof *rep);
+    conform_inst_free(&lm);
     conform_inst_free(&m);
 }

@@ -63,6 +63,25 @@ void battery_regimes_masked(builder *bd);
 
 /* battery_layout.c: ragged and paged batches (SPEC 2.7). */
 void battery_layouts(builder *bd, int full);
+enum { BAT_KV_DENSE = 0, BAT_KV_PACKED = 1, BAT_KV_PAGED = 2 };
+typedef struct bat_lay_spec {
+    int packed_q;   /* queries packed (cu_seqlens_q) */
+    int kv;         /* BAT_KV_DENSE, BAT_KV_PACKED or BAT_KV_PAGED */
+    int hnd;        /* paged: [num_pages, Hkv, page_size, D] */
+    int64_t page;   /* paged: page size */
+    int64_t spare;  /* paged: pages no sequence uses (garbage), beyond those in use; with
+                       0, no table column past T either (a cache filled to capacity) */
+    int64_t shared; /* paged: sequence 1's first `shared` pages are sequence 0's */
+    int64_t extra;  /* packed keys: each slice this much past seqused_k (garbage) */
+    int clean;      /* no garbage in the dense twin's unread slots (the backward's cases) */
+    smattn_alibi_mode alibi; /* ALiBi, per-batch slopes of both signs (mask: with a bias) */
+} bat_lay_spec;
+/* A layout case in category cat: B sequences of Sb[b] queries and Tb[b] keys in a dense twin
+ * S x T, laid out as ls says (finished: its caps name the layout's bits). */
+conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64_t B,
+                           const int64_t *Sb, const int64_t *Tb, int64_t S, int64_t T, int64_t Hq,
+                           int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
+                           const bat_lay_spec *ls);
 
 /* battery_alibi.c: ALiBi's category (SPEC 2.8). */
 void battery_alibi(builder *bd, int full);

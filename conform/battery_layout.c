@@ -16,18 +16,8 @@
 
 /* ---- building the cases ---------------------------------------------------------------- */
 
-enum { KV_DENSE = 0, KV_PACKED = 1, KV_PAGED = 2 };
-
-typedef struct lay_spec {
-    int packed_q;   /* queries packed (cu_seqlens_q) */
-    int kv;         /* KV_DENSE, KV_PACKED or KV_PAGED */
-    int hnd;        /* paged: [num_pages, Hkv, page_size, D] */
-    int64_t page;   /* paged: page size */
-    int64_t spare;  /* paged: pages no sequence uses (garbage), beyond those in use; with
-                       0, no table column past T either (a cache filled to capacity) */
-    int64_t shared; /* paged: sequence 1's first `shared` pages are sequence 0's */
-    int64_t extra;  /* packed keys: each slice this much past seqused_k (garbage) */
-} lay_spec;
+enum { KV_DENSE = BAT_KV_DENSE, KV_PACKED = BAT_KV_PACKED, KV_PAGED = BAT_KV_PAGED };
+typedef bat_lay_spec lay_spec;
 
 /* What unused block-table entries hold: never read (SPEC 2.7), so anything at all. */
 static int32_t table_junk(int64_t k, int64_t num_pages)
@@ -38,14 +28,25 @@ static int32_t table_junk(int64_t k, int64_t num_pages)
 
 /* A layout case named name: B sequences of S_b queries (Sb) and T_b keys (Tb), in a dense
  * twin of S x T, laid out as ls says. causal and the window apply per sequence. */
-static conform_case *lay_case(builder *bd, const char *name, int64_t B, const int64_t *Sb,
-                              const int64_t *Tb, int64_t S, int64_t T, int64_t Hq, int64_t Hkv,
-                              int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
-                              const lay_spec *ls)
+conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64_t B,
+                           const int64_t *Sb, const int64_t *Tb, int64_t S, int64_t T, int64_t Hq,
+                           int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
+                           const bat_lay_spec *ls)
 {
-    conform_case *c = bat_att(bd, "layout", name, B, S, T, Hq, Hkv, D);
+    conform_case *c = bat_att(bd, cat, name, B, S, T, Hq, Hkv, D);
     if (!c)
         return NULL;
+    if (ls->clean)
+        c->garbage = 0;
+    if (ls->alibi != SMATTN_ALIBI_NONE) { /* a bias first for the mask mode (SPEC 2.8) */
+        if (ls->alibi == SMATTN_ALIBI_MASK && !bat_case_bias(bd, c, 1.0))
+            return NULL;
+        float *sl = bat_case_alibi(bd, c, ls->alibi, 1, NULL);
+        for (int64_t k = 0; sl && k < B * Hq; k++) /* both signs, as vLLM's tests draw */
+            sl[k] = (float)((double)bat_rng_int(&bd->r, -1000, 1000) / 997.0);
+        if (!sl)
+            return NULL;
+    }
     smattn_problem *p = &c->prob;
     p->causal = causal;
     p->window_left = wl, p->window_right = wr;
@@ -144,6 +145,14 @@ static conform_case *lay_case(builder *bd, const char *name, int64_t B, const in
     return c;
 }
 
+static conform_case *lay_case(builder *bd, const char *name, int64_t B, const int64_t *Sb,
+                              const int64_t *Tb, int64_t S, int64_t T, int64_t Hq, int64_t Hkv,
+                              int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
+                              const lay_spec *ls)
+{
+    return bat_lay_case(bd, "layout", name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls);
+}
+
 void battery_layouts(builder *bd, int full)
 {
     const smattn_causal LR = SMATTN_CAUSAL_LOWER_RIGHT, UL = SMATTN_CAUSAL_UPPER_LEFT,
@@ -152,94 +161,94 @@ void battery_layouts(builder *bd, int full)
      * pages and table columns full of garbage; GQA and packed queries beside */
     {
         int64_t sq[3] = {3, 1, 4}, tk[3] = {6, 0, 9};
-        lay_spec ls = {1, KV_PAGED, 0, 1, 3, 0, 0};
+        lay_spec ls = {1, KV_PAGED, 0, 1, 3, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p1_gqa", 3, sq, tk, 4, 9, 4, 2, 8, LR, -1, -1, &ls);
     }
     {
         int64_t sq[3] = {5, 2, 1}, tk[3] = {7, 11, 3};
-        lay_spec ls = {1, KV_PAGED, 0, 3, 2, 0, 0};
+        lay_spec ls = {1, KV_PAGED, 0, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p3_nopow2", 3, sq, tk, 5, 12, 2, 1, 8, NONE, -1, -1, &ls);
-        lay_spec hn = {1, KV_PAGED, 1, 3, 2, 0, 0};
+        lay_spec hn = {1, KV_PAGED, 1, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p3_hnd_causal", 3, sq, tk, 5, 12, 4, 2, 8, LR, -1, -1, &hn);
     }
     {
         int64_t sq[2] = {1, 1}, tk[2] = {37, 50};
-        lay_spec ls = {0, KV_PAGED, 0, 16, 2, 0, 0}; /* dense Q: the kvcache call's */
+        lay_spec ls = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE}; /* dense Q: the kvcache call's */
         lay_case(bd, "paged_p16_decode", 2, sq, tk, 1, 64, 4, 1, 16, NONE, -1, -1, &ls);
-        lay_spec hn = {0, KV_PAGED, 1, 16, 1, 0, 0};
+        lay_spec hn = {0, KV_PAGED, 1, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p16_hnd_decode", 2, sq, tk, 1, 64, 2, 2, 16, NONE, -1, -1, &hn);
     }
     {
         int64_t sq[2] = {2, 1}, tk[2] = {300, 17};
-        lay_spec ls = {1, KV_PAGED, 0, 256, 1, 0, 0};
+        lay_spec ls = {1, KV_PAGED, 0, 256, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p256", 2, sq, tk, 2, 512, 2, 1, 8, NONE, -1, -1, &ls);
     }
     /* a shared prefix: sequence 1's first two pages are sequence 0's */
     {
         int64_t sq[3] = {2, 3, 1}, tk[3] = {13, 10, 5};
-        lay_spec ls = {1, KV_PAGED, 0, 4, 1, 2, 0};
+        lay_spec ls = {1, KV_PAGED, 0, 4, 1, 2, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_shared_pages", 3, sq, tk, 3, 16, 2, 1, 8, LR, -1, -1, &ls);
     }
     /* a cache filled exactly to capacity: T_b = max_pages x page_size, no spare page */
     {
         int64_t sq[2] = {3, 1}, tk[2] = {15, 15};
-        lay_spec ls = {1, KV_PAGED, 0, 5, 0, 0, 0};
+        lay_spec ls = {1, KV_PAGED, 0, 5, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_full_capacity", 2, sq, tk, 3, 15, 2, 2, 8, LR, -1, -1, &ls);
     }
     /* zero-length sequences: no queries, no keys, and both */
     {
         int64_t sq[4] = {0, 3, 2, 0}, tk[4] = {5, 0, 6, 0};
-        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0};
+        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_zero_length", 4, sq, tk, 3, 6, 2, 1, 8, NONE, -1, -1, &pk);
-        lay_spec pg = {1, KV_PAGED, 0, 3, 1, 0, 0};
+        lay_spec pg = {1, KV_PAGED, 0, 3, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_zero_length", 4, sq, tk, 3, 6, 2, 1, 8, LR, -1, -1, &pg);
     }
     /* S_b > T_b with lower-right alignment: the first S_b - T_b rows see no key (empty) */
     {
         int64_t sq[2] = {6, 4}, tk[2] = {2, 5};
-        lay_spec pg = {1, KV_PAGED, 0, 3, 1, 0, 0};
+        lay_spec pg = {1, KV_PAGED, 0, 3, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_s_above_t_lower_right", 2, sq, tk, 6, 6, 2, 1, 8, LR, -1, -1, &pg);
-        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0};
+        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_s_above_t_upper_left", 2, sq, tk, 6, 6, 2, 1, 8, UL, -1, -1, &pk);
     }
     /* keys past seqused_k (FlashAttention 3): in the slice, never read */
     {
         int64_t sq[3] = {2, 1, 3}, tk[3] = {9, 4, 6};
-        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 3};
+        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 3, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_seqused_k", 3, sq, tk, 3, 9, 2, 1, 8, NONE, -1, -1, &pk);
     }
     /* decodes long enough to be split over the keys, over many pages of 16 and of 3 */
     {
         int64_t T = full ? 4100 : 600;
         int64_t sq[2] = {1, 1}, tk[2] = {T, T / 2 + 7};
-        lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0};
+        lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, full ? "paged_split_decode_t4100" : "paged_split_decode_t600", 2, sq, tk, 1, T,
                  2, 1, 16, NONE, -1, -1, &p16);
-        lay_spec p3 = {1, KV_PAGED, 0, 3, 1, 0, 0};
+        lay_spec p3 = {1, KV_PAGED, 0, 3, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, full ? "paged_split_decode_p3_t4100" : "paged_split_decode_p3_t600", 2, sq, tk,
                  1, T, 2, 2, 8, LR, -1, -1, &p3);
     }
     /* a chunked-prefill batch: decodes (S_b = 1) beside prefills, one packed call */
     {
         int64_t sq[4] = {1, 24, 1, 9}, tk[4] = {40, 24, 7, 30};
-        lay_spec pg = {1, KV_PAGED, 0, 16, 1, 0, 0};
+        lay_spec pg = {1, KV_PAGED, 0, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_mixed_decode_prefill", 4, sq, tk, 24, 40, 4, 2, 8, LR, -1, -1, &pg);
-        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0};
+        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_mixed_decode_prefill", 4, sq, tk, 24, 40, 2, 1, 8, LR, -1, -1, &pk);
     }
     /* windows and GQA per sequence (the window counts from each sequence's diagonal) */
     {
         int64_t sq[3] = {7, 1, 4}, tk[3] = {12, 9, 4};
-        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0};
+        lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_window_gqa", 3, sq, tk, 7, 12, 6, 2, 8, LR, 3, 0, &pk);
-        lay_spec pg = {1, KV_PAGED, 1, 3, 2, 0, 0};
+        lay_spec pg = {1, KV_PAGED, 1, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_hnd_window_gqa", 3, sq, tk, 7, 12, 6, 3, 8, NONE, 2, 1, &pg);
     }
     if (full) {
         int64_t sq[3] = {64, 1, 33}, tk[3] = {700, 1025, 64};
-        lay_spec pg = {1, KV_PAGED, 0, 256, 3, 0, 0};
+        lay_spec pg = {1, KV_PAGED, 0, 256, 3, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p256_prefill", 3, sq, tk, 64, 1100, 4, 2, 32, LR, -1, -1, &pg);
-        lay_spec p1 = {1, KV_PAGED, 1, 1, 5, 0, 0};
+        lay_spec p1 = {1, KV_PAGED, 1, 1, 5, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p1_hnd_prefill", 3, sq, tk, 64, 1100, 2, 1, 16, LR, 100, -1, &p1);
     }
 }

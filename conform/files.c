@@ -146,29 +146,76 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
     return conform_file_close(f, path, err, errlen);
 }
 
-static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtype t, int layout,
-                             char *err, size_t errlen);
-static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
-                                 smattn_dtype t, char *err, size_t errlen);
+/* What gen --backward adds to a layout case: the dense dO's stream (case name, seed). */
+typedef struct gen_grads {
+    int on;
+    const conform_case *c;
+    uint64_t seed;
+} gen_grads;
 
-/* do.npy [B,S,Hq,Dv] of a backward case (SPEC 7.1, 10.1): uniform in [-1, 1) like V, from
- * a stream of its own seeded by the case's name and the run's seed (the battery's streams
- * are left as they are, so the forward inputs do not change), rounded to t. */
-static int write_dout(const char *dir, const conform_case *c, const smattn_problem *p,
-                      smattn_dtype t, uint64_t seed, char *err, size_t errlen)
+static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtype t, int layout,
+                             gen_grads gr, char *err, size_t errlen);
+static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
+                                 smattn_dtype t, gen_grads gr, char *err, size_t errlen);
+
+/* dO [B,S,Hq,Dv] of a backward case (SPEC 7.1, 10.1): uniform in [-1, 1) like V, from a
+ * stream of its own seeded by the case's name and the run's seed (the battery's streams
+ * are left as they are, so the forward inputs do not change), rounded to t; malloc'd. */
+static void *make_dout(const conform_case *c, const smattn_problem *p, smattn_dtype t,
+                       uint64_t seed)
 {
-    const int64_t shape[4] = {p->B, p->S, p->Hq, p->Dv}, n = p->B * p->S * p->Hq * p->Dv;
-    void *d = malloc((size_t)n * smattn_dtype_size(t));
+    const int64_t n = p->B * p->S * p->Hq * p->Dv;
+    void *d = malloc((size_t)(n > 0 ? n : 1) * smattn_dtype_size(t));
+    if (!d)
+        return NULL;
+    rng r = {bat_hash_name(c->name, seed ^ 0x6261636b77617264u)}; /* "backward" */
+    for (int64_t e = 0; e < n; e++)
+        smattn_store(d, t, e, (double)(bat_rng_next(&r) >> 11) * 0x1p-52 - 1.0);
+    return d;
+}
+
+/* do.npy of a backward case: the dense [B,S,Hq,Dv], or O's packed shape [total_q,Hq,Dv]
+ * (the stored rows of cu_q; SPEC 7.1) when cu_q is given. */
+static int write_dout(const char *dir, const conform_case *c, const smattn_problem *p,
+                      const int64_t *cu_q, smattn_dtype t, uint64_t seed, char *err,
+                      size_t errlen)
+{
+    void *d = make_dout(c, p, t, seed);
     if (!d) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    rng r = {bat_hash_name(c->name, seed ^ 0x6261636b77617264u)}; /* "backward" */
-    for (int64_t e = 0; e < n; e++)
-        smattn_store(d, t, e, (double)(bat_rng_next(&r) >> 11) * 0x1p-52 - 1.0);
-    int rc = write_array(dir, "do.npy", smattn_npy_type_of(t), 4, shape, d, err, errlen);
+    const size_t es = smattn_dtype_size(t), row = (size_t)(p->Hq * p->Dv) * es;
+    int rc;
+    if (cu_q) { /* rows in place: row cu_q[b] + i <- (b, i), i < S_b, in increasing order */
+        unsigned char *u = d;
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t i = 0; i < cu_q[b + 1] - cu_q[b]; i++)
+                memmove(u + (size_t)(cu_q[b] + i) * row, u + (size_t)(b * p->S + i) * row, row);
+        const int64_t shape[3] = {cu_q[p->B], p->Hq, p->Dv};
+        rc = write_array(dir, "do.npy", smattn_npy_type_of(t), 3, shape, d, err, errlen);
+    } else {
+        const int64_t shape[4] = {p->B, p->S, p->Hq, p->Dv};
+        rc = write_array(dir, "do.npy", smattn_npy_type_of(t), 4, shape, d, err, errlen);
+    }
     free(d);
     return rc;
+}
+
+/* Whether two used entries of a block table name one page (SPEC 10.1: no backward then). */
+static int table_shares_page(const smattn_problem *p, const smattn_layout *L)
+{
+    if (!L->block_table)
+        return 0;
+    unsigned char *hit = calloc((size_t)L->num_pages, 1);
+    int shared = !hit;
+    for (int64_t b = 0; hit && b < p->B && !shared; b++) {
+        const int64_t Tb = p->kv_lens ? p->kv_lens[b] : p->T;
+        for (int64_t k = 0; k < (Tb + L->page_size - 1) / L->page_size && !shared; k++)
+            shared = hit[L->block_table[b * L->bt_stride + k]]++ != 0;
+    }
+    free(hit);
+    return shared;
 }
 
 /* The dtypes a case's Q (which 0) or K and V (1) are written in: the case's own 8-bit or
@@ -218,8 +265,9 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
     const smattn_problem *p = &m.prob;
     if (layout && p->op == SMATTN_OP_ATTENTION && !quant) {
         /* a layout case keeps its own layout; the others take --layout's rule */
-        int lr = c->has_layout ? write_own_layout_case(dir, c, &m, t, err, errlen)
-                               : write_layout_case(dir, &m, t, layout, err, errlen);
+        gen_grads g = {backward, c, seed};
+        int lr = c->has_layout ? write_own_layout_case(dir, c, &m, t, g, err, errlen)
+                               : write_layout_case(dir, &m, t, layout, g, err, errlen);
         if (lr <= 0) {
             conform_inst_free(&m);
             return lr;
@@ -244,7 +292,7 @@ static int write_case(const conform_case *c, const char *dir, smattn_dtype t, sm
     /* the backward takes no quantised input (SPEC 10): a quantised case stays forward */
     const int grads = backward && p->op == SMATTN_OP_ATTENTION && !quant;
     if (!rc && grads)
-        rc = write_dout(dir, c, p, t, seed, err, errlen);
+        rc = write_dout(dir, c, p, NULL, t, seed, err, errlen);
     if (!rc)
         rc = write_case_json(dir, p, &m.in, t == SMATTN_BF16, grads, err, errlen);
     conform_inst_free(&m);
@@ -283,7 +331,7 @@ static void copy_row(unsigned char *dst, const unsigned char *src, int64_t n, in
  * 1 when the case has no query or no key at all (a packed file cannot be empty: the caller
  * writes it dense), 0 written, -1 with err. */
 static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtype t, int layout,
-                             char *err, size_t errlen)
+                             gen_grads gr, char *err, size_t errlen)
 {
     const smattn_problem *p = &m->prob;
     const smattn_inputs *in = &m->in;
@@ -404,6 +452,8 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
         rc = write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, sbm, mask, err, errlen);
     if (!rc && in->sinks.data)
         rc = write_array(dir, "sinks.npy", nt, 1, &p->Hq, in->sinks.data, err, errlen);
+    if (!rc && gr.on) /* fresh pages per sequence: a backward case */
+        rc = write_dout(dir, gr.c, p, cu_q, t, gr.seed, err, errlen);
     if (!rc) {
         char path[FPATH];
         (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
@@ -431,8 +481,8 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
         }
         put_alibi(f, p);
         if (t == SMATTN_BF16)
-            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s]", bias ? ", \"bias\"" : "",
-                    in->sinks.data ? ", \"sinks\"" : "");
+            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s%s]", bias ? ", \"bias\"" : "",
+                    in->sinks.data ? ", \"sinks\"" : "", gr.on ? ", \"do\"" : "");
         fprintf(f, "\n}\n");
         rc = conform_file_close(f, path, err, errlen) ? -1 : 0;
     }
@@ -455,9 +505,11 @@ done:
  * a packed tensor would be empty (the caller writes the case dense), 0 written, -1 with
  * err. */
 static int write_own_layout_case(const char *dir, const conform_case *c, const conform_inst *m,
-                                 smattn_dtype t, char *err, size_t errlen)
+                                 smattn_dtype t, gen_grads gr, char *err, size_t errlen)
 {
     const smattn_layout *L = &c->layout;
+    /* a table sharing a page has no backward (SPEC 10.1): the case stays forward only */
+    gr.on = gr.on && !table_shares_page(&m->prob, L);
     const smattn_problem *p = &m->prob;
     const int64_t B = p->B, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
     const size_t es = smattn_dtype_size(t);
@@ -524,7 +576,8 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
          (table && write_array(dir, "block_table.npy", SMATTN_NPY_I32, 2, st, table, err, errlen)) ||
          (cut[0] && write_array(dir, "bias.npy", nt, 4, sbm, cut[0], err, errlen)) ||
          (cut[1] && write_array(dir, "mask.npy", SMATTN_NPY_BOOL, 4, sbm, cut[1], err, errlen)) ||
-         (m->in.sinks.data && write_array(dir, "sinks.npy", nt, 1, &p->Hq, m->in.sinks.data, err, errlen));
+         (m->in.sinks.data && write_array(dir, "sinks.npy", nt, 1, &p->Hq, m->in.sinks.data, err, errlen)) ||
+         (gr.on && write_dout(dir, gr.c, p, L->cu_seqlens_q, t, gr.seed, err, errlen));
     if (!rc) {
         char path[FPATH];
         (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
@@ -554,8 +607,8 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
             fprintf(f, ",\n  \"kv_layout\": \"HND\"");
         put_alibi(f, p);
         if (t == SMATTN_BF16)
-            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s]", cut[0] ? ", \"bias\"" : "",
-                    m->in.sinks.data ? ", \"sinks\"" : "");
+            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s%s]", cut[0] ? ", \"bias\"" : "",
+                    m->in.sinks.data ? ", \"sinks\"" : "", gr.on ? ", \"do\"" : "");
         fprintf(f, "\n}\n");
         rc = conform_file_close(f, path, err, errlen) ? -1 : 0;
     }
@@ -841,6 +894,23 @@ static int read_grad(const char *dir, const char *file, const smattn_case *c, in
     static const char *const dn[3][4] = {
         {"B", "S", "Hq", "D"}, {"B", "T", "Hkv", "D"}, {"B", "T", "Hkv", "Dv"}};
     int64_t w[4], stride[4];
+    if (c->has_layout) { /* SPEC 10.1: dQ in Q's storage, dK and dV in K's and V's */
+        static const char *const packed[3][3] = {
+            {"total_q", "Hq", "D"}, {"total_k", "Hkv", "D"}, {"total_k", "Hkv", "Dv"}};
+        static const char *const nhd[2][4] = {{"num_pages", "page_size", "Hkv", "D"},
+                                              {"num_pages", "page_size", "Hkv", "Dv"}};
+        static const char *const hnd[2][4] = {{"num_pages", "Hkv", "page_size", "D"},
+                                              {"num_pages", "Hkv", "page_size", "Dv"}};
+        const int rank = smattn_case_out_layout(c, 3 + t, w, stride);
+        const char *const *names = dn[t] + (4 - rank);
+        if (t == 0 && c->packed_q)
+            names = packed[0];
+        else if (t > 0 && c->packed_k)
+            names = packed[t];
+        else if (t > 0 && c->paged)
+            names = c->json.kv_hnd ? hnd[t - 1] : nhd[t - 1];
+        return read_array(dir, file, rank, w, stride, names, a, got, err, errlen);
+    }
     stride[3] = 1;
     for (int k = 2; k >= 0; k--)
         stride[k] = stride[k + 1] * n[t][k + 1];
@@ -1177,7 +1247,7 @@ static void check_one(const char *dir, const char *name, const char *category,
             conform_inst_free(&tw);
         }
     }
-    if (!bad && c.backward && !c.has_layout && p->op == SMATTN_OP_ATTENTION)
+    if (!bad && c.backward && p->op == SMATTN_OP_ATTENTION)
         check_grads(dir, &c, &got, pm, r);
     for (int t = 0; t < 3; t++)
         smattn_npy_free(&arr[t]);

@@ -7,6 +7,8 @@
 
 #include "conform/conform.h"
 #include "conform/judge_backward.h"
+#include "core/internal.h"
+#include "core/layout.h"
 
 /* Contiguous strides of dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] and the extents. */
 static void shape_of(const smattn_problem *p, int t, int64_t n[4], int64_t st[4])
@@ -20,19 +22,135 @@ static void shape_of(const smattn_problem *p, int t, int64_t n[4], int64_t st[4]
         st[k] = st[k + 1] * n[k + 1];
 }
 
+/* Whether logical element (i0, i1) of gradient t has storage (SPEC 10.1): every one when
+ * dense; with a layout a stored row (dQ), a key t < T_b (dK, dV). */
+static int has_storage(const smattn_problem *p, int t, int64_t i0, int64_t i1)
+{
+    if (!p->layout)
+        return 1;
+    return t == 0 ? smattn__row_stored(p, i0, i1) : i1 < smattn__kv_len(p, i0);
+}
+
+/* Offset of logical element (i0..i3) of gradient t in a tensor of strides gs: through the
+ * layout's locator. */
+static int64_t elem_off(const smattn_problem *p, int t, const int64_t gs[4], int64_t i0,
+                        int64_t i1, int64_t i2, int64_t i3)
+{
+    return t == 0 ? smattn__row_off(p, gs, i0, i1, i2, i3) : smattn__key_off(p, gs, i0, i1, i2, i3);
+}
+
+/* A layout's gradient storage (SPEC 2.7): C-contiguous strides s of its extents e, and the
+ * element count. */
+static int64_t storage_of(const smattn_problem *p, int t, int64_t e[4], int64_t s[4])
+{
+    int64_t qn[2], kn[2];
+    smattn__storage_rows(p, qn, kn);
+    e[0] = t ? kn[0] : qn[0], e[1] = t ? kn[1] : qn[1], e[2] = t ? p->Hkv : p->Hq;
+    e[3] = t == 2 ? p->Dv : p->D;
+    s[3] = 1;
+    for (int k = 2; k >= 0; k--)
+        s[k] = s[k + 1] * e[k + 1];
+    return e[0] * s[0];
+}
+
+/* With a layout: the elements of got's storage that no stored row and no key t < T_b
+ * reaches must be +0 (SPEC 10.1). The count of those that are not, and the first. */
+static smattn_status unreached_nonzero(const smattn_problem *p, const smattn_grad_outputs *got,
+                                       int64_t bad[3], int64_t first[3], double val[3])
+{
+    const smattn_out_tensor *g3[3] = {&got->dq, &got->dk, &got->dv};
+    for (int t = 0; t < 3; t++) {
+        int64_t e[4], s[4];
+        const int64_t cnt = storage_of(p, t, e, s);
+        unsigned char *seen = calloc((size_t)(cnt > 0 ? cnt : 1), 1);
+        if (!seen)
+            return SMATTN_ERR_NOMEM;
+        const int64_t n1 = t ? p->T : p->S, n2 = t ? p->Hkv : p->Hq;
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t i = 0; i < n1 && has_storage(p, t, b, i); i++)
+                for (int64_t h = 0; h < n2; h++)
+                    for (int64_t d = 0; d < e[3]; d++)
+                        seen[elem_off(p, t, s, b, i, h, d)] = 1;
+        bad[t] = 0, first[t] = -1;
+        for (int64_t x = 0; x < cnt; x++) {
+            if (seen[x])
+                continue;
+            const int64_t *gs = g3[t]->stride;
+            double v = smattn_load(g3[t]->data, g3[t]->dtype,
+                                   x / s[0] * gs[0] + x / s[1] % e[1] * gs[1] +
+                                       x / s[2] % e[2] * gs[2] + x % e[3] * gs[3]);
+            if (v != 0 || signbit(v)) {
+                if (!bad[t]++)
+                    first[t] = x, val[t] = v;
+            }
+        }
+        free(seen);
+    }
+    return SMATTN_OK;
+}
+
+static smattn_status exact_and_bound_dense(const smattn_problem *p, const smattn_inputs *in,
+                                           const smattn_grad_inputs *gin,
+                                           const smattn_grad_outputs *got,
+                                           const smattn_backward_precision *pm,
+                                           const smattn_ref_config *cfg, int64_t st[3][4],
+                                           int64_t cnt[3], double *ex[3], double *bd[3]);
+
+/* exact_and_bound of a layout problem: the oracle and the bound in the layout's storage,
+ * gathered into the dense twin's logical shape. */
+static smattn_status exact_and_bound_layout(const smattn_problem *p, const smattn_inputs *in,
+                                            const smattn_grad_inputs *gin,
+                                            const smattn_grad_outputs *got,
+                                            const smattn_backward_precision *pm,
+                                            const smattn_ref_config *cfg, int64_t n[3][4],
+                                            int64_t st[3][4], int64_t cnt[3], double *ex[3],
+                                            double *bd[3])
+{
+    int64_t le[3][4], ls[3][4], lc[3];
+    double *lx[3] = {NULL, NULL, NULL}, *lb[3] = {NULL, NULL, NULL};
+    smattn_status s = SMATTN_OK;
+    for (int t = 0; t < 3; t++) {
+        shape_of(p, t, n[t], st[t]);
+        cnt[t] = n[t][0] * st[t][0];
+        ex[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
+        bd[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
+        lc[t] = storage_of(p, t, le[t], ls[t]);
+        lx[t] = malloc((size_t)(lc[t] > 0 ? lc[t] : 1) * sizeof(double));
+        lb[t] = malloc((size_t)(lc[t] > 0 ? lc[t] : 1) * sizeof(double));
+        if (!ex[t] || !bd[t] || !lx[t] || !lb[t])
+            s = SMATTN_ERR_NOMEM;
+    }
+    if (!s)
+        s = exact_and_bound_dense(p, in, gin, got, pm, cfg, ls, lc, lx, lb);
+    for (int t = 0; t < 3 && !s; t++)
+        for (int64_t x = 0; x < cnt[t]; x++) {
+            const int64_t i0 = x / st[t][0], i1 = x / st[t][1] % n[t][1],
+                          i2 = x / st[t][2] % n[t][2], i3 = x % n[t][3];
+            if (!has_storage(p, t, i0, i1)) {
+                ex[t][x] = bd[t][x] = 0;
+                continue;
+            }
+            const int64_t o = elem_off(p, t, ls[t], i0, i1, i2, i3);
+            ex[t][x] = lx[t][o], bd[t][x] = lb[t][o];
+        }
+    for (int t = 0; t < 3; t++)
+        free(lx[t]), free(lb[t]);
+    return s;
+}
+
 /* The oracle's binary64 gradients ex[t] and their bounds bd[t] for model pm with got's
- * dtypes (t: dQ, dK, dV, contiguous; n, st the extents and strides, cnt the counts). The
- * arrays are malloc'd (freed by the caller, also on failure). */
+ * dtypes (t: dQ, dK, dV, contiguous in the dense twin's logical shape; n, st the extents
+ * and strides, cnt the counts; with a layout, computed in its storage and gathered, an
+ * element without storage exact 0 with bound 0). The arrays are malloc'd (freed by the
+ * caller, also on failure). */
 static smattn_status exact_and_bound(const smattn_problem *p, const smattn_inputs *in,
                                      const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
                                      const smattn_backward_precision *pm,
                                      const smattn_ref_config *cfg, int64_t n[3][4],
                                      int64_t st[3][4], int64_t cnt[3], double *ex[3], double *bd[3])
 {
-    smattn_grad_outputs eo, bo, fmt;
-    memset(&eo, 0, sizeof eo);
-    memset(&bo, 0, sizeof bo);
-    memset(&fmt, 0, sizeof fmt);
+    if (p->layout)
+        return exact_and_bound_layout(p, in, gin, got, pm, cfg, n, st, cnt, ex, bd);
     smattn_status s = SMATTN_OK;
     for (int t = 0; t < 3; t++) {
         shape_of(p, t, n[t], st[t]);
@@ -44,6 +162,23 @@ static smattn_status exact_and_bound(const smattn_problem *p, const smattn_input
     }
     if (s)
         return s;
+    return exact_and_bound_dense(p, in, gin, got, pm, cfg, st, cnt, ex, bd);
+}
+
+/* The oracle and the bound into ex[t], bd[t] of strides st[t] (allocated, cnt[t] each). */
+static smattn_status exact_and_bound_dense(const smattn_problem *p, const smattn_inputs *in,
+                                           const smattn_grad_inputs *gin,
+                                           const smattn_grad_outputs *got,
+                                           const smattn_backward_precision *pm,
+                                           const smattn_ref_config *cfg, int64_t st[3][4],
+                                           int64_t cnt[3], double *ex[3], double *bd[3])
+{
+    (void)cnt;
+    smattn_grad_outputs eo, bo, fmt;
+    memset(&eo, 0, sizeof eo);
+    memset(&bo, 0, sizeof bo);
+    memset(&fmt, 0, sizeof fmt);
+    smattn_status s;
     smattn_out_tensor *e3[3] = {&eo.dq, &eo.dk, &eo.dv}, *b3[3] = {&bo.dq, &bo.dk, &bo.dv};
     const smattn_out_tensor *g3[3] = {&got->dq, &got->dk, &got->dv};
     smattn_out_tensor *f3[3] = {&fmt.dq, &fmt.dk, &fmt.dv};
@@ -57,14 +192,16 @@ static smattn_status exact_and_bound(const smattn_problem *p, const smattn_input
     return smattn_backward_bound(p, in, gin, pm, &fmt, &bo);
 }
 
-/* Element x (contiguous index) of got's tensor t. */
-static double got_at(const smattn_grad_outputs *got, int t, const int64_t n[4], const int64_t st[4],
-                     int64_t x)
+/* Element x (contiguous index in the dense twin's shape) of got's tensor t, through the
+ * layout's locator; +0 where the layout has no storage (nothing to judge there). */
+static double got_at(const smattn_problem *p, const smattn_grad_outputs *got, int t,
+                     const int64_t n[4], const int64_t st[4], int64_t x)
 {
     const smattn_out_tensor *g = t == 0 ? &got->dq : t == 1 ? &got->dk : &got->dv;
     int64_t i0 = x / st[0], i1 = x / st[1] % n[1], i2 = x / st[2] % n[2], i3 = x % n[3];
-    const int64_t *gs = g->stride;
-    return smattn_load(g->data, g->dtype, i0 * gs[0] + i1 * gs[1] + i2 * gs[2] + i3 * gs[3]);
+    if (!has_storage(p, t, i0, i1))
+        return 0.0;
+    return smattn_load(g->data, g->dtype, elem_off(p, t, g->stride, i0, i1, i2, i3));
 }
 
 smattn_status conform_judge_backward(const smattn_problem *p, const smattn_inputs *in,
@@ -85,7 +222,7 @@ smattn_status conform_judge_backward(const smattn_problem *p, const smattn_input
     for (int t = 0; t < 3; t++) {
         v->worst[t] = -1;
         for (int64_t x = 0; x < cnt[t]; x++) {
-            double c = got_at(got, t, n[t], st[t], x);
+            double c = got_at(p, got, t, n[t], st[t], x);
             double e = ex[t][x], b = bd[t][x];
             double r = smattn_error_ratio(c, e, b);
             if (isfinite(e) && isinf(b))
@@ -100,6 +237,13 @@ smattn_status conform_judge_backward(const smattn_problem *p, const smattn_input
                 v->worst_bound[t] = b;
             }
         }
+    }
+    if (p->layout) { /* the storage no key reaches: +0 (SPEC 10.1) */
+        int64_t bad[3], first[3];
+        double val[3];
+        if ((s = unreached_nonzero(p, got, bad, first, val)))
+            goto done;
+        v->mismatched += bad[0] + bad[1] + bad[2];
     }
 done:
     for (int t = 0; t < 3; t++)
@@ -176,7 +320,7 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
     double maxr = 0, worst_fail = 0;
     for (int t = 0; t < 3; t++)
         for (int64_t x = 0; x < cnt[t]; x++) {
-            double c = got_at(got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
+            double c = got_at(p, got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
             double ratio = smattn_error_ratio(c, e, b);
             r->elements++;
             if (isfinite(e) && isinf(b))
@@ -204,6 +348,27 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
                 at[CL_OTHER] = x, att[CL_OTHER] = t, worst_fail = ratio;
         }
     r->max_ratio = maxr;
+    if (p->layout) { /* the storage no key or stored row reaches: +0 (SPEC 10.1) */
+        int64_t bad[3], first[3];
+        double val[3];
+        if (unreached_nonzero(p, got, bad, first, val)) {
+            snprintf(r->reason, sizeof r->reason, "could not judge: out of memory");
+            goto done;
+        }
+        for (int t = 0; t < 3; t++)
+            if (bad[t]) {
+                static const char *const nm[3] = {"dQ", "dK", "dV"};
+                r->mismatched += bad[0] + bad[1] + bad[2];
+                r->worst_got = val[t], r->worst_exact = 0, r->worst_bound = 0;
+                snprintf(r->reason, sizeof r->reason,
+                         "storage no key reaches given gradient: %s storage element %lld = %.9g, "
+                         "but no stored row or key t < T_b uses it (a page no sequence names, a "
+                         "slot past T_b, a key past seqused_k), so it is +0 (SPEC 10.1; %lld "
+                         "such elements)",
+                         nm[t], (long long)first[t], val[t], (long long)(bad[0] + bad[1] + bad[2]));
+                goto done;
+            }
+    }
     if (!r->mismatched) {
         r->status = CONFORM_PASS;
         goto done;
@@ -220,7 +385,7 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
                                                 : CL_OTHER;
     int t = cl == CL_EMPTY_NAN || cl == CL_HIDDEN ? att[cl] : att[CL_OTHER];
     int64_t x = cl == CL_EMPTY_NAN || cl == CL_HIDDEN ? at[cl] : at[CL_OTHER];
-    double c = got_at(got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
+    double c = got_at(p, got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
     r->worst_got = c, r->worst_exact = e, r->worst_bound = b;
     char el[96];
     name_elem(p, t, x, el, sizeof el);

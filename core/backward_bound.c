@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/layout.h"
 
 #include "core/bound_math.h"
 
@@ -181,7 +182,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     smattn_outputs ff, fbnd;
     memset(&ff, 0, sizeof ff);
     memset(&fbnd, 0, sizeof fbnd);
-    double *bo = malloc((size_t)(B * S * Hq * Dv) * sizeof *bo);
+    double *bo = malloc((size_t)(B * S * Hq * Dv) * sizeof *bo); /* packed: fewer rows */
     double *bl = malloc((size_t)(B * Hq * S) * sizeof *bl);
     acc a;
     memset(&a, 0, sizeof a);
@@ -205,13 +206,19 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     const size_t nT = (size_t)T + 1;
     int64_t *idx = malloc(nT * sizeof *idx);
     ld *buf = malloc(nT * 16 * sizeof *buf);
+    ld *al = malloc(nT * sizeof *al); /* |the ALiBi addend| of each visible key (6.2.3) */
+    /* ALiBi (SPEC 2.8, 6.2.3): an addend after the bias (has_bias: the bias as is) */
+    const int alibi = prob->alibi_mode != SMATTN_ALIBI_NONE,
+              alibi_dist = prob->alibi_mode == SMATTN_ALIBI_SYMMETRIC ||
+                           prob->alibi_mode == SMATTN_ALIBI_ONE_SIDED,
+              has_bias = in->bias.data != NULL && prob->alibi_mode != SMATTN_ALIBI_MASK;
     ld *qd = malloc((size_t)D * sizeof *qd);
     ld *dov = malloc((size_t)Dv * sizeof *dov);
     ld *ov = malloc((size_t)Dv * sizeof *ov);
     ld *krow = malloc(nT * (size_t)D * sizeof *krow);
     ld *vrow = malloc(nT * (size_t)Dv * sizeof *vrow);
     const size_t nbx = db_sum ? (size_t)(bx[0] * bx[1] * bx[2] * bx[3]) : 0;
-    if (!bo || !bl || !a.kx || !a.vx || !a.ev || !a.cnt || !a.bad || !idx || !buf || !qd ||
+    if (!bo || !bl || !a.kx || !a.vx || !a.ev || !a.cnt || !a.bad || !idx || !buf || !al || !qd ||
         !dov || !ov || !krow || !vrow || tsum_alloc(&tb, nbx) ||
         tsum_alloc(&ts, want_ds ? (size_t)Hq : 0)) {
         st = SMATTN_ERR_NOMEM;
@@ -230,6 +237,19 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
         (st = smattn_bound(prob, in, &pm->fwd, &ff, &fbnd)))
         goto done;
 
+    if (prob->layout) { /* SPEC 10.1: storage no key or stored row reaches is exactly +0 */
+        int64_t qn[2], kn[2];
+        smattn__storage_rows(prob, qn, kn);
+        const smattn_out_tensor *zt[3] = {&bound->dq, &bound->dk, &bound->dv};
+        const int64_t zn[3][4] = {{qn[0], qn[1], Hq, D}, {kn[0], kn[1], Hkv, D},
+                                  {kn[0], kn[1], Hkv, Dv}};
+        for (int k = 0; k < 3; k++)
+            for (int64_t x0 = 0; x0 < zn[k][0]; x0++)
+                for (int64_t x1 = 0; x1 < zn[k][1]; x1++)
+                    for (int64_t x2 = 0; x2 < zn[k][2]; x2++)
+                        for (int64_t x3 = 0; x3 < zn[k][3]; x3++)
+                            put(zt[k], smattn__off4(zt[k]->stride, x0, x1, x2, x3), 0);
+    }
     ld *s = buf, *aj = buf + nT, *sig = buf + 2 * nT, *p = buf + 3 * nT, *lp = buf + 4 * nT,
        *dP = buf + 5 * nT, *Aj = buf + 6 * nT, *eP = buf + 7 * nT, *eW = buf + 8 * nT,
        *dU = buf + 9 * nT, *eS = buf + 10 * nT, *dS = buf + 11 * nT, *Dl = buf + 12 * nT,
@@ -249,7 +269,10 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
             const int64_t g = smattn__kv_head(prob, h);
+            const ld slope = (ld)smattn__alibi_slope(prob, b, h);
             for (int64_t i = 0; i < S; i++) {
+                if (!smattn__row_stored(prob, b, i))
+                    continue; /* a packed batch's padding row: no loss term (SPEC 10.1) */
                 int64_t lo, hi;
                 smattn__key_range(prob, b, i, &lo, &hi);
                 int nanrow = 0, badrow = 0;
@@ -282,7 +305,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                 /* the row's dQ and dBias: exact zeros unless set below (SPEC 10.2) */
                 double vq = 0;
                 for (int64_t d = 0; d < D; d++)
-                    put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d), 0);
+                    put(&bound->dq, smattn__row_off(prob, bound->dq.stride, b, i, h, d), 0);
                 if (want_db && !db_sum)
                     for (int64_t j = 0; j < T; j++)
                         put(&bound->dbias, smattn__off4(bound->dbias.stride, b, h, i, j), 0);
@@ -296,7 +319,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                     const int64_t Tb = smattn__kv_len(prob, b);
                     if (prob->empty_rows == SMATTN_EMPTY_NAN) {
                         for (int64_t d = 0; d < D; d++)
-                            put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d),
+                            put(&bound->dq, smattn__row_off(prob, bound->dq.stride, b, i, h, d),
                                 HUGE_VAL);
                         for (int64_t j = 0; j < T; j++) {
                             a.bad[(b * T + j) * Hkv + g] = 1;
@@ -312,7 +335,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                         const ld e = (gam(2, m.u) + m.up * (1 + m.u)) * pm_ + m.om; /* T_b, 1/T_b */
                         for (int64_t cc = 0; cc < Dv; cc++)
                             dov[cc] = ldload(&gin->dout,
-                                             smattn__off4(gin->dout.stride, b, i, h, cc));
+                                             smattn__row_off(prob, gin->dout.stride, b, i, h, cc));
                         for (int64_t j = 0; j < Tb; j++) {
                             const size_t kv = (size_t)((b * T + j) * Hkv + g);
                             a.cnt[kv]++;
@@ -331,12 +354,12 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                 if (nk == 0) { /* the sink alone: dQ = +0, nothing to dK, dV */
                     if (nanrow)
                         for (int64_t d = 0; d < D; d++)
-                            put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d),
+                            put(&bound->dq, smattn__row_off(prob, bound->dq.stride, b, i, h, d),
                                 HUGE_VAL);
                     if (want_ds && !nanrow) { /* B13: dLSE_i times P_sink = exp(zeta - LSE) */
-                        const ld BL = (ld)bl[(b * Hq + h) * S + i];
+                        const ld BL = (ld)bl[smattn__lse_off(prob, fbnd.lse.stride, b, h, i)];
                         ld dl = has_dlse ? ldload(&gin->dlse,
-                                                  smattn__off4(gin->dlse.stride, b, h, i, 0))
+                                                  smattn__lse_off(prob, gin->dlse.stride, b, h, i))
                                          : 0;
                         if (!(BL < HUGE_VALL) || !isfinite(dl)) {
                             ts.bad[h] = 1;
@@ -345,11 +368,11 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                              * = dO . O_hat with O = +0 within B_O */
                             ld xs = BL + m.u * BL;
                             ld eP1 = p_expm1(1, 0, xs + m.l_f) + m.om;
-                            const double *BO = bo + ((b * S + i) * Hq + h) * Dv;
+                            const double *BO = bo + smattn__row_off(prob, fbnd.o.stride, b, i, h, 0);
                             ld eD = 0, dOO = 0;
                             for (int64_t cc = 0; cc < Dv; cc++) {
                                 ld dv_ = ldload(&gin->dout,
-                                                smattn__off4(gin->dout.stride, b, i, h, cc));
+                                                smattn__row_off(prob, gin->dout.stride, b, i, h, cc));
                                 if (!isfinite(dv_) || !(BO[cc] < HUGE_VAL))
                                     ts.bad[h] = 1;
                                 eD += fabsl(dv_) * (ld)BO[cc];
@@ -366,46 +389,46 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                 /* Load the row's data; non-finite data makes the row's gradients NaN
                  * (SPEC 10.2): bound +inf. */
                 for (int64_t d = 0; d < D; d++) {
-                    qd[d] = ldload(&in->q, smattn__off4(in->q.stride, b, i, h, d));
+                    qd[d] = ldload(&in->q, smattn__row_off(prob, in->q.stride, b, i, h, d));
                     if (!isfinite(qd[d]))
                         nanrow = 1;
                 }
                 for (int64_t t = 0; t < nk; t++) {
                     for (int64_t d = 0; d < D; d++) {
-                        ld kv = ldload(&in->k, smattn__off4(in->k.stride, b, idx[t], g, d));
+                        ld kv = ldload(&in->k, smattn__key_off(prob, in->k.stride, b, idx[t], g, d));
                         krow[t * D + d] = kv;
                         if (!isfinite(kv))
                             nanrow = 1;
                     }
                     for (int64_t cc = 0; cc < Dv; cc++) {
-                        ld vv = ldload(&in->v, smattn__off4(in->v.stride, b, idx[t], g, cc));
+                        ld vv = ldload(&in->v, smattn__key_off(prob, in->v.stride, b, idx[t], g, cc));
                         vrow[t * Dv + cc] = vv;
                         if (!isfinite(vv))
                             badrow = 1;
                     }
                 }
                 for (int64_t cc = 0; cc < Dv; cc++) {
-                    dov[cc] = ldload(&gin->dout, smattn__off4(gin->dout.stride, b, i, h, cc));
+                    dov[cc] = ldload(&gin->dout, smattn__row_off(prob, gin->dout.stride, b, i, h, cc));
                     if (!isfinite(dov[cc]))
                         badrow = 1;
                 }
                 ld dlse = 0;
                 if (has_dlse) {
-                    dlse = ldload(&gin->dlse, smattn__off4(gin->dlse.stride, b, h, i, 0));
+                    dlse = ldload(&gin->dlse, smattn__lse_off(prob, gin->dlse.stride, b, h, i));
                     if (!isfinite(dlse))
                         badrow = 1;
                 }
                 /* the forward's bounds on the stored LSE and O (SPEC 6; +inf: out of
                  * contract) */
-                const ld BL = (ld)bl[(b * Hq + h) * S + i];
-                const double *BO = bo + ((b * S + i) * Hq + h) * Dv;
+                const ld BL = (ld)bl[smattn__lse_off(prob, fbnd.lse.stride, b, h, i)];
+                const double *BO = bo + smattn__row_off(prob, fbnd.o.stride, b, i, h, 0);
                 int fwd_out = !(BL < HUGE_VALL);
                 for (int64_t cc = 0; cc < Dv; cc++)
                     if (!(BO[cc] < HUGE_VAL))
                         fwd_out = 1;
                 if (nanrow || badrow || fwd_out) {
                     for (int64_t d = 0; d < D; d++)
-                        put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d), HUGE_VAL);
+                        put(&bound->dq, smattn__row_off(prob, bound->dq.stride, b, i, h, d), HUGE_VAL);
                     for (int64_t t = 0; t < nk; t++) {
                         a.bad[(b * T + idx[t]) * Hkv + g] = 1;
                         if (db_sum)
@@ -430,8 +453,18 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                     sig[t] = scale * dot;
                     aj[t] = asc * asum;
                     ld sc = cap ? c * tanhl(sig[t] / c) : sig[t];
-                    if (in->bias.data)
-                        sc += ldload(&in->bias, smattn__off4(in->bias.stride, b, h, i, idx[t]));
+                    al[t] = 0;
+                    if (in->bias.data) { /* SPEC 2.5; ALiBi's mask mode scales it (2.8) */
+                        ld bv = ldload(&in->bias, smattn__off4(in->bias.stride, b, h, i, idx[t]));
+                        if (prob->alibi_mode == SMATTN_ALIBI_MASK)
+                            al[t] = fabsl(bv *= slope);
+                        sc += bv;
+                    }
+                    if (alibi_dist) { /* SPEC 2.8: exact */
+                        ld av = (ld)smattn__alibi_term(prob, b, h, i, idx[t]);
+                        al[t] = fabsl(av);
+                        sc += av;
+                    }
                     s[t] = sc;
                     if (sc > M)
                         M = sc;
@@ -479,7 +512,13 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                 for (int64_t t = 0; t < nk; t++) {
                     /* B1: the score error (SPEC 6.2) and P = exp(fl(s_hat - LSE_hat)) */
                     ld Dj = cap ? g4 * aj[t] + phi_s * fminl(c, (1 + g4) * aj[t]) : g2 * aj[t];
-                    if (in->bias.data)
+                    if (has_bias && alibi) /* 6.2.3: the bias, then the ALiBi addend */
+                        Dj = (1 + m.us) * ((1 + m.us) * Dj + m.us * (fabsl(s[t]) + al[t]) +
+                                           gam(2, m.us) * al[t]) +
+                             m.us * fabsl(s[t]);
+                    else if (alibi) /* 6.2.3: an addend computed with two roundings */
+                        Dj = (1 + m.us) * (Dj + gam(2, m.us) * al[t]) + m.us * fabsl(s[t]);
+                    else if (has_bias)
                         Dj = (1 + m.us) * Dj + m.us * fabsl(s[t]);
                     Dl[t] = Dj;
                     ld xj = Dj + BL + m.u * (fabsl(s[t] - lse) + Dj + BL);
@@ -554,7 +593,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                     vq = row_ovf || !(asc * Mz * (1 + m.phi) * (1 + gn) < m.Omega)
                              ? HUGE_VAL
                              : publish(Eq, scale * Z, rs * asc * Mz, &fq);
-                    put(&bound->dq, smattn__off4(bound->dq.stride, b, i, h, d), vq);
+                    put(&bound->dq, smattn__row_off(prob, bound->dq.stride, b, i, h, d), vq);
                 }
                 /* B8, B9: the row's terms of dK and dV */
                 for (int64_t t = 0; t < nk; t++) {
@@ -582,9 +621,10 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                 }
             }
         }
-    /* B8-B10: dK and dV over the rows that see each key, in any order */
+    /* B8-B10: dK and dV over the rows that see each key, in any order; with a layout
+     * only the keys t < T_b have storage (the rest of it was given bound 0 above) */
     for (int64_t b = 0; b < B; b++)
-        for (int64_t j = 0; j < T; j++)
+        for (int64_t j = 0; j < (prob->layout ? smattn__kv_len(prob, b) : T); j++)
             for (int64_t g = 0; g < Hkv; g++) {
                 const size_t kv = (size_t)((b * T + j) * Hkv + g);
                 const ld N = (ld)a.cnt[kv], gN = gam(N, m.u);
@@ -601,7 +641,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                                 ? HUGE_VAL
                                 : publish(Ek, scale * a.kx[o], rs * asc * a.km[o], &fk);
                     }
-                    put(&bound->dk, smattn__off4(bound->dk.stride, b, j, g, d), v);
+                    put(&bound->dk, smattn__key_off(prob, bound->dk.stride, b, j, g, d), v);
                 }
                 for (int64_t cc = 0; cc < Dv; cc++) {
                     const size_t o = kv * (size_t)Dv + (size_t)cc;
@@ -614,7 +654,7 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
                                 ? HUGE_VAL
                                 : publish(Ev, a.vx[o], rs * a.vm[o], &fv);
                     }
-                    put(&bound->dv, smattn__off4(bound->dv.stride, b, j, g, cc), v);
+                    put(&bound->dv, smattn__key_off(prob, bound->dv.stride, b, j, g, cc), v);
                 }
             }
 #undef DBK
@@ -631,6 +671,6 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
 done:
     tsum_free(&tb), tsum_free(&ts);
     free(bo), free(bl), free(a.kx), free(a.vx), free(a.ev), free(a.cnt), free(a.bad);
-    free(idx), free(buf), free(qd), free(dov), free(ov), free(krow), free(vrow);
+    free(idx), free(buf), free(al), free(qd), free(dov), free(ov), free(krow), free(vrow);
     return st;
 }

@@ -66,12 +66,24 @@ smattn_status smattn__ref_rows(const smattn_problem *p, const smattn_inputs *in,
                                const smattn_outputs *out, const smattn_ref_config *cfg,
                                smattn_ref_stats *stats, const int64_t *rows, int64_t nrows);
 
-/* smattn_validate for the backward (SPEC 10): the problem and inputs as smattn_validate
- * checks them, then dO, dLSE and the three gradients (shapes, strides, dtypes, overflow,
- * aliasing); the softmax op and the reserved dbias/dsinks: SMATTN_ERR_UNSUPPORTED. */
+/* The extents of dims 0-1 of Q/O/LSE's storage (qn) and of K/V's (kn) (SPEC 2.7): [B, S]
+ * and [B, T] dense, [1, total] packed (a total of 0 is one row), [num_pages, page_size]
+ * paged. For a validated problem. */
+void smattn__storage_rows(const smattn_problem *p, int64_t qn[2], int64_t kn[2]);
+
+/* smattn_validate for the backward (SPEC 10.4): the problem and inputs as smattn_validate
+ * checks them, then dO, dLSE and the gradients (shapes and strides in the layout's storage,
+ * dtypes, overflow, aliasing); the softmax op, quantised inputs and dBias under ALiBi's
+ * mask mode: SMATTN_ERR_UNSUPPORTED; a page two block-table entries name:
+ * SMATTN_ERR_LAYOUT. The _explain form writes why in one line, as smattn_validate_explain. */
 smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
                                         const smattn_grad_inputs *gin,
                                         const smattn_grad_outputs *gout);
+smattn_status smattn__validate_backward_explain(const smattn_problem *p,
+                                                const smattn_inputs *in,
+                                                const smattn_grad_inputs *gin,
+                                                const smattn_grad_outputs *gout, char *msg,
+                                                size_t cap);
 
 /* The descale factor (SPEC 2.9) of tensor 'q', 'k' or 'v' for batch b and KV head g: 1
  * without descales. The real input is the loaded element times it, exact in binary64 for a

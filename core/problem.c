@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -56,6 +57,18 @@ int64_t smattn__kv_len(const smattn_problem *p, int64_t b)
     if (L && L->cu_seqlens_k)
         return L->seqused_k ? L->seqused_k[b] : L->cu_seqlens_k[b + 1] - L->cu_seqlens_k[b];
     return p->kv_lens ? p->kv_lens[b] : p->T;
+}
+
+void smattn__storage_rows(const smattn_problem *p, int64_t qn[2], int64_t kn[2])
+{
+    const smattn_layout *L = p->layout;
+    qn[0] = p->B, qn[1] = p->S, kn[0] = p->B, kn[1] = p->T;
+    if (L && L->cu_seqlens_q)
+        qn[0] = 1, qn[1] = L->cu_seqlens_q[p->B] > 0 ? L->cu_seqlens_q[p->B] : 1;
+    if (L && L->cu_seqlens_k)
+        kn[0] = 1, kn[1] = L->cu_seqlens_k[p->B] > 0 ? L->cu_seqlens_k[p->B] : 1;
+    else if (L && L->block_table)
+        kn[0] = L->num_pages, kn[1] = L->page_size;
 }
 
 /* a * b * c for extents >= 0, or -1 when the product does not fit in int64 */
@@ -427,9 +440,10 @@ static const char *const input_names[] = {"Q", "K", "V"};
 static const char *const output_names[] = {"O", "LSE", "P"};
 
 /* The problem and its inputs (SPEC 2, 3): the spans read go to sp[*nspp...], the extents
- * of Q/O/LSE's first two dimensions to qn. */
+ * of Q/O/LSE's first two dimensions to qn, of K/V's to kn. */
 static smattn_status validate_inputs(const smattn_problem *p, const smattn_inputs *in,
-                                     const verdict *v, span *sp, int *nspp, int64_t qn[2])
+                                     const verdict *v, span *sp, int *nspp, int64_t qn[2],
+                                     int64_t kn[2])
 {
     if ((unsigned)p->op > SMATTN_OP_SOFTMAX)
         return fail(v, SMATTN_ERR_OPTION, "op = %d is unknown", (int)p->op);
@@ -462,7 +476,6 @@ static smattn_status validate_inputs(const smattn_problem *p, const smattn_input
     smattn_status st;
     if ((st = check_alibi(v, p, in)))
         return st;
-    int64_t kn[2];
     if ((st = check_layout(v, p, qn, kn)))
         return st;
     for (int64_t b = 0; (p->kv_lens || p->q_lens) && b < p->B; b++) {
@@ -572,8 +585,8 @@ static smattn_status validate(const smattn_problem *p, const smattn_inputs *in,
     span sp[24];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
-    int64_t qn[2];
-    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn);
+    int64_t qn[2], kn[2];
+    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn, kn);
     if (st)
         return st;
     const int att = p->op == SMATTN_OP_ATTENTION;
@@ -617,57 +630,113 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
     return validate(p, in, out, &v);
 }
 
+/* Used block-table entries, sorted by page then by (b, column): two neighbours naming one
+ * page are a shared page. */
+typedef struct bt_use {
+    int64_t page, b, col;
+} bt_use;
+
+static int bt_use_cmp(const void *x, const void *y)
+{
+    const bt_use *a = x, *c = y;
+    if (a->page != c->page)
+        return a->page < c->page ? -1 : 1;
+    if (a->b != c->b)
+        return a->b < c->b ? -1 : 1;
+    return (a->col > c->col) - (a->col < c->col);
+}
+
+/* SPEC 10.4: a page that two used block-table entries name (prefix sharing) would need
+ * the sum of its gradients over every (b, t) that reads it; the backward refuses it. */
+static smattn_status check_pages_unshared(const verdict *v, const smattn_problem *p)
+{
+    const smattn_layout *L = p->layout;
+    if (!L || !L->block_table)
+        return SMATTN_OK;
+    size_t n = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        n += (size_t)((p->kv_lens[b] + L->page_size - 1) / L->page_size);
+    if (n < 2)
+        return SMATTN_OK;
+    bt_use *u = malloc(n * sizeof *u);
+    if (!u)
+        return fail(v, SMATTN_ERR_NOMEM, "block_table: no memory to check for shared pages");
+    size_t m = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        int64_t used = (p->kv_lens[b] + L->page_size - 1) / L->page_size;
+        for (int64_t k = 0; k < used; k++)
+            u[m++] = (bt_use){L->block_table[b * L->bt_stride + k], b, k};
+    }
+    qsort(u, n, sizeof *u, bt_use_cmp);
+    smattn_status st = SMATTN_OK;
+    for (size_t k = 1; k < n && !st; k++)
+        if (u[k].page == u[k - 1].page)
+            st = fail(v, SMATTN_ERR_LAYOUT,
+                      "block_table[%lld][%lld] and block_table[%lld][%lld] both name page %lld: "
+                      "the backward does not sum a shared page's gradients",
+                      (long long)u[k - 1].b, (long long)u[k - 1].col, (long long)u[k].b,
+                      (long long)u[k].col, (long long)u[k].page);
+    free(u);
+    return st;
+}
+
 /* The backward's descriptor (SPEC 10.4): the problem and inputs as smattn_validate checks
  * them, then dO, dLSE and the gradients, each output disjoint from itself and from every
- * input and output. */
-smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
-                                        const smattn_grad_inputs *gin,
-                                        const smattn_grad_outputs *gout)
+ * input and output. With a layout (SPEC 2.7) dO, dLSE and dQ have Q's, O's and LSE's
+ * storage, dK and dV K's and V's. */
+static smattn_status validate_backward(const smattn_problem *p, const smattn_inputs *in,
+                                       const smattn_grad_inputs *gin,
+                                       const smattn_grad_outputs *gout, const verdict *v)
 {
-    verdict vv = {NULL, 0}, *v = &vv;
     if (!p || !in || !gin || !gout)
-        return SMATTN_ERR_NULL;
-    if (p->layout)
-        return SMATTN_ERR_UNSUPPORTED; /* the backward reads no layout yet (SPEC 10.6) */
-    if (p->alibi_mode != SMATTN_ALIBI_NONE)
-        return SMATTN_ERR_UNSUPPORTED; /* nor ALiBi (SPEC 10.6) */
+        return fail(v, SMATTN_ERR_NULL, "%s is NULL",
+                    !p ? "prob" : !in ? "in" : !gin ? "gin" : "gout");
 
     span sp[28];
     memset(sp, 0, sizeof sp);
     int nsp = 0;
-    int64_t qn[2];
-    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn);
+    int64_t qn[2], kn[2];
+    smattn_status st = validate_inputs(p, in, v, sp, &nsp, qn, kn);
     if (st)
         return st;
     if (p->op != SMATTN_OP_ATTENTION)
-        return SMATTN_ERR_UNSUPPORTED; /* the softmax op's backward is not defined yet */
+        return fail(v, SMATTN_ERR_UNSUPPORTED, "backward: the softmax op's is not defined");
     if (p->descale || (unsigned)in->q.dtype > SMATTN_BF16 ||
         (unsigned)in->k.dtype > SMATTN_BF16 || (unsigned)in->v.dtype > SMATTN_BF16)
-        return SMATTN_ERR_UNSUPPORTED; /* nor quantised inputs yet (SPEC 10.6) */
-    /* dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional */
-    int64_t no[4] = {p->B, p->S, p->Hq, p->Dv};
-    int64_t nl[4] = {p->B, p->Hq, p->S, 1};
-    if (!gin->dout.data)
-        return SMATTN_ERR_NULL;
-    if (!is_float(gin->dout.dtype))
-        return SMATTN_ERR_DTYPE;
-    if ((st = check_tensor(4, no, gin->dout.stride, gin->dout.dtype, gin->dout.data, &sp[nsp])))
+        return fail(v, SMATTN_ERR_UNSUPPORTED, "backward: quantised inputs and descales are "
+                                               "not defined (SPEC 10.6)");
+    if ((st = check_pages_unshared(v, p)))
         return st;
+    /* dO [B,S,Hq,Dv] required, dLSE [B,Hq,S] optional (O's and LSE's storage) */
+    int64_t no[4] = {qn[0], qn[1], p->Hq, p->Dv};
+    int64_t nl[4] = {qn[0], p->Hq, qn[1], 1};
+    if (!gin->dout.data)
+        return fail(v, SMATTN_ERR_NULL, "dO.data is NULL");
+    if (!is_float(gin->dout.dtype))
+        return fail(v, SMATTN_ERR_DTYPE, "dO: dtype %d is not a float type",
+                    (int)gin->dout.dtype);
+    if ((st = check_tensor(4, no, gin->dout.stride, gin->dout.dtype, gin->dout.data, &sp[nsp])))
+        return fail(v, st, "dO: %s", smattn_status_str(st));
     sp[nsp++].name = "dO";
     if (gin->dlse.data) {
         if (!is_float(gin->dlse.dtype))
-            return SMATTN_ERR_DTYPE;
+            return fail(v, SMATTN_ERR_DTYPE, "dLSE: dtype %d is not a float type",
+                        (int)gin->dlse.dtype);
         if ((st = check_tensor(3, nl, gin->dlse.stride, gin->dlse.dtype, gin->dlse.data,
                                &sp[nsp])))
-            return st;
+            return fail(v, st, "dLSE: %s", smattn_status_str(st));
         sp[nsp++].name = "dLSE";
     }
-    /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required; dBias [B,Hq,S,T] and
-     * dSinks [Hq] optional. A dBias stride 0 on a dimension asks for the sum over it (a
-     * broadcast bias's own shape, SPEC 10.1): the tensor then has extent 1 there. */
-    int64_t nq[4] = {p->B, p->S, p->Hq, p->D};
-    int64_t nk[4] = {p->B, p->T, p->Hkv, p->D};
-    int64_t nv[4] = {p->B, p->T, p->Hkv, p->Dv};
+    /* dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] required (Q's and K/V's storage);
+     * dBias [B,Hq,S,T] and dSinks [Hq] optional. A dBias stride 0 on a dimension asks for
+     * the sum over it (a broadcast bias's own shape, SPEC 10.1): the tensor then has extent
+     * 1 there. */
+    if (gout->dbias.data && p->alibi_mode == SMATTN_ALIBI_MASK)
+        return fail(v, SMATTN_ERR_UNSUPPORTED, "dBias: with alibi_mode mask the bias is a "
+                                               "distance mask; its gradient is not defined");
+    int64_t nq[4] = {qn[0], qn[1], p->Hq, p->D};
+    int64_t nk[4] = {kn[0], kn[1], p->Hkv, p->D};
+    int64_t nv[4] = {kn[0], kn[1], p->Hkv, p->Dv};
     int64_t nb[4] = {p->B, p->Hq, p->S, p->T};
     int64_t ns[4] = {p->Hq, 1, 1, 1};
     for (int k = 0; gout->dbias.data && k < 4; k++)
@@ -682,19 +751,40 @@ smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_in
         if (k >= 3 && !ot[k]->data)
             continue; /* dBias and dSinks are optional */
         if (!ot[k]->data)
-            return SMATTN_ERR_NULL;
+            return fail(v, SMATTN_ERR_NULL, "%s.data is NULL", names[k]);
         if (!is_float(ot[k]->dtype))
-            return SMATTN_ERR_DTYPE;
+            return fail(v, SMATTN_ERR_DTYPE, "%s: dtype %d is not a float type", names[k],
+                        (int)ot[k]->dtype);
         if ((st = check_tensor(rank, on[k], ot[k]->stride, ot[k]->dtype, ot[k]->data, &sp[nsp])))
-            return st;
+            return fail(v, st, "%s: %s", names[k], smattn_status_str(st));
         if (!self_disjoint(rank, on[k], ot[k]->stride))
-            return SMATTN_ERR_ALIAS;
+            return fail(v, SMATTN_ERR_ALIAS, "%s overlaps itself (its strides)", names[k]);
         for (int j = 0; j < nsp; j++)
             if (spans_meet(sp[nsp], sp[j]))
-                return SMATTN_ERR_ALIAS;
+                return fail(v, SMATTN_ERR_ALIAS, "%s overlaps %s", names[k], sp[j].name);
         sp[nsp++].name = names[k];
     }
+    if (v->msg && v->cap)
+        v->msg[0] = 0;
     return SMATTN_OK;
+}
+
+smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
+                                        const smattn_grad_inputs *gin,
+                                        const smattn_grad_outputs *gout)
+{
+    verdict v = {NULL, 0};
+    return validate_backward(p, in, gin, gout, &v);
+}
+
+smattn_status smattn__validate_backward_explain(const smattn_problem *p,
+                                                const smattn_inputs *in,
+                                                const smattn_grad_inputs *gin,
+                                                const smattn_grad_outputs *gout, char *msg,
+                                                size_t cap)
+{
+    verdict v = {msg, msg ? cap : 0};
+    return validate_backward(p, in, gin, gout, &v);
 }
 
 /* ---- visibility ------------------------------------------------------------------------ */

@@ -498,8 +498,9 @@ static int backward_supported(const smattn_problem *p, const smattn_inputs *in,
 {
     smattn_outputs fwd;
     memset(&fwd, 0, sizeof fwd);
-    if (p->op != SMATTN_OP_ATTENTION || p->layout || p->alibi_mode != SMATTN_ALIBI_NONE ||
-        out->dbias.data || out->dsinks.data || !supported(p, in, &fwd))
+    /* ALiBi: key_score adds its term as the forward does (SPEC 10.1) */
+    if (p->op != SMATTN_OP_ATTENTION || p->layout || out->dbias.data || out->dsinks.data ||
+        !supported(p, in, &fwd))
         return 0;
     const smattn_tensor *f32[] = {&saved->o, &saved->lse, &gin->dout, &gin->dlse};
     for (size_t t = 0; t < sizeof f32 / sizeof f32[0]; t++)

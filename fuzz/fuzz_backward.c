@@ -20,6 +20,14 @@
  *    sum taken exactly);
  *  - dBias summed over the heads and queries (a stride 0, SPEC 10.1; with c1 = 5): each
  *    element the full-shape dBias's sum within their roundings, NaN when a term is;
+ *  - ALiBi (SPEC 2.8, 10.1): 3 problems in 8 get one of its modes (fuzz_problem_alibi);
+ *    every property above holds with it (dBias is not asked for in the mask mode);
+ *  - a ragged or paged twin (fuzz_layout_draw, 3 in 8: packed queries, packed keys with
+ *    seqused_k, pages in a random order, NHD or HND): its gradients are the dense problem's
+ *    bits at every stored row and key t < T_b (the dense run's dO and dLSE 0 at a packed
+ *    batch's padding rows, which have no loss term; dK and dV not compared when `nan`
+ *    padding rows would poison the dense run only), and +0 in all the storage no stored row
+ *    or key reaches (SPEC 10.1);
  *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
  * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
  * outputs instead of binary64, bit 2 special values in dO and dLSE), c1 (a planted
@@ -31,6 +39,7 @@
 
 #include <mpfr.h>
 
+#include "core/layout.h"
 #include "fuzz/common/fuzz_check.h"
 #include "smattn.h"
 
@@ -181,6 +190,7 @@ static void check_validation(const fuzz_problem *fp, const grads *g, int which)
     smattn_grad_outputs go = g->go;
     smattn_layout lay;
     memset(&lay, 0, sizeof lay);
+    int64_t *cu_bad = NULL;
     smattn_status want;
     switch (which) {
     case 1: gin.dout.data = NULL, want = SMATTN_ERR_NULL; break;
@@ -190,10 +200,17 @@ static void check_validation(const fuzz_problem *fp, const grads *g, int which)
     case 5: /* a dBias summed over the heads (valid, SPEC 10.1) written over dQ */
         go.dbias.stride[1] = 0, go.dbias.data = go.dq.data, want = SMATTN_ERR_ALIAS;
         break;
-    case 6: p.layout = &lay, want = SMATTN_ERR_UNSUPPORTED; break;
+    case 6: /* a cu_seqlens_q not starting at 0 (SPEC 2.7: the forward's rule) */
+        cu_bad = xcalloc((size_t)p.B + 1, sizeof *cu_bad);
+        cu_bad[0] = 1;
+        lay.cu_seqlens_q = cu_bad, p.q_lens = NULL, p.layout = &lay, want = SMATTN_ERR_LAYOUT;
+        break;
     default: return;
     }
+    if (which == 5 && !go.dbias.data)
+        return; /* no dBias (ALiBi's mask mode) */
     smattn_status s = smattn_ref_backward(&p, &in, &gin, &go, NULL, NULL);
+    free(cu_bad);
     if (s != want) {
         char d[200];
         snprintf(d, sizeof d, "planted error %d: status %s, want %s", which, smattn_status_name(s),
@@ -279,7 +296,7 @@ static void check_masked(const fuzz_problem *fp, const grads *g)
                 }
             }
         }
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows && g->go.dbias.data; r++)
         for (int64_t j = 0; j < p->T; j++) {
             if (vis[r * p->T + j] || (empty[r] && p->empty_rows == SMATTN_EMPTY_NAN))
                 continue;
@@ -324,7 +341,7 @@ static void check_finite(const fuzz_problem *fp, const grads *g)
         return;
     static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
     for (int k = 0; k < 5; k++)
-        for (int64_t e = 0; e < g->n[k]; e++)
+        for (int64_t e = 0; e < g->n[k] && (k != 3 || g->go.dbias.data); e++)
             if (!isfinite(gat(g, k, e))) {
                 char d[160];
                 snprintf(d, sizeof d, "%s[%lld] = %a from finite inputs", names[k], (long long)e,
@@ -373,6 +390,8 @@ static void check_gqa(const fuzz_problem *fp, const grads *g)
     memset(&e, 0, sizeof e);
     grads_alloc(&e, &m, g->t);
     e.gin = g->gin;
+    if (!g->go.dbias.data)
+        e.go.dbias.data = NULL;
     if (run(fp, &m, &in, &e, fp->threads, "the MHA expansion's status")) {
         free(k), free(v), grads_free(&e);
         return;
@@ -382,6 +401,8 @@ static void check_gqa(const fuzz_problem *fp, const grads *g)
     const int same[3] = {0, 3, 4};
     for (int s = 0; s < 3; s++) {
         const int kx = same[s];
+        if (kx == 3 && !g->go.dbias.data)
+            continue;
         const size_t es = smattn_dtype_size(g->t);
         for (int64_t x = 0; x < g->n[kx]; x++)
             if (memcmp((char *)g->buf[kx] + (size_t)x * es, (char *)e.buf[kx] + (size_t)x * es,
@@ -474,6 +495,158 @@ static void check_dbias_sums(const fuzz_problem *fp, const grads *g)
     free(out);
 }
 
+/* ---- the ragged or paged twin (SPEC 2.7, 10.1) -------------------------------------------- */
+
+/* Element count of a layout's storage for Q's (role 'q') or K's and V's rows, times w. */
+static int64_t storage_rows(const fuzz_layout *fl, char role)
+{
+    const smattn_problem *p = &fl->p;
+    const smattn_layout *L = &fl->L;
+    if (role == 'q')
+        return L->cu_seqlens_q ? (L->cu_seqlens_q[p->B] > 0 ? L->cu_seqlens_q[p->B] : 1)
+                               : p->B * p->S;
+    if (L->cu_seqlens_k)
+        return L->cu_seqlens_k[p->B] > 0 ? L->cu_seqlens_k[p->B] : 1;
+    return L->block_table ? L->num_pages * L->page_size : p->B * p->T;
+}
+
+static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, const grads *g)
+{
+    const smattn_problem *p = &fp->p, *lp = &fl->p;
+    const int64_t B = p->B, S = p->S, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    const int packed = fl->L.cu_seqlens_q != NULL;
+    const int64_t Sb[2] = {p->q_lens ? p->q_lens[0] : S, p->q_lens && B > 1 ? p->q_lens[1] : S};
+    /* the dense run: dO and dLSE 0 at the padding rows a packed batch does not store */
+    grads e;
+    memset(&e, 0, sizeof e);
+    grads_alloc(&e, p, g->t);
+    if (!g->go.dbias.data)
+        e.go.dbias.data = NULL;
+    e.gin = g->gin;
+    const int64_t no = B * S * Hq * Dv, nl = B * Hq * S;
+    double *dod = xcalloc((size_t)no, sizeof(double)), *dld = NULL;
+    memcpy(dod, g->dout, (size_t)no * sizeof(double));
+    if (g->dlse) {
+        dld = xcalloc((size_t)nl, sizeof(double));
+        memcpy(dld, g->dlse, (size_t)nl * sizeof(double));
+        e.gin.dlse.data = dld;
+    }
+    e.gin.dout.data = dod;
+    int padded = 0;
+    for (int64_t b = 0; packed && b < B; b++)
+        for (int64_t i = Sb[b]; i < S; i++) {
+            padded = 1;
+            for (int64_t h = 0; h < Hq; h++) {
+                for (int64_t c = 0; c < Dv; c++)
+                    dod[((b * S + i) * Hq + h) * Dv + c] = 0;
+                if (dld)
+                    dld[(b * Hq + h) * S + i] = 0;
+            }
+        }
+    /* the layout run: dO, dLSE packed like O and LSE; the gradients in Q's, K's, V's storage */
+    const int64_t rq = storage_rows(fl, 'q'), rk = storage_rows(fl, 'k');
+    double *dol = xcalloc((size_t)(rq * Hq * Dv), sizeof(double)), *dll = NULL;
+    grads l;
+    memset(&l, 0, sizeof l);
+    l.t = g->t;
+    l.gin.dout = (smattn_tensor){dol, SMATTN_F64, {packed ? 0 : S * Hq * Dv, Hq * Dv, Dv, 1}};
+    if (g->dlse) {
+        dll = xcalloc((size_t)(rq * Hq), sizeof(double));
+        l.gin.dlse = (smattn_tensor){dll, SMATTN_F64, {packed ? 0 : Hq * S, packed ? rq : S, 1, 0}};
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t h = 0; h < Hq && smattn__row_stored(lp, b, i); h++) {
+                for (int64_t c = 0; c < Dv; c++)
+                    dol[smattn__row_off(lp, l.gin.dout.stride, b, i, h, c)] =
+                        g->dout[((b * S + i) * Hq + h) * Dv + c];
+                if (dll)
+                    dll[smattn__lse_off(lp, l.gin.dlse.stride, b, h, i)] =
+                        g->dlse[(b * Hq + h) * S + i];
+            }
+    const smattn_tensor *src[3] = {&fl->in.q, &fl->in.k, &fl->in.v};
+    smattn_out_tensor *slot[3] = {&l.go.dq, &l.go.dk, &l.go.dv};
+    const int64_t n[3] = {rq * Hq * D, rk * Hkv * D, rk * Hkv * Dv};
+    for (int k = 0; k < 3; k++) {
+        l.n[k] = n[k];
+        l.buf[k] = xcalloc((size_t)n[k], smattn_dtype_size(g->t));
+        memset(l.buf[k], 0x5a, (size_t)n[k] * smattn_dtype_size(g->t)); /* unwritten: seen */
+        *slot[k] = (smattn_out_tensor){l.buf[k], g->t, {0}};
+        memcpy(slot[k]->stride, src[k]->stride, sizeof slot[k]->stride);
+    }
+    if (g->go.dsinks.data) { /* dBias and dSinks are dense: the dense run's, not compared */
+        l.buf[4] = xcalloc((size_t)Hq, smattn_dtype_size(g->t));
+        l.go.dsinks = (smattn_out_tensor){l.buf[4], g->t, {1, 0, 0, 0}};
+    }
+    const int dense_st = run(fp, p, &fp->in, &e, fp->threads, "the layout twin's dense run");
+    smattn_ref_config rc = {fp->threads, FUZZ_BACKWARD_MAX_PREC, 0, 0};
+    smattn_status ls = smattn_ref_backward(lp, &fl->in, &l.gin, &l.go, &rc, NULL);
+    char d[240];
+    if (ls != SMATTN_OK && !(ls == SMATTN_ERR_PRECISION && p->softcap > 0)) {
+        snprintf(d, sizeof d, "smattn_ref_backward on the layout twin: %s",
+                 smattn_status_name(ls));
+        fail(fp, "layout twin", d);
+    }
+    if (!dense_st && ls == SMATTN_OK) {
+        const size_t es = smattn_dtype_size(g->t);
+        unsigned char *seen[3];
+        for (int k = 0; k < 3; k++)
+            seen[k] = xcalloc((size_t)n[k], 1);
+        const int nan_pad = padded && p->empty_rows == SMATTN_EMPTY_NAN;
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t i = 0; i < S; i++)
+                for (int64_t h = 0; h < Hq && smattn__row_stored(lp, b, i); h++)
+                    for (int64_t c = 0; c < D; c++) {
+                        const int64_t o = smattn__row_off(lp, l.go.dq.stride, b, i, h, c);
+                        const int64_t x = ((b * S + i) * Hq + h) * D + c;
+                        seen[0][o] = 1;
+                        if (memcmp((char *)l.buf[0] + o * (int64_t)es,
+                                   (char *)e.buf[0] + x * (int64_t)es, es)) {
+                            snprintf(d, sizeof d, "dQ[b=%lld,i=%lld,h=%lld,%lld]: layout %a, "
+                                     "dense %a", (long long)b, (long long)i, (long long)h,
+                                     (long long)c, gat(&l, 0, o), gat(&e, 0, x));
+                            fail(fp, "layout twin: the dense problem's bits", d);
+                        }
+                    }
+            const int64_t Tb = lp->kv_lens ? lp->kv_lens[b]
+                               : fl->L.seqused_k ? fl->L.seqused_k[b]
+                               : fl->L.cu_seqlens_k ? fl->L.cu_seqlens_k[b + 1] - fl->L.cu_seqlens_k[b]
+                                                    : p->T;
+            for (int64_t t = 0; t < Tb; t++)
+                for (int64_t kv = 0; kv < Hkv; kv++)
+                    for (int w = 1; w <= 2; w++)
+                        for (int64_t c = 0; c < (w == 1 ? D : Dv); c++) {
+                            const int64_t W = w == 1 ? D : Dv;
+                            const int64_t o = smattn__key_off(lp, slot[w]->stride, b, t, kv, c);
+                            const int64_t x = ((b * p->T + t) * Hkv + kv) * W + c;
+                            seen[w][o] = 1;
+                            if (!nan_pad && memcmp((char *)l.buf[w] + o * (int64_t)es,
+                                                   (char *)e.buf[w] + x * (int64_t)es, es)) {
+                                snprintf(d, sizeof d, "d%c[b=%lld,t=%lld,g=%lld,%lld]: layout "
+                                         "%a, dense %a", w == 1 ? 'K' : 'V', (long long)b,
+                                         (long long)t, (long long)kv, (long long)c,
+                                         gat(&l, w, o), gat(&e, w, x));
+                                fail(fp, "layout twin: the dense problem's bits", d);
+                            }
+                        }
+        }
+        for (int k = 0; k < 3; k++) {
+            for (int64_t o = 0; o < n[k]; o++)
+                if (!seen[k][o] && !pos_zero(gat(&l, k, o))) {
+                    snprintf(d, sizeof d, "%s storage element %lld = %a, reached by no stored "
+                             "row or key: want +0", k == 0 ? "dQ" : k == 1 ? "dK" : "dV",
+                             (long long)o, gat(&l, k, o));
+                    fail(fp, "layout twin: storage no key reaches", d);
+                }
+            free(seen[k]);
+        }
+    }
+    free(dod), free(dld), free(dol), free(dll);
+    e.gin.dout.data = NULL;
+    grads_free(&e);
+    grads_free(&l);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_provider dp;
@@ -484,10 +657,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (fuzz_problem_shrink(&fp, FUZZ_BACKWARD_MAX_P))
         return 0;
+    if (fp.p.op == SMATTN_OP_ATTENTION && fuzz_problem_alibi(&fp)) /* ALiBi, from the seed */
+        return 0;
+    fuzz_layout fl;
+    const int lay = fp.p.op == SMATTN_OP_ATTENTION ? fuzz_layout_draw(&fp, &fl) : 0;
+    if (lay < 0)
+        abort(); /* out of memory in the harness */
     grads g;
     memset(&g, 0, sizeof g);
     const smattn_dtype t = c0 & 2 ? SMATTN_F32 : SMATTN_F64;
     grads_alloc(&g, &fp.p, t);
+    if (fp.p.alibi_mode == SMATTN_ALIBI_MASK) /* its dBias is not defined (SPEC 10.1) */
+        g.go.dbias.data = NULL;
     grads_inputs(&g, &fp.p, seed, c0 & 1, (c0 & 4) != 0);
     if (fp.p.op != SMATTN_OP_ATTENTION) { /* the softmax op has no backward (SPEC 10.4) */
         smattn_status s = smattn_ref_backward(&fp.p, &fp.in, &g.gin, &g.go, NULL, NULL);
@@ -499,10 +680,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_masked(&fp, &g);
             check_finite(&fp, &g);
             check_gqa(&fp, &g);
-            if (c1 == 5) /* the planted summing stride's valid twin */
+            if (c1 == 5 && g.go.dbias.data) /* the planted summing stride's valid twin */
                 check_dbias_sums(&fp, &g);
+            if (lay)
+                check_layout_twin(&fp, &fl, &g);
         }
     }
+    if (lay)
+        fuzz_layout_free(&fl);
     grads_free(&g);
     fuzz_problem_free(&fp);
     return 0;

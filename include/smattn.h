@@ -346,7 +346,8 @@ SMATTN_NODISCARD smattn_status smattn_ref_progress(const smattn_problem *prob,
                                                    smattn_progress_fn progress, void *arg);
 
 /* The exact backward (SPEC 10), appended in 0.2. Gradients of a loss with respect to the
- * attention inputs, given the gradient dO of its output O (and optionally dLSE of its LSE):
+ * attention inputs, given the gradient dO of its output O (and optionally dLSE of its LSE),
+ * shapes of a dense problem (a layout's: smattn_ref_backward below):
  *   dout [B,S,Hq,Dv] (required), dlse [B,Hq,S] (optional: data NULL means dLSE = 0), any
  *   float dtype, strides >= 0 as for the inputs of SPEC 2.1.
  *   dq [B,S,Hq,D], dk [B,T,Hkv,D], dv [B,T,Hkv,Dv] (required), any float dtype; dk and dv
@@ -370,8 +371,12 @@ typedef struct smattn_grad_outputs {
 
 /* Every element of dq, dk, dv (and dbias, dsinks) is the exact value of SPEC 10.1 (with the
  * conventions of 10.2) rounded to nearest-even in its dtype (SPEC 10.3). Attention problems
- * only (softmax: SMATTN_ERR_UNSUPPORTED), no layout (a non-NULL prob->layout:
- * SMATTN_ERR_UNSUPPORTED). cfg and stats as for smattn_ref (stats: rows and rows_empty
+ * only (softmax: SMATTN_ERR_UNSUPPORTED). A layout (SPEC 2.7, 10.1): dout, dlse and dq in
+ * O's, LSE's and Q's storage (a packed batch's padding rows have none and add nothing), dk
+ * and dv in K's and V's (packed rows or the page pool, written through the block table;
+ * storage no key t < T_b or stored row reaches gets +0); a page two used block-table entries
+ * name is SMATTN_ERR_LAYOUT. ALiBi enters as in the forward (no slope gradient; dbias with
+ * SMATTN_ALIBI_MASK is SMATTN_ERR_UNSUPPORTED). cfg and stats as for smattn_ref (stats: rows and rows_empty
  * count query rows, rows_fast the elements decided by the binary64 and double-double tiers,
  * rows_rational those decided by an exact expansion; no_fast_phase skips both tiers).
  * Statuses: validation's, NOMEM, THREADS, OPTION, and SMATTN_ERR_PRECISION only where
@@ -674,10 +679,12 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * gradients are bitwise identical for every thread count, across repeated calls, and across
  * ISAs (lanes run over independent outputs, every sum is one fma chain in a fixed order).
  * Supported: every mask kind, GQA, softcap, bias, sinks, dLSE, the three empty-row
- * conventions; Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in float32, binary16
+ * conventions, the layouts (a layout problem gives its dense twin's bits, SPEC 10.8),
+ * ALiBi (folded into a binary32 bias; a bias beside the symmetric or one-sided term:
+ * SMATTN_ERR_UNSUPPORTED); Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in float32, binary16
  * or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from binary32).
  * SMATTN_ERR_UNSUPPORTED: binary64 tensors, dbias or dsinks asked for, a non-finite input
- * (other than a -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there), a layout.
+ * (other than a -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there).
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */
 /* What the forward stored: O [B,S,Hq,Dv] and LSE [B,Hq,S] (natural log; empty rows' LSE is

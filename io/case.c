@@ -134,6 +134,57 @@ static int table_from_npy(smattn_case *c, char *err, size_t errlen);
 static int quant_named(const smattn_case_json *j, int n);
 static void block_view(smattn_npy *a, smattn_dtype t, int to_logical, int64_t bytes_last);
 
+typedef struct page_use {
+    int64_t page, b, col;
+} page_use;
+
+static int cmp_page_use(const void *x, const void *y)
+{
+    const page_use *a = x, *c = y;
+    if (a->page != c->page)
+        return a->page < c->page ? -1 : 1;
+    if (a->b != c->b)
+        return a->b < c->b ? -1 : 1;
+    return (a->col > c->col) - (a->col < c->col);
+}
+
+/* A backward case's page table must name each page at most once among its used entries
+ * (SPEC 10.1, 10.4: a shared page's gradient would be a sum over sequences). */
+static int shared_page(const smattn_case *c, char *err, size_t errlen)
+{
+    const smattn_layout *L = &c->layout;
+    const int64_t *lens = c->csr_lens ? c->csr_lens : c->json.kv_lens;
+    if (!L->block_table || !lens)
+        return 0;
+    size_t n = 0;
+    for (int64_t b = 0; b < c->prob.B; b++)
+        n += (size_t)((lens[b] + L->page_size - 1) / L->page_size);
+    page_use *u = malloc((n ? n : 1) * sizeof *u);
+    if (!u) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t m = 0;
+    for (int64_t b = 0; b < c->prob.B; b++)
+        for (int64_t k = 0; k < (lens[b] + L->page_size - 1) / L->page_size; k++)
+            u[m++] = (page_use){L->block_table[b * L->bt_stride + k], b, k};
+    qsort(u, n, sizeof *u, cmp_page_use);
+    int rc = 0;
+    for (size_t k = 1; k < n && !rc; k++)
+        if (u[k].page == u[k - 1].page) {
+            smattn_io_err(err, errlen,
+                          "%s: sequences %lld and %lld both use page %lld (entries %lld and "
+                          "%lld): the backward does not sum a shared page's gradients "
+                          "(SPEC 10.1)",
+                          c->csr_lens ? "case.json: \"kv_indices\"" : "block_table.npy",
+                          (long long)u[k - 1].b, (long long)u[k].b, (long long)u[k].page,
+                          (long long)u[k - 1].col, (long long)u[k].col);
+            rc = -1;
+        }
+    free(u);
+    return rc;
+}
+
 static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 {
     static const char *const names[9] = {"q.npy",    "k.npy",     "v.npy",  "x.npy",   "bias.npy",
@@ -176,6 +227,8 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
         if (table_from_npy(c, err, errlen))
             return -1;
     }
+    if (c->backward && c->paged && shared_page(c, err, errlen))
+        return -1;
     /* Every check has passed: no present array is empty, so each has data now. */
     c->in.q.data = c->q.data;
     c->in.k.data = c->k.data;
@@ -1061,7 +1114,8 @@ static int check_bf16_names(const smattn_case *c, char *err, size_t errlen)
 }
 
 /* do.npy and dlse.npy (SPEC 7.1, 10.1): dO [B,S,Hq,Dv] and dLSE [B,Hq,S], without B when
- * q/k/v are 3-D; float dtypes. Only attention cases without a layout have a backward. */
+ * q/k/v are 3-D, or O's and LSE's packed shapes with cu_seqlens_q; float dtypes. Attention
+ * cases only. */
 static int check_grads(smattn_case *c, char *err, size_t errlen)
 {
     const smattn_npy *d = &c->dout, *l = &c->dlse;
@@ -1074,13 +1128,39 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
         smattn_io_err(err, errlen, "do.npy: a softmax case (x.npy) has no backward (SPEC 10.6)");
         return -1;
     }
-    if (c->has_layout) {
-        smattn_io_err(err, errlen,
-                      "do.npy: the backward of a ragged or paged case is not defined yet "
-                      "(SPEC 10.6); give its dense twin");
-        return -1;
-    }
     const smattn_problem *p = &c->prob;
+    if (c->packed_q) { /* O's and LSE's storage: [total_q,Hq,Dv] and [Hq,total_q] (SPEC 2.7) */
+        char s[128];
+        if (d->rank != 3 || d->shape[0] != c->total_q || d->shape[1] != p->Hq ||
+            d->shape[2] != p->Dv) {
+            shape_str(d, s, sizeof s);
+            smattn_io_err(err, errlen,
+                          "do.npy: shape %s, want [total_q,Hq,Dv] = [%lld,%lld,%lld] (O's)", s,
+                          (long long)c->total_q, (long long)p->Hq, (long long)p->Dv);
+            return -1;
+        }
+        if (float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0,
+                        &c->gin.dout.dtype, err, errlen))
+            return -1;
+        strides_34(d, c->gin.dout.stride);
+        c->backward = 1;
+        if (!present(l))
+            return 0;
+        if (l->rank != 2 || l->shape[0] != p->Hq || l->shape[1] != c->total_q) {
+            shape_str(l, s, sizeof s);
+            smattn_io_err(err, errlen, "dlse.npy: shape %s, want [Hq,total_q] = [%lld,%lld] "
+                                       "(LSE's)",
+                          s, (long long)p->Hq, (long long)c->total_q);
+            return -1;
+        }
+        if (float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0,
+                        &c->gin.dlse.dtype, err, errlen))
+            return -1;
+        c->gin.dlse.stride[0] = 0;
+        c->gin.dlse.stride[1] = l->stride[0];
+        c->gin.dlse.stride[2] = l->stride[1];
+        return 0;
+    }
     const int o = c->rank - 3; /* 1: B first */
     const int64_t want_d[4] = {p->B, p->S, p->Hq, p->Dv}, want_l[3] = {p->B, p->Hq, p->S};
     char s[128];

@@ -48,6 +48,17 @@ static int out_shape(const smattn_case *c, int which, int64_t shape[4])
         shape[0] = p->Hq, shape[1] = c->total_q;
         return 2;
     }
+    if (c->packed_q && which == 3) { /* dQ has Q's storage (SPEC 10.1) */
+        shape[0] = c->total_q, shape[1] = p->Hq, shape[2] = p->D;
+        return 3;
+    }
+    if ((c->packed_k || c->paged) && (which == 4 || which == 5)) {
+        /* dK and dV have k.npy's and v.npy's shapes: packed rows or the page pool */
+        const smattn_npy *a = which == 4 ? &c->k : &c->v;
+        for (int r = 0; r < a->rank; r++)
+            shape[r] = a->shape[r];
+        return a->rank;
+    }
     int64_t full[7][4] = {{p->B, p->S, p->Hq, p->Dv}, {p->B, p->Hq, p->S, 0},
                           {p->B, p->Hq, p->S, p->T},  {p->B, p->S, p->Hq, p->D},
                           {p->B, p->T, p->Hkv, p->D}, {p->B, p->T, p->Hkv, p->Dv},
@@ -71,6 +82,22 @@ int smattn_case_out_layout(const smattn_case *c, int which, int64_t shape[4], in
         for (int k = 3; k >= 0; k--) {
             stride[k] = pad[k] == 1 ? 0 : st;
             st *= pad[k];
+        }
+    }
+    if (c->packed_q && which == 3) /* dQ [1,total_q,Hq,D] */
+        stride[0] = 0, stride[1] = shape[1] * shape[2], stride[2] = shape[2], stride[3] = 1;
+    if ((c->packed_k || c->paged) && (which == 4 || which == 5)) {
+        /* C order of k.npy's (v.npy's) shape, read as the input is: packed [1,total_k,Hkv,D],
+         * pages NHD [pages,page_size,Hkv,D] or HND [pages,Hkv,page_size,D] */
+        const int64_t W = shape[rank - 1];
+        if (rank == 3) {
+            stride[0] = 0, stride[1] = shape[1] * W, stride[2] = W, stride[3] = 1;
+        } else if (c->json.kv_hnd) {
+            stride[0] = shape[1] * shape[2] * W, stride[1] = W, stride[2] = shape[2] * W;
+            stride[3] = 1;
+        } else {
+            stride[0] = shape[1] * shape[2] * W, stride[1] = shape[2] * W, stride[2] = W;
+            stride[3] = 1;
         }
     }
     if (c->packed_q && which < 2) { /* O [1,total_q,Hq,Dv], LSE [1,Hq,total_q] (SPEC 2.7) */

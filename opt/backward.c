@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/layout.h"
 #include "opt/backward_internal.h"
 
 static const bw_isa *bw_isa_by_name(const char *name)
@@ -81,6 +82,89 @@ static void stage_row(float *dst, int64_t ld, const smattn_tensor *t, int64_t of
         dst[c] = 0.0f;
 }
 
+/* Copies element (a0..a3) of a dense staging gradient to its place in the layout's tensor,
+ * bit for bit (the same dtype). */
+static void copy_elem(const smattn_out_tensor *dst, int64_t doff, const smattn_out_tensor *src,
+                      int64_t soff)
+{
+    const size_t w = smattn_dtype_size(dst->dtype);
+    memcpy((unsigned char *)dst->data + (size_t)doff * w,
+           (const unsigned char *)src->data + (size_t)soff * w, w);
+}
+
+/* +0 in every element of an [n0, n1, n2, n3] output */
+static void zero_out(const smattn_out_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    const size_t w = smattn_dtype_size(t->dtype);
+    for (int64_t a = 0; a < n0; a++)
+        for (int64_t b = 0; b < n1; b++)
+            for (int64_t c = 0; c < n2; c++)
+                for (int64_t d = 0; d < n3; d++)
+                    memset((unsigned char *)t->data +
+                               (size_t)smattn__off4(t->stride, a, b, c, d) * w,
+                           0, w);
+}
+
+/* A layout's gradients (SPEC 10.1) from the dense twin's in `twin`: dQ of the stored rows
+ * through smattn__row_off, dK and dV of the keys t < T_b through smattn__key_off, +0 in the
+ * rest of the storage. The same bits as the dense problem's by construction. */
+static void scatter_layout(const smattn_problem *p, const smattn_grad_outputs *twin,
+                           const smattn_grad_outputs *out)
+{
+    int64_t qn[2], kn[2];
+    smattn__storage_rows(p, qn, kn);
+    zero_out(&out->dq, qn[0], qn[1], p->Hq, p->D);
+    zero_out(&out->dk, kn[0], kn[1], p->Hkv, p->D);
+    zero_out(&out->dv, kn[0], kn[1], p->Hkv, p->Dv);
+    for (int64_t b = 0; b < p->B; b++) {
+        for (int64_t i = 0; i < p->S; i++)
+            for (int64_t h = 0; smattn__row_stored(p, b, i) && h < p->Hq; h++)
+                for (int64_t d = 0; d < p->D; d++)
+                    copy_elem(&out->dq, smattn__row_off(p, out->dq.stride, b, i, h, d),
+                              &twin->dq, smattn__off4(twin->dq.stride, b, i, h, d));
+        for (int64_t t = 0; t < smattn__kv_len(p, b); t++)
+            for (int64_t g = 0; g < p->Hkv; g++) {
+                for (int64_t d = 0; d < p->D; d++)
+                    copy_elem(&out->dk, smattn__key_off(p, out->dk.stride, b, t, g, d),
+                              &twin->dk, smattn__off4(twin->dk.stride, b, t, g, d));
+                for (int64_t d = 0; d < p->Dv; d++)
+                    copy_elem(&out->dv, smattn__key_off(p, out->dv.stride, b, t, g, d),
+                              &twin->dv, smattn__off4(twin->dv.stride, b, t, g, d));
+            }
+    }
+}
+
+/* ALiBi (SPEC 2.8) as the dense binary32 bias the kernel body reads: the slope times the
+ * bias (mask mode; -inf stays -inf, hiding the key whatever the slope), or the term of the
+ * other modes, each rounded once (SPEC 10.7 B1 with 6.2.3: an addend of two roundings).
+ * NULL on allocation failure. */
+static float *alibi_bias(const smattn_problem *p, const smattn_inputs *in, int64_t st[4])
+{
+    const int64_t B = p->B, Hq = p->Hq, S = p->S, T = p->T;
+    float *ab = malloc((size_t)(B * Hq * S * T) * sizeof *ab);
+    if (!ab)
+        return NULL;
+    st[3] = 1, st[2] = T, st[1] = S * T, st[0] = Hq * S * T;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++) {
+            const double m = (double)smattn__alibi_slope(p, b, h);
+            for (int64_t i = 0; i < S; i++)
+                for (int64_t j = 0; j < T; j++) {
+                    double x;
+                    if (p->alibi_mode == SMATTN_ALIBI_MASK) {
+                        x = smattn_load(in->bias.data, in->bias.dtype,
+                                        smattn__off4(in->bias.stride, b, h, i, j));
+                        if (x != -HUGE_VAL)
+                            x *= m; /* exact: 24 + 24 bits */
+                    } else {
+                        x = smattn__alibi_term(p, b, h, i, j);
+                    }
+                    ab[smattn__off4(st, b, h, i, j)] = (float)x;
+                }
+        }
+    return ab;
+}
+
 typedef struct bw_run {
     const bw_job *job;
     const bw_isa *isa;
@@ -105,6 +189,11 @@ static void job_free(bw_job *j)
     free(j->scratch);
 }
 
+static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *in,
+                                  const smattn_inputs *orig, const smattn_forward_saved *saved,
+                                  const smattn_grad_inputs *gin,
+                                  const smattn_grad_outputs *gout, const smattn_opt_config *cfg);
+
 smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_inputs *in,
                                         const smattn_forward_saved *saved,
                                         const smattn_grad_inputs *gin,
@@ -114,6 +203,63 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
     smattn_status st = smattn__validate_backward(p, in, gin, gout);
     if (st)
         return st;
+    /* ALiBi with a bias added as is: the kernel would round bias + term differently from
+     * the forward's model (SPEC 10.8); the oracle takes it */
+    if (p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_mode != SMATTN_ALIBI_MASK &&
+        in->bias.data)
+        return SMATTN_ERR_UNSUPPORTED;
+    smattn_inputs ain;
+    float *ab = NULL;
+    if (p->alibi_mode != SMATTN_ALIBI_NONE) {
+        ain = *in;
+        ain.bias = (smattn_tensor){NULL, SMATTN_F32, {0}};
+        if (!(ab = alibi_bias(p, in, ain.bias.stride)))
+            return SMATTN_ERR_NOMEM;
+        ain.bias.data = ab;
+    }
+    const smattn_inputs *ein = ab ? &ain : in;
+    if (!p->layout) {
+        st = backward_run(p, ein, in, saved, gin, gout, cfg);
+        free(ab);
+        return st;
+    }
+    /* A layout (SPEC 2.7, 10.1): the passes write the dense twin's gradients, in the
+     * outputs' own dtypes, then each element goes to its storage through the locator. */
+    smattn_grad_outputs twin;
+    memset(&twin, 0, sizeof twin);
+    const smattn_out_tensor *go3[3] = {&gout->dq, &gout->dk, &gout->dv};
+    smattn_out_tensor *tw3[3] = {&twin.dq, &twin.dk, &twin.dv};
+    const char roles[3] = {'q', 'k', 'v'};
+    smattn_problem dense = *p;
+    dense.layout = NULL; /* the twin's dense shapes for the strides */
+    for (int k = 0; k < 3 && !st; k++) {
+        tw3[k]->dtype = go3[k]->dtype;
+        int64_t n = k == 0 ? p->B * p->S * p->Hq * p->D
+                           : p->B * p->T * p->Hkv * (k == 1 ? p->D : p->Dv);
+        tw3[k]->data = malloc((size_t)n * smattn_dtype_size(go3[k]->dtype));
+        if (!tw3[k]->data)
+            st = SMATTN_ERR_NOMEM;
+        else
+            st = smattn_contiguous_strides(&dense, roles[k], tw3[k]->stride);
+    }
+    if (!st)
+        st = backward_run(p, ein, in, saved, gin, &twin, cfg);
+    if (!st)
+        scatter_layout(p, &twin, gout);
+    free(twin.dq.data), free(twin.dk.data), free(twin.dv.data);
+    free(ab);
+    return st;
+}
+
+/* The passes over a validated problem, writing gout in the dense twin's shapes
+ * (smattn_attention_backward scatters a layout's). in: the inputs with ALiBi folded into
+ * the bias, which the passes read; orig: the caller's, for the forward. */
+static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *in,
+                                  const smattn_inputs *orig, const smattn_forward_saved *saved,
+                                  const smattn_grad_inputs *gin,
+                                  const smattn_grad_outputs *gout, const smattn_opt_config *cfg)
+{
+    smattn_status st;
     if (cfg && ((cfg->isa && !smattn__isa_known(cfg->isa)) || cfg->threads < 0))
         return SMATTN_ERR_OPTION;
     const bw_isa *isa = bw_isa_by_name(cfg ? cfg->isa : NULL);
@@ -131,7 +277,7 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
         fo.lse = (smattn_out_tensor){(void *)(uintptr_t)saved->lse.data, saved->lse.dtype,
                                      {saved->lse.stride[0], saved->lse.stride[1],
                                       saved->lse.stride[2], saved->lse.stride[3]}};
-        if ((st = smattn_validate(p, in, &fo)))
+        if ((st = smattn_validate(p, orig, &fo)))
             return st;
     }
     /* SPEC 10.7 and smattn.h: what this kernel leaves to the oracle */
@@ -153,8 +299,16 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
                       no[4] = {B, S, Hq, Dv}, nl[4] = {B, Hq, S, 1}, nf[4] = {B, Hq, S, T},
                       ns[4] = {Hq, 1, 1, 1};
         (void)nq, (void)nk, (void)nv, (void)no; /* Q, K, V, dO: checked as staged below */
-        if ((gin->dlse.data && !all_finite(&gin->dlse, nl, 0)) ||
-            (in->bias.data && !all_finite(&in->bias, nf, 1)) ||
+        int dlse_ok = 1; /* dLSE has LSE's storage: its stored rows */
+        for (int64_t b = 0; gin->dlse.data && b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t i = 0; i < S && smattn__row_stored(p, b, i); i++)
+                    dlse_ok &= isfinite(smattn_load(gin->dlse.data, gin->dlse.dtype,
+                                                    smattn__lse_off(p, gin->dlse.stride, b, h,
+                                                                    i))) != 0;
+        (void)nl;
+        if (!dlse_ok || (in->bias.data && !all_finite(&in->bias, nf, 1)) ||
+            (orig != in && orig->bias.data && !all_finite(&orig->bias, nf, 1)) ||
             (in->sinks.data && !all_finite(&in->sinks, ns, 1)))
             return SMATTN_ERR_UNSUPPORTED; /* non-finite inputs: smattn_ref_backward */
     }
@@ -177,7 +331,7 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
         smattn_opt_config fc = {nt, isa->name};
         if ((st = smattn_contiguous_strides(p, 'o', fo.o.stride)) ||
             (st = smattn_contiguous_strides(p, 'l', fo.lse.stride)) ||
-            (st = smattn_attention(p, in, &fo, &fc))) {
+            (st = smattn_attention(p, orig, &fo, &fc))) {
             free(o_own), free(l_own);
             return st;
         }
@@ -223,22 +377,28 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < S; i++) {
                 const int64_t row = (b * Hq + h) * S + i;
+                if (!smattn__row_stored(p, b, i)) { /* a packed padding row: no storage */
+                    memset(job.q + row * job.Dp, 0, (size_t)job.Dp * sizeof(float));
+                    memset(job.dO + row * job.Dvp, 0, (size_t)job.Dvp * sizeof(float));
+                    continue;
+                }
                 stage_row(job.q + row * job.Dp, job.Dp, &in->q,
-                          smattn__off4(in->q.stride, b, i, h, 0), D);
+                          smattn__row_off(p, in->q.stride, b, i, h, 0), D);
                 stage_row(job.dO + row * job.Dvp, job.Dvp, &gin->dout,
-                          smattn__off4(gin->dout.stride, b, i, h, 0), Dv);
+                          smattn__row_off(p, gin->dout.stride, b, i, h, 0), Dv);
             }
     for (int64_t b = 0; b < B; b++)
         for (int64_t g = 0; g < Hkv; g++)
-            for (int64_t j = 0; j < T; j++) {
+            for (int64_t j = 0; j < (p->layout ? smattn__kv_len(p, b) : T); j++) {
+                /* a layout's keys past T_b have no storage: left +0 (calloc), never seen */
                 const int64_t kb = j / BW_BK, c = j % BW_BK;
                 float *kr = job.k + ((b * Hkv + g) * Tp + j) * job.Dp;
-                stage_row(kr, job.Dp, &in->k, smattn__off4(in->k.stride, b, j, g, 0), D);
+                stage_row(kr, job.Dp, &in->k, smattn__key_off(p, in->k.stride, b, j, g, 0), D);
                 float *kt = job.kt + ((b * Hkv + g) * job.nkb + kb) * job.Dp * BW_BK;
                 for (int64_t d = 0; d < D; d++)
                     kt[d * BW_BK + c] = kr[d];
                 float *vt = job.vt + ((b * Hkv + g) * job.nkb + kb) * job.Dvp * BW_BK;
-                stage_row(orow, Dv, &in->v, smattn__off4(in->v.stride, b, j, g, 0), Dv);
+                stage_row(orow, Dv, &in->v, smattn__key_off(p, in->v.stride, b, j, g, 0), Dv);
                 for (int64_t d = 0; d < Dv; d++)
                     vt[d * BW_BK + c] = orow[d];
             }
@@ -264,6 +424,10 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
             for (int64_t i = 0; i < S; i++) {
                 const int64_t row = (b * Hq + h) * S + i;
                 smattn__key_range(p, b, i, &job.lo[row], &job.hi[row]);
+                if (!smattn__row_stored(p, b, i)) {
+                    job.cls[row] = BW_ROW_SKIP; /* no O, no loss term (SPEC 10.1) */
+                    continue;
+                }
                 int64_t nvis = 0;
                 for (int64_t j = job.lo[row]; j < job.hi[row] && !nvis; j++) {
                     if (!smattn__mask_allows(p, in, b, h, i, j))
@@ -292,20 +456,27 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
                 if (cls != BW_ROW_REGULAR)
                     continue;
                 job.lse[row] = (float)smattn_load(fo.lse.data, fo.lse.dtype,
-                                                  smattn__off4(fo.lse.stride, b, h, i, 0));
+                                                  smattn__lse_off(p, fo.lse.stride, b, h, i));
                 const smattn_tensor ot = {fo.o.data, fo.o.dtype,
                                           {fo.o.stride[0], fo.o.stride[1], fo.o.stride[2],
                                            fo.o.stride[3]}};
-                stage_row(orow, Dv, &ot, smattn__off4(ot.stride, b, i, h, 0), Dv);
+                stage_row(orow, Dv, &ot, smattn__row_off(p, ot.stride, b, i, h, 0), Dv);
                 const float *dO = job.dO + row * job.Dvp;
                 float dl = 0.0f;
                 for (int64_t c = 0; c < Dv; c++)
                     dl += dO[c] * orow[c]; /* two roundings, no libm call */
                 if (gin->dlse.data)
                     dl -= (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
-                                             smattn__off4(gin->dlse.stride, b, h, i, 0));
+                                             smattn__lse_off(p, gin->dlse.stride, b, h, i));
                 job.delta[row] = dl;
             }
+    for (int64_t x = 0; x < B * Hkv && job.ds; x++)
+        if (job.nan_group[x]) {
+            /* a `nan` group's key blocks write NaN and no dS: the dQ pass of its regular
+             * rows computes dS again rather than read what was never stored */
+            free(job.ds);
+            job.ds = NULL;
+        }
     {
         bw_run r = {&job, isa};
         smattn__pool_run(nt, B * job.nkb * Hkv, run_dkdv, &r);

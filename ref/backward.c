@@ -60,7 +60,7 @@ static void row_free(bw_row *r)
     free(r->x), free(r->bias), free(r->order), free(r->gfirst), free(r->gkeys), free(r->gcnt);
     free(r->gid), free(r->C), free(r->texp), free(r->Plo), free(r->Phi), free(r->Ulo);
     free(r->Uhi), free(r->Uzero), free(r->fP), free(r->fPr), free(r->fS), free(r->fSr);
-    free(r->g6), free(r->Slo), free(r->Shi);
+    free(r->g6), free(r->Slo), free(r->Shi), free(r->alibi);
     memset(r, 0, sizeof *r);
 }
 
@@ -99,6 +99,7 @@ static int row_alloc_exact(bw_row *r, int softcap)
     r->dp = malloc(N * sizeof *r->dp);
     r->x = malloc(N * sizeof *r->x);
     r->bias = calloc(N, sizeof *r->bias);
+    r->alibi = calloc(N, sizeof *r->alibi);
     r->order = malloc(N * sizeof *r->order);
     r->gfirst = malloc(N1 * sizeof *r->gfirst);
     r->gkeys = malloc(N1 * sizeof *r->gkeys);
@@ -111,7 +112,7 @@ static int row_alloc_exact(bw_row *r, int softcap)
     r->Ulo = malloc(N * sizeof *r->Ulo);
     r->Uhi = malloc(N * sizeof *r->Uhi);
     r->Uzero = calloc(N, 1);
-    if (!r->s || !r->dp || !r->x || !r->bias || !r->order || !r->gfirst || !r->gkeys || !r->gcnt ||
+    if (!r->s || !r->dp || !r->x || !r->bias || !r->alibi || !r->order || !r->gfirst || !r->gkeys || !r->gcnt ||
         !r->gid || !r->C || !r->texp || !r->Plo || !r->Phi || !r->Ulo || !r->Uhi || !r->Uzero)
         return -1; /* row_free releases what was allocated */
     for (size_t k = 0; k < N; k++)
@@ -152,7 +153,8 @@ static int cmp_keys(const bw_row *r, int softcap, int64_t x, int64_t y)
     int c = mpfr_cmp(r->s[y], r->s[x]); /* decreasing score */
     if (c || !softcap)
         return c;
-    return (r->bias[y] > r->bias[x]) - (r->bias[y] < r->bias[x]);
+    c = (r->bias[y] > r->bias[x]) - (r->bias[y] < r->bias[x]);
+    return c ? c : (r->alibi[y] > r->alibi[x]) - (r->alibi[y] < r->alibi[x]);
 }
 
 static int sort_keys(bw_row *r, int softcap)
@@ -196,6 +198,8 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
     r->sink_bad = 0;
     r->lam = 0;
     int empty = 0, nan = 0;
+    if (!smattn__row_stored(p, b, i))
+        return SMATTN_OK; /* a packed batch's padding row: no O, no loss term (SPEC 10.1) */
     if (i >= smattn__q_len(p, b)) {
         empty = 1;
     } else {
@@ -226,24 +230,24 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
             r->kind = RK_MEAN;
             r->n = smattn__kv_len(p, b);
             for (int64_t c = 0; c < u->Dv; c++) {
-                r->dout[c] = ld(&job->gin->dout, b, i, h, c);
+                r->dout[c] = smattn__bw_ld_row(p, &job->gin->dout, b, i, h, c);
                 r->dcls[c] = (unsigned char)cls_of(r->dout[c]);
             }
         }
         return SMATTN_OK;
     }
     for (int64_t d = 0; d < u->D && !nan && r->n > 0; d++) {
-        r->q[d] = ld(&in->q, b, i, h, d);
+        r->q[d] = smattn__bw_ld_row(p, &in->q, b, i, h, d);
         nan |= !isfinite(r->q[d]);
     }
     for (int64_t jj = 0; jj < r->n && !nan; jj++) {
         int64_t j = r->idx[jj];
         if (in->bias.data) {
-            double bj = ld(&in->bias, b, h, i, j);
+            double bj = ld(&in->bias, b, h, i, j); /* as stored: before ALiBi's slope */
             nan |= isnan(bj) || bj == HUGE_VAL;
         }
         for (int64_t d = 0; d < u->D && !nan; d++)
-            nan |= !isfinite(ld(&in->k, b, j, u->g, d));
+            nan |= !isfinite(smattn__bw_ld_key(p, &in->k, b, j, u->g, d));
     }
     if (nan) {
         r->kind = RK_POISON;
@@ -252,28 +256,25 @@ static smattn_status row_prepare(bw_unit *u, bw_row *r)
     if (r->n == 0) { /* the sink alone: O = +0 whatever q is; no gradient but dsinks */
         const smattn_tensor *t = &job->gin->dlse;
         if (t->data)
-            r->lam = smattn_load(t->data, t->dtype,
-                                 b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
+            r->lam = smattn__bw_ld_lse(p, t, b, h, i);
         return SMATTN_OK;
     }
     r->kind = RK_NORMAL;
     /* dO, dLSE and V at the visible keys: a non-finite one leaves dS undefined */
     double lam = 0;
     if (job->gin->dlse.data) {
-        const smattn_tensor *t = &job->gin->dlse;
-        lam =
-            smattn_load(t->data, t->dtype, b * t->stride[0] + h * t->stride[1] + i * t->stride[2]);
+        lam = smattn__bw_ld_lse(p, &job->gin->dlse, b, h, i);
         r->dsnan |= !isfinite(lam);
     }
     for (int64_t c = 0; c < u->Dv; c++) {
-        r->dout[c] = ld(&job->gin->dout, b, i, h, c);
+        r->dout[c] = smattn__bw_ld_row(p, &job->gin->dout, b, i, h, c);
         r->dcls[c] = (unsigned char)cls_of(r->dout[c]);
         r->dsnan |= r->dcls[c] != 0;
     }
     r->lam = lam;
     for (int64_t jj = 0; jj < r->n && !r->dsnan; jj++)
         for (int64_t c = 0; c < u->Dv; c++)
-            r->dsnan |= !isfinite(ld(&in->v, b, r->idx[jj], u->g, c));
+            r->dsnan |= !isfinite(smattn__bw_ld_key(p, &in->v, b, r->idx[jj], u->g, c));
     return SMATTN_OK;
 }
 
@@ -296,25 +297,32 @@ static smattn_status row_exact(bw_unit *u, bw_row *r)
     for (int64_t jj = 0; jj < r->n; jj++) {
         int64_t j = r->idx[jj];
         for (int64_t d = 0; d < u->D; d++)
-            buf[d] = ld(&in->k, b, j, u->g, d);
+            buf[d] = smattn__bw_ld_key(p, &in->k, b, j, u->g, d);
         if (exact_dot(u, u->tmp, r->q, buf, u->D) || smattn__bw_exact_mul(r->s[jj], u->tmp, u->a)) {
             free(buf);
             return SMATTN_ERR_INTERNAL;
         }
-        double bj = in->bias.data ? ld(&in->bias, b, h, i, j) : 0.0;
+        /* the bias, then ALiBi's term (SPEC 2.8): each exact, added exactly */
+        const double add[2] = {smattn__bw_bias(p, in, b, h, i, j),
+                               smattn__alibi_term(p, b, h, i, j)};
         if (u->softcap) {
-            r->bias[jj] = bj;
-        } else if (bj != 0) {
-            mpfr_set_prec(u->b2, 53);
-            mpfr_set_d(u->b2, bj, MPFR_RNDN);
-            if (smattn__bw_exact_add(u->tmp, r->s[jj], u->b2)) {
-                free(buf);
-                return SMATTN_ERR_INTERNAL;
+            r->bias[jj] = add[0];
+            r->alibi[jj] = add[1];
+        } else {
+            for (int k = 0; k < 2; k++) {
+                if (add[k] == 0)
+                    continue;
+                mpfr_set_prec(u->b2, 53);
+                mpfr_set_d(u->b2, add[k], MPFR_RNDN);
+                if (smattn__bw_exact_add(u->tmp, r->s[jj], u->b2)) {
+                    free(buf);
+                    return SMATTN_ERR_INTERNAL;
+                }
+                mpfr_swap(u->tmp, r->s[jj]);
             }
-            mpfr_swap(u->tmp, r->s[jj]);
         }
         for (int64_t c = 0; c < u->Dv; c++)
-            buf[c] = ld(&in->v, b, j, u->g, c);
+            buf[c] = smattn__bw_ld_key(p, &in->v, b, j, u->g, c);
         if (!r->dsnan) {
             if (exact_dot(u, r->dp[jj], r->dout, buf, u->Dv)) {
                 free(buf);
@@ -451,10 +459,12 @@ static void row_level(bw_unit *u, bw_row *r, mpfr_prec_t prec)
             mpfr_tanh(a, a, MPFR_RNDD);
             mpfr_mul_d(a, a, cap, MPFR_RNDD);
             mpfr_add_d(u->tl[k], a, r->bias[jj], MPFR_RNDD);
+            mpfr_add_d(u->tl[k], u->tl[k], r->alibi[jj], MPFR_RNDD);
             mpfr_div_d(a, r->s[jj], cap, MPFR_RNDU);
             mpfr_tanh(a, a, MPFR_RNDU);
             mpfr_mul_d(a, a, cap, MPFR_RNDU);
             mpfr_add_d(u->th[k], a, r->bias[jj], MPFR_RNDU);
+            mpfr_add_d(u->th[k], u->th[k], r->alibi[jj], MPFR_RNDU);
         }
         int64_t top = 0;
         for (int64_t k = 1; k < G; k++)
@@ -667,7 +677,7 @@ static int row_poly(bw_unit *u, const bw_row *r, int kind, int64_t d, bw_poly *o
         } else {
             for (int64_t m = 0; m < r->gkeys[a]; m++) {
                 int64_t jj = r->order[r->gfirst[a] + m];
-                double k = ld(&u->job->in->k, r->b, r->idx[jj], u->g, d);
+                double k = smattn__bw_ld_key(u->p, &u->job->in->k, r->b, r->idx[jj], u->g, d);
                 mpfr_set_prec(u->b2, 53);
                 mpfr_set_d(u->b2, k, MPFR_RNDN);
                 if (kind == 2) {
@@ -1119,7 +1129,7 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
                 if (u->qdone[e])
                     continue;
                 for (int64_t jj = 0; jj < row->n; jj++) {
-                    double k = ld(&job->in->k, u->b, row->idx[jj], u->g, d);
+                    double k = smattn__bw_ld_key(p, &job->in->k, u->b, row->idx[jj], u->g, d);
                     mpfr_set_prec(u->tl[jj], prec);
                     mpfr_set_prec(u->th[jj], prec);
                     if (row->Uzero[jj])
@@ -1228,12 +1238,15 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
     }
     if (!all)
         return SMATTN_ERR_PRECISION;
-    /* write: every element of the unit */
+    /* write: every element of the unit that has storage (SPEC 10.1: dQ through Q's rows,
+     * dK and dV through K's and V's keys t < T_b; a layout's other storage was zeroed) */
     for (int64_t r = 0; r < R; r++) {
         const bw_row *row = &u->rows[r];
+        if (!smattn__row_stored(p, u->b, row->i))
+            continue;
         for (int64_t d = 0; d < D; d++)
             smattn__store_bits(go->dq.data, go->dq.dtype,
-                               smattn__off4(go->dq.stride, u->b, row->i, row->h, d),
+                               smattn__row_off(p, go->dq.stride, u->b, row->i, row->h, d),
                                u->qbits[r * D + d]);
     }
     for (int64_t r = 0; r < R && u->want_bias; r++) {
@@ -1243,13 +1256,16 @@ static smattn_status unit_run(bw_unit *u, long max_prec)
                                smattn__off4(go->dbias.stride, u->b, row->h, row->i, j),
                                u->bbits[r * T + j]);
     }
-    for (int64_t j = 0; j < T; j++) {
+    const int64_t Tw = p->layout ? smattn__kv_len(p, u->b) : T; /* keys with storage */
+    for (int64_t j = 0; j < Tw; j++) {
         for (int64_t d = 0; d < D; d++)
             smattn__store_bits(go->dk.data, go->dk.dtype,
-                               smattn__off4(go->dk.stride, u->b, j, u->g, d), u->kbits[j * D + d]);
+                               smattn__key_off(p, go->dk.stride, u->b, j, u->g, d),
+                               u->kbits[j * D + d]);
         for (int64_t c = 0; c < Dv; c++)
             smattn__store_bits(go->dv.data, go->dv.dtype,
-                               smattn__off4(go->dv.stride, u->b, j, u->g, c), u->vbits[j * Dv + c]);
+                               smattn__key_off(p, go->dv.stride, u->b, j, u->g, c),
+                               u->vbits[j * Dv + c]);
     }
     return SMATTN_OK;
 }
@@ -1854,14 +1870,23 @@ static smattn_status unit_eval(bw_job *job, int64_t unit, smattn_ref_stats *stat
     return st;
 }
 
+/* +0 in every element of an [n0, n1, n2, n3] output */
+void smattn__bw_zero(const smattn_out_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    for (int64_t a = 0; a < n0; a++)
+        for (int64_t b = 0; b < n1; b++)
+            for (int64_t c = 0; c < n2; c++)
+                for (int64_t d = 0; d < n3; d++)
+                    smattn__store_bits(t->data, t->dtype, smattn__off4(t->stride, a, b, c, d), 0);
+}
+
 /* ---- threads ----------------------------------------------------------------------------- */
 
 static void *bw_worker(void *arg)
 {
     bw_job *job = arg;
-    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
-    mpfr_set_emin(mpfr_get_emin_min());
-    mpfr_set_emax(mpfr_get_emax_max());
+    mpfr_exp_t range[2];
+    smattn__ref_mpfr_widen(range);
     smattn_ref_stats stats;
     memset(&stats, 0, sizeof stats);
     for (;;) {
@@ -1869,26 +1894,18 @@ static void *bw_worker(void *arg)
         if (unit >= job->units)
             break;
         smattn_status st = unit_eval(job, unit, &stats);
-        if (st) {
-            pthread_mutex_lock(&job->lock);
-            if (job->fail_unit < 0 || unit < job->fail_unit) {
-                job->fail_unit = unit;
-                job->fail = st;
-            }
-            pthread_mutex_unlock(&job->lock);
-        }
+        if (st)
+            smattn__ref_fail_record(&job->fail, unit, st);
     }
-    pthread_mutex_lock(&job->lock);
+    pthread_mutex_lock(&job->fail.lock);
     job->stats.rows += stats.rows;
     job->stats.rows_empty += stats.rows_empty;
     job->stats.rows_rational += stats.rows_rational;
     job->stats.rows_fast += stats.rows_fast;
     if (stats.max_prec_used > job->stats.max_prec_used)
         job->stats.max_prec_used = stats.max_prec_used;
-    pthread_mutex_unlock(&job->lock);
-    mpfr_set_emin(emin);
-    mpfr_set_emax(emax);
-    mpfr_free_cache();
+    pthread_mutex_unlock(&job->fail.lock);
+    smattn__ref_mpfr_restore(range);
     return NULL;
 }
 
@@ -1909,6 +1926,15 @@ smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *
         (cfg->fixed_prec != 0 &&
          (cfg->fixed_prec < SMATTN_REF_PREC_MIN || cfg->fixed_prec > SMATTN_REF_PREC_MAX)))
         return SMATTN_ERR_OPTION;
+    if (p->layout) {
+        /* SPEC 10.1: storage no (b, t) or stored row reaches (pages no sequence uses, slots
+         * past T_b, packed keys past seqused_k) has gradient +0; the units write the rest */
+        int64_t qn[2], kn[2];
+        smattn__storage_rows(p, qn, kn);
+        smattn__bw_zero(&gout->dq, qn[0], qn[1], p->Hq, p->D);
+        smattn__bw_zero(&gout->dk, kn[0], kn[1], p->Hkv, p->D);
+        smattn__bw_zero(&gout->dv, kn[0], kn[1], p->Hkv, p->Dv);
+    }
     bw_job job;
     memset(&job, 0, sizeof job);
     job.p = p;
@@ -1928,29 +1954,11 @@ smattn_status smattn_ref_backward(const smattn_problem *p, const smattn_inputs *
             job.units += job.bext[0] * job.bext[1] * job.bext[2];
     }
     atomic_init(&job.next, 0);
-    job.fail_unit = -1;
-    if (pthread_mutex_init(&job.lock, NULL))
+    if (smattn__ref_fail_init(&job.fail))
         return SMATTN_ERR_THREADS;
-    int nt = cfg->threads > 0 && cfg->threads < smattn__ncpu() ? cfg->threads : smattn__ncpu();
-    if (!mpfr_buildopt_tls_p())
-        nt = 1;
-    if ((int64_t)nt > job.units)
-        nt = (int)job.units;
-    if (nt < 1)
-        nt = 1;
-    pthread_t *tid = nt > 1 ? malloc((size_t)(nt - 1) * sizeof *tid) : NULL;
-    int started = 0;
-    for (int t = 0; tid && t < nt - 1; t++) {
-        if (pthread_create(&tid[t], NULL, bw_worker, &job))
-            break;
-        started++;
-    }
-    bw_worker(&job);
-    for (int t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    free(tid);
-    pthread_mutex_destroy(&job.lock);
+    smattn__ref_threads(cfg->threads, job.units, bw_worker, &job);
+    st = smattn__ref_fail_done(&job.fail);
     if (stats)
         *stats = job.stats;
-    return job.fail_unit >= 0 ? job.fail : SMATTN_OK;
+    return st;
 }

@@ -81,12 +81,14 @@ static int fast_row(bw_unit *u, bw_row *r, const double *K, const double *V, dou
         double rs, s = dot(r->q, &K[j * D], D, &rs);
         double s2 = s * scale;
         rs = up(fabs(scale) * rs + 2 * U * fabs(s2) + ETA);
-        if (in->bias.data) {
-            double bj = smattn_load(in->bias.data, in->bias.dtype,
-                                    smattn__off4(in->bias.stride, r->b, r->h, r->i, j));
-            s2 += bj;
-            rs = up(rs + 2 * U * fabs(s2) + ETA);
-        }
+        /* the bias, then ALiBi's term (SPEC 2.8; both exact), each added with one rounding */
+        const double add[2] = {smattn__bw_bias(u->p, in, r->b, r->h, r->i, j),
+                               smattn__alibi_term(u->p, r->b, r->h, r->i, j)};
+        for (int k = 0; k < 2; k++)
+            if (add[k] != 0 || (k == 0 && in->bias.data)) {
+                s2 += add[k];
+                rs = up(rs + 2 * U * fabs(s2) + ETA);
+            }
         if (!isfinite(s2) || !isfinite(rs))
             return 1;
         sh[jj] = s2;
@@ -183,9 +185,9 @@ static void load_seen(bw_unit *u, int64_t b, const bw_row *rows, int64_t nrows, 
         if (!seen[j])
             continue;
         seen[j] = 0;
-        smattn__ref_load_vec(&K[j * D], &in->k, smattn__off4(in->k.stride, b, j, u->g, 0),
+        smattn__ref_load_vec(&K[j * D], &in->k, smattn__key_off(u->p, in->k.stride, b, j, u->g, 0),
                              in->k.stride[3], D);
-        smattn__ref_load_vec(&V[j * Dv], &in->v, smattn__off4(in->v.stride, b, j, u->g, 0),
+        smattn__ref_load_vec(&V[j * Dv], &in->v, smattn__key_off(u->p, in->v.stride, b, j, u->g, 0),
                              in->v.stride[3], Dv);
     }
 }
@@ -360,18 +362,19 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
     double m = -HUGE_VAL;
     for (int64_t jj = 0; jj < n; jj++) {
         int64_t j = r->idx[jj];
-        smattn__ref_load_vec(buf, &in->k, smattn__off4(in->k.stride, r->b, j, u->g, 0),
+        smattn__ref_load_vec(buf, &in->k, smattn__key_off(u->p, in->k.stride, r->b, j, u->g, 0),
                              in->k.stride[3], D);
         double err;
         dd s = dot2(r->q, buf, D, &err);
         s = dd_mul_d(s, scale);
         err = err * fabs(scale) + 4 * U2 * fabs(s.hi) + SLACK;
-        if (in->bias.data) {
-            double bj = smattn_load(in->bias.data, in->bias.dtype,
-                                    smattn__off4(in->bias.stride, r->b, r->h, r->i, j));
-            s = dd_add(s, (dd){bj, 0.0});
-            err += 8 * U2 * (fabs(s.hi) + fabs(bj)) + SLACK;
-        }
+        const double add[2] = {smattn__bw_bias(u->p, in, r->b, r->h, r->i, j),
+                               smattn__alibi_term(u->p, r->b, r->h, r->i, j)};
+        for (int k = 0; k < 2; k++)
+            if (add[k] != 0 || (k == 0 && in->bias.data)) {
+                s = dd_add(s, (dd){add[k], 0.0});
+                err += 8 * U2 * (fabs(s.hi) + fabs(add[k])) + SLACK;
+            }
         if (!isfinite(s.hi) || !isfinite(err) || fabs(s.hi) > 0x1p900)
             return 1;
         sh[jj] = s.hi, sl[jj] = s.lo, se[jj] = err * 1.01;
@@ -425,7 +428,8 @@ static int dd_row(bw_unit *u, bw_row *r, double *buf, double *sh, double *sl, do
     double RN = 0, AN = 0, rq = 0;
     if (!r->dsnan) {
         for (int64_t jj = 0; jj < n; jj++) {
-            smattn__ref_load_vec(buf, &in->v, smattn__off4(in->v.stride, r->b, r->idx[jj], u->g, 0),
+            smattn__ref_load_vec(buf, &in->v,
+                                 smattn__key_off(u->p, in->v.stride, r->b, r->idx[jj], u->g, 0),
                                  in->v.stride[3], Dv);
             double rdp;
             dd dp = dot2(r->dout, buf, Dv, &rdp);
@@ -543,8 +547,7 @@ int smattn__bw_dd_unit(bw_unit *u)
             dd_acc a = {{0, 0}, 0, 0, 0};
             for (int64_t jj = 0; jj < row->n; jj++) {
                 const double *g = &row->g6[6 * jj];
-                double k = smattn_load(in->k.data, in->k.dtype,
-                                       smattn__off4(in->k.stride, u->b, row->idx[jj], u->g, d));
+                double k = smattn__bw_ld_key(u->p, &in->k, u->b, row->idx[jj], u->g, d);
                 acc_term(&a, g[3], g[4], g[5], k);
             }
             u->qdone[e] = (unsigned char)acc_decide(&a, scale, go->dq.dtype, &u->qbits[e]);

@@ -12,6 +12,8 @@
 #include <mpfr.h>
 
 #include "core/internal.h"
+#include "core/layout.h"
+#include "ref/ref_internal.h"
 
 /* One term c e^tau; both exact (MPFR numbers whose precision holds every bit). */
 typedef struct bw_term {
@@ -59,6 +61,45 @@ int smattn__bwp_decide(const bw_poly *num, const bw_poly *den, smattn_dtype t, l
 int smattn__bwp_decide_sum(const bw_poly *A, const bw_poly *D, int64_t n, smattn_dtype t,
                            long start_prec, long max_prec, uint64_t *bits, long *prec_used);
 
+/* Loads through the layout's locator (core/layout.h, SPEC 2.7): element d of query row
+ * (b, i) and head h of Q or dO (a stored row), of key (b, t) and KV head g of K or V (t < T_b),
+ * and dLSE (b, h, i). */
+static inline double smattn__bw_ld_row(const smattn_problem *p, const smattn_tensor *t,
+                                       int64_t b, int64_t i, int64_t h, int64_t d)
+{
+    return smattn_load(t->data, t->dtype, smattn__row_off(p, t->stride, b, i, h, d));
+}
+
+static inline double smattn__bw_ld_key(const smattn_problem *p, const smattn_tensor *t,
+                                       int64_t b, int64_t j, int64_t g, int64_t d)
+{
+    return smattn_load(t->data, t->dtype, smattn__key_off(p, t->stride, b, j, g, d));
+}
+
+static inline double smattn__bw_ld_lse(const smattn_problem *p, const smattn_tensor *t,
+                                       int64_t b, int64_t h, int64_t i)
+{
+    return smattn_load(t->data, t->dtype, smattn__lse_off(p, t->stride, b, h, i));
+}
+
+/* The bias term of a visible key's score (SPEC 2.8): the bias as is, or times the slope in
+ * ALiBi's mask mode (exact: 24 + 24 bits); 0 without a bias. The ALiBi term of the other
+ * modes is smattn__alibi_term, added after it. */
+static inline double smattn__bw_bias(const smattn_problem *p, const smattn_inputs *in,
+                                     int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    if (!in->bias.data)
+        return 0.0;
+    double x = smattn_load(in->bias.data, in->bias.dtype,
+                           smattn__off4(in->bias.stride, b, h, i, j));
+    if (p->alibi_mode == SMATTN_ALIBI_MASK)
+        x *= (double)smattn__alibi_slope(p, b, h);
+    return x;
+}
+
+/* +0 in every element of an [n0, n1, n2, n3] output (a layout's unreached storage). */
+void smattn__bw_zero(const smattn_out_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+
 /* What a row adds (SPEC 10.2): SKIP nothing (dQ +0); NORMAL its gradients; POISON NaN at
  * its visible keys and in dQ; EMPTY_NAN NaN at every key and in dQ; MEAN dO / T_b to dV. */
 enum { RK_SKIP, RK_NORMAL, RK_POISON, RK_EMPTY_NAN, RK_MEAN };
@@ -75,7 +116,9 @@ typedef struct bw_row {
     double *q, *dout;               /* [D], [Dv] */
     unsigned char *dcls;            /* [Dv] class of dO_c */
     mpfr_t *s, *dp, *x;             /* [n] exact score (softcap: scale q.k), dP, dP + dLSE */
-    double *bias;                   /* [n] softcap: the bias added after the cap */
+    double *bias;                   /* [n] softcap: the bias added after the cap (ALiBi's
+                                       mask mode: times the slope, exact) */
+    double *alibi;                  /* [n] softcap: the ALiBi term added after the bias */
     int64_t G;                      /* groups of equal scores; the sink is one, or merged in one */
     int64_t *order;                 /* [n] key positions, group by group */
     int64_t *gfirst, *gkeys, *gcnt; /* [n + 1] */
@@ -140,9 +183,7 @@ struct bw_job {
     const smattn_ref_config *cfg;
     int64_t units;
     atomic_llong next;
-    pthread_mutex_t lock;
-    int64_t fail_unit;
-    smattn_status fail;
+    ref_fail fail; /* the lowest failing unit; its lock guards stats */
     smattn_ref_stats stats;
     /* dBias summed over the broadcast dimensions (a stride 0, SPEC 10.1): its extents
      * (1 where summed) and one unit per (b, h, i) of them after the others */

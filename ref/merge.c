@@ -541,17 +541,12 @@ typedef struct mref_job {
     long max_prec;
     int64_t rows;
     atomic_llong next;
-    pthread_mutex_t lock;
-    int64_t fail_row;
-    smattn_status fail;
+    ref_fail fail; /* the lowest failing row */
 } mref_job;
 
 static void record(mref_job *job, int64_t row, smattn_status st)
 {
-    pthread_mutex_lock(&job->lock);
-    if (job->fail_row < 0 || row < job->fail_row)
-        job->fail_row = row, job->fail = st;
-    pthread_mutex_unlock(&job->lock);
+    smattn__ref_fail_record(&job->fail, row, st);
 }
 
 static void mpfr_array_free(mpfr_t *a, int64_t n)
@@ -601,9 +596,8 @@ static int ws_alloc(mref_ws *w, const mref_job *job)
 static void *worker(void *arg)
 {
     mref_job *job = arg;
-    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
-    mpfr_set_emin(mpfr_get_emin_min());
-    mpfr_set_emax(mpfr_get_emax_max());
+    mpfr_exp_t range[2];
+    smattn__ref_mpfr_widen(range);
     mref_ws w;
     if (ws_alloc(&w, job)) {
         record(job, 0, SMATTN_ERR_NOMEM);
@@ -620,9 +614,7 @@ static void *worker(void *arg)
         }
     }
     ws_free(&w, job->p->N);
-    mpfr_set_emin(emin);
-    mpfr_set_emax(emax);
-    mpfr_free_cache();
+    smattn__ref_mpfr_restore(range);
     return NULL;
 }
 
@@ -641,26 +633,8 @@ smattn_status smattn_ref_merge(const smattn_merge_problem *p, const smattn_merge
     job.max_prec = cfg && cfg->max_prec ? cfg->max_prec : MREF_DEFAULT_MAX_PREC;
     job.rows = p->B * p->Hq * p->S; /* fits: validation bounded every offset */
     atomic_init(&job.next, 0);
-    job.fail_row = -1;
-    if (pthread_mutex_init(&job.lock, NULL))
+    if (smattn__ref_fail_init(&job.fail))
         return SMATTN_ERR_THREADS;
-    int req = cfg ? cfg->threads : 0;
-    int nt = req > 0 && req < smattn__ncpu() ? req : smattn__ncpu();
-    if (!mpfr_buildopt_tls_p())
-        nt = 1;
-    if ((int64_t)nt > job.rows)
-        nt = (int)job.rows;
-    pthread_t *tid = nt > 1 ? malloc((size_t)(nt - 1) * sizeof *tid) : NULL;
-    int started = 0;
-    for (int t = 0; tid && t < nt - 1; t++) {
-        if (pthread_create(&tid[t], NULL, worker, &job))
-            break;
-        started++;
-    }
-    worker(&job);
-    for (int t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    free(tid);
-    pthread_mutex_destroy(&job.lock);
-    return job.fail_row >= 0 ? job.fail : SMATTN_OK;
+    smattn__ref_threads(cfg ? cfg->threads : 0, job.rows, worker, &job);
+    return smattn__ref_fail_done(&job.fail);
 }

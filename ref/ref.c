@@ -193,9 +193,7 @@ typedef struct ref_job {
     void *progress_arg;
     int64_t unit;           /* progress units per row: T, or 1 if rows * T overflows */
     int64_t reported;       /* the last progress reported (the calling thread's only) */
-    pthread_mutex_t lock;
-    int64_t fail_row;       /* lowest failing row, or -1 */
-    smattn_status fail;
+    ref_fail fail;          /* the lowest failing row; its lock guards stats */
     smattn_ref_stats stats;
 } ref_job;
 
@@ -422,22 +420,14 @@ static int row_alloc(ref_row *r, const ref_job *job)
 
 static void record_failure(ref_job *job, int64_t row, smattn_status st)
 {
-    pthread_mutex_lock(&job->lock);
-    if (job->fail_row < 0 || row < job->fail_row) {
-        job->fail_row = row;
-        job->fail = st;
-    }
-    pthread_mutex_unlock(&job->lock);
+    smattn__ref_fail_record(&job->fail, row, st);
 }
 
 static void *worker(void *arg)
 {
     ref_job *job = arg;
-    /* MPFR's exponent range is per thread (TLS build): widen it for the phases, so that
-     * e^-1e6 and the like are numbers, not underflows (SPEC 5.3). */
-    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
-    mpfr_set_emin(mpfr_get_emin_min());
-    mpfr_set_emax(mpfr_get_emax_max());
+    mpfr_exp_t range[2];
+    smattn__ref_mpfr_widen(range);
     ref_row r;
     smattn_ref_stats stats;
     memset(&stats, 0, sizeof stats);
@@ -474,7 +464,7 @@ static void *worker(void *arg)
         }
         row_free(&r);
     }
-    pthread_mutex_lock(&job->lock);
+    pthread_mutex_lock(&job->fail.lock);
     job->stats.rows += stats.rows;
     job->stats.rows_empty += stats.rows_empty;
     job->stats.rows_fast += stats.rows_fast;
@@ -482,10 +472,8 @@ static void *worker(void *arg)
     job->stats.elems_sign_test += stats.elems_sign_test;
     if (stats.max_prec_used > job->stats.max_prec_used)
         job->stats.max_prec_used = stats.max_prec_used;
-    pthread_mutex_unlock(&job->lock);
-    mpfr_set_emin(emin);
-    mpfr_set_emax(emax);
-    mpfr_free_cache();
+    pthread_mutex_unlock(&job->fail.lock);
+    smattn__ref_mpfr_restore(range);
     return NULL;
 }
 
@@ -538,36 +526,14 @@ smattn_status smattn__ref_run(const smattn_problem *p, const smattn_inputs *in,
     job.progress_arg = progress_arg;
     job.unit = p->T > 0 && job.rows <= INT64_MAX / p->T ? p->T : 1;
     job.reported = 0;
-    job.fail_row = -1;
-    if (pthread_mutex_init(&job.lock, NULL))
+    if (smattn__ref_fail_init(&job.fail))
         return SMATTN_ERR_THREADS;
-    /* at most the online cores: each thread holds buffers sized by T, and rows do not
-     * depend on the thread that evaluates them */
-    int nt = cfg->threads > 0 && cfg->threads < smattn__ncpu() ? cfg->threads : smattn__ncpu();
-    if (!mpfr_buildopt_tls_p())
-        nt = 1; /* MPFR's state is global: one thread only */
-    if ((int64_t)nt > (job.rows + 3) / 4)
-        nt = (int)((job.rows + 3) / 4);
-    if (nt < 1)
-        nt = 1;
-    pthread_t *tid = nt > 1 ? malloc((size_t)(nt - 1) * sizeof *tid) : NULL;
-    int started = 0;
-    if (nt > 1 && !tid) {
-        nt = 1;
-    }
-    for (int t = 0; t < nt - 1; t++) {
-        if (pthread_create(&tid[t], NULL, worker, &job))
-            break;
-        started++;
-    }
-    worker(&job);
-    for (int t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    free(tid);
-    pthread_mutex_destroy(&job.lock);
+    /* each thread takes rows 4 at a time */
+    smattn__ref_threads(cfg->threads, (job.rows + 3) / 4, worker, &job);
+    smattn_status st = smattn__ref_fail_done(&job.fail);
     if (progress)
         progress(job.rows * job.unit, job.rows * job.unit, progress_arg);
     if (stats)
         *stats = job.stats;
-    return job.fail_row >= 0 ? job.fail : SMATTN_OK;
+    return st;
 }

@@ -3,6 +3,7 @@
 #ifndef SMATTN_REF_INTERNAL_H
 #define SMATTN_REF_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include <mpfr.h>
@@ -90,6 +91,22 @@ smattn_status smattn__ref_run(const smattn_problem *p, const smattn_inputs *in,
                               const smattn_outputs *out, const smattn_ref_config *cfg,
                               smattn_ref_stats *stats, smattn_progress_fn progress,
                               void *progress_arg, const int64_t *list, int64_t nlist);
+
+/* pool.c: the oracles' threads. The lowest failing unit and its status (lock also guards
+ * what workers merge at their end); MPFR's exponent range widened on a worker and restored
+ * (its cache freed); the worker run on the configured thread count (0: the online cores,
+ * one without MPFR's TLS build, at most `most`), the calling thread one of them. */
+typedef struct ref_fail {
+    pthread_mutex_t lock;
+    int64_t unit; /* -1: none */
+    smattn_status status;
+} ref_fail;
+int smattn__ref_fail_init(ref_fail *f); /* 0, or -1 (SMATTN_ERR_THREADS) */
+void smattn__ref_fail_record(ref_fail *f, int64_t unit, smattn_status st);
+smattn_status smattn__ref_fail_done(ref_fail *f); /* the lowest unit's status, or OK */
+void smattn__ref_mpfr_widen(mpfr_exp_t saved[2]);
+void smattn__ref_mpfr_restore(const mpfr_exp_t saved[2]);
+void smattn__ref_threads(int requested, int64_t most, void *(*worker)(void *), void *arg);
 
 /* Loading helpers. */
 double smattn__ref_k(const ref_row *r, int64_t j, int64_t d);

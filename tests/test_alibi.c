@@ -486,7 +486,7 @@ START_TEST(bad_alibi_is_refused)
     os.p.dtype = SMATTN_F32;
     smattn_contiguous_strides(&ps, 'p', os.p.stride);
     ck_assert_int_eq(smattn_validate(&ps, &is, &os), SMATTN_ERR_OPTION);
-    /* the backward does not read ALiBi yet (SPEC 10.6) */
+    /* the backward takes ALiBi as the forward does (SPEC 10.1), and refuses a bad one alike */
     float dout[8] = {0}, dq[8], dk[6], dv[6];
     smattn_grad_inputs gi;
     smattn_grad_outputs go;
@@ -500,7 +500,15 @@ START_TEST(bad_alibi_is_refused)
     smattn_contiguous_strides(&p, 'q', go.dq.stride);
     smattn_contiguous_strides(&p, 'k', go.dk.stride);
     smattn_contiguous_strides(&p, 'v', go.dv.stride);
-    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, NULL, NULL), SMATTN_ERR_UNSUPPORTED);
+    const smattn_alibi_mode mode = p.alibi_mode;
+    const float *sl = p.alibi_slopes;
+    p.alibi_mode = SMATTN_ALIBI_SYMMETRIC, p.alibi_slopes = slopes, p.alibi_slopes_per_batch = 0;
+    slopes[0] = 0.5f, slopes[1] = 0.25f;
+    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, NULL, NULL), SMATTN_OK);
+    slopes[1] = NAN;
+    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, NULL, NULL), SMATTN_ERR_ALIBI);
+    slopes[1] = 0.25f;
+    p.alibi_mode = mode, p.alibi_slopes = sl;
     ck_assert_str_eq(smattn_status_name(SMATTN_ERR_ALIBI), "SMATTN_ERR_ALIBI");
 }
 END_TEST

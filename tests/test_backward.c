@@ -1323,6 +1323,100 @@ END_TEST
 
 /* ---- validation -------------------------------------------------------------------------- */
 
+/* ALiBi (SPEC 2.8) enters the backward as the bias it stands for: the gradients with a
+ * mode are, bit for bit, those of the problem whose binary64 bias holds the exact term
+ * (symmetric, one-sided: the distance times the slope; mask: the slope times the f32
+ * bias), through every tier (fast tiers on and off) and under softcap. dBias with the mask
+ * mode is not defined. */
+START_TEST(alibi_is_its_bias)
+{
+    static const smattn_alibi_mode modes[3] = {SMATTN_ALIBI_SYMMETRIC, SMATTN_ALIBI_ONE_SIDED,
+                                               SMATTN_ALIBI_MASK};
+    for (int run = 0; run < 12; run++) {
+        const smattn_alibi_mode mode = modes[run % 3];
+        const int softcap = run / 3 % 2, no_fast = run / 6;
+        tc c;
+        tc_init(&c, 2, 3, 5, 4, 2, 3, 2, 700 + (uint64_t)run);
+        c.p.causal = run % 2 ? SMATTN_CAUSAL_LOWER_RIGHT : SMATTN_CAUSAL_NONE;
+        c.p.softcap = softcap ? 2.5 : 0.0;
+        int64_t qlens[2] = {3, 2}, kvlens[2] = {5, 4};
+        c.p.q_lens = qlens, c.p.kv_lens = kvlens;
+        float slopes[8] = {0.5f, -0.25f, 1.0f, 0.125f, 0.0f, 0.75f, -1.5f, 0.0625f};
+        c.p.alibi_mode = mode;
+        c.p.alibi_slopes = slopes;
+        c.p.alibi_slopes_per_batch = 1;
+        tc_add_bias(&c); /* k / 1024: exact in binary32 */
+        tc_add_dlse(&c);
+        smattn_inputs in;
+        smattn_grad_inputs gin;
+        smattn_grad_outputs go;
+        tc_tensors(&c, &in, &gin, &go);
+        const int64_t nf = nfull(&c);
+        float *b32 = malloc((size_t)nf * sizeof *b32);
+        double *twin_bias = malloc((size_t)nf * sizeof *twin_bias);
+        for (int64_t x = 0; x < nf; x++)
+            b32[x] = (float)c.bias[x];
+        if (mode == SMATTN_ALIBI_MASK) {
+            in.bias.data = b32;
+            in.bias.dtype = SMATTN_F32;
+        } else {
+            in.bias.data = NULL;
+        }
+        for (int64_t b = 0; b < 2; b++)
+            for (int64_t h = 0; h < 4; h++)
+                for (int64_t i = 0; i < 3; i++)
+                    for (int64_t j = 0; j < 5; j++) {
+                        int64_t x = ((b * 4 + h) * 3 + i) * 5 + j;
+                        double m = slopes[b * 4 + h];
+                        int64_t d = mode == SMATTN_ALIBI_SYMMETRIC
+                                        ? -llabs(i + kvlens[b] - qlens[b] - j)
+                                        : j - kvlens[b] + 1;
+                        twin_bias[x] = mode == SMATTN_ALIBI_MASK ? m * (double)b32[x] : m * (double)d;
+                    }
+        smattn_ref_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.no_fast_phase = no_fast;
+        const size_t nbytes[3] = {(size_t)nq(&c) * 8, (size_t)nk(&c) * 8, (size_t)nv(&c) * 8};
+        void *got[3];
+        ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &go, &cfg, NULL), SMATTN_OK);
+        for (int k = 0; k < 3; k++) {
+            got[k] = malloc(nbytes[k]);
+            memcpy(got[k], c.obuf[k], nbytes[k]);
+        }
+        smattn_problem pt = c.p;
+        pt.alibi_mode = SMATTN_ALIBI_NONE;
+        pt.alibi_slopes = NULL;
+        smattn_inputs it = in;
+        it.bias = (smattn_tensor){twin_bias, SMATTN_F64, {60, 15, 5, 1}};
+        ck_assert_int_eq(smattn_ref_backward(&pt, &it, &gin, &go, &cfg, NULL), SMATTN_OK);
+        for (int k = 0; k < 3; k++) {
+            ck_assert_msg(memcmp(got[k], c.obuf[k], nbytes[k]) == 0, "run %d gradient %d", run, k);
+            free(got[k]);
+        }
+        /* the ALiBi changed something: without it the gradients differ */
+        pt.alibi_mode = SMATTN_ALIBI_NONE;
+        it.bias.data = NULL;
+        if (mode != SMATTN_ALIBI_MASK) {
+            ck_assert_int_eq(smattn_ref_backward(&pt, &it, &gin, &go, &cfg, NULL), SMATTN_OK);
+            void *plain = malloc(nbytes[0]);
+            memcpy(plain, c.obuf[0], nbytes[0]);
+            ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &go, &cfg, NULL), SMATTN_OK);
+            ck_assert(memcmp(plain, c.obuf[0], nbytes[0]) != 0);
+            free(plain);
+        } else { /* SPEC 10.4: no dBias of a distance mask */
+            double *db = malloc((size_t)nf * 8);
+            smattn_grad_outputs g2 = go;
+            g2.dbias = (smattn_out_tensor){db, SMATTN_F64, {60, 15, 5, 1}};
+            ck_assert_int_eq(smattn_ref_backward(&c.p, &in, &gin, &g2, &cfg, NULL),
+                             SMATTN_ERR_UNSUPPORTED);
+            free(db);
+        }
+        free(b32), free(twin_bias);
+        tc_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(validation)
 {
     tc c;
@@ -1375,8 +1469,11 @@ START_TEST(validation)
     smattn_problem p2 = c.p;
     smattn_layout lay;
     memset(&lay, 0, sizeof lay);
-    p2.layout = &lay;
-    ck_assert_int_eq(smattn_ref_backward(&p2, &in, &gin, &go, NULL, NULL), SMATTN_ERR_UNSUPPORTED);
+    p2.layout = &lay; /* a layout of NULL arrays is the dense one (SPEC 2.7, 10.4) */
+    ck_assert_int_eq(smattn_ref_backward(&p2, &in, &gin, &go, NULL, NULL), SMATTN_OK);
+    int64_t cu_bad[2] = {0, 99}; /* a slice longer than S: the forward's rule */
+    lay.cu_seqlens_q = cu_bad;
+    ck_assert_int_eq(smattn_ref_backward(&p2, &in, &gin, &go, NULL, NULL), SMATTN_ERR_LAYOUT);
     p2 = c.p;
     p2.op = SMATTN_OP_SOFTMAX;
     smattn_inputs in2 = in;
@@ -1421,6 +1518,7 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, dbias_broadcast_sums);
     tcase_add_test(tcs, decode_row_of_prefill);
     tcase_add_test(tcs, validation);
+    tcase_add_test(tcs, alibi_is_its_bias);
     suite_add_tcase(s, tcs);
     return s;
 }

@@ -352,7 +352,8 @@ START_TEST(bad_gradients_refused)
     snprintf(lay, sizeof lay, "%s/lay", tmp);
     make_case(&bc, lay, 3, 0, 0, 0);
     write_text(test_path(lay, "case.json"), "{\"cu_seqlens_q\": [0, 3]}");
-    expect_bad(lay, "do.npy: the backward of a ragged or paged case is not defined yet");
+    put(lay, "do.npy", SMATTN_NPY_F32, 3, (int64_t[]){2, HQ, DV}, z);
+    expect_bad(lay, "do.npy: shape [2,4,2], want [total_q,Hq,Dv] = [3,4,2] (O's)");
     write_text(test_path(dir, "case.json"), "{}");
     ck_assert_int_eq(remove(test_path(dir, "do.npy")), 0);
     expect_bad(dir, "dlse.npy: needs do.npy");
@@ -371,7 +372,7 @@ END_TEST
 
 /* gen --backward: every attention case gets do.npy in O's shape and the input dtype, drawn
  * from the seed (the same bits twice); softmax cases none; the manifest says so; ref on a
- * generated case writes its gradients; a layout other than dense is refused. */
+ * generated case writes its gradients; with --layout paged do.npy is packed like O. */
 START_TEST(gen_backward)
 {
     char out[256], out2[256];
@@ -471,10 +472,78 @@ START_TEST(gen_backward)
     char *m2 = test_slurp(test_path(out2, "manifest.json"));
     ck_assert_msg(strstr(m2, "\"backward\":false") || strstr(m2, "\"backward\": false"), "%s", m2);
     free(m2);
+    /* --layout paged: the attention cases' do.npy in O's packed shape, its rows those of the
+     * dense gen's (the same stream); a table that shares a page stays forward only; ref then
+     * check passes on the smallest one */
+    char pg[256];
+    snprintf(pg, sizeof pg, "%s/genpaged", tmp);
     r = test_cli_run(tmp, (const char *[]){"gen", "--no-vectors", "--backward", "--layout", "paged",
-                                           test_path(tmp, "never"), NULL});
-    ck_assert_msg(r.code == 2 && strstr(r.err, "--backward"), "exit %d: %s", r.code, r.err);
-    ck_assert(!exists(test_path(tmp, "never")));
+                                           "--dtype", "bf16", pg, NULL});
+    ck_assert_msg(r.code == 0, "gen --layout paged: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    man = json_object_from_file(test_path(pg, "manifest.json"));
+    ck_assert(man && json_object_object_get_ex(man, "cases", &cases));
+    n = json_object_array_length(cases);
+    size_t packed = 0, shared = 0, compared = 0;
+    best[0] = 0, best_size = INT64_MAX;
+    for (size_t k = 0; k < n; k++) {
+        json_object *d;
+        ck_assert(json_object_object_get_ex(json_object_array_get_idx(cases, k), "dir", &d));
+        char cdir[512], dd[512], err[512] = "";
+        snprintf(cdir, sizeof cdir, "%s/%s", pg, json_object_get_string(d));
+        snprintf(dd, sizeof dd, "%s/%s", out, json_object_get_string(d));
+        if (!exists(test_path(cdir, "q.npy")))
+            continue;
+        smattn_case c;
+        ck_assert_msg(smattn_case_load(cdir, &c, err, sizeof err) == 0, "%s: %s", cdir, err);
+        if (!c.packed_q || c.in.k.dtype >= SMATTN_F8E4M3 || c.prob.descale) {
+            smattn_case_free(&c);
+            continue;
+        }
+        if (!exists(test_path(cdir, "do.npy"))) { /* a shared page: no backward */
+            ck_assert_msg(c.paged, "%s: a packed case without do.npy", cdir);
+            shared++;
+            smattn_case_free(&c);
+            continue;
+        }
+        ck_assert_msg(c.backward, "%s", cdir);
+        packed++;
+        smattn_npy a, b;
+        ck_assert(smattn_npy_read(test_path(cdir, "do.npy"), &a, err, sizeof err) == 0);
+        ck_assert(a.rank == 3 && a.shape[0] == c.total_q && a.shape[1] == c.prob.Hq &&
+                  a.shape[2] == c.prob.Dv);
+        smattn_case dc; /* the dense gen's case: its do.npy rows, packed */
+        if (!c.layout.block_table || strstr(cdir, "layout") ||
+            smattn_case_load(dd, &dc, err, sizeof err) != 0) {
+            smattn_npy_free(&a);
+        } else {
+            ck_assert(smattn_npy_read(test_path(dd, "do.npy"), &b, err, sizeof err) == 0);
+            const int64_t rowb = c.prob.Hq * c.prob.Dv * 2, S = dc.prob.S;
+            for (int64_t bb = 0; bb < c.prob.B; bb++)
+                for (int64_t i = 0; i < c.layout.cu_seqlens_q[bb + 1] - c.layout.cu_seqlens_q[bb];
+                     i++)
+                    ck_assert_msg(memcmp((char *)a.data + (c.layout.cu_seqlens_q[bb] + i) * rowb,
+                                         (char *)b.data + (bb * S + i) * rowb, (size_t)rowb) == 0,
+                                  "%s: do.npy row (%lld, %lld) is not the dense gen's", cdir,
+                                  (long long)bb, (long long)i);
+            compared++;
+            smattn_npy_free(&a), smattn_npy_free(&b);
+            smattn_case_free(&dc);
+        }
+        int64_t size = c.prob.B * c.prob.Hq * c.prob.S * c.prob.T * (c.prob.D + c.prob.Dv);
+        if (size < best_size && c.paged)
+            best_size = size, snprintf(best, sizeof best, "%s", cdir);
+        smattn_case_free(&c);
+    }
+    json_object_put(man);
+    ck_assert_msg(packed > 10 && compared > 5 && best[0], "%zu packed backward cases, %zu compared",
+                  packed, compared);
+    (void)shared;
+    r = test_cli_run(tmp, (const char *[]){"ref", best, best, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "ref %s: exit %d: %s", best, r.code, r.err);
+    test_outcome_free(&r);
+    r = test_cli_run(tmp, (const char *[]){"check", best, NULL});
+    ck_assert_msg(r.code == 0, "check %s: exit %d: %s %s", best, r.code, r.out, r.err);
     test_outcome_free(&r);
 }
 END_TEST
@@ -589,6 +658,101 @@ static void scale_elem(const char *dir, const char *name, int64_t e, float f)
 /* `smattn check` judges the gradients a backward case holds against the bound of SPEC
  * 10.7: opt's and ref's pass; one element of dK moved by half fails the case, naming the
  * gradient; dq.npy without dk.npy, or a dv.npy of the wrong shape, fails it too. */
+/* A ragged case (SPEC 7.1, 10.1): packed queries (cu_seqlens_q [0, 3] and 3-D arrays) and
+ * packed keys ([0, 5]) are the dense 3-D case: `ref` writes dq.npy [total_q,Hq,D], dk.npy
+ * and dv.npy [total_k,Hkv,D] with the dense case's bytes after the header, `opt` writes them
+ * too, and `check` passes both. */
+START_TEST(ragged_case_backward)
+{
+    bcase bc;
+    char dense[256], rag[256], od[256], orr[256];
+    snprintf(dense, sizeof dense, "%s/dense", tmp);
+    snprintf(rag, sizeof rag, "%s/rag", tmp);
+    snprintf(od, sizeof od, "%s/od", tmp);
+    snprintf(orr, sizeof orr, "%s/or", tmp);
+    make_case(&bc, dense, 3, 0, 0, 1);
+    make_case(&bc, rag, 3, 0, 0, 1);
+    write_text(test_path(rag, "case.json"),
+               "{\"causal\": \"lower_right\", \"cu_seqlens_q\": [0, 3], "
+               "\"cu_seqlens_k\": [0, 5]}");
+    const char *dirs[2] = {dense, rag}, *outs[2] = {od, orr};
+    for (int k = 0; k < 2; k++) {
+        test_outcome r =
+            test_cli_run(tmp, (const char *[]){"ref", dirs[k], outs[k], "--dtype", "f32", NULL});
+        ck_assert_msg(r.code == 0, "ref %s: exit %d: %s", dirs[k], r.code, r.err);
+        test_outcome_free(&r);
+    }
+    static const char *const g[5] = {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"};
+    for (int k = 0; k < 5; k++) {
+        smattn_npy a, b;
+        char err[256];
+        ck_assert_msg(smattn_npy_read(test_path(od, g[k]), &a, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(smattn_npy_read(test_path(orr, g[k]), &b, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(a.rank, b.rank);
+        ck_assert(memcmp(a.shape, b.shape, (size_t)a.rank * sizeof a.shape[0]) == 0);
+        for (int64_t e = 0; e < a.count; e++)
+            ck_assert_msg(((const float *)a.data)[e] == ((const float *)b.data)[e] ||
+                              (isnan(((const float *)a.data)[e]) &&
+                               isnan(((const float *)b.data)[e])),
+                          "%s[%lld]: dense %a, ragged %a", g[k], (long long)e,
+                          (double)((const float *)a.data)[e], (double)((const float *)b.data)[e]);
+        ck_assert_msg(memcmp(a.data, b.data, (size_t)a.count * a.itemsize) == 0, "%s differs", g[k]);
+        smattn_npy_free(&a), smattn_npy_free(&b);
+    }
+    for (int k = 0; k < 2; k++) {
+        test_outcome r = test_cli_run(
+            tmp, (const char *[]){k ? "ref" : "opt", rag, rag, "--dtype", "f32", NULL});
+        ck_assert_msg(r.code == 0, "%s: exit %d: %s", k ? "ref" : "opt", r.code, r.err);
+        test_outcome_free(&r);
+        const char *json = test_path(tmp, "rag.json");
+        r = test_cli_run(tmp, (const char *[]){"check", rag, "--json", json, NULL});
+        ck_assert_msg(r.code == 0, "check after %s: exit %d: %s %s", k ? "ref" : "opt", r.code,
+                      r.out, r.err);
+        test_outcome_free(&r);
+        json_object *rep = json_object_from_file(json), *cases, *c, *v;
+        ck_assert(rep && json_object_object_get_ex(rep, "cases", &cases));
+        c = json_object_array_get_idx(cases, 0);
+        ck_assert(json_object_object_get_ex(c, "elements", &v)); /* O, LSE, dQ, dK, dV */
+        ck_assert_int_eq(json_object_get_int64(v), S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ +
+                                                       T_ * HKV * D_ + T_ * HKV * DV);
+        json_object_put(rep);
+    }
+    /* a wrong dK element of the ragged case fails its check */
+    unlink(test_path(rag, ".smattn-set"));
+    scale_elem(rag, "dk.npy", 7, 1.5f);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "dK["), "check of a wrong dK: exit %d: %s", r.code,
+                  r.out);
+    test_outcome_free(&r);
+    /* seqused_k [4]: packed key 4 is no key of the sequence; ref writes +0 there, and a
+     * gradient there fails the check */
+    write_text(test_path(rag, "case.json"),
+               "{\"causal\": \"lower_right\", \"cu_seqlens_q\": [0, 3], "
+               "\"cu_seqlens_k\": [0, 5], \"seqused_k\": [4]}");
+    r = test_cli_run(tmp, (const char *[]){"ref", rag, rag, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "ref with seqused_k: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    smattn_npy a;
+    char err[256];
+    ck_assert(smattn_npy_read(test_path(rag, "dk.npy"), &a, err, sizeof err) == 0);
+    for (int e = 0; e < HKV * D_; e++)
+        ck_assert_msg(((const float *)a.data)[4 * HKV * D_ + e] == 0 &&
+                          !signbit(((const float *)a.data)[4 * HKV * D_ + e]),
+                      "dk.npy row 4 not +0");
+    r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
+    ck_assert_msg(r.code == 0, "check with seqused_k: exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+    unlink(test_path(rag, ".smattn-set"));
+    ((float *)a.data)[4 * HKV * D_ + 1] = 0.25f;
+    put(rag, "dk.npy", SMATTN_NPY_F32, a.rank, a.shape, a.data);
+    smattn_npy_free(&a);
+    r = test_cli_run(tmp, (const char *[]){"check", rag, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "storage no key reaches given gradient: dK"),
+                  "check of a stray dK: exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+}
+END_TEST
+
 START_TEST(check_judges_gradients)
 {
     bcase bc;
@@ -655,6 +819,7 @@ Suite *backward_cli_suite(void)
     tcase_add_test(tc, gen_backward);
     tcase_add_test(tc, opt_writes_gradients);
     tcase_add_test(tc, check_judges_gradients);
+    tcase_add_test(tc, ragged_case_backward);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

@@ -465,6 +465,116 @@ START_TEST(twin_gathers_sequences)
 }
 END_TEST
 
+/* ---- backward cases (SPEC 7.1, 10.1) --------------------------------------------------- */
+
+/* A paged backward case: do.npy [total_q,Hq,Dv] and dlse.npy [Hq,total_q]; the gradients'
+ * shapes are q.npy's, k.npy's and v.npy's (NHD and HND); the oracle's gradients of the case
+ * are its twin's at the stored rows and keys and +0 in the slots no key reaches; a table
+ * naming a page twice, and a do.npy of the dense shape, are refused with one line. */
+START_TEST(paged_backward_case)
+{
+    char *d = make_tmpdir();
+    for (int hnd = 0; hnd < 2; hnd++) {
+        put_paged(d, hnd, SMATTN_NPY_I32);
+        put_f64(d, "do.npy", 3, (int64_t[]){8, 4, 8}, 3);
+        put_f64(d, "dlse.npy", 2, (int64_t[]){4, 8}, 4);
+        smattn_case c;
+        load_ok(d, &c);
+        ck_assert(c.backward);
+        int64_t sh[4], st[4];
+        ck_assert_int_eq(smattn_case_out_layout(&c, 3, sh, st), 3);
+        ck_assert(sh[0] == 8 && sh[1] == 4 && sh[2] == 16);
+        ck_assert(st[1] == 64 && st[2] == 16 && st[3] == 1);
+        for (int w = 4; w <= 5; w++) {
+            const smattn_npy *a = w == 4 ? &c.k : &c.v;
+            const smattn_tensor *t = w == 4 ? &c.in.k : &c.in.v;
+            ck_assert_int_eq(smattn_case_out_layout(&c, w, sh, st), 4);
+            for (int r = 0; r < 4; r++) {
+                ck_assert_int_eq(sh[r], a->shape[r]);
+                ck_assert_int_eq(st[r], t->stride[r]);
+            }
+        }
+        /* the oracle on the case, against its dense twin */
+        double gq[8 * 4 * 16], gk[6 * 4 * 2 * 16], gv[6 * 4 * 2 * 8];
+        memset(gq, 0x5a, sizeof gq), memset(gk, 0x5a, sizeof gk), memset(gv, 0x5a, sizeof gv);
+        smattn_grad_outputs go;
+        memset(&go, 0, sizeof go);
+        go.dq = (smattn_out_tensor){gq, SMATTN_F64, {0}};
+        go.dk = (smattn_out_tensor){gk, SMATTN_F64, {0}};
+        go.dv = (smattn_out_tensor){gv, SMATTN_F64, {0}};
+        smattn_case_out_layout(&c, 3, sh, go.dq.stride);
+        smattn_case_out_layout(&c, 4, sh, go.dk.stride);
+        smattn_case_out_layout(&c, 5, sh, go.dv.stride);
+        ck_assert_int_eq(smattn_ref_backward(&c.prob, &c.in, &c.gin, &go, NULL, NULL), SMATTN_OK);
+        smattn_case_twin tw;
+        char err[256];
+        ck_assert_msg(smattn_case_twin_make(&c, &tw, err, sizeof err) == 0, "%s", err);
+        static const int64_t cu[4] = {0, 3, 4, 8}, Tb[3] = {5, 3, 10};
+        double tdo[3 * 4 * 4 * 8] = {0}, tdl[3 * 4 * 4] = {0};
+        const double *pdo = c.dout.data, *pdl = c.dlse.data;
+        for (int b = 0; b < 3; b++)
+            for (int64_t i = 0; i < cu[b + 1] - cu[b]; i++)
+                for (int h = 0; h < 4; h++) {
+                    for (int e = 0; e < 8; e++)
+                        tdo[((b * 4 + i) * 4 + h) * 8 + e] = pdo[((cu[b] + i) * 4 + h) * 8 + e];
+                    tdl[(b * 4 + h) * 4 + i] = pdl[h * 8 + cu[b] + i];
+                }
+        smattn_grad_inputs tg;
+        memset(&tg, 0, sizeof tg);
+        tg.dout = (smattn_tensor){tdo, SMATTN_F64, {128, 32, 8, 1}};
+        tg.dlse = (smattn_tensor){tdl, SMATTN_F64, {16, 4, 1, 0}};
+        double dq[3 * 4 * 4 * 16], dk[3 * 10 * 2 * 16], dv[3 * 10 * 2 * 8];
+        smattn_grad_outputs dg;
+        memset(&dg, 0, sizeof dg);
+        dg.dq = (smattn_out_tensor){dq, SMATTN_F64, {256, 64, 16, 1}};
+        dg.dk = (smattn_out_tensor){dk, SMATTN_F64, {320, 32, 16, 1}};
+        dg.dv = (smattn_out_tensor){dv, SMATTN_F64, {160, 16, 8, 1}};
+        ck_assert_int_eq(smattn_ref_backward(&tw.prob, &tw.in, &tg, &dg, NULL, NULL), SMATTN_OK);
+        for (int b = 0; b < 3; b++)
+            for (int64_t i = 0; i < cu[b + 1] - cu[b]; i++)
+                for (int e = 0; e < 4 * 16; e++)
+                    ck_assert(memcmp(&gq[(cu[b] + i) * 64 + e], &dq[(b * 4 + i) * 64 + e], 8) == 0);
+        unsigned char seen[6 * 4] = {0};
+        for (int b = 0; b < 3; b++)
+            for (int64_t t = 0; t < Tb[b]; t++) {
+                const int64_t pg = ex_table[b * 3 + t / 4], sl = t % 4;
+                seen[pg * 4 + sl] = 1;
+                for (int g = 0; g < 2; g++)
+                    for (int e = 0; e < 16; e++) {
+                        const int64_t o = pg * go.dk.stride[0] + sl * go.dk.stride[1] +
+                                          g * go.dk.stride[2] + e;
+                        ck_assert(memcmp(&gk[o], &dk[((b * 10 + t) * 2 + g) * 16 + e], 8) == 0);
+                    }
+            }
+        for (int x = 0; x < 24; x++) /* slots no key reaches: +0 */
+            for (int g = 0; g < 2 && !seen[x]; g++)
+                for (int e = 0; e < 16; e++) {
+                    const int64_t o = x / 4 * go.dk.stride[0] + x % 4 * go.dk.stride[1] +
+                                      g * go.dk.stride[2] + e;
+                    ck_assert_msg(gk[o] == 0 && !signbit(gk[o]), "slot %d not +0", x);
+                }
+        smattn_case_twin_free(&tw);
+        smattn_case_free(&c);
+    }
+    /* sequence 1 reuses sequence 0's first page */
+    static const int64_t shared[9] = {0, 1, -1, 0, -1, -1, 3, 4, 5};
+    put_ints(d, "block_table.npy", SMATTN_NPY_I32, 3, 3, shared);
+    load_fails(d, "block_table.npy: sequences 0 and 1 both use page 0 (entries 0 and 0)");
+    rm(d, "do.npy"), rm(d, "dlse.npy");
+    smattn_case c;
+    load_ok(d, &c); /* the forward reads a shared page */
+    smattn_case_free(&c);
+    put_ints(d, "block_table.npy", SMATTN_NPY_I32, 3, 3, ex_table);
+    put_f64(d, "do.npy", 4, (int64_t[]){3, 4, 4, 8}, 3);
+    load_fails(d, "do.npy: shape [3,4,4,8], want [total_q,Hq,Dv] = [8,4,8] (O's)");
+    put_f64(d, "do.npy", 3, (int64_t[]){8, 4, 8}, 3);
+    put_f64(d, "dlse.npy", 3, (int64_t[]){3, 4, 4}, 3);
+    load_fails(d, "dlse.npy: shape [3,4,4], want [Hq,total_q] = [4,8] (LSE's)");
+    test_rm_tree(d);
+    free(d);
+}
+END_TEST
+
 /* ---- the library's line (needs the library's layouts) --------------------------------- */
 
 START_TEST(library_line_in_errors)
@@ -510,6 +620,7 @@ Suite *case_layout_suite(void)
     tcase_add_test(tc, bad_block_tables);
     tcase_add_test(tc, bad_csr);
     tcase_add_test(tc, twin_gathers_sequences);
+    tcase_add_test(tc, paged_backward_case);
     suite_add_tcase(s, tc);
     TCase *lib = tcase_create("library"); /* needs the library's layouts (SPEC 2.7) */
     tcase_add_test(lib, library_line_in_errors);

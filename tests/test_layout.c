@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "smattn.h"
+#include "core/layout.h"
 #include "tests/support/testkit.h"
 
 static const char *const isas[] = {"scalar", "avx2", "avx512"};
@@ -511,6 +512,248 @@ START_TEST(mixed_batch_prefill_beside_decode)
 }
 END_TEST
 
+/* ---- the backward (SPEC 10.1 with 2.7) ------------------------------------------------- */
+
+static int64_t off4(const int64_t s[4], int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return a * s[0] + b * s[1] + c * s[2] + d * s[3];
+}
+
+/* Gradient buffers: dQ, dK, dV with the strides of Q, K, V (the layout's storage, or dense). */
+typedef struct gbufs {
+    tbuf q, k, v;
+    smattn_grad_outputs go;
+} gbufs;
+
+static void grad_make(gbufs *g, const smattn_inputs *in, const tbuf *qb, const tbuf *kb,
+                      const tbuf *vb, smattn_dtype t)
+{
+    memset(g, 0, sizeof *g);
+    tb_make(&g->q, t, qb->n, NULL), tb_make(&g->k, t, kb->n, NULL), tb_make(&g->v, t, vb->n, NULL);
+    g->go.dq = (smattn_out_tensor){g->q.d, t, {in->q.stride[0], in->q.stride[1], in->q.stride[2], in->q.stride[3]}};
+    g->go.dk = (smattn_out_tensor){g->k.d, t, {in->k.stride[0], in->k.stride[1], in->k.stride[2], in->k.stride[3]}};
+    g->go.dv = (smattn_out_tensor){g->v.d, t, {in->v.stride[0], in->v.stride[1], in->v.stride[2], in->v.stride[3]}};
+}
+
+static void grad_sentinel(gbufs *g)
+{
+    tb_sentinel(&g->q), tb_sentinel(&g->k), tb_sentinel(&g->v);
+}
+
+static void grad_free(gbufs *g)
+{
+    free(g->q.d), free(g->k.d), free(g->v.d);
+}
+
+/* The layout's gradients are the twin's at every stored row and key t < T_b, and +0 in the
+ * rest of their storage (SPEC 10.1). */
+static int grads_as_twin(const lcase *c, const gbufs *lay, const gbufs *den, const char *what)
+{
+    const smattn_problem *pl = &c->pl, *p = &c->pd;
+    unsigned char *seen[3] = {calloc((size_t)lay->q.n, 1), calloc((size_t)lay->k.n, 1),
+                              calloc((size_t)lay->v.n, 1)};
+    int ok = 1;
+    for (int64_t b = 0; b < p->B && ok; b++) {
+        for (int64_t i = 0; i < p->S && ok; i++)
+            for (int64_t h = 0; h < p->Hq && smattn__row_stored(pl, b, i) && ok; h++)
+                for (int64_t d = 0; d < p->D && ok; d++) {
+                    int64_t kl = smattn__row_off(pl, lay->go.dq.stride, b, i, h, d);
+                    seen[0][kl] = 1;
+                    ok = elem_eq(&lay->q, kl, &den->q, off4(den->go.dq.stride, b, i, h, d));
+                    if (!ok)
+                        fprintf(stderr, "seed %llu %s: dQ[%lld,%lld,%lld,%lld] differs\n",
+                                (unsigned long long)c->seed, what, (long long)b, (long long)i,
+                                (long long)h, (long long)d);
+                }
+        int64_t Tb = c->Tb[b];
+        for (int64_t t = 0; t < Tb && ok; t++)
+            for (int64_t g = 0; g < p->Hkv && ok; g++)
+                for (int w = 1; w <= 2 && ok; w++) {
+                    const tbuf *lb = w == 1 ? &lay->k : &lay->v, *db = w == 1 ? &den->k : &den->v;
+                    const smattn_out_tensor *lo = w == 1 ? &lay->go.dk : &lay->go.dv,
+                                            *dn = w == 1 ? &den->go.dk : &den->go.dv;
+                    for (int64_t d = 0; d < (w == 1 ? p->D : p->Dv) && ok; d++) {
+                        int64_t kl = smattn__key_off(pl, lo->stride, b, t, g, d);
+                        seen[w][kl] = 1;
+                        ok = elem_eq(lb, kl, db, off4(dn->stride, b, t, g, d));
+                        if (!ok)
+                            fprintf(stderr, "seed %llu %s: d%c[%lld,%lld,%lld,%lld] differs\n",
+                                    (unsigned long long)c->seed, what, w == 1 ? 'K' : 'V',
+                                    (long long)b, (long long)t, (long long)g, (long long)d);
+                    }
+                }
+    }
+    const tbuf *lb[3] = {&lay->q, &lay->k, &lay->v};
+    for (int w = 0; w < 3 && ok; w++) /* the storage nothing reaches: +0 */
+        for (int64_t k = 0; k < lb[w]->n && ok; k++)
+            if (!seen[w][k]) {
+                size_t es = smattn_dtype_size(lb[w]->t);
+                for (size_t x = 0; x < es && ok; x++)
+                    ok = lb[w]->d[(size_t)k * es + x] == 0;
+                if (!ok)
+                    fprintf(stderr, "seed %llu %s: gradient %d element %lld reached by no key "
+                                    "or row is not +0\n",
+                            (unsigned long long)c->seed, what, w, (long long)k);
+            }
+    free(seen[0]), free(seen[1]), free(seen[2]);
+    return ok;
+}
+
+/* Does the case's block table name one page twice among its used entries? */
+static int pages_shared(const lcase *c)
+{
+    const smattn_layout *L = &c->L;
+    if (!L->block_table)
+        return 0;
+    unsigned char *hit = calloc((size_t)L->num_pages, 1);
+    int shared = 0;
+    for (int64_t b = 0; b < c->pl.B; b++)
+        for (int64_t k = 0; k < (c->Tb[b] + L->page_size - 1) / L->page_size; k++)
+            shared |= hit[L->block_table[b * L->bt_stride + k]]++ != 0;
+    free(hit);
+    return shared;
+}
+
+/* The backward of a layout problem is its dense twin's (SPEC 10.1): the oracle, the bound
+ * and the fast backward (every ISA, threads 1 and 2), bit for bit. The twin's padding rows
+ * of a packed batch hold dO = 0 (they have no loss term in the layout problem) and the
+ * `nan` convention is replaced there (its padding rows would poison the twin only). A table
+ * that shares a page is SMATTN_ERR_LAYOUT. */
+static void check_backward_case(uint64_t seed, int kind, int with_ref)
+{
+    lcase c;
+    make_case(&c, seed, kind);
+    const smattn_problem *p = &c.pd;
+    const int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    rng r = {seed ^ 0xbacc};
+    int padded = 0;
+    for (int64_t b = 0; b < B; b++)
+        padded |= c.Sb[b] < S;
+    if (c.cu_q && padded && p->empty_rows == SMATTN_EMPTY_NAN)
+        c.pd.empty_rows = c.pl.empty_rows = SMATTN_EMPTY_ZERO;
+    /* the twin's unread rows and keys: 0, so that the fast backward (finite inputs only)
+     * takes it; the oracle never reads them */
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t i = c.Sb[b]; i < S; i++)
+            for (int64_t k = 0; k < Hq * D; k++)
+                smattn_store(c.qd.d, c.qd.t, (b * S + i) * Hq * D + k, 0.0);
+        for (int64_t t = c.Tb[b]; t < T; t++) {
+            for (int64_t k = 0; k < Hkv * D; k++)
+                smattn_store(c.kd.d, c.kd.t, (b * T + t) * Hkv * D + k, 0.0);
+            for (int64_t k = 0; k < Hkv * Dv; k++)
+                smattn_store(c.vd.d, c.vd.t, (b * T + t) * Hkv * Dv + k, 0.0);
+        }
+    }
+    /* dO and dLSE: dense, and in Q's layout */
+    const int64_t rows = c.cu_q ? (c.total_q > 0 ? c.total_q : 1) : B * S;
+    tbuf dod, dol, dld, dll;
+    tb_make(&dod, SMATTN_F32, B * S * Hq * Dv, NULL), tb_make(&dol, SMATTN_F32, rows * Hq * Dv, NULL);
+    tb_make(&dld, SMATTN_F32, B * Hq * S, NULL), tb_make(&dll, SMATTN_F32, Hq * rows, NULL);
+    const int with_dlse = rng_chance(&r, 0.5);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < S; i++) {
+            const int stored = !c.cu_q || i < c.Sb[b];
+            const int64_t row = c.cu_q ? c.cu_q[b] + i : b * S + i;
+            for (int64_t h = 0; h < Hq; h++) {
+                for (int64_t d = 0; d < Dv; d++) {
+                    double x = stored ? rng_gauss(&r) : 0.0;
+                    smattn_store(dod.d, SMATTN_F32, ((b * S + i) * Hq + h) * Dv + d, x);
+                    if (stored)
+                        smattn_store(dol.d, SMATTN_F32, (row * Hq + h) * Dv + d, x);
+                }
+                double x = stored ? rng_gauss(&r) : 0.0;
+                smattn_store(dld.d, SMATTN_F32, (b * Hq + h) * S + i, x);
+                if (stored)
+                    smattn_store(dll.d, SMATTN_F32, c.cu_q ? h * rows + row : (b * Hq + h) * S + i, x);
+            }
+        }
+    smattn_grad_inputs gd, gl;
+    memset(&gd, 0, sizeof gd), memset(&gl, 0, sizeof gl);
+    gd.dout = (smattn_tensor){dod.d, SMATTN_F32, {S * Hq * Dv, Hq * Dv, Dv, 1}};
+    gl.dout = (smattn_tensor){dol.d, SMATTN_F32, {c.cu_q ? 7 : S * Hq * Dv, Hq * Dv, Dv, 1}};
+    if (with_dlse) {
+        gd.dlse = (smattn_tensor){dld.d, SMATTN_F32, {Hq * S, S, 1, 0}};
+        gl.dlse = (smattn_tensor){dll.d, SMATTN_F32,
+                                  {c.cu_q ? 3 : Hq * S, c.cu_q ? rows : S, 1, 0}};
+    }
+    gbufs den, lay;
+    const tbuf *lq = c.cu_q ? &c.ql : &c.qd, *lk = c.kl.d ? &c.kl : &c.kd,
+               *lv = c.vl.d ? &c.vl : &c.vd;
+    grad_make(&den, &c.ind, &c.qd, &c.kd, &c.vd, c.ot);
+    grad_make(&lay, &c.inl, lq, lk, lv, c.ot);
+    if (pages_shared(&c)) { /* SPEC 10.4: refused, nothing written */
+        grad_sentinel(&lay);
+        char msg[256];
+        ck_assert_int_eq(smattn_ref_backward(&c.pl, &c.inl, &gl, &lay.go, NULL, NULL),
+                         SMATTN_ERR_LAYOUT);
+        ck_assert_int_eq(smattn_attention_backward(&c.pl, &c.inl, NULL, &gl, &lay.go, NULL),
+                         SMATTN_ERR_LAYOUT);
+        (void)msg;
+        for (int64_t k = 0; k < lay.k.n * (int64_t)smattn_dtype_size(lay.k.t); k++)
+            ck_assert_int_eq(lay.k.d[k], 0x5a);
+        goto out;
+    }
+    if (with_ref) {
+        smattn_ref_config cfg = {1, 0, 0, 0};
+        grad_sentinel(&den);
+        ck_assert_int_eq(smattn_ref_backward(&c.pd, &c.ind, &gd, &den.go, &cfg, NULL), SMATTN_OK);
+        for (int th = 1; th <= 2; th++) {
+            cfg.threads = th;
+            grad_sentinel(&lay);
+            ck_assert_int_eq(smattn_ref_backward(&c.pl, &c.inl, &gl, &lay.go, &cfg, NULL),
+                             SMATTN_OK);
+            ck_assert_msg(grads_as_twin(&c, &lay, &den, "ref backward"), "ref backward");
+        }
+        /* the bound: the same numbers per element */
+        gbufs bd, bl;
+        grad_make(&bd, &c.ind, &c.qd, &c.kd, &c.vd, SMATTN_F64);
+        grad_make(&bl, &c.inl, lq, lk, lv, SMATTN_F64);
+        grad_sentinel(&bd), grad_sentinel(&bl);
+        smattn_backward_precision pm = smattn_opt_backward_precision(&c.pd);
+        ck_assert_int_eq(smattn_backward_bound(&c.pd, &c.ind, &gd, &pm, &den.go, &bd.go), SMATTN_OK);
+        ck_assert_int_eq(smattn_backward_bound(&c.pl, &c.inl, &gl, &pm, &lay.go, &bl.go), SMATTN_OK);
+        /* a `mean` padding row of the twin counts among its keys' rows (N_j of B9) though
+         * its dO is 0: the twin's bound is then larger, not equal */
+        if (!(c.cu_q && padded && p->empty_rows == SMATTN_EMPTY_MEAN))
+            ck_assert_msg(grads_as_twin(&c, &bl, &bd, "backward bound"), "backward bound");
+        grad_free(&bd), grad_free(&bl);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!smattn_opt_isa_available(isas[k]))
+            continue;
+        smattn_opt_config cfg = {1, isas[k]};
+        grad_sentinel(&den);
+        smattn_status sd = smattn_attention_backward(&c.pd, &c.ind, NULL, &gd, &den.go, &cfg);
+        ck_assert_msg(sd == SMATTN_OK || sd == SMATTN_ERR_UNSUPPORTED, "seed %llu: %d",
+                      (unsigned long long)seed, (int)sd);
+        for (int th = 1; th <= 2; th++) {
+            char what[64];
+            snprintf(what, sizeof what, "opt backward %s threads %d", isas[k], th);
+            cfg.threads = th;
+            grad_sentinel(&lay);
+            ck_assert_int_eq(smattn_attention_backward(&c.pl, &c.inl, NULL, &gl, &lay.go, &cfg),
+                             sd);
+            if (sd == SMATTN_OK)
+                ck_assert_msg(grads_as_twin(&c, &lay, &den, what), "%s", what);
+        }
+    }
+out:
+    grad_free(&den), grad_free(&lay);
+    free(dod.d), free(dol.d), free(dld.d), free(dll.d);
+    free_case(&c);
+}
+
+START_TEST(backward_layouts_are_their_dense_twins)
+{
+    int n = test_scaled(24);
+    for (int k = 0; k < n; k++)
+        check_backward_case(0xb1a7u + (uint64_t)k, 0, 1);
+    n = test_scaled(2);
+    for (int k = 0; k < n; k++)
+        check_backward_case(0x9f11u + (uint64_t)k, 2, 0);
+}
+END_TEST
+
 /* ---- bad layouts ----------------------------------------------------------------------- */
 
 /* A small paged + packed problem to corrupt: B = 3, S = 4, T = 12, page 4, 8 pages. */
@@ -811,6 +1054,7 @@ Suite *layout_suite(void)
     tcase_add_test(tc, random_layouts_are_their_dense_twins);
     tcase_add_test(tc, paged_decode_split_k);
     tcase_add_test(tc, mixed_batch_prefill_beside_decode);
+    tcase_add_test(tc, backward_layouts_are_their_dense_twins);
     tcase_add_test(tc, bad_layouts_are_refused_untouched);
     tcase_add_test(tc, explain_names_the_entry);
     tcase_add_test(tc, layout_arrays_are_inputs_for_aliasing);

@@ -97,6 +97,41 @@ START_TEST(within_bound)
 }
 END_TEST
 
+/* ALiBi (SPEC 2.8) folded into the kernel's bias: within the bound in each mode, with the
+ * mask kinds, softcap and several blocks; a bias added as is beside the symmetric or
+ * one-sided term is left to the oracle (SMATTN_ERR_UNSUPPORTED). */
+START_TEST(alibi_within_bound)
+{
+    static const unsigned kinds[] = {
+        BW_ALIBI, BW_ALIBI | BW_BIAS, BW_ALIBI | BW_CAUSAL_LR | BW_GQA,
+        BW_ALIBI | BW_SOFTCAP | BW_QLENS | BW_KVLENS, BW_ALIBI | BW_BIAS | BW_SOFTCAP | BW_DLSE,
+        BW_ALIBI | BW_BIG | BW_CAUSAL_LR | BW_GQA | BW_SINKS,
+        BW_ALIBI | BW_BIG | BW_BIAS | BW_WINDOW | BW_MASK};
+    const int n = (int)(sizeof kinds / sizeof kinds[0]) * 2;
+    double worst = 0;
+    int64_t bad = 0;
+    for (int k = 0; k < n; k++) {
+        const uint64_t seed = 900 + (uint64_t)k;
+        bwcase c;
+        ck_assert_int_eq(bwcase_make(&c, seed, kinds[k / 2], k % 2 ? SMATTN_BF16 : SMATTN_F32), 0);
+        ck_assert(c.p.alibi_mode != SMATTN_ALIBI_NONE);
+        for (int a = 0; a < 3; a++)
+            if (smattn_opt_isa_available(isas[a]))
+                bad += judge_one(&c, isas[a], k % 3 == 1 ? SMATTN_BF16 : SMATTN_F32, seed, &worst);
+        if (c.p.alibi_mode == SMATTN_ALIBI_MASK) { /* the symmetric term beside the bias */
+            bwgrads g;
+            bwgrads_make(&g, &c.p, SMATTN_F32);
+            c.p.alibi_mode = SMATTN_ALIBI_SYMMETRIC;
+            ck_assert_int_eq(run_bw(&c, NULL, 1, &g), SMATTN_ERR_UNSUPPORTED);
+            bwgrads_free(&g);
+        }
+        bwcase_free(&c);
+    }
+    fprintf(stderr, "opt_backward alibi: %d problems, worst ratio %g\n", n, worst);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 static int same_bits(const bwgrads *a, const bwgrads *b)
 {
     size_t es = smattn_dtype_size(a->t);
@@ -110,8 +145,11 @@ START_TEST(bitwise_threads_isas)
 {
     static const unsigned kinds[] = {BW_BIG | BW_CAUSAL_LR | BW_GQA | BW_DLSE,
                                      BW_BIG | BW_MASK | BW_BIAS | BW_SOFTCAP | BW_SINKS,
-                                     BW_BIG | BW_WINDOW | BW_KVLENS | BW_MEAN | BW_EMPTY};
-    for (int k = 0; k < 3; k++) {
+                                     BW_BIG | BW_WINDOW | BW_KVLENS | BW_MEAN | BW_EMPTY,
+                                     /* `nan` empty rows beside regular ones in a group
+                                      * (lower-right, S > T_b): no dS is stored there */
+                                     BW_BIG | BW_NANCONV | BW_KVLENS | BW_CAUSAL_LR | BW_GQA};
+    for (int k = 0; k < 4; k++) {
         bwcase c;
         ck_assert_int_eq(bwcase_make(&c, 77 + (uint64_t)k, kinds[k], SMATTN_BF16), 0);
         bwgrads ref, g;
@@ -292,6 +330,7 @@ Suite *opt_backward_suite(void)
     TCase *t = tcase_create("kernel");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, within_bound);
+    tcase_add_test(t, alibi_within_bound);
     tcase_add_test(t, bitwise_threads_isas);
     tcase_add_test(t, empty_rows_pos_zero);
     tcase_add_test(t, saved_null_runs_forward);

@@ -14,7 +14,8 @@ from . import _api, _lib, _ragged
 
 Gradients = namedtuple("Gradients", ["dq", "dk", "dv", "dbias", "dsinks"])
 Gradients.__doc__ = """The gradients of reference_backward and attention_backward: dq, dk,
-dv in the layouts of q, k, v; dbias in the bias's own shape, summed over the dimensions it
+dv in the layouts and shapes of q, k, v (a ragged or paged problem's: packed rows, the page
+pool, +0 where no sequence's key or query is); dbias in the bias's own shape, summed over the dimensions it
 is broadcast along ([B, Hq, S, T] without a bias; None unless the problem has a bias or
 dbias=True asks for it); dsinks [Hq] (None unless the problem has sinks or dsinks=True asks
 for it)."""
@@ -36,38 +37,78 @@ def _out(t, a, code, axes):
 
 class _Setup:
     """A problem with its dO (and dLSE) for the backward: b (_api._Built), gin, the axes
-    of the caller's layout in the canonical one (ax) and the gradients' shapes."""
+    of the caller's layout in the canonical one (ax) and, per gradient dQ, dK, dV, the
+    4-D array to allocate (grad_shape), its canonical axes (grad_axes) and whether the
+    caller's array drops the leading axis of extent 1 (grad_squeeze). A ragged or paged
+    problem's gradients have q's, k's and v's own shapes (SPEC 10.1): packed rows, or the
+    page pool (NHD or HND)."""
 
     def __init__(self, what, q, k, v, do, dlse, problem):
-        if _ragged.given(problem):
-            raise ValueError("%s: the ragged and paged layouts (cu_seqlens_q, cu_seqlens_k, "
-                             "block_table, kv_indptr) have no backward yet (SPEC 10.6); pass "
-                             "their dense, padded twin with q_lens and kv_lens" % what)
         b = self.b = _api._build(q, k, v, **problem)
         self.ax = (0, 1, 2, 3) if b.layout == "bshd" else (0, 2, 1, 3)
         bshd = b.layout == "bshd"
+        r = b.ragged
+        packed_q = r is not None and r.cu_q is not None
         self.o_shape = (b.B, b.S, b.Hq, b.Dv) if bshd else (b.B, b.Hq, b.S, b.Dv)
-        self.shape_q = (b.B, b.S, b.Hq, b.D) if bshd else (b.B, b.Hq, b.S, b.D)
-        self.shape_k = (b.B, b.T, b.Hkv, b.D) if bshd else (b.B, b.Hkv, b.T, b.D)
-        self.shape_v = (b.B, b.T, b.Hkv, b.Dv) if bshd else (b.B, b.Hkv, b.T, b.Dv)
         self.shape_bias = (b.B, b.Hq, b.S, b.T)
+        if r is None:
+            shapes = ((b.B, b.S, b.Hq, b.D) if bshd else (b.B, b.Hq, b.S, b.D),
+                      (b.B, b.T, b.Hkv, b.D) if bshd else (b.B, b.Hkv, b.T, b.D),
+                      (b.B, b.T, b.Hkv, b.Dv) if bshd else (b.B, b.Hkv, b.T, b.Dv))
+            self.grad_shape = shapes
+            self.grad_axes = (self.ax,) * 3
+            self.grad_squeeze = (not b.batched,) * 3
+        else:  # the inputs' own shapes and axes (_api._build_ragged)
+            kv_axes = (0, 2, 1, 3) if r.paged and r.hnd else (0, 1, 2, 3)
+            arrs = [_api._asarray(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+            self.grad_shape = tuple(a.shape if a.ndim == 4 else (1,) + a.shape for a in arrs)
+            self.grad_axes = ((0, 1, 2, 3), kv_axes, kv_axes)
+            self.grad_squeeze = tuple(a.ndim == 3 for a in arrs)
+        self.shape_q, self.shape_k, self.shape_v = self.grad_shape
+        if r is not None and r.paged:  # SPEC 10.1: a shared page's gradient is not summed
+            seen = {}
+            for bb in range(b.B):
+                for col in range(-(-int(r.kv_lens[bb]) // r.page_size)):
+                    page = int(r.table[bb, col])
+                    if page in seen:
+                        raise ValueError(
+                            "%s: block_table[%d][%d] and block_table[%d][%d] both name page %d: "
+                            "the backward does not sum a shared page's gradients (SPEC 10.1)"
+                            % ((what,) + seen[page] + (bb, col, page)))
+                    seen[page] = (bb, col)
         self.gin = _lib.GradInputs()
         d = _api._required(do, "do")
-        want = self.o_shape if b.batched else self.o_shape[1:]
-        if tuple(d.shape) != want:
-            raise ValueError("do: shape %s, want O's shape %s (%s)"
-                             % (tuple(d.shape), want,
-                                ("[B,S,Hq,Dv]" if bshd else "[B,Hq,S,Dv]")
-                                if b.batched else ("[S,Hq,Dv]" if bshd else "[Hq,S,Dv]")))
-        d = d if b.batched else d[None]
-        _api._tensor(self.gin.dout, d, _api._dtype_code(d, "do"), self.ax, b.keep)
+        if packed_q:  # O's storage: [total_q, Hq, Dv], LSE's [Hq, total_q] (SPEC 2.7)
+            want = (r.total_q, b.Hq, b.Dv)
+            if tuple(d.shape) != want:
+                raise ValueError("do: shape %s, want O's packed shape %s ([total_q,Hq,Dv])"
+                                 % (tuple(d.shape), want))
+            _api._tensor(self.gin.dout, d[None], _api._dtype_code(d, "do"), (0, 1, 2, 3),
+                         b.keep)
+        else:
+            want = self.o_shape if b.batched else self.o_shape[1:]
+            if tuple(d.shape) != want:
+                raise ValueError("do: shape %s, want O's shape %s (%s)"
+                                 % (tuple(d.shape), want,
+                                    ("[B,S,Hq,Dv]" if bshd else "[B,Hq,S,Dv]")
+                                    if b.batched else ("[S,Hq,Dv]" if bshd else "[Hq,S,Dv]")))
+            d = d if b.batched else d[None]
+            _api._tensor(self.gin.dout, d, _api._dtype_code(d, "do"), self.ax, b.keep)
         if dlse is not None:
             g = _api._asarray(dlse, "dlse")
-            want = (b.B, b.Hq, b.S) if b.batched else (b.Hq, b.S)
-            if tuple(g.shape) != want:
-                raise ValueError("dlse: shape %s, want LSE's shape %s (%s)"
-                                 % (tuple(g.shape), want, "[B,Hq,S]" if b.batched else "[Hq,S]"))
-            g = g if b.batched else g[None]
+            if packed_q:
+                want = (b.Hq, r.total_q)
+                if tuple(g.shape) != want:
+                    raise ValueError("dlse: shape %s, want LSE's packed shape %s ([Hq,total_q])"
+                                     % (tuple(g.shape), want))
+                g = g[None]
+            else:
+                want = (b.B, b.Hq, b.S) if b.batched else (b.Hq, b.S)
+                if tuple(g.shape) != want:
+                    raise ValueError("dlse: shape %s, want LSE's shape %s (%s)"
+                                     % (tuple(g.shape), want,
+                                        "[B,Hq,S]" if b.batched else "[Hq,S]"))
+                g = g if b.batched else g[None]
             _api._tensor(self.gin.dlse, g, _api._dtype_code(g, "dlse"), (0, 1, 2, None), b.keep)
         self.has_bias = bool(b.inputs.bias.data)
         self.has_sinks = bool(b.inputs.sinks.data)
@@ -96,11 +137,10 @@ class _Setup:
         """Fresh gradient arrays (dq, dk, dv, dbias, dsinks; codes: their dtypes) and the
         smattn_grad_outputs pointing at them."""
         gout = _lib.GradOutputs()
-        dq, dk, dv = (_grad_array(s, c) for s, c in
-                      zip((self.shape_q, self.shape_k, self.shape_v), codes))
-        _out(gout.dq, dq, codes[0], self.ax)
-        _out(gout.dk, dk, codes[1], self.ax)
-        _out(gout.dv, dv, codes[2], self.ax)
+        dq, dk, dv = (_grad_array(s, c) for s, c in zip(self.grad_shape, codes))
+        _out(gout.dq, dq, codes[0], self.grad_axes[0])
+        _out(gout.dk, dk, codes[1], self.grad_axes[1])
+        _out(gout.dv, dv, codes[2], self.grad_axes[2])
         db = ds = None
         if want_dbias:
             db, view = self.bias_grad(codes[3])
@@ -115,8 +155,7 @@ class _Setup:
 
     def result(self, arrays):
         dq, dk, dv, db, ds = arrays
-        if not self.b.batched:
-            dq, dk, dv = dq[0], dk[0], dv[0]
+        dq, dk, dv = (a[0] if sq else a for a, sq in zip((dq, dk, dv), self.grad_squeeze))
         return Gradients(dq, dk, dv, db, ds)
 
 
@@ -128,16 +167,20 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
 
     q, k, v and every problem argument (scale, causal, window, kv_lens, q_lens, bias, mask,
     sinks, softcap, empty_rows, empty_lse, layout, is_causal, attn_mask, softmax_scale,
-    window_size): as for reference(); the ragged and paged layouts have no backward yet
-    (ValueError). do: the gradient of O, in O's shape and layout ([B, S, Hq, Dv] for
-    "bshd", [B, Hq, S, Dv] for "bhsd"; 3-D inputs drop B), any float dtype. dlse: None (0),
-    or the gradient of LSE, [B, Hq, S] ([Hq, S] for 3-D inputs). dbias, dsinks: None (the
+    window_size, alibi_slopes, alibi_mode, and the ragged and paged layouts' cu_seqlens_q,
+    cu_seqlens_k, seqused_k, block_table, kv_layout, kv_indptr, ...): as for reference().
+    do: the gradient of O, in O's shape and layout ([B, S, Hq, Dv] for "bshd", [B, Hq, S,
+    Dv] for "bhsd"; 3-D inputs drop B; [total_q, Hq, Dv] with cu_seqlens_q), any float
+    dtype. dlse: None (0), or the gradient of LSE, [B, Hq, S] ([Hq, S] for 3-D inputs;
+    [Hq, total_q] with cu_seqlens_q). A block table that names one page for two sequences
+    is refused (the shared page's gradient is not summed, SPEC 10.1: ValueError). dbias, dsinks: None (the
     default) returns dbias when the problem has a bias and dsinks when it has sinks; True
     or False asks for or drops them. dtype: as for reference() (None: the widest float type
     of q, k and v). threads: 0 all cores.
 
     Returns Gradients(dq, dk, dv, dbias, dsinks): dq like q, dk like k, dv like v (dK and
-    dV summed over each KV head's group of query heads, SPEC 2.2), dbias in the bias's own
+    dV summed over each KV head's group of query heads, SPEC 2.2; a layout's in its
+    storage: packed rows or the page pool, +0 where no stored row or key reaches), dbias in the bias's own
     shape (a broadcast bias's gradient is the exact sum over the dimensions it is broadcast
     along, rounded once, SPEC 10.1; [B, Hq, S, T] when dbias=True without a bias), dsinks
     [Hq]. Masked keys get exactly +0. Errors as reference()'s, naming the argument."""
@@ -302,8 +345,7 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
     su = _Setup("check_backward", q, k, v, do, dlse, problem)
     b = su.b
     pm = _backward_precision(precision, b, o_dtype, lse_dtype)
-    given = [("dQ", dq, su.shape_q, su.ax), ("dK", dk, su.shape_k, su.ax),
-             ("dV", dv, su.shape_v, su.ax)]
+    given = [("dQ", dq, su.shape_q, 0), ("dK", dk, su.shape_k, 1), ("dV", dv, su.shape_v, 2)]
     if dbias is not None:
         given.append(("dBias", dbias, su.bias_shape, (0, 1, 2, 3)))
     if dsinks is not None:
@@ -311,7 +353,7 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
     got, codes = {}, {}
     for name, arr, shape, axes in given:
         a = _api._asarray(arr, name.lower())
-        whole = b.batched or name in ("dSinks", "dBias")  # dBias: the bias's own shape
+        whole = name in ("dSinks", "dBias") or not su.grad_squeeze[axes]  # dBias: its own shape
         want = shape if whole else shape[1:]
         if tuple(a.shape) != tuple(want):
             raise ValueError("%s: shape %s, want %s" % (name.lower(), tuple(a.shape), list(want)))
@@ -358,7 +400,8 @@ def check_backward(dq, dk, dv, q, k, v, do, *, dlse=None, dbias=None, dsinks=Non
             ix = np.unravel_index(int(np.argmax(r)), r.shape)
             if float(r[ix]) >= max_ratio:
                 max_ratio = float(r[ix])
-                pos = ix if (b.batched or name in ("dSinks", "dBias")) else ix[1:]
+                pos = ix if (name in ("dSinks", "dBias") or
+                             not su.grad_squeeze[index[name]]) else ix[1:]
                 worst = _api.Element(name, tuple(int(x) for x in pos), float(c[ix]), float(e[ix]),
                                      float(bd[ix]))
                 if bad[ix] and first_bad is None:

@@ -209,10 +209,11 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     cases of these categories (e.g. ["causal", "gqa"]).
 
     backward=True: the backward cases instead (SPEC 10): the battery's attention cases the
-    exact backward takes (dense layouts, no ALiBi), each with op "backward", the feature
+    exact backward takes (ALiBi and the ragged and paged layouts included, but not a block
+    table sharing a page, nor quantised inputs), each with op "backward", the feature
     "backward", a dO in O's shape and layout (case.do, drawn from seed and the case's
-    position, in the case's q dtype) and, every other case, a dLSE [B, Hq, S] (case.dlse,
-    else None). Run the kernel's backward on case.q, case.k, case.v, case.do (and
+    position, in the case's q dtype; [total_q, Hq, Dv] for a packed case) and, every other
+    case, a dLSE [B, Hq, S] ([Hq, total_q] packed; case.dlse, else None). Run the kernel's backward on case.q, case.k, case.v, case.do (and
     case.dlse) with case.kwargs and judge its gradients with case.check_backward(dq, dk,
     dv); the fast one is smattn.attention_backward (float32 kwargs, finite inputs: skip
     cases with garbage).
@@ -259,10 +260,13 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
                 continue
             if not backward:
                 yield _make_case(c, dtype, layout, seed, bat, idx)
-            elif (c.prob.op == 0 and not c.layout and not c.prob.alibi_mode
-                  and not c.prob.descale and c.kv_dtype <= 3 and c.q_dtype <= 3):
-                # the backward takes binary64/32/16 and bfloat16 inputs only (SPEC 10.6)
-                yield _backward_case(_make_case(c, dtype, layout, seed, bat, idx), idx, seed)
+            elif (c.prob.op == 0 and not c.prob.descale and c.kv_dtype <= 3
+                  and c.q_dtype <= 3):
+                # the backward takes binary64/32/16 and bfloat16 inputs only (SPEC 10.6),
+                # and no block table sharing a page (SPEC 10.1)
+                case = _make_case(c, dtype, layout, seed, bat, idx)
+                if not _shares_page(case):
+                    yield _backward_case(case, idx, seed)
     finally:
         shim.smattn_py_battery_free(bat)
 
@@ -456,19 +460,36 @@ def _make_case(c, dtype, layout, seed, bat=None, idx=None):
                 outd, dict(B=B, S=S, T=T, Hq=Hq, Hkv=Hkv, D=D, Dv=Dv))
 
 
+def _shares_page(case):
+    """Whether a case's block table names one page in two used entries (SPEC 10.1)."""
+    kw = case.kwargs
+    table, lens = kw.get("block_table"), kw.get("kv_lens")
+    if table is None or lens is None:
+        return False
+    t = np.asarray(table)
+    hnd = str(kw.get("kv_layout") or "NHD").upper() == "HND"
+    ps = int(case.k.shape[2 if hnd else 1])  # the caches' page size
+    used = [int(t[b, col]) for b in range(t.shape[0]) for col in range(-(-int(lens[b]) // ps))]
+    return len(used) != len(set(used))
+
+
 def _backward_case(case, idx, seed):
     """An attention case made a backward case: dO (and every other case dLSE) from a
-    generator seeded by (seed, idx), in the dtype of the case's q."""
+    generator seeded by (seed, idx), in the dtype of the case's q; in O's and LSE's packed
+    shapes for a case with cu_seqlens_q (SPEC 2.7)."""
     rng = np.random.default_rng([seed, idx])
     sh = case.shape
-    if case.layout == "bshd":
-        o_shape = (sh["B"], sh["S"], sh["Hq"], sh["Dv"])
+    packed = case.kwargs.get("cu_seqlens_q") is not None
+    if packed:
+        o_shape, l_shape = (case.q.shape[0], sh["Hq"], sh["Dv"]), (sh["Hq"], case.q.shape[0])
+    elif case.layout == "bshd":
+        o_shape, l_shape = (sh["B"], sh["S"], sh["Hq"], sh["Dv"]), (sh["B"], sh["Hq"], sh["S"])
     else:
-        o_shape = (sh["B"], sh["Hq"], sh["S"], sh["Dv"])
+        o_shape, l_shape = (sh["B"], sh["Hq"], sh["S"], sh["Dv"]), (sh["B"], sh["Hq"], sh["S"])
     qd = case.q.dtype if case.q.dtype != np.uint16 else np.float32
     case.do = rng.standard_normal(o_shape).astype(qd)
     if idx % 2:
-        case.dlse = rng.standard_normal((sh["B"], sh["Hq"], sh["S"])).astype(qd)
+        case.dlse = rng.standard_normal(l_shape).astype(qd)
     case.op = "backward"
     case.features = case.features + ["backward"]
     return case

@@ -130,10 +130,104 @@ def test_errors_name_the_argument():
         smattn.reference_backward(q, k, v, do.astype(np.int32))
     with pytest.raises(TypeError, match="do: None"):
         smattn.reference_backward(q, k, v, None)
-    with pytest.raises(ValueError, match="no backward yet"):
-        smattn.reference_backward(q[0], k[0], v[0], do[0], cu_seqlens_q=[0, 3])
+    with pytest.raises(ValueError, match=r"do: shape \(3, 2, 4\), want O's packed shape"):
+        smattn.reference_backward(q[0], k[0], v[0], rand(3, 2, 4), cu_seqlens_q=[0, 3])
     with pytest.raises(ValueError, match="threads"):
         smattn.reference_backward(q, k, v, do, threads=-1)
+
+
+def _paged(k, T_b, page, order):
+    """Page caches [num_pages, page, Hkv, .] holding sequence b's keys [0, T_b[b]) in the
+    pages `order` hands out, NaN in every other slot, and the block table."""
+    B, npages = k.shape[0], max(order) + 1
+    maxp = max(-(-t // page) for t in T_b)
+    cache = np.full((npages, page) + k.shape[2:], np.nan)
+    table = np.full((B, maxp), -1, dtype=np.int32)
+    it = iter(order)
+    for b in range(B):
+        for col in range(-(-T_b[b] // page)):
+            table[b, col] = pg = next(it)
+            n = min(page, T_b[b] - col * page)
+            cache[pg, :n] = k[b, col * page:col * page + n]
+    return cache, table
+
+
+def test_ragged_and_paged_are_the_dense_twin():
+    # SPEC 10.1: packed queries and paged keys give the dense problem's gradients, bit for
+    # bit, in their own storage; the slots no key uses get +0; a shared page is refused
+    B, S, T, Hq, Hkv = 2, 4, 7, 4, 2
+    q, k, v = rand(B, S, Hq, 3, seed=30), rand(B, T, Hkv, 3, seed=31), rand(B, T, Hkv, 2, seed=32)
+    do, dlse = rand(B, S, Hq, 2, seed=33), rand(B, Hq, S, seed=34)
+    S_b, T_b = [4, 2], [7, 5]
+    do[1, 2:] = 0  # sequence 1's padding rows: no loss term in the packed problem
+    dlse[1, :, 2:] = 0
+    kw = dict(causal="lower_right", kv_lens=T_b, q_lens=S_b, softcap=4.0, dtype="float64")
+    g = smattn.reference_backward(q, k, v, do, dlse=dlse, **kw)
+    cu = np.array([0, 4, 6])
+    qp = np.concatenate([q[0], q[1, :2]])
+    dop = np.concatenate([do[0], do[1, :2]])
+    dlp = np.concatenate([dlse[0], dlse[1, :, :2]], axis=1)
+    kc, table = _paged(k, T_b, 3, [4, 0, 2, 1, 5])
+    vc, _ = _paged(v, T_b, 3, [4, 0, 2, 1, 5])
+    h = smattn.reference_backward(qp, kc, vc, dop, dlse=dlp, cu_seqlens_q=cu, block_table=table,
+                                  kv_lens=T_b, causal="lower_right", softcap=4.0,
+                                  dtype="float64")
+    assert h.dq.shape == qp.shape and h.dk.shape == kc.shape and h.dv.shape == vc.shape
+    assert np.array_equal(h.dq, np.concatenate([g.dq[0], g.dq[1, :2]]))
+    for got, dense in ((h.dk, g.dk), (h.dv, g.dv)):
+        seen = np.zeros(got.shape[:2], bool)
+        for b in range(B):
+            for t in range(T_b[b]):
+                pg, sl = table[b, t // 3], t % 3
+                seen[pg, sl] = True
+                assert np.array_equal(got[pg, sl], dense[b, t])
+        rest = got[~seen]
+        assert rest.size and np.all(rest == 0) and not np.any(np.signbit(rest))
+    # the fast kernel: the dense problem's bits
+    f32 = lambda a: a.astype(np.float32)  # noqa: E731
+    fd = smattn.attention_backward(f32(q), f32(k), f32(v), f32(do), dlse=f32(dlse),
+                                   causal="lower_right", kv_lens=T_b, q_lens=S_b, softcap=4.0)
+    fl = smattn.attention_backward(f32(qp), f32(np.nan_to_num(kc)), f32(np.nan_to_num(vc)),
+                                   f32(dop), dlse=f32(dlp), cu_seqlens_q=cu, block_table=table,
+                                   kv_lens=T_b, causal="lower_right", softcap=4.0)
+    assert np.array_equal(fl.dq, np.concatenate([fd.dq[0], fd.dq[1, :2]]))
+    assert np.array_equal(fl.dk[table[1, 1], 1], fd.dk[1, 4])
+    r = smattn.check_backward(fl.dq, fl.dk, fl.dv, f32(qp), f32(np.nan_to_num(kc)),
+                              f32(np.nan_to_num(vc)), f32(dop), dlse=f32(dlp), cu_seqlens_q=cu,
+                              block_table=table, kv_lens=T_b, causal="lower_right",
+                              softcap=4.0, precision="opt")
+    assert r.passed, r
+    bad = fl.dk.copy()
+    bad[3, 2, 0, 0] = 1.0  # page 3 is no sequence's
+    r = smattn.check_backward(fl.dq, bad, fl.dv, f32(qp), f32(np.nan_to_num(kc)),
+                              f32(np.nan_to_num(vc)), f32(dop), dlse=f32(dlp), cu_seqlens_q=cu,
+                              block_table=table, kv_lens=T_b, causal="lower_right",
+                              softcap=4.0, precision="opt")
+    assert not r.passed and r.worst.output == "dK" and r.worst.index == (3, 2, 0, 0)
+    shared = table.copy()
+    shared[1, 0] = table[0, 0]
+    with pytest.raises(ValueError, match=r"block_table\[0\]\[0\] and block_table\[1\]\[0\] "
+                                          r"both name page 4"):
+        smattn.reference_backward(qp, kc, vc, dop, cu_seqlens_q=cu, block_table=shared,
+                                  kv_lens=T_b)
+
+
+def test_alibi_is_its_bias():
+    # SPEC 10.1: ALiBi's term enters the backward as the bias it stands for
+    q, k, v = rand(1, 3, 2, 4, seed=40), rand(1, 6, 1, 4, seed=41), rand(1, 6, 1, 2, seed=42)
+    do = rand(1, 3, 2, 2, seed=43)
+    slopes = np.array([0.5, -0.25], dtype=np.float32)
+    g = smattn.reference_backward(q, k, v, do, alibi_slopes=slopes, alibi_mode="symmetric",
+                                  causal="lower_right", dtype="float64")
+    i, j = np.arange(3)[:, None], np.arange(6)[None, :]
+    dist = -np.abs(i + 6 - 3 - j)
+    bias = (slopes.astype(np.float64)[:, None, None] * dist)[None]
+    h = smattn.reference_backward(q, k, v, do, bias=bias, dbias=False, causal="lower_right",
+                                  dtype="float64")
+    for a, b in ((g.dq, h.dq), (g.dk, h.dk), (g.dv, h.dv)):
+        assert np.array_equal(a, b)
+    plain = smattn.reference_backward(q, k, v, do, causal="lower_right", dtype="float64")
+    assert not np.array_equal(plain.dq, g.dq)
 
 
 def _run_example(pre=""):

@@ -185,21 +185,28 @@ def test_attention_backward_errors():
         smattn.attention_backward(q, k, v, do, o=q, lse=rand(2, 4, 5))
     with pytest.raises(ValueError, match="isa 'sse9'"):
         smattn.attention_backward(q, k, v, do, isa="sse9")
-    with pytest.raises(ValueError, match="no backward yet"):
-        smattn.attention_backward(q[0], k[0], v[0], do[0], cu_seqlens_q=[0, 5])
+    with pytest.raises(ValueError, match="want O's packed shape"):
+        smattn.attention_backward(q[0], k[0], v[0], do[0][:, :, :2], cu_seqlens_q=[0, 5])
 
 
 def test_backward_cases():
     cs = list(smattn.cases("quick", backward=True))
     assert len(cs) > 50
     fwd = list(smattn.cases("quick"))
-    assert len(cs) < len(fwd)  # layout and ALiBi cases have no backward
-    judged = 0
+    assert len(cs) < len(fwd)  # softmax, quantised and shared-page cases have no backward
+    judged = packed = alibi = 0
     for i, c in enumerate(cs):
         assert c.op == "backward" and "backward" in c.features
         B, S, Hq, Dv = (c.shape[x] for x in ("B", "S", "Hq", "Dv"))
-        assert c.do.shape == ((B, S, Hq, Dv) if c.layout == "bshd" else (B, Hq, S, Dv))
-        assert c.dlse is None or c.dlse.shape == (B, Hq, S)
+        if c.kwargs.get("cu_seqlens_q") is not None:  # O's and LSE's packed shapes
+            packed += 1
+            tq = c.q.shape[0]
+            assert c.do.shape == (tq, Hq, Dv)
+            assert c.dlse is None or c.dlse.shape == (Hq, tq)
+        else:
+            assert c.do.shape == ((B, S, Hq, Dv) if c.layout == "bshd" else (B, Hq, S, Dv))
+            assert c.dlse is None or c.dlse.shape == (B, Hq, S)
+        alibi += c.kwargs.get("alibi_mode") is not None
         with pytest.raises(TypeError, match="backward case"):
             c.check(None)
         if c.garbage or i % 3:  # the fast kernel takes finite inputs; a third of the cases
@@ -214,7 +221,7 @@ def test_backward_cases():
         # beyond binary32) is judged by class (SPEC 10.7): those cases may fail
         assert r.passed or r.unbounded > 0, "%s: %s" % (c.name, r)
         judged += r.passed
-    assert judged > 10
+    assert judged > 10 and packed > 5 and alibi > 5, (judged, packed, alibi)
     assert any(c.dlse is not None for c in cs) and any(c.dlse is None for c in cs)
     with pytest.raises(TypeError, match="not a backward case"):
         fwd[0].check_backward(None, None, None)

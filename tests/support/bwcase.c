@@ -129,6 +129,14 @@ int bwcase_make(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt)
         if (smattn_contiguous_strides(p, 'l', c->gin.dlse.stride))
             return 1;
     }
+    if (feat & BW_ALIBI) { /* drawn last: the other draws keep their values */
+        p->alibi_mode = (feat & BW_BIAS)        ? SMATTN_ALIBI_MASK
+                        : rng_chance(&r, 0.5) ? SMATTN_ALIBI_SYMMETRIC
+                                              : SMATTN_ALIBI_ONE_SIDED;
+        for (int64_t h = 0; h < p->Hq; h++)
+            c->slopes[h] = (float)rng_int(&r, -16, 16) / 16.0f;
+        p->alibi_slopes = c->slopes;
+    }
     /* the forward, as a FlashAttention-2 training step stores it */
     c->odt = odt;
     c->o = calloc((size_t)no, smattn_dtype_size(odt));

@@ -17,13 +17,16 @@ enum {
     BW_MEAN = 1024, BW_EMPTY = 2048, /* a batch with kv_lens 0: empty rows */
     BW_QLENS = 4096,
     BW_BIG = 8192,   /* S, T in [65, 140], D, Dv up to 40: several blocks of the kernel */
-    BW_NANCONV = 16384 /* the `nan` empty-row convention */
+    BW_NANCONV = 16384, /* the `nan` empty-row convention */
+    BW_ALIBI = 32768    /* ALiBi (SPEC 2.8): the mask mode with BW_BIAS, else symmetric or
+                           one-sided; never in a random subset (~0u) */
 };
 
 typedef struct bwcase {
     smattn_problem p;
     unsigned feat;
     int64_t kv_lens[4], q_lens[4];
+    float slopes[8]; /* ALiBi's, one per query head */
     float *q, *k, *v, *bias, *sinks, *dout, *dlse;
     unsigned char *mask;
     smattn_inputs in;
