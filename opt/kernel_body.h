@@ -359,50 +359,72 @@ QKT_DEFINE(6, 4)
 #undef QKT_ROW
 
 _Static_assert(OPT_BK % (QKT_KB * VLEN) == 0, "qkt_tile covers a tile in whole blocks");
-/* the row blocks of qkt_tile with K key vectors */
-#define QKT_ROWS(K)                                                                            \
-    do {                                                                                       \
-        int64_t r0 = 0;                                                                        \
-        for (; r0 + 6 <= Rp; r0 += 6)                                                          \
-            KN(qkt_6_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
-        if (r0 + 4 <= Rp) {                                                                    \
-            KN(qkt_4_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
-            r0 += 4;                                                                           \
-        }                                                                                      \
-        for (; r0 < Rp; r0 += 2)                                                               \
-            KN(qkt_2_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
-    } while (0)
-/* S[r][j] for rows [0, Rp) (a multiple of 2; q rows at stride Dp) and the keys j < nk,
- * rounded up to whole vectors (KT[d][j]; the keys past nk are zeros); S past those is not
- * written */
-static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
-                         float *S, int64_t nk)
+
+/* One block of qkt_tile: rb = 2, 4 or 6 rows, nv key vectors (1 .. QKT_KB) */
+static inline void KN(qkt_block)(int rb, int64_t nv, const float *q, int64_t ldq,
+                                 const float *kt, int64_t D, float *s)
 {
-    for (int64_t j0 = 0; j0 < nk; j0 += QKT_KB * VLEN) {
-        const float *kt = KT + j0 / QKT_W * (Dp * QKT_W); /* the block's panel */
-        float *s = S + j0;
-        int64_t nv = (nk - j0 + VLEN - 1) / VLEN;
-        switch (nv < QKT_KB ? nv : QKT_KB) {
-        case 1:
-            QKT_ROWS(1);
-            break;
+#define QKT_NV(N)                                                                              \
+    do {                                                                                       \
+        if (nv == 1)                                                                           \
+            KN(qkt_##N##_1)(q, ldq, kt, D, s);                                                 \
+        else if (nv == 2 || VLEN != 16)                                                        \
+            KN(qkt_##N##_2)(q, ldq, kt, D, s);                                                 \
+        else                                                                                   \
+            QKT_NV_WIDE(N);                                                                    \
+    } while (0)
 #if VLEN == 16
-        case 2:
-            QKT_ROWS(2);
-            break;
-        case 3:
-            QKT_ROWS(3);
-            break;
-        default:
-            QKT_ROWS(4);
+#define QKT_NV_WIDE(N)                                                                         \
+    do {                                                                                       \
+        if (nv == 3)                                                                           \
+            KN(qkt_##N##_3)(q, ldq, kt, D, s);                                                 \
+        else                                                                                   \
+            KN(qkt_##N##_4)(q, ldq, kt, D, s);                                                 \
+    } while (0)
 #else
-        default:
-            QKT_ROWS(2);
+#define QKT_NV_WIDE(N) ((void)0)
 #endif
+    if (rb == 6)
+        QKT_NV(6);
+    else if (rb == 4)
+        QKT_NV(4);
+    else
+        QKT_NV(2);
+#undef QKT_NV_WIDE
+#undef QKT_NV
+}
+
+/* S[r][j] for the rows [0, R) (q rows at stride Dp; rows [R, R rounded up to 2) are
+ * padding, computed, not read) and the keys j < nk rounded up to whole vectors (KT: the
+ * tile transposed, keys past nk zeros), where row r sees no key at or past hi[r] (its key
+ * range's end, ws->hi; NULL: every key of the tile): each row block scores the key vectors
+ * up to the last that one of its rows can see, and none past it. On a causal diagonal tile
+ * the blocks of the earlier queries stop early. Every score a row can see has the same fma
+ * chain whichever block computes it, so the same bits; the scores left unwritten are of keys
+ * past the row's range, which finish_scores sets to -inf (flag 0) without using them. */
+static void KN(qkt_tile)(const float *Q, int64_t R, int64_t D, int64_t Dp, const float *KT,
+                         float *S, int64_t nk, const int64_t *hi, int64_t kt)
+{
+    const int64_t Rq = (R + 1) / 2 * 2;
+    for (int64_t j0 = 0; j0 < nk; j0 += QKT_KB * VLEN) {
+        const float *kp = KT + j0 / QKT_W * (Dp * QKT_W); /* the block's panel */
+        int64_t nvt = (nk - j0 + VLEN - 1) / VLEN;
+        nvt = nvt < QKT_KB ? nvt : QKT_KB;
+        for (int64_t r0 = 0; r0 < Rq;) {
+            const int rb = Rq - r0 >= 6 ? 6 : (int)(Rq - r0); /* sixes, then a 4 or a 2 */
+            int64_t nv = nvt;
+            if (hi) {
+                int64_t e = 0; /* keys of the panel the block's rows can see */
+                for (int64_t r = r0; r < r0 + rb && r < R; r++)
+                    e = hi[r] - kt - j0 > e ? hi[r] - kt - j0 : e;
+                nv = (e + VLEN - 1) / VLEN < nvt ? (e + VLEN - 1) / VLEN : nvt;
+            }
+            if (nv > 0)
+                KN(qkt_block)(rb, nv, Q + r0 * Dp, Dp, kp, D, S + r0 * OPT_BK + j0);
+            r0 += rb;
         }
     }
 }
-#undef QKT_ROWS
 #undef QKT_KB
 #endif
 
@@ -734,7 +756,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             }
             /* rows past R rounded to 2 are padding (their weights are set to 0 below):
              * not scored (126 rows of 128 with AVX-512 and a 7-head group) */
-            KN(qkt_tile)(Q, (R + 1) / 2 * 2, D, Dp, ws->ktt, S_, nk);
+            KN(qkt_tile)(Q, R, D, Dp, ws->ktt, S_, nk, ws->hi + base, kt);
         } else
 #endif
         if (k_direct && kt_->dtype == SMATTN_F32) {
