@@ -1540,9 +1540,12 @@ END_TEST
 
 /* A causal prefill against the same problem with its causal pattern given as a bool mask,
  * bit for bit: with the range, the keys-in-lanes scores (S >= 16) skip the key vectors of a
- * diagonal tile that no row of a block sees (kernel_body.h's qkt_tile); with the mask every
- * key of the tile is scored and the flags hide them. A skipped vector that a row can see, or
- * a score of a skipped key that reaches a weight, changes bits. Shapes: S, T not multiples
+ * diagonal tile that no row of a block sees (kernel_body.h's qkt_tile), and with AVX-512 the
+ * rows that see a whole tile are scaled and their max taken in the scores' epilogue; with
+ * the mask every key of the tile is scored, and finish_scores scales and takes the max. A
+ * skipped vector that a row can see, a score of a skipped key that reaches a weight, or an
+ * epilogue that differs from finish_scores changes bits (one that leaves a vector out of
+ * the max fails 8 problems). Shapes: S, T not multiples
  * of a tile or of a register block, G = 7 (items of 126 rows with AVX-512, a 6-row block
  * across two query heads) and G = 1, both causal corners, P wanted or not; also across
  * thread counts. */
