@@ -43,7 +43,7 @@ void BT_ENTRY(bench_tiles_result *r)
             KTN(qk_tile, f32)(Q, QP, BT_ROWS, BT_ROWS, BT_D, K, BT_D, OPT_BK, S, &pf);
         double t1 = bench_now();
         for (int k = 0; k < BT_REPS; k++)
-            KN(qkt_tile)(Q, BT_ROWS, BT_D, BT_D, KT, S, OPT_BK);
+            KN(qkt_tile)(Q, BT_ROWS, BT_D, BT_D, KT, S, OPT_BK, NULL, 0, NULL);
         double t2 = bench_now();
         for (int k = 0; k < BT_REPS; k++)
             KTN(transpose_tile, f32)(K, BT_D, OPT_BK, BT_D, KT, &pf);

@@ -353,56 +353,190 @@ QKT_DEFINE(6, 3)
 QKT_DEFINE(2, 4)
 QKT_DEFINE(4, 4)
 QKT_DEFINE(6, 4)
+/* qkt_N_4 whose rows each see the whole tile (64 keys, 4 vectors) of a problem with no mask,
+ * bias, softcap or ALiBi: the epilogue does finish_scores's work on the accumulators, the
+ * same operations in the same order (y = x sh + x sl rounded once, stored; the max of -y
+ * and of y over the vectors in order, then vf_hmax), and leaves the row's tile max in
+ * tm[r] (NaN for a visible -inf score: the binary64 path), so that the softmax does not
+ * read the scores back and call finish_scores for the row. */
+#define QKTS_ROW(r)                                                                            \
+    do {                                                                                       \
+        if (RB > (r)) {                                                                        \
+            vf y0 = vf_fmadd(a##r##0, vh, vf_mul(a##r##0, vl));                                \
+            vf y1 = vf_fmadd(a##r##1, vh, vf_mul(a##r##1, vl));                                \
+            vf y2 = vf_fmadd(a##r##2, vh, vf_mul(a##r##2, vl));                                \
+            vf y3 = vf_fmadd(a##r##3, vh, vf_mul(a##r##3, vl));                                \
+            vf_store(s + (r) * OPT_BK, y0), vf_store(s + (r) * OPT_BK + VLEN, y1);             \
+            vf_store(s + (r) * OPT_BK + 2 * VLEN, y2), vf_store(s + (r) * OPT_BK + 3 * VLEN, y3); \
+            vf vneg = vf_max(vf_set1(-HUGE_VALF), vf_sub(vf_zero(), y0));                     \
+            vf vmax = vf_max(y0, vf_set1(-HUGE_VALF));                                         \
+            vneg = vf_max(vneg, vf_sub(vf_zero(), y1)), vmax = vf_max(y1, vmax);               \
+            vneg = vf_max(vneg, vf_sub(vf_zero(), y2)), vmax = vf_max(y2, vmax);               \
+            vneg = vf_max(vneg, vf_sub(vf_zero(), y3)), vmax = vf_max(y3, vmax);               \
+            tm[r] = vf_hmax(vneg) == HUGE_VALF ? (float)NAN : vf_hmax(vmax);                   \
+        }                                                                                      \
+    } while (0)
+#define QKTS_DEFINE(N)                                                                         \
+    static void KN(qkts_##N)(const float *q, int64_t ldq, const float *kt, int64_t D,          \
+                             float *s, float sh, float sl, float *tm)                          \
+    {                                                                                          \
+        const int RB = N, KV = 4;                                                              \
+        const vf vh = vf_set1(sh), vl = vf_set1(sl);                                           \
+        vf a00 = vf_zero(), a01 = vf_zero(), a02 = vf_zero(), a03 = vf_zero();                 \
+        vf a10 = vf_zero(), a11 = vf_zero(), a12 = vf_zero(), a13 = vf_zero();                 \
+        vf a20 = vf_zero(), a21 = vf_zero(), a22 = vf_zero(), a23 = vf_zero();                 \
+        vf a30 = vf_zero(), a31 = vf_zero(), a32 = vf_zero(), a33 = vf_zero();                 \
+        vf a40 = vf_zero(), a41 = vf_zero(), a42 = vf_zero(), a43 = vf_zero();                 \
+        vf a50 = vf_zero(), a51 = vf_zero(), a52 = vf_zero(), a53 = vf_zero();                 \
+        for (int64_t d = 0; d < D; d++) {                                                      \
+            const float *k = kt + d * QKT_W;                                                   \
+            vf k0 = vf_load(k), k1 = vf_load(k + VLEN);                                        \
+            vf k2 = vf_load(k + 2 * VLEN), k3 = vf_load(k + 3 * VLEN);                         \
+            QKT_ROW(0);                                                                        \
+            QKT_ROW(1);                                                                        \
+            QKT_ROW(2);                                                                        \
+            QKT_ROW(3);                                                                        \
+            QKT_ROW(4);                                                                        \
+            QKT_ROW(5);                                                                        \
+        }                                                                                      \
+        QKTS_ROW(0);                                                                           \
+        QKTS_ROW(1);                                                                           \
+        QKTS_ROW(2);                                                                           \
+        QKTS_ROW(3);                                                                           \
+        QKTS_ROW(4);                                                                           \
+        QKTS_ROW(5);                                                                           \
+    }
+QKTS_DEFINE(2)
+QKTS_DEFINE(4)
+QKTS_DEFINE(6)
+#undef QKTS_DEFINE
+#undef QKTS_ROW
 #endif
 #undef QKT_DEFINE
 #undef QKT_STORE
 #undef QKT_ROW
 
 _Static_assert(OPT_BK % (QKT_KB * VLEN) == 0, "qkt_tile covers a tile in whole blocks");
-/* the row blocks of qkt_tile with K key vectors */
-#define QKT_ROWS(K)                                                                            \
-    do {                                                                                       \
-        int64_t r0 = 0;                                                                        \
-        for (; r0 + 6 <= Rp; r0 += 6)                                                          \
-            KN(qkt_6_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
-        if (r0 + 4 <= Rp) {                                                                    \
-            KN(qkt_4_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
-            r0 += 4;                                                                           \
-        }                                                                                      \
-        for (; r0 < Rp; r0 += 2)                                                               \
-            KN(qkt_2_##K)(Q + r0 * Dp, Dp, kt, D, s + r0 * OPT_BK);                            \
-    } while (0)
-/* S[r][j] for rows [0, Rp) (a multiple of 2; q rows at stride Dp) and the keys j < nk,
- * rounded up to whole vectors (KT[d][j]; the keys past nk are zeros); S past those is not
- * written */
-static void KN(qkt_tile)(const float *Q, int64_t Rp, int64_t D, int64_t Dp, const float *KT,
-                         float *S, int64_t nk)
+
+/* One block of qkt_tile: rb = 2, 4 or 6 rows, nv key vectors (1 .. QKT_KB) */
+static inline void KN(qkt_block)(int rb, int64_t nv, const float *q, int64_t ldq,
+                                 const float *kt, int64_t D, float *s)
 {
-    for (int64_t j0 = 0; j0 < nk; j0 += QKT_KB * VLEN) {
-        const float *kt = KT + j0 / QKT_W * (Dp * QKT_W); /* the block's panel */
-        float *s = S + j0;
-        int64_t nv = (nk - j0 + VLEN - 1) / VLEN;
-        switch (nv < QKT_KB ? nv : QKT_KB) {
-        case 1:
-            QKT_ROWS(1);
-            break;
+#define QKT_NV(N)                                                                              \
+    do {                                                                                       \
+        if (nv == 1)                                                                           \
+            KN(qkt_##N##_1)(q, ldq, kt, D, s);                                                 \
+        else if (nv == 2 || VLEN != 16)                                                        \
+            KN(qkt_##N##_2)(q, ldq, kt, D, s);                                                 \
+        else                                                                                   \
+            QKT_NV_WIDE(N);                                                                    \
+    } while (0)
 #if VLEN == 16
-        case 2:
-            QKT_ROWS(2);
-            break;
-        case 3:
-            QKT_ROWS(3);
-            break;
-        default:
-            QKT_ROWS(4);
+#define QKT_NV_WIDE(N)                                                                         \
+    do {                                                                                       \
+        if (nv == 3)                                                                           \
+            KN(qkt_##N##_3)(q, ldq, kt, D, s);                                                 \
+        else                                                                                   \
+            KN(qkt_##N##_4)(q, ldq, kt, D, s);                                                 \
+    } while (0)
 #else
-        default:
-            QKT_ROWS(2);
+#define QKT_NV_WIDE(N) ((void)0)
 #endif
+    if (rb == 6)
+        QKT_NV(6);
+    else if (rb == 4)
+        QKT_NV(4);
+    else
+        QKT_NV(2);
+#undef QKT_NV_WIDE
+#undef QKT_NV
+}
+
+/* S[r][j] for the rows [0, R) (q rows at stride Dp; rows [R, R rounded up to 2) are
+ * padding, computed, not read) and the keys j < nk rounded up to whole vectors (KT: the
+ * tile transposed, keys past nk zeros), where row r sees no key at or past hi[r] (its key
+ * range's end, ws->hi; NULL: every key of the tile): each row block scores the key vectors
+ * up to the last that one of its rows can see, and none past it. On a causal diagonal tile
+ * the blocks of the earlier queries stop early. Every score a row can see has the same fma
+ * chain whichever block computes it, so the same bits; the scores left unwritten are of keys
+ * past the row's range, which finish_scores sets to -inf (flag 0) without using them. */
+/* The scaled epilogue of qkt_tile (AVX-512; NULL: none): rows r with lo[r] <= kt,
+ * hi[r] >= kt + OPT_BK and !slow[r] see the whole tile; a block of such rows is scored by
+ * qkts_N, which leaves its rows' tile max in tm[r] and sets pre[r] = 2 (0 for the other
+ * rows < R), for the softmax (unit_tile) */
+typedef struct KN(qkt_fuse) {
+    const int64_t *lo;
+    const unsigned char *slow;
+    float sh, sl;
+    float *tm;
+    unsigned char *pre;
+} KN(qkt_fuse);
+
+static void KN(qkt_tile)(const float *Q, int64_t R, int64_t D, int64_t Dp, const float *KT,
+                         float *S, int64_t nk, const int64_t *hi, int64_t kt,
+                         const KN(qkt_fuse) *fz)
+{
+    const int64_t Rq = (R + 1) / 2 * 2;
+    /* every row sees every key of the tile (and, for the epilogue, from its first key, on
+     * the float32 path): most tiles; then no block looks at its rows */
+    int every = 1;
+    for (int64_t r = 0; hi && r < R; r++)
+        every &= hi[r] >= kt + nk && (!fz || (fz->lo[r] <= kt && !fz->slow[r]));
+#if VLEN == 16
+    if (fz && hi && nk == OPT_BK) {
+        if (every)
+            memset(fz->pre, 2, (size_t)R);
+        for (int64_t r0 = 0; r0 < Rq;) {
+            const int rb = Rq - r0 >= 6 ? 6 : (int)(Rq - r0); /* sixes, then a 4 or a 2 */
+            int all = every;
+            if (!every) {
+                all = 1;
+                for (int64_t r = r0; r < r0 + rb && r < R; r++)
+                    all &= fz->lo[r] <= kt && hi[r] >= kt + OPT_BK && !fz->slow[r];
+                for (int64_t r = r0; r < r0 + rb && r < R; r++)
+                    fz->pre[r] = (unsigned char)(all ? 2 : 0);
+            }
+            float *s = S + r0 * OPT_BK;
+            const float *q = Q + r0 * Dp;
+            if (all && rb == 6)
+                KN(qkts_6)(q, Dp, KT, D, s, fz->sh, fz->sl, fz->tm + r0);
+            else if (all && rb == 4)
+                KN(qkts_4)(q, Dp, KT, D, s, fz->sh, fz->sl, fz->tm + r0);
+            else if (all)
+                KN(qkts_2)(q, Dp, KT, D, s, fz->sh, fz->sl, fz->tm + r0);
+            else {
+                int64_t e = 0; /* keys of the tile the block's rows can see */
+                for (int64_t r = r0; r < r0 + rb && r < R; r++)
+                    e = hi[r] - kt > e ? hi[r] - kt : e;
+                const int64_t nv = (e + VLEN - 1) / VLEN < 4 ? (e + VLEN - 1) / VLEN : 4;
+                if (nv > 0)
+                    KN(qkt_block)(rb, nv, q, Dp, KT, D, s);
+            }
+            r0 += rb;
+        }
+        return;
+    }
+#endif
+    (void)fz;
+    for (int64_t j0 = 0; j0 < nk; j0 += QKT_KB * VLEN) {
+        const float *kp = KT + j0 / QKT_W * (Dp * QKT_W); /* the block's panel */
+        int64_t nvt = (nk - j0 + VLEN - 1) / VLEN;
+        nvt = nvt < QKT_KB ? nvt : QKT_KB;
+        for (int64_t r0 = 0; r0 < Rq;) {
+            const int rb = Rq - r0 >= 6 ? 6 : (int)(Rq - r0); /* sixes, then a 4 or a 2 */
+            int64_t nv = nvt;
+            if (!every) {
+                int64_t e = 0; /* keys of the panel the block's rows can see */
+                for (int64_t r = r0; r < r0 + rb && r < R; r++)
+                    e = hi[r] - kt - j0 > e ? hi[r] - kt - j0 : e;
+                nv = (e + VLEN - 1) / VLEN < nvt ? (e + VLEN - 1) / VLEN : nvt;
+            }
+            if (nv > 0)
+                KN(qkt_block)(rb, nv, Q + r0 * Dp, Dp, kp, D, S + r0 * OPT_BK + j0);
+            r0 += rb;
         }
     }
 }
-#undef QKT_ROWS
 #undef QKT_KB
 #endif
 
@@ -634,6 +768,19 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
                         int64_t nk, int64_t Dvk)
 {
     const size_t es = smattn_dtype_size(vt->dtype);
+    if (vt->dtype == SMATTN_F32 && Dvk % PV_PANEL == 0) {
+        /* f32: whole panels, the type and the panel arithmetic out of the loop (a test per
+         * vector and a division were most of the staging's instructions: callgrind, AVX2
+         * prefill S = T = 512) */
+        const float *src = (const float *)row0;
+        for (int64_t j = 0; j < nk; j++, src += ldv) { /* V's rows in address order */
+            float *d = dst + j * PV_PANEL;
+            for (int64_t c = 0; c < Dvk; c += PV_PANEL, d += OPT_BK * PV_PANEL)
+                for (int k = 0; k < PV_PANEL; k += VLEN)
+                    vf_store(d + k, vf_load(src + c + k));
+        }
+        return;
+    }
     for (int64_t j = 0; j < nk; j++) {
         const unsigned char *src = (const unsigned char *)row0 + (size_t)(j * ldv) * es;
         for (int64_t c = 0; c < Dvk; c += VLEN) {
@@ -709,6 +856,7 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         pvpf.k = ws->pfk, pvpf.n = pn;
     }
     OPT_PH_BEGIN(t_scores);
+    int fused = 0; /* qkt_tile's epilogue took the max of some rows (full[x] = 2 marks them) */
     if (!scored) { /* else the item computed them, keys outer (attention_item) */
         /* scores for every row of the unit against the tile: K in place (converted in
          * registers) when its rows are unit-stride whole vectors, else converted to f32 */
@@ -734,7 +882,17 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             }
             /* rows past R rounded to 2 are padding (their weights are set to 0 below):
              * not scored (126 rows of 128 with AVX-512 and a 7-head group) */
-            KN(qkt_tile)(Q, (R + 1) / 2 * 2, D, Dp, ws->ktt, S_, nk);
+            /* a problem with no mask, bias, softcap or ALiBi: the rows that see the whole
+             * tile are scaled and their max taken as the scores are stored (AVX-512) */
+            KN(qkt_fuse) fz = {ws->lo + base, ws->slow + base, 0.0f, 0.0f, ws->sm + base,
+                               ws->full + base};
+            const int plain = VLEN == 16 && !in->mask.data && !in->bias.data &&
+                              !(p->softcap > 0) && p->alibi_mode != SMATTN_ALIBI_SYMMETRIC &&
+                              p->alibi_mode != SMATTN_ALIBI_ONE_SIDED;
+            fused = plain && nk == OPT_BK;
+            if (plain)
+                opt_scale(job, b, job->qk_scale ? g : 0, &fz.sh, &fz.sl);
+            KN(qkt_tile)(Q, R, D, Dp, ws->ktt, S_, nk, ws->hi + base, kt, fused ? &fz : NULL);
         } else
 #endif
         if (k_direct && kt_->dtype == SMATTN_F32) {
@@ -763,10 +921,13 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * rows at a time (e^-inf = 0 for a row's first tile, e^0 = 1 when the max does not
      * move: the values a row-by-row evaluation gives), then l and acc */
     float *const MT = ws->mt + base, *const DM = ws->dm + base, *const SM = ws->sm + base;
+    /* rows whose tile max the scores' epilogue took (qkt_tile wrote full[x] = 2 for them,
+     * 0 for the other rows < R, and their max in SM) */
     for (int64_t r = 0; r < R; r++) {
         const int64_t x = base + r;
         unsigned char *vis = VIS + r * OPT_BK;
         float *s = S_ + r * OPT_BK;
+        const int pre = fused && ws->full[x] == 2;
         ws->full[x] = 0;
         MT[r] = -HUGE_VALF; /* no weights from this tile (a visible row's max is finite) */
         DM[r] = 0.0f;
@@ -776,8 +937,9 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             continue;
         }
         int64_t hh = r / nq, i = i0 + r % nq, h = g * job->G + hh;
-        int all;
-        float tmax = KN(finish_scores)(job, b, h, i, ws->lo[x], ws->hi[x], kt, nk, s, vis, &all);
+        int all = 1;
+        float tmax = pre ? SM[r]
+                         : KN(finish_scores)(job, b, h, i, ws->lo[x], ws->hi[x], kt, nk, s, vis, &all);
         ws->full[x] = (unsigned char)all;
         if (tmax == -HUGE_VALF)
             continue; /* nothing visible in this tile */

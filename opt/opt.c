@@ -337,7 +337,7 @@ void smattn__phases_take(double sec[OPT_NPH])
 static void run_attention_item(void *ctx, int64_t item, int worker)
 {
     const opt_job *job = ctx;
-    job->isa->attention_item(job, item, &job->ws[worker]);
+    job->isa->attention_item(job, opt_item_order(job, item), &job->ws[worker]);
     OPT_PH_FLUSH();
 }
 

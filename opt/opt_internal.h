@@ -189,6 +189,17 @@ static inline void opt_unit_coords(const opt_job *job, int64_t unit, int64_t *b,
     *b = unit / job->qtiles;
 }
 
+/* The item the pool's k-th hand-out runs (smattn__pool_run hands out k = 0, 1, ... to
+ * whichever thread asks next). With one key chunk (a prefill) the items run last to first:
+ * under a causal mask a query tile's keys grow with its index, and a hand-out in index order
+ * ends on the largest items, one thread working alone on the last while the other waits;
+ * largest first, the last items are the smallest. Which thread runs an item, and when,
+ * changes no bit. */
+static inline int64_t opt_item_order(const opt_job *job, int64_t k)
+{
+    return job->nchunks == 1 ? job->items - 1 - k : k;
+}
+
 static inline int64_t opt_unit_index(const opt_job *job, int64_t b, int64_t g, int64_t qt,
                                      int64_t c)
 {

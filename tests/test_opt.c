@@ -1546,6 +1546,113 @@ START_TEST(opt_quant_paged)
 }
 END_TEST
 
+/* A causal prefill against the same problem with its causal pattern given as a bool mask,
+ * bit for bit: with the range, the keys-in-lanes scores (S >= 16) skip the key vectors of a
+ * diagonal tile that no row of a block sees (kernel_body.h's qkt_tile), and with AVX-512 the
+ * rows that see a whole tile are scaled and their max taken in the scores' epilogue; with
+ * the mask every key of the tile is scored, and finish_scores scales and takes the max. A
+ * skipped vector that a row can see, a score of a skipped key that reaches a weight, or an
+ * epilogue that differs from finish_scores changes bits (one that leaves a vector out of
+ * the max fails 8 problems). Shapes: S, T not multiples
+ * of a tile or of a register block, G = 7 (items of 126 rows with AVX-512, a 6-row block
+ * across two query heads) and G = 1, both causal corners, P wanted or not; also across
+ * thread counts. */
+START_TEST(opt_causal_skip_same_bits)
+{
+    static const int64_t shapes[][4] = {/* S, T, Hq, Hkv */
+                                        {16, 16, 14, 2},  {37, 37, 14, 2},  {100, 100, 7, 1},
+                                        {130, 200, 14, 2}, {129, 129, 4, 4}, {70, 45, 7, 1},
+                                        {250, 250, 2, 2}};
+    int fails = 0, runs = 0;
+    for (size_t a = 0; a < sizeof shapes / sizeof shapes[0]; a++)
+        for (int corner = 0; corner < 2; corner++) {
+            const int64_t S = shapes[a][0], T = shapes[a][1];
+            if (corner == 0 && S > T)
+                continue; /* lower right with S > T: rows with no key */
+            tcase c;
+            gen_shape(&c, 7700 + 2 * a + (uint64_t)corner, S, T, shapes[a][2], shapes[a][3], 64,
+                      SMATTN_F32, corner ? SMATTN_CAUSAL_UPPER_LEFT : SMATTN_CAUSAL_LOWER_RIGHT,
+                      -1, 1, 0);
+            tcase m = c; /* the same pattern as a bool mask [B, Hq, S, T], heads broadcast */
+            m.p.causal = SMATTN_CAUSAL_NONE;
+            unsigned char *mask = malloc((size_t)(S * T));
+            for (int64_t i = 0; i < S; i++)
+                for (int64_t j = 0; j < T; j++)
+                    mask[i * T + j] = j <= i + (corner ? 0 : T - S);
+            m.in.mask = (smattn_tensor){mask, SMATTN_BOOL, {S * T, 0, T, 1}};
+            for (int k = 0; k < 3; k++) {
+                if (!smattn_opt_isa_available(isas[k]))
+                    continue;
+                outbuf o[3]; /* 2 threads, 1 thread, the mask on 3 */
+                const tcase *cs[3] = {&c, &c, &m};
+                int st[3];
+                for (int z = 0; z < 3; z++) {
+                    outbuf_make(&o[z], &cs[z]->p, out_type(cs[z]));
+                    if (a % 2) /* no P: the kernel alone */
+                        o[z].out.p.data = NULL;
+                    smattn_opt_config cfg = {z == 0 ? 2 : z == 1 ? 1 : 3, isas[k]};
+                    st[z] = smattn_attention(&cs[z]->p, &cs[z]->in, &o[z].out, &cfg);
+                }
+                runs++;
+                if (st[0] || st[1] || st[2] || !same_bits(&o[0], &o[2]) || !same_bits(&o[0], &o[1])) {
+                    fprintf(stderr, "opt (%s): causal S = %lld, T = %lld, Hq = %lld, Hkv = %lld, "
+                                    "%s: not the bits of its mask or of one thread (status %d %d %d)\n",
+                            isas[k], (long long)S, (long long)T, (long long)shapes[a][2],
+                            (long long)shapes[a][3], corner ? "upper left" : "lower right", st[0],
+                            st[1], st[2]);
+                    fails++;
+                }
+                for (int z = 0; z < 3; z++)
+                    outbuf_free(&o[z]);
+            }
+            free(mask);
+            gen_free(&c);
+        }
+    printf("opt causal prefill = its bool mask: %d runs compared bit for bit\n", runs);
+    ck_assert_msg(fails == 0, "%d causal problems differ from their mask", fails);
+}
+END_TEST
+
+/* The pool hands out a prefill's items largest first (opt_item_order): under a causal mask
+ * the keys an item's rows see never grow along the hand-out, so that the last items, which
+ * one thread may run alone while the other has finished, are the smallest. */
+START_TEST(opt_prefill_items_largest_first)
+{
+    static const int64_t shapes[][4] = {{512, 512, 28, 4}, {2048, 2048, 28, 4}, {100, 300, 14, 2},
+                                        {1000, 1000, 4, 4}};
+    for (size_t a = 0; a < sizeof shapes / sizeof shapes[0]; a++) {
+        smattn_problem p = smattn_problem_default();
+        p.B = 1, p.S = shapes[a][0], p.T = shapes[a][1], p.Hq = shapes[a][2], p.Hkv = shapes[a][3];
+        p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        opt_job job;
+        memset(&job, 0, sizeof job);
+        job.p = &p;
+        job.G = p.Hq / p.Hkv;
+        job.nq = 128 / job.G; /* the plan's AVX-512 item (64 with AVX2: the same rule) */
+        job.nchunks = 1, job.hg = 1;
+        job.qtiles = (p.S + job.nq - 1) / job.nq;
+        job.items = p.B * p.Hkv * job.qtiles;
+        ck_assert(job.items > 1);
+        int64_t last = INT64_MAX;
+        unsigned char *seen = calloc((size_t)job.items, 1);
+        for (int64_t k = 0; k < job.items; k++) {
+            const int64_t it = opt_item_order(&job, k);
+            ck_assert(it >= 0 && it < job.items && !seen[it]);
+            seen[it] = 1;
+            int64_t b, g, qt, c;
+            opt_unit_coords(&job, it * job.hg, &b, &g, &qt, &c);
+            int64_t i1 = (qt + 1) * job.nq < p.S ? (qt + 1) * job.nq : p.S;
+            int64_t keys = i1 + p.T - p.S; /* the last row's keys (lower right) */
+            ck_assert_msg(keys <= last, "S = %lld: hand-out %lld runs an item of %lld keys after "
+                                        "one of %lld", (long long)p.S, (long long)k,
+                          (long long)keys, (long long)last);
+            last = keys;
+        }
+        free(seen);
+    }
+}
+END_TEST
+
 Suite *opt_suite(void);
 Suite *opt_suite(void)
 {
@@ -1559,6 +1666,8 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_decode_kv_heads);
     tcase_add_test(tc, opt_decode_gqa_expansion);
     tcase_add_test(tc, opt_masked_garbage_isolated);
+    tcase_add_test(tc, opt_causal_skip_same_bits);
+    tcase_add_test(tc, opt_prefill_items_largest_first);
     tcase_add_test(tc, opt_softmax_within_bound);
     tcase_add_test(tc, opt_half_dtypes);
 
