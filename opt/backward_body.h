@@ -37,7 +37,7 @@
         BW_UNROLL for (int rr = 0; rr < RB; rr++)                                              \
             BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
                 c[rr][vv] = acc ? vf_load(C + (r + rr) * ldc + (v + vv) * VLEN) : vf_zero();   \
-        for (int64_t k = k0; k < k1; k++) {                                                    \
+        _Pragma("GCC unroll 2") for (int64_t k = k0; k < k1; k++) {                            \
             vf bb[VB];                                                                         \
             BW_UNROLL for (int vv = 0; vv < VB; vv++)                                          \
                 bb[vv] = vf_load(B + k * ldb + (v + vv) * VLEN);                               \
@@ -145,12 +145,12 @@ static void KN(bw_mm_keys)(float *C, int64_t ldc, const float *A, const float *B
 {
     for (int64_t j = 0; j < nk;) {
         const int64_t rb = bw_rb(nk - j);
-        int64_t k0 = nr, k1 = 0;
-        for (int64_t i = 0; i < nr; i++)
-            if (sp[i].lo < sp[i].hi && sp[i].lo < j + rb && sp[i].hi > j) {
-                k0 = i < k0 ? i : k0;
-                k1 = i + 1;
-            }
+        int64_t k0 = 0, k1 = nr; /* the first and the last row that meet the tile */
+        while (k0 < nr && !(sp[k0].lo < sp[k0].hi && sp[k0].lo < j + rb && sp[k0].hi > j))
+            k0++;
+        while (k1 > k0 && !(sp[k1 - 1].lo < sp[k1 - 1].hi && sp[k1 - 1].lo < j + rb &&
+                            sp[k1 - 1].hi > j))
+            k1--;
         if (k0 < k1)
             KN(bw_rows)(rb, C, ldc, A, 1, BW_BK, B, ldb, j, 0, NV, k0, k1, 1);
         j += rb;
