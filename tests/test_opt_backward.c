@@ -245,8 +245,8 @@ END_TEST
 /* Shapes at the edges of the kernel's blocks (64 queries, 64 keys) and register tiles (6
  * or 4 rows): S, T of 1, 63, 64, 65, 129, 130; no mask and both causal kinds (the diagonal
  * blocks' spans); groups of 1, 7 and 8 heads; D, Dv off the padding of 16. Each within the
- * bound on every ISA, and the same bits on every ISA at 1, 2 and 3 threads and with dS
- * computed again in the dQ pass. */
+ * bound (on one ISA a problem, in turn), and the same bits on every ISA at 1, 2 and 3
+ * threads and with dS computed again in the dQ pass. */
 START_TEST(edge_shapes)
 {
     static const bwshape shapes[] = {
@@ -264,9 +264,10 @@ START_TEST(edge_shapes)
         ck_assert_int_eq(bwcase_make_shaped(&c, seed, feat, SMATTN_F32, &shapes[k / 3]), 0);
         char nm[200];
         bwcase_name(&c, nm, sizeof nm);
-        for (int a = 0; a < 3; a++)
-            if (smattn_opt_isa_available(isas[a]))
-                bad += judge_one(&c, isas[a], SMATTN_F32, seed, &worst);
+        /* the bound on one ISA a problem, in turn (the bits below tie the others to it) */
+        const char *isa = isas[(k + k / 3) % 3];
+        bad += judge_one(&c, smattn_opt_isa_available(isa) ? isa : "scalar", SMATTN_F32, seed,
+                         &worst);
         bwgrads ref, g;
         bwgrads_make(&ref, &c.p, SMATTN_F32);
         ck_assert_int_eq(run_bw(&c, "scalar", 1, &ref), SMATTN_OK);
