@@ -470,13 +470,6 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
                                              smattn__lse_off(p, gin->dlse.stride, b, h, i));
                 job.delta[row] = dl;
             }
-    for (int64_t x = 0; x < B * Hkv && job.ds; x++)
-        if (job.nan_group[x]) {
-            /* a `nan` group's key blocks write NaN and no dS: the dQ pass of its regular
-             * rows computes dS again rather than read what was never stored */
-            free(job.ds);
-            job.ds = NULL;
-        }
     {
         bw_run r = {&job, isa};
         smattn__pool_run(nt, B * job.nkb * Hkv, run_dkdv, &r);

@@ -15,6 +15,12 @@
 /* Columns (D, Dv) padded to this, a multiple of every VLEN, with zeros. */
 #define BW_PAD 16
 
+/* Keys [lo, hi) of a block (relative to its first key) where a row's P or dS can be
+ * nonzero; empty when lo >= hi. */
+typedef struct bw_span {
+    int32_t lo, hi;
+} bw_span;
+
 /* What a row contributes (SPEC 10.2). */
 enum { BW_ROW_SKIP = 0, BW_ROW_REGULAR = 1, BW_ROW_MEAN = 2, BW_ROW_NAN = 3 };
 

@@ -26,6 +26,12 @@ static float *fill(rng *r, int64_t n, float lo, float hi)
 
 int bwcase_make(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt)
 {
+    return bwcase_make_shaped(c, seed, feat, odt, NULL);
+}
+
+int bwcase_make_shaped(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt,
+                       const bwshape *shape)
+{
     memset(c, 0, sizeof *c);
     rng r = {seed * 0x9E3779B97F4A7C15u + 17};
     if (feat == ~0u) {
@@ -53,6 +59,14 @@ int bwcase_make(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt)
         p->T = rng_int(&r, 65, 140);
         p->D = rng_int(&r, 1, 40);
         p->Dv = rng_int(&r, 1, 40);
+    }
+    if (shape) {
+        p->S = shape->S ? shape->S : p->S;
+        p->T = shape->T ? shape->T : p->T;
+        p->Hq = shape->Hq ? shape->Hq : p->Hq;
+        p->Hkv = shape->Hkv ? shape->Hkv : p->Hkv;
+        p->D = shape->D ? shape->D : p->D;
+        p->Dv = shape->Dv ? shape->Dv : p->Dv;
     }
     p->scale = smattn_default_scale(p->D);
     p->causal = (feat & BW_CAUSAL_LR)   ? SMATTN_CAUSAL_LOWER_RIGHT

@@ -39,6 +39,12 @@ typedef struct bwcase {
 /* A random problem from the seed with the features of `feat` (a random subset when feat is
  * ~0u), O stored in odt; the forward run by smattn_attention. Returns 0 on success. */
 int bwcase_make(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt);
+/* The same with the shape given (fields 0: drawn as bwcase_make draws them). */
+typedef struct bwshape {
+    int64_t S, T, Hq, Hkv, D, Dv;
+} bwshape;
+int bwcase_make_shaped(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt,
+                       const bwshape *shape);
 void bwcase_free(bwcase *c);
 /* A short description for failure messages. */
 const char *bwcase_name(const bwcase *c, char *buf, size_t cap);
