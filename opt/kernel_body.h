@@ -653,6 +653,124 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
 }
 #endif
 
+#if VLEN > 1
+/* ---- the decode's P.V: a group's rows in one pass -----------------------------------------
+ * acc[r][c] += sum_j p[r][j] v[j][c] for the nr (5 to 7) rows of a decode unit (a GQA group
+ * of 5 to 7 query heads, S = 1) that all see every key of the tile, over PVG_CB column
+ * vectors at a time: 7 x 4 accumulators of AVX-512's 32 registers, 7 x 2 of AVX2's 16. V is
+ * binary32 (in place, or the tile converted once into ws->v: an f16, bf16 or fp8 V vector
+ * is converted once for the whole group, not once per 4-row block), read as the fma's
+ * memory operand, so that each weight is broadcast once per pass for PVG_CB fma. pv_tile's
+ * 4-row blocks take two passes over each V vector (the 8th row of a 7-head group as
+ * padding) and convert it twice. Each (row, column) is the same fma chain over the keys in
+ * order as in pv_block, so the bits do not depend on which block computed it (a GQA
+ * problem and its MHA expansion, whose units of one row take pv_block). The K rows named by
+ * pfc are requested along the way, as pv_tile's cursor does. */
+#define PVG_CB (VLEN == 16 ? 4 : 2)
+static inline OPT_INLINE void KN(pv_group_pass)(float *acc, int64_t lda, const float *p,
+                                                const float *v, int64_t ldv, int64_t nk,
+                                                const int nr, opt_pfcur *pfc)
+{
+#define PVG_DECL(r) vf a##r##0 = vf_zero(), a##r##1 = vf_zero(), a##r##2 = vf_zero(), a##r##3 = vf_zero()
+#define PVG_LOAD(r)                                                                            \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);     \
+            if (PVG_CB > 2)                                                                    \
+                a##r##2 = vf_load(acc + (r) * lda + 2 * VLEN),                                 \
+                a##r##3 = vf_load(acc + (r) * lda + 3 * VLEN);                                 \
+        }                                                                                      \
+    } while (0)
+#define PVG_FMA(r, j)                                                                          \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            const vf pp = vf_set1(p[(r) * OPT_BK + (j)]);                                      \
+            const float *vj = v + (j) * ldv;                                                   \
+            a##r##0 = vf_fmadd_mem(pp, vj, a##r##0);                                           \
+            a##r##1 = vf_fmadd_mem(pp, vj + VLEN, a##r##1);                                    \
+            if (PVG_CB > 2) {                                                                  \
+                a##r##2 = vf_fmadd_mem(pp, vj + 2 * VLEN, a##r##2);                            \
+                a##r##3 = vf_fmadd_mem(pp, vj + 3 * VLEN, a##r##3);                            \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define PVG_KEY(j)                                                                             \
+    do {                                                                                       \
+        PVG_FMA(0, j);                                                                         \
+        PVG_FMA(1, j);                                                                         \
+        PVG_FMA(2, j);                                                                         \
+        PVG_FMA(3, j);                                                                         \
+        PVG_FMA(4, j);                                                                         \
+        PVG_FMA(5, j);                                                                         \
+        PVG_FMA(6, j);                                                                         \
+    } while (0)
+#define PVG_STORE(r)                                                                           \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1);     \
+            if (PVG_CB > 2)                                                                    \
+                vf_store(acc + (r) * lda + 2 * VLEN, a##r##2),                                 \
+                vf_store(acc + (r) * lda + 3 * VLEN, a##r##3);                                 \
+        }                                                                                      \
+    } while (0)
+    PVG_DECL(0);
+    PVG_DECL(1);
+    PVG_DECL(2);
+    PVG_DECL(3);
+    PVG_DECL(4);
+    PVG_DECL(5);
+    PVG_DECL(6);
+    PVG_LOAD(0);
+    PVG_LOAD(1);
+    PVG_LOAD(2);
+    PVG_LOAD(3);
+    PVG_LOAD(4);
+    PVG_LOAD(5);
+    PVG_LOAD(6);
+    int64_t j = 0;
+    for (; j + 2 <= nk; j += 2) {
+        if (pfc && !(j & 2)) /* four lines per four keys and column vector pair */
+            for (int x = 0; x < PVG_CB / 2; x++)
+                opt_pf_lines4(pfc);
+        PVG_KEY(j);
+        PVG_KEY(j + 1);
+    }
+    for (; j < nk; j++)
+        PVG_KEY(j);
+    PVG_STORE(0);
+    PVG_STORE(1);
+    PVG_STORE(2);
+    PVG_STORE(3);
+    PVG_STORE(4);
+    PVG_STORE(5);
+    PVG_STORE(6);
+#undef PVG_DECL
+#undef PVG_LOAD
+#undef PVG_FMA
+#undef PVG_KEY
+#undef PVG_STORE
+}
+
+/* ACC[r] += P[r] V over the tile for the nr rows of a decode unit (see pv_group_pass), V
+ * binary32 rows at stride ldv, columns [0, Dvk) (Dvk a multiple of PVG_CB vectors); the K
+ * rows named by pf (n = 0: none) are requested along the way. */
+static void KN(pv_group)(float *ACC, int64_t Dvp, const float *P, int64_t R, const float *V,
+                         int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf)
+{
+    opt_pfcur cur = {pf->k, 0, pf->kbytes, pf->n}, *pc = pf->n > 0 ? &cur : NULL;
+    for (int64_t c0 = 0; c0 < Dvk; c0 += PVG_CB * VLEN) {
+        if (pc && pc->rows <= 0)
+            pc = NULL;
+        if (R == 7)
+            KN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 7, pc);
+        else if (R == 6)
+            KN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 6, pc);
+        else
+            KN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 5, pc);
+    }
+}
+#endif
+
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
  * softmax, P.V. Keys at or past kmax are not read. */
 static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
@@ -847,6 +965,49 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         KN(stage_v)(ws->v, vt_, (const unsigned char *)vt_->data + (size_t)voff * ev, ldv, nk, Dvk);
         KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, PV_PANEL, nk, Dvk, &pvpf,
                           OPT_BK * PV_PANEL);
+        OPT_PH_END(OPT_PH_PV, t_pv);
+        return;
+    }
+#endif
+#if VLEN > 1
+    /* a decode unit of 5 to 7 rows that all see the whole tile: one pass over V for the
+     * group (pv_group), V binary32 in place, or fp8 and the block formats converted into
+     * binary32 once per tile. Not f16 and bf16: pv_block converts them in the fma's load
+     * (one vcvtph2ps per vector), and staging them cost more than the group saves
+     * (callgrind, AVX2, decode T = 4096 f16: 10.10M -> 10.91M instructions per call) */
+    int v_group = R >= 5 && R <= 7 && Dvk % (PVG_CB * VLEN) == 0 &&
+                  ((v_direct && vt_->dtype != SMATTN_F16 && vt_->dtype != SMATTN_BF16) ||
+                   opt_is_block(vt_->dtype));
+    for (int64_t r = 0; v_group && r < R; r++)
+        v_group = F[r];
+    if (v_group) {
+        const float *vg = ws->v;
+        int64_t ldg = Dvp;
+        if (v_direct && vt_->dtype == SMATTN_F32) {
+            vg = (const float *)vt_->data + voff, ldg = ldv;
+        } else if (v_direct) {
+            const unsigned char *v0 = (const unsigned char *)vt_->data +
+                                      (size_t)voff * smattn_dtype_size(vt_->dtype);
+            const size_t lb = (size_t)ldv * smattn_dtype_size(vt_->dtype);
+            for (int64_t jj = 0; jj < nk; jj++) {
+                const unsigned char *src = v0 + (size_t)jj * lb;
+                float *dst = ws->v + jj * Dvp;
+                if (vt_->dtype == SMATTN_F8E4M3)
+                    for (int64_t c = 0; c < Dvk; c += VLEN)
+                        vf_store(dst + c, vf_load_f8e4m3(src + c));
+                else
+                    for (int64_t c = 0; c < Dvk; c += VLEN)
+                        vf_store(dst + c, vf_load_f8e5m2(src + c));
+            }
+        } else {
+            const char *rows[OPT_BK];
+            opt_tile_rows(p, vt_, b, kt, nk, g, rows);
+            for (int64_t jj = 0; jj < nk; jj++) {
+                KN(dequant_blocks)(ws->v + jj * Dvp, (const unsigned char *)rows[jj], vt_->dtype, Dv);
+                memset(ws->v + jj * Dvp + Dv, 0, (size_t)(Dvp - Dv) * sizeof(float));
+            }
+        }
+        KN(pv_group)(ACC, Dvp, S_, R, vg, ldg, nk, Dvk, &pvpf);
         OPT_PH_END(OPT_PH_PV, t_pv);
         return;
     }
