@@ -267,6 +267,19 @@ static inline void opt_pf_lines4(opt_pfcur *c)
 #define TILE_LOAD vf_load_f8e5m2
 #define TILE_SUFFIX f8e5m2
 #include "opt/kernel_tile.h"
+#if VLEN > 1
+/* e4m3 K and V of a decode tile with no NaN byte: read as 2^-8 times their values
+ * (vf_load_f8e4m3_s8, half the instructions of vf_load_f8e4m3), the other factor of each
+ * product taken times 2^8 (Q's packed rows, the weights), which is exact, so every product
+ * and every fma is the one of the f8e4m3 instance: the same bits. Only its qk_keys is used. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#define TILE_T uint8_t
+#define TILE_LOAD vf_load_f8e4m3_s8
+#define TILE_SUFFIX f8e4m3s8
+#include "opt/kernel_tile.h"
+#pragma GCC diagnostic pop
+#endif
 
 /* ---- scores of many rows: keys in the lanes ----------------------------------------------
  * With vectors and S >= 16 (job->qkt), the tile is transposed once per unit (KT[d][j]) and
@@ -751,6 +764,31 @@ static inline OPT_INLINE void KN(pv_group_pass)(float *acc, int64_t lda, const f
 #undef PVG_STORE
 }
 
+/* The nk fp8 rows of Dvk elements at v0 (stride lb bytes) as binary32 at dst (stride ldd),
+ * mode 0: e5m2, 1: e4m3, 2: e4m3 without NaN bytes, times 2^-8 (vf_load_f8e4m3_s8) */
+static inline OPT_INLINE void KN(stage_f8)(float *dst, int64_t ldd, const unsigned char *v0,
+                                           size_t lb, int64_t nk, int64_t Dvk, const int mode)
+{
+    for (int64_t jj = 0; jj < nk; jj++) {
+        const unsigned char *src = v0 + (size_t)jj * lb;
+        float *d = dst + jj * ldd;
+        int64_t c = 0;
+#define STAGE_F8(c)                                                                            \
+    vf_store(d + (c), mode == 2   ? vf_load_f8e4m3_s8(src + (c))                               \
+                      : mode == 1 ? vf_load_f8e4m3(src + (c))                                  \
+                                  : vf_load_f8e5m2(src + (c)))
+        for (; c + 4 * VLEN <= Dvk; c += 4 * VLEN) {
+            STAGE_F8(c);
+            STAGE_F8(c + VLEN);
+            STAGE_F8(c + 2 * VLEN);
+            STAGE_F8(c + 3 * VLEN);
+        }
+        for (; c < Dvk; c += VLEN)
+            STAGE_F8(c);
+#undef STAGE_F8
+    }
+}
+
 /* ACC[r] += P[r] V over the tile for the nr rows of a decode unit (see pv_group_pass), V
  * binary32 rows at stride ldv, columns [0, Dvk) (Dvk a multiple of PVG_CB vectors); the K
  * rows named by pf (n = 0: none) are requested along the way. */
@@ -989,16 +1027,20 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             const unsigned char *v0 = (const unsigned char *)vt_->data +
                                       (size_t)voff * smattn_dtype_size(vt_->dtype);
             const size_t lb = (size_t)ldv * smattn_dtype_size(vt_->dtype);
-            for (int64_t jj = 0; jj < nk; jj++) {
-                const unsigned char *src = v0 + (size_t)jj * lb;
-                float *dst = ws->v + jj * Dvp;
-                if (vt_->dtype == SMATTN_F8E4M3)
-                    for (int64_t c = 0; c < Dvk; c += VLEN)
-                        vf_store(dst + c, vf_load_f8e4m3(src + c));
-                else
-                    for (int64_t c = 0; c < Dvk; c += VLEN)
-                        vf_store(dst + c, vf_load_f8e5m2(src + c));
-            }
+            int s8 = vt_->dtype == SMATTN_F8E4M3; /* no NaN in the tile's V rows */
+            for (int64_t jj = 0; s8 && jj < nk; jj++)
+                s8 = !vf_f8e4m3_any_nan(v0 + (size_t)jj * lb, Dvk);
+            if (s8)
+                KN(stage_f8)(ws->v, Dvp, v0, lb, nk, Dvk, 2);
+            else
+                KN(stage_f8)(ws->v, Dvp, v0, lb, nk, Dvk, vt_->dtype == SMATTN_F8E4M3);
+            if (s8) /* V staged as 2^-8 times its values: the weights times 2^8, exactly
+                     * (a weight is 0 or in [2^-126, 1]: vexp_le0 flushes below); the lanes
+                     * past nk of the last vector are not read */
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t jj = 0; jj < nk; jj += VLEN)
+                        vf_store(S_ + r * OPT_BK + jj,
+                                 vf_mul(vf_load(S_ + r * OPT_BK + jj), vf_set1(256.0f)));
         } else {
             const char *rows[OPT_BK];
             opt_tile_rows(p, vt_, b, kt, nk, g, rows);
@@ -1109,6 +1151,14 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const smattn_tensor *kt_ = &job->in->k;
     const int keys_outer = hg > 1 && !job->qkt && Rp == 8 && kt_->stride[3] == 1 &&
                            p->D % VLEN == 0;
+    /* e4m3 K: Q's packed rows times 2^8 for vf_load_f8e4m3_s8, where that is exact (no
+     * finite |q| >= 2^119; an infinite or NaN q gives the same products either way) */
+    int q_s8 = keys_outer && kt_->dtype == SMATTN_F8E4M3;
+    for (int64_t x = 0; q_s8 && x < hg * Rp * p->D; x++) {
+        const float qv = ws->qp[x];
+        q_s8 = !(fabsf(qv) >= 0x1p119f && isfinite(qv));
+        ws->qp8[x] = qv * 256.0f;
+    }
 #else
     const int keys_outer = 0;
 #endif
@@ -1137,6 +1187,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                         KR[u * OPT_BK + jj] = (const char *)row;
                     }
 #define QK_KEYS(SUF, NR) KTN(qk_keys, SUF)(ws->qp, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, NR)
+            int k_s8 = q_s8; /* e4m3 K: no NaN in the tile's rows */
+            for (int64_t x = 0; k_s8 && x < hg * OPT_BK; x++)
+                if (x % OPT_BK < nk)
+                    k_s8 = !vf_f8e4m3_any_nan((const uint8_t *)KR[x], p->D);
             if (kt_->dtype == SMATTN_F32 || opt_is_block(kt_->dtype)) {
                 if (R == 7)
                     QK_KEYS(f32, 7);
@@ -1152,6 +1206,11 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                     QK_KEYS(bf16, 7);
                 else
                     QK_KEYS(bf16, 8);
+            } else if (k_s8) { /* Q's packed rows times 2^8 in ws->qp8 */
+                if (R == 7)
+                    KTN(qk_keys, f8e4m3s8)(ws->qp8, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, 7);
+                else
+                    KTN(qk_keys, f8e4m3s8)(ws->qp8, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, 8);
             } else if (kt_->dtype == SMATTN_F8E4M3) {
                 if (R == 7)
                     QK_KEYS(f8e4m3, 7);

@@ -98,6 +98,32 @@ static inline vf vf_load_f8e4m3(const uint8_t *p)
     h = _mm_or_si128(h, _mm_cmpeq_epi16(em, _mm_set1_epi16(0x3f80)));
     return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
 }
+/* VLEN e4m3fn at p, none of them NaN (S.1111.111), as binary32 times 2^-8, exactly: the
+ * binary16 bits of vf_load_f8e4m3 without its NaN select and its scaling (4 instructions
+ * per vector instead of 8). The decode multiplies the other factor by 2^8 instead (Q's
+ * packed rows, the weights), so every product, and so every fma, is the same. */
+static inline vf vf_load_f8e4m3_s8(const uint8_t *p)
+{
+    __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80)));
+}
+/* Nonzero if one of the n bytes at p is an e4m3fn NaN (S.1111.111): where none is, the
+ * decode reads the tile with vf_load_f8e4m3_s8 */
+static inline int vf_f8e4m3_any_nan(const uint8_t *p, int64_t n)
+{
+    const __m256i m = _mm256_set1_epi8(0x7f);
+    __m256i acc = _mm256_setzero_si256();
+    int64_t i = 0;
+#pragma GCC unroll 4
+    for (; i + 32 <= n; i += 32) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(p + i));
+        acc = _mm256_or_si256(acc, _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m));
+    }
+    int any = !_mm256_testz_si256(acc, acc);
+    for (; i < n; i++)
+        any |= (p[i] & 0x7f) == 0x7f;
+    return any;
+}
 static inline vf vf_load_f8e5m2(const uint8_t *p)
 {
     __m128i h = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p)), 8);
