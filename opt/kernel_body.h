@@ -666,7 +666,7 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
 }
 #endif
 
-#if VLEN > 1
+#if VLEN == 8
 /* ---- the decode's P.V: a group's rows in one pass -----------------------------------------
  * acc[r][c] += sum_j p[r][j] v[j][c] for the nr (5 to 7) rows of a decode unit (a GQA group
  * of 5 to 7 query heads, S = 1) that all see every key of the tile, over PVG_CB column
@@ -678,8 +678,9 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
  * padding) and convert it twice. Each (row, column) is the same fma chain over the keys in
  * order as in pv_block, so the bits do not depend on which block computed it (a GQA
  * problem and its MHA expansion, whose units of one row take pv_block). The K rows named by
- * pfc are requested along the way, as pv_tile's cursor does. */
-#define PVG_CB (VLEN == 16 ? 4 : 2)
+ * pfc are requested along the way, as pv_tile's cursor does. AVX-512 has its own
+ * (kernel_tile.h's pv_group: V in registers, the weights as embedded broadcasts). */
+#define PVG_CB 2
 static inline OPT_INLINE void KN(pv_group_pass)(float *acc, int64_t lda, const float *p,
                                                 const float *v, int64_t ldv, int64_t nk,
                                                 const int nr, opt_pfcur *pfc)
@@ -741,12 +742,15 @@ static inline OPT_INLINE void KN(pv_group_pass)(float *acc, int64_t lda, const f
     PVG_LOAD(5);
     PVG_LOAD(6);
     int64_t j = 0;
-    for (; j + 2 <= nk; j += 2) {
-        if (pfc && !(j & 2)) /* four lines per four keys and column vector pair */
+    for (; j + 4 <= nk; j += 4) { /* four keys per trip: with two, the loop's own
+                                   * instructions were a fifth of the fma's */
+        if (pfc) /* four lines per four keys and column vector pair */
             for (int x = 0; x < PVG_CB / 2; x++)
                 opt_pf_lines4(pfc);
         PVG_KEY(j);
         PVG_KEY(j + 1);
+        PVG_KEY(j + 2);
+        PVG_KEY(j + 3);
     }
     for (; j < nk; j++)
         PVG_KEY(j);
@@ -1008,51 +1012,76 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     }
 #endif
 #if VLEN > 1
+#if VLEN == 8
+#define PV_GROUP(SUF, V, LD) KN(pv_group)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf)
+#else
+#define PV_GROUP(SUF, V, LD) KTN(pv_group, SUF)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf)
+#endif
     /* a decode unit of 5 to 7 rows that all see the whole tile: one pass over V for the
-     * group (pv_group), V binary32 in place, or fp8 and the block formats converted into
-     * binary32 once per tile. Not f16 and bf16: pv_block converts them in the fma's load
-     * (one vcvtph2ps per vector), and staging them cost more than the group saves
-     * (callgrind, AVX2, decode T = 4096 f16: 10.10M -> 10.91M instructions per call) */
-    int v_group = R >= 5 && R <= 7 && Dvk % (PVG_CB * VLEN) == 0 &&
+     * group (pv_group). AVX2: V binary32 in place, or fp8 and the block formats converted
+     * into binary32 once per tile; not f16 and bf16: pv_block converts them in the fma's
+     * load (one vcvtph2ps per vector), and staging them cost more than the group saves
+     * (callgrind, AVX2, decode T = 4096 f16: 10.10M -> 10.91M instructions per call).
+     * AVX-512: every dtype in place (converted in registers, once for the group), the block
+     * formats dequantised once per tile. e4m3 without NaN bytes in the tile's V rows: read
+     * as 2^-8 times its values, the weights times 2^8 (exact: a weight is 0 or in
+     * [2^-126, 1], vexp_le0 flushes below), so every product is the same. */
+#if VLEN == 8
+    int v_group = R >= 5 && R <= 7 && Dvk % (2 * VLEN) == 0 &&
                   ((v_direct && vt_->dtype != SMATTN_F16 && vt_->dtype != SMATTN_BF16) ||
                    opt_is_block(vt_->dtype));
+#else
+    int v_group = R >= 5 && R <= 7 && Dvk % (2 * VLEN) == 0 &&
+                  (v_direct || opt_is_block(vt_->dtype));
+#endif
     for (int64_t r = 0; v_group && r < R; r++)
         v_group = F[r];
     if (v_group) {
-        const float *vg = ws->v;
-        int64_t ldg = Dvp;
-        if (v_direct && vt_->dtype == SMATTN_F32) {
-            vg = (const float *)vt_->data + voff, ldg = ldv;
-        } else if (v_direct) {
-            const unsigned char *v0 = (const unsigned char *)vt_->data +
-                                      (size_t)voff * smattn_dtype_size(vt_->dtype);
-            const size_t lb = (size_t)ldv * smattn_dtype_size(vt_->dtype);
-            int s8 = vt_->dtype == SMATTN_F8E4M3; /* no NaN in the tile's V rows */
+        int s8 = 0;
+        if (v_direct && vt_->dtype == SMATTN_F8E4M3) { /* no NaN in the tile's V rows */
+            const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
+            s8 = 1;
             for (int64_t jj = 0; s8 && jj < nk; jj++)
-                s8 = !vf_f8e4m3_any_nan(v0 + (size_t)jj * lb, Dvk);
-            if (s8)
-                KN(stage_f8)(ws->v, Dvp, v0, lb, nk, Dvk, 2);
-            else
-                KN(stage_f8)(ws->v, Dvp, v0, lb, nk, Dvk, vt_->dtype == SMATTN_F8E4M3);
-            if (s8) /* V staged as 2^-8 times its values: the weights times 2^8, exactly
-                     * (a weight is 0 or in [2^-126, 1]: vexp_le0 flushes below); the lanes
-                     * past nk of the last vector are not read */
-                for (int64_t r = 0; r < R; r++)
-                    for (int64_t jj = 0; jj < nk; jj += VLEN)
-                        vf_store(S_ + r * OPT_BK + jj,
-                                 vf_mul(vf_load(S_ + r * OPT_BK + jj), vf_set1(256.0f)));
-        } else {
+                s8 = !vf_f8e4m3_any_nan(v0 + jj * ldv, Dvk);
+            for (int64_t r = 0; s8 && r < R; r++) /* the lanes past nk are not read */
+                for (int64_t jj = 0; jj < nk; jj += VLEN)
+                    vf_store(S_ + r * OPT_BK + jj,
+                             vf_mul(vf_load(S_ + r * OPT_BK + jj), vf_set1(256.0f)));
+        }
+        if (opt_is_block(vt_->dtype)) {
             const char *rows[OPT_BK];
             opt_tile_rows(p, vt_, b, kt, nk, g, rows);
             for (int64_t jj = 0; jj < nk; jj++) {
                 KN(dequant_blocks)(ws->v + jj * Dvp, (const unsigned char *)rows[jj], vt_->dtype, Dv);
                 memset(ws->v + jj * Dvp + Dv, 0, (size_t)(Dvp - Dv) * sizeof(float));
             }
+            PV_GROUP(f32, ws->v, Dvp);
+        } else if (vt_->dtype == SMATTN_F32) {
+            PV_GROUP(f32, (const float *)vt_->data + voff, ldv);
+#if VLEN == 8
+        } else { /* fp8, staged */
+            const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
+            KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk,
+                         s8 ? 2 : vt_->dtype == SMATTN_F8E4M3);
+            PV_GROUP(f32, ws->v, Dvp);
         }
-        KN(pv_group)(ACC, Dvp, S_, R, vg, ldg, nk, Dvk, &pvpf);
+#else
+        } else if (vt_->dtype == SMATTN_F16) {
+            PV_GROUP(f16, (const uint16_t *)vt_->data + voff, ldv);
+        } else if (vt_->dtype == SMATTN_BF16) {
+            PV_GROUP(bf16, (const uint16_t *)vt_->data + voff, ldv);
+        } else if (s8) {
+            PV_GROUP(f8e4m3s8, (const uint8_t *)vt_->data + voff, ldv);
+        } else if (vt_->dtype == SMATTN_F8E4M3) {
+            PV_GROUP(f8e4m3, (const uint8_t *)vt_->data + voff, ldv);
+        } else {
+            PV_GROUP(f8e5m2, (const uint8_t *)vt_->data + voff, ldv);
+        }
+#endif
         OPT_PH_END(OPT_PH_PV, t_pv);
         return;
     }
+#undef PV_GROUP
 #endif
     /* fp8 V of a decode group (8 rows padded, two row blocks of 4 with AVX-512's 4 x 4 P.V
      * block): the tile converted once into f32 for both, instead of once per block in

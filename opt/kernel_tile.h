@@ -496,6 +496,106 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
 #undef PV_COLS
 }
 
+#if VLEN == 16
+/* The decode's group P.V with AVX-512 (kernel_body.h's pv_group is AVX2's): acc[r][c] +=
+ * sum_j p[r][j] v[j][c] for the nr (5 to 7) rows of a decode unit that all see every key of
+ * the tile, two column vectors at a time: each V vector loaded and converted once for the
+ * group (pv_block4x4's two row blocks converted it twice, the 8th row of a 7-head group as
+ * padding), each weight an embedded broadcast of its fma (vf_fmadd_bcast). 14 accumulators
+ * and 2 V vectors: 16 of the 32 registers. Each (row, column) is pv_block's fma chain over
+ * the keys in order: the same bits whichever block computes it. */
+static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const float *p,
+                                                const TILE_T *v, int64_t ldv, int64_t nk,
+                                                const int nr, opt_pfcur *pfc)
+{
+#define PVGB_DECL(r) vf a##r##0 = vf_zero(), a##r##1 = vf_zero()
+#define PVGB_LOAD(r)                                                                           \
+    do {                                                                                       \
+        if (nr > (r))                                                                          \
+            a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);     \
+    } while (0)
+#define PVGB_FMA(r, j)                                                                         \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            a##r##0 = vf_fmadd_bcast(v0, p + (r) * OPT_BK + (j), a##r##0);                     \
+            a##r##1 = vf_fmadd_bcast(v1, p + (r) * OPT_BK + (j), a##r##1);                     \
+        }                                                                                      \
+    } while (0)
+#define PVGB_KEY(j)                                                                            \
+    do {                                                                                       \
+        const vf v0 = TILE_LOAD(v + (j) * ldv), v1 = TILE_LOAD(v + (j) * ldv + VLEN);          \
+        PVGB_FMA(0, j);                                                                        \
+        PVGB_FMA(1, j);                                                                        \
+        PVGB_FMA(2, j);                                                                        \
+        PVGB_FMA(3, j);                                                                        \
+        PVGB_FMA(4, j);                                                                        \
+        PVGB_FMA(5, j);                                                                        \
+        PVGB_FMA(6, j);                                                                        \
+    } while (0)
+#define PVGB_STORE(r)                                                                          \
+    do {                                                                                       \
+        if (nr > (r))                                                                          \
+            vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1);     \
+    } while (0)
+    PVGB_DECL(0);
+    PVGB_DECL(1);
+    PVGB_DECL(2);
+    PVGB_DECL(3);
+    PVGB_DECL(4);
+    PVGB_DECL(5);
+    PVGB_DECL(6);
+    PVGB_LOAD(0);
+    PVGB_LOAD(1);
+    PVGB_LOAD(2);
+    PVGB_LOAD(3);
+    PVGB_LOAD(4);
+    PVGB_LOAD(5);
+    PVGB_LOAD(6);
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4) {
+        if (pfc) /* eight lines per four keys */
+            opt_pf_lines4(pfc), opt_pf_lines4(pfc);
+        PVGB_KEY(j);
+        PVGB_KEY(j + 1);
+        PVGB_KEY(j + 2);
+        PVGB_KEY(j + 3);
+    }
+    for (; j < nk; j++)
+        PVGB_KEY(j);
+    PVGB_STORE(0);
+    PVGB_STORE(1);
+    PVGB_STORE(2);
+    PVGB_STORE(3);
+    PVGB_STORE(4);
+    PVGB_STORE(5);
+    PVGB_STORE(6);
+#undef PVGB_DECL
+#undef PVGB_LOAD
+#undef PVGB_FMA
+#undef PVGB_KEY
+#undef PVGB_STORE
+}
+
+/* ACC[r] += P[r] V over the tile for the R (5 to 7) rows of a decode unit (pv_group_pass),
+ * V rows at stride ldv, columns [0, Dvk) (a multiple of 2 vectors); the K rows named by pf
+ * (n = 0: none) are requested along the way. */
+static void TN(pv_group)(float *ACC, int64_t Dvp, const float *P, int64_t R, const TILE_T *V,
+                         int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf)
+{
+    opt_pfcur cur = {pf->k, 0, pf->kbytes, pf->n}, *pc = pf->n > 0 ? &cur : NULL;
+    for (int64_t c0 = 0; c0 < Dvk; c0 += 2 * VLEN) {
+        if (pc && pc->rows <= 0)
+            pc = NULL;
+        if (R == 7)
+            TN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 7, pc);
+        else if (R == 6)
+            TN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 6, pc);
+        else
+            TN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 5, pc);
+    }
+}
+#endif
+
 #undef TN
 #undef TILE_T
 #undef TILE_LOAD

@@ -15,16 +15,13 @@ static inline void vf_store(float *p, vf x) { _mm512_storeu_ps(p, x); }
 static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
 static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
 static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-/* a * p[0 .. VLEN) + c with the vector at p (any address) as the fma's memory operand:
- * the same operation as vf_fmadd(a, vf_load(p), c), but a loop whose accumulators fill the
- * registers cannot hoist the load into a register of its own and spill an accumulator for
- * it (the decode's P.V, kernel_body.h's pv_group_pass, where every row reads the same
- * vector) */
-static inline vf vf_fmadd_mem(vf a, const float *p, vf c)
+/* a * p[0] + c, the scalar at p broadcast by the fma itself (an embedded broadcast: no
+ * register and no instruction of its own): the decode's group P.V (kernel_tile.h's
+ * pv_group_pass), whose 14 accumulators and 2 V vectors then need no register for the
+ * weight (GCC broadcasts a weight used twice into a register of its own) */
+static inline vf vf_fmadd_bcast(vf a, const float *p, vf c)
 {
-    __asm__("vfmadd231ps %[m], %[a], %[c]"
-            : [c] "+v"(c)
-            : [a] "v"(a), [m] "m"(*(const struct { float f[16]; } *)(const void *)p));
+    __asm__("vfmadd231ps %[m]%{1to16%}, %[a], %[c]" : [c] "+v"(c) : [a] "v"(a), [m] "m"(*p));
     return c;
 }
 static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
