@@ -228,6 +228,32 @@ static inline void opt_pf_lines4(opt_pfcur *c)
     }
 }
 
+/* The K rows of pf that column pass c of np passes over the tile requests (rows [ra, rz)
+ * of the pf->n, all their lines, one row per four keys): the same rows and lines as
+ * pv_tile's cursor, at a few instructions per row instead of a cursor kept in memory and
+ * tested per trip (a quarter of the AVX2 group P.V's instructions) */
+typedef struct opt_pfrows {
+    const char *const *row;
+    int64_t n;
+    size_t bytes;
+} opt_pfrows;
+static inline opt_pfrows opt_pf_share(const opt_prefetch *pf, int64_t c, int64_t np)
+{
+    const int64_t ra = c * pf->n / np, rz = (c + 1) * pf->n / np;
+    return (opt_pfrows){pf->k ? pf->k + ra : NULL, rz - ra, pf->kbytes};
+}
+static inline void opt_pf_row(const opt_pfrows *pr, int64_t t)
+{
+    if (t < pr->n) /* four lines per step: may hint up to three past the row's end */
+        for (size_t off = 0; off < pr->bytes; off += 256) {
+            const char *a = pr->row[t] + off;
+            __builtin_prefetch(a, 0, 2);
+            __builtin_prefetch(a + 64, 0, 2);
+            __builtin_prefetch(a + 128, 0, 2);
+            __builtin_prefetch(a + 192, 0, 2);
+        }
+}
+
 /* The keys of one block of the keys-in-lanes scores (qkt_tile: QKT_KB vectors), and the
  * panel width of the transposed key tile: KT[j / QKT_W][d][j % QKT_W], so that a block's
  * columns over every d are contiguous (8 KiB with AVX2) and stay in L1 through the unit's
@@ -667,106 +693,7 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
 #endif
 
 #if VLEN == 8
-/* ---- the decode's P.V: a group's rows in one pass -----------------------------------------
- * acc[r][c] += sum_j p[r][j] v[j][c] for the nr (5 to 7) rows of a decode unit (a GQA group
- * of 5 to 7 query heads, S = 1) that all see every key of the tile, over PVG_CB column
- * vectors at a time: 7 x 4 accumulators of AVX-512's 32 registers, 7 x 2 of AVX2's 16. V is
- * binary32 (in place, or the tile converted once into ws->v: an f16, bf16 or fp8 V vector
- * is converted once for the whole group, not once per 4-row block), read as the fma's
- * memory operand, so that each weight is broadcast once per pass for PVG_CB fma. pv_tile's
- * 4-row blocks take two passes over each V vector (the 8th row of a 7-head group as
- * padding) and convert it twice. Each (row, column) is the same fma chain over the keys in
- * order as in pv_block, so the bits do not depend on which block computed it (a GQA
- * problem and its MHA expansion, whose units of one row take pv_block). The K rows named by
- * pfc are requested along the way, as pv_tile's cursor does. AVX-512 has its own
- * (kernel_tile.h's pv_group: V in registers, the weights as embedded broadcasts). */
-#define PVG_CB 2
-static inline OPT_INLINE void KN(pv_group_pass)(float *acc, int64_t lda, const float *p,
-                                                const float *v, int64_t ldv, int64_t nk,
-                                                const int nr, opt_pfcur *pfc)
-{
-#define PVG_DECL(r) vf a##r##0 = vf_zero(), a##r##1 = vf_zero(), a##r##2 = vf_zero(), a##r##3 = vf_zero()
-#define PVG_LOAD(r)                                                                            \
-    do {                                                                                       \
-        if (nr > (r)) {                                                                        \
-            a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);     \
-            if (PVG_CB > 2)                                                                    \
-                a##r##2 = vf_load(acc + (r) * lda + 2 * VLEN),                                 \
-                a##r##3 = vf_load(acc + (r) * lda + 3 * VLEN);                                 \
-        }                                                                                      \
-    } while (0)
-#define PVG_FMA(r, j)                                                                          \
-    do {                                                                                       \
-        if (nr > (r)) {                                                                        \
-            const vf pp = vf_set1(p[(r) * OPT_BK + (j)]);                                      \
-            const float *vj = v + (j) * ldv;                                                   \
-            a##r##0 = vf_fmadd_mem(pp, vj, a##r##0);                                           \
-            a##r##1 = vf_fmadd_mem(pp, vj + VLEN, a##r##1);                                    \
-            if (PVG_CB > 2) {                                                                  \
-                a##r##2 = vf_fmadd_mem(pp, vj + 2 * VLEN, a##r##2);                            \
-                a##r##3 = vf_fmadd_mem(pp, vj + 3 * VLEN, a##r##3);                            \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-#define PVG_KEY(j)                                                                             \
-    do {                                                                                       \
-        PVG_FMA(0, j);                                                                         \
-        PVG_FMA(1, j);                                                                         \
-        PVG_FMA(2, j);                                                                         \
-        PVG_FMA(3, j);                                                                         \
-        PVG_FMA(4, j);                                                                         \
-        PVG_FMA(5, j);                                                                         \
-        PVG_FMA(6, j);                                                                         \
-    } while (0)
-#define PVG_STORE(r)                                                                           \
-    do {                                                                                       \
-        if (nr > (r)) {                                                                        \
-            vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1);     \
-            if (PVG_CB > 2)                                                                    \
-                vf_store(acc + (r) * lda + 2 * VLEN, a##r##2),                                 \
-                vf_store(acc + (r) * lda + 3 * VLEN, a##r##3);                                 \
-        }                                                                                      \
-    } while (0)
-    PVG_DECL(0);
-    PVG_DECL(1);
-    PVG_DECL(2);
-    PVG_DECL(3);
-    PVG_DECL(4);
-    PVG_DECL(5);
-    PVG_DECL(6);
-    PVG_LOAD(0);
-    PVG_LOAD(1);
-    PVG_LOAD(2);
-    PVG_LOAD(3);
-    PVG_LOAD(4);
-    PVG_LOAD(5);
-    PVG_LOAD(6);
-    int64_t j = 0;
-    for (; j + 4 <= nk; j += 4) { /* four keys per trip: with two, the loop's own
-                                   * instructions were a fifth of the fma's */
-        if (pfc) /* four lines per four keys and column vector pair */
-            for (int x = 0; x < PVG_CB / 2; x++)
-                opt_pf_lines4(pfc);
-        PVG_KEY(j);
-        PVG_KEY(j + 1);
-        PVG_KEY(j + 2);
-        PVG_KEY(j + 3);
-    }
-    for (; j < nk; j++)
-        PVG_KEY(j);
-    PVG_STORE(0);
-    PVG_STORE(1);
-    PVG_STORE(2);
-    PVG_STORE(3);
-    PVG_STORE(4);
-    PVG_STORE(5);
-    PVG_STORE(6);
-#undef PVG_DECL
-#undef PVG_LOAD
-#undef PVG_FMA
-#undef PVG_KEY
-#undef PVG_STORE
-}
+/* ---- the decode's group P.V (kernel_tile.h's pv_group): its fp8 V staged ------------------ */
 
 /* The nk fp8 rows of Dvk elements at v0 (stride lb bytes) as binary32 at dst (stride ldd),
  * mode 0: e5m2, 1: e4m3, 2: e4m3 without NaN bytes, times 2^-8 (vf_load_f8e4m3_s8) */
@@ -793,24 +720,6 @@ static inline OPT_INLINE void KN(stage_f8)(float *dst, int64_t ldd, const unsign
     }
 }
 
-/* ACC[r] += P[r] V over the tile for the nr rows of a decode unit (see pv_group_pass), V
- * binary32 rows at stride ldv, columns [0, Dvk) (Dvk a multiple of PVG_CB vectors); the K
- * rows named by pf (n = 0: none) are requested along the way. */
-static void KN(pv_group)(float *ACC, int64_t Dvp, const float *P, int64_t R, const float *V,
-                         int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf)
-{
-    opt_pfcur cur = {pf->k, 0, pf->kbytes, pf->n}, *pc = pf->n > 0 ? &cur : NULL;
-    for (int64_t c0 = 0; c0 < Dvk; c0 += PVG_CB * VLEN) {
-        if (pc && pc->rows <= 0)
-            pc = NULL;
-        if (R == 7)
-            KN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 7, pc);
-        else if (R == 6)
-            KN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 6, pc);
-        else
-            KN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 5, pc);
-    }
-}
 #endif
 
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
@@ -1012,28 +921,18 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     }
 #endif
 #if VLEN > 1
-#if VLEN == 8
-#define PV_GROUP(SUF, V, LD) KN(pv_group)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf)
-#else
-#define PV_GROUP(SUF, V, LD) KTN(pv_group, SUF)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf)
-#endif
+#define PV_GROUP(SUF, V, LD) KTN(pv_group, SUF)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf, ws->pb)
     /* a decode unit of 5 to 7 rows that all see the whole tile: one pass over V for the
-     * group (pv_group). AVX2: V binary32 in place, or fp8 and the block formats converted
-     * into binary32 once per tile; not f16 and bf16: pv_block converts them in the fma's
-     * load (one vcvtph2ps per vector), and staging them cost more than the group saves
-     * (callgrind, AVX2, decode T = 4096 f16: 10.10M -> 10.91M instructions per call).
-     * AVX-512: every dtype in place (converted in registers, once for the group), the block
-     * formats dequantised once per tile. e4m3 without NaN bytes in the tile's V rows: read
+     * group (kernel_tile.h's pv_group). f32, f16 and bf16 in place (converted in
+     * registers, once for the group), the block formats dequantised once per tile; fp8 in
+     * place with AVX-512, staged into binary32 once per tile with AVX2 (staging f16 instead
+     * cost more than it saved: callgrind, AVX2, decode T = 4096 f16, 10.10M -> 10.91M
+     * instructions per call with a weight broadcast per row and key; the weights' table
+     * that pv_group now reads made room for V in registers). e4m3 without NaN bytes in the tile's V rows: read
      * as 2^-8 times its values, the weights times 2^8 (exact: a weight is 0 or in
      * [2^-126, 1], vexp_le0 flushes below), so every product is the same. */
-#if VLEN == 8
-    int v_group = R >= 5 && R <= 7 && Dvk % (2 * VLEN) == 0 &&
-                  ((v_direct && vt_->dtype != SMATTN_F16 && vt_->dtype != SMATTN_BF16) ||
-                   opt_is_block(vt_->dtype));
-#else
     int v_group = R >= 5 && R <= 7 && Dvk % (2 * VLEN) == 0 &&
                   (v_direct || opt_is_block(vt_->dtype));
-#endif
     for (int64_t r = 0; v_group && r < R; r++)
         v_group = F[r];
     if (v_group) {
@@ -1058,18 +957,22 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             PV_GROUP(f32, ws->v, Dvp);
         } else if (vt_->dtype == SMATTN_F32) {
             PV_GROUP(f32, (const float *)vt_->data + voff, ldv);
-#if VLEN == 8
-        } else { /* fp8, staged */
-            const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
-            KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk,
-                         s8 ? 2 : vt_->dtype == SMATTN_F8E4M3);
-            PV_GROUP(f32, ws->v, Dvp);
-        }
-#else
         } else if (vt_->dtype == SMATTN_F16) {
             PV_GROUP(f16, (const uint16_t *)vt_->data + voff, ldv);
         } else if (vt_->dtype == SMATTN_BF16) {
             PV_GROUP(bf16, (const uint16_t *)vt_->data + voff, ldv);
+#if VLEN == 8
+        } else { /* fp8 staged: its conversion needs registers the 14 accumulators hold */
+            const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
+            if (s8) /* a constant mode each: the loop is specialised */
+                KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk, 2);
+            else if (vt_->dtype == SMATTN_F8E4M3)
+                KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk, 1);
+            else
+                KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk, 0);
+            PV_GROUP(f32, ws->v, Dvp);
+        }
+#else
         } else if (s8) {
             PV_GROUP(f8e4m3s8, (const uint8_t *)vt_->data + voff, ldv);
         } else if (vt_->dtype == SMATTN_F8E4M3) {
