@@ -228,6 +228,32 @@ static inline void opt_pf_lines4(opt_pfcur *c)
     }
 }
 
+/* The K rows of pf that column pass c of np passes over the tile requests (rows [ra, rz)
+ * of the pf->n, all their lines, one row per four keys): the same rows and lines as
+ * pv_tile's cursor, at a few instructions per row instead of a cursor kept in memory and
+ * tested per trip (a quarter of the AVX2 group P.V's instructions) */
+typedef struct opt_pfrows {
+    const char *const *row;
+    int64_t n;
+    size_t bytes;
+} opt_pfrows;
+static inline opt_pfrows opt_pf_share(const opt_prefetch *pf, int64_t c, int64_t np)
+{
+    const int64_t ra = c * pf->n / np, rz = (c + 1) * pf->n / np;
+    return (opt_pfrows){pf->k ? pf->k + ra : NULL, rz - ra, pf->kbytes};
+}
+static inline void opt_pf_row(const opt_pfrows *pr, int64_t t)
+{
+    if (t < pr->n) /* four lines per step: may hint up to three past the row's end */
+        for (size_t off = 0; off < pr->bytes; off += 256) {
+            const char *a = pr->row[t] + off;
+            __builtin_prefetch(a, 0, 2);
+            __builtin_prefetch(a + 64, 0, 2);
+            __builtin_prefetch(a + 128, 0, 2);
+            __builtin_prefetch(a + 192, 0, 2);
+        }
+}
+
 /* The keys of one block of the keys-in-lanes scores (qkt_tile: QKT_KB vectors), and the
  * panel width of the transposed key tile: KT[j / QKT_W][d][j % QKT_W], so that a block's
  * columns over every d are contiguous (8 KiB with AVX2) and stay in L1 through the unit's
@@ -267,6 +293,19 @@ static inline void opt_pf_lines4(opt_pfcur *c)
 #define TILE_LOAD vf_load_f8e5m2
 #define TILE_SUFFIX f8e5m2
 #include "opt/kernel_tile.h"
+#if VLEN > 1
+/* e4m3 K and V of a decode tile with no NaN byte: read as 2^-8 times their values
+ * (vf_load_f8e4m3_s8, half the instructions of vf_load_f8e4m3), the other factor of each
+ * product taken times 2^8 (Q's packed rows, the weights), which is exact, so every product
+ * and every fma is the one of the f8e4m3 instance: the same bits. Only its qk_keys is used. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#define TILE_T uint8_t
+#define TILE_LOAD vf_load_f8e4m3_s8
+#define TILE_SUFFIX f8e4m3s8
+#include "opt/kernel_tile.h"
+#pragma GCC diagnostic pop
+#endif
 
 /* ---- scores of many rows: keys in the lanes ----------------------------------------------
  * With vectors and S >= 16 (job->qkt), the tile is transposed once per unit (KT[d][j]) and
@@ -800,6 +839,36 @@ static void KN(stage_v)(float *dst, const smattn_tensor *vt, const void *row0, i
 }
 #endif
 
+#if VLEN == 8
+/* ---- the decode's group P.V (kernel_tile.h's pv_group): its fp8 V staged ------------------ */
+
+/* The nk fp8 rows of Dvk elements at v0 (stride lb bytes) as binary32 at dst (stride ldd),
+ * mode 0: e5m2, 1: e4m3, 2: e4m3 without NaN bytes, times 2^-8 (vf_load_f8e4m3_s8) */
+static inline OPT_INLINE void KN(stage_f8)(float *dst, int64_t ldd, const unsigned char *v0,
+                                           size_t lb, int64_t nk, int64_t Dvk, const int mode)
+{
+    for (int64_t jj = 0; jj < nk; jj++) {
+        const unsigned char *src = v0 + (size_t)jj * lb;
+        float *d = dst + jj * ldd;
+        int64_t c = 0;
+#define STAGE_F8(c)                                                                            \
+    vf_store(d + (c), mode == 2   ? vf_load_f8e4m3_s8(src + (c))                               \
+                      : mode == 1 ? vf_load_f8e4m3(src + (c))                                  \
+                                  : vf_load_f8e5m2(src + (c)))
+        for (; c + 4 * VLEN <= Dvk; c += 4 * VLEN) {
+            STAGE_F8(c);
+            STAGE_F8(c + VLEN);
+            STAGE_F8(c + 2 * VLEN);
+            STAGE_F8(c + 3 * VLEN);
+        }
+        for (; c < Dvk; c += VLEN)
+            STAGE_F8(c);
+#undef STAGE_F8
+    }
+}
+
+#endif
+
 /* One unit (rows base .. base + Rp) against the key tile [kt, kt + nk): scores, online
  * softmax, P.V. Keys at or past kmax are not read. */
 static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t b, int64_t g,
@@ -1013,6 +1082,72 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
         return;
     }
 #endif
+#if VLEN > 1
+#define PV_GROUP(SUF, V, LD) KTN(pv_group, SUF)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf, ws->pb)
+    /* a decode unit of 5 to 7 rows that all see the whole tile: one pass over V for the
+     * group (kernel_tile.h's pv_group). f32, f16 and bf16 in place (converted in
+     * registers, once for the group), the block formats dequantised once per tile; fp8 in
+     * place with AVX-512, staged into binary32 once per tile with AVX2 (staging f16 instead
+     * cost more than it saved: callgrind, AVX2, decode T = 4096 f16, 10.10M -> 10.91M
+     * instructions per call with a weight broadcast per row and key; the weights' table
+     * that pv_group now reads made room for V in registers). e4m3 without NaN bytes in the tile's V rows: read
+     * as 2^-8 times its values, the weights times 2^8 (exact: a weight is 0 or in
+     * [2^-126, 1], vexp_le0 flushes below), so every product is the same. */
+    int v_group = R >= 5 && R <= 7 && Dvk % (2 * VLEN) == 0 &&
+                  (v_direct || opt_is_block(vt_->dtype));
+    for (int64_t r = 0; v_group && r < R; r++)
+        v_group = F[r];
+    if (v_group) {
+        int s8 = 0;
+        if (v_direct && vt_->dtype == SMATTN_F8E4M3) { /* no NaN in the tile's V rows */
+            const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
+            s8 = 1;
+            for (int64_t jj = 0; s8 && jj < nk; jj++)
+                s8 = !vf_f8e4m3_any_nan(v0 + jj * ldv, Dvk);
+            for (int64_t r = 0; s8 && r < R; r++) /* the lanes past nk are not read */
+                for (int64_t jj = 0; jj < nk; jj += VLEN)
+                    vf_store(S_ + r * OPT_BK + jj,
+                             vf_mul(vf_load(S_ + r * OPT_BK + jj), vf_set1(256.0f)));
+        }
+        if (opt_is_block(vt_->dtype)) {
+            const char *rows[OPT_BK];
+            opt_tile_rows(p, vt_, b, kt, nk, g, rows);
+            for (int64_t jj = 0; jj < nk; jj++) {
+                KN(dequant_blocks)(ws->v + jj * Dvp, (const unsigned char *)rows[jj], vt_->dtype, Dv);
+                memset(ws->v + jj * Dvp + Dv, 0, (size_t)(Dvp - Dv) * sizeof(float));
+            }
+            PV_GROUP(f32, ws->v, Dvp);
+        } else if (vt_->dtype == SMATTN_F32) {
+            PV_GROUP(f32, (const float *)vt_->data + voff, ldv);
+        } else if (vt_->dtype == SMATTN_F16) {
+            PV_GROUP(f16, (const uint16_t *)vt_->data + voff, ldv);
+        } else if (vt_->dtype == SMATTN_BF16) {
+            PV_GROUP(bf16, (const uint16_t *)vt_->data + voff, ldv);
+#if VLEN == 8
+        } else { /* fp8 staged: its conversion needs registers the 14 accumulators hold */
+            const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
+            if (s8) /* a constant mode each: the loop is specialised */
+                KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk, 2);
+            else if (vt_->dtype == SMATTN_F8E4M3)
+                KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk, 1);
+            else
+                KN(stage_f8)(ws->v, Dvp, v0, (size_t)ldv, nk, Dvk, 0);
+            PV_GROUP(f32, ws->v, Dvp);
+        }
+#else
+        } else if (s8) {
+            PV_GROUP(f8e4m3s8, (const uint8_t *)vt_->data + voff, ldv);
+        } else if (vt_->dtype == SMATTN_F8E4M3) {
+            PV_GROUP(f8e4m3, (const uint8_t *)vt_->data + voff, ldv);
+        } else {
+            PV_GROUP(f8e5m2, (const uint8_t *)vt_->data + voff, ldv);
+        }
+#endif
+        OPT_PH_END(OPT_PH_PV, t_pv);
+        return;
+    }
+#undef PV_GROUP
+#endif
     /* fp8 V of a decode group (8 rows padded, two row blocks of 4 with AVX-512's 4 x 4 P.V
      * block): the tile converted once into f32 for both, instead of once per block in
      * registers (e4m3's conversion is 8 instructions a vector). The same values and fma
@@ -1110,6 +1245,14 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     const smattn_tensor *kt_ = &job->in->k;
     const int keys_outer = hg > 1 && !job->qkt && Rp == 8 && kt_->stride[3] == 1 &&
                            p->D % VLEN == 0;
+    /* e4m3 K: Q's packed rows times 2^8 for vf_load_f8e4m3_s8, where that is exact (no
+     * finite |q| >= 2^119; an infinite or NaN q gives the same products either way) */
+    int q_s8 = keys_outer && kt_->dtype == SMATTN_F8E4M3;
+    for (int64_t x = 0; q_s8 && x < hg * Rp * p->D; x++) {
+        const float qv = ws->qp[x];
+        q_s8 = !(fabsf(qv) >= 0x1p119f && isfinite(qv));
+        ws->qp8[x] = qv * 256.0f;
+    }
 #else
     const int keys_outer = 0;
 #endif
@@ -1138,6 +1281,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                         KR[u * OPT_BK + jj] = (const char *)row;
                     }
 #define QK_KEYS(SUF, NR) KTN(qk_keys, SUF)(ws->qp, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, NR)
+            int k_s8 = q_s8; /* e4m3 K: no NaN in the tile's rows */
+            for (int64_t x = 0; k_s8 && x < hg * OPT_BK; x++)
+                if (x % OPT_BK < nk)
+                    k_s8 = !vf_f8e4m3_any_nan((const uint8_t *)KR[x], p->D);
             if (kt_->dtype == SMATTN_F32 || opt_is_block(kt_->dtype)) {
                 if (R == 7)
                     QK_KEYS(f32, 7);
@@ -1153,6 +1300,11 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
                     QK_KEYS(bf16, 7);
                 else
                     QK_KEYS(bf16, 8);
+            } else if (k_s8) { /* Q's packed rows times 2^8 in ws->qp8 */
+                if (R == 7)
+                    KTN(qk_keys, f8e4m3s8)(ws->qp8, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, 7);
+                else
+                    KTN(qk_keys, f8e4m3s8)(ws->qp8, qs, KR, vr, vbytes, hg, nk, p->D, ws->s, ss, 8);
             } else if (kt_->dtype == SMATTN_F8E4M3) {
                 if (R == 7)
                     QK_KEYS(f8e4m3, 7);

@@ -496,6 +496,235 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
 #undef PV_COLS
 }
 
+
+#if VLEN == 8
+/* The decode's group P.V with AVX2: acc[r][c] += sum_j p[r][j] v[j][c] for the nr (5 to 7)
+ * rows of a decode unit that all see every key of the tile, two column vectors at a time,
+ * each V vector read once for the group (pv_block's two row blocks read and converted it
+ * twice, the 8th row of a 7-head group as padding). AVX2 has no embedded broadcast and 16
+ * registers, and 14 accumulators leave two: binary32 V is the fma's memory operand
+ * (vf_fmadd_mem) and each weight is broadcast into the one left; f16 and bf16 V are
+ * converted into the two, and the weights, broadcast once per tile into pb
+ * ([r][j][VLEN], pv_group), are the fma's memory operand, read by every column pass.
+ * Each (row, column) is pv_block's fma chain over the keys in order: the same bits
+ * whichever block computes it. */
+static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const float *p,
+                                                const float *pb, const TILE_T *v, int64_t ldv,
+                                                int64_t nk, const int nr, const opt_pfrows *pr)
+{
+#define PVGA_DECL(r) vf a##r##0 = vf_zero(), a##r##1 = vf_zero()
+#define PVGA_LOAD(r)                                                                           \
+    do {                                                                                       \
+        if (nr > (r))                                                                          \
+            a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);     \
+    } while (0)
+#define PVGA_FMA_F32(r, j)                                                                     \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            const vf pp = vf_set1(p[(r) * OPT_BK + (j)]);                                      \
+            const float *vj = (const float *)(const void *)(v + (j) * ldv);                    \
+            a##r##0 = vf_fmadd_mem(pp, vj, a##r##0);                                           \
+            a##r##1 = vf_fmadd_mem(pp, vj + VLEN, a##r##1);                                    \
+        }                                                                                      \
+    } while (0)
+#define PVGA_FMA_TAB(r, j)                                                                     \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            a##r##0 = vf_fmadd_mem(v0, pb + ((r) * OPT_BK + (j)) * VLEN, a##r##0);             \
+            a##r##1 = vf_fmadd_mem(v1, pb + ((r) * OPT_BK + (j)) * VLEN, a##r##1);             \
+        }                                                                                      \
+    } while (0)
+#define PVGA_KEY(j)                                                                            \
+    do {                                                                                       \
+        if (sizeof(TILE_T) == sizeof(float)) {                                                 \
+            PVGA_FMA_F32(0, j);                                                                \
+            PVGA_FMA_F32(1, j);                                                                \
+            PVGA_FMA_F32(2, j);                                                                \
+            PVGA_FMA_F32(3, j);                                                                \
+            PVGA_FMA_F32(4, j);                                                                \
+            PVGA_FMA_F32(5, j);                                                                \
+            PVGA_FMA_F32(6, j);                                                                \
+        } else {                                                                               \
+            const vf v0 = TILE_LOAD(v + (j) * ldv), v1 = TILE_LOAD(v + (j) * ldv + VLEN);      \
+            PVGA_FMA_TAB(0, j);                                                                \
+            PVGA_FMA_TAB(1, j);                                                                \
+            PVGA_FMA_TAB(2, j);                                                                \
+            PVGA_FMA_TAB(3, j);                                                                \
+            PVGA_FMA_TAB(4, j);                                                                \
+            PVGA_FMA_TAB(5, j);                                                                \
+            PVGA_FMA_TAB(6, j);                                                                \
+        }                                                                                      \
+    } while (0)
+#define PVGA_STORE(r)                                                                          \
+    do {                                                                                       \
+        if (nr > (r))                                                                          \
+            vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1);     \
+    } while (0)
+    PVGA_DECL(0);
+    PVGA_DECL(1);
+    PVGA_DECL(2);
+    PVGA_DECL(3);
+    PVGA_DECL(4);
+    PVGA_DECL(5);
+    PVGA_DECL(6);
+    PVGA_LOAD(0);
+    PVGA_LOAD(1);
+    PVGA_LOAD(2);
+    PVGA_LOAD(3);
+    PVGA_LOAD(4);
+    PVGA_LOAD(5);
+    PVGA_LOAD(6);
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4) { /* four keys per trip, a K row requested per trip */
+        opt_pf_row(pr, j / 4);
+        PVGA_KEY(j);
+        PVGA_KEY(j + 1);
+        PVGA_KEY(j + 2);
+        PVGA_KEY(j + 3);
+    }
+    for (; j < nk; j++)
+        PVGA_KEY(j);
+    PVGA_STORE(0);
+    PVGA_STORE(1);
+    PVGA_STORE(2);
+    PVGA_STORE(3);
+    PVGA_STORE(4);
+    PVGA_STORE(5);
+    PVGA_STORE(6);
+#undef PVGA_DECL
+#undef PVGA_LOAD
+#undef PVGA_FMA_F32
+#undef PVGA_FMA_TAB
+#undef PVGA_KEY
+#undef PVGA_STORE
+}
+
+/* ACC[r] += P[r] V over the tile for the R (5 to 7) rows of a decode unit (pv_group_pass),
+ * V rows at stride ldv, columns [0, Dvk) (a multiple of 2 vectors), pb room for the
+ * weights' broadcast table (R x OPT_BK x VLEN floats); the K rows named by pf (n = 0:
+ * none) are requested along the way. */
+static inline void TN(pv_group)(float *ACC, int64_t Dvp, const float *P, int64_t R,
+                                const TILE_T *V, int64_t ldv, int64_t nk, int64_t Dvk,
+                                const opt_prefetch *pf, float *pb)
+{
+    if (sizeof(TILE_T) != sizeof(float))
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < nk; j++)
+                vf_store(pb + (r * OPT_BK + j) * VLEN, vf_set1(P[r * OPT_BK + j]));
+    const int64_t np = Dvk / (2 * VLEN);
+    for (int64_t c = 0; c < np; c++) {
+        const opt_pfrows pr = opt_pf_share(pf, c, np);
+        const int64_t c0 = c * 2 * VLEN;
+        if (R == 7)
+            TN(pv_group_pass)(ACC + c0, Dvp, P, pb, V + c0, ldv, nk, 7, &pr);
+        else if (R == 6)
+            TN(pv_group_pass)(ACC + c0, Dvp, P, pb, V + c0, ldv, nk, 6, &pr);
+        else
+            TN(pv_group_pass)(ACC + c0, Dvp, P, pb, V + c0, ldv, nk, 5, &pr);
+    }
+}
+#endif
+
+#if VLEN == 16
+/* The decode's group P.V with AVX-512: acc[r][c] +=
+ * sum_j p[r][j] v[j][c] for the nr (5 to 7) rows of a decode unit that all see every key of
+ * the tile, two column vectors at a time: each V vector loaded and converted once for the
+ * group (pv_block4x4's two row blocks converted it twice, the 8th row of a 7-head group as
+ * padding), each weight an embedded broadcast of its fma (vf_fmadd_bcast). 14 accumulators
+ * and 2 V vectors: 16 of the 32 registers. Each (row, column) is pv_block's fma chain over
+ * the keys in order: the same bits whichever block computes it. */
+static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const float *p,
+                                                const TILE_T *v, int64_t ldv, int64_t nk,
+                                                const int nr, const opt_pfrows *pr)
+{
+#define PVGB_DECL(r) vf a##r##0 = vf_zero(), a##r##1 = vf_zero()
+#define PVGB_LOAD(r)                                                                           \
+    do {                                                                                       \
+        if (nr > (r))                                                                          \
+            a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);     \
+    } while (0)
+#define PVGB_FMA(r, j)                                                                         \
+    do {                                                                                       \
+        if (nr > (r)) {                                                                        \
+            a##r##0 = vf_fmadd_bcast(v0, p + (r) * OPT_BK + (j), a##r##0);                     \
+            a##r##1 = vf_fmadd_bcast(v1, p + (r) * OPT_BK + (j), a##r##1);                     \
+        }                                                                                      \
+    } while (0)
+#define PVGB_KEY(j)                                                                            \
+    do {                                                                                       \
+        const vf v0 = TILE_LOAD(v + (j) * ldv), v1 = TILE_LOAD(v + (j) * ldv + VLEN);          \
+        PVGB_FMA(0, j);                                                                        \
+        PVGB_FMA(1, j);                                                                        \
+        PVGB_FMA(2, j);                                                                        \
+        PVGB_FMA(3, j);                                                                        \
+        PVGB_FMA(4, j);                                                                        \
+        PVGB_FMA(5, j);                                                                        \
+        PVGB_FMA(6, j);                                                                        \
+    } while (0)
+#define PVGB_STORE(r)                                                                          \
+    do {                                                                                       \
+        if (nr > (r))                                                                          \
+            vf_store(acc + (r) * lda, a##r##0), vf_store(acc + (r) * lda + VLEN, a##r##1);     \
+    } while (0)
+    PVGB_DECL(0);
+    PVGB_DECL(1);
+    PVGB_DECL(2);
+    PVGB_DECL(3);
+    PVGB_DECL(4);
+    PVGB_DECL(5);
+    PVGB_DECL(6);
+    PVGB_LOAD(0);
+    PVGB_LOAD(1);
+    PVGB_LOAD(2);
+    PVGB_LOAD(3);
+    PVGB_LOAD(4);
+    PVGB_LOAD(5);
+    PVGB_LOAD(6);
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4) { /* four keys per trip, a K row requested per trip */
+        opt_pf_row(pr, j / 4);
+        PVGB_KEY(j);
+        PVGB_KEY(j + 1);
+        PVGB_KEY(j + 2);
+        PVGB_KEY(j + 3);
+    }
+    for (; j < nk; j++)
+        PVGB_KEY(j);
+    PVGB_STORE(0);
+    PVGB_STORE(1);
+    PVGB_STORE(2);
+    PVGB_STORE(3);
+    PVGB_STORE(4);
+    PVGB_STORE(5);
+    PVGB_STORE(6);
+#undef PVGB_DECL
+#undef PVGB_LOAD
+#undef PVGB_FMA
+#undef PVGB_KEY
+#undef PVGB_STORE
+}
+
+/* ACC[r] += P[r] V over the tile for the R (5 to 7) rows of a decode unit (pv_group_pass),
+ * V rows at stride ldv, columns [0, Dvk) (a multiple of 2 vectors); the K rows named by pf
+ * (n = 0: none) are requested along the way. */
+static inline void TN(pv_group)(float *ACC, int64_t Dvp, const float *P, int64_t R, const TILE_T *V,
+                         int64_t ldv, int64_t nk, int64_t Dvk, const opt_prefetch *pf, float *pb)
+{
+    (void)pb; /* the weights are embedded broadcasts */
+    const int64_t np = Dvk / (2 * VLEN);
+    for (int64_t c = 0; c < np; c++) {
+        const opt_pfrows pr = opt_pf_share(pf, c, np);
+        const int64_t c0 = c * 2 * VLEN;
+        if (R == 7)
+            TN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 7, &pr);
+        else if (R == 6)
+            TN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 6, &pr);
+        else
+            TN(pv_group_pass)(ACC + c0, Dvp, P, V + c0, ldv, nk, 5, &pr);
+    }
+}
+#endif
+
 #undef TN
 #undef TILE_T
 #undef TILE_LOAD

@@ -264,6 +264,8 @@ static void ws_free(opt_ws *w)
     free(w->mt), free(w->sm), free(w->dm);
     free((void *)w->krows), free((void *)w->vrows), free((void *)w->pfk), free((void *)w->pfv);
     free(w->kq);
+    free(w->qp8);
+    free(w->pb);
 }
 
 static int ws_alloc(opt_ws *w, const opt_job *job)
@@ -296,9 +298,12 @@ static int ws_alloc(opt_ws *w, const opt_job *job)
     w->pfv = malloc((size_t)OPT_BK * sizeof *w->pfv);
     const int kq = p->op == SMATTN_OP_ATTENTION && opt_is_block(job->in->k.dtype);
     w->kq = kq ? malloc((size_t)job->hg * OPT_BK * Dp * sizeof(float)) : NULL;
+    const int qp8 = p->op == SMATTN_OP_ATTENTION && job->in->k.dtype == SMATTN_F8E4M3;
+    w->qp8 = qp8 ? malloc(R * Dp * sizeof(float)) : NULL;
+    w->pb = malloc((size_t)7 * OPT_BK * 16 * sizeof(float));
     if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
         !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm || !w->krows || !w->vrows ||
-        !w->pfk || !w->pfv || (kq && !w->kq)) {
+        !w->pfk || !w->pfv || (kq && !w->kq) || (qp8 && !w->qp8) || !w->pb) {
         ws_free(w);
         return -1;
     }

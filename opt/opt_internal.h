@@ -97,6 +97,8 @@ typedef struct opt_ws {
     const char **pfk, **pfv;     /* [OPT_BK] the K and V rows to prefetch (opt_tile_rows) */
     float *kq;    /* [hg][OPT_BK][Dp] a block-quantised K tile dequantised (the decode's
                    * keys-outer scores), NULL for other dtypes */
+    float *qp8;   /* qp times 2^8 (e4m3 K of the decode's keys-outer scores), else NULL */
+    float *pb;    /* [7][OPT_BK][16] a decode group's weights broadcast (AVX2's pv_group) */
 } opt_ws;
 
 /* The block formats q8_0 and q4_0 (SPEC 2.9): a row's elements are not at off * size, and

@@ -15,6 +15,18 @@ static inline void vf_store(float *p, vf x) { _mm256_storeu_ps(p, x); }
 static inline vf vf_set1(float x) { return _mm256_set1_ps(x); }
 static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
 static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+/* a * p[0 .. VLEN) + c with the vector at p (any address) as the fma's memory operand:
+ * the same operation as vf_fmadd(a, vf_load(p), c), but a loop whose accumulators fill the
+ * registers cannot hoist the load into a register of its own and spill an accumulator for
+ * it (the decode's P.V, kernel_body.h's pv_group_pass, where every row reads the same
+ * vector) */
+static inline vf vf_fmadd_mem(vf a, const float *p, vf c)
+{
+    __asm__("vfmadd231ps %[m], %[a], %[c]"
+            : [c] "+x"(c)
+            : [a] "x"(a), [m] "m"(*(const struct { float f[8]; } *)(const void *)p));
+    return c;
+}
 static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
@@ -85,6 +97,32 @@ static inline vf vf_load_f8e4m3(const uint8_t *p)
     __m128i em = _mm_and_si128(h, _mm_set1_epi16(0x3f80));
     h = _mm_or_si128(h, _mm_cmpeq_epi16(em, _mm_set1_epi16(0x3f80)));
     return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+/* VLEN e4m3fn at p, none of them NaN (S.1111.111), as binary32 times 2^-8, exactly: the
+ * binary16 bits of vf_load_f8e4m3 without its NaN select and its scaling (4 instructions
+ * per vector instead of 8). The decode multiplies the other factor by 2^8 instead (Q's
+ * packed rows, the weights), so every product, and so every fma, is the same. */
+static inline vf vf_load_f8e4m3_s8(const uint8_t *p)
+{
+    __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80)));
+}
+/* Nonzero if one of the n bytes at p is an e4m3fn NaN (S.1111.111): where none is, the
+ * decode reads the tile with vf_load_f8e4m3_s8 */
+static inline int vf_f8e4m3_any_nan(const uint8_t *p, int64_t n)
+{
+    const __m256i m = _mm256_set1_epi8(0x7f);
+    __m256i acc = _mm256_setzero_si256();
+    int64_t i = 0;
+#pragma GCC unroll 4
+    for (; i + 32 <= n; i += 32) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(p + i));
+        acc = _mm256_or_si256(acc, _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m));
+    }
+    int any = !_mm256_testz_si256(acc, acc);
+    for (; i < n; i++)
+        any |= (p[i] & 0x7f) == 0x7f;
+    return any;
 }
 static inline vf vf_load_f8e5m2(const uint8_t *p)
 {

@@ -15,6 +15,15 @@ static inline void vf_store(float *p, vf x) { _mm512_storeu_ps(p, x); }
 static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
 static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
 static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+/* a * p[0] + c, the scalar at p broadcast by the fma itself (an embedded broadcast: no
+ * register and no instruction of its own): the decode's group P.V (kernel_tile.h's
+ * pv_group_pass), whose 14 accumulators and 2 V vectors then need no register for the
+ * weight (GCC broadcasts a weight used twice into a register of its own) */
+static inline vf vf_fmadd_bcast(vf a, const float *p, vf c)
+{
+    __asm__("vfmadd231ps %[m]%{1to16%}, %[a], %[c]" : [c] "+v"(c) : [a] "v"(a), [m] "m"(*p));
+    return c;
+}
 static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
@@ -126,6 +135,30 @@ static inline vf vf_load_f8e4m3(const uint8_t *p)
     __m256i em = _mm256_and_si256(h, _mm256_set1_epi16(0x3f80));
     h = _mm256_or_si256(h, _mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x3f80)));
     return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+/* VLEN e4m3fn at p, none of them NaN (S.1111.111), as binary32 times 2^-8, exactly: the
+ * binary16 bits of vf_load_f8e4m3 without its NaN select and its scaling (4 instructions
+ * per vector instead of 8). The decode multiplies the other factor by 2^8 instead (Q's
+ * packed rows, the weights), so every product, and so every fma, is the same. */
+static inline vf vf_load_f8e4m3_s8(const uint8_t *p)
+{
+    __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80)));
+}
+/* Nonzero if one of the n bytes at p is an e4m3fn NaN (S.1111.111): where none is, the
+ * decode reads the tile with vf_load_f8e4m3_s8 */
+static inline int vf_f8e4m3_any_nan(const uint8_t *p, int64_t n)
+{
+    const __m512i m = _mm512_set1_epi8(0x7f);
+    __mmask64 acc = 0;
+    int64_t i = 0;
+#pragma GCC unroll 4
+    for (; i + 64 <= n; i += 64)
+        acc |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p + i), m), m);
+    int any = acc != 0;
+    for (; i < n; i++)
+        any |= (p[i] & 0x7f) == 0x7f;
+    return any;
 }
 static inline vf vf_load_f8e5m2(const uint8_t *p)
 {

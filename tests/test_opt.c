@@ -1367,6 +1367,103 @@ static void set_descales(tcase *c, int mode, xorshift *r)
  * transposed-tile prefill, plain tiles, several D), within the bound of
  * smattn_opt_precision on every ISA, bitwise over threads 1, 2, 3; a block with an
  * infinite scale (its elements inf or NaN: the binary64 path) included. */
+/* opt_decode_gqa_expansion for 8-bit and block K/V (fp8 e4m3 and e5m2, q8_0, q4_0): the GQA
+ * decode takes the group P.V (pv_group: 5 to 7 rows in one pass, V converted once per
+ * tile) and, for e4m3 without NaN bytes in a tile, K and V read as 2^-8 times their values
+ * with Q and the weights times 2^8; the MHA expansion takes qk_tile and pv_tile's 4-row
+ * blocks with the exact loads. Bit for bit, on every ISA, and the GQA run on 1 and 2
+ * threads (split-K items of 4 and 2 KV heads). Some e4m3 problems hold an e4m3 NaN in one
+ * K row and one V row (another KV head's): those tiles must take the exact loads (their
+ * rows NaN, SPEC 4.2), the other heads' the fast ones. */
+START_TEST(opt_decode_gqa_expansion_8bit)
+{
+    int fails = 0, runs = 0;
+    static const int64_t groups[] = {7, 6, 8};
+    static const smattn_dtype dts[] = {SMATTN_F8E4M3, SMATTN_F8E4M3, SMATTN_F8E5M2, SMATTN_Q8_0,
+                                       SMATTN_Q4_0};
+    for (int a = 0; a < 10; a++) {
+        const smattn_dtype kvt = dts[a % 5];
+        const int64_t G = groups[a % 3], Hkv = 4, Hq = G * Hkv, B = 1 + a % 2;
+        const int64_t T = 2101 + 64 * (a % 4), D = a < 5 ? 128 : 64;
+        const int nan = a % 5 == 1; /* e4m3 with NaN bytes */
+        const size_t rowb = (size_t)(D / smattn_dtype_block(kvt)) * smattn_dtype_size(kvt);
+        xorshift r = {5151 + (uint64_t)a};
+        tcase c, e;
+        memset(&c, 0, sizeof c);
+        c.p = smattn_problem_default();
+        c.p.B = B, c.p.S = 1, c.p.T = T, c.p.Hq = Hq, c.p.Hkv = Hkv, c.p.D = c.p.Dv = D;
+        c.p.scale = smattn_default_scale(D);
+        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        if (B == 2) {
+            c.kvl[0] = T, c.kvl[1] = T - 333 - 2 * a;
+            c.p.kv_lens = c.kvl;
+        }
+        size_t nq = (size_t)(B * Hq * D), nkv = (size_t)(B * T * Hkv * D);
+        c.q = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++)
+            c.q[i] = (float)(4 * unif(&r) - 2);
+        if (kvt == SMATTN_Q8_0 || kvt == SMATTN_Q4_0) {
+            float *k = malloc(nkv * 4), *v = malloc(nkv * 4);
+            for (size_t i = 0; i < nkv; i++)
+                k[i] = (float)(4 * unif(&r) - 2), v[i] = (float)(2 * unif(&r) - 1);
+            c.k = k, c.v = v;
+            quantise(&c.k, nkv, kvt, &r);
+            quantise(&c.v, nkv, kvt, &r);
+        } else {
+            c.k = malloc(nkv), c.v = malloc(nkv);
+            for (size_t i = 0; i < nkv; i++) {
+                smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
+                smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
+            }
+        }
+        if (nan) { /* key 100 of KV head 1, key 1500 of KV head 2, batch 0 */
+            ((unsigned char *)c.k)[(size_t)(100 * Hkv + 1) * rowb + 5] = 0x7f;
+            ((unsigned char *)c.v)[(size_t)(1500 * Hkv + 2) * rowb + 7] = 0xff;
+        }
+        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        c.in.k = (smattn_tensor){c.k, kvt, {0}};
+        c.in.v = (smattn_tensor){c.v, kvt, {0}};
+        smattn_contiguous_strides(&c.p, 'q', c.in.q.stride);
+        smattn_contiguous_strides(&c.p, 'k', c.in.k.stride);
+        smattn_contiguous_strides(&c.p, 'v', c.in.v.stride);
+        e = c; /* the expansion: K/V rows [b, t, h] = [b, t, h / G] */
+        e.p.Hkv = Hq;
+        const size_t nrows = (size_t)(B * T * Hkv);
+        e.k = malloc(nrows * (size_t)G * rowb), e.v = malloc(nrows * (size_t)G * rowb);
+        for (int64_t bt = 0; bt < B * T; bt++)
+            for (int64_t h = 0; h < Hq; h++) {
+                size_t to = (size_t)(bt * Hq + h) * rowb, from = (size_t)(bt * Hkv + h / G) * rowb;
+                memcpy((char *)e.k + to, (char *)c.k + from, rowb);
+                memcpy((char *)e.v + to, (char *)c.v + from, rowb);
+            }
+        e.in.k = (smattn_tensor){e.k, kvt, {0}};
+        e.in.v = (smattn_tensor){e.v, kvt, {0}};
+        smattn_contiguous_strides(&e.p, 'k', e.in.k.stride);
+        smattn_contiguous_strides(&e.p, 'v', e.in.v.stride);
+        for (int k = 0; k < 3; k++) {
+            if (!smattn_opt_isa_available(isas[k]))
+                continue;
+            outbuf og, o2, oe;
+            int sg = run_opt(&c, isas[k], 1, &og), s2 = run_opt(&c, isas[k], 2, &o2);
+            int se = run_opt(&e, isas[k], 2, &oe);
+            runs++;
+            if (sg || s2 || se || !same_bits(&og, &oe) || !same_bits(&og, &o2)) {
+                fprintf(stderr, "opt (%s): decode G = %lld, K/V %s, D = %lld, B = %lld, NaN %d: "
+                                "the MHA expansion or the 2-thread run differs (status %d / %d / %d)\n",
+                        isas[k], (long long)G, smattn_dtype_name(kvt), (long long)D, (long long)B,
+                        nan, sg, s2, se);
+                fails++;
+            }
+            outbuf_free(&og), outbuf_free(&o2), outbuf_free(&oe);
+        }
+        free(e.k), free(e.v);
+        gen_free(&c);
+    }
+    printf("opt decode GQA = MHA expansion, 8-bit and block K/V: %d runs compared bit for bit\n", runs);
+    ck_assert_msg(fails == 0, "%d decode problems differ from their MHA expansion", fails);
+}
+END_TEST
+
 START_TEST(opt_quant_kv)
 {
     stats st;
@@ -1693,6 +1790,7 @@ Suite *opt_suite(void)
     tcase_add_test(tq, opt_quant_kv);
     tcase_add_test(tq, opt_quant_same_bits);
     tcase_add_test(tq, opt_quant_paged);
+    tcase_add_test(tq, opt_decode_gqa_expansion_8bit);
     suite_add_tcase(s, tq);
     return s;
 }
