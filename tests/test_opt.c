@@ -1362,11 +1362,6 @@ static void set_descales(tcase *c, int mode, xorshift *r)
     c->p.descale = mode ? &qdesc : NULL;
 }
 
-/* q8_0 and q4_0 K and V, and descales on every quantised dtype (fp8 Q, K and V too), on every
- * kernel path (decode keys outer with split K and its dequantised tile, decode per head,
- * transposed-tile prefill, plain tiles, several D), within the bound of
- * smattn_opt_precision on every ISA, bitwise over threads 1, 2, 3; a block with an
- * infinite scale (its elements inf or NaN: the binary64 path) included. */
 /* opt_decode_gqa_expansion for 8-bit and block K/V (fp8 e4m3 and e5m2, q8_0, q4_0): the GQA
  * decode takes the group P.V (pv_group: 5 to 7 rows in one pass, V converted once per
  * tile) and, for e4m3 without NaN bytes in a tile, K and V read as 2^-8 times their values
@@ -1447,6 +1442,31 @@ START_TEST(opt_decode_gqa_expansion_8bit)
             int sg = run_opt(&c, isas[k], 1, &og), s2 = run_opt(&c, isas[k], 2, &o2);
             int se = run_opt(&e, isas[k], 2, &oe);
             runs++;
+            /* SPEC 4.2: the NaN byte in K (visible, KV head 1 of batch 0) makes the rows of
+             * that group NaN in O and LSE; the one in V (KV head 2) column 7 of its group's O;
+             * the first group's rows stay finite (the fast tiles). Read off a run without P:
+             * P's recomputation loads K exactly and sends a NaN row to the binary64 path,
+             * which would hide a fast tile that read the NaN byte as a number. */
+            outbuf onp;
+            outbuf_make(&onp, &c.p, out_type(&c));
+            onp.out.p.data = NULL;
+            smattn_opt_config cfg1 = {1, isas[k]};
+            int snp = nan ? (int)smattn_attention(&c.p, &c.in, &onp.out, &cfg1) : 0;
+            for (int64_t h = 0; nan && h < 3 * G; h++) {
+                const int64_t g = h / G;
+                const double lse = outbuf_get(&onp, 'l', h);
+                int wrong = snp || (g == 1 ? !isnan(lse) : !isfinite(lse));
+                for (int64_t col = 0; col < D; col++) {
+                    const double o = outbuf_get(&onp, 'o', h * D + col);
+                    wrong |= g == 1 || (g == 2 && col == 7) ? !isnan(o) : !isfinite(o);
+                }
+                if (wrong) {
+                    fprintf(stderr, "opt (%s): decode K/V %s, head %lld: a NaN byte of K or V "
+                                    "not acting as SPEC 4.2 says\n",
+                            isas[k], smattn_dtype_name(kvt), (long long)h);
+                    fails++;
+                }
+            }
             if (sg || s2 || se || !same_bits(&og, &oe) || !same_bits(&og, &o2)) {
                 fprintf(stderr, "opt (%s): decode G = %lld, K/V %s, D = %lld, B = %lld, NaN %d: "
                                 "the MHA expansion or the 2-thread run differs (status %d / %d / %d)\n",
@@ -1454,7 +1474,7 @@ START_TEST(opt_decode_gqa_expansion_8bit)
                         nan, sg, s2, se);
                 fails++;
             }
-            outbuf_free(&og), outbuf_free(&o2), outbuf_free(&oe);
+            outbuf_free(&og), outbuf_free(&o2), outbuf_free(&oe), outbuf_free(&onp);
         }
         free(e.k), free(e.v);
         gen_free(&c);
@@ -1464,6 +1484,11 @@ START_TEST(opt_decode_gqa_expansion_8bit)
 }
 END_TEST
 
+/* q8_0 and q4_0 K and V, and descales on every quantised dtype (fp8 Q, K and V too), on every
+ * kernel path (decode keys outer with split K and its dequantised tile, decode per head,
+ * transposed-tile prefill, plain tiles, several D), within the bound of
+ * smattn_opt_precision on every ISA, bitwise over threads 1, 2, 3; a block with an
+ * infinite scale (its elements inf or NaN: the binary64 path) included. */
 START_TEST(opt_quant_kv)
 {
     stats st;
