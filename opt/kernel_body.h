@@ -1085,8 +1085,10 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
 #if VLEN > 1
 #define PV_GROUP(SUF, V, LD) KTN(pv_group, SUF)(ACC, Dvp, S_, R, V, LD, nk, Dvk, &pvpf, ws->pb)
     /* a decode unit of 5 to 7 rows that all see the whole tile: one pass over V for the
-     * group (kernel_tile.h's pv_group). f32, f16 and bf16 in place (converted in
-     * registers, once for the group), the block formats dequantised once per tile; fp8 in
+     * group (kernel_tile.h's pv_group). f32 in place, the block formats dequantised once
+     * per tile; f16 and bf16 keep the 4-row blocks (their group pass, converting each V
+     * vector once for the group, measured 2-20% slower at T = 32768 on the double-pumped
+     * host, AVX2 and AVX-512, load 3: NOTES.md); fp8 in
      * place with AVX-512, staged into binary32 once per tile with AVX2 (staging f16 instead
      * cost more than it saved: callgrind, AVX2, decode T = 4096 f16, 10.10M -> 10.91M
      * instructions per call with a weight broadcast per row and key; the weights' table
@@ -1094,7 +1096,8 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * as 2^-8 times its values, the weights times 2^8 (exact: a weight is 0 or in
      * [2^-126, 1], vexp_le0 flushes below), so every product is the same. */
     int v_group = R >= 5 && R <= 7 && Dvk % (2 * VLEN) == 0 &&
-                  (v_direct || opt_is_block(vt_->dtype));
+                  (v_direct || opt_is_block(vt_->dtype)) && vt_->dtype != SMATTN_F16 &&
+                  vt_->dtype != SMATTN_BF16;
     for (int64_t r = 0; v_group && r < R; r++)
         v_group = F[r];
     if (v_group) {
@@ -1119,10 +1122,6 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
             PV_GROUP(f32, ws->v, Dvp);
         } else if (vt_->dtype == SMATTN_F32) {
             PV_GROUP(f32, (const float *)vt_->data + voff, ldv);
-        } else if (vt_->dtype == SMATTN_F16) {
-            PV_GROUP(f16, (const uint16_t *)vt_->data + voff, ldv);
-        } else if (vt_->dtype == SMATTN_BF16) {
-            PV_GROUP(bf16, (const uint16_t *)vt_->data + voff, ldv);
 #if VLEN == 8
         } else { /* fp8 staged: its conversion needs registers the 14 accumulators hold */
             const uint8_t *v0 = (const uint8_t *)vt_->data + voff;
