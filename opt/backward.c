@@ -503,7 +503,7 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
     {
         bw_stage sg = {&job, in, gin, &fo, B * Hq * job.nqb, NULL};
         const int64_t nitems = sg.nq_items + B * Hkv * job.nkb;
-        if (!(sg.bad = calloc((size_t)nitems, 1))) {
+        if (!(sg.bad = calloc((size_t)(nitems > 0 ? nitems : 1), 1))) {
             st = SMATTN_ERR_NOMEM;
             goto done;
         }
