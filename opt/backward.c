@@ -189,6 +189,133 @@ static void job_free(bw_job *j)
     free(j->scratch);
 }
 
+/* The staging's work items: first the query rows by (b, h, query block), then the keys by
+ * (b, g, key block). Each writes only its own rows of the staged operands (and of lo, hi,
+ * cls, lse, delta) or its own keys and transposed key block, and its own verdict. */
+typedef struct bw_stage {
+    bw_job *job;
+    const smattn_inputs *in;
+    const smattn_grad_inputs *gin;
+    const smattn_outputs *fo; /* the stored O and LSE */
+    int64_t nq_items;
+    unsigned char *bad; /* per item: a non-finite Q, K, V or dO element staged */
+} bw_stage;
+
+static int row_finite(const float *x, int64_t n)
+{
+    int ok = 1;
+    for (int64_t c = 0; c < n; c++)
+        ok &= isfinite(x[c]) != 0;
+    return ok;
+}
+
+/* Query rows of block qb of head (b, h): Q and dO staged, each row's key range, its class
+ * (SPEC 10.2), its stored LSE and Delta = dO . O - dLSE. Returns 0 if a staged Q or dO
+ * element is not finite. */
+static int stage_queries(const bw_stage *sg, int64_t item, float *orow)
+{
+    bw_job *job = sg->job;
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = sg->in;
+    const smattn_grad_inputs *gin = sg->gin;
+    const smattn_outputs *fo = sg->fo;
+    const int64_t S = p->S, Hq = p->Hq, D = p->D, Dv = p->Dv;
+    const int64_t qb = item % job->nqb, h = item / job->nqb % Hq, b = item / job->nqb / Hq;
+    const int64_t i1 = (qb + 1) * BW_BQ < S ? (qb + 1) * BW_BQ : S;
+    int ok = 1;
+    for (int64_t i = qb * BW_BQ; i < i1; i++) {
+        const int64_t row = (b * Hq + h) * S + i;
+        smattn__key_range(p, b, i, &job->lo[row], &job->hi[row]);
+        if (!smattn__row_stored(p, b, i)) { /* a packed padding row: no storage */
+            memset(job->q + row * job->Dp, 0, (size_t)job->Dp * sizeof(float));
+            memset(job->dO + row * job->Dvp, 0, (size_t)job->Dvp * sizeof(float));
+            job->cls[row] = BW_ROW_SKIP; /* no O, no loss term (SPEC 10.1) */
+            continue;
+        }
+        stage_row(job->q + row * job->Dp, job->Dp, &in->q,
+                  smattn__row_off(p, in->q.stride, b, i, h, 0), D);
+        stage_row(job->dO + row * job->Dvp, job->Dvp, &gin->dout,
+                  smattn__row_off(p, gin->dout.stride, b, i, h, 0), Dv);
+        ok &= row_finite(job->q + row * job->Dp, D) & row_finite(job->dO + row * job->Dvp, Dv);
+        int64_t nvis = 0;
+        for (int64_t j = job->lo[row]; j < job->hi[row] && !nvis; j++) {
+            if (!smattn__mask_allows(p, in, b, h, i, j))
+                continue;
+            if (in->bias.data &&
+                smattn_load(in->bias.data, in->bias.dtype,
+                            smattn__off4(in->bias.stride, b, h, i, j)) == -HUGE_VAL)
+                continue;
+            nvis = 1;
+        }
+        const int sink = in->sinks.data && i < smattn__q_len(p, b) &&
+                         smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0]) !=
+                             -HUGE_VAL;
+        unsigned char cls = BW_ROW_REGULAR;
+        if (!nvis && !sink)
+            cls = p->empty_rows == SMATTN_EMPTY_NAN ? BW_ROW_NAN
+                  : p->empty_rows == SMATTN_EMPTY_MEAN && smattn__kv_len(p, b) > 0
+                      ? BW_ROW_MEAN
+                      : BW_ROW_SKIP; /* a `nan` row's group: marked after the run */
+        else if (!nvis)
+            cls = BW_ROW_SKIP; /* the sink alone: nothing flows to q, k, v */
+        job->cls[row] = cls;
+        if (cls != BW_ROW_REGULAR)
+            continue;
+        job->lse[row] = (float)smattn_load(fo->lse.data, fo->lse.dtype,
+                                           smattn__lse_off(p, fo->lse.stride, b, h, i));
+        const smattn_tensor ot = {fo->o.data, fo->o.dtype,
+                                  {fo->o.stride[0], fo->o.stride[1], fo->o.stride[2],
+                                   fo->o.stride[3]}};
+        stage_row(orow, Dv, &ot, smattn__row_off(p, ot.stride, b, i, h, 0), Dv);
+        const float *dO = job->dO + row * job->Dvp;
+        float dl = 0.0f;
+        for (int64_t c = 0; c < Dv; c++)
+            dl += dO[c] * orow[c]; /* two roundings, no libm call */
+        if (gin->dlse.data)
+            dl -= (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
+                                     smattn__lse_off(p, gin->dlse.stride, b, h, i));
+        job->delta[row] = dl;
+    }
+    return ok;
+}
+
+/* Keys of block kb of KV head (b, g): K by key and as the transposed block, V transposed.
+ * A layout's keys past T_b have no storage: left +0 (calloc), never seen. Returns 0 if a
+ * staged K or V element is not finite. */
+static int stage_keys(const bw_stage *sg, int64_t item, float *orow)
+{
+    bw_job *job = sg->job;
+    const smattn_problem *p = job->p;
+    const smattn_inputs *in = sg->in;
+    const int64_t Hkv = p->Hkv, D = p->D, Dv = p->Dv, Tp = job->nkb * BW_BK;
+    const int64_t kb = item % job->nkb, g = item / job->nkb % Hkv, b = item / job->nkb / Hkv;
+    const int64_t T = p->layout ? smattn__kv_len(p, b) : p->T;
+    const int64_t j1 = (kb + 1) * BW_BK < T ? (kb + 1) * BW_BK : T;
+    float *kt = job->kt + ((b * Hkv + g) * job->nkb + kb) * job->Dp * BW_BK;
+    float *vt = job->vt + ((b * Hkv + g) * job->nkb + kb) * job->Dvp * BW_BK;
+    int ok = 1;
+    for (int64_t j = kb * BW_BK; j < j1; j++) {
+        const int64_t c = j % BW_BK;
+        float *kr = job->k + ((b * Hkv + g) * Tp + j) * job->Dp;
+        stage_row(kr, job->Dp, &in->k, smattn__key_off(p, in->k.stride, b, j, g, 0), D);
+        for (int64_t d = 0; d < D; d++)
+            kt[d * BW_BK + c] = kr[d];
+        stage_row(orow, Dv, &in->v, smattn__key_off(p, in->v.stride, b, j, g, 0), Dv);
+        for (int64_t d = 0; d < Dv; d++)
+            vt[d * BW_BK + c] = orow[d];
+        ok &= row_finite(kr, D) & row_finite(orow, Dv);
+    }
+    return ok;
+}
+
+static void run_stage(void *ctx, int64_t item, int worker)
+{
+    const bw_stage *sg = ctx;
+    float *orow = sg->job->scratch + (int64_t)worker * sg->job->scratch_len;
+    sg->bad[item] = !(item < sg->nq_items ? stage_queries(sg, item, orow)
+                                          : stage_keys(sg, item - sg->nq_items, orow));
+}
+
 static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *in,
                                   const smattn_inputs *orig, const smattn_forward_saved *saved,
                                   const smattn_grad_inputs *gin,
@@ -361,115 +488,38 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
     job.nan_group = calloc((size_t)(B * Hkv), 1);
     job.scratch_len = bw_scratch_len(job.Dp, job.Dvp);
     job.scratch = malloc((size_t)(nt * job.scratch_len) * sizeof(float));
-    float *orow = malloc((size_t)(Dv > 0 ? Dv : 1) * sizeof(float));
     {
         const double ds_bytes = (double)(B * Hq) * (double)(job.nqb * job.nkb) * BW_BQ * BW_BK * 4;
         if (ds_bytes <= (double)ds_budget)
             job.ds = malloc((size_t)ds_bytes); /* NULL: recompute, the same bits */
     }
     if (!job.q || !job.dO || !job.k || !job.kt || !job.vt || !job.lse || !job.delta ||
-        !job.lo || !job.hi || !job.cls || !job.nan_group || !job.scratch || !orow) {
+        !job.lo || !job.hi || !job.cls || !job.nan_group || !job.scratch) {
         st = SMATTN_ERR_NOMEM;
         goto done;
     }
-    /* stage Q, dO by rows (b, h, i); K, V by (b, g) and key, K also as transposed blocks */
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < Hq; h++)
-            for (int64_t i = 0; i < S; i++) {
-                const int64_t row = (b * Hq + h) * S + i;
-                if (!smattn__row_stored(p, b, i)) { /* a packed padding row: no storage */
-                    memset(job.q + row * job.Dp, 0, (size_t)job.Dp * sizeof(float));
-                    memset(job.dO + row * job.Dvp, 0, (size_t)job.Dvp * sizeof(float));
-                    continue;
-                }
-                stage_row(job.q + row * job.Dp, job.Dp, &in->q,
-                          smattn__row_off(p, in->q.stride, b, i, h, 0), D);
-                stage_row(job.dO + row * job.Dvp, job.Dvp, &gin->dout,
-                          smattn__row_off(p, gin->dout.stride, b, i, h, 0), Dv);
-            }
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t g = 0; g < Hkv; g++)
-            for (int64_t j = 0; j < (p->layout ? smattn__kv_len(p, b) : T); j++) {
-                /* a layout's keys past T_b have no storage: left +0 (calloc), never seen */
-                const int64_t kb = j / BW_BK, c = j % BW_BK;
-                float *kr = job.k + ((b * Hkv + g) * Tp + j) * job.Dp;
-                stage_row(kr, job.Dp, &in->k, smattn__key_off(p, in->k.stride, b, j, g, 0), D);
-                float *kt = job.kt + ((b * Hkv + g) * job.nkb + kb) * job.Dp * BW_BK;
-                for (int64_t d = 0; d < D; d++)
-                    kt[d * BW_BK + c] = kr[d];
-                float *vt = job.vt + ((b * Hkv + g) * job.nkb + kb) * job.Dvp * BW_BK;
-                stage_row(orow, Dv, &in->v, smattn__key_off(p, in->v.stride, b, j, g, 0), Dv);
-                for (int64_t d = 0; d < Dv; d++)
-                    vt[d * BW_BK + c] = orow[d];
-            }
+    /* the staging, the finiteness checks, each row's class and Delta: items over the pool,
+     * each writing its own rows and keys; the verdicts combined after the run */
     {
-        /* non-finite Q, K, V or dO: SPEC 10.2's rules are the oracle's (smattn.h) */
+        bw_stage sg = {&job, in, gin, &fo, B * Hq * job.nqb, NULL};
+        const int64_t nitems = sg.nq_items + B * Hkv * job.nkb;
+        if (!(sg.bad = calloc((size_t)(nitems > 0 ? nitems : 1), 1))) {
+            st = SMATTN_ERR_NOMEM;
+            goto done;
+        }
+        smattn__pool_run(nt, nitems, run_stage, &sg);
         int bad = 0;
-        for (int64_t x = 0; x < nrows * job.Dp && !bad; x++)
-            bad = !isfinite(job.q[x]);
-        for (int64_t x = 0; x < nrows * job.Dvp && !bad; x++)
-            bad = !isfinite(job.dO[x]);
-        for (int64_t x = 0; x < B * Hkv * Tp * job.Dp && !bad; x++)
-            bad = !isfinite(job.k[x]);
-        for (int64_t x = 0; x < B * Hkv * Tp * job.Dvp && !bad; x++)
-            bad = !isfinite(job.vt[x]);
-        if (bad) {
+        for (int64_t x = 0; x < nitems; x++)
+            bad |= sg.bad[x];
+        free(sg.bad);
+        if (bad) { /* non-finite Q, K, V or dO: SPEC 10.2's rules are the oracle's (smattn.h) */
             st = SMATTN_ERR_UNSUPPORTED;
             goto done;
         }
+        for (int64_t row = 0; row < nrows; row++) /* a `nan` empty row poisons its group */
+            if (job.cls[row] == BW_ROW_NAN)
+                job.nan_group[row / (Hq * S) * Hkv + smattn__kv_head(p, row / S % Hq)] = 1;
     }
-    /* each row's class (SPEC 10.2), its stored LSE and Delta = dO . O - dLSE */
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < Hq; h++)
-            for (int64_t i = 0; i < S; i++) {
-                const int64_t row = (b * Hq + h) * S + i;
-                smattn__key_range(p, b, i, &job.lo[row], &job.hi[row]);
-                if (!smattn__row_stored(p, b, i)) {
-                    job.cls[row] = BW_ROW_SKIP; /* no O, no loss term (SPEC 10.1) */
-                    continue;
-                }
-                int64_t nvis = 0;
-                for (int64_t j = job.lo[row]; j < job.hi[row] && !nvis; j++) {
-                    if (!smattn__mask_allows(p, in, b, h, i, j))
-                        continue;
-                    if (in->bias.data &&
-                        smattn_load(in->bias.data, in->bias.dtype,
-                                    smattn__off4(in->bias.stride, b, h, i, j)) == -HUGE_VAL)
-                        continue;
-                    nvis = 1;
-                }
-                const int sink = in->sinks.data && i < smattn__q_len(p, b) &&
-                                 smattn_load(in->sinks.data, in->sinks.dtype,
-                                             h * in->sinks.stride[0]) != -HUGE_VAL;
-                unsigned char cls = BW_ROW_REGULAR;
-                if (!nvis && !sink) {
-                    cls = p->empty_rows == SMATTN_EMPTY_NAN ? BW_ROW_NAN
-                          : p->empty_rows == SMATTN_EMPTY_MEAN && smattn__kv_len(p, b) > 0
-                              ? BW_ROW_MEAN
-                              : BW_ROW_SKIP;
-                    if (cls == BW_ROW_NAN)
-                        job.nan_group[b * Hkv + smattn__kv_head(p, h)] = 1;
-                } else if (!nvis) {
-                    cls = BW_ROW_SKIP; /* the sink alone: nothing flows to q, k, v */
-                }
-                job.cls[row] = cls;
-                if (cls != BW_ROW_REGULAR)
-                    continue;
-                job.lse[row] = (float)smattn_load(fo.lse.data, fo.lse.dtype,
-                                                  smattn__lse_off(p, fo.lse.stride, b, h, i));
-                const smattn_tensor ot = {fo.o.data, fo.o.dtype,
-                                          {fo.o.stride[0], fo.o.stride[1], fo.o.stride[2],
-                                           fo.o.stride[3]}};
-                stage_row(orow, Dv, &ot, smattn__row_off(p, ot.stride, b, i, h, 0), Dv);
-                const float *dO = job.dO + row * job.Dvp;
-                float dl = 0.0f;
-                for (int64_t c = 0; c < Dv; c++)
-                    dl += dO[c] * orow[c]; /* two roundings, no libm call */
-                if (gin->dlse.data)
-                    dl -= (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
-                                             smattn__lse_off(p, gin->dlse.stride, b, h, i));
-                job.delta[row] = dl;
-            }
     {
         bw_run r = {&job, isa};
         smattn__pool_run(nt, B * job.nkb * Hkv, run_dkdv, &r);
@@ -477,7 +527,6 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
     }
     st = SMATTN_OK;
 done:
-    free(orow);
     free(o_own), free(l_own);
     job_free(&job);
     return st;

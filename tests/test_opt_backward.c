@@ -432,6 +432,56 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* A non-finite element of Q, K, V or dO in any staging item (the first batch's first rows
+ * and keys, the last batch's last ones) is refused at 1, 2 and 3 threads, and the problem
+ * runs again once it is restored: the items' verdicts are combined after the pool run. */
+START_TEST(nonfinite_any_item)
+{
+    const bwshape sh = {130, 129, 4, 2, 20, 24}; /* 3 query blocks, 3 key blocks */
+    bwcase c;
+    uint64_t seed = 60;
+    for (;; seed++) { /* a problem of several batches */
+        ck_assert_int_eq(bwcase_make_shaped(&c, seed, BW_GQA, SMATTN_F32, &sh), 0);
+        if (c.p.B >= 2)
+            break;
+        bwcase_free(&c);
+        ck_assert(seed < 100);
+    }
+    const smattn_problem *p = &c.p;
+    const int64_t B = p->B;
+    float *const data[4] = {c.q, c.k, c.v, c.dout};
+    const smattn_tensor *const ts[4] = {&c.in.q, &c.in.k, &c.in.v, &c.gin.dout};
+    const int64_t n1[4] = {p->S, p->T, p->T, p->S}, n2[4] = {p->Hq, p->Hkv, p->Hkv, p->Hq},
+                  n3[4] = {p->D, p->D, p->Dv, p->Dv};
+    bwgrads ref, g;
+    bwgrads_make(&ref, p, SMATTN_F32);
+    ck_assert_int_eq(run_bw(&c, NULL, 1, &ref), SMATTN_OK);
+    for (int t = 0; t < 4; t++)
+        for (int at = 0; at < 2; at++) {
+            ck_assert(ts[t]->data == data[t]);
+            const int64_t off =
+                at ? smattn__off4(ts[t]->stride, B - 1, n1[t] - 1, n2[t] - 1, n3[t] - 1)
+                   : smattn__off4(ts[t]->stride, 0, 1, 0, n3[t] / 2);
+            const float was = data[t][off];
+            data[t][off] = at ? INFINITY : NAN;
+            for (int th = 1; th <= 3; th++) {
+                bwgrads_make(&g, p, SMATTN_F32);
+                ck_assert_msg(run_bw(&c, NULL, th, &g) == SMATTN_ERR_UNSUPPORTED,
+                              "tensor %d, element %lld, %d threads: not refused", t,
+                              (long long)off, th);
+                bwgrads_free(&g);
+            }
+            data[t][off] = was;
+            bwgrads_make(&g, p, SMATTN_F32);
+            ck_assert_int_eq(run_bw(&c, NULL, 3, &g), SMATTN_OK);
+            ck_assert(same_bits(&ref, &g));
+            bwgrads_free(&g);
+        }
+    bwgrads_free(&ref);
+    bwcase_free(&c);
+}
+END_TEST
+
 Suite *opt_backward_suite(void);
 Suite *opt_backward_suite(void)
 {
@@ -447,6 +497,7 @@ Suite *opt_backward_suite(void)
     tcase_add_test(t, half_inputs_exact);
     tcase_add_test(t, refusals);
     tcase_add_test(t, edge_shapes);
+    tcase_add_test(t, nonfinite_any_item);
     tcase_add_test(t, nan_row_beside_regular_rows);
     suite_add_tcase(s, t);
     return s;
