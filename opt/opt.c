@@ -68,8 +68,7 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
     float qbuf[RBUF], kbuf[RBUF];
     const int held = p->D <= RBUF;
     for (int64_t d = 0; held && d < p->D; d++)
-        qbuf[d] = (float)smattn_load(in->q.data, in->q.dtype,
-                                     smattn__row_off(p, in->q.stride, b, i, h, d));
+        qbuf[d] = opt_load1(&in->q, smattn__row_off(p, in->q.stride, b, i, h, d));
     float sh, sl;
     opt_scale(job, b, g, &sh, &sl);
     for (int64_t j = 0; j < p->T; j++) {
@@ -77,18 +76,12 @@ static void write_p_attention(const opt_job *job, int64_t b, int64_t h, int64_t 
         if (j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j)) {
             float dot = 0.0f;
             const int64_t k0 = smattn__key_off(p, in->k.stride, b, j, g, 0), ks = in->k.stride[3];
-            if (held && in->k.dtype == SMATTN_F32)
-                for (int64_t d = 0; d < p->D; d++)
-                    kbuf[d] = opt_ld_f32(in->k.data, k0 + d * ks);
-            else if (held)
-                for (int64_t d = 0; d < p->D; d++)
-                    kbuf[d] = (float)smattn_load(in->k.data, in->k.dtype, k0 + d * ks);
+            for (int64_t d = 0; held && d < p->D; d++)
+                kbuf[d] = opt_load1(&in->k, k0 + d * ks);
             for (int64_t d = 0; d < p->D; d++) {
                 float q = held ? qbuf[d]
-                               : (float)smattn_load(in->q.data, in->q.dtype,
-                                                    smattn__row_off(p, in->q.stride, b, i, h, d));
-                float k = held ? kbuf[d]
-                               : (float)smattn_load(in->k.data, in->k.dtype, k0 + d * ks);
+                               : opt_load1(&in->q, smattn__row_off(p, in->q.stride, b, i, h, d));
+                float k = held ? kbuf[d] : opt_load1(&in->k, k0 + d * ks);
                 dot = fmaf(q, k, dot);
             }
             float x = fmaf(dot, sh, dot * sl);
