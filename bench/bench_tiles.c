@@ -32,5 +32,24 @@ int main(void)
     printf("\nGFLOP/s: 2 * 64 * 64 * 128 flops per call; in parentheses, of one core's FMA peak "
            "(the same ISA's loop).\ntransposition: one 64-key tile of K into the lanes layout "
            "(qkt's input).\n");
+    printf("\nThe decode's micro-kernels: 4 KV heads of 7-head groups (S = 1, Hq = 28, Hkv = 4) "
+           "against one 64-key tile,\nns per (key, query head); FMA bound: its 2 D flops "
+           "at the peak above;\nkeys in the lanes would add the "
+           "tile's transposition, shared by the 7 heads of a group (transposition / 448).\n\n");
+    printf("%-7s %9s %10s %10s %10s %10s %14s\n", "ISA", "FMA bound", "qk f32", "qk f16",
+           "p.v f32", "p.v f16", "transposition");
+    for (int k = 0; k < 2; k++) {
+        if (!smattn_opt_isa_available(isas[k]) || !bench_fma_available(isas[k]))
+            continue;
+        bench_tiles_result r;
+        if (k == 0)
+            bench_tiles_avx2(&r);
+        else
+            bench_tiles_avx512(&r);
+        double peak = bench_fma_peak(isas[k], 1, 5, 0.15);
+        const double bound = 2.0 * 128 / peak; /* ns: 2 D flops per (key, head) */
+        printf("%-7s %9.2f %10.2f %10.2f %10.2f %10.2f %14.2f\n", isas[k], bound, r.dec_qk[0],
+               r.dec_qk[1], r.dec_pv[0], r.dec_pv[1], r.transpose_ns / (64.0 * 7));
+    }
     return 0;
 }

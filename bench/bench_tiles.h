@@ -9,6 +9,10 @@ typedef struct bench_tiles_result {
     double qkt;          /* GFLOP/s: keys in the lanes on a transposed tile (qkt_tile) */
     double transpose_ns; /* one 64-key tile transposed */
     double pv;           /* GFLOP/s: P.V of a fully visible tile (pv_tile) */
+    /* the decode's: ns per (key, query head) for 4 KV heads of 7-head groups against one
+     * 64-key tile, K/V f32 and f16 (index 0, 1) */
+    double dec_qk[2];    /* scores, keys outer (qk_keys: horizontal sums) */
+    double dec_pv[2];    /* the group P.V (pv_group) */
 } bench_tiles_result;
 
 void bench_tiles_avx2(bench_tiles_result *r);

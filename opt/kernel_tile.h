@@ -508,8 +508,8 @@ static void TN(pv_tile)(float *ACC, int64_t Dvp, const float *P, unsigned char *
  * ([r][j][VLEN], pv_group), are the fma's memory operand, read by every column pass.
  * Each (row, column) is pv_block's fma chain over the keys in order: the same bits
  * whichever block computes it. */
-static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const float *p,
-                                                const float *pb, const TILE_T *v, int64_t ldv,
+static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const float *pb,
+                                                const TILE_T *v, int64_t ldv,
                                                 int64_t nk, const int nr, const opt_pfrows *pr)
 {
 #define PVGA_DECL(r) vf a##r##0 = vf_zero(), a##r##1 = vf_zero()
@@ -517,15 +517,6 @@ static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const f
     do {                                                                                       \
         if (nr > (r))                                                                          \
             a##r##0 = vf_load(acc + (r) * lda), a##r##1 = vf_load(acc + (r) * lda + VLEN);     \
-    } while (0)
-#define PVGA_FMA_F32(r, j)                                                                     \
-    do {                                                                                       \
-        if (nr > (r)) {                                                                        \
-            const vf pp = vf_set1(p[(r) * OPT_BK + (j)]);                                      \
-            const float *vj = (const float *)(const void *)(v + (j) * ldv);                    \
-            a##r##0 = vf_fmadd_mem(pp, vj, a##r##0);                                           \
-            a##r##1 = vf_fmadd_mem(pp, vj + VLEN, a##r##1);                                    \
-        }                                                                                      \
     } while (0)
 #define PVGA_FMA_TAB(r, j)                                                                     \
     do {                                                                                       \
@@ -536,24 +527,14 @@ static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const f
     } while (0)
 #define PVGA_KEY(j)                                                                            \
     do {                                                                                       \
-        if (sizeof(TILE_T) == sizeof(float)) {                                                 \
-            PVGA_FMA_F32(0, j);                                                                \
-            PVGA_FMA_F32(1, j);                                                                \
-            PVGA_FMA_F32(2, j);                                                                \
-            PVGA_FMA_F32(3, j);                                                                \
-            PVGA_FMA_F32(4, j);                                                                \
-            PVGA_FMA_F32(5, j);                                                                \
-            PVGA_FMA_F32(6, j);                                                                \
-        } else {                                                                               \
-            const vf v0 = TILE_LOAD(v + (j) * ldv), v1 = TILE_LOAD(v + (j) * ldv + VLEN);      \
-            PVGA_FMA_TAB(0, j);                                                                \
-            PVGA_FMA_TAB(1, j);                                                                \
-            PVGA_FMA_TAB(2, j);                                                                \
-            PVGA_FMA_TAB(3, j);                                                                \
-            PVGA_FMA_TAB(4, j);                                                                \
-            PVGA_FMA_TAB(5, j);                                                                \
-            PVGA_FMA_TAB(6, j);                                                                \
-        }                                                                                      \
+        const vf v0 = TILE_LOAD(v + (j) * ldv), v1 = TILE_LOAD(v + (j) * ldv + VLEN);          \
+        PVGA_FMA_TAB(0, j);                                                                    \
+        PVGA_FMA_TAB(1, j);                                                                    \
+        PVGA_FMA_TAB(2, j);                                                                    \
+        PVGA_FMA_TAB(3, j);                                                                    \
+        PVGA_FMA_TAB(4, j);                                                                    \
+        PVGA_FMA_TAB(5, j);                                                                    \
+        PVGA_FMA_TAB(6, j);                                                                    \
     } while (0)
 #define PVGA_STORE(r)                                                                          \
     do {                                                                                       \
@@ -593,7 +574,6 @@ static inline OPT_INLINE void TN(pv_group_pass)(float *acc, int64_t lda, const f
     PVGA_STORE(6);
 #undef PVGA_DECL
 #undef PVGA_LOAD
-#undef PVGA_FMA_F32
 #undef PVGA_FMA_TAB
 #undef PVGA_KEY
 #undef PVGA_STORE
@@ -607,20 +587,19 @@ static inline void TN(pv_group)(float *ACC, int64_t Dvp, const float *P, int64_t
                                 const TILE_T *V, int64_t ldv, int64_t nk, int64_t Dvk,
                                 const opt_prefetch *pf, float *pb)
 {
-    if (sizeof(TILE_T) != sizeof(float))
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = 0; j < nk; j++)
-                vf_store(pb + (r * OPT_BK + j) * VLEN, vf_set1(P[r * OPT_BK + j]));
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < nk; j++)
+            vf_store(pb + (r * OPT_BK + j) * VLEN, vf_set1(P[r * OPT_BK + j]));
     const int64_t np = Dvk / (2 * VLEN);
     for (int64_t c = 0; c < np; c++) {
         const opt_pfrows pr = opt_pf_share(pf, c, np);
         const int64_t c0 = c * 2 * VLEN;
         if (R == 7)
-            TN(pv_group_pass)(ACC + c0, Dvp, P, pb, V + c0, ldv, nk, 7, &pr);
+            TN(pv_group_pass)(ACC + c0, Dvp, pb, V + c0, ldv, nk, 7, &pr);
         else if (R == 6)
-            TN(pv_group_pass)(ACC + c0, Dvp, P, pb, V + c0, ldv, nk, 6, &pr);
+            TN(pv_group_pass)(ACC + c0, Dvp, pb, V + c0, ldv, nk, 6, &pr);
         else
-            TN(pv_group_pass)(ACC + c0, Dvp, P, pb, V + c0, ldv, nk, 5, &pr);
+            TN(pv_group_pass)(ACC + c0, Dvp, pb, V + c0, ldv, nk, 5, &pr);
     }
 }
 #endif
