@@ -14,9 +14,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/support/case_dir.h"
 #include "tests/support/fs.h"
 #include "io/case.h"
 #include "io/util.h"
+
+/* the shared helpers (tests/support/case_dir.h) under this suite's short names */
+#define put_text test_put_text
+#define load_ok test_case_load_ok
+#define load_fails test_case_load_fails
 
 /* ---- fixtures -------------------------------------------------------------------------- */
 
@@ -82,11 +88,6 @@ static void put_header(const char *dir, const char *name, const char *dict, cons
     free(file);
 }
 
-static void put_text(const char *dir, const char *name, const char *text)
-{
-    put_bytes(dir, name, text, strlen(text));
-}
-
 /* A standard attention case: q [S,Hq,D] k,v [T,Hkv,D] (3-D) or with B first (4-D). */
 static void put_qkv(const char *dir, int rank, int64_t B, int64_t S, int64_t T, int64_t Hq,
                     int64_t Hkv, int64_t D, smattn_npy_type t)
@@ -96,21 +97,6 @@ static void put_qkv(const char *dir, int rank, int64_t B, int64_t S, int64_t T, 
     put(dir, "q.npy", t, rank, q + o);
     put(dir, "k.npy", t, rank, k + o);
     put(dir, "v.npy", t, rank, k + o);
-}
-
-static void load_ok(const char *dir, smattn_case *c)
-{
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, c, err, sizeof err) == 0, "%s", err);
-}
-
-static void load_fails(const char *dir, const char *needle)
-{
-    smattn_case c;
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) != 0, "accepted (%s)", needle);
-    ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
-    ck_assert_msg(!strchr(err, '\n'), "multi-line message '%s'", err);
 }
 
 /* ---- good cases ------------------------------------------------------------------------ */

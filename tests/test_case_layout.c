@@ -13,23 +13,19 @@
 
 #include "io/case.h"
 #include "io/util.h"
+#include "tests/support/case_dir.h"
 #include "tests/support/fs.h"
+
+/* the shared helpers (tests/support/case_dir.h) under this suite's short names */
+#define put_text test_put_text
+#define load_ok test_case_load_ok
+#define load_fails test_case_load_fails
 
 static char *make_tmpdir(void)
 {
     char *d = strdup("/tmp/smattn_layout_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(d));
     return d;
-}
-
-static void put_text(const char *dir, const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-    fclose(f);
 }
 
 static void rm(const char *dir, const char *name)
@@ -71,21 +67,6 @@ static void put_ints(const char *dir, const char *name, smattn_npy_type t, int64
     }
     ck_assert_msg(smattn_npy_write(p, t, 2, shape, buf, err, sizeof err) == 0, "%s", err);
     free(buf);
-}
-
-static void load_ok(const char *dir, smattn_case *c)
-{
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, c, err, sizeof err) == 0, "%s", err);
-}
-
-static void load_fails(const char *dir, const char *needle)
-{
-    smattn_case c;
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) != 0, "accepted (%s)", needle);
-    ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
-    ck_assert_msg(!strchr(err, '\n'), "multi-line message '%s'", err);
 }
 
 /* The running example: B = 3 sequences of 3, 1, 4 queries (total_q 8), Hq 4, Hkv 2, D 16,
