@@ -180,6 +180,32 @@ static int exists(const char *path)
 
 /* ---- tests ------------------------------------------------------------------------------- */
 
+/* Case c<v> under tmp (make_case of that rank, with bias, sinks and dlse when extras) and
+ * `smattn cmd` (ref or opt) run on it into o<v> in t (f32 or bf16); dir and out (256 bytes
+ * each) receive the two paths. */
+static void case_through_cli(const char *cmd, int v, int rank, int extras, smattn_dtype t,
+                             bcase *bc, char *dir, char *out)
+{
+    snprintf(dir, 256, "%s/c%d", tmp, v);
+    snprintf(out, 256, "%s/o%d", tmp, v);
+    make_case(bc, dir, rank, extras, extras, extras);
+    test_outcome r = test_cli_run(
+        tmp, (const char *[]){cmd, dir, out, "--dtype", t == SMATTN_BF16 ? "bf16" : "f32", NULL});
+    ck_assert_msg(r.code == 0, "%s: exit %d: %s", cmd, r.code, r.err);
+    test_outcome_free(&r);
+}
+
+/* OUT/dq.npy, dk.npy and dv.npy hold g[0..2] (elements of es bytes) in bc's shapes. */
+static void expect_dqkv(const char *out, const bcase *bc, int rank, void *const g[3], size_t es)
+{
+    const int o = 4 - rank;
+    const int64_t sq[4] = {bc->B, S_, HQ, D_}, sk[4] = {bc->B, T_, HKV, D_},
+                  sv[4] = {bc->B, T_, HKV, DV};
+    expect_file(out, "dq.npy", rank, sq + o, g[0], es);
+    expect_file(out, "dk.npy", rank, sk + o, g[1], es);
+    expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+}
+
 /* The loader: the gradients' tensors of 3-D and 4-D cases, bf16 bits named in case.json. */
 START_TEST(load_backward_case)
 {
@@ -228,23 +254,13 @@ START_TEST(ref_writes_gradients)
         const smattn_dtype t = v == 2 ? SMATTN_BF16 : SMATTN_F32;
         bcase bc;
         char dir[256], out[256];
-        snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
-        snprintf(out, sizeof out, "%s/o%d", tmp, v);
-        make_case(&bc, dir, rank, extras, extras, extras);
-        test_outcome r =
-            test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype",
-                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
-        ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
-        test_outcome_free(&r);
+        case_through_cli("ref", v, rank, extras, t, &bc, dir, out);
         void *g[5];
         library(&bc, t, g);
         const int o = 4 - rank;
-        const int64_t sq[4] = {bc.B, S_, HQ, D_}, sk[4] = {bc.B, T_, HKV, D_},
-                      sv[4] = {bc.B, T_, HKV, DV}, sb[4] = {bc.B, HQ, S_, T_};
+        const int64_t sb[4] = {bc.B, HQ, S_, T_};
         const size_t es = smattn_dtype_size(t);
-        expect_file(out, "dq.npy", rank, sq + o, g[0], es);
-        expect_file(out, "dk.npy", rank, sk + o, g[1], es);
-        expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+        expect_dqkv(out, &bc, rank, g, es);
         ck_assert(exists(test_path(out, "o.npy")) && exists(test_path(out, "lse.npy")));
         if (extras) {
             expect_file(out, "dbias.npy", rank, sb + o, g[3], es);
@@ -604,23 +620,10 @@ START_TEST(opt_writes_gradients)
         const smattn_dtype t = v == 2 ? SMATTN_BF16 : SMATTN_F32;
         bcase bc;
         char dir[256], out[256];
-        snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
-        snprintf(out, sizeof out, "%s/o%d", tmp, v);
-        make_case(&bc, dir, rank, extras, extras, extras);
-        test_outcome r =
-            test_cli_run(tmp, (const char *[]){"opt", dir, out, "--dtype",
-                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
-        ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
-        test_outcome_free(&r);
+        case_through_cli("opt", v, rank, extras, t, &bc, dir, out);
         void *g[3];
         fast(&bc, t, g);
-        const int o = 4 - rank;
-        const int64_t sq[4] = {bc.B, S_, HQ, D_}, sk[4] = {bc.B, T_, HKV, D_},
-                      sv[4] = {bc.B, T_, HKV, DV};
-        const size_t es = smattn_dtype_size(t);
-        expect_file(out, "dq.npy", rank, sq + o, g[0], es);
-        expect_file(out, "dk.npy", rank, sk + o, g[1], es);
-        expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+        expect_dqkv(out, &bc, rank, g, smattn_dtype_size(t));
         ck_assert(!exists(test_path(out, "dbias.npy")) && !exists(test_path(out, "dsinks.npy")));
         char err[512] = "";
         ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);

@@ -26,13 +26,6 @@
 
 /* ---- fixtures -------------------------------------------------------------------------- */
 
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/smattn_case_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
 /* An array of n elements with the given values (converted to the type), written as npy. */
 static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
                 const int64_t *shape)
@@ -103,7 +96,7 @@ static void put_qkv(const char *dir, int rank, int64_t B, int64_t S, int64_t T, 
 
 START_TEST(attention_3d_defaults)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 5, 4, 2, 8, SMATTN_NPY_F32);
     smattn_case c;
     load_ok(d, &c);
@@ -129,7 +122,7 @@ END_TEST
 
 START_TEST(attention_4d_broadcast_options)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 4, 2, 3, 4, 2, 1, 4, SMATTN_NPY_F64);
     put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 1, 3, 4});
     put(d, "mask.npy", SMATTN_NPY_BOOL, 1, (int64_t[]){4});
@@ -164,7 +157,7 @@ END_TEST
 
 START_TEST(bf16_sinks_softmax_fortran)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     /* bf16 as '<u2' bits when named; sinks.npy [Hq]. */
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_U16);
     put(d, "sinks.npy", SMATTN_NPY_F16, 1, (int64_t[]){2});
@@ -194,7 +187,7 @@ END_TEST
 
 START_TEST(bad_files_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     load_fails("/nonexistent/smattn/case", "no such case directory");
     load_fails(d, "no q.npy");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
@@ -226,7 +219,7 @@ END_TEST
 
 START_TEST(bad_dtypes_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
     put(d, "q.npy", SMATTN_NPY_U16, 3, (int64_t[]){2, 2, 4});
     load_fails(d, "q.npy: dtype '<u2' holds raw bits");
@@ -249,7 +242,7 @@ END_TEST
 
 START_TEST(bad_shapes_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 4, 4, 4, 4, 128, SMATTN_NPY_F32);
     put(d, "k.npy", SMATTN_NPY_F32, 3, (int64_t[]){4, 4, 16});
     load_fails(d, "k.npy: shape [4,4,16] does not match q.npy's head dim 128");
@@ -311,7 +304,7 @@ END_TEST
 
 START_TEST(bad_json_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
     const char *bad[][2] = {
         {"{\"scale\": 1,", "case.json: malformed JSON"},
@@ -531,7 +524,7 @@ END_TEST
 START_TEST(unreadable_optional_inputs_are_errors)
 {
     static const char *const names[4] = {"bias.npy", "mask.npy", "sinks.npy", "case.json"};
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
     smattn_case c;
     load_ok(d, &c);
@@ -561,7 +554,7 @@ END_TEST
 
 START_TEST(outputs_written_in_case_rank)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 4, 2, 5, SMATTN_NPY_F32);
     put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 6});
     smattn_case c;
@@ -603,7 +596,7 @@ END_TEST
  * one line naming the key. */
 START_TEST(alibi_keys)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 4, 2, 3, 4, 2, 1, 4, SMATTN_NPY_F32);
     put_text(d, "case.json", "{\"alibi_mode\": \"one_sided\", \"alibi_slopes\": [0.5, -0.125]}");
     smattn_case c;

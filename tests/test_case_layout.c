@@ -21,13 +21,6 @@
 #define load_ok test_case_load_ok
 #define load_fails test_case_load_fails
 
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/smattn_layout_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
 static void rm(const char *dir, const char *name)
 {
     char p[512];
@@ -90,7 +83,7 @@ static void put_paged(const char *dir, int hnd, smattn_npy_type tt)
 
 START_TEST(paged_nhd_packed_q)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 0, SMATTN_NPY_I32);
     smattn_case c;
     load_ok(d, &c);
@@ -132,7 +125,7 @@ END_TEST
 
 START_TEST(paged_hnd_strides)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 1, SMATTN_NPY_I32);
     smattn_case c;
     load_ok(d, &c);
@@ -149,7 +142,7 @@ END_TEST
 
 START_TEST(packed_k_seqused)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 3, (int64_t[]){5, 2, 4}, 0);
     put_f64(d, "k.npy", 3, (int64_t[]){9, 1, 4}, 1);
     put_f64(d, "v.npy", 3, (int64_t[]){9, 1, 3}, 2);
@@ -178,7 +171,7 @@ END_TEST
 
 START_TEST(flashinfer_csr)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 4, (int64_t[]){3, 1, 4, 16}, 0); /* decode: one query per sequence */
     put_f64(d, "k.npy", 4, (int64_t[]){6, 4, 2, 16}, 1);
     put_f64(d, "v.npy", 4, (int64_t[]){6, 4, 2, 8}, 2);
@@ -213,7 +206,7 @@ END_TEST
 
 START_TEST(bad_cu_seqlens)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 3, (int64_t[]){8, 4, 16}, 0);
     put_f64(d, "k.npy", 3, (int64_t[]){7, 2, 16}, 1);
     put_f64(d, "v.npy", 3, (int64_t[]){7, 2, 8}, 2);
@@ -276,7 +269,7 @@ END_TEST
 
 START_TEST(bad_block_tables)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 0, SMATTN_NPY_I64);
     smattn_case c;
     /* i8 entries outside int32, used or not, are named */
@@ -340,7 +333,7 @@ END_TEST
 
 START_TEST(bad_csr)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 4, (int64_t[]){3, 1, 4, 16}, 0);
     put_f64(d, "k.npy", 4, (int64_t[]){6, 4, 2, 16}, 1);
     put_f64(d, "v.npy", 4, (int64_t[]){6, 4, 2, 8}, 2);
@@ -394,7 +387,7 @@ END_TEST
 
 START_TEST(twin_gathers_sequences)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     for (int hnd = 0; hnd < 2; hnd++) {
         put_paged(d, hnd, SMATTN_NPY_I32);
         smattn_case c;
@@ -454,7 +447,7 @@ END_TEST
  * naming a page twice, and a do.npy of the dense shape, are refused with one line. */
 START_TEST(paged_backward_case)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     for (int hnd = 0; hnd < 2; hnd++) {
         put_paged(d, hnd, SMATTN_NPY_I32);
         put_f64(d, "do.npy", 3, (int64_t[]){8, 4, 8}, 3);
@@ -560,7 +553,7 @@ END_TEST
 
 START_TEST(library_line_in_errors)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 0, SMATTN_NPY_I32);
     smattn_case c;
     load_ok(d, &c);

@@ -6,6 +6,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/support/fs.h"
+
+char *test_case_tmpdir(const char *tag)
+{
+    char d[64];
+    ck_assert_int_eq(test_mkdtemp(d, sizeof d, tag), 0);
+    char *dup = strdup(d);
+    ck_assert_ptr_nonnull(dup);
+    return dup;
+}
+
 void test_put_text(const char *dir, const char *name, const char *text)
 {
     char p[512];

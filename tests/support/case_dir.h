@@ -6,6 +6,9 @@
 
 #include "io/case.h"
 
+/* A fresh directory /tmp/smattn_<tag>_XXXXXX (malloc'd), or the test fails. */
+char *test_case_tmpdir(const char *tag);
+
 /* dir/name holding text (no NUL), or the test fails. */
 void test_put_text(const char *dir, const char *name, const char *text);
 
