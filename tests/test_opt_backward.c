@@ -35,6 +35,15 @@ static smattn_status run_bw(const bwcase *c, const char *isa, int threads, bwgra
     return smattn_attention_backward(&c->p, &c->in, &s, &c->gin, &g->go, &cfg);
 }
 
+/* run_bw on the active ISA with no room to store dS: the kernel computes it again. */
+static smattn_status run_bw_ds_again(const bwcase *c, int threads, bwgrads *g)
+{
+    const size_t was = smattn__bw_set_ds_budget(0);
+    const smattn_status s = run_bw(c, NULL, threads, g);
+    smattn__bw_set_ds_budget(was);
+    return s;
+}
+
 /* Judge the kernel on one problem and ISA; returns the number of elements beyond the
  * bound (printing the worst of each gradient then). */
 static int64_t judge_one(const bwcase *c, const char *isa, smattn_dtype gt, uint64_t seed,
@@ -238,10 +247,7 @@ START_TEST(ds_store_same_bits)
     bwgrads_make(&a, &c.p, SMATTN_F32);
     bwgrads_make(&b, &c.p, SMATTN_F32);
     ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
-    size_t was = smattn__bw_set_ds_budget(0);
-    smattn_status s = run_bw(&c, NULL, 2, &b);
-    smattn__bw_set_ds_budget(was);
-    ck_assert_int_eq(s, SMATTN_OK);
+    ck_assert_int_eq(run_bw_ds_again(&c, 2, &b), SMATTN_OK);
     ck_assert(same_bits(&a, &b));
     bwgrads_free(&a);
     bwgrads_free(&b);
@@ -320,10 +326,7 @@ START_TEST(edge_shapes)
         bwgrads ref, g;
         same_on_every_isa(&c, &ref, nm);
         bwgrads_make(&g, &c.p, SMATTN_F32);
-        size_t was = smattn__bw_set_ds_budget(0);
-        smattn_status s = run_bw(&c, NULL, 2, &g);
-        smattn__bw_set_ds_budget(was);
-        ck_assert_int_eq(s, SMATTN_OK);
+        ck_assert_int_eq(run_bw_ds_again(&c, 2, &g), SMATTN_OK);
         ck_assert_msg(same_bits(&ref, &g), "%s: dS computed again differs", nm);
         bwgrads_free(&g);
         bwgrads_free(&ref);
@@ -361,10 +364,7 @@ START_TEST(nan_row_beside_regular_rows)
     bwgrads_make(&a, p, SMATTN_F32);
     bwgrads_make(&b, p, SMATTN_F32);
     ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
-    size_t was = smattn__bw_set_ds_budget(0);
-    smattn_status s = run_bw(&c, NULL, 2, &b);
-    smattn__bw_set_ds_budget(was);
-    ck_assert_int_eq(s, SMATTN_OK);
+    ck_assert_int_eq(run_bw_ds_again(&c, 2, &b), SMATTN_OK);
     ck_assert(same_bits(&a, &b));
     const float *dq = a.dq, *dk = a.dk;
     int64_t nonzero = 0;
