@@ -101,16 +101,17 @@ static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
     fprintf(f, "]");
 }
 
-/* case.json with every option of the problem (SPEC 7.1). */
-static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
-                           int bf16, int backward, char *err, size_t errlen)
+/* dir/case.json (its path into path) opened and begun with the keys every case has:
+ * scale, causal, window, softcap, empty_rows and empty_lse (SPEC 7.1); the caller adds its
+ * own and ends it with close_case_json. NULL with err when it cannot be written. */
+static FILE *open_case_json(const char *dir, const smattn_problem *p, char path[FPATH],
+                            char *err, size_t errlen)
 {
-    char path[FPATH];
-    (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
+    (void)join(path, FPATH, dir, "case.json"); /* fits: conform_gen_write checked */
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "%s: cannot write", path);
-        return -1;
+        return NULL;
     }
     fprintf(f,
             "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
@@ -118,6 +119,33 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
             p->scale, causal_names[p->causal], (long long)p->window_left,
             (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
             empty_lse_names[p->empty_lse]);
+    return f;
+}
+
+/* The closing brace of a case.json from open_case_json, and the file closed: 0, or -1
+ * with err. */
+static int close_case_json(FILE *f, const char *path, char *err, size_t errlen)
+{
+    fprintf(f, "\n}\n");
+    return conform_file_close(f, path, err, errlen);
+}
+
+/* case.json's "bf16" list of a layout case in bfloat16: Q, K, V and the bias, sinks and
+ * dO it has. */
+static void put_bf16_qkv(FILE *f, int bias, int sinks, int dout)
+{
+    fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s%s]", bias ? ", \"bias\"" : "",
+            sinks ? ", \"sinks\"" : "", dout ? ", \"do\"" : "");
+}
+
+/* case.json with every option of the problem (SPEC 7.1). */
+static int write_case_json(const char *dir, const smattn_problem *p, const smattn_inputs *in,
+                           int bf16, int backward, char *err, size_t errlen)
+{
+    char path[FPATH];
+    FILE *f = open_case_json(dir, p, path, err, errlen);
+    if (!f)
+        return -1;
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
     put_alibi(f, p);
@@ -142,8 +170,7 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
             fprintf(f, "%s\"%s\"", k ? ", " : "", names[k]);
         fprintf(f, "]");
     }
-    fprintf(f, "\n}\n");
-    return conform_file_close(f, path, err, errlen);
+    return close_case_json(f, path, err, errlen);
 }
 
 /* What gen --backward adds to a layout case: the dense dO's stream (case name, seed). */
@@ -456,19 +483,11 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
         rc = write_dout(dir, gr.c, p, cu_q, t, gr.seed, err, errlen);
     if (!rc) {
         char path[FPATH];
-        (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
-        FILE *f = fopen(path, "w");
+        FILE *f = open_case_json(dir, p, path, err, errlen);
         if (!f) {
-            snprintf(err, errlen, "%s: cannot write", path);
             rc = -1;
             goto done;
         }
-        fprintf(f,
-                "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
-                "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
-                p->scale, causal_names[p->causal], (long long)p->window_left,
-                (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
-                empty_lse_names[p->empty_lse]);
         put_list(f, "cu_seqlens_q", cu_q, B + 1);
         if (layout == 1)
             put_list(f, "cu_seqlens_k", cu_k, B + 1);
@@ -481,10 +500,8 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
         }
         put_alibi(f, p);
         if (t == SMATTN_BF16)
-            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s%s]", bias ? ", \"bias\"" : "",
-                    in->sinks.data ? ", \"sinks\"" : "", gr.on ? ", \"do\"" : "");
-        fprintf(f, "\n}\n");
-        rc = conform_file_close(f, path, err, errlen) ? -1 : 0;
+            put_bf16_qkv(f, bias != NULL, in->sinks.data != NULL, gr.on);
+        rc = close_case_json(f, path, err, errlen);
     }
     goto done;
 nomem:
@@ -580,19 +597,11 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
          (gr.on && write_dout(dir, gr.c, p, L->cu_seqlens_q, t, gr.seed, err, errlen));
     if (!rc) {
         char path[FPATH];
-        (void)join(path, sizeof path, dir, "case.json"); /* fits: conform_gen_write checked */
-        FILE *f = fopen(path, "w");
+        FILE *f = open_case_json(dir, p, path, err, errlen);
         if (!f) {
-            snprintf(err, errlen, "%s: cannot write", path);
             rc = -1;
             goto done;
         }
-        fprintf(f,
-                "{\n  \"scale\": %.17g,\n  \"causal\": \"%s\",\n  \"window\": [%lld, %lld],\n"
-                "  \"softcap\": %.17g,\n  \"empty_rows\": \"%s\",\n  \"empty_lse\": \"%s\"",
-                p->scale, causal_names[p->causal], (long long)p->window_left,
-                (long long)p->window_right, p->softcap, empty_names[p->empty_rows],
-                empty_lse_names[p->empty_lse]);
         if (L->cu_seqlens_q)
             put_list(f, "cu_seqlens_q", L->cu_seqlens_q, B + 1);
         else if (p->q_lens)
@@ -607,10 +616,8 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
             fprintf(f, ",\n  \"kv_layout\": \"HND\"");
         put_alibi(f, p);
         if (t == SMATTN_BF16)
-            fprintf(f, ",\n  \"bf16\": [\"q\", \"k\", \"v\"%s%s%s]", cut[0] ? ", \"bias\"" : "",
-                    m->in.sinks.data ? ", \"sinks\"" : "", gr.on ? ", \"do\"" : "");
-        fprintf(f, "\n}\n");
-        rc = conform_file_close(f, path, err, errlen) ? -1 : 0;
+            put_bf16_qkv(f, cut[0] != NULL, m->in.sinks.data != NULL, gr.on);
+        rc = close_case_json(f, path, err, errlen);
     }
     goto done;
 nomem:

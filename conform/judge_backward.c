@@ -89,6 +89,23 @@ static smattn_status unreached_nonzero(const smattn_problem *p, const smattn_gra
     return SMATTN_OK;
 }
 
+/* The dense twin's extents n[t], strides st[t] and count cnt[t] of dQ, dK and dV (t = 0, 1,
+ * 2), and ex[t], bd[t] malloc'd to hold them (freed by the caller, also on failure). */
+static smattn_status alloc_dense(const smattn_problem *p, int64_t n[3][4], int64_t st[3][4],
+                                 int64_t cnt[3], double *ex[3], double *bd[3])
+{
+    smattn_status s = SMATTN_OK;
+    for (int t = 0; t < 3; t++) {
+        shape_of(p, t, n[t], st[t]);
+        cnt[t] = n[t][0] * st[t][0];
+        ex[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
+        bd[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
+        if (!ex[t] || !bd[t])
+            s = SMATTN_ERR_NOMEM;
+    }
+    return s;
+}
+
 static smattn_status exact_and_bound_dense(const smattn_problem *p, const smattn_inputs *in,
                                            const smattn_grad_inputs *gin,
                                            const smattn_grad_outputs *got,
@@ -108,16 +125,12 @@ static smattn_status exact_and_bound_layout(const smattn_problem *p, const smatt
 {
     int64_t le[3][4], ls[3][4], lc[3];
     double *lx[3] = {NULL, NULL, NULL}, *lb[3] = {NULL, NULL, NULL};
-    smattn_status s = SMATTN_OK;
+    smattn_status s = alloc_dense(p, n, st, cnt, ex, bd);
     for (int t = 0; t < 3; t++) {
-        shape_of(p, t, n[t], st[t]);
-        cnt[t] = n[t][0] * st[t][0];
-        ex[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
-        bd[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
         lc[t] = storage_of(p, t, le[t], ls[t]);
         lx[t] = malloc((size_t)(lc[t] > 0 ? lc[t] : 1) * sizeof(double));
         lb[t] = malloc((size_t)(lc[t] > 0 ? lc[t] : 1) * sizeof(double));
-        if (!ex[t] || !bd[t] || !lx[t] || !lb[t])
+        if (!lx[t] || !lb[t])
             s = SMATTN_ERR_NOMEM;
     }
     if (!s)
@@ -151,15 +164,7 @@ static smattn_status exact_and_bound(const smattn_problem *p, const smattn_input
 {
     if (p->layout)
         return exact_and_bound_layout(p, in, gin, got, pm, cfg, n, st, cnt, ex, bd);
-    smattn_status s = SMATTN_OK;
-    for (int t = 0; t < 3; t++) {
-        shape_of(p, t, n[t], st[t]);
-        cnt[t] = n[t][0] * st[t][0];
-        ex[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
-        bd[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
-        if (!ex[t] || !bd[t])
-            s = SMATTN_ERR_NOMEM;
-    }
+    smattn_status s = alloc_dense(p, n, st, cnt, ex, bd);
     if (s)
         return s;
     return exact_and_bound_dense(p, in, gin, got, pm, cfg, st, cnt, ex, bd);

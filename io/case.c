@@ -108,18 +108,12 @@ static int load_header(const char *dir, const char *name, int required, smattn_n
             smattn_io_err(err, errlen, "%s: missing (required for this case)", name);
         return required ? -1 : 0;
     }
-    char *p = smattn_io_join_path(dir, name);
-    if (!p) {
-        smattn_io_err(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = smattn_npy_read_header(p, a, err, errlen);
-    free(p);
-    if (rc) {
+    const int rc = smattn_io_npy_load(dir, name, 0, a, err, errlen);
+    if (rc > 0) {
         name_error(dir, name, err, errlen);
         name_dangling(dir, name, err, errlen);
     }
-    return rc;
+    return rc ? -1 : 0;
 }
 
 /* An input file was given (its header is loaded; its data may not be yet). */
@@ -194,34 +188,24 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
     for (int n = 0; n < 9; n++) {
         if (!present(arr[n]))
             continue;
-        char *p = smattn_io_join_path(dir, names[n]);
-        if (!p) {
-            smattn_io_err(err, errlen, "out of memory");
-            return -1;
-        }
         const int qb = (n == 1 || n == 2) ? quant_named(&c->json, n) : -1;
         const int blocks = (qb == SMATTN_Q8_0 || qb == SMATTN_Q4_0) && c->kv_bytes_last[n - 1];
         if (blocks) /* the file holds bytes: compare its header as stored */
             block_view(arr[n], (smattn_dtype)qb, 0, c->kv_bytes_last[n - 1]);
-        int rc = smattn_npy_read_data(p, arr[n], err, errlen);
-        free(p);
+        const int rc = smattn_io_npy_load(dir, names[n], 1, arr[n], err, errlen);
         if (rc) {
-            name_error(dir, names[n], err, errlen);
+            if (rc > 0)
+                name_error(dir, names[n], err, errlen);
             return -1;
         }
         if (blocks)
             block_view(arr[n], (smattn_dtype)qb, 1, c->kv_bytes_last[n - 1]);
     }
     if (present(&c->block_table)) {
-        char *p = smattn_io_join_path(dir, "block_table.npy");
-        if (!p) {
-            smattn_io_err(err, errlen, "out of memory");
-            return -1;
-        }
-        int rc = smattn_npy_read_data(p, &c->block_table, err, errlen);
-        free(p);
+        const int rc = smattn_io_npy_load(dir, "block_table.npy", 1, &c->block_table, err, errlen);
         if (rc) {
-            name_error(dir, "block_table.npy", err, errlen);
+            if (rc > 0)
+                name_error(dir, "block_table.npy", err, errlen);
             return -1;
         }
         if (table_from_npy(c, err, errlen))
@@ -244,15 +228,6 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 }
 
 /* ---- checks ---------------------------------------------------------------------------- */
-
-static void shape_str(const smattn_npy *a, char *out, size_t cap)
-{
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int r = 0; r < a->rank && n < cap; r++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%lld", r ? "," : "", (long long)a->shape[r]);
-    if (n < cap)
-        snprintf(out + n, cap - n, "]");
-}
 
 /* The smattn dtype of a float input; bf16 says whether case.json names it in "bf16". */
 static int float_dtype(const smattn_npy *a, const char *file, const char *key, int bf16,
@@ -406,7 +381,7 @@ static int nonempty_dims(const smattn_npy *a, const char *file, char *err, size_
     for (int r = 0; r < a->rank; r++)
         if (a->shape[r] < 1) {
             char s[128];
-            shape_str(a, s, sizeof s);
+            smattn_io_shape_str(a, s, sizeof s);
             smattn_io_err(err, errlen, "%s: shape %s has an empty dimension (each must be >= 1)",
                           file, s);
             return -1;
@@ -421,7 +396,7 @@ static int same_dim(const smattn_npy *a, const char *file, int r, int64_t want, 
     if (a->shape[r] == want)
         return 0;
     char s[128];
-    shape_str(a, s, sizeof s);
+    smattn_io_shape_str(a, s, sizeof s);
     smattn_io_err(err, errlen, "%s: shape %s does not match %s %lld", file, s, what,
                   (long long)want);
     return -1;
@@ -433,7 +408,7 @@ static int rank_3_or_4(const smattn_npy *a, const char *file, const char *layout
     if (a->rank == 3 || a->rank == 4)
         return 0;
     char s[128];
-    shape_str(a, s, sizeof s);
+    smattn_io_shape_str(a, s, sizeof s);
     smattn_io_err(err, errlen, "%s: shape %s has rank %d; want %s", file, s, a->rank, layout);
     return -1;
 }
@@ -458,7 +433,7 @@ static int check_attention(smattn_case *c, char *err, size_t errlen)
     for (int n = 0; n < 2; n++) {
         if (kv[n]->rank != q->rank) {
             char s[128];
-            shape_str(kv[n], s, sizeof s);
+            smattn_io_shape_str(kv[n], s, sizeof s);
             smattn_io_err(err, errlen,
                           "%s: shape %s is %d-D but q.npy is %d-D (q, k, v must all be "
                           "3-D or all 4-D)",
@@ -737,7 +712,7 @@ static int check_pages(smattn_case *c, char *err, size_t errlen)
     for (int n = 0; n < 2; n++)
         if (kv[n]->rank != 4) {
             char s[128];
-            shape_str(kv[n], s, sizeof s);
+            smattn_io_shape_str(kv[n], s, sizeof s);
             smattn_io_err(err, errlen, "%s: shape %s has rank %d; a page cache is %s", kvn[n], s,
                           kv[n]->rank, want);
             return -1;
@@ -775,7 +750,7 @@ static int check_table_header(smattn_case *c, const char *bsrc, char *err, size_
     }
     if (a->rank != 2) {
         char s[128];
-        shape_str(a, s, sizeof s);
+        smattn_io_shape_str(a, s, sizeof s);
         smattn_io_err(err, errlen, "block_table.npy: shape %s has rank %d; want [B,max_pages]", s,
                       a->rank);
         return -1;
@@ -827,7 +802,7 @@ static int check_layout(smattn_case *c, char *err, size_t errlen)
     }
     if (c->packed_q ? q->rank != 3 : q->rank != 3 && q->rank != 4) {
         char s[128];
-        shape_str(q, s, sizeof s);
+        smattn_io_shape_str(q, s, sizeof s);
         smattn_io_err(err, errlen, "q.npy: shape %s has rank %d; want %s", s, q->rank,
                       c->packed_q ? "[total_q,Hq,D] with \"cu_seqlens_q\""
                                   : "[B,S,Hq,D] or [S,Hq,D]");
@@ -856,7 +831,7 @@ static int check_layout(smattn_case *c, char *err, size_t errlen)
         for (int n = 0; n < 2; n++)
             if (kv[n]->rank != 3) {
                 char s[128];
-                shape_str(kv[n], s, sizeof s);
+                smattn_io_shape_str(kv[n], s, sizeof s);
                 smattn_io_err(err, errlen,
                               "%s: shape %s has rank %d; with \"cu_seqlens_k\" want "
                               "[total_k,Hkv,%s]",
@@ -1006,7 +981,7 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
         int64_t n = a->shape[r];
         if (n != 1 && n != full[off + r]) {
             char s[128];
-            shape_str(a, s, sizeof s);
+            smattn_io_shape_str(a, s, sizeof s);
             static const char *const dims[4] = {"B", "Hq", "S", "T"};
             char want[64];
             if (full[off + r] == 1)
@@ -1066,7 +1041,7 @@ static int check_sinks(smattn_case *c, char *err, size_t errlen)
     if (present(&c->sinks)) {
         if (c->sinks.rank != 1 || c->sinks.shape[0] != Hq) {
             char s[128];
-            shape_str(&c->sinks, s, sizeof s);
+            smattn_io_shape_str(&c->sinks, s, sizeof s);
             smattn_io_err(err, errlen, "sinks.npy: shape %s, want [Hq] = [%lld]", s, (long long)Hq);
             return -1;
         }
@@ -1133,7 +1108,7 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
         char s[128];
         if (d->rank != 3 || d->shape[0] != c->total_q || d->shape[1] != p->Hq ||
             d->shape[2] != p->Dv) {
-            shape_str(d, s, sizeof s);
+            smattn_io_shape_str(d, s, sizeof s);
             smattn_io_err(err, errlen,
                           "do.npy: shape %s, want [total_q,Hq,Dv] = [%lld,%lld,%lld] (O's)", s,
                           (long long)c->total_q, (long long)p->Hq, (long long)p->Dv);
@@ -1147,7 +1122,7 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
         if (!present(l))
             return 0;
         if (l->rank != 2 || l->shape[0] != p->Hq || l->shape[1] != c->total_q) {
-            shape_str(l, s, sizeof s);
+            smattn_io_shape_str(l, s, sizeof s);
             smattn_io_err(err, errlen, "dlse.npy: shape %s, want [Hq,total_q] = [%lld,%lld] "
                                        "(LSE's)",
                           s, (long long)p->Hq, (long long)c->total_q);
@@ -1166,7 +1141,7 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
     char s[128];
     if (d->rank != c->rank ||
         memcmp(d->shape, want_d + 1 - o, (size_t)d->rank * sizeof *d->shape) != 0) {
-        shape_str(d, s, sizeof s);
+        smattn_io_shape_str(d, s, sizeof s);
         if (o)
             smattn_io_err(err, errlen,
                           "do.npy: shape %s, want [B,S,Hq,Dv] = [%lld,%lld,%lld,%lld] (O's)", s,
@@ -1185,7 +1160,7 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
         return 0;
     if (l->rank != c->rank - 1 ||
         memcmp(l->shape, want_l + 1 - o, (size_t)l->rank * sizeof *l->shape) != 0) {
-        shape_str(l, s, sizeof s);
+        smattn_io_shape_str(l, s, sizeof s);
         if (o)
             smattn_io_err(err, errlen,
                           "dlse.npy: shape %s, want [B,Hq,S] = [%lld,%lld,%lld] (LSE's)", s,

@@ -136,39 +136,14 @@ static int float_dtype(const smattn_npy *a, const char *file, const char *key, i
     return 0;
 }
 
-static void shape_str(const smattn_npy *a, char *out, size_t cap)
+/* The header (data 0) or the data (data 1) of dir/name into *a; a failure named "name: ". */
+static int load(const char *dir, const char *name, int data, smattn_npy *a, char *err,
+                size_t errlen)
 {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int r = 0; r < a->rank && n < cap; r++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%lld", r ? "," : "", (long long)a->shape[r]);
-    if (n < cap)
-        snprintf(out + n, cap - n, "]");
-}
-
-static int read_header(const char *dir, const char *name, smattn_npy *a, char *err, size_t errlen)
-{
-    char *p = smattn_io_join_path(dir, name);
-    if (!p) {
-        smattn_io_err(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = smattn_npy_read_header(p, a, err, errlen);
-    if (rc)
+    const int rc = smattn_io_npy_load(dir, name, data, a, err, errlen);
+    if (rc > 0)
         smattn_io_err_prefix(err, errlen, name);
-    free(p);
-    return rc;
-}
-
-static int read_data(const char *dir, const char *name, smattn_npy *a, char *err, size_t errlen)
-{
-    char *p = smattn_io_join_path(dir, name);
-    int rc = p ? smattn_npy_read_data(p, a, err, errlen) : -1;
-    if (!p)
-        smattn_io_err(err, errlen, "out of memory");
-    else if (rc)
-        smattn_io_err_prefix(err, errlen, name);
-    free(p);
-    return rc;
+    return rc ? -1 : 0;
 }
 
 /* Shapes: o_parts [N,B,S,Hq,Dv] or [N,S,Hq,Dv]; lse_parts [N,B,Hq,S] or [N,Hq,S]. */
@@ -176,8 +151,8 @@ static int check_shapes(smattn_merge_case *mc, char *err, size_t errlen)
 {
     const smattn_npy *o = &mc->o_parts, *l = &mc->lse_parts;
     char so[128], sl[128];
-    shape_str(o, so, sizeof so);
-    shape_str(l, sl, sizeof sl);
+    smattn_io_shape_str(o, so, sizeof so);
+    smattn_io_shape_str(l, sl, sizeof sl);
     if (o->rank != 4 && o->rank != 5) {
         smattn_io_err(err, errlen, "o_parts.npy: shape %s has rank %d; want [N,B,S,Hq,Dv] or [N,S,Hq,Dv]",
                       so, o->rank);
@@ -252,14 +227,14 @@ int smattn_merge_case_load(const char *dir, smattn_merge_case *mc, char *err, si
             return -1;
         }
     }
-    if (read_header(dir, "o_parts.npy", &mc->o_parts, err, errlen) ||
-        read_header(dir, "lse_parts.npy", &mc->lse_parts, err, errlen) ||
+    if (load(dir, "o_parts.npy", 0, &mc->o_parts, err, errlen) ||
+        load(dir, "lse_parts.npy", 0, &mc->lse_parts, err, errlen) ||
         float_dtype(&mc->o_parts, "o_parts.npy", "o_parts", (bf16 & BF16_O) != 0,
                     &mc->in.o_parts.dtype, err, errlen) ||
         float_dtype(&mc->lse_parts, "lse_parts.npy", "lse_parts", (bf16 & BF16_LSE) != 0,
                     &mc->in.lse_parts.dtype, err, errlen) ||
-        check_shapes(mc, err, errlen) || read_data(dir, "o_parts.npy", &mc->o_parts, err, errlen) ||
-        read_data(dir, "lse_parts.npy", &mc->lse_parts, err, errlen)) {
+        check_shapes(mc, err, errlen) || load(dir, "o_parts.npy", 1, &mc->o_parts, err, errlen) ||
+        load(dir, "lse_parts.npy", 1, &mc->lse_parts, err, errlen)) {
         smattn_merge_case_free(mc);
         return -1;
     }

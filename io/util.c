@@ -75,6 +75,29 @@ char *smattn_io_join_path(const char *dir, const char *name)
     return p;
 }
 
+int smattn_io_npy_load(const char *dir, const char *name, int data, smattn_npy *a, char *err,
+                       size_t errlen)
+{
+    char *p = smattn_io_join_path(dir, name);
+    if (!p) {
+        smattn_io_err(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = data ? smattn_npy_read_data(p, a, err, errlen)
+                  : smattn_npy_read_header(p, a, err, errlen);
+    free(p);
+    return rc ? 1 : 0;
+}
+
+void smattn_io_shape_str(const smattn_npy *a, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int r = 0; r < a->rank && n < cap; r++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", r ? "," : "", (long long)a->shape[r]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
 char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
     /* O_NONBLOCK: opening a FIFO must not hang; it is then refused as not regular. */

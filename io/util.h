@@ -7,6 +7,8 @@
 
 #include <json.h>
 
+#include "io/npy.h"
+
 /* snprintf into err (nothing if err is NULL or errlen is 0). */
 void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -23,6 +25,16 @@ const char *smattn_io_path(const char *path, char buf[SMATTN_IO_PATH_MAX]);
 
 /* "dir/name" in a malloc'd string (NULL when out of memory). */
 char *smattn_io_join_path(const char *dir, const char *name);
+
+/* Read the header (data 0) or, after it, the data (data 1) of the .npy file dir/name into
+ * *a (smattn_npy_read_header, smattn_npy_read_data). 0; -1 when out of memory (err says
+ * so); 1 when the reader failed, err holding its message for the caller to name the file
+ * in (case directories and merge case directories name it in their own ways). */
+int smattn_io_npy_load(const char *dir, const char *name, int data, smattn_npy *a, char *err,
+                       size_t errlen);
+
+/* a's shape as "[d0,d1,...]" in out (cut to cap bytes), for messages. */
+void smattn_io_shape_str(const smattn_npy *a, char *out, size_t cap);
 
 /* Read a whole text file of at most max bytes into a malloc'd buffer (length in *len, plus
  * a NUL after it). NULL with one line in err on failure. */

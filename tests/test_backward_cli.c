@@ -95,40 +95,49 @@ static void make_case(bcase *c, const char *dir, int rank, int bias, int sinks, 
     write_text(test_path(dir, "case.json"), "{\"causal\": \"lower_right\"}");
 }
 
+/* The problem, inputs and upstream gradients of c as the CLI reads its files: contiguous
+ * binary32, lower-right causal; a bias of [S, T] (bias 2) broadcast over B and Hq. */
+static void case_problem(const bcase *c, smattn_problem *p, smattn_inputs *in,
+                         smattn_grad_inputs *gin)
+{
+    *p = smattn_problem_default();
+    p->B = c->B, p->S = S_, p->T = T_, p->Hq = HQ, p->Hkv = HKV, p->D = D_, p->Dv = DV;
+    p->scale = smattn_default_scale(D_);
+    p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    memset(in, 0, sizeof *in);
+    memset(gin, 0, sizeof *gin);
+    in->q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    in->k = (smattn_tensor){c->k, SMATTN_F32, {0}};
+    in->v = (smattn_tensor){c->v, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(p, 'q', in->q.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(p, 'k', in->k.stride), SMATTN_OK);
+    ck_assert_int_eq(smattn_contiguous_strides(p, 'v', in->v.stride), SMATTN_OK);
+    if (c->bias) {
+        in->bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(p, 'b', in->bias.stride), SMATTN_OK);
+    }
+    if (c->bias == 2) /* [S, T]: broadcast over B and Hq */
+        in->bias.stride[0] = in->bias.stride[1] = 0;
+    if (c->sinks)
+        in->sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
+    gin->dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
+    ck_assert_int_eq(smattn_contiguous_strides(p, 'o', gin->dout.stride), SMATTN_OK);
+    if (c->dlse) {
+        gin->dlse = (smattn_tensor){c->dl, SMATTN_F32, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(p, 'l', gin->dlse.stride), SMATTN_OK);
+    }
+}
+
 /* The library's backward of the case in dtype t; g[0..4] dq, dk, dv, dbias, dsinks
  * (malloc'd, contiguous; dbias and dsinks only when the case has a bias, sinks). */
 static void library(const bcase *c, smattn_dtype t, void *g[5])
 {
-    smattn_problem p = smattn_problem_default();
-    p.B = c->B, p.S = S_, p.T = T_, p.Hq = HQ, p.Hkv = HKV, p.D = D_, p.Dv = DV;
-    p.scale = smattn_default_scale(D_);
-    p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    smattn_problem p;
     smattn_inputs in;
-    memset(&in, 0, sizeof in);
     smattn_grad_inputs gin;
-    memset(&gin, 0, sizeof gin);
+    case_problem(c, &p, &in, &gin);
     smattn_grad_outputs go;
     memset(&go, 0, sizeof go);
-    in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
-    in.k = (smattn_tensor){c->k, SMATTN_F32, {0}};
-    in.v = (smattn_tensor){c->v, SMATTN_F32, {0}};
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', in.q.stride), SMATTN_OK);
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', in.k.stride), SMATTN_OK);
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'v', in.v.stride), SMATTN_OK);
-    if (c->bias) {
-        in.bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
-        ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', in.bias.stride), SMATTN_OK);
-    }
-    if (c->bias == 2) /* [S, T]: broadcast over B and Hq */
-        in.bias.stride[0] = in.bias.stride[1] = 0;
-    if (c->sinks)
-        in.sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
-    gin.dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'o', gin.dout.stride), SMATTN_OK);
-    if (c->dlse) {
-        gin.dlse = (smattn_tensor){c->dl, SMATTN_F32, {0}};
-        ck_assert_int_eq(smattn_contiguous_strides(&p, 'l', gin.dlse.stride), SMATTN_OK);
-    }
     smattn_out_tensor *slot[5] = {&go.dq, &go.dk, &go.dv, &go.dbias, &go.dsinks};
     const char roles[5] = {'q', 'k', 'v', 'b', 's'};
     const int64_t n[5] = {c->B * S_ * HQ * D_, c->B * T_ * HKV * D_, c->B * T_ * HKV * DV,
@@ -170,6 +179,32 @@ static int exists(const char *path)
 }
 
 /* ---- tests ------------------------------------------------------------------------------- */
+
+/* Case c<v> under tmp (make_case of that rank, with bias, sinks and dlse when extras) and
+ * `smattn cmd` (ref or opt) run on it into o<v> in t (f32 or bf16); dir and out (256 bytes
+ * each) receive the two paths. */
+static void case_through_cli(const char *cmd, int v, int rank, int extras, smattn_dtype t,
+                             bcase *bc, char *dir, char *out)
+{
+    snprintf(dir, 256, "%s/c%d", tmp, v);
+    snprintf(out, 256, "%s/o%d", tmp, v);
+    make_case(bc, dir, rank, extras, extras, extras);
+    test_outcome r = test_cli_run(
+        tmp, (const char *[]){cmd, dir, out, "--dtype", t == SMATTN_BF16 ? "bf16" : "f32", NULL});
+    ck_assert_msg(r.code == 0, "%s: exit %d: %s", cmd, r.code, r.err);
+    test_outcome_free(&r);
+}
+
+/* OUT/dq.npy, dk.npy and dv.npy hold g[0..2] (elements of es bytes) in bc's shapes. */
+static void expect_dqkv(const char *out, const bcase *bc, int rank, void *const g[3], size_t es)
+{
+    const int o = 4 - rank;
+    const int64_t sq[4] = {bc->B, S_, HQ, D_}, sk[4] = {bc->B, T_, HKV, D_},
+                  sv[4] = {bc->B, T_, HKV, DV};
+    expect_file(out, "dq.npy", rank, sq + o, g[0], es);
+    expect_file(out, "dk.npy", rank, sk + o, g[1], es);
+    expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+}
 
 /* The loader: the gradients' tensors of 3-D and 4-D cases, bf16 bits named in case.json. */
 START_TEST(load_backward_case)
@@ -219,23 +254,13 @@ START_TEST(ref_writes_gradients)
         const smattn_dtype t = v == 2 ? SMATTN_BF16 : SMATTN_F32;
         bcase bc;
         char dir[256], out[256];
-        snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
-        snprintf(out, sizeof out, "%s/o%d", tmp, v);
-        make_case(&bc, dir, rank, extras, extras, extras);
-        test_outcome r =
-            test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype",
-                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
-        ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
-        test_outcome_free(&r);
+        case_through_cli("ref", v, rank, extras, t, &bc, dir, out);
         void *g[5];
         library(&bc, t, g);
         const int o = 4 - rank;
-        const int64_t sq[4] = {bc.B, S_, HQ, D_}, sk[4] = {bc.B, T_, HKV, D_},
-                      sv[4] = {bc.B, T_, HKV, DV}, sb[4] = {bc.B, HQ, S_, T_};
+        const int64_t sb[4] = {bc.B, HQ, S_, T_};
         const size_t es = smattn_dtype_size(t);
-        expect_file(out, "dq.npy", rank, sq + o, g[0], es);
-        expect_file(out, "dk.npy", rank, sk + o, g[1], es);
-        expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+        expect_dqkv(out, &bc, rank, g, es);
         ck_assert(exists(test_path(out, "o.npy")) && exists(test_path(out, "lse.npy")));
         if (extras) {
             expect_file(out, "dbias.npy", rank, sb + o, g[3], es);
@@ -552,32 +577,10 @@ END_TEST
  * or rounded to t), then smattn_attention_backward from them; g[0..2] dq, dk, dv in t. */
 static void fast(const bcase *c, smattn_dtype t, void *g[3])
 {
-    smattn_problem p = smattn_problem_default();
-    p.B = c->B, p.S = S_, p.T = T_, p.Hq = HQ, p.Hkv = HKV, p.D = D_, p.Dv = DV;
-    p.scale = smattn_default_scale(D_);
-    p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    smattn_problem p;
     smattn_inputs in;
-    memset(&in, 0, sizeof in);
     smattn_grad_inputs gin;
-    memset(&gin, 0, sizeof gin);
-    in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
-    in.k = (smattn_tensor){c->k, SMATTN_F32, {0}};
-    in.v = (smattn_tensor){c->v, SMATTN_F32, {0}};
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'q', in.q.stride), SMATTN_OK);
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'k', in.k.stride), SMATTN_OK);
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'v', in.v.stride), SMATTN_OK);
-    if (c->bias) {
-        in.bias = (smattn_tensor){c->b, SMATTN_F32, {0}};
-        ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', in.bias.stride), SMATTN_OK);
-    }
-    if (c->sinks)
-        in.sinks = (smattn_tensor){c->s, SMATTN_F32, {1, 0, 0, 0}};
-    gin.dout = (smattn_tensor){c->dout, SMATTN_F32, {0}};
-    ck_assert_int_eq(smattn_contiguous_strides(&p, 'o', gin.dout.stride), SMATTN_OK);
-    if (c->dlse) {
-        gin.dlse = (smattn_tensor){c->dl, SMATTN_F32, {0}};
-        ck_assert_int_eq(smattn_contiguous_strides(&p, 'l', gin.dlse.stride), SMATTN_OK);
-    }
+    case_problem(c, &p, &in, &gin);
     const size_t es = smattn_dtype_size(t);
     void *o = calloc((size_t)(c->B * S_ * HQ * DV), es), *l = calloc((size_t)(c->B * HQ * S_), es);
     smattn_outputs out;
@@ -617,23 +620,10 @@ START_TEST(opt_writes_gradients)
         const smattn_dtype t = v == 2 ? SMATTN_BF16 : SMATTN_F32;
         bcase bc;
         char dir[256], out[256];
-        snprintf(dir, sizeof dir, "%s/c%d", tmp, v);
-        snprintf(out, sizeof out, "%s/o%d", tmp, v);
-        make_case(&bc, dir, rank, extras, extras, extras);
-        test_outcome r =
-            test_cli_run(tmp, (const char *[]){"opt", dir, out, "--dtype",
-                                               t == SMATTN_BF16 ? "bf16" : "f32", NULL});
-        ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
-        test_outcome_free(&r);
+        case_through_cli("opt", v, rank, extras, t, &bc, dir, out);
         void *g[3];
         fast(&bc, t, g);
-        const int o = 4 - rank;
-        const int64_t sq[4] = {bc.B, S_, HQ, D_}, sk[4] = {bc.B, T_, HKV, D_},
-                      sv[4] = {bc.B, T_, HKV, DV};
-        const size_t es = smattn_dtype_size(t);
-        expect_file(out, "dq.npy", rank, sq + o, g[0], es);
-        expect_file(out, "dk.npy", rank, sk + o, g[1], es);
-        expect_file(out, "dv.npy", rank, sv + o, g[2], es);
+        expect_dqkv(out, &bc, rank, g, smattn_dtype_size(t));
         ck_assert(!exists(test_path(out, "dbias.npy")) && !exists(test_path(out, "dsinks.npy")));
         char err[512] = "";
         ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
@@ -653,6 +643,29 @@ static void scale_elem(const char *dir, const char *name, int64_t e, float f)
     ((float *)a.data)[e] *= f;
     put(dir, name, SMATTN_NPY_F32, a.rank, a.shape, a.data);
     smattn_npy_free(&a);
+}
+
+/* `smattn opt`, then `smattn ref`, write the case dir's outputs into it (f32), and `check`
+ * passes after each, its report (written to json) counting `elements` checked in the first
+ * case. */
+static void opt_ref_then_check(const char *dir, const char *json, int64_t elements)
+{
+    for (int k = 0; k < 2; k++) {
+        test_outcome r = test_cli_run(
+            tmp, (const char *[]){k ? "ref" : "opt", dir, dir, "--dtype", "f32", NULL});
+        ck_assert_msg(r.code == 0, "%s: exit %d: %s", k ? "ref" : "opt", r.code, r.err);
+        test_outcome_free(&r);
+        r = test_cli_run(tmp, (const char *[]){"check", dir, "--json", json, NULL});
+        ck_assert_msg(r.code == 0, "check after %s: exit %d: %s %s", k ? "ref" : "opt", r.code,
+                      r.out, r.err);
+        test_outcome_free(&r);
+        json_object *rep = json_object_from_file(json), *cases, *c, *v;
+        ck_assert(rep && json_object_object_get_ex(rep, "cases", &cases));
+        c = json_object_array_get_idx(cases, 0);
+        ck_assert(json_object_object_get_ex(c, "elements", &v));
+        ck_assert_int_eq(json_object_get_int64(v), elements);
+        json_object_put(rep);
+    }
 }
 
 /* `smattn check` judges the gradients a backward case holds against the bound of SPEC
@@ -699,24 +712,9 @@ START_TEST(ragged_case_backward)
         ck_assert_msg(memcmp(a.data, b.data, (size_t)a.count * a.itemsize) == 0, "%s differs", g[k]);
         smattn_npy_free(&a), smattn_npy_free(&b);
     }
-    for (int k = 0; k < 2; k++) {
-        test_outcome r = test_cli_run(
-            tmp, (const char *[]){k ? "ref" : "opt", rag, rag, "--dtype", "f32", NULL});
-        ck_assert_msg(r.code == 0, "%s: exit %d: %s", k ? "ref" : "opt", r.code, r.err);
-        test_outcome_free(&r);
-        const char *json = test_path(tmp, "rag.json");
-        r = test_cli_run(tmp, (const char *[]){"check", rag, "--json", json, NULL});
-        ck_assert_msg(r.code == 0, "check after %s: exit %d: %s %s", k ? "ref" : "opt", r.code,
-                      r.out, r.err);
-        test_outcome_free(&r);
-        json_object *rep = json_object_from_file(json), *cases, *c, *v;
-        ck_assert(rep && json_object_object_get_ex(rep, "cases", &cases));
-        c = json_object_array_get_idx(cases, 0);
-        ck_assert(json_object_object_get_ex(c, "elements", &v)); /* O, LSE, dQ, dK, dV */
-        ck_assert_int_eq(json_object_get_int64(v), S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ +
-                                                       T_ * HKV * D_ + T_ * HKV * DV);
-        json_object_put(rep);
-    }
+    /* O, LSE, dQ, dK, dV */
+    opt_ref_then_check(rag, test_path(tmp, "rag.json"),
+                       S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ + T_ * HKV * D_ + T_ * HKV * DV);
     /* a wrong dK element of the ragged case fails its check */
     unlink(test_path(rag, ".smattn-set"));
     scale_elem(rag, "dk.npy", 7, 1.5f);
@@ -760,24 +758,9 @@ START_TEST(check_judges_gradients)
     snprintf(dir, sizeof dir, "%s/c", tmp);
     make_case(&bc, dir, 4, 1, 1, 1);
     const char *json = test_path(tmp, "r.json");
-    for (int k = 0; k < 2; k++) {
-        test_outcome r = test_cli_run(
-            tmp, (const char *[]){k ? "ref" : "opt", dir, dir, "--dtype", "f32", NULL});
-        ck_assert_msg(r.code == 0, "%s: exit %d: %s", k ? "ref" : "opt", r.code, r.err);
-        test_outcome_free(&r);
-        r = test_cli_run(tmp, (const char *[]){"check", dir, "--json", json, NULL});
-        ck_assert_msg(r.code == 0, "check after %s: exit %d: %s %s", k ? "ref" : "opt", r.code,
-                      r.out, r.err);
-        test_outcome_free(&r);
-        json_object *rep = json_object_from_file(json), *cases, *c, *v;
-        ck_assert(rep && json_object_object_get_ex(rep, "cases", &cases));
-        c = json_object_array_get_idx(cases, 0);
-        /* O, LSE and the three gradients: 24 + 24 + 72 + 60 + 40 elements */
-        ck_assert(json_object_object_get_ex(c, "elements", &v));
-        ck_assert_int_eq(json_object_get_int64(v), 2 * (S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ +
-                                                        T_ * HKV * D_ + T_ * HKV * DV));
-        json_object_put(rep);
-    }
+    /* O, LSE and the three gradients: 24 + 24 + 72 + 60 + 40 elements */
+    opt_ref_then_check(dir, json, 2 * (S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ + T_ * HKV * D_ +
+                                       T_ * HKV * DV));
     unlink(test_path(dir, ".smattn-set")); /* edited below: taken as they are */
     scale_elem(dir, "dk.npy", 7, 1.5f);
     test_outcome r = test_cli_run(tmp, (const char *[]){"check", dir, "--json", json, NULL});

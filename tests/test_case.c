@@ -14,18 +14,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/support/case_dir.h"
 #include "tests/support/fs.h"
 #include "io/case.h"
 #include "io/util.h"
 
-/* ---- fixtures -------------------------------------------------------------------------- */
+/* the shared helpers (tests/support/case_dir.h) under this suite's short names */
+#define put_text test_put_text
+#define load_ok test_case_load_ok
+#define load_fails test_case_load_fails
 
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/smattn_case_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
+/* ---- fixtures -------------------------------------------------------------------------- */
 
 /* An array of n elements with the given values (converted to the type), written as npy. */
 static void put(const char *dir, const char *name, smattn_npy_type t, int rank,
@@ -82,11 +81,6 @@ static void put_header(const char *dir, const char *name, const char *dict, cons
     free(file);
 }
 
-static void put_text(const char *dir, const char *name, const char *text)
-{
-    put_bytes(dir, name, text, strlen(text));
-}
-
 /* A standard attention case: q [S,Hq,D] k,v [T,Hkv,D] (3-D) or with B first (4-D). */
 static void put_qkv(const char *dir, int rank, int64_t B, int64_t S, int64_t T, int64_t Hq,
                     int64_t Hkv, int64_t D, smattn_npy_type t)
@@ -98,26 +92,11 @@ static void put_qkv(const char *dir, int rank, int64_t B, int64_t S, int64_t T, 
     put(dir, "v.npy", t, rank, k + o);
 }
 
-static void load_ok(const char *dir, smattn_case *c)
-{
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, c, err, sizeof err) == 0, "%s", err);
-}
-
-static void load_fails(const char *dir, const char *needle)
-{
-    smattn_case c;
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) != 0, "accepted (%s)", needle);
-    ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
-    ck_assert_msg(!strchr(err, '\n'), "multi-line message '%s'", err);
-}
-
 /* ---- good cases ------------------------------------------------------------------------ */
 
 START_TEST(attention_3d_defaults)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 5, 4, 2, 8, SMATTN_NPY_F32);
     smattn_case c;
     load_ok(d, &c);
@@ -143,7 +122,7 @@ END_TEST
 
 START_TEST(attention_4d_broadcast_options)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 4, 2, 3, 4, 2, 1, 4, SMATTN_NPY_F64);
     put(d, "bias.npy", SMATTN_NPY_F32, 4, (int64_t[]){1, 1, 3, 4});
     put(d, "mask.npy", SMATTN_NPY_BOOL, 1, (int64_t[]){4});
@@ -178,7 +157,7 @@ END_TEST
 
 START_TEST(bf16_sinks_softmax_fortran)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     /* bf16 as '<u2' bits when named; sinks.npy [Hq]. */
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_U16);
     put(d, "sinks.npy", SMATTN_NPY_F16, 1, (int64_t[]){2});
@@ -208,7 +187,7 @@ END_TEST
 
 START_TEST(bad_files_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     load_fails("/nonexistent/smattn/case", "no such case directory");
     load_fails(d, "no q.npy");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
@@ -240,7 +219,7 @@ END_TEST
 
 START_TEST(bad_dtypes_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
     put(d, "q.npy", SMATTN_NPY_U16, 3, (int64_t[]){2, 2, 4});
     load_fails(d, "q.npy: dtype '<u2' holds raw bits");
@@ -263,7 +242,7 @@ END_TEST
 
 START_TEST(bad_shapes_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 4, 4, 4, 4, 128, SMATTN_NPY_F32);
     put(d, "k.npy", SMATTN_NPY_F32, 3, (int64_t[]){4, 4, 16});
     load_fails(d, "k.npy: shape [4,4,16] does not match q.npy's head dim 128");
@@ -325,7 +304,7 @@ END_TEST
 
 START_TEST(bad_json_rejected)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
     const char *bad[][2] = {
         {"{\"scale\": 1,", "case.json: malformed JSON"},
@@ -545,7 +524,7 @@ END_TEST
 START_TEST(unreadable_optional_inputs_are_errors)
 {
     static const char *const names[4] = {"bias.npy", "mask.npy", "sinks.npy", "case.json"};
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 2, 2, 4, SMATTN_NPY_F32);
     smattn_case c;
     load_ok(d, &c);
@@ -575,7 +554,7 @@ END_TEST
 
 START_TEST(outputs_written_in_case_rank)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 3, 1, 2, 3, 4, 2, 5, SMATTN_NPY_F32);
     put(d, "v.npy", SMATTN_NPY_F32, 3, (int64_t[]){3, 2, 6});
     smattn_case c;
@@ -617,7 +596,7 @@ END_TEST
  * one line naming the key. */
 START_TEST(alibi_keys)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("case");
     put_qkv(d, 4, 2, 3, 4, 2, 1, 4, SMATTN_NPY_F32);
     put_text(d, "case.json", "{\"alibi_mode\": \"one_sided\", \"alibi_slopes\": [0.5, -0.125]}");
     smattn_case c;

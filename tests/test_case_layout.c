@@ -13,24 +13,13 @@
 
 #include "io/case.h"
 #include "io/util.h"
+#include "tests/support/case_dir.h"
 #include "tests/support/fs.h"
 
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/smattn_layout_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
-static void put_text(const char *dir, const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-    fclose(f);
-}
+/* the shared helpers (tests/support/case_dir.h) under this suite's short names */
+#define put_text test_put_text
+#define load_ok test_case_load_ok
+#define load_fails test_case_load_fails
 
 static void rm(const char *dir, const char *name)
 {
@@ -73,21 +62,6 @@ static void put_ints(const char *dir, const char *name, smattn_npy_type t, int64
     free(buf);
 }
 
-static void load_ok(const char *dir, smattn_case *c)
-{
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, c, err, sizeof err) == 0, "%s", err);
-}
-
-static void load_fails(const char *dir, const char *needle)
-{
-    smattn_case c;
-    char err[512] = "";
-    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) != 0, "accepted (%s)", needle);
-    ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
-    ck_assert_msg(!strchr(err, '\n'), "multi-line message '%s'", err);
-}
-
 /* The running example: B = 3 sequences of 3, 1, 4 queries (total_q 8), Hq 4, Hkv 2, D 16,
  * Dv 8; paged keys of 5, 3, 10 tokens in 6 pages of 4 slots (NHD or HND). */
 static const int64_t ex_table[9] = {0, 1, -1, 2, -1, -1, 3, 4, 5};
@@ -109,7 +83,7 @@ static void put_paged(const char *dir, int hnd, smattn_npy_type tt)
 
 START_TEST(paged_nhd_packed_q)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 0, SMATTN_NPY_I32);
     smattn_case c;
     load_ok(d, &c);
@@ -151,7 +125,7 @@ END_TEST
 
 START_TEST(paged_hnd_strides)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 1, SMATTN_NPY_I32);
     smattn_case c;
     load_ok(d, &c);
@@ -168,7 +142,7 @@ END_TEST
 
 START_TEST(packed_k_seqused)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 3, (int64_t[]){5, 2, 4}, 0);
     put_f64(d, "k.npy", 3, (int64_t[]){9, 1, 4}, 1);
     put_f64(d, "v.npy", 3, (int64_t[]){9, 1, 3}, 2);
@@ -197,7 +171,7 @@ END_TEST
 
 START_TEST(flashinfer_csr)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 4, (int64_t[]){3, 1, 4, 16}, 0); /* decode: one query per sequence */
     put_f64(d, "k.npy", 4, (int64_t[]){6, 4, 2, 16}, 1);
     put_f64(d, "v.npy", 4, (int64_t[]){6, 4, 2, 8}, 2);
@@ -232,7 +206,7 @@ END_TEST
 
 START_TEST(bad_cu_seqlens)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 3, (int64_t[]){8, 4, 16}, 0);
     put_f64(d, "k.npy", 3, (int64_t[]){7, 2, 16}, 1);
     put_f64(d, "v.npy", 3, (int64_t[]){7, 2, 8}, 2);
@@ -295,7 +269,7 @@ END_TEST
 
 START_TEST(bad_block_tables)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 0, SMATTN_NPY_I64);
     smattn_case c;
     /* i8 entries outside int32, used or not, are named */
@@ -359,7 +333,7 @@ END_TEST
 
 START_TEST(bad_csr)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_f64(d, "q.npy", 4, (int64_t[]){3, 1, 4, 16}, 0);
     put_f64(d, "k.npy", 4, (int64_t[]){6, 4, 2, 16}, 1);
     put_f64(d, "v.npy", 4, (int64_t[]){6, 4, 2, 8}, 2);
@@ -413,7 +387,7 @@ END_TEST
 
 START_TEST(twin_gathers_sequences)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     for (int hnd = 0; hnd < 2; hnd++) {
         put_paged(d, hnd, SMATTN_NPY_I32);
         smattn_case c;
@@ -473,7 +447,7 @@ END_TEST
  * naming a page twice, and a do.npy of the dense shape, are refused with one line. */
 START_TEST(paged_backward_case)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     for (int hnd = 0; hnd < 2; hnd++) {
         put_paged(d, hnd, SMATTN_NPY_I32);
         put_f64(d, "do.npy", 3, (int64_t[]){8, 4, 8}, 3);
@@ -579,7 +553,7 @@ END_TEST
 
 START_TEST(library_line_in_errors)
 {
-    char *d = make_tmpdir();
+    char *d = test_case_tmpdir("layout");
     put_paged(d, 0, SMATTN_NPY_I32);
     smattn_case c;
     load_ok(d, &c);

@@ -15,16 +15,10 @@
 #include "io/npy.h"
 #include "smattn.h"
 #include "tests/support/cli_run.h"
+#include "tests/support/case_dir.h"
 #include "tests/support/fs.h"
 
 enum { CB = 2, CS = 3, CT = 5, CHQ = 2, CHKV = 1, CD = 32, CDV = 64 };
-
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/smattn_qcase_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
 
 static void write_npy(const char *dir, const char *name, smattn_npy_type t, int rank,
                       const int64_t *shape, const void *data)
@@ -99,7 +93,7 @@ static void make_cases(const char *dir, const char *dir64)
 
 START_TEST(quantised_case_is_its_twin)
 {
-    char *dir = make_tmpdir(), *dir64 = make_tmpdir();
+    char *dir = test_case_tmpdir("qcase"), *dir64 = test_case_tmpdir("qcase");
     make_cases(dir, dir64);
     smattn_case c, t;
     char err[256];
@@ -167,7 +161,7 @@ END_TEST
  * cut to vlast bytes per row (0: kept). Exit 2, one line containing `want`, no OUT. */
 static void expect_bad(const char *json, int64_t vlast, const char *want)
 {
-    char *dir = make_tmpdir(), *dir64 = make_tmpdir();
+    char *dir = test_case_tmpdir("qcase"), *dir64 = test_case_tmpdir("qcase");
     make_cases(dir, dir64);
     if (json)
         write_text(dir, "case.json", json);

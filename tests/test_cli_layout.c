@@ -15,8 +15,12 @@
 
 #include "conform/conform.h"
 #include "io/case.h"
+#include "tests/support/case_dir.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
+
+/* the shared helper (tests/support/case_dir.h) under this suite's short name */
+#define put_text test_put_text
 
 static char tmp[64];
 
@@ -45,16 +49,6 @@ static const char *in_tmp(const char *name)
     k = (k + 1) % 4;
     snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
     return p[k];
-}
-
-static void put_text(const char *dir, const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-    fclose(f);
 }
 
 /* An f32 array of pseudo-random values in [-1, 1) (a fixed stream per seed). */

@@ -9,7 +9,6 @@
 #include <json.h>
 #include <math.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,19 +50,8 @@ static const char *tmp(const char *name)
     return test_path(dir, name);
 }
 
-/* SMATTN_CLI with the given arguments (NULL-terminated), stdout and stderr to files. */
-static outcome cli(const char *a0, ...)
-{
-    const char *args[32];
-    int n = 0;
-    va_list ap;
-    va_start(ap, a0);
-    for (const char *a = a0; a && n < 31; a = va_arg(ap, const char *))
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    return test_cli_run(dir, args);
-}
+/* SMATTN_CLI with the given arguments (NULL-terminated), stdout and stderr to files in dir. */
+#define cli(...) test_cli_runl(dir, __VA_ARGS__)
 
 /* A JSON report: parsed, with the keys of the contract checked. */
 static json_object *load_report(const char *path)
@@ -145,9 +133,7 @@ END_TEST
 /* The misbehaving fixtures break on D == 3 only: shapes/s3_t7_d3 in the quick suite. */
 static void expect_isolated(const char *mode, const char *needle, double max_seconds)
 {
-    char so[64];
-    snprintf(so, sizeof so, "tests/fixtures/fixture_%s.so", mode);
-    outcome o = cli("conform", "--kernel", built(so), "--case-timeout", "0.3", "--json",
+    outcome o = cli("conform", "--kernel", test_fixture(mode), "--case-timeout", "0.3", "--json",
                     tmp("r.json"), "--junit", tmp("r.xml"), NULL);
     ck_assert_msg(o.code == 1, "%s: exit %d; stderr %s", mode, o.code, o.err);
     ck_assert_msg(o.seconds < max_seconds, "%s: took %.1f s", mode, o.seconds);

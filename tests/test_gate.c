@@ -14,7 +14,6 @@
 #include <json.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +36,13 @@ typedef test_outcome outcome;
 #define outcome_free test_outcome_free
 #define find_case test_report_case
 #define field test_report_field
+#define fixture test_fixture
 
 extern char **environ;
 
 static char dir[64];
+/* the tool run in dir with a NULL-terminated argument list */
+#define cli(...) test_cli_runl(dir, __VA_ARGS__)
 
 static void setup(void)
 {
@@ -56,33 +58,6 @@ static void teardown(void)
 static const char *tmp(const char *name)
 {
     return test_path(dir, name);
-}
-
-static const char *fixture(const char *mode)
-{
-    static char rel[4][96];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(rel[k], sizeof rel[k], "tests/fixtures/fixture_%s.so", mode);
-    return built(rel[k]);
-}
-
-static outcome cli_v(const char *const *args)
-{
-    return test_cli_run(dir, args);
-}
-
-static outcome cli(const char *a0, ...)
-{
-    const char *args[40];
-    int n = 0;
-    va_list ap;
-    va_start(ap, a0);
-    for (const char *a = a0; a && n < 39; a = va_arg(ap, const char *))
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    return cli_v(args);
 }
 
 static json_object *load_json(const char *path)

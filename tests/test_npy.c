@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/merge_case.h"
 #include "io/npy.h"
+#include "io/util.h"
 
 /* A .npy file from a header dict and raw data: version v, padded to 64 like numpy. */
 static unsigned char *make_npy(int v, const char *dict, const void *data, size_t nbytes,
@@ -399,6 +401,45 @@ START_TEST(header_first_then_data)
 }
 END_TEST
 
+/* smattn_io_npy_load, the one reader of dir/name for case and merge case directories: the
+ * header, then the data, with 0; a failure 1 with the reader's message left unnamed (each
+ * directory kind names the file its own way: a merge case "o_parts.npy: ", a case its path
+ * when the file cannot be opened); and smattn_io_shape_str's "[d0,d1]", cut to its buffer. */
+START_TEST(dir_load_names_left_to_caller)
+{
+    char dir[] = "/tmp/smattn_npy_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], err[256] = "";
+    snprintf(path, sizeof path, "%s/a.npy", dir);
+    const int64_t shape[2] = {2, 3};
+    const float f[6] = {1, 2, 3, 4, 5, 6};
+    ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 2, shape, f, err, sizeof err) == 0);
+    smattn_npy a;
+    ck_assert_msg(smattn_io_npy_load(dir, "a.npy", 0, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert(a.data == NULL && a.rank == 2 && a.shape[0] == 2 && a.shape[1] == 3);
+    char sh[16];
+    smattn_io_shape_str(&a, sh, sizeof sh);
+    ck_assert_str_eq(sh, "[2,3]");
+    smattn_io_shape_str(&a, sh, 4);
+    ck_assert_str_eq(sh, "[2,");
+    ck_assert_msg(smattn_io_npy_load(dir, "a.npy", 1, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert(a.data && memcmp(a.data, f, sizeof f) == 0);
+    smattn_npy_free(&a);
+    ck_assert_int_eq(smattn_io_npy_load(dir, "none.npy", 0, &a, err, sizeof err), 1);
+    ck_assert_msg(err[0] && strstr(err, "none.npy") == NULL, "%s", err);
+    /* a merge case names the file it could not read */
+    char from[256];
+    snprintf(from, sizeof from, "%s/a.npy", dir);
+    snprintf(path, sizeof path, "%s/o_parts.npy", dir);
+    ck_assert(rename(from, path) == 0);
+    smattn_merge_case mc;
+    ck_assert(smattn_merge_case_load(dir, &mc, err, sizeof err) != 0);
+    ck_assert_msg(strncmp(err, "lse_parts.npy: ", 15) == 0, "%s", err);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 Suite *npy_suite(void);
 Suite *npy_suite(void)
 {
@@ -415,6 +456,7 @@ Suite *npy_suite(void)
     tcase_add_test(tc, mutations_never_crash);
     tcase_add_test(tc, files_read_and_write);
     tcase_add_test(tc, header_first_then_data);
+    tcase_add_test(tc, dir_load_names_left_to_caller);
     suite_add_tcase(s, tc);
     return s;
 }

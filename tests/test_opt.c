@@ -623,6 +623,58 @@ START_TEST(opt_decode_kv_heads)
 }
 END_TEST
 
+/* The decode step of opt_decode_gqa_expansion and opt_decode_gqa_expansion_8bit: B rows (the
+ * second's keys ending mid-tile, on an odd key, T - 333 - 2a), T keys, Hkv KV heads of G
+ * query heads each, head size D, lower-right causal, Q of B * Hq * D values drawn from r.
+ * K and V are the caller's (c->k, c->v; bound with bind_decode). */
+static void gen_decode_gqa(tcase *c, int64_t B, int64_t T, int64_t G, int64_t Hkv, int64_t D,
+                           int a, xorshift *r)
+{
+    const int64_t Hq = G * Hkv;
+    memset(c, 0, sizeof *c);
+    c->p = smattn_problem_default();
+    c->p.B = B, c->p.S = 1, c->p.T = T, c->p.Hq = Hq, c->p.Hkv = Hkv, c->p.D = c->p.Dv = D;
+    c->p.scale = smattn_default_scale(D);
+    c->p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    if (B == 2) {
+        c->kvl[0] = T, c->kvl[1] = T - 333 - 2 * a;
+        c->p.kv_lens = c->kvl;
+    }
+    const size_t nq = (size_t)(B * Hq * D);
+    c->q = malloc(nq * 4);
+    for (size_t i = 0; i < nq; i++)
+        c->q[i] = (float)(4 * unif(r) - 2);
+}
+
+/* Q in f32, K and V in kvt, all contiguous for c->p. */
+static void bind_decode(tcase *c, smattn_dtype kvt)
+{
+    c->in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    c->in.k = (smattn_tensor){c->k, kvt, {0}};
+    c->in.v = (smattn_tensor){c->v, kvt, {0}};
+    smattn_contiguous_strides(&c->p, 'q', c->in.q.stride);
+    smattn_contiguous_strides(&c->p, 'k', c->in.k.stride);
+    smattn_contiguous_strides(&c->p, 'v', c->in.v.stride);
+}
+
+/* e = the MHA expansion of the contiguous GQA decode c whose K/V rows (D elements of one
+ * head) take rowb bytes: Hkv = Hq, K/V rows [b, t, h] = c's [b, t, h / G]. e shares c's Q
+ * and kv_lens; its own K and V go with free(e->k), free(e->v). */
+static void expand_gqa(tcase *e, const tcase *c, size_t rowb)
+{
+    const int64_t Hq = c->p.Hq, Hkv = c->p.Hkv, G = Hq / Hkv, BT = c->p.B * c->p.T;
+    *e = *c;
+    e->p.Hkv = Hq;
+    e->k = malloc((size_t)(BT * Hq) * rowb), e->v = malloc((size_t)(BT * Hq) * rowb);
+    for (int64_t bt = 0; bt < BT; bt++)
+        for (int64_t h = 0; h < Hq; h++) {
+            size_t to = (size_t)(bt * Hq + h) * rowb, from = (size_t)(bt * Hkv + h / G) * rowb;
+            memcpy((char *)e->k + to, (char *)c->k + from, rowb);
+            memcpy((char *)e->v + to, (char *)c->v + from, rowb);
+        }
+    bind_decode(e, c->in.k.dtype);
+}
+
 /* A decode step of a GQA problem and of its MHA expansion (each KV head's rows repeated for
  * its G query heads), bit for bit, on every ISA, K/V in f32, f16 and bf16, groups of 6, 7
  * and 8 heads (the decode's 8-row score blocks with 2, 1 and no padding rows): the GQA run
@@ -636,48 +688,21 @@ START_TEST(opt_decode_gqa_expansion)
     for (int a = 0; a < 9; a++) {
         if (!test_keep(a, 9))
             continue;
-        const int64_t G = groups[a % 3], Hkv = 4, Hq = G * Hkv, B = 1 + a % 2;
+        const int64_t G = groups[a % 3], Hkv = 4, B = 1 + a % 2;
         const int64_t T = 2101 + 64 * (a % 4), D = a < 6 ? 128 : 64;
         const smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + a / 3 % 3);
         const size_t ek = smattn_dtype_size(kvt);
         xorshift r = {4242 + (uint64_t)a};
         tcase c, e;
-        memset(&c, 0, sizeof c);
-        c.p = smattn_problem_default();
-        c.p.B = B, c.p.S = 1, c.p.T = T, c.p.Hq = Hq, c.p.Hkv = Hkv, c.p.D = c.p.Dv = D;
-        c.p.scale = smattn_default_scale(D);
-        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-        if (B == 2) { /* the second row's keys end mid-tile, on an odd key */
-            c.kvl[0] = T, c.kvl[1] = T - 333 - 2 * a;
-            c.p.kv_lens = c.kvl;
-        }
-        size_t nq = (size_t)(B * Hq * D), nkv = (size_t)(B * T * Hkv * D);
-        c.q = malloc(nq * 4), c.k = malloc(nkv * ek), c.v = malloc(nkv * ek);
-        for (size_t i = 0; i < nq; i++)
-            c.q[i] = (float)(4 * unif(&r) - 2);
+        gen_decode_gqa(&c, B, T, G, Hkv, D, a, &r);
+        const size_t nkv = (size_t)(B * T * Hkv * D);
+        c.k = malloc(nkv * ek), c.v = malloc(nkv * ek);
         for (size_t i = 0; i < nkv; i++) {
             smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
             smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
         }
-        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
-        c.in.k = (smattn_tensor){c.k, kvt, {0}};
-        c.in.v = (smattn_tensor){c.v, kvt, {0}};
-        smattn_contiguous_strides(&c.p, 'q', c.in.q.stride);
-        smattn_contiguous_strides(&c.p, 'k', c.in.k.stride);
-        smattn_contiguous_strides(&c.p, 'v', c.in.v.stride);
-        e = c; /* the expansion: K/V rows [b, t, h] = [b, t, h / G] */
-        e.p.Hkv = Hq;
-        e.k = malloc(nkv * (size_t)G * ek), e.v = malloc(nkv * (size_t)G * ek);
-        for (int64_t bt = 0; bt < B * T; bt++)
-            for (int64_t h = 0; h < Hq; h++) {
-                size_t to = (size_t)((bt * Hq + h) * D) * ek, from = (size_t)((bt * Hkv + h / G) * D) * ek;
-                memcpy((char *)e.k + to, (char *)c.k + from, (size_t)D * ek);
-                memcpy((char *)e.v + to, (char *)c.v + from, (size_t)D * ek);
-            }
-        e.in.k = (smattn_tensor){e.k, kvt, {0}};
-        e.in.v = (smattn_tensor){e.v, kvt, {0}};
-        smattn_contiguous_strides(&e.p, 'k', e.in.k.stride);
-        smattn_contiguous_strides(&e.p, 'v', e.in.v.stride);
+        bind_decode(&c, kvt);
+        expand_gqa(&e, &c, (size_t)D * ek);
         for (int k = 0; k < 3; k++) {
             if (!smattn_opt_isa_available(isas[k]))
                 continue;
@@ -1400,25 +1425,14 @@ START_TEST(opt_decode_gqa_expansion_8bit)
                                        SMATTN_Q4_0};
     for (int a = 0; a < 10; a++) {
         const smattn_dtype kvt = dts[a % 5];
-        const int64_t G = groups[a % 3], Hkv = 4, Hq = G * Hkv, B = 1 + a % 2;
+        const int64_t G = groups[a % 3], Hkv = 4, B = 1 + a % 2;
         const int64_t T = 2101 + 64 * (a % 4), D = a < 5 ? 128 : 64;
         const int nan = a % 5 == 1; /* e4m3 with NaN bytes */
         const size_t rowb = (size_t)(D / smattn_dtype_block(kvt)) * smattn_dtype_size(kvt);
         xorshift r = {5151 + (uint64_t)a};
         tcase c, e;
-        memset(&c, 0, sizeof c);
-        c.p = smattn_problem_default();
-        c.p.B = B, c.p.S = 1, c.p.T = T, c.p.Hq = Hq, c.p.Hkv = Hkv, c.p.D = c.p.Dv = D;
-        c.p.scale = smattn_default_scale(D);
-        c.p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
-        if (B == 2) {
-            c.kvl[0] = T, c.kvl[1] = T - 333 - 2 * a;
-            c.p.kv_lens = c.kvl;
-        }
-        size_t nq = (size_t)(B * Hq * D), nkv = (size_t)(B * T * Hkv * D);
-        c.q = malloc(nq * 4);
-        for (size_t i = 0; i < nq; i++)
-            c.q[i] = (float)(4 * unif(&r) - 2);
+        gen_decode_gqa(&c, B, T, G, Hkv, D, a, &r);
+        const size_t nkv = (size_t)(B * T * Hkv * D);
         if (kvt == SMATTN_Q8_0 || kvt == SMATTN_Q4_0) {
             float *k = malloc(nkv * 4), *v = malloc(nkv * 4);
             for (size_t i = 0; i < nkv; i++)
@@ -1437,26 +1451,8 @@ START_TEST(opt_decode_gqa_expansion_8bit)
             ((unsigned char *)c.k)[(size_t)(100 * Hkv + 1) * rowb + 5] = 0x7f;
             ((unsigned char *)c.v)[(size_t)(1500 * Hkv + 2) * rowb + 7] = 0xff;
         }
-        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
-        c.in.k = (smattn_tensor){c.k, kvt, {0}};
-        c.in.v = (smattn_tensor){c.v, kvt, {0}};
-        smattn_contiguous_strides(&c.p, 'q', c.in.q.stride);
-        smattn_contiguous_strides(&c.p, 'k', c.in.k.stride);
-        smattn_contiguous_strides(&c.p, 'v', c.in.v.stride);
-        e = c; /* the expansion: K/V rows [b, t, h] = [b, t, h / G] */
-        e.p.Hkv = Hq;
-        const size_t nrows = (size_t)(B * T * Hkv);
-        e.k = malloc(nrows * (size_t)G * rowb), e.v = malloc(nrows * (size_t)G * rowb);
-        for (int64_t bt = 0; bt < B * T; bt++)
-            for (int64_t h = 0; h < Hq; h++) {
-                size_t to = (size_t)(bt * Hq + h) * rowb, from = (size_t)(bt * Hkv + h / G) * rowb;
-                memcpy((char *)e.k + to, (char *)c.k + from, rowb);
-                memcpy((char *)e.v + to, (char *)c.v + from, rowb);
-            }
-        e.in.k = (smattn_tensor){e.k, kvt, {0}};
-        e.in.v = (smattn_tensor){e.v, kvt, {0}};
-        smattn_contiguous_strides(&e.p, 'k', e.in.k.stride);
-        smattn_contiguous_strides(&e.p, 'v', e.in.v.stride);
+        bind_decode(&c, kvt);
+        expand_gqa(&e, &c, rowb);
         for (int k = 0; k < 3; k++) {
             if (!smattn_opt_isa_available(isas[k]))
                 continue;

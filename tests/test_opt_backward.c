@@ -35,6 +35,15 @@ static smattn_status run_bw(const bwcase *c, const char *isa, int threads, bwgra
     return smattn_attention_backward(&c->p, &c->in, &s, &c->gin, &g->go, &cfg);
 }
 
+/* run_bw on the active ISA with no room to store dS: the kernel computes it again. */
+static smattn_status run_bw_ds_again(const bwcase *c, int threads, bwgrads *g)
+{
+    const size_t was = smattn__bw_set_ds_budget(0);
+    const smattn_status s = run_bw(c, NULL, threads, g);
+    smattn__bw_set_ds_budget(was);
+    return s;
+}
+
 /* Judge the kernel on one problem and ISA; returns the number of elements beyond the
  * bound (printing the worst of each gradient then). */
 static int64_t judge_one(const bwcase *c, const char *isa, smattn_dtype gt, uint64_t seed,
@@ -140,6 +149,27 @@ static int same_bits(const bwgrads *a, const bwgrads *b)
            memcmp(a->dv, b->dv, (size_t)a->nv * es) == 0;
 }
 
+/* ref = c's gradients from the scalar kernel on 1 thread (made here, freed by the caller);
+ * every ISA the CPU has, at 1, 2 and 3 threads, must give the same bits. what names the
+ * problem in a failure. */
+static void same_on_every_isa(const bwcase *c, bwgrads *ref, const char *what)
+{
+    bwgrads_make(ref, &c->p, SMATTN_F32);
+    ck_assert_int_eq(run_bw(c, "scalar", 1, ref), SMATTN_OK);
+    for (int a = 0; a < 3; a++) {
+        if (!smattn_opt_isa_available(isas[a]))
+            continue;
+        for (int th = 1; th <= 3; th++) {
+            bwgrads g;
+            bwgrads_make(&g, &c->p, SMATTN_F32);
+            ck_assert_int_eq(run_bw(c, isas[a], th, &g), SMATTN_OK);
+            ck_assert_msg(same_bits(ref, &g), "%s: %s with %d threads differs from scalar with 1",
+                          what, isas[a], th);
+            bwgrads_free(&g);
+        }
+    }
+}
+
 /* Threads 1, 2, 3 and every ISA give the same bits; and twice the same call. */
 START_TEST(bitwise_threads_isas)
 {
@@ -152,20 +182,10 @@ START_TEST(bitwise_threads_isas)
     for (int k = 0; k < 4; k++) {
         bwcase c;
         ck_assert_int_eq(bwcase_make(&c, 77 + (uint64_t)k, kinds[k], SMATTN_BF16), 0);
-        bwgrads ref, g;
-        bwgrads_make(&ref, &c.p, SMATTN_F32);
-        ck_assert_int_eq(run_bw(&c, "scalar", 1, &ref), SMATTN_OK);
-        for (int a = 0; a < 3; a++) {
-            if (!smattn_opt_isa_available(isas[a]))
-                continue;
-            for (int th = 1; th <= 3; th++) {
-                bwgrads_make(&g, &c.p, SMATTN_F32);
-                ck_assert_int_eq(run_bw(&c, isas[a], th, &g), SMATTN_OK);
-                ck_assert_msg(same_bits(&ref, &g), "kind %d: %s with %d threads differs from "
-                              "scalar with 1", k, isas[a], th);
-                bwgrads_free(&g);
-            }
-        }
+        char what[24];
+        snprintf(what, sizeof what, "kind %d", k);
+        bwgrads ref;
+        same_on_every_isa(&c, &ref, what);
         bwgrads_free(&ref);
         bwcase_free(&c);
     }
@@ -227,10 +247,7 @@ START_TEST(ds_store_same_bits)
     bwgrads_make(&a, &c.p, SMATTN_F32);
     bwgrads_make(&b, &c.p, SMATTN_F32);
     ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
-    size_t was = smattn__bw_set_ds_budget(0);
-    smattn_status s = run_bw(&c, NULL, 2, &b);
-    smattn__bw_set_ds_budget(was);
-    ck_assert_int_eq(s, SMATTN_OK);
+    ck_assert_int_eq(run_bw_ds_again(&c, 2, &b), SMATTN_OK);
     ck_assert(same_bits(&a, &b));
     bwgrads_free(&a);
     bwgrads_free(&b);
@@ -307,24 +324,9 @@ START_TEST(edge_shapes)
         bad += judge_one(&c, smattn_opt_isa_available(isa) ? isa : "scalar", SMATTN_F32, seed,
                          &worst);
         bwgrads ref, g;
-        bwgrads_make(&ref, &c.p, SMATTN_F32);
-        ck_assert_int_eq(run_bw(&c, "scalar", 1, &ref), SMATTN_OK);
-        for (int a = 0; a < 3; a++) {
-            if (!smattn_opt_isa_available(isas[a]))
-                continue;
-            for (int th = 1; th <= 3; th++) {
-                bwgrads_make(&g, &c.p, SMATTN_F32);
-                ck_assert_int_eq(run_bw(&c, isas[a], th, &g), SMATTN_OK);
-                ck_assert_msg(same_bits(&ref, &g), "%s: %s with %d threads differs from scalar",
-                              nm, isas[a], th);
-                bwgrads_free(&g);
-            }
-        }
+        same_on_every_isa(&c, &ref, nm);
         bwgrads_make(&g, &c.p, SMATTN_F32);
-        size_t was = smattn__bw_set_ds_budget(0);
-        smattn_status s = run_bw(&c, NULL, 2, &g);
-        smattn__bw_set_ds_budget(was);
-        ck_assert_int_eq(s, SMATTN_OK);
+        ck_assert_int_eq(run_bw_ds_again(&c, 2, &g), SMATTN_OK);
         ck_assert_msg(same_bits(&ref, &g), "%s: dS computed again differs", nm);
         bwgrads_free(&g);
         bwgrads_free(&ref);
@@ -362,10 +364,7 @@ START_TEST(nan_row_beside_regular_rows)
     bwgrads_make(&a, p, SMATTN_F32);
     bwgrads_make(&b, p, SMATTN_F32);
     ck_assert_int_eq(run_bw(&c, NULL, 2, &a), SMATTN_OK);
-    size_t was = smattn__bw_set_ds_budget(0);
-    smattn_status s = run_bw(&c, NULL, 2, &b);
-    smattn__bw_set_ds_budget(was);
-    ck_assert_int_eq(s, SMATTN_OK);
+    ck_assert_int_eq(run_bw_ds_again(&c, 2, &b), SMATTN_OK);
     ck_assert(same_bits(&a, &b));
     const float *dq = a.dq, *dk = a.dk;
     int64_t nonzero = 0;

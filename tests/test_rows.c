@@ -9,7 +9,6 @@
 #include <unistd.h>
 #include <json.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +240,9 @@ END_TEST
 /* ---- the tool ---------------------------------------------------------------------------- */
 
 static char dir[64];
+/* the tool run in dir with a NULL-terminated argument list; a fixture plugin by mode */
+#define cli(...) test_cli_runl(dir, __VA_ARGS__)
+#define fixture test_fixture
 
 static void setup(void)
 {
@@ -250,28 +252,6 @@ static void setup(void)
 static void teardown(void)
 {
     test_rm_tree(dir);
-}
-
-static const char *fixture(const char *mode)
-{
-    static char rel[4][96];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(rel[k], sizeof rel[k], "tests/fixtures/fixture_%s.so", mode);
-    return test_built(rel[k]);
-}
-
-static test_outcome cli(const char *a0, ...)
-{
-    const char *args[40];
-    int n = 0;
-    va_list ap;
-    va_start(ap, a0);
-    for (const char *a = a0; a && n < 39; a = va_arg(ap, const char *))
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    return test_cli_run(dir, args);
 }
 
 /* The verdict line of a text report ("" if none). */

@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,10 +51,32 @@ const char *test_built(const char *rel)
     return buf[k];
 }
 
+const char *test_fixture(const char *mode)
+{
+    static char rel[4][96];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(rel[k], sizeof rel[k], "tests/fixtures/fixture_%s.so", mode);
+    return test_built(rel[k]);
+}
+
 void test_outcome_free(test_outcome *o)
 {
     free(o->out);
     free(o->err);
+}
+
+test_outcome test_cli_runl(const char *dir, const char *a0, ...)
+{
+    const char *args[40];
+    int n = 0;
+    va_list ap;
+    va_start(ap, a0);
+    for (const char *a = a0; a && n < 39; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    return test_cli_run(dir, args);
 }
 
 test_outcome test_cli_run(const char *dir, const char *const *args)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* cli_run.h: running the smattn tool from a test and reading what it wrote (the conform and
- * gate suites share these). */
+/* cli_run.h: running the smattn tool from a test and reading what it wrote (the conform,
+ * gate and rows suites share these). */
 #ifndef SMATTN_TESTS_CLI_RUN_H
 #define SMATTN_TESTS_CLI_RUN_H
 
@@ -11,6 +11,8 @@ char *test_slurp(const char *path);
 /* A file next to the CLI ($SMATTN_CLI's directory)/rel; fails the test if it is missing.
  * Points into a few rotating buffers. */
 const char *test_built(const char *rel);
+/* The fixture plugin tests/fixtures/fixture_<mode>.so next to the CLI (test_built). */
+const char *test_fixture(const char *mode);
 
 typedef struct test_outcome {
     int code; /* exit status; -1 if killed by a signal */
@@ -21,6 +23,8 @@ void test_outcome_free(test_outcome *o);
 /* $SMATTN_CLI with the NULL-terminated arguments, stdout and stderr captured through
  * files in dir (stdout.txt, stderr.txt). */
 test_outcome test_cli_run(const char *dir, const char *const *args);
+/* test_cli_run with the arguments as a NULL-terminated list (at most 39 are taken). */
+test_outcome test_cli_runl(const char *dir, const char *a0, ...);
 /* The same with program prog (NULL: $SMATTN_CLI) run as user and group uid when the suite
  * runs as root (as the suite's own user otherwise), under RLIMIT_NPROC = nproc when
  * nproc > 0: a full process table for that user alone. The program and every file it reads
