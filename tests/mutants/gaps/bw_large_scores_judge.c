@@ -21,6 +21,8 @@ static uint64_t st = 88172645463325252u;
 static double rnd(void) { st ^= st << 13; st ^= st >> 7; st ^= st << 17; return (double)(st >> 11) * 0x1p-52 - 1.0; }
 int main(int argc, char **argv)
 {
+    if (argc != 3)
+        return 2;
     double amp = atof(argv[2]);
     void *h = dlopen(argv[1], RTLD_NOW);
     if (!h) return 2;
