@@ -26,9 +26,15 @@ int main(int argc, char **argv)
     double amp = atof(argv[2]);
     void *h = dlopen(argv[1], RTLD_NOW);
     if (!h) return 2;
-    att_fn att = (att_fn)dlsym(h, "smattn_plugin_attention");
-    smattn_plugin_backward_fn bw = (smattn_plugin_backward_fn)dlsym(h, "smattn_plugin_backward");
-    const smattn_plugin_info *(*desc)(uint32_t) = (const smattn_plugin_info *(*)(uint32_t))dlsym(h, "smattn_plugin_describe");
+    att_fn att;
+    void *sym = dlsym(h, "smattn_plugin_attention");
+    memcpy(&att, &sym, sizeof att); /* dlsym's object pointer as a function pointer (POSIX) */
+    smattn_plugin_backward_fn bw;
+    sym = dlsym(h, "smattn_plugin_backward");
+    memcpy(&bw, &sym, sizeof bw);
+    const smattn_plugin_info *(*desc)(uint32_t);
+    sym = dlsym(h, "smattn_plugin_describe");
+    memcpy(&desc, &sym, sizeof desc);
     enum { B = 1, S = 6, T = 16, H = 2, D = 8 };
     static float q[B * S * H * D], k[B * T * H * D], v[B * T * H * D], dO[B * S * H * D], dl[B * H * S];
     static float o[B * S * H * D], lse[B * H * S], dq[B * S * H * D], dk[B * T * H * D], dv[B * T * H * D];

@@ -14,8 +14,12 @@ int main(int argc, char **argv)
     void *h = dlopen(argv[1], RTLD_NOW);
     if (!h) return 2;
     typedef int (*att_fn)(const smattn_problem *, const smattn_inputs *, const smattn_outputs *);
-    att_fn att = (att_fn)dlsym(h, "smattn_plugin_attention");
-    smattn_plugin_backward_fn bw = (smattn_plugin_backward_fn)dlsym(h, "smattn_plugin_backward");
+    att_fn att;
+    void *sym = dlsym(h, "smattn_plugin_attention");
+    memcpy(&att, &sym, sizeof att); /* dlsym's object pointer as a function pointer (POSIX) */
+    smattn_plugin_backward_fn bw;
+    sym = dlsym(h, "smattn_plugin_backward");
+    memcpy(&bw, &sym, sizeof bw);
     float q[1] = {10}, k[2] = {10, 9.5f}, v[2] = {1, -1}, dO[1] = {1};
     float o[1], lse[1], dq[1], dk[2], dv[2];
     smattn_problem p;
