@@ -4,8 +4,9 @@
  * and padded (the problem judged: the oracle never sees the layout), with the layout's
  * arrays beside it; conform_case_lay_out packs its queries and packs or pages its keys for
  * the kernel, with NaN and infinities in every slot the layout never reads and garbage in
- * the block table's unused entries, so that the page and offset arithmetic where these
- * kernels' bugs are is what the case exercises. */
+ * the block table's unused entries (and past max_pages in a row longer than that), so
+ * that the page and offset arithmetic where these kernels' bugs are is what the case
+ * exercises. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,15 @@ typedef bat_lay_spec lay_spec;
 static int32_t table_junk(int64_t k, int64_t num_pages)
 {
     static const int32_t junk[4] = {-1, INT32_MAX, INT32_MIN, 0};
+    return k % 4 == 3 ? (int32_t)num_pages : junk[k % 4];
+}
+
+/* What the columns past max_pages hold (a row stride above max_pages): never read
+ * either, so numbers no page has, that a kernel taking max_pages for the row stride reads
+ * as pages of another row. */
+static int32_t stride_junk(int64_t k, int64_t num_pages)
+{
+    static const int32_t junk[3] = {-1, INT32_MAX, INT32_MIN};
     return k % 4 == 3 ? (int32_t)num_pages : junk[k % 4];
 }
 
@@ -82,8 +92,8 @@ conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64
         need -= ls->shared;
         if (ls->spare)
             maxp += 1; /* a column no sequence reaches: garbage in every row */
-        const int64_t np = need + ls->spare;
-        int32_t *bt = c->lay_table = bat_zalloc(bd, (size_t)(B * maxp), sizeof *bt);
+        const int64_t np = need + ls->spare, stride = maxp + ls->bt_pad;
+        int32_t *bt = c->lay_table = bat_zalloc(bd, (size_t)(B * stride), sizeof *bt);
         int32_t *perm = bat_zalloc(bd, (size_t)np, sizeof *perm);
         if (bt && perm) {
             /* pages handed out in a random order (Fisher-Yates on the case's stream) */
@@ -97,9 +107,11 @@ conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64
             int64_t next = 0;
             for (int64_t b = 0; b < B; b++) {
                 int64_t used = (Tb[b] + ps - 1) / ps;
-                for (int64_t col = 0; col < maxp; col++) {
-                    int32_t *e = &bt[b * maxp + col];
-                    if (col >= used)
+                for (int64_t col = 0; col < stride; col++) {
+                    int32_t *e = &bt[b * stride + col];
+                    if (col >= maxp) /* past the row: no page at all */
+                        *e = stride_junk(b + col, np);
+                    else if (col >= used)
                         *e = table_junk(b + col, np);
                     else if (b == 1 && col < ls->shared)
                         *e = bt[col]; /* sequence 0's page: a shared prefix */
@@ -110,7 +122,8 @@ conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64
         }
         free(perm);
         L->block_table = bt;
-        L->bt_stride = L->max_pages = maxp;
+        L->max_pages = maxp;
+        L->bt_stride = stride;
         L->num_pages = np;
         L->page_size = ps;
         c->kv_hnd = ls->hnd;
@@ -158,7 +171,9 @@ void battery_layouts(builder *bd, int full)
     const smattn_causal LR = SMATTN_CAUSAL_LOWER_RIGHT, UL = SMATTN_CAUSAL_UPPER_LEFT,
                         NONE = SMATTN_CAUSAL_NONE;
     /* page sizes 1, 3 (not a power of two), 16 and 256, pages in a random order, spare
-     * pages and table columns full of garbage; GQA and packed queries beside */
+     * pages and table columns full of garbage, table rows longer than max_pages (bt_stride
+     * above it: paged_p16_decode, paged_split_decode_*, paged_mixed_decode_prefill,
+     * paged_hnd_window_gqa); GQA and packed queries beside */
     {
         int64_t sq[3] = {3, 1, 4}, tk[3] = {6, 0, 9};
         lay_spec ls = {1, KV_PAGED, 0, 1, 3, 0, 0, 0, SMATTN_ALIBI_NONE};
@@ -173,7 +188,8 @@ void battery_layouts(builder *bd, int full)
     }
     {
         int64_t sq[2] = {1, 1}, tk[2] = {37, 50};
-        lay_spec ls = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE}; /* dense Q: the kvcache call's */
+        /* dense Q: the kvcache call's; a table row 3 columns longer than max_pages */
+        lay_spec ls = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE, 3};
         lay_case(bd, "paged_p16_decode", 2, sq, tk, 1, 64, 4, 1, 16, NONE, -1, -1, &ls);
         lay_spec hn = {0, KV_PAGED, 1, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p16_hnd_decode", 2, sq, tk, 1, 64, 2, 2, 16, NONE, -1, -1, &hn);
@@ -221,7 +237,7 @@ void battery_layouts(builder *bd, int full)
     {
         int64_t T = full ? 4100 : 600;
         int64_t sq[2] = {1, 1}, tk[2] = {T, T / 2 + 7};
-        lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE, 1};
         lay_case(bd, full ? "paged_split_decode_t4100" : "paged_split_decode_t600", 2, sq, tk, 1, T,
                  2, 1, 16, NONE, -1, -1, &p16);
         lay_spec p3 = {1, KV_PAGED, 0, 3, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
@@ -231,7 +247,7 @@ void battery_layouts(builder *bd, int full)
     /* a chunked-prefill batch: decodes (S_b = 1) beside prefills, one packed call */
     {
         int64_t sq[4] = {1, 24, 1, 9}, tk[4] = {40, 24, 7, 30};
-        lay_spec pg = {1, KV_PAGED, 0, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_spec pg = {1, KV_PAGED, 0, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE, 2};
         lay_case(bd, "paged_mixed_decode_prefill", 4, sq, tk, 24, 40, 4, 2, 8, LR, -1, -1, &pg);
         lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_mixed_decode_prefill", 4, sq, tk, 24, 40, 2, 1, 8, LR, -1, -1, &pk);
@@ -241,7 +257,7 @@ void battery_layouts(builder *bd, int full)
         int64_t sq[3] = {7, 1, 4}, tk[3] = {12, 9, 4};
         lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_window_gqa", 3, sq, tk, 7, 12, 6, 2, 8, LR, 3, 0, &pk);
-        lay_spec pg = {1, KV_PAGED, 1, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_spec pg = {1, KV_PAGED, 1, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE, 1};
         lay_case(bd, "paged_hnd_window_gqa", 3, sq, tk, 7, 12, 6, 3, 8, NONE, 2, 1, &pg);
     }
     if (full) {

@@ -539,7 +539,9 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
         return -1;
     }
     int64_t S2 = L->cu_seqlens_q ? 1 : p->S, T2 = L->cu_seqlens_k || L->block_table ? 1 : p->T;
-    int32_t *table = L->block_table ? malloc((size_t)(B * L->max_pages) * sizeof *table) : NULL;
+    /* the table whole, bt_stride columns a row: with "max_pages" below it, the columns past
+     * max_pages (garbage, never read) stay the row stride's */
+    int32_t *table = L->block_table ? malloc((size_t)(B * L->bt_stride) * sizeof *table) : NULL;
     unsigned char *cut[2] = {NULL, NULL};
     int rc = -1;
     if (L->block_table && !table)
@@ -550,8 +552,8 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
             S2 = Sb;
         if ((L->cu_seqlens_k || L->block_table) && Tb > T2)
             T2 = Tb;
-        for (int64_t col = 0; table && col < L->max_pages; col++)
-            table[b * L->max_pages + col] = L->block_table[b * L->bt_stride + col];
+        for (int64_t col = 0; table && col < L->bt_stride; col++)
+            table[b * L->bt_stride + col] = L->block_table[b * L->bt_stride + col];
     }
     /* bias and mask cut to [B, Hq, S', T'] */
     const smattn_tensor *bm[2] = {&m->in.bias, &m->in.mask};
@@ -585,7 +587,7 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
         sk[2] = sv[2] = c->kv_hnd ? ps : Hkv;
         sk[3] = D, sv[3] = Dv;
     }
-    const int64_t sbm[4] = {B, Hq, S2, T2}, st[2] = {B, L->max_pages};
+    const int64_t sbm[4] = {B, Hq, S2, T2}, st[2] = {B, L->bt_stride};
     rc = make_dir(dir, err, errlen) ||
          write_array(dir, "q.npy", nt, rq, sq, lm.in.q.data, err, errlen) ||
          write_array(dir, "k.npy", nt, rk, sk, lm.in.k.data, err, errlen) ||
@@ -614,6 +616,8 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
             put_list(f, "kv_lens", p->kv_lens, B);
         if (L->block_table && c->kv_hnd)
             fprintf(f, ",\n  \"kv_layout\": \"HND\"");
+        if (L->block_table && L->bt_stride != L->max_pages)
+            fprintf(f, ",\n  \"max_pages\": %lld", (long long)L->max_pages);
         put_alibi(f, p);
         if (t == SMATTN_BF16)
             put_bf16_qkv(f, cut[0] != NULL, m->in.sinks.data != NULL, gr.on);
@@ -1036,7 +1040,8 @@ static int skip_marker(const char *dir, char *out, size_t cap)
 
 /* A ragged or paged case is judged as its dense, padded twin (SPEC 2.7): the inputs
  * gathered into dense arrays, the outputs scattered into [B,S,Hq,Dv] and [B,Hq,S]. Rows
- * the layout does not have (i >= S_b) are not the kernel's: they take the oracle's values,
+ * the layout does not have (i >= S_b of packed queries; a dense Q with q_lens has them,
+ * judged as the twin's empty rows) are not the kernel's: they take the oracle's values,
  * so that only the sequences' rows are judged; indices in the report are the twin's. The
  * oracle runs on those rows alone, and with --rows on the sampled ones alone: a sampled
  * check of a layout case costs what the sample costs. */
@@ -1054,7 +1059,7 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
     }
     const smattn_problem *p = &tw.prob;
     int ok = 1, short_rows = 0;
-    for (int64_t b = 0; b < p->B; b++)
+    for (int64_t b = 0; c->packed_q && b < p->B; b++) /* a dense Q has every row */
         short_rows |= p->q_lens[b] < p->S;
     if (short_rows) {
         /* in the kernel's dtypes: the oracle's rows, rounded once */

@@ -282,6 +282,29 @@ static void name_elem(const smattn_problem *p, int t, int64_t x, char *buf, size
              (long long)(x / st[2] % n[2]), t == 2 ? "c" : "d", (long long)(x % n[3]));
 }
 
+/* How many elements of got lie beyond their bound against the oracle run with dLSE = 0
+ * (no dLSE), -1 if the oracle or the bound failed: 0 says the kernel left dLSE out. */
+static int64_t beyond_without_dlse(const smattn_problem *p, const smattn_inputs *in,
+                                   const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
+                                   const smattn_backward_precision *pm,
+                                   const smattn_ref_config *cfg)
+{
+    smattn_grad_inputs g0 = *gin;
+    memset(&g0.dlse, 0, sizeof g0.dlse);
+    int64_t n[3][4], st[3][4], cnt[3], bad = -1;
+    double *ex[3] = {NULL, NULL, NULL}, *bd[3] = {NULL, NULL, NULL};
+    if (exact_and_bound(p, in, &g0, got, pm, cfg, n, st, cnt, ex, bd) == SMATTN_OK) {
+        bad = 0;
+        for (int t = 0; t < 3; t++)
+            for (int64_t x = 0; x < cnt[t]; x++)
+                bad += smattn_error_ratio(got_at(p, got, t, n[t], st[t], x), ex[t][x],
+                                          bd[t][x]) > 1;
+    }
+    for (int t = 0; t < 3; t++)
+        free(ex[t]), free(bd[t]);
+    return bad;
+}
+
 /* The bug classes a failure is put in, in the order they are looked for. */
 enum { CL_NONE, CL_EMPTY_NAN, CL_HIDDEN, CL_GQA, CL_SOFTCAP, CL_DELTA, CL_DV, CL_DK, CL_P,
        CL_OTHER };
@@ -340,12 +363,17 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
             fails[t]++;
             if (isnan(c) && !isnan(e))
                 r->nonfinite++;
+            /* an empty row's dQ and an unseen key's dK and dV are classed by visibility
+             * only where their exact value is +0: under the mean convention an empty row
+             * gives dO / T_b to every key's dV, under nan its dQ and every dK, dV are NaN
+             * (SPEC 10.2) */
+            const int exact_zero = e == 0 && !signbit(e);
             int cl = CL_NONE;
-            if (t == 0 && !row_sees[x / p->D] && isnan(c))
+            if (t == 0 && !row_sees[x / p->D] && exact_zero && isnan(c))
                 cl = CL_EMPTY_NAN;
-            else if (t == 0 && !row_sees[x / p->D])
+            else if (t == 0 && !row_sees[x / p->D] && exact_zero)
                 cl = CL_HIDDEN;
-            else if (t > 0 && !key_seen[x / n[t][3]])
+            else if (t > 0 && !key_seen[x / n[t][3]] && exact_zero)
                 cl = CL_HIDDEN;
             if (cl != CL_NONE && at[cl] < 0)
                 at[cl] = x, att[cl] = t;
@@ -378,10 +406,27 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
         r->status = CONFORM_PASS;
         goto done;
     }
+    /* a dLSE given, and gradients that are the oracle's for dLSE = 0: dLSE left out */
+    if (gin->dlse.data && at[CL_EMPTY_NAN] < 0 && at[CL_HIDDEN] < 0 &&
+        beyond_without_dlse(p, in, gin, got, pm, &cfg) == 0) {
+        const int t = att[CL_OTHER];
+        const int64_t x = at[CL_OTHER];
+        double c = got_at(p, got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
+        r->worst_got = c, r->worst_exact = e, r->worst_bound = b;
+        char el[96];
+        name_elem(p, t, x, el, sizeof el);
+        snprintf(r->reason, sizeof r->reason,
+                 "dLSE ignored: the gradients are the oracle's for dLSE = 0 (every element within "
+                 "its bound there), not for the case's dLSE; dS = P (dP - Delta + dLSE) (SPEC "
+                 "10.1); error/bound ratio %.4g at %.60s: got %.9g, exact %.9g, bound %.3g (%lld "
+                 "elements beyond)",
+                 smattn_error_ratio(c, e, b), el, c, e, b, (long long)r->mismatched);
+        goto done;
+    }
     /* the class: an element that names it, else the pattern of the failing gradients */
     int cl = at[CL_EMPTY_NAN] >= 0 ? CL_EMPTY_NAN
              : at[CL_HIDDEN] >= 0  ? CL_HIDDEN
-             : Hq > Hkv && !fails[0] && fails[2] ? CL_GQA
+             : Hq > Hkv && !fails[0] && fails[1] && fails[2] ? CL_GQA
              : p->softcap > 0 && !fails[2] && (fails[0] || fails[1]) ? CL_SOFTCAP
              : !fails[2] && fails[0] && fails[1] ? CL_DELTA
              : fails[2] && !fails[0] && !fails[1] ? CL_DV
@@ -428,7 +473,7 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
         char head[400];
         if (cl == CL_GQA)
             snprintf(head, sizeof head,
-                     "GQA group not summed: dV (and dK) are off while dQ is within its bound; a KV "
+                     "GQA group not summed: dK and dV are off while dQ is within its bound; a KV "
                      "head's dK and dV are the sums over the %d query heads that read it (SPEC "
                      "2.2, 10.1)",
                      G);

@@ -572,6 +572,12 @@ static int check_layout_keys(const smattn_case *c, char *err, size_t errlen)
                       "\"kv_indptr\")");
         return -1;
     }
+    if (j->max_pages && !bt) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"max_pages\" applies to block_table.npy (the columns of its "
+                      "rows a sequence may use)");
+        return -1;
+    }
     if (bt && !j->kv_lens) {
         smattn_io_err(err, errlen,
                       "case.json: \"kv_lens\" is required with block_table.npy (each "
@@ -762,8 +768,17 @@ static int check_table_header(smattn_case *c, const char *bsrc, char *err, size_
                       (long long)a->shape[0], (long long)c->prob.B, bsrc);
         return -1;
     }
-    c->layout.max_pages = c->layout.bt_stride = a->shape[1];
-    const int64_t cap = page_capacity(a->shape[1], c->layout.page_size);
+    /* "max_pages" reads the first columns of each row: the rest is the row stride's */
+    if (c->json.max_pages > a->shape[1]) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"max_pages\" = %lld is more than block_table.npy's %lld "
+                      "columns (its row stride)",
+                      (long long)c->json.max_pages, (long long)a->shape[1]);
+        return -1;
+    }
+    c->layout.bt_stride = a->shape[1];
+    c->layout.max_pages = c->json.max_pages ? c->json.max_pages : a->shape[1];
+    const int64_t cap = page_capacity(c->layout.max_pages, c->layout.page_size);
     const int64_t *kl = c->json.kv_lens;
     if ((uint64_t)c->json.n_kv_lens != (uint64_t)c->prob.B) {
         smattn_io_err(err, errlen, "case.json: \"kv_lens\" has %zu entries, want B = %lld",

@@ -12,7 +12,7 @@
  * Ragged and paged layouts (SPEC 2.7, 7.1): case.json's "cu_seqlens_q" packs q.npy
  * [total_q,Hq,D] (and o.npy [total_q,Hq,Dv], lse.npy [Hq,total_q]); "cu_seqlens_k" (with
  * "seqused_k") packs k.npy/v.npy [total_k,Hkv,D]; block_table.npy [B,max_pages] (i4 or
- * i8), or the FlashInfer keys "kv_indptr", "kv_indices", "kv_last_page_len", make
+ * i8; [B,bt_stride] with "max_pages" below bt_stride), or the FlashInfer keys "kv_indptr", "kv_indices", "kv_last_page_len", make
  * k.npy/v.npy page caches [num_pages,page_size,Hkv,D] ("kv_layout": "NHD") or
  * [num_pages,Hkv,page_size,D] ("HND"). The problem is the dense, padded twin: S and T are
  * the longest sequence's (at least 1), bias and mask broadcast to [B,Hq,S,T], p.npy is
@@ -64,6 +64,8 @@ typedef struct smattn_case_json {
     size_t n_kv_indptr, n_kv_indices, n_kv_last_page_len;
     int has_kv_layout; /* "kv_layout" given */
     int kv_hnd;        /* "kv_layout": "HND" (1) or "NHD" (0, the default) */
+    int64_t max_pages; /* "max_pages": block_table.npy's columns read (its row stride
+                          bt_stride is its column count); 0: not given, all of them */
     /* ALiBi (SPEC 2.8): "alibi_mode" and "alibi_slopes" (flat: n_alibi_lists 0, else that
      * many lists of n_alibi_slopes / n_alibi_lists slopes each). */
     smattn_alibi_mode alibi_mode;
@@ -148,7 +150,8 @@ void smattn_case_twin_free(smattn_case_twin *tw);
 /* Outputs of a layout case (got: as smattn_case_outputs_alloc lays them out, or as read
  * back from o.npy/lse.npy in the case's shapes) scattered into the twin's dense shapes:
  * O [B,S,Hq,Dv] and LSE [B,Hq,S] contiguous in binary64; P is shared (dense already). Rows
- * the layout does not have (i >= S_b) take fill's values (fill: dense outputs of the twin,
+ * the layout does not have (i >= S_b of packed queries; a dense Q with q_lens has its
+ * padding rows, judged as the twin's) take fill's values (fill: dense outputs of the twin,
  * or NULL: +0). dense->o and lse are owned, p is got's: free with
  * smattn_case_twin_outputs_free. 0, or -1 (out of memory). */
 int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,

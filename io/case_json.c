@@ -258,6 +258,19 @@ static int key_kv_layout(json_object *v, smattn_case_json *cj, char *err, size_t
     return 0;
 }
 
+/* "max_pages": the block table's columns a sequence may use, fewer than block_table.npy's
+ * (its row stride, bt_stride; the columns past max_pages are never read). */
+static int key_max_pages(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
+{
+    int64_t m;
+    if (json_exact_int(v, &m) || m < 1) {
+        smattn_io_err(err, errlen, "\"max_pages\" must be an integer >= 1");
+        return -1;
+    }
+    cj->max_pages = m;
+    return 0;
+}
+
 static int key_sinks(json_object *v, smattn_case_json *cj, char *err, size_t errlen)
 {
     if (!json_object_is_type(v, json_type_array)) {
@@ -508,6 +521,7 @@ static const struct {
     {"kv_indices", key_kv_indices},
     {"kv_last_page_len", key_kv_last_page_len},
     {"kv_layout", key_kv_layout},
+    {"max_pages", key_max_pages},
     {"alibi_mode", key_alibi_mode},
     {"alibi_slopes", key_alibi_slopes},
     {"fp8_e4m3", key_fp8_e4m3},
@@ -540,7 +554,7 @@ static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_
                           "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
                           "softcap, sinks, empty_rows, empty_lse, bf16, cu_seqlens_q, "
                           "cu_seqlens_k, seqused_k, kv_indptr, kv_indices, kv_last_page_len, "
-                          "kv_layout, alibi_mode, alibi_slopes, fp8_e4m3, fp8_e5m2, q8_0, q4_0, "
+                          "kv_layout, max_pages, alibi_mode, alibi_slopes, fp8_e4m3, fp8_e5m2, q8_0, q4_0, "
                           "q_descale, k_descale, v_descale)",
                           shown);
             return -1;

@@ -178,7 +178,7 @@ int smattn_case_twin_outputs(const smattn_case *c, const smattn_outputs *got,
                         int64_t e = t ? (b * p->Hq + h) * p->S + i
                                       : ((b * p->S + i) * p->Hq + h) * p->Dv + col;
                         double x = 0;
-                        if (i < Sb)
+                        if (i < Sb || !c->packed_q) /* a dense Q's padding rows are stored */
                             x = got_at(c, g, t, b, i, h, col);
                         else if (f && f->data)
                             x = smattn_load(f->data, f->dtype,

@@ -2,7 +2,8 @@
 /* test_cli_layout.c: smattn ref, opt and check on ragged and paged case directories (SPEC
  * 7.1): a bad layout is exit 2 with one line naming the key and entry and nothing written;
  * ref and opt write packed o.npy [total_q,Hq,Dv] and lse.npy [Hq,total_q] equal to the
- * oracle on the dense twin; check judges a layout case's saved outputs. */
+ * oracle on the dense twin; check judges a layout case's saved outputs (a dense Q's padding
+ * rows too); a block table's row stride ("max_pages" below its columns) is kept. */
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
@@ -393,7 +394,7 @@ START_TEST(gen_layout_cases_keep_their_own_layout)
     r = test_cli_run(tmp, a2);
     ck_assert_msg(r.code == 0, "%s", r.err);
     test_outcome_free(&r);
-    int seen = 0, hnd = 0, used = 0, odd_pages = 0, dense_q = 0;
+    int seen = 0, hnd = 0, used = 0, odd_pages = 0, dense_q = 0, strided = 0;
     for (size_t n = 0; n < bat.n; n++) {
         const conform_case *c = &bat.cases[n];
         if (!c->has_layout || c->prob.op != SMATTN_OP_ATTENTION)
@@ -429,8 +430,16 @@ START_TEST(gen_layout_cases_keep_their_own_layout)
             ck_assert_msg(G->seqused_k[k] == L->seqused_k[k], "%s: seqused_k", name);
         if (L->block_table) {
             ck_assert_msg(G->page_size == L->page_size && G->num_pages == L->num_pages &&
-                              G->max_pages == L->max_pages && cl.json.kv_hnd == c->kv_hnd,
-                          "%s: page geometry", name);
+                              G->max_pages == L->max_pages && G->bt_stride == L->bt_stride &&
+                              cl.json.kv_hnd == c->kv_hnd,
+                          "%s: page geometry (bt_stride %lld, the case's %lld)", name,
+                          (long long)G->bt_stride, (long long)L->bt_stride);
+            /* the row stride's columns past max_pages too: the garbage a kernel reading
+             * rows max_pages long would take for pages */
+            for (int64_t e = 0; e < B * L->bt_stride; e++)
+                ck_assert_msg(G->block_table[e] == L->block_table[e], "%s: block_table entry %lld",
+                              name, (long long)e);
+            strided += L->bt_stride > L->max_pages;
             for (int64_t bb = 0; bb < B; bb++) {
                 int64_t np = (cl.prob.kv_lens[bb] + L->page_size - 1) / L->page_size;
                 for (int64_t k = 0; k < np; k++)
@@ -449,9 +458,128 @@ START_TEST(gen_layout_cases_keep_their_own_layout)
         smattn_case_free(&cd), smattn_case_free(&cl);
     }
     conform_battery_free(&bat);
-    ck_assert_msg(seen >= 15 && hnd >= 2 && used >= 1 && odd_pages >= 3 && dense_q >= 1,
-                  "%d cases, %d HND, %d with seqused_k, %d not of 16, %d with dense q", seen,
-                  hnd, used, odd_pages, dense_q);
+    ck_assert_msg(seen >= 15 && hnd >= 2 && used >= 1 && odd_pages >= 3 && dense_q >= 1 &&
+                      strided >= 2,
+                  "%d cases, %d HND, %d with seqused_k, %d not of 16, %d with dense q, %d with "
+                  "bt_stride above max_pages",
+                  seen, hnd, used, odd_pages, dense_q, strided);
+}
+END_TEST
+
+/* A dense Q with q_lens beside paged keys has its padding rows (SPEC 2.7: only packed
+ * queries lack them): check judges them as the twin's empty rows (O +0, LSE -inf), not
+ * as rows without storage. */
+START_TEST(check_judges_dense_q_padding_rows)
+{
+    const char *dir = in_tmp("dense_q");
+    make_case(dir, K_PAGED_NHD);
+    put_f32(dir, "q.npy", 4, (int64_t[]){3, 4, 4, 16}, 1);
+    put_text(dir, "case.json",
+             "{\"q_lens\": [3, 1, 4], \"kv_lens\": [5, 3, 10], \"causal\": \"lower_right\"}");
+    smattn_case c;
+    smattn_case_twin tw;
+    float *O, *L;
+    twin_oracle(dir, &c, &tw, &O, &L);
+    const smattn_problem *p = &c.prob;
+    ck_assert(!c.packed_q && p->S == 4);
+    const int64_t so[4] = {p->B, p->S, p->Hq, p->Dv}, sl[3] = {p->B, p->Hq, p->S};
+    char path[512], err[256];
+    for (int bad = 0; bad < 3; bad++) {
+        /* sequence 1's padding row i = 2 (q_lens 1): O given 12345, or LSE given 1 */
+        const int64_t e = ((1 * p->S + 2) * p->Hq + 0) * p->Dv + 0, f = (1 * p->Hq + 0) * p->S + 2;
+        const float keep_o = O[e], keep_l = L[f];
+        if (bad == 1)
+            O[e] = 12345.0f;
+        if (bad == 2)
+            L[f] = 1.0f;
+        snprintf(path, sizeof path, "%s/o.npy", dir);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 4, so, O, err, sizeof err) == 0);
+        snprintf(path, sizeof path, "%s/lse.npy", dir);
+        ck_assert(smattn_npy_write(path, SMATTN_NPY_F32, 3, sl, L, err, sizeof err) == 0);
+        O[e] = keep_o, L[f] = keep_l;
+        test_outcome r = run3("check", dir, NULL, NULL);
+        if (bad == 0)
+            ck_assert_msg(r.code == 0, "exit %d: %s%s", r.code, r.out, r.err);
+        else
+            ck_assert_msg(r.code == 1 && strstr(r.out, bad == 1 ? "O[b=1,i=2,h=0,c=0]"
+                                                                : "LSE[b=1,h=0,i=2]"),
+                          "padding row given %s: exit %d: %s%s", bad == 1 ? "O" : "LSE", r.code,
+                          r.out, r.err);
+        test_outcome_free(&r);
+    }
+    free(O), free(L);
+    smattn_case_twin_free(&tw);
+    smattn_case_free(&c);
+}
+END_TEST
+
+/* block_table.npy [B, bt_stride] with "max_pages" below bt_stride (a row stride longer
+ * than the columns read, garbage past them): loaded as such, and the same outputs as the
+ * table cut to max_pages columns; "max_pages" above the columns or without
+ * block_table.npy refused. */
+START_TEST(block_table_row_stride)
+{
+    const char *dir = in_tmp("strided"), *cut = in_tmp("cut");
+    const char *out1 = in_tmp("out_strided"), *out2 = in_tmp("out_cut");
+    make_case(cut, K_PAGED_NHD);
+    make_case(dir, K_PAGED_NHD);
+    int32_t bt[15] = {0, 1, -1, -1, INT32_MAX, 2, -1, -1, 6, INT32_MIN, 3, 4, 5, -1, 6};
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/block_table.npy", dir);
+    ck_assert(smattn_npy_write(p, SMATTN_NPY_I32, 2, (int64_t[]){3, 5}, bt, err, sizeof err) == 0);
+    put_text(dir, "case.json",
+             "{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"causal\": "
+             "\"lower_right\", \"max_pages\": 3}");
+    smattn_case c;
+    ck_assert_msg(smattn_case_load(dir, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.layout.bt_stride, 5);
+    ck_assert_int_eq(c.layout.max_pages, 3);
+    smattn_case_free(&c);
+    test_outcome r = run3("ref", dir, out1, NULL);
+    ck_assert_msg(r.code == 0, "exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    r = run3("ref", cut, out2, NULL);
+    ck_assert_msg(r.code == 0, "exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    const char *names[2] = {"o.npy", "lse.npy"};
+    for (int k = 0; k < 2; k++) {
+        smattn_npy a, b;
+        snprintf(p, sizeof p, "%s/%s", out1, names[k]);
+        ck_assert_msg(smattn_npy_read(p, &a, err, sizeof err) == 0, "%s", err);
+        snprintf(p, sizeof p, "%s/%s", out2, names[k]);
+        ck_assert_msg(smattn_npy_read(p, &b, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(a.count, b.count);
+        ck_assert_msg(memcmp(a.data, b.data, (size_t)a.count * a.itemsize) == 0, "%s differs", names[k]);
+        smattn_npy_free(&a), smattn_npy_free(&b);
+    }
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"max_pages\": 6}",
+         "\"max_pages\" = 6 is more than block_table.npy's 5 columns"},
+        {"{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"max_pages\": 0}",
+         "\"max_pages\" must be an integer >= 1"},
+        /* 2 columns read: sequence 2's 10 keys need 3 pages of 4 */
+        {"{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"max_pages\": 2}",
+         "\"kv_lens\"[2] = 10 is outside [0, max_pages * page_size] = [0, 8]"},
+    };
+    const char *out = in_tmp("out_bad");
+    for (size_t n = 0; n < sizeof bad / sizeof bad[0]; n++) {
+        put_text(dir, "case.json", bad[n].json);
+        r = run3("ref", dir, out, NULL);
+        ck_assert_msg(r.code == 2 && strstr(r.err, bad[n].needle), "exit %d: '%s' lacks '%s'",
+                      r.code, r.err, bad[n].needle);
+        ck_assert_int_ne(access(out, F_OK), 0);
+        test_outcome_free(&r);
+    }
+    const char *packed = in_tmp("packed_mp");
+    make_case(packed, K_PACKED);
+    put_text(packed, "case.json",
+             "{\"cu_seqlens_q\": [0, 3, 4, 8], \"cu_seqlens_k\": [0, 5, 6, 13], \"max_pages\": 2}");
+    r = run3("ref", packed, out, NULL);
+    ck_assert_msg(r.code == 2 && strstr(r.err, "\"max_pages\" applies to block_table.npy"),
+                  "exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
 }
 END_TEST
 
@@ -553,6 +681,8 @@ Suite *cli_layout_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_layout_exit_2);
     tcase_add_test(tc, check_judges_layout_outputs);
+    tcase_add_test(tc, check_judges_dense_q_padding_rows);
+    tcase_add_test(tc, block_table_row_stride);
     tcase_add_test(tc, sampled_check_of_a_layout_is_sampled);
     tcase_add_test(tc, gen_layouts_are_the_dense_cases);
     tcase_add_test(tc, gen_layout_cases_keep_their_own_layout);

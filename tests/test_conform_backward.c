@@ -322,6 +322,80 @@ START_TEST(judge_names_the_class)
 }
 END_TEST
 
+/* Reasons that name the bug, not a look-alike: dV alone off in a GQA problem is dV's (the
+ * group not summed puts dK off too); gradients that are the oracle's for dLSE = 0 name
+ * dLSE; under the mean convention a key no regular row sees has dV = the empty rows'
+ * dO / T_b, so a zero there is not "masked key given gradient". */
+START_TEST(judge_names_dv_dlse_mean)
+{
+    jcase c;
+    conform_result r;
+    jcase_make(&c);
+    for (int j = 0; j < 3; j++) /* dV of KV head 1 halved, dK right */
+        for (int d = 0; d < 4; d++)
+            c.dv[(0 * 4 + j) * 8 + 1 * 4 + d] *= 0.5f;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dV = sum P dO is off while dQ and dK are within"), "%s",
+                  r.reason);
+    /* a dLSE the gradients (the oracle's without one) left out */
+    jcase_make(&c);
+    float dlse[2 * 4 * 3];
+    for (int e = 0; e < 2 * 4 * 3; e++)
+        dlse[e] = 0.25f + 0.125f * (float)(e % 5);
+    c.gin.dlse = (smattn_tensor){dlse, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&c.p, 'l', c.gin.dlse.stride);
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dLSE ignored: the gradients are the oracle's for dLSE = 0"),
+                  "%s", r.reason);
+    /* the oracle's with that dLSE pass; one element off is no longer dLSE left out */
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref_backward(&c.p, &c.in, &c.gin, &c.got, &cfg, NULL), SMATTN_OK);
+    judge(&c, &r);
+    ck_assert_msg(r.status == CONFORM_PASS, "%s", r.reason);
+    c.dq[5] *= 1.5f;
+    c.dk[9] *= 1.5f;
+    judge(&c, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(!strstr(r.reason, "dLSE ignored"), "%s", r.reason);
+    /* the mean convention: row 1 masked whole, key 1 seen by no row (exact dV dO / 4) */
+    enum { S = 2, T = 4, D = 2 };
+    float q[S * D] = {0.5f, -0.25f, 1, 0.75f}, k[T * D] = {1, 0, 0, 1, -0.5f, 0.5f, 0.25f, 1};
+    float v[T * D] = {1, 2, -1, 0, 0.5f, 3, 2, -2}, dO[S * D] = {1, -1, 0.5f, 2};
+    unsigned char m[S * T] = {1, 0, 1, 0, 0, 0, 0, 0};
+    float dq[S * D], dk[T * D], dv[T * D];
+    smattn_problem p = smattn_problem_default();
+    p.op = SMATTN_OP_ATTENTION, p.B = 1, p.S = S, p.T = T, p.Hq = p.Hkv = 1, p.D = p.Dv = D;
+    p.scale = 0.5, p.empty_rows = SMATTN_EMPTY_MEAN;
+    smattn_inputs in;
+    memset(&in, 0, sizeof in);
+    in.q = (smattn_tensor){q, SMATTN_F32, {S * D, D, D, 1}};
+    in.k = (smattn_tensor){k, SMATTN_F32, {T * D, D, D, 1}};
+    in.v = (smattn_tensor){v, SMATTN_F32, {T * D, D, D, 1}};
+    in.mask = (smattn_tensor){m, SMATTN_BOOL, {S * T, S * T, T, 1}};
+    smattn_grad_inputs gi;
+    memset(&gi, 0, sizeof gi);
+    gi.dout = (smattn_tensor){dO, SMATTN_F32, {S * D, D, D, 1}};
+    smattn_grad_outputs go;
+    memset(&go, 0, sizeof go);
+    go.dq = (smattn_out_tensor){dq, SMATTN_F32, {S * D, D, D, 1}};
+    go.dk = (smattn_out_tensor){dk, SMATTN_F32, {T * D, D, D, 1}};
+    go.dv = (smattn_out_tensor){dv, SMATTN_F32, {T * D, D, D, 1}};
+    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, &cfg, NULL), SMATTN_OK);
+    ck_assert(dv[2] == 0.125f && dv[3] == 0.5f); /* row 1's dO / T */
+    dv[2] = dv[3] = 0.0f;
+    smattn_backward_precision pm = smattn_backward_precision_of(SMATTN_F32);
+    pm.o_dtype = pm.lse_dtype = SMATTN_F32;
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(!strstr(r.reason, "masked key given gradient") &&
+                      strstr(r.reason, "dV = sum P dO is off while dQ and dK are within"),
+                  "%s", r.reason);
+}
+END_TEST
+
 Suite *conform_backward_suite(void);
 Suite *conform_backward_suite(void)
 {
@@ -337,6 +411,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, write_outside_fails);
     tcase_add_test(tc, precision_exit_is_a_crash);
     tcase_add_test(tc, judge_names_the_class);
+    tcase_add_test(tc, judge_names_dv_dlse_mean);
     suite_add_tcase(s, tc);
     return s;
 }

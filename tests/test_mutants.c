@@ -34,7 +34,8 @@ static const struct {
     {"merge_no_max", "merge"},
     {"bw_gqa_not_summed", "backward"}, {"bw_mask_ignored", "backward"},
     {"bw_softcap_no_derivative", "backward"}, {"bw_delta_wrong_o", "backward"},
-    {"bw_empty_nan", "backward"},
+    {"bw_empty_nan", "backward"},    {"bw_dv_head0", "backward"},
+    {"bw_dlse_ignored", "backward"}, {"paged_bt_stride_ignored", "layout"},
     {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
 };
@@ -193,7 +194,11 @@ static const struct {
     {"merge_no_max", "merge/lse_spread_pm1000", "error/bound ratio inf at O element"},
     /* the backward's (conform/judge_backward.c): each names its bug class */
     {"bw_gqa_not_summed", "backward/gqa_hq4_hkv2",
-     "GQA group not summed: dV (and dK) are off while dQ is within its bound"},
+     "GQA group not summed: dK and dV are off while dQ is within its bound"},
+    /* dV alone off in a GQA case: dV's reason, not the group's */
+    {"bw_dv_head0", "backward/gqa_hq4_hkv2",
+     "dV = sum P dO is off while dQ and dK are within their bounds"},
+    {"bw_dlse_ignored", "backward/dlse", "dLSE ignored: the gradients are the oracle's for dLSE = 0"},
     {"bw_mask_ignored", "backward/mask", "masked key given gradient: dK[b=0,j=0,g=0,d=0]"},
     {"bw_softcap_no_derivative", "backward/softcap",
      "softcap's derivative: dQ and dK are off while dV"},

@@ -941,7 +941,8 @@ _DOC_ARGS = """
     cu_seqlens_q: [B+1] integers; q is packed [total_q, Hq, D] (flash_attn_varlen_func) and
         O is [total_q, Hq, Dv], LSE [Hq, total_q], P [B, Hq, S, T] (S, T: the longest
         sequence's). cu_seqlens_k (with seqused_k [B]): k, v packed [total_k, Hkv, D].
-        block_table [B, max_pages] (int32/int64, with kv_lens): k, v are page caches
+        block_table [B, max_pages] (int32/int64, with kv_lens; an int32 slice of a wider
+        table keeps its row stride as bt_stride): k, v are page caches
         [num_pages, page_size, Hkv, D], or [num_pages, Hkv, page_size, D] with
         kv_layout="HND". kv_indptr, kv_indices, kv_last_page_len (page_size optional,
         checked against k): FlashInfer's paged form, turned into a block table and kv_lens.

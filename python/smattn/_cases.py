@@ -346,8 +346,11 @@ def _lay_out(c, q, k, v, kw):
         k, v = out
     elif L.block_table:
         ps, npages, maxp = int(L.page_size), int(L.num_pages), int(L.max_pages)
-        table = np.array([[L.block_table[b * L.bt_stride + j] for j in range(maxp)]
-                          for b in range(B)], dtype=np.int32)
+        # the table's rows bt_stride long (garbage past max_pages), handed as a slice of
+        # max_pages columns: the row stride stays the case's
+        wide = np.array([[L.block_table[b * L.bt_stride + j] for j in range(int(L.bt_stride))]
+                         for b in range(B)], dtype=np.int32).reshape(B, int(L.bt_stride))
+        table = wide[:, :maxp]
         kw["block_table"] = table
         out = []
         for a in (k, v):

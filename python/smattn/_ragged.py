@@ -208,6 +208,11 @@ class Ragged:
                                      "[0, %d) (sequence %d uses %d pages)"
                                      % (b, p, t[b, p], self.num_pages, b, used))
         self.kv_lens = kl
+        # a slice of a wider int32 table (a cache's block_tables[:, :max_pages]) is used in
+        # place: its row stride is the descriptor's bt_stride (SPEC 2.7)
+        if t.dtype == np.int32 and t.strides[1] == 4 and t.strides[0] % 4 == 0 and \
+                t.strides[0] >= 4 * t.shape[1]:
+            return t
         return np.ascontiguousarray(t, dtype=np.int32)
 
     def _from_csr(self, indptr, indices, last):
@@ -245,7 +250,8 @@ class Ragged:
         if self.paged:
             keep.append(self.table)
             lay.block_table = self.table.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-            lay.bt_stride = lay.max_pages = self.table.shape[1]
+            lay.max_pages = self.table.shape[1]
+            lay.bt_stride = self.table.strides[0] // 4 if self.B > 1 else self.table.shape[1]
             lay.num_pages, lay.page_size = self.num_pages, self.page_size
         keep.append(lay)
         return lay

@@ -225,7 +225,7 @@ def test_cases_yield_layouts_library():
     packed with cu_seqlens_q, k and v packed or in pages with a block table (NaN and
     infinities in every slot no sequence uses), judged through check() as `smattn conform`
     judges them; the library's kernel passes them, and a page index off by one fails."""
-    seen, junk, table_junk = set(), 0, 0
+    seen, junk, table_junk, strided = set(), 0, 0, 0
     for c in smattn.cases("quick", categories=["layout"]):
         kw = c.kwargs
         assert ("cu_seqlens_q" in kw) == ("packed_q" in c.features) == (c.q.ndim == 3)
@@ -237,6 +237,8 @@ def test_cases_yield_layouts_library():
         junk += not np.isfinite(c.k).all()  # unused slots hold NaN or an infinity
         if paged:
             table_junk += (kw["block_table"] == -1).any()
+            t = kw["block_table"]  # a row stride above max_pages: a slice of a wider table
+            strided += t.strides[0] > 4 * t.shape[1]
         seen.update(f for f in c.features if f.startswith(("packed", "paged")))
         o, lse = smattn.attention(c.q, c.k, c.v, **kw)[:2]
         assert o.shape[0] == (kw["cu_seqlens_q"][-1] if c.q.ndim == 3 else c.shape["B"])
@@ -251,7 +253,24 @@ def test_cases_yield_layouts_library():
             r = c.check(bad)
             assert not r and "O[b=" in r.reason
     assert seen == {"packed_q", "packed_kv", "paged_nhd", "paged_hnd"}
-    assert junk >= 10 and table_junk >= 10, (junk, table_junk)
+    assert junk >= 10 and table_junk >= 10 and strided >= 2, (junk, table_junk, strided)
+
+
+def test_block_table_row_stride_library():
+    """A slice of a wider int32 table (block_tables[:, :max_pages]) is used in place:
+    bt_stride is the wide table's row, the columns past max_pages (page numbers no page
+    has) never read, the outputs those of the table alone."""
+    q, kc, vc = arrays()
+    wide = np.empty((3, 5), dtype=np.int32)
+    wide[:, :3] = TABLE
+    wide[:, 3:] = [[2 ** 31 - 1, 6], [6, -2 ** 31], [-1, 6]]
+    kw = dict(cu_seqlens_q=CU_Q, kv_lens=KV_LENS)
+    r = _ragged.Ragged(q, kc, vc, dict(kw, block_table=wide[:, :3]))
+    lay = r.descriptor([])
+    assert lay.max_pages == 3 and lay.bt_stride == 5
+    o, lse = smattn.reference(q, kc, vc, block_table=wide[:, :3], dtype="float32", **kw)
+    o_want, lse_want = smattn.reference(q, kc, vc, block_table=TABLE, dtype="float32", **kw)
+    assert np.array_equal(o, o_want) and np.array_equal(lse, lse_want)
 
 
 def _c_visible(b, S, T):
