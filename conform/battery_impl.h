@@ -75,8 +75,6 @@ typedef struct bat_lay_spec {
     int64_t extra;  /* packed keys: each slice this much past seqused_k (garbage) */
     int clean;      /* no garbage in the dense twin's unread slots (the backward's cases) */
     smattn_alibi_mode alibi; /* ALiBi, per-batch slopes of both signs (mask: with a bias) */
-    int64_t bt_pad; /* paged: the table's row stride bt_stride = max_pages + bt_pad, the
-                       columns past max_pages holding page numbers no page has */
 } bat_lay_spec;
 /* A layout case in category cat: B sequences of Sb[b] queries and Tb[b] keys in a dense twin
  * S x T, laid out as ls says (finished: its caps name the layout's bits). */

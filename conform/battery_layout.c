@@ -37,11 +37,13 @@ static int32_t stride_junk(int64_t k, int64_t num_pages)
 }
 
 /* A layout case named name: B sequences of S_b queries (Sb) and T_b keys (Tb), in a dense
- * twin of S x T, laid out as ls says. causal and the window apply per sequence. */
-conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64_t B,
-                           const int64_t *Sb, const int64_t *Tb, int64_t S, int64_t T, int64_t Hq,
-                           int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
-                           const bat_lay_spec *ls)
+ * twin of S x T, laid out as ls says. causal and the window apply per sequence. Paged: the
+ * table's row stride is max_pages + bt_pad, the columns past max_pages holding page numbers
+ * no page has. */
+static conform_case *lay_case_pad(builder *bd, const char *cat, const char *name, int64_t B,
+                                  const int64_t *Sb, const int64_t *Tb, int64_t S, int64_t T,
+                                  int64_t Hq, int64_t Hkv, int64_t D, smattn_causal causal,
+                                  int64_t wl, int64_t wr, const bat_lay_spec *ls, int64_t bt_pad)
 {
     conform_case *c = bat_att(bd, cat, name, B, S, T, Hq, Hkv, D);
     if (!c)
@@ -92,7 +94,7 @@ conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64
         need -= ls->shared;
         if (ls->spare)
             maxp += 1; /* a column no sequence reaches: garbage in every row */
-        const int64_t np = need + ls->spare, stride = maxp + ls->bt_pad;
+        const int64_t np = need + ls->spare, stride = maxp + bt_pad;
         int32_t *bt = c->lay_table = bat_zalloc(bd, (size_t)(B * stride), sizeof *bt);
         int32_t *perm = bat_zalloc(bd, (size_t)np, sizeof *perm);
         if (bt && perm) {
@@ -158,12 +160,30 @@ conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64
     return c;
 }
 
+conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64_t B,
+                           const int64_t *Sb, const int64_t *Tb, int64_t S, int64_t T, int64_t Hq,
+                           int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
+                           const bat_lay_spec *ls)
+{
+    return lay_case_pad(bd, cat, name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls, 0);
+}
+
 static conform_case *lay_case(builder *bd, const char *name, int64_t B, const int64_t *Sb,
                               const int64_t *Tb, int64_t S, int64_t T, int64_t Hq, int64_t Hkv,
                               int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
                               const lay_spec *ls)
 {
     return bat_lay_case(bd, "layout", name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls);
+}
+
+/* lay_case with a table row bt_pad columns longer than max_pages (paged). */
+static conform_case *lay_case_strided(builder *bd, const char *name, int64_t B, const int64_t *Sb,
+                                      const int64_t *Tb, int64_t S, int64_t T, int64_t Hq,
+                                      int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl,
+                                      int64_t wr, const lay_spec *ls, int64_t bt_pad)
+{
+    return lay_case_pad(bd, "layout", name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls,
+                        bt_pad);
 }
 
 void battery_layouts(builder *bd, int full)
@@ -189,8 +209,8 @@ void battery_layouts(builder *bd, int full)
     {
         int64_t sq[2] = {1, 1}, tk[2] = {37, 50};
         /* dense Q: the kvcache call's; a table row 3 columns longer than max_pages */
-        lay_spec ls = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE, 3};
-        lay_case(bd, "paged_p16_decode", 2, sq, tk, 1, 64, 4, 1, 16, NONE, -1, -1, &ls);
+        lay_spec ls = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_case_strided(bd, "paged_p16_decode", 2, sq, tk, 1, 64, 4, 1, 16, NONE, -1, -1, &ls, 3);
         lay_spec hn = {0, KV_PAGED, 1, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "paged_p16_hnd_decode", 2, sq, tk, 1, 64, 2, 2, 16, NONE, -1, -1, &hn);
     }
@@ -237,9 +257,9 @@ void battery_layouts(builder *bd, int full)
     {
         int64_t T = full ? 4100 : 600;
         int64_t sq[2] = {1, 1}, tk[2] = {T, T / 2 + 7};
-        lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE, 1};
-        lay_case(bd, full ? "paged_split_decode_t4100" : "paged_split_decode_t600", 2, sq, tk, 1, T,
-                 2, 1, 16, NONE, -1, -1, &p16);
+        lay_spec p16 = {0, KV_PAGED, 0, 16, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_case_strided(bd, full ? "paged_split_decode_t4100" : "paged_split_decode_t600", 2, sq,
+                         tk, 1, T, 2, 1, 16, NONE, -1, -1, &p16, 1);
         lay_spec p3 = {1, KV_PAGED, 0, 3, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, full ? "paged_split_decode_p3_t4100" : "paged_split_decode_p3_t600", 2, sq, tk,
                  1, T, 2, 2, 8, LR, -1, -1, &p3);
@@ -247,8 +267,9 @@ void battery_layouts(builder *bd, int full)
     /* a chunked-prefill batch: decodes (S_b = 1) beside prefills, one packed call */
     {
         int64_t sq[4] = {1, 24, 1, 9}, tk[4] = {40, 24, 7, 30};
-        lay_spec pg = {1, KV_PAGED, 0, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE, 2};
-        lay_case(bd, "paged_mixed_decode_prefill", 4, sq, tk, 24, 40, 4, 2, 8, LR, -1, -1, &pg);
+        lay_spec pg = {1, KV_PAGED, 0, 16, 1, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_case_strided(bd, "paged_mixed_decode_prefill", 4, sq, tk, 24, 40, 4, 2, 8, LR, -1, -1,
+                         &pg, 2);
         lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_mixed_decode_prefill", 4, sq, tk, 24, 40, 2, 1, 8, LR, -1, -1, &pk);
     }
@@ -257,8 +278,8 @@ void battery_layouts(builder *bd, int full)
         int64_t sq[3] = {7, 1, 4}, tk[3] = {12, 9, 4};
         lay_spec pk = {1, KV_PACKED, 0, 0, 0, 0, 0, 0, SMATTN_ALIBI_NONE};
         lay_case(bd, "packed_window_gqa", 3, sq, tk, 7, 12, 6, 2, 8, LR, 3, 0, &pk);
-        lay_spec pg = {1, KV_PAGED, 1, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE, 1};
-        lay_case(bd, "paged_hnd_window_gqa", 3, sq, tk, 7, 12, 6, 3, 8, NONE, 2, 1, &pg);
+        lay_spec pg = {1, KV_PAGED, 1, 3, 2, 0, 0, 0, SMATTN_ALIBI_NONE};
+        lay_case_strided(bd, "paged_hnd_window_gqa", 3, sq, tk, 7, 12, 6, 3, 8, NONE, 2, 1, &pg, 1);
     }
     if (full) {
         int64_t sq[3] = {64, 1, 33}, tk[3] = {700, 1025, 64};
