@@ -519,8 +519,13 @@ END_TEST
  * block_table.npy refused. */
 START_TEST(block_table_row_stride)
 {
-    const char *dir = in_tmp("strided"), *cut = in_tmp("cut");
-    const char *out1 = in_tmp("out_strided"), *out2 = in_tmp("out_cut");
+    char dir[256], cut[256], out1[256], out2[256], out[256], packed[256];
+    snprintf(dir, sizeof dir, "%s", in_tmp("strided"));
+    snprintf(cut, sizeof cut, "%s", in_tmp("cut"));
+    snprintf(out1, sizeof out1, "%s", in_tmp("out_strided"));
+    snprintf(out2, sizeof out2, "%s", in_tmp("out_cut"));
+    snprintf(out, sizeof out, "%s", in_tmp("out_bad"));
+    snprintf(packed, sizeof packed, "%s", in_tmp("packed_mp"));
     make_case(cut, K_PAGED_NHD);
     make_case(dir, K_PAGED_NHD);
     int32_t bt[15] = {0, 1, -1, -1, INT32_MAX, 2, -1, -1, 6, INT32_MIN, 3, 4, 5, -1, 6};
@@ -563,7 +568,6 @@ START_TEST(block_table_row_stride)
         {"{\"cu_seqlens_q\": [0, 3, 4, 8], \"kv_lens\": [5, 3, 10], \"max_pages\": 2}",
          "\"kv_lens\"[2] = 10 is outside [0, max_pages * page_size] = [0, 8]"},
     };
-    const char *out = in_tmp("out_bad");
     for (size_t n = 0; n < sizeof bad / sizeof bad[0]; n++) {
         put_text(dir, "case.json", bad[n].json);
         r = run3("ref", dir, out, NULL);
@@ -572,7 +576,6 @@ START_TEST(block_table_row_stride)
         ck_assert_int_ne(access(out, F_OK), 0);
         test_outcome_free(&r);
     }
-    const char *packed = in_tmp("packed_mp");
     make_case(packed, K_PACKED);
     put_text(packed, "case.json",
              "{\"cu_seqlens_q\": [0, 3, 4, 8], \"cu_seqlens_k\": [0, 5, 6, 13], \"max_pages\": 2}");
