@@ -31,7 +31,9 @@ import torch.nn.functional as F
 
 # The case.json keys this example reads or checks above (SPEC 7.1).
 KNOWN_KEYS = {"scale", "causal", "window", "softcap", "empty_rows", "empty_lse",
-              "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_lens", "kv_layout"}
+              "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_lens", "kv_layout",
+              "max_pages"}  # max_pages: the table's columns read (gather_keys reads only
+                            # the pages each sequence uses)
 
 
 def why_not(cj, d):
