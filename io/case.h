@@ -12,11 +12,11 @@
  * Ragged and paged layouts (SPEC 2.7, 7.1): case.json's "cu_seqlens_q" packs q.npy
  * [total_q,Hq,D] (and o.npy [total_q,Hq,Dv], lse.npy [Hq,total_q]); "cu_seqlens_k" (with
  * "seqused_k") packs k.npy/v.npy [total_k,Hkv,D]; block_table.npy [B,max_pages] (i4 or
- * i8; [B,bt_stride] with "max_pages" below bt_stride), or the FlashInfer keys "kv_indptr", "kv_indices", "kv_last_page_len", make
- * k.npy/v.npy page caches [num_pages,page_size,Hkv,D] ("kv_layout": "NHD") or
- * [num_pages,Hkv,page_size,D] ("HND"). The problem is the dense, padded twin: S and T are
- * the longest sequence's (at least 1), bias and mask broadcast to [B,Hq,S,T], p.npy is
- * [B,Hq,S,T].
+ * i8; [B,bt_stride] with "max_pages" below bt_stride), or the FlashInfer keys "kv_indptr",
+ * "kv_indices", "kv_last_page_len", make k.npy/v.npy page caches [num_pages,page_size,
+ * Hkv,D] ("kv_layout": "NHD") or [num_pages,Hkv,page_size,D] ("HND"). The problem is the
+ * dense, padded twin: S and T are the longest sequence's (at least 1), bias and mask
+ * broadcast to [B,Hq,S,T], p.npy is [B,Hq,S,T].
  *
  * io/case_json.c parses case.json, io/case.c loads and checks the arrays, io/case_layout.c
  * the layouts, io/case_out.c allocates and writes the outputs.

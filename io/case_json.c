@@ -554,8 +554,8 @@ static int parse_object(json_object *obj, smattn_case_json *cj, char *err, size_
                           "unknown key \"%s\" (known: scale, causal, window, kv_lens, q_lens, "
                           "softcap, sinks, empty_rows, empty_lse, bf16, cu_seqlens_q, "
                           "cu_seqlens_k, seqused_k, kv_indptr, kv_indices, kv_last_page_len, "
-                          "kv_layout, max_pages, alibi_mode, alibi_slopes, fp8_e4m3, fp8_e5m2, q8_0, q4_0, "
-                          "q_descale, k_descale, v_descale)",
+                          "kv_layout, max_pages, alibi_mode, alibi_slopes, fp8_e4m3, fp8_e5m2, "
+                          "q8_0, q4_0, q_descale, k_descale, v_descale)",
                           shown);
             return -1;
         }

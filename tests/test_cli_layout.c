@@ -554,7 +554,8 @@ START_TEST(block_table_row_stride)
         snprintf(p, sizeof p, "%s/%s", out2, names[k]);
         ck_assert_msg(smattn_npy_read(p, &b, err, sizeof err) == 0, "%s", err);
         ck_assert_int_eq(a.count, b.count);
-        ck_assert_msg(memcmp(a.data, b.data, (size_t)a.count * a.itemsize) == 0, "%s differs", names[k]);
+        ck_assert_msg(memcmp(a.data, b.data, (size_t)a.count * a.itemsize) == 0, "%s differs",
+                      names[k]);
         smattn_npy_free(&a), smattn_npy_free(&b);
     }
     static const struct {

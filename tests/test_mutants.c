@@ -198,7 +198,8 @@ static const struct {
     /* dV alone off in a GQA case: dV's reason, not the group's */
     {"bw_dv_head0", "backward/gqa_hq4_hkv2",
      "dV = sum P dO is off while dQ and dK are within their bounds"},
-    {"bw_dlse_ignored", "backward/dlse", "dLSE ignored: the gradients are the oracle's for dLSE = 0"},
+    {"bw_dlse_ignored", "backward/dlse",
+     "dLSE ignored: the gradients are the oracle's for dLSE = 0"},
     {"bw_mask_ignored", "backward/mask", "masked key given gradient: dK[b=0,j=0,g=0,d=0]"},
     {"bw_softcap_no_derivative", "backward/softcap",
      "softcap's derivative: dQ and dK are off while dV"},
