@@ -77,7 +77,9 @@ typedef struct bat_lay_spec {
     smattn_alibi_mode alibi; /* ALiBi, per-batch slopes of both signs (mask: with a bias) */
 } bat_lay_spec;
 /* A layout case in category cat: B sequences of Sb[b] queries and Tb[b] keys in a dense twin
- * S x T, laid out as ls says (finished: its caps name the layout's bits). */
+ * S x T, laid out as ls says (finished: its caps name the layout's bits). A paged table's
+ * rows are one column longer than max_pages (bt_stride = max_pages + 1, garbage past it):
+ * the backward's layout cases read the table through its row stride. */
 conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64_t B,
                            const int64_t *Sb, const int64_t *Tb, int64_t S, int64_t T, int64_t Hq,
                            int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl, int64_t wr,

@@ -165,7 +165,8 @@ conform_case *bat_lay_case(builder *bd, const char *cat, const char *name, int64
                            int64_t Hkv, int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
                            const bat_lay_spec *ls)
 {
-    return lay_case_pad(bd, cat, name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls, 0);
+    /* the backward's: a paged table's rows one column past max_pages */
+    return lay_case_pad(bd, cat, name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls, 1);
 }
 
 static conform_case *lay_case(builder *bd, const char *name, int64_t B, const int64_t *Sb,
@@ -173,7 +174,7 @@ static conform_case *lay_case(builder *bd, const char *name, int64_t B, const in
                               int64_t D, smattn_causal causal, int64_t wl, int64_t wr,
                               const lay_spec *ls)
 {
-    return bat_lay_case(bd, "layout", name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls);
+    return lay_case_pad(bd, "layout", name, B, Sb, Tb, S, T, Hq, Hkv, D, causal, wl, wr, ls, 0);
 }
 
 /* lay_case with a table row bt_pad columns longer than max_pages (paged). */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conform/conform.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
 
@@ -237,6 +238,46 @@ START_TEST(check_names_a_paged_files_features)
 }
 END_TEST
 
+/* Paged tables with rows longer than max_pages: four of the layout cases and every paged
+ * backward case, the columns past max_pages holding numbers no page has (a kernel taking
+ * max_pages for the row stride reads them as pages); the others' stride is max_pages. */
+START_TEST(paged_tables_have_row_strides)
+{
+    for (int full = 0; full < 2; full++) {
+        conform_battery bat;
+        conform_backward_battery bb;
+        char err[1200];
+        ck_assert_msg(conform_battery_build(&bat, full ? "full" : "quick", 0, "", err,
+                                            sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(conform_backward_battery_build(&bb, full ? "full" : "quick", 0), 0);
+        int strided = 0, plain = 0, bw = 0;
+        for (size_t n = 0; n < bat.n + bb.cases.n; n++) {
+            const conform_case *c = n < bat.n ? &bat.cases[n] : &bb.cases.cases[n - bat.n];
+            const smattn_layout *L = &c->layout;
+            if (!c->has_layout || !L->block_table)
+                continue;
+            const int backward = !strcmp(c->category, "backward");
+            ck_assert_msg(!backward || L->bt_stride > L->max_pages, "%s: bt_stride %lld",
+                          c->name, (long long)L->bt_stride);
+            bw += backward;
+            strided += !backward && L->bt_stride > L->max_pages;
+            plain += !backward && L->bt_stride == L->max_pages;
+            for (int64_t b = 0; b < c->prob.B; b++)
+                for (int64_t col = L->max_pages; col < L->bt_stride; col++) {
+                    int32_t e = L->block_table[b * L->bt_stride + col];
+                    ck_assert_msg(e < 0 || e >= L->num_pages, "%s: [%lld][%lld] = %d is a page",
+                                  c->name, (long long)b, (long long)col, e);
+                }
+        }
+        ck_assert_msg(strided >= 4 && plain >= 4 && bw >= 3, "%s: %d strided, %d not, %d backward",
+                      full ? "full" : "quick", strided, plain, bw);
+        conform_battery_free(&bat);
+        conform_backward_battery_free(&bb);
+    }
+}
+END_TEST
+
 Suite *conform_layout_suite(void);
 Suite *conform_layout_suite(void)
 {
@@ -250,6 +291,7 @@ Suite *conform_layout_suite(void)
     tcase_add_test(tc, sampled_rows_on_layouts);
     tcase_add_test(tc, gen_dense_lists_the_twins_features);
     tcase_add_test(tc, check_names_a_paged_files_features);
+    tcase_add_test(tc, paged_tables_have_row_strides);
     suite_add_tcase(s, tc);
     return s;
 }
