@@ -30,8 +30,12 @@
  * head-major ([B,H,rows,D] order, as a transposed tensor), not row-major. */
 enum { BW_DLSE = 1, BW_HEAD_MAJOR = 2 };
 /* A strided case's padding of the rows of dO, dLSE, dQ, dK and dV (Q's, K's and V's is the
- * case's own). */
+ * case's own), and the value in the inputs' padding: finite, since a backward may decline
+ * the non-finite inputs it reads (smattn.h), so NaN there would let one that reads the
+ * padding decline instead of fail; 1024, far outside the inputs' [-2, 2), exact in every
+ * float dtype. */
 enum { BW_PAD = 3 };
+#define BW_PAD_VALUE 1024.0
 
 static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, unsigned flags)
 {
@@ -57,6 +61,13 @@ static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, 
         return -1;
     if (!c->has_layout) { /* a layout case is finished, clean, by bat_lay_case */
         c->garbage = 0; /* clean inputs: a backward may decline non-finite ones (smattn.h) */
+        for (int t = T_Q; t <= T_V && c->strided; t++) { /* the padding: BW_PAD_VALUE */
+            const smattn_tensor *ts = t == T_Q ? &c->in64.q : t == T_K ? &c->in64.k : &c->in64.v;
+            const int64_t dim = t == T_V ? c->prob.Dv : c->prob.D;
+            for (int64_t e = 0; e < c->count[t]; e++)
+                if (e % ts->stride[2] >= dim)
+                    MUT(ts->data)[e] = BW_PAD_VALUE;
+        }
         bat_finish(bd, c);
     }
     size_t k = bb->cases.n - 1;
@@ -154,8 +165,8 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
     }
     bw_grads(bb, bd, c, BW_DLSE);
     /* strided (SPEC 2.1), for a kernel claiming SMATTN_CAP_STRIDES: Q, K, V, dO, dLSE, dQ,
-     * dK and dV with padded rows (NaN in the inputs' padding; the gradients' must stay
-     * unwritten), the gradients row-major and then head-major */
+     * dK and dV with padded rows (BW_PAD_VALUE in the inputs' padding; the gradients' must
+     * stay unwritten), the gradients row-major and then head-major */
     if ((c = bat_case_new(bd, "backward", "strides_padded", SMATTN_OP_ATTENTION, 2, 6, 7, 2, 2, 8,
                           8, 2.0, 3)))
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
@@ -164,13 +175,18 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
                           2, 8, 12, 2.0, 5)))
         bat_case_lens(bd, c, 0, (int64_t[]){9, 5});
     bw_grads(bb, bd, c, BW_HEAD_MAJOR);
-    /* scores far from 0 (the forward's extreme and regimes): an LSE near 98, where e^s and
-     * e^LSE overflow binary32, and one near -200 (a bias), where they underflow; P =
-     * exp(s - LSE) stays exact, e^s / e^LSE gives inf / inf or 0 / 0 */
+    /* scores far from 0 (the forward's extreme and regimes): q and k in [2, 6) with scale 1,
+     * every score in [32, 288), 128 on average, so that the LSEs pass 88, where e^s and
+     * e^LSE overflow binary32, whatever the seed; and a bias near -200, where they
+     * underflow. P = exp(s - LSE) stays exact, e^s / e^LSE gives inf / inf or 0 / 0 */
     if ((c = bat_case_new(bd, "backward", "scores_above88", SMATTN_OP_ATTENTION, 1, 6, 16, 2, 2, 8,
-                          8, 6.0, 0))) {
+                          8, 4.0, 0))) {
         c->prob.scale = 1.0;
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        for (int64_t e = 0; e < c->count[T_Q]; e++)
+            MUT(c->in64.q.data)[e] = fabs(MUT(c->in64.q.data)[e]) + 2.0;
+        for (int64_t e = 0; e < c->count[T_K]; e++)
+            MUT(c->in64.k.data)[e] = fabs(MUT(c->in64.k.data)[e]) + 2.0;
     }
     bw_grads(bb, bd, c, BW_DLSE);
     double *low = (c = att(bd, "scores_below_minus88", 1, 4, 10, 2, 2, 8, 8))
@@ -465,8 +481,8 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     int64_t qn[2], kn[2];
     smattn__storage_rows(p, qn, kn);
     /* dO [B,S,Hq,Dv] and dLSE [B,Hq,S]: contiguous (a layout's: O's and LSE's storage), or
-     * in a strided case with padded rows holding NaN (a kernel reading them contiguous
-     * takes the padding in) */
+     * in a strided case with padded rows holding BW_PAD_VALUE (a kernel reading them
+     * contiguous takes the padding in) */
     const int64_t pad = c->strided ? BW_PAD : 0;
     int64_t so[4], sl[4];
     smattn_contiguous_strides(p, 'o', so);
@@ -531,9 +547,10 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
                    e / d3 % h3 * gst[t][2] + e % d3] = 1;
         }
     /* the battery's dense dO [B,S,Hq,Dv] and dLSE [B,Hq,S], each stored row where O's and
-     * LSE's storage holds it; 0 in the rows a layout does not store, NaN in the padding */
+     * LSE's storage holds it; 0 in the rows a layout does not store, BW_PAD_VALUE in the
+     * padding */
     {
-        const double fill = pad ? (double)NAN : 0.0;
+        const double fill = pad ? BW_PAD_VALUE : 0.0;
         for (int64_t e = 0; e < nob; e++)
             smattn_store(dob, (smattn_dtype)qdt, e, fill);
         for (int64_t e = 0; dlb && e < nlb; e++)
@@ -726,9 +743,9 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     r->has_pm = 1;
     double secs = r->seconds;
     conform_judge_backward_result(p, pin, &gin, &go[0], &bpm, r);
-    if (pad && r->status == CONFORM_FAIL && r->nonfinite)
-        conform_reason_append(r, "strided case: the row padding of Q, K, V, dO and dLSE "
-                                 "holds NaN: were their strides read, and dQ's, dK's, dV's?");
+    if (pad && r->status == CONFORM_FAIL)
+        conform_reason_append(r, "strided case: Q, K, V, dO and dLSE have padded rows (1024 in "
+                                 "the padding), dQ, dK and dV too: are their strides read?");
     r->seconds = secs;
     if (twice && r->status == CONFORM_PASS) {
         r->rerun = rep->rerun == 1 ? 1 : -1;
