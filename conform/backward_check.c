@@ -32,8 +32,8 @@ enum { BW_DLSE = 1, BW_HEAD_MAJOR = 2 };
 /* A strided case's padding of the rows of dO, dLSE, dQ, dK and dV (Q's, K's and V's is the
  * case's own), and the value in the inputs' padding: finite, since a backward may decline
  * the non-finite inputs it reads (smattn.h), so NaN there would let one that reads the
- * padding decline instead of fail; 1024, far outside the inputs' [-2, 2), exact in every
- * float dtype. */
+ * padding decline instead of fail; 1024, far outside the inputs' [-2, 2), exact in
+ * binary32, binary16 and bfloat16 (the dtypes a backward case hands over). */
 enum { BW_PAD = 3 };
 #define BW_PAD_VALUE 1024.0
 

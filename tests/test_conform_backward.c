@@ -208,6 +208,21 @@ START_TEST(write_outside_fails)
 }
 END_TEST
 
+/* A forward that writes past its LSE and then declines fails the backward case, the
+ * canaries read before the decline is taken as a skip (as for the attention cases). */
+START_TEST(write_outside_then_decline_fails)
+{
+    json_object *r;
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/backward_fwd_oob.so"), NULL), 1);
+    ck_assert_uint_ge(all_are(r, "fail",
+                              "wrote outside its outputs: past the end of the forward's LSE",
+                              NULL),
+                      25);
+    json_object_put(r);
+}
+END_TEST
+
 /* A precision hook that ends the case's process fails the case as a crash there, not as
  * gradients never written. */
 START_TEST(precision_exit_is_a_crash)
@@ -350,6 +365,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, determinism_claim);
     tcase_add_test(tc, hangs_stop_the_run);
     tcase_add_test(tc, write_outside_fails);
+    tcase_add_test(tc, write_outside_then_decline_fails);
     tcase_add_test(tc, precision_exit_is_a_crash);
     tcase_add_test(tc, judge_names_the_class);
     suite_add_tcase(s, tc);
