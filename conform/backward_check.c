@@ -26,8 +26,16 @@
 
 /* ---- the cases ---------------------------------------------------------------------------- */
 
-/* What a case gets beyond its forward problem. */
-enum { BW_DLSE = 1 };
+/* What a case gets beyond its forward problem: a dLSE; in a strided case, dQ, dK, dV
+ * head-major ([B,H,rows,D] order, as a transposed tensor), not row-major. */
+enum { BW_DLSE = 1, BW_HEAD_MAJOR = 2 };
+/* A strided case's padding of the rows of dO, dLSE, dQ, dK and dV (Q's, K's and V's is the
+ * case's own), and the value in the inputs' padding: finite, since a backward may decline
+ * the non-finite inputs it reads (smattn.h), so NaN there would let one that reads the
+ * padding decline instead of fail; 1024, far outside the inputs' [-2, 2), exact in
+ * binary32, binary16 and bfloat16 (the dtypes a backward case hands over). */
+enum { BW_PAD = 3 };
+#define BW_PAD_VALUE 1024.0
 
 static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, unsigned flags)
 {
@@ -39,23 +47,34 @@ static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, 
         if (d)
             bb->dout = d;
         double **l = d ? realloc(bb->dlse, cap * sizeof *l) : NULL;
-        if (!d || !l)
+        if (l)
+            bb->dlse = l;
+        unsigned *f = l ? realloc(bb->flags, cap * sizeof *f) : NULL;
+        if (!d || !l || !f)
             return bd->oom = 1, -1;
-        bb->dlse = l;
+        bb->flags = f;
         for (size_t k = bb->cap; k < cap; k++)
-            bb->dout[k] = bb->dlse[k] = NULL;
+            bb->dout[k] = bb->dlse[k] = NULL, bb->flags[k] = 0;
         bb->cap = cap;
     }
     if (!c || bd->oom)
         return -1;
     if (!c->has_layout) { /* a layout case is finished, clean, by bat_lay_case */
         c->garbage = 0; /* clean inputs: a backward may decline non-finite ones (smattn.h) */
+        for (int t = T_Q; t <= T_V && c->strided; t++) { /* the padding: BW_PAD_VALUE */
+            const smattn_tensor *ts = t == T_Q ? &c->in64.q : t == T_K ? &c->in64.k : &c->in64.v;
+            const int64_t dim = t == T_V ? c->prob.Dv : c->prob.D;
+            for (int64_t e = 0; e < c->count[t]; e++)
+                if (e % ts->stride[2] >= dim)
+                    MUT(ts->data)[e] = BW_PAD_VALUE;
+        }
         bat_finish(bd, c);
     }
     size_t k = bb->cases.n - 1;
     const smattn_problem *p = &c->prob;
     /* dO and dLSE uniform in [-1, 1), from a stream of their own */
     rng r = {bat_hash_name(c->name, bd->seed ^ 0x6261636b77617264u)};
+    bb->flags[k] = flags;
     int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
     bb->dout[k] = malloc((size_t)no * sizeof(double));
     bb->dlse[k] = (flags & BW_DLSE) ? malloc((size_t)nl * sizeof(double)) : NULL;
@@ -144,6 +163,37 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
         bat_case_sinks(bd, c, -1.0, 1.0);
         bat_case_lens(bd, c, 0, (int64_t[]){9, 6});
     }
+    bw_grads(bb, bd, c, BW_DLSE);
+    /* strided (SPEC 2.1), for a kernel claiming SMATTN_CAP_STRIDES: Q, K, V, dO, dLSE, dQ,
+     * dK and dV with padded rows (BW_PAD_VALUE in the inputs' padding; the gradients' must
+     * stay unwritten), the gradients row-major and then head-major */
+    if ((c = bat_case_new(bd, "backward", "strides_padded", SMATTN_OP_ATTENTION, 2, 6, 7, 2, 2, 8,
+                          8, 2.0, 3)))
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+    bw_grads(bb, bd, c, BW_DLSE);
+    if ((c = bat_case_new(bd, "backward", "strides_gqa_head_major", SMATTN_OP_ATTENTION, 2, 4, 9, 4,
+                          2, 8, 12, 2.0, 5)))
+        bat_case_lens(bd, c, 0, (int64_t[]){9, 5});
+    bw_grads(bb, bd, c, BW_HEAD_MAJOR);
+    /* scores far from 0 (the forward's extreme and regimes): q and k in [2, 6) with scale 1,
+     * every score in [32, 288), 128 on average, so that the LSEs pass 88, where e^s and
+     * e^LSE overflow binary32, whatever the seed; and a bias near -200, where they
+     * underflow. P = exp(s - LSE) stays exact, e^s / e^LSE gives inf / inf or 0 / 0 */
+    if ((c = bat_case_new(bd, "backward", "scores_above88", SMATTN_OP_ATTENTION, 1, 6, 16, 2, 2, 8,
+                          8, 4.0, 0))) {
+        c->prob.scale = 1.0;
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        for (int64_t e = 0; e < c->count[T_Q]; e++)
+            MUT(c->in64.q.data)[e] = fabs(MUT(c->in64.q.data)[e]) + 2.0;
+        for (int64_t e = 0; e < c->count[T_K]; e++)
+            MUT(c->in64.k.data)[e] = fabs(MUT(c->in64.k.data)[e]) + 2.0;
+    }
+    bw_grads(bb, bd, c, BW_DLSE);
+    double *low = (c = att(bd, "scores_below_minus88", 1, 4, 10, 2, 2, 8, 8))
+                      ? bat_case_bias(bd, c, 1.0)
+                      : NULL;
+    for (int64_t e = 0; low && e < c->count[T_BIAS]; e++)
+        low[e] -= 200.0;
     bw_grads(bb, bd, c, BW_DLSE);
     /* ragged and paged (SPEC 2.7, 10.1), for a kernel claiming the layout's bits: dO and dLSE
      * in O's and LSE's storage, dQ, dK, dV in Q's, K's and V's, +0 where no key reaches */
@@ -267,6 +317,7 @@ void conform_backward_battery_free(conform_backward_battery *bb)
         free(bb->dout[k]), free(bb->dlse[k]);
     free(bb->dout);
     free(bb->dlse);
+    free(bb->flags);
     conform_battery_free(&bb->cases);
     memset(bb, 0, sizeof *bb);
 }
@@ -368,8 +419,6 @@ static int canary_broken(const void *data, smattn_dtype t, int64_t n)
     return 0;
 }
 
-static const char *const gname[3] = {"dQ", "dK", "dV"};
-
 void conform_run_backward_case(const conform_kernel *k, const conform_backward_battery *bb,
                                size_t idx, double timeout, int capture_fd, conform_result *r)
 {
@@ -431,33 +480,81 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     const smattn_inputs *pin = c->has_layout ? &lm.in : &m.in;
     int64_t qn[2], kn[2];
     smattn__storage_rows(p, qn, kn);
+    /* dO [B,S,Hq,Dv] and dLSE [B,Hq,S]: contiguous (a layout's: O's and LSE's storage), or
+     * in a strided case with padded rows holding BW_PAD_VALUE (a kernel reading them
+     * contiguous takes the padding in) */
+    const int64_t pad = c->strided ? BW_PAD : 0;
+    int64_t so[4], sl[4];
+    smattn_contiguous_strides(p, 'o', so);
+    smattn_contiguous_strides(p, 'l', sl);
+    if (pad) {
+        so[2] = p->Dv + pad, so[1] = p->Hq * so[2], so[0] = qn[1] * so[1];
+        sl[1] = qn[1] + pad, sl[0] = p->Hq * sl[1];
+    }
     const int64_t no = qn[0] * qn[1] * p->Hq * p->Dv, nl = qn[0] * p->Hq * qn[1];
+    const int64_t nob = qn[0] * so[0], nlb = qn[0] * sl[0];
     const int64_t ng[3] = {qn[0] * qn[1] * p->Hq * p->D, kn[0] * kn[1] * p->Hkv * p->D,
                            kn[0] * kn[1] * p->Hkv * p->Dv};
     const size_t qes = smattn_dtype_size((smattn_dtype)qdt), oes = smattn_dtype_size((smattn_dtype)odt);
+    /* The gradients: view t (dQ, dK, dV) holds ng[t] elements of a buffer of nb[t], of
+     * strides gst[t]: contiguous, a layout's Q, K, V storage (one buffer each), or in a
+     * strided case with padded rows, row-major or head-major. No two share a buffer: the
+     * overlap check of SPEC 2.1 is on spans, so interleaved views (one packed dQKV buffer)
+     * are SMATTN_ERR_ALIAS to a kernel that validates its arguments as smattn does. */
+    int64_t gst[3][4], nb[3];
+    {
+        const smattn_tensor *src[3] = {&pin->q, &pin->k, &pin->v};
+        const int64_t n4[3][4] = {{qn[0], qn[1], p->Hq, p->D}, {kn[0], kn[1], p->Hkv, p->D},
+                                  {kn[0], kn[1], p->Hkv, p->Dv}};
+        const int hm = pad && (bb->flags[idx] & BW_HEAD_MAJOR);
+        for (int t = 0; t < 3; t++) {
+            const int64_t pitch = n4[t][3] + pad;
+            gst[t][3] = 1;
+            gst[t][2] = hm ? n4[t][1] * pitch : pitch;
+            gst[t][1] = hm ? pitch : n4[t][2] * pitch;
+            gst[t][0] = n4[t][1] * n4[t][2] * pitch;
+            /* a layout's: the strides of Q, K and V (HND pages included) */
+            if (c->has_layout && (t == 0 ? p->layout->cu_seqlens_q != NULL
+                                         : p->layout->cu_seqlens_k || p->layout->block_table))
+                memcpy(gst[t], src[t]->stride, sizeof gst[t]);
+            nb[t] = pad ? n4[t][0] * gst[t][0] : ng[t];
+        }
+    }
     /* dO and dLSE in the dtype of Q (the oracle reads the same values) */
-    void *dob = malloc((size_t)no * qes), *dlb = bb->dlse[idx] ? malloc((size_t)nl * qes) : NULL;
+    void *dob = malloc((size_t)nob * qes), *dlb = bb->dlse[idx] ? malloc((size_t)nlb * qes) : NULL;
     void *fo = shared((size_t)no * oes), *fl = shared((size_t)nl * oes);
     void *gb[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
+    unsigned char *cov[3] = {NULL, NULL, NULL};
     bw_report *rep = shared(sizeof *rep);
     int ok = dob && (dlb || !bb->dlse[idx]) && fo && fl && rep;
-    for (int u = 0; u < 2 && ok; u++)
-        for (int t = 0; t < 3 && ok; t++)
-            ok = (gb[u][t] = shared((size_t)ng[t] * oes)) != NULL;
+    for (int t = 0; t < 3 && ok; t++) {
+        for (int u = 0; u < 2 && ok; u++)
+            ok = (gb[u][t] = shared((size_t)nb[t] * oes)) != NULL;
+        /* which elements of the buffer the view holds: all but a padded buffer's padding */
+        ok = ok && (cov[t] = calloc((size_t)(nb[t] ? nb[t] : 1), 1)) != NULL;
+        if (ok && !pad)
+            memset(cov[t], 1, (size_t)nb[t]);
+    }
     if (!ok) {
         snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
         goto done;
     }
+    for (int t = 0; t < 3 && pad; t++)
+        for (int64_t e = 0; e < ng[t]; e++) {
+            const int64_t d3 = t == 2 ? p->Dv : p->D, h3 = t ? p->Hkv : p->Hq;
+            const int64_t r1 = t ? kn[1] : qn[1];
+            cov[t][e / (r1 * h3 * d3) * gst[t][0] + e / (h3 * d3) % r1 * gst[t][1] +
+                   e / d3 % h3 * gst[t][2] + e % d3] = 1;
+        }
     /* the battery's dense dO [B,S,Hq,Dv] and dLSE [B,Hq,S], each stored row where O's and
-     * LSE's storage holds it */
+     * LSE's storage holds it; 0 in the rows a layout does not store, BW_PAD_VALUE in the
+     * padding */
     {
-        int64_t so[4], sl[4];
-        smattn_contiguous_strides(p, 'o', so);
-        smattn_contiguous_strides(p, 'l', sl);
-        for (int64_t e = 0; e < no; e++)
-            smattn_store(dob, (smattn_dtype)qdt, e, 0.0);
-        for (int64_t e = 0; dlb && e < nl; e++)
-            smattn_store(dlb, (smattn_dtype)qdt, e, 0.0);
+        const double fill = pad ? BW_PAD_VALUE : 0.0;
+        for (int64_t e = 0; e < nob; e++)
+            smattn_store(dob, (smattn_dtype)qdt, e, fill);
+        for (int64_t e = 0; dlb && e < nlb; e++)
+            smattn_store(dlb, (smattn_dtype)qdt, e, fill);
         for (int64_t b = 0; b < p->B; b++)
             for (int64_t i = 0; i < p->S; i++)
                 for (int64_t h = 0; smattn__row_stored(p, b, i) && h < p->Hq; h++) {
@@ -473,7 +570,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     prefill(fl, (smattn_dtype)odt, nl);
     for (int u = 0; u < 2; u++)
         for (int t = 0; t < 3; t++)
-            prefill(gb[u][t], (smattn_dtype)odt, ng[t]);
+            prefill(gb[u][t], (smattn_dtype)odt, nb[t]);
     smattn_outputs fwd;
     memset(&fwd, 0, sizeof fwd);
     fwd.o.data = fo, fwd.o.dtype = (smattn_dtype)odt;
@@ -488,27 +585,19 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     smattn_grad_inputs gin;
     memset(&gin, 0, sizeof gin);
     gin.dout.data = dob, gin.dout.dtype = (smattn_dtype)qdt;
-    smattn_contiguous_strides(p, 'o', gin.dout.stride);
+    memcpy(gin.dout.stride, so, sizeof so);
     if (dlb) {
         gin.dlse.data = dlb, gin.dlse.dtype = (smattn_dtype)qdt;
-        smattn_contiguous_strides(p, 'l', gin.dlse.stride);
+        memcpy(gin.dlse.stride, sl, sizeof sl);
     }
     smattn_grad_outputs go[2];
     memset(go, 0, sizeof go);
-    for (int u = 0; u < 2; u++) { /* the strides of Q, K and V (HND pages included) */
+    for (int u = 0; u < 2; u++) {
         smattn_out_tensor *ts[3] = {&go[u].dq, &go[u].dk, &go[u].dv};
-        const smattn_tensor *src[3] = {&pin->q, &pin->k, &pin->v};
-        const int64_t n4[3][4] = {{qn[0], qn[1], p->Hq, p->D}, {kn[0], kn[1], p->Hkv, p->D},
-                                  {kn[0], kn[1], p->Hkv, p->Dv}};
         for (int t = 0; t < 3; t++) {
             ts[t]->data = gb[u][t];
             ts[t]->dtype = (smattn_dtype)odt;
-            ts[t]->stride[3] = 1;
-            for (int a = 2; a >= 0; a--)
-                ts[t]->stride[a] = ts[t]->stride[a + 1] * n4[t][a + 1];
-            if (c->has_layout && (t == 0 ? p->layout->cu_seqlens_q != NULL
-                                         : p->layout->cu_seqlens_k || p->layout->block_table))
-                memcpy(ts[t]->stride, src[t]->stride, sizeof ts[t]->stride);
+            memcpy(ts[t]->stride, gst[t], sizeof gst[t]);
         }
     }
     const int twice = (k->info.caps & SMATTN_CAP_BACKWARD_DETERMINISTIC) != 0;
@@ -570,6 +659,29 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
                  rep->err[0] ? rep->err : "no backward entry");
         goto done;
     }
+    /* every output's canaries before a decline is taken as a skip (run.c does the same for
+     * the forward): a kernel that writes out of bounds and then declines fails */
+    static const char *const bname[3] = {"dQ", "dK", "dV"};
+    int side = 0;
+    const char *broken = NULL;
+    int64_t bn = 0;
+    if (rep->fwd_returned && (side = canary_broken(fo, (smattn_dtype)odt, no)))
+        broken = "the forward's O", bn = no;
+    else if (rep->fwd_returned && (side = canary_broken(fl, (smattn_dtype)odt, nl)))
+        broken = "the forward's LSE", bn = nl;
+    for (int u = 0; u < 1 + (rep->rerun != 0) && rep->returned && !broken; u++)
+        for (int a = 0; a < 3 && !broken; a++)
+            if ((side = canary_broken(gb[u][a], (smattn_dtype)odt, nb[a])))
+                broken = bname[a], bn = nb[a];
+    if (broken) {
+        snprintf(r->reason, sizeof r->reason,
+                 "wrote outside its outputs: %s %s (a %lld-element buffer)%s",
+                 side < 0 ? "before the start of" : "past the end of", broken, (long long)bn,
+                 !rep->returned     ? ", then declined the forward or failed"
+                 : rep->status != 0 ? ", then declined the backward or failed"
+                                    : "");
+        goto done;
+    }
     if (!rep->returned) {
         if (rep->fwd_returned && rep->fwd_status == SMATTN_ERR_UNSUPPORTED) {
             r->status = CONFORM_SKIP;
@@ -596,24 +708,21 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
                  smattn_status_name((smattn_status)rep->status));
         goto done;
     }
-    for (int u = 0; u < 1 + twice; u++)
-        for (int t = 0; t < 3; t++) {
-            int side = canary_broken(gb[u][t], (smattn_dtype)odt, ng[t]);
-            if (side) {
-                snprintf(r->reason, sizeof r->reason,
-                         "wrote outside its outputs: %s %s (a %lld-element buffer)",
-                         side < 0 ? "before the start of" : "past the end of", gname[t],
-                         (long long)ng[t]);
-                goto done;
-            }
-        }
-    for (int t = 0; t < 3; t++)
-        for (int64_t e = 0; e < ng[t]; e++)
-            if (is_prefill(gb[0][t], (smattn_dtype)odt, e)) {
+    /* each element of a view written, the padding between a strided view's rows not */
+    for (int a = 0; a < 3; a++)
+        for (int64_t e = 0; e < nb[a]; e++)
+            if (cov[a][e] && is_prefill(gb[0][a], (smattn_dtype)odt, e)) {
                 snprintf(r->reason, sizeof r->reason,
                          "%s element %lld was never written (it still holds the prefill "
                          "pattern; SPEC 10.1: +0 where nothing flows back)",
-                         gname[t], (long long)e);
+                         bname[a], (long long)e);
+                goto done;
+            } else if (!cov[a][e] && !is_prefill(gb[0][a], (smattn_dtype)odt, e)) {
+                snprintf(r->reason, sizeof r->reason,
+                         "wrote outside its outputs: element %lld of %s's buffer is row padding "
+                         "(strides %lld, %lld, %lld, %lld), no element of the tensor",
+                         (long long)e, bname[a], (long long)gst[a][0], (long long)gst[a][1],
+                         (long long)gst[a][2], (long long)gst[a][3]);
                 goto done;
             }
     char perr[400];
@@ -634,11 +743,14 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     r->has_pm = 1;
     double secs = r->seconds;
     conform_judge_backward_result(p, pin, &gin, &go[0], &bpm, r);
+    if (pad && r->status == CONFORM_FAIL)
+        conform_reason_append(r, "strided case: Q, K, V, dO and dLSE have padded rows (1024 in "
+                                 "the padding), dQ, dK and dV too: are their strides read?");
     r->seconds = secs;
     if (twice && r->status == CONFORM_PASS) {
         r->rerun = rep->rerun == 1 ? 1 : -1;
         for (int t = 0; t < 3 && r->rerun == 1; t++)
-            for (int64_t e = 0; e < ng[t]; e++)
+            for (int64_t e = 0; e < nb[t]; e++)
                 if (memcmp((const char *)gb[0][t] + (size_t)e * oes,
                            (const char *)gb[1][t] + (size_t)e * oes, oes)) {
                     r->rerun = -1;
@@ -646,7 +758,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
                     snprintf(r->reason, sizeof r->reason,
                              "not deterministic: %s element %lld differs between two runs%s, "
                              "although the kernel claims SMATTN_CAP_BACKWARD_DETERMINISTIC",
-                             gname[t], (long long)e, rep->threads ? " (on 1 thread and on 2)" : "");
+                             bname[t], (long long)e, rep->threads ? " (on 1 thread and on 2)" : "");
                     break;
                 }
         if (rep->rerun != 1 && r->status == CONFORM_PASS) {
@@ -661,9 +773,11 @@ done:
     free(dlb);
     release(fo, (size_t)no * oes);
     release(fl, (size_t)nl * oes);
-    for (int u = 0; u < 2; u++)
-        for (int t = 0; t < 3; t++)
-            release(gb[u][t], (size_t)ng[t] * oes);
+    for (int a = 0; a < 3; a++) {
+        for (int u = 0; u < 2; u++)
+            release(gb[u][a], (size_t)nb[a] * oes);
+        free(cov[a]);
+    }
     release(rep, sizeof *rep);
     conform_inst_free(&lm);
     conform_inst_free(&m);

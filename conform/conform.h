@@ -379,6 +379,7 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
 typedef struct conform_backward_battery {
     conform_battery cases;
     double **dout, **dlse;
+    unsigned *flags; /* per case: what it gets beyond its problem (backward_check.c) */
     size_t cap;
 } conform_backward_battery;
 /* The cases of suite "quick" or "full" (a superset) for a seed. 0, or -1 out of memory. */

@@ -182,13 +182,43 @@ START_TEST(hangs_stop_the_run)
 }
 END_TEST
 
-/* A write one element past the end of dK changes a canary: every case fails, saying so. */
+/* A write one element past dK's last changes a canary: every case fails, saying so; in a
+ * strided case the element is dK's row padding, which must stay unwritten. */
 START_TEST(write_outside_fails)
 {
     json_object *r;
     ck_assert_int_eq(
         run_backward(&r, "--kernel", test_built("tests/fixtures/backward_oob.so"), NULL), 1);
-    all_are(r, "fail", "wrote outside its outputs: past the end of dK", NULL);
+    all_are(r, "fail", "wrote outside its outputs: ", NULL);
+    json_object *cs = cases_of(r);
+    size_t strided = 0;
+    for (size_t i = 0; i < json_object_array_length(cs); i++) {
+        json_object *c = json_object_array_get_idx(cs, i);
+        const char *name = str_of(c, "name"), *why = str_of(c, "reason");
+        if (!strcmp(str_of(c, "status"), "skip"))
+            continue;
+        strided += strstr(name, "backward/strides_") != NULL;
+        ck_assert_msg(strstr(why, strstr(name, "backward/strides_")
+                                      ? "of dK's buffer is row padding"
+                                      : "wrote outside its outputs: past the end of dK"),
+                      "%s: %s", name, why);
+    }
+    ck_assert_uint_eq(strided, 2);
+    json_object_put(r);
+}
+END_TEST
+
+/* A forward that writes past its LSE and then declines fails the backward case, the
+ * canaries read before the decline is taken as a skip (as for the attention cases). */
+START_TEST(write_outside_then_decline_fails)
+{
+    json_object *r;
+    ck_assert_int_eq(
+        run_backward(&r, "--kernel", test_built("tests/fixtures/backward_fwd_oob.so"), NULL), 1);
+    ck_assert_uint_ge(all_are(r, "fail",
+                              "wrote outside its outputs: past the end of the forward's LSE",
+                              NULL),
+                      25);
     json_object_put(r);
 }
 END_TEST
@@ -409,6 +439,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, determinism_claim);
     tcase_add_test(tc, hangs_stop_the_run);
     tcase_add_test(tc, write_outside_fails);
+    tcase_add_test(tc, write_outside_then_decline_fails);
     tcase_add_test(tc, precision_exit_is_a_crash);
     tcase_add_test(tc, judge_names_the_class);
     tcase_add_test(tc, judge_names_dv_dlse_mean);

@@ -34,7 +34,9 @@ static const struct {
     {"merge_no_max", "merge"},
     {"bw_gqa_not_summed", "backward"}, {"bw_mask_ignored", "backward"},
     {"bw_softcap_no_derivative", "backward"}, {"bw_delta_wrong_o", "backward"},
-    {"bw_empty_nan", "backward"},    {"bw_dv_head0", "backward"},
+    {"bw_empty_nan", "backward"},     {"bw_strides_ignored", "backward"},
+    {"bw_p_unshifted", "backward"},   {"bw_decline_overflow", "backward"},
+    {"bw_input_strides_ignored", "backward"}, {"bw_dv_head0", "backward"},
     {"bw_dlse_ignored", "backward"}, {"paged_bt_stride_ignored", "layout"},
     {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
@@ -205,6 +207,17 @@ static const struct {
      "softcap's derivative: dQ and dK are off while dV"},
     {"bw_delta_wrong_o", "backward/plain", "Delta or dP: dQ and dK are off"},
     {"bw_empty_nan", "backward/padding", "empty row turned NaN: dQ[b=1,i=2,h=0,d=0] = NaN"},
+    /* a backward blind to strides writes the gradients' row padding, or, honouring the
+     * outputs' strides only, reads the inputs' (1024) and is named strided; P = e^s / e^LSE
+     * overflows in the case whose LSEs pass 88 (inf / inf); a write past dQ is caught
+     * although the kernel then declines the case */
+    {"bw_strides_ignored", "backward/strides_padded", "of dQ's buffer is row padding"},
+    {"bw_input_strides_ignored", "backward/strides_gqa_head_major",
+     "strided case: Q, K, V, dO and dLSE have padded rows (1024 in the padding)"},
+    {"bw_p_unshifted", "backward/scores_above88", "P = exp(s - LSE) is off"},
+    {"bw_decline_overflow", "backward/softcap",
+     "wrote outside its outputs: past the end of dQ (a 160-element buffer), then declined the "
+     "backward"},
     /* the table's columns past max_pages hold page numbers no page has (INT32_MAX among
      * them): read as sequence 1's pages, they crash the kernel */
     {"paged_bt_stride_ignored", "layout/paged_p16_decode", "crash: "},
