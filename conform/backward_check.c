@@ -343,6 +343,7 @@ typedef struct bw_report {
     volatile int threads;  /* the two runs were on 1 and 2 threads */
     smattn_precision pm;
     char err[256];
+    char changed[96]; /* the first input a call changed, and which call ("": none) */
 } bw_report;
 
 /* A shared mapping for one output, as run.c lays out the forward's: [guard page][CANARY_BYTES
@@ -621,13 +622,25 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         rep->pm = e.precision ? e.precision(p) : k->info.precision;
         rep->stage = 3;
         int th = e.threads && e.threads(1) == 0;
+        conform_hashes ih; /* what each call must leave as it is (conform/inputs.c) */
+        conform_hashes_inputs(&ih, p, pin);
         rep->fwd_status = e.attention(p, pin, &fwd);
         rep->fwd_returned = 1;
-        if (rep->fwd_status != 0)
+        const char *chg = conform_hashes_changed(&ih);
+        if (chg)
+            snprintf(rep->changed, sizeof rep->changed, "%s changed during the forward", chg);
+        if (rep->fwd_status != 0 || chg)
             _exit(0);
+        /* the backward's inputs: the forward's, its saved O and LSE, dO and dLSE */
+        conform_hashes_add(&ih, fo, (size_t)no * oes, "the saved O");
+        conform_hashes_add(&ih, fl, (size_t)nl * oes, "the saved LSE");
+        conform_hashes_add(&ih, dob, (size_t)nob * qes, "dO");
+        conform_hashes_add(&ih, dlb, (size_t)nlb * qes, "dLSE");
         rep->stage = 4;
         rep->status = e.backward(p, pin, &saved, &gin, &go[0]);
         rep->returned = 1;
+        if ((chg = conform_hashes_changed(&ih)))
+            snprintf(rep->changed, sizeof rep->changed, "%s changed during the backward", chg);
         if (rep->status == 0 && twice) {
             rep->threads = th && e.threads(2) == 0;
             rep->rerun = e.backward(p, pin, &saved, &gin, &go[1]) == 0 ? 1 : -1;
@@ -680,6 +693,14 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
                  !rep->returned     ? ", then declined the forward or failed"
                  : rep->status != 0 ? ", then declined the backward or failed"
                                     : "");
+        goto done;
+    }
+    if (rep->changed[0]) { /* whatever the call returned: the caller's tensors are not its */
+        rep->changed[sizeof rep->changed - 1] = '\0';
+        snprintf(r->reason, sizeof r->reason,
+                 "wrote into its inputs: %s (the inputs are read-only: a tensor scaled or "
+                 "converted in place is wrong for the caller's next use)",
+                 rep->changed);
         goto done;
     }
     if (!rep->returned) {

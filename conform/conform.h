@@ -50,6 +50,25 @@
 #define CONFORM_BASELINE_FACTOR 1.25
 #define CONFORM_BASELINE_SLACK 0.05
 
+/* ---- the inputs a kernel must not change (inputs.c) ----------------------------------- */
+
+/* Spans of at most CONFORM_MAX_HASHED bytes are hashed (the huge suite's reserved,
+ * untouched memory is not read). */
+#define CONFORM_MAX_HASH_SPANS 32
+#define CONFORM_MAX_HASHED ((size_t)64 << 20)
+typedef struct conform_hashes {
+    const void *lo[CONFORM_MAX_HASH_SPANS], *hi[CONFORM_MAX_HASH_SPANS];
+    const char *name[CONFORM_MAX_HASH_SPANS];
+    uint64_t h[CONFORM_MAX_HASH_SPANS];
+    int n;
+} conform_hashes;
+/* The bytes of every input of a valid problem (smattn__input_spans), hashed now. */
+void conform_hashes_inputs(conform_hashes *ch, const smattn_problem *p, const smattn_inputs *in);
+/* One more buffer of bytes bytes (the backward's saved O and LSE, dO, dLSE), hashed now. */
+void conform_hashes_add(conform_hashes *ch, const void *data, size_t bytes, const char *name);
+/* The name of the first span whose bytes changed since they were hashed, or NULL. */
+const char *conform_hashes_changed(const conform_hashes *ch);
+
 /* ---- kernels ------------------------------------------------------------------------- */
 
 /* What the checker knows of a kernel. Of a plugin file, no code runs in the checker's

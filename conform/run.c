@@ -49,6 +49,7 @@ typedef struct child_report {
     void *volatile fault_addr;
     smattn_precision pm; /* the model for this problem (the hook's, or info.precision) */
     char err[256];       /* loading failed: why */
+    char changed[64];    /* the first input whose bytes the first call changed ("": none) */
 } child_report;
 
 static child_report *g_report; /* the child's view, for its signal handler */
@@ -442,6 +443,8 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
             _exit(0);
         rep->stage = IN_PRECISION;
         rep->pm = e.precision ? e.precision(kp) : k->info.precision;
+        conform_hashes ih; /* the inputs, which the call must leave as they are (inputs.c) */
+        conform_hashes_inputs(&ih, kp, kin);
         rep->stage = IN_KERNEL;
         smattn_plugin_run_fn fn = att ? e.attention : e.softmax;
         /* twice, on 1 thread and then 2 when the plugin takes a thread count: the second
@@ -449,6 +452,9 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         int th = e.threads && e.threads(1) == 0;
         rep->status = fn ? fn(kp, kin, &out) : SMATTN_ERR_UNSUPPORTED;
         rep->returned = 1;
+        const char *chg = conform_hashes_changed(&ih);
+        if (chg)
+            snprintf(rep->changed, sizeof rep->changed, "%s", chg);
         if (rep->status == 0) {
             th = th && e.threads(2) == 0;
             rep->threads = th;
@@ -523,6 +529,14 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         if (n[t] && (check_canaries(&g[t], names[t], r->reason, sizeof r->reason) ||
                      check_canaries(&g2[t], names[t], r->reason, sizeof r->reason)))
             goto done;
+    if (rep->changed[0]) { /* whatever it returned: the caller's tensors are not the kernel's */
+        rep->changed[sizeof rep->changed - 1] = '\0';
+        snprintf(r->reason, sizeof r->reason,
+                 "wrote into its inputs: %s changed during the call (the inputs are read-only: "
+                 "a tensor scaled or converted in place is wrong for the caller's next use)",
+                 rep->changed);
+        goto done;
+    }
     if (rep->status == SMATTN_ERR_UNSUPPORTED) {
         r->status = CONFORM_SKIP;
         snprintf(r->reason, sizeof r->reason, "the kernel declined it (SMATTN_ERR_UNSUPPORTED)");

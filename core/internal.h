@@ -76,6 +76,12 @@ void smattn__storage_rows(const smattn_problem *p, int64_t qn[2], int64_t kn[2])
  * dtypes, overflow, aliasing); the softmax op, quantised inputs and dBias under ALiBi's
  * mask mode: SMATTN_ERR_UNSUPPORTED; a page two block-table entries name:
  * SMATTN_ERR_LAYOUT. The _explain form writes why in one line, as smattn_validate_explain. */
+/* The bytes each input of a valid problem spans (Q, K, V, the mask, bias, sinks, the
+ * layout's arrays, the descales...): [lo[k], hi[k]) named names[k], for k below the count
+ * returned (at most max); -1 if the inputs do not validate. The checker hashes them around
+ * a kernel's call: a kernel must leave its inputs as they came. */
+int smattn__input_spans(const smattn_problem *p, const smattn_inputs *in, const void **lo,
+                        const void **hi, const char **names, int max);
 smattn_status smattn__validate_backward(const smattn_problem *p, const smattn_inputs *in,
                                         const smattn_grad_inputs *gin,
                                         const smattn_grad_outputs *gout);

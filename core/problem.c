@@ -630,6 +630,25 @@ smattn_status smattn_validate(const smattn_problem *p, const smattn_inputs *in,
     return validate(p, in, out, &v);
 }
 
+int smattn__input_spans(const smattn_problem *p, const smattn_inputs *in, const void **lo,
+                        const void **hi, const char **names, int max)
+{
+    if (!p || !in)
+        return -1;
+    span sp[24];
+    memset(sp, 0, sizeof sp);
+    int nsp = 0;
+    int64_t qn[2], kn[2];
+    verdict v = {NULL, 0};
+    if (validate_inputs(p, in, &v, sp, &nsp, qn, kn))
+        return -1;
+    int n = 0;
+    for (int k = 0; k < nsp && n < max; k++)
+        if (sp[k].lo && sp[k].hi > sp[k].lo)
+            lo[n] = sp[k].lo, hi[n] = sp[k].hi, names[n++] = sp[k].name;
+    return n;
+}
+
 /* Used block-table entries, sorted by page then by (b, column): two neighbours naming one
  * page are a shared page. */
 typedef struct bt_use {

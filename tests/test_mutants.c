@@ -40,6 +40,7 @@ static const struct {
     {"bw_dlse_ignored", "backward"}, {"paged_bt_stride_ignored", "layout"},
     {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
+    {"q_scaled_in_place", "golden"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -226,6 +227,9 @@ static const struct {
     {"q4_0_nibbles_swapped", "quant/q4_0_kv_prefill", "error/bound ratio"},
     {"q8_0_scale_other_block", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
     {"e4m3_nan_as_480", "quant/e4m3_nan_key", "where the spec has NaN"},
+    /* right on its first call, so named for what it did, not for what the split or the
+     * second run then saw */
+    {"q_scaled_in_place", "prefill/000", "wrote into its inputs: Q changed during the call"},
 };
 
 START_TEST(alibi_mutant_named)
