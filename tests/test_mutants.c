@@ -40,7 +40,7 @@ static const struct {
     {"bw_dlse_ignored", "backward"}, {"paged_bt_stride_ignored", "layout"},
     {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
-    {"q_scaled_in_place", "golden"},
+    {"q_scaled_in_place", "golden"}, {"bw_saved_lse_scratch", "backward"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -230,6 +230,8 @@ static const struct {
     /* right on its first call, so named for what it did, not for what the split or the
      * second run then saw */
     {"q_scaled_in_place", "prefill/000", "wrote into its inputs: Q changed during the call"},
+    {"bw_saved_lse_scratch", "backward/plain",
+     "wrote into its inputs: the saved LSE changed during the backward"},
 };
 
 START_TEST(alibi_mutant_named)
