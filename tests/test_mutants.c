@@ -42,6 +42,7 @@ static const struct {
     {"bw_dlse_ignored", "backward"}, {"paged_bt_stride_ignored", "layout"},
     {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
+    {"e5m2_inf_as_nan", "quant"},    {"q8_0_scale_abs", "quant"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -233,6 +234,8 @@ static const struct {
     {"q4_0_nibbles_swapped", "quant/q4_0_kv_prefill", "error/bound ratio"},
     {"q8_0_scale_other_block", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
     {"e4m3_nan_as_480", "quant/e4m3_nan_key", "where the spec has NaN"},
+    {"e5m2_inf_as_nan", "quant/e5m2_inf_value", "NaN at O[b=0,i=0,h=0,c=7] where the spec has +inf"},
+    {"q8_0_scale_abs", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
 };
 
 START_TEST(alibi_mutant_named)
