@@ -173,7 +173,7 @@ def test_merge_cases_arguments():
         next(smattn.cases(merge=True, backward=True))
     assert list(smattn.cases(merge=True, categories=["causal"])) == []
     n = len(list(smattn.cases(merge=True, categories=["merge"])))
-    assert n > 9 and len(list(smattn.cases(merge=True, vectors=""))) == 9  # "": no vectors
+    assert n > 11 and len(list(smattn.cases(merge=True, vectors=""))) == 11  # "": no vectors
 
 
 @pytest.mark.skipif(_cli() is None, reason="no smattn CLI (make check-python builds it)")
