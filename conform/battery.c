@@ -824,9 +824,19 @@ int conform_case_materialise(const conform_case *c, smattn_dtype qdt, smattn_dty
                             smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);
                         }
         } else if (is_block(dt)) {
-            for (int64_t k = 0; k < n / SMATTN_QBLOCK; k++)
-                smattn__quantise_block((const double *)src[t]->data + k * SMATTN_QBLOCK, dt,
-                               (unsigned char *)buf + (size_t)k * smattn_dtype_size(dt));
+            for (int64_t k = 0; k < n / SMATTN_QBLOCK; k++) {
+                unsigned char *blk = (unsigned char *)buf + (size_t)k * smattn_dtype_size(dt);
+                smattn__quantise_block((const double *)src[t]->data + k * SMATTN_QBLOCK, dt, blk);
+                /* llama.cpp's q8_0 quantiser writes d = amax / 127 >= 0, but the format is
+                 * any binary16 d (SPEC 2.9): every odd block is stored as -d and -q_j, the
+                 * same values exactly (|q_j| <= 127), so that a decoder dropping d's sign
+                 * shows (q4_0's d = max / -8 has both signs already) */
+                if (dt == SMATTN_Q8_0 && k % 2 && (blk[1] & 0x7c) != 0x7c) {
+                    blk[1] ^= 0x80;
+                    for (int j = 0; j < SMATTN_QBLOCK; j++)
+                        blk[2 + j] = (unsigned char)(int8_t)(-(int8_t)blk[2 + j]);
+                }
+            }
         } else {
             for (int64_t e = 0; e < n; e++)
                 smattn_store(buf, dt, e, ((const double *)src[t]->data)[e]);

@@ -3,7 +3,7 @@
  * wrong: the symmetric mode (FlashAttention) and the one-sided mode (vLLM) under a causal
  * prefill, where they differ only in the LSE; without a mask, where O differs too; decodes
  * with kv_lens and per-batch slopes of both signs (T_b, not T, is the reference); q_lens and
- * GQA (S_b); a dense bias, softcap and a window before the term; and llama.cpp's mask mode
+ * GQA (S_b); an upper-left mask (the term keeps its lower-right diagonal); a dense bias, softcap and a window before the term; and llama.cpp's mask mode
  * with its f16 distances, past 2048 where f16 rounds them. */
 #include <math.h>
 #include <stdint.h>
@@ -88,6 +88,12 @@ void battery_alibi(builder *bd, int full)
         bat_case_lens(bd, c, 0, (int64_t[]){15, 9});
         bat_case_lens(bd, c, 1, (int64_t[]){7, 3});
     }
+    bat_finish(bd, c);
+    /* an upper-left mask keeps the symmetric term's lower-right diagonal i + T_b - S_b (SPEC
+     * 2.8): a kernel that takes the distance from its mask's diagonal (i - j) moves the LSE */
+    c = bat_att(bd, "alibi", "symmetric_upper_left_prefill", 1, 6, 20, 2, 1, 16);
+    if (c && bat_case_alibi(bd, c, SMATTN_ALIBI_SYMMETRIC, 0, NULL))
+        c->prob.causal = SMATTN_CAUSAL_UPPER_LEFT;
     bat_finish(bd, c);
     c = bat_att(bd, "alibi", "symmetric_bias_softcap_window", 1, 6, 30, 2, 2, 16);
     if (c && bat_case_bias(bd, c, 1.0) && bat_case_alibi(bd, c, SMATTN_ALIBI_SYMMETRIC, 0, NULL)) {

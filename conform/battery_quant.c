@@ -113,6 +113,14 @@ void battery_quant(builder *bd, int full)
         c->garbage = 0;
     }
     bat_finish(bd, c);
+    /* e5m2's infinities (S.11111.00, binary16's top byte) in a visible V element: its
+     * column is +inf in every row (SPEC 4.2), not NaN as e4m3fn's all-ones byte would be */
+    c = quant_case(bd, "e5m2_inf_value", 1, 4, 12, 2, 1, 32, SMATTN_F32, SMATTN_F8E5M2);
+    if (c) {
+        MUT(c->in64.v.data)[5 * c->in64.v.stride[1] + 7] = (double)INFINITY;
+        c->garbage = 0;
+    }
+    bat_finish(bd, c);
     /* the blocks: two per row (a scale from the other block shows), prefill and decode */
     c = quant_case(bd, "q8_0_kv_causal_prefill", 1, 16, 48, 2, 2, 64, SMATTN_F32, SMATTN_Q8_0);
     if (c)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* merge_battery.c: the merge battery (SPEC 9) for a kernel exporting smattn_plugin_merge:
  * LSEs spread past exp's range, -inf and +inf empty partials injected (FlashInfer's and
- * vLLM's identity, FlashAttention-2's +inf), every part empty, one part alone per row, N = 1
- * and N = 64, base 2; and the merge golden vectors (spec/vectors, "op": "merge"). Apart from
+ * vLLM's identity, FlashAttention-2's +inf), every part empty (also under FlashAttention-2's
+ * +inf parts and LSE), one part alone per row, N = 1 and N = 64, base 2 spread past exp2's
+ * range, three batches; and the merge golden vectors (spec/vectors, "op": "merge"). Apart from
  * merge_check.c (which runs them in a child) so that the Python package's checker builds the same
  * cases without the plugin machinery. */
 #include <dirent.h>
@@ -29,7 +30,9 @@ static double munif(uint64_t *s)
 }
 
 /* kind: 0 plain, 1 spread past exp's range, 2 -inf injected, 3 +inf injected (FA2's empty
- * parts), 4 all empty, 5 one part per row, 6 base 2 */
+ * parts), 4 all empty, 5 one part per row, 6 base 2 spread past exp2's range (2^1000: a
+ * base-2 path without the maximum overflows), 7 all empty under FlashAttention-2's +inf
+ * parts and +inf empty_lse (a kernel that writes -inf whatever empty_lse asks shows) */
 static conform_merge_case *new_case(conform_merge_battery *mb)
 {
     if (mb->n == mb->cap) {
@@ -44,8 +47,8 @@ static conform_merge_case *new_case(conform_merge_battery *mb)
     return c;
 }
 
-static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int64_t S, int64_t Hq,
-                    int64_t Dv, int kind, uint64_t seed)
+static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int64_t B, int64_t S,
+                    int64_t Hq, int64_t Dv, int kind, uint64_t seed)
 {
     conform_merge_case *c = new_case(mb);
     if (!c)
@@ -53,12 +56,14 @@ static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int6
     snprintf(c->name, sizeof c->name, "merge/%s", name);
     smattn_merge_problem *p = &c->prob;
     *p = smattn_merge_problem_default();
-    p->N = N, p->B = 1, p->S = S, p->Hq = Hq, p->Dv = Dv;
-    if (kind == 3)
+    p->N = N, p->B = B, p->S = S, p->Hq = Hq, p->Dv = Dv;
+    if (kind == 3 || kind == 7)
         p->empty_parts = SMATTN_LSE_POS_INF;
+    if (kind == 7)
+        p->empty_lse = SMATTN_LSE_POS_INF;
     if (kind == 6)
         p->lse_base = SMATTN_LSE_BASE_2;
-    const int64_t no = S * Hq * Dv, nl = Hq * S;
+    const int64_t no = B * S * Hq * Dv, nl = B * Hq * S;
     c->o = malloc((size_t)(N * no) * sizeof *c->o);
     c->l = malloc((size_t)(N * nl) * sizeof *c->l);
     if (!c->o || !c->l) {
@@ -66,17 +71,19 @@ static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int6
         return -1;
     }
     uint64_t s = seed ^ (uint64_t)kind * 0x51ed27u;
-    const double empty = kind == 3 ? HUGE_VAL : -HUGE_VAL;
+    const double empty = kind == 3 || kind == 7 ? HUGE_VAL : -HUGE_VAL;
     for (int64_t n = 0; n < N; n++)
-        for (int64_t h = 0; h < Hq; h++)
-            for (int64_t i = 0; i < S; i++) {
-                double l = kind == 1 ? 2000 * munif(&s) - 1000 : 6 * munif(&s) - 3;
-                int is_empty = ((kind == 2 || kind == 3) && munif(&s) < 0.25) || kind == 4 ||
-                               (kind == 5 && n != (h + i) % N);
-                c->l[n * nl + h * S + i] = is_empty ? empty : l;
-                for (int64_t d = 0; d < Dv; d++)
-                    c->o[n * no + (i * Hq + h) * Dv + d] = is_empty ? 0.0 : 2 * munif(&s) - 1;
-            }
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t i = 0; i < S; i++) {
+                    double l = kind == 1 || kind == 6 ? 2000 * munif(&s) - 1000 : 6 * munif(&s) - 3;
+                    int is_empty = ((kind == 2 || kind == 3) && munif(&s) < 0.25) || kind == 4 ||
+                                   kind == 7 || (kind == 5 && n != (h + i) % N);
+                    c->l[n * nl + (b * Hq + h) * S + i] = is_empty ? empty : l;
+                    for (int64_t d = 0; d < Dv; d++)
+                        c->o[n * no + ((b * S + i) * Hq + h) * Dv + d] =
+                            is_empty ? 0.0 : 2 * munif(&s) - 1;
+                }
     mb->n++;
     return 0;
 }
@@ -84,15 +91,17 @@ static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int6
 int conform_merge_battery_build(conform_merge_battery *mb, uint64_t seed)
 {
     memset(mb, 0, sizeof *mb);
-    int rc = add_case(mb, "n1", 1, 3, 2, 8, 0, seed) ||
-             add_case(mb, "n2_plain", 2, 4, 2, 16, 0, seed) ||
-             add_case(mb, "n64", 64, 2, 2, 8, 0, seed) ||
-             add_case(mb, "lse_spread_pm1000", 8, 3, 2, 8, 1, seed) ||
-             add_case(mb, "neg_inf_parts", 8, 4, 2, 8, 2, seed) ||
-             add_case(mb, "pos_inf_parts_fa2", 8, 4, 2, 8, 3, seed) ||
-             add_case(mb, "all_parts_empty", 4, 2, 2, 8, 4, seed) ||
-             add_case(mb, "one_part_per_row", 6, 4, 3, 8, 5, seed) ||
-             add_case(mb, "base2", 5, 3, 2, 8, 6, seed);
+    int rc = add_case(mb, "n1", 1, 1, 3, 2, 8, 0, seed) ||
+             add_case(mb, "n2_plain", 2, 1, 4, 2, 16, 0, seed) ||
+             add_case(mb, "n64", 64, 1, 2, 2, 8, 0, seed) ||
+             add_case(mb, "lse_spread_pm1000", 8, 1, 3, 2, 8, 1, seed) ||
+             add_case(mb, "neg_inf_parts", 8, 1, 4, 2, 8, 2, seed) ||
+             add_case(mb, "pos_inf_parts_fa2", 8, 1, 4, 2, 8, 3, seed) ||
+             add_case(mb, "all_parts_empty", 4, 1, 2, 2, 8, 4, seed) ||
+             add_case(mb, "all_parts_empty_fa2", 3, 1, 2, 2, 8, 7, seed) ||
+             add_case(mb, "one_part_per_row", 6, 1, 4, 3, 8, 5, seed) ||
+             add_case(mb, "base2_spread_pm1000", 5, 1, 3, 2, 8, 6, seed) ||
+             add_case(mb, "batch_b3", 3, 3, 2, 2, 8, 0, seed);
     if (rc)
         conform_merge_battery_free(mb);
     return rc ? -1 : 0;

@@ -59,9 +59,12 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
         return;
     }
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    /* the partials 3 and 5 elements apart beyond their extents, the gaps NaN: a merge that
+     * takes them packed (partial n at n B S Hq Dv, not n o_part_stride) reads NaN */
+    const int64_t po = no + 3, pl = nl + 5;
     const size_t ies = smattn_dtype_size((smattn_dtype)it), oes = smattn_dtype_size((smattn_dtype)ot);
     /* inputs in the kernel's dtype (the oracle reads the same values); outputs shared */
-    size_t in_bytes = (size_t)(p->N * (no + nl)) * ies, out_bytes = (size_t)(no + nl) * oes;
+    size_t in_bytes = (size_t)(p->N * (po + pl)) * ies, out_bytes = (size_t)(no + nl) * oes;
     unsigned char *inb = malloc(in_bytes ? in_bytes : 1);
     unsigned char *outb = mmap(NULL, out_bytes + 4096, PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -72,19 +75,20 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
         snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
         goto done;
     }
-    for (int64_t e = 0; e < p->N * no; e++)
-        smattn_store(inb, (smattn_dtype)it, e, c->o[e]);
-    for (int64_t e = 0; e < p->N * nl; e++)
-        smattn_store(inb + (size_t)(p->N * no) * ies, (smattn_dtype)it, e, c->l[e]);
+    for (int64_t e = 0; e < p->N * po; e++)
+        smattn_store(inb, (smattn_dtype)it, e, e % po < no ? c->o[e / po * no + e % po] : (double)NAN);
+    for (int64_t e = 0; e < p->N * pl; e++)
+        smattn_store(inb + (size_t)(p->N * po) * ies, (smattn_dtype)it, e,
+                     e % pl < nl ? c->l[e / pl * nl + e % pl] : (double)NAN);
     memset(outb, 0xa5, out_bytes);
     smattn_merge_inputs in;
     memset(&in, 0, sizeof in);
     const int64_t so[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
     const int64_t sl[4] = {p->Hq * p->S, p->S, 1, 0};
     in.o_parts = (smattn_tensor){inb, (smattn_dtype)it, {so[0], so[1], so[2], so[3]}};
-    in.lse_parts = (smattn_tensor){inb + (size_t)(p->N * no) * ies, (smattn_dtype)it,
+    in.lse_parts = (smattn_tensor){inb + (size_t)(p->N * po) * ies, (smattn_dtype)it,
                                    {sl[0], sl[1], sl[2], sl[3]}};
-    in.o_part_stride = no, in.lse_part_stride = nl;
+    in.o_part_stride = po, in.lse_part_stride = pl;
     smattn_outputs out, eo, bo;
     memset(&out, 0, sizeof out);
     out.o = (smattn_out_tensor){outb, (smattn_dtype)ot, {so[0], so[1], so[2], so[3]}};

@@ -30,8 +30,11 @@ static const struct {
     {"sink_overflow", "sinks"},      {"max_restart_zero", "regimes"},
     {"scale_d128", "head_dim"},
     {"alibi_slope_sign", "alibi"},   {"alibi_off_by_one", "alibi"},
-    {"alibi_mode_confused", "alibi"}, {"tail_keys_dropped", "split"},
-    {"merge_no_max", "merge"},
+    {"alibi_mode_confused", "alibi"}, {"alibi_diag_follows_causal", "alibi"},
+    {"tail_keys_dropped", "split"},
+    {"merge_no_max", "merge"},       {"merge_batch_ignored", "merge"},
+    {"merge_part_stride_assumed", "merge"}, {"merge_base2_no_max", "merge"},
+    {"merge_empty_lse_ignored", "merge"},
     {"bw_gqa_not_summed", "backward"}, {"bw_mask_ignored", "backward"},
     {"bw_softcap_no_derivative", "backward"}, {"bw_delta_wrong_o", "backward"},
     {"bw_empty_nan", "backward"},     {"bw_strides_ignored", "backward"},
@@ -41,6 +44,7 @@ static const struct {
     {"descale_k_ignored", "quant"},  {"q4_0_nibbles_swapped", "quant"},
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
     {"q_scaled_in_place", "golden"}, {"bw_saved_lse_scratch", "backward"},
+    {"e5m2_inf_as_nan", "quant"},    {"q8_0_scale_abs", "quant"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -192,9 +196,15 @@ static const struct {
      "ALiBi: the outputs follow each distance one further"},
     {"alibi_mode_confused", "alibi/one_sided_causal_prefill",
      "ALiBi: the outputs follow the symmetric mode"},
+    {"alibi_diag_follows_causal", "alibi/symmetric_upper_left_prefill", "error/bound ratio"},
     {"tail_keys_dropped", "split/prefill_t20_at3",
      "split-KV: the kernel's own attention over keys [0, 3) and [3, 20), merged by the oracle"},
     {"merge_no_max", "merge/lse_spread_pm1000", "error/bound ratio inf at O element"},
+    {"merge_batch_ignored", "merge/batch_b3", "error/bound ratio"},
+    {"merge_part_stride_assumed", "merge/n2_plain", "error/bound ratio inf at O element"},
+    {"merge_base2_no_max", "merge/base2_spread_pm1000", "error/bound ratio inf at O element"},
+    {"merge_empty_lse_ignored", "merge/all_parts_empty_fa2",
+     "error/bound ratio inf at LSE element 0: got -inf, exact inf"},
     /* the backward's (conform/judge_backward.c): each names its bug class */
     {"bw_gqa_not_summed", "backward/gqa_hq4_hkv2",
      "GQA group not summed: dK and dV are off while dQ is within its bound"},
@@ -232,6 +242,8 @@ static const struct {
     {"q_scaled_in_place", "prefill/000", "wrote into its inputs: Q changed during the call"},
     {"bw_saved_lse_scratch", "backward/plain",
      "wrote into its inputs: the saved LSE changed during the backward"},
+    {"e5m2_inf_as_nan", "quant/e5m2_inf_value", "NaN at O[b=0,i=0,h=0,c=7] where the spec has +inf"},
+    {"q8_0_scale_abs", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
 };
 
 START_TEST(alibi_mutant_named)
@@ -267,7 +279,7 @@ START_TEST(merge_battery_runs_on_plugins)
         ck_assert_msg(r != NULL && st == 0, "%s: exit %d", so_names[k], st);
         json_object *cases;
         ck_assert(json_object_object_get_ex(r, "cases", &cases));
-        ck_assert_int_ge(json_object_array_length(cases), 14);
+        ck_assert_int_ge(json_object_array_length(cases), 16);
         int golden = 0;
         for (size_t i = 0; i < json_object_array_length(cases); i++) {
             json_object *c = json_object_array_get_idx(cases, i);

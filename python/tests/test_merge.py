@@ -107,21 +107,27 @@ def naive_merge(o_parts, lse_parts, base="e", **_):
 
 def test_merge_cases_judged():
     """cases(merge=True) yields the merge battery (N = 1, 2, 64, LSEs over +-1000, empty
-    parts -inf and +inf, all parts empty, base 2) as partial states; smattn.merge passes every
+    parts -inf and +inf, all parts empty, base 2, three batches) as partial states; smattn.merge passes every
     case under its own model and under float32's, and a merge without the max subtraction
     fails the cases whose LSEs leave exp's range."""
     cs = list(smattn.cases(merge=True))
     names = [c.name for c in cs]
-    assert names[:9] == ["merge/n1", "merge/n2_plain", "merge/n64", "merge/lse_spread_pm1000",
-                         "merge/neg_inf_parts", "merge/pos_inf_parts_fa2",
-                         "merge/all_parts_empty", "merge/one_part_per_row", "merge/base2"]
+    assert names[:11] == ["merge/n1", "merge/n2_plain", "merge/n64", "merge/lse_spread_pm1000",
+                          "merge/neg_inf_parts", "merge/pos_inf_parts_fa2",
+                          "merge/all_parts_empty", "merge/all_parts_empty_fa2",
+                          "merge/one_part_per_row", "merge/base2_spread_pm1000",
+                          "merge/batch_b3"]
     # then the merge golden vectors (spec/vectors, "op": "merge"), sorted
-    golden = [n for n in names[9:]]
+    golden = [n for n in names[11:]]
     assert golden == sorted(golden) and all(n.startswith("merge/golden_") for n in golden)
     assert {"merge/golden_merge_two_parts", "merge/golden_merge_base2",
             "merge/golden_merge_far_apart"} <= set(golden)
     by = {c.name: c for c in cs}
-    assert by["merge/base2"].kwargs["base"] == "2"
+    assert by["merge/base2_spread_pm1000"].kwargs["base"] == "2"
+    assert np.abs(by["merge/base2_spread_pm1000"].lse_parts).max() > 500
+    assert by["merge/all_parts_empty_fa2"].kwargs["empty_lse"] == "pos_inf"
+    assert np.isposinf(by["merge/all_parts_empty_fa2"].lse_parts).all()
+    assert by["merge/batch_b3"].o_parts.shape[1] == 3
     assert by["merge/pos_inf_parts_fa2"].kwargs["empty_parts"] == "pos_inf"
     assert np.isneginf(by["merge/all_parts_empty"].lse_parts).all()
     assert np.abs(by["merge/lse_spread_pm1000"].lse_parts).max() > 500
@@ -167,7 +173,7 @@ def test_merge_cases_arguments():
         next(smattn.cases(merge=True, backward=True))
     assert list(smattn.cases(merge=True, categories=["causal"])) == []
     n = len(list(smattn.cases(merge=True, categories=["merge"])))
-    assert n > 9 and len(list(smattn.cases(merge=True, vectors=""))) == 9  # "": no vectors
+    assert n > 11 and len(list(smattn.cases(merge=True, vectors=""))) == 11  # "": no vectors
 
 
 @pytest.mark.skipif(_cli() is None, reason="no smattn CLI (make check-python builds it)")
