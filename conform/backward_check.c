@@ -697,10 +697,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     }
     if (rep->changed[0]) { /* whatever the call returned: the caller's tensors are not its */
         rep->changed[sizeof rep->changed - 1] = '\0';
-        snprintf(r->reason, sizeof r->reason,
-                 "wrote into its inputs: %s (the inputs are read-only: a tensor scaled or "
-                 "converted in place is wrong for the caller's next use)",
-                 rep->changed);
+        conform_inputs_reason(r->reason, sizeof r->reason, rep->changed);
         goto done;
     }
     if (!rep->returned) {

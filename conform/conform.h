@@ -68,6 +68,8 @@ void conform_hashes_inputs(conform_hashes *ch, const smattn_problem *p, const sm
 void conform_hashes_add(conform_hashes *ch, const void *data, size_t bytes, const char *name);
 /* The name of the first span whose bytes changed since they were hashed, or NULL. */
 const char *conform_hashes_changed(const conform_hashes *ch);
+/* A case's reason for a changed input: "wrote into its inputs: <what> (...)". */
+void conform_inputs_reason(char *reason, size_t cap, const char *what);
 
 /* ---- kernels ------------------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
  * otherwise surface, if at all, as a split-KV or determinism failure naming another bug.
  * Used by run.c (the forward) and backward_check.c (the backward, with the saved O and LSE
  * and the incoming gradients). */
+#include <stdio.h>
 #include <string.h>
 
 #include "conform/conform.h"
@@ -51,4 +52,12 @@ const char *conform_hashes_changed(const conform_hashes *ch)
         if (hashed(ch, k) && hash_bytes(ch->lo[k], ch->hi[k]) != ch->h[k])
             return ch->name[k];
     return NULL;
+}
+
+void conform_inputs_reason(char *reason, size_t cap, const char *what)
+{
+    snprintf(reason, cap,
+             "wrote into its inputs: %s (the inputs are read-only: a tensor scaled or converted in "
+             "place is wrong for the caller's next use)",
+             what);
 }

@@ -49,7 +49,7 @@ typedef struct child_report {
     void *volatile fault_addr;
     smattn_precision pm; /* the model for this problem (the hook's, or info.precision) */
     char err[256];       /* loading failed: why */
-    char changed[64];    /* the first input whose bytes the first call changed ("": none) */
+    char changed[96];    /* the first input the first call changed, and when ("": none) */
 } child_report;
 
 static child_report *g_report; /* the child's view, for its signal handler */
@@ -454,7 +454,7 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         rep->returned = 1;
         const char *chg = conform_hashes_changed(&ih);
         if (chg)
-            snprintf(rep->changed, sizeof rep->changed, "%s", chg);
+            snprintf(rep->changed, sizeof rep->changed, "%s changed during the call", chg);
         if (rep->status == 0) {
             th = th && e.threads(2) == 0;
             rep->threads = th;
@@ -531,10 +531,7 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
             goto done;
     if (rep->changed[0]) { /* whatever it returned: the caller's tensors are not the kernel's */
         rep->changed[sizeof rep->changed - 1] = '\0';
-        snprintf(r->reason, sizeof r->reason,
-                 "wrote into its inputs: %s changed during the call (the inputs are read-only: "
-                 "a tensor scaled or converted in place is wrong for the caller's next use)",
-                 rep->changed);
+        conform_inputs_reason(r->reason, sizeof r->reason, rep->changed);
         goto done;
     }
     if (rep->status == SMATTN_ERR_UNSUPPORTED) {
