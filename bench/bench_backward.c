@@ -3,7 +3,7 @@
  * step (S = T = 512, Hq = 28, Hkv = 4, D = Dv = 128, lower-right causal; bf16 Q, K, V and
  * dO, binary32 O, LSE and gradients), with the load average beside the times, since a
  * loaded machine moves both. Usage: bench_backward [--threads N] [--isa NAME] [--reps R]
- * [--S n] [--T n]. The issue's target: backward within 3x of the forward. */
+ * [--S n] [--T n]. The target: backward within 3x of the forward. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -656,10 +656,10 @@ END_TEST
  * Out-of-contract kernel elements (bound +inf: the kernel's binary32 arithmetic may overflow,
  * SPEC 4.4, 6.8) may be infinite; in `extreme_scores` they may also be NaN (the spec calls
  * such rows "not wrong"), counted and printed.
- * FINDING: the stricter `extreme_scores_no_nan` (NaN never, even out of contract: the issue's
- * "no NaN ... scores beyond the float32 range") fails on the avx2 and avx512 kernels, not on
- * the scalar one: P = -NaN for visible keys whose exact weight is 0 in rows whose q.k
- * overflows binary32, e.g. SMATTN_SEED=344348 (avx2 and avx512: P(0,0,2,16) = -nan, exact
+ * FINDING: the stricter `extreme_scores_no_nan` (NaN never, even out of contract: the first
+ * requirement, "no NaN ... scores beyond the float32 range") fails on the avx2 and avx512
+ * kernels, not on the scalar one: P = -NaN for visible keys whose exact weight is 0 in rows
+ * whose q.k overflows binary32, e.g. SMATTN_SEED=344348 (avx2 and avx512: P(0,0,2,16) = -nan, exact
  * 0x0p+0, bound inf) and 344355 (avx2: P(0,0,5,15)). Fixed in opt/opt.c (the scalar P pass
  * of an overflowing row now sends the row to the binary64 path); the test runs always.
  * Mutant "extreme": a kernel without the max shift (weights exp(s_j) directly), emulated by
@@ -1339,7 +1339,7 @@ END_TEST
  * Each KV head replicated Hq/Hkv times (contiguous groups, SPEC 2.2) and the problem run as
  * MHA (Hkv = Hq): identical outputs, bit for bit, for the oracle; the kernel's within the
  * bound of the same exact values.
- * FINDING: the issue asks for the kernel bit for bit too; `gqa_expansion_kernel_bitwise`
+ * FINDING: the kernel is asked for bit for bit too; `gqa_expansion_kernel_bitwise`
  * checks that and fails on avx2 (the MHA run differs by an ulp of binary32 in O), e.g.
  * SMATTN_SEED=364587 (avx2: O(0,0,8)[0] = -0x1.90106ap-1 as GQA, -0x1.90106cp-1 as MHA);
  * 49 of 600 problems at SMATTN_TEST_SCALE=10. Fixed in opt/: key tiles on a fixed grid,
