@@ -235,11 +235,11 @@ check-reach: tests
 	  SMATTN_ROOT=$(CURDIR) $(TESTBIN) cli
 
 # The same suites under ASan+UBSan, their random and fixed lists of problems and of mutants
-# at 0.3 of their length (SMATTN_TEST_SCALE, tests/support/testkit.h test_keep): the
+# at a quarter of their length (SMATTN_TEST_SCALE, tests/support/testkit.h test_keep): the
 # sanitizers look for memory and undefined behaviour on the same code paths that the plain
 # half judges in full (the suite opt alone took 3.5 of the sanitizer half's 7.4 CPU minutes
 # at 1; at 0.5 the sanitizer half was the longer of the two, 8 minutes after the builds).
-CHECK_SAN_SCALE ?= 0.3
+CHECK_SAN_SCALE ?= 0.25
 check-san: deps-check
 	@$(MAKE) --no-print-directory $(SAN_VARS) SMATTN_TEST_SCALE=$(CHECK_SAN_SCALE) check-unit
 

@@ -33,10 +33,7 @@ int64_t bat_rng_int(rng *r, int64_t lo, int64_t hi)
 
 uint64_t bat_hash_name(const char *s, uint64_t seed)
 {
-    uint64_t h = 0xcbf29ce484222325u ^ seed;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
-    return h;
+    return conform_fnv1a(s, strlen(s), CONFORM_FNV_BASIS ^ seed);
 }
 
 /* ---- building cases ------------------------------------------------------------------ */

@@ -275,6 +275,10 @@ typedef struct conform_shard {
     unsigned index, count; /* 0 <= index < count; count 1: everything */
 } conform_shard;
 uint64_t conform_shard_hash(const char *name);
+/* FNV-1a (64 bits) of n bytes from h (CONFORM_FNV_BASIS to start): the shards' name hash,
+ * the battery's seeds from case names, the input hashes around a kernel's call. */
+#define CONFORM_FNV_BASIS 0xcbf29ce484222325ULL
+uint64_t conform_fnv1a(const void *data, size_t n, uint64_t h);
 int conform_shard_of(const char *name, unsigned n);
 /* Parse "I/N" (decimal, 0 <= I < N <= CONFORM_SHARD_MAX): 0, or -1 with a one-line err. */
 int conform_shard_parse(const char *s, conform_shard *sh, char *err, size_t errlen);

@@ -14,11 +14,7 @@
 
 static uint64_t hash_bytes(const void *lo, const void *hi)
 {
-    const unsigned char *a = lo, *e = hi;
-    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-    for (; a < e; a++)
-        h = (h ^ *a) * 0x100000001b3u;
-    return h;
+    return conform_fnv1a(lo, (size_t)((const char *)hi - (const char *)lo), CONFORM_FNV_BASIS);
 }
 
 static int hashed(const conform_hashes *ch, int k)

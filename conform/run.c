@@ -49,7 +49,7 @@ typedef struct child_report {
     void *volatile fault_addr;
     smattn_precision pm; /* the model for this problem (the hook's, or info.precision) */
     char err[256];       /* loading failed: why */
-    char changed[96];    /* the first input the first call changed, and when ("": none) */
+    char changed[96];    /* the first input the kernel's calls changed ("": none) */
 } child_report;
 
 static child_report *g_report; /* the child's view, for its signal handler */
@@ -452,9 +452,6 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         int th = e.threads && e.threads(1) == 0;
         rep->status = fn ? fn(kp, kin, &out) : SMATTN_ERR_UNSUPPORTED;
         rep->returned = 1;
-        const char *chg = conform_hashes_changed(&ih);
-        if (chg)
-            snprintf(rep->changed, sizeof rep->changed, "%s changed during the call", chg);
         if (rep->status == 0) {
             th = th && e.threads(2) == 0;
             rep->threads = th;
@@ -463,6 +460,9 @@ void conform_run_case_rows(const conform_kernel *k, const conform_case *c, doubl
         if (rep->status == 0 && t_split) /* split-KV: the two parts */
             rep->split = 1 + (fn(&sp[0], &sin[0], &sout[0]) == 0 &&
                               fn(&sp[1], &sin[1], &sout[1]) == 0);
+        const char *chg = conform_hashes_changed(&ih); /* after every call of the kernel */
+        if (chg)
+            snprintf(rep->changed, sizeof rep->changed, "%s changed during the call", chg);
         _exit(0); /* no destructors, no atexit handlers of the plugin */
     }
     int ws = 0;

@@ -9,17 +9,19 @@
 
 #include "conform/conform.h"
 
+uint64_t conform_fnv1a(const void *data, size_t n, uint64_t h)
+{
+    for (const unsigned char *p = data, *e = p + n; p < e; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
+}
+
 /* FNV-1a, 64 bits, over the name's bytes: fixed here for good (a changed hash would move
  * cases between shards of runs that are merged together, which the merge refuses only
  * through the smattn version). */
 uint64_t conform_shard_hash(const char *name)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
+    return conform_fnv1a(name, strlen(name), CONFORM_FNV_BASIS);
 }
 
 int conform_shard_of(const char *name, unsigned n)

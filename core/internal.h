@@ -76,6 +76,11 @@ void smattn__storage_rows(const smattn_problem *p, int64_t qn[2], int64_t kn[2])
  * dtypes, overflow, aliasing); the softmax op, quantised inputs and dBias under ALiBi's
  * mask mode: SMATTN_ERR_UNSUPPORTED; a page two block-table entries name:
  * SMATTN_ERR_LAYOUT. The _explain form writes why in one line, as smattn_validate_explain. */
+/* The first page that two used entries of a paged layout's block table name (sequence b
+ * uses ceil(lens[b] / page_size) entries): 1 with at = {b, column, b', column', page}, 0
+ * if none, -1 out of memory. The backward refuses such a table (SPEC 10.4), and so do case
+ * files of a backward (io/case.c). */
+int smattn__shared_page(const smattn_layout *L, int64_t B, const int64_t *lens, int64_t at[5]);
 /* The bytes each input of a valid problem spans (Q, K, V, the mask, bias, sinks, the
  * layout's arrays, the descales...): [lo[k], hi[k]) named names[k], for k below the count
  * returned (at most max); -1 if the inputs do not validate. The checker hashes them around

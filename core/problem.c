@@ -665,38 +665,51 @@ static int bt_use_cmp(const void *x, const void *y)
     return (a->col > c->col) - (a->col < c->col);
 }
 
-/* SPEC 10.4: a page that two used block-table entries name (prefix sharing) would need
- * the sum of its gradients over every (b, t) that reads it; the backward refuses it. */
-static smattn_status check_pages_unshared(const verdict *v, const smattn_problem *p)
+int smattn__shared_page(const smattn_layout *L, int64_t B, const int64_t *lens, int64_t at[5])
 {
-    const smattn_layout *L = p->layout;
-    if (!L || !L->block_table)
-        return SMATTN_OK;
+    if (!L || !L->block_table || !lens)
+        return 0;
     size_t n = 0;
-    for (int64_t b = 0; b < p->B; b++)
-        n += (size_t)((p->kv_lens[b] + L->page_size - 1) / L->page_size);
+    for (int64_t b = 0; b < B; b++)
+        n += (size_t)((lens[b] + L->page_size - 1) / L->page_size);
     if (n < 2)
-        return SMATTN_OK;
+        return 0;
     bt_use *u = malloc(n * sizeof *u);
     if (!u)
-        return fail(v, SMATTN_ERR_NOMEM, "block_table: no memory to check for shared pages");
+        return -1;
     size_t m = 0;
-    for (int64_t b = 0; b < p->B; b++) {
-        int64_t used = (p->kv_lens[b] + L->page_size - 1) / L->page_size;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t used = (lens[b] + L->page_size - 1) / L->page_size;
         for (int64_t k = 0; k < used; k++)
             u[m++] = (bt_use){L->block_table[b * L->bt_stride + k], b, k};
     }
     qsort(u, n, sizeof *u, bt_use_cmp);
-    smattn_status st = SMATTN_OK;
-    for (size_t k = 1; k < n && !st; k++)
-        if (u[k].page == u[k - 1].page)
-            st = fail(v, SMATTN_ERR_LAYOUT,
-                      "block_table[%lld][%lld] and block_table[%lld][%lld] both name page %lld: "
-                      "the backward does not sum a shared page's gradients",
-                      (long long)u[k - 1].b, (long long)u[k - 1].col, (long long)u[k].b,
-                      (long long)u[k].col, (long long)u[k].page);
+    int found = 0;
+    for (size_t k = 1; k < n && !found; k++)
+        if (u[k].page == u[k - 1].page) {
+            at[0] = u[k - 1].b, at[1] = u[k - 1].col, at[2] = u[k].b, at[3] = u[k].col;
+            at[4] = u[k].page;
+            found = 1;
+        }
     free(u);
-    return st;
+    return found;
+}
+
+/* SPEC 10.4: a page that two used block-table entries name (prefix sharing) would need
+ * the sum of its gradients over every (b, t) that reads it; the backward refuses it. */
+static smattn_status check_pages_unshared(const verdict *v, const smattn_problem *p)
+{
+    int64_t at[5];
+    const int r = p->layout ? smattn__shared_page(p->layout, p->B, p->kv_lens, at) : 0;
+    if (r < 0)
+        return fail(v, SMATTN_ERR_NOMEM, "block_table: no memory to check for shared pages");
+    if (r > 0)
+        return fail(v, SMATTN_ERR_LAYOUT,
+                    "block_table[%lld][%lld] and block_table[%lld][%lld] both name page %lld: "
+                    "the backward does not sum a shared page's gradients",
+                    (long long)at[0], (long long)at[1], (long long)at[2], (long long)at[3],
+                    (long long)at[4]);
+    return SMATTN_OK;
 }
 
 /* The backward's descriptor (SPEC 10.4): the problem and inputs as smattn_validate checks

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/internal.h"
 #include "io/case.h"
 #include "io/util.h"
 
@@ -128,55 +129,23 @@ static int table_from_npy(smattn_case *c, char *err, size_t errlen);
 static int quant_named(const smattn_case_json *j, int n);
 static void block_view(smattn_npy *a, smattn_dtype t, int to_logical, int64_t bytes_last);
 
-typedef struct page_use {
-    int64_t page, b, col;
-} page_use;
-
-static int cmp_page_use(const void *x, const void *y)
-{
-    const page_use *a = x, *c = y;
-    if (a->page != c->page)
-        return a->page < c->page ? -1 : 1;
-    if (a->b != c->b)
-        return a->b < c->b ? -1 : 1;
-    return (a->col > c->col) - (a->col < c->col);
-}
-
 /* A backward case's page table must name each page at most once among its used entries
  * (SPEC 10.1, 10.4: a shared page's gradient would be a sum over sequences). */
 static int shared_page(const smattn_case *c, char *err, size_t errlen)
 {
-    const smattn_layout *L = &c->layout;
-    const int64_t *lens = c->csr_lens ? c->csr_lens : c->json.kv_lens;
-    if (!L->block_table || !lens)
-        return 0;
-    size_t n = 0;
-    for (int64_t b = 0; b < c->prob.B; b++)
-        n += (size_t)((lens[b] + L->page_size - 1) / L->page_size);
-    page_use *u = malloc((n ? n : 1) * sizeof *u);
-    if (!u) {
+    int64_t at[5];
+    const int r = smattn__shared_page(&c->layout, c->prob.B,
+                                      c->csr_lens ? c->csr_lens : c->json.kv_lens, at);
+    if (r < 0)
         smattn_io_err(err, errlen, "out of memory");
-        return -1;
-    }
-    size_t m = 0;
-    for (int64_t b = 0; b < c->prob.B; b++)
-        for (int64_t k = 0; k < (lens[b] + L->page_size - 1) / L->page_size; k++)
-            u[m++] = (page_use){L->block_table[b * L->bt_stride + k], b, k};
-    qsort(u, n, sizeof *u, cmp_page_use);
-    int rc = 0;
-    for (size_t k = 1; k < n && !rc; k++)
-        if (u[k].page == u[k - 1].page) {
-            smattn_io_err(err, errlen,
-                          "%s: sequences %lld and %lld both use page %lld (entries %lld and "
-                          "%lld): the backward does not sum a shared page's gradients "
-                          "(SPEC 10.1)",
-                          c->csr_lens ? "case.json: \"kv_indices\"" : "block_table.npy",
-                          (long long)u[k - 1].b, (long long)u[k].b, (long long)u[k].page,
-                          (long long)u[k - 1].col, (long long)u[k].col);
-            rc = -1;
-        }
-    free(u);
-    return rc;
+    else if (r > 0)
+        smattn_io_err(err, errlen,
+                      "%s: sequences %lld and %lld both use page %lld (entries %lld and %lld): "
+                      "the backward does not sum a shared page's gradients (SPEC 10.1)",
+                      c->csr_lens ? "case.json: \"kv_indices\"" : "block_table.npy",
+                      (long long)at[0], (long long)at[2], (long long)at[4], (long long)at[1],
+                      (long long)at[3]);
+    return r ? -1 : 0;
 }
 
 static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)

@@ -13,7 +13,7 @@
 double test_scale(void);
 int test_scaled(int n);
 /* Whether the k-th (from 0) of a fixed list of problems runs: all of them at a scale of 1 or
- * more; below 1 (the sanitizer half of `make check` runs at 0.3) a share of about the scale,
+ * more; below 1 (the sanitizer half of `make check` runs at 0.25) a share of about the scale,
  * spread evenly over the list, the last one always (so that a list of one still runs). */
 int test_keep(int k, int count);
 
