@@ -27,8 +27,12 @@
 /* ---- the cases ---------------------------------------------------------------------------- */
 
 /* What a case gets beyond its forward problem: a dLSE; in a strided case, dQ, dK, dV
- * head-major ([B,H,rows,D] order, as a transposed tensor), not row-major. */
-enum { BW_DLSE = 1, BW_HEAD_MAJOR = 2 };
+ * head-major ([B,H,rows,D] order, as a transposed tensor), not row-major; the optional
+ * outputs dBias (in the bias's own shape: stride 0 where it is broadcast, [B,Hq,S,T]
+ * without a bias) and dSinks, asked of a kernel claiming SMATTN_CAP_BACKWARD_DBIAS and
+ * SMATTN_CAP_BACKWARD_DSINKS (the case's caps hold the bits, so that one without them
+ * skips it as not claimed). */
+enum { BW_DLSE = 1, BW_HEAD_MAJOR = 2, BW_DBIAS = 4, BW_DSINKS = 8 };
 /* A strided case's padding of the rows of dO, dLSE, dQ, dK and dV (Q's, K's and V's is the
  * case's own), and the value in the inputs' padding: finite, since a backward may decline
  * the non-finite inputs it reads (smattn.h), so NaN there would let one that reads the
@@ -70,6 +74,10 @@ static int bw_grads(conform_backward_battery *bb, builder *bd, conform_case *c, 
         }
         bat_finish(bd, c);
     }
+    if (flags & BW_DBIAS)
+        c->caps |= SMATTN_CAP_BACKWARD_DBIAS;
+    if (flags & BW_DSINKS)
+        c->caps |= SMATTN_CAP_BACKWARD_DSINKS;
     size_t k = bb->cases.n - 1;
     const smattn_problem *p = &c->prob;
     /* dO and dLSE uniform in [-1, 1), from a stream of their own */
@@ -91,6 +99,25 @@ static conform_case *att(builder *bd, const char *name, int64_t B, int64_t S, in
                          int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv)
 {
     return bat_case_new(bd, "backward", name, SMATTN_OP_ATTENTION, B, S, T, Hq, Hkv, D, Dv, 2.0, 0);
+}
+
+/* A bias uniform in [-1, 1) broadcast over the dimensions whose bit is set in over (1 the
+ * batches, 2 the heads, 4 the queries, 8 the keys): extent 1 and stride 0 there, contiguous
+ * in its own shape (SPEC 2.1), as PyTorch passes a [1,1,S,T] or [B,1,1,T] one. */
+static double *bw_bias_broadcast(builder *bd, conform_case *c, unsigned over)
+{
+    const smattn_problem *p = &c->prob;
+    const int64_t full[4] = {p->B, p->Hq, p->S, p->T};
+    int64_t ext[4], st[4], next = 1;
+    for (int a = 3; a >= 0; a--) {
+        ext[a] = (over >> a) & 1u ? 1 : full[a];
+        st[a] = ext[a] == 1 && full[a] > 1 ? 0 : next;
+        next *= ext[a];
+    }
+    double *d = bat_alloc_f64(bd, c, T_BIAS, next, st);
+    for (int64_t e = 0; d && e < next; e++)
+        d[e] = (double)(bat_rng_next(&bd->r) >> 11) * 0x1p-52 - 1.0;
+    return d;
 }
 
 static void build(conform_backward_battery *bb, builder *bd, int full)
@@ -249,8 +276,68 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
         c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     }
     bw_grads(bb, bd, c, 0);
+    /* dBias and dSinks (SPEC 10.1), for a kernel claiming bits 26 and 27: a full bias with
+     * a -inf column and a -inf entry (+0 where the row does not see the key); broadcast
+     * over batches and heads (PyTorch's [1,1,S,T]: each element the sum over B Hq rows),
+     * and over the queries ([B,Hq,1,T]: over a head's rows); no bias at all (dBias = dS,
+     * not the dU of softcap); sinks over two batches and a GQA group, one of them -inf
+     * (+0), with rows that see the sink alone (each adds dLSE_i) */
+    double *fb = (c = att(bd, "dbias", 2, 4, 7, 4, 2, 8, 8)) ? bat_case_bias(bd, c, 1.0) : NULL;
+    for (int64_t e = 0; fb && e < c->count[T_BIAS]; e++)
+        if (e % 7 == 5 || e == 9)
+            fb[e] = -HUGE_VAL;
+    bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS);
+    if ((c = att(bd, "dbias_broadcast_batch_heads", 2, 5, 8, 4, 2, 8, 8))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        bw_bias_broadcast(bd, c, 1u | 2u);
+    }
+    bw_grads(bb, bd, c, BW_DBIAS);
+    if ((c = att(bd, "dbias_broadcast_queries", 2, 4, 9, 2, 1, 8, 8))) {
+        bw_bias_broadcast(bd, c, 4u);
+        bat_case_lens(bd, c, 0, (int64_t[]){9, 5});
+    }
+    bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS);
+    if ((c = att(bd, "dbias_without_bias", 1, 5, 8, 2, 2, 8, 8))) {
+        c->prob.softcap = 2.0;
+        c->prob.window_left = 3, c->prob.window_right = 1;
+    }
+    bw_grads(bb, bd, c, BW_DBIAS);
+    if ((c = att(bd, "dsinks", 2, 4, 6, 4, 2, 8, 8)))
+        bat_case_sinks(bd, c, -1.0, 1.0);
+    bw_grads(bb, bd, c, BW_DLSE | BW_DSINKS);
+    double *sk = NULL;
+    if ((c = att(bd, "dsinks_empty_rows", 2, 6, 4, 4, 2, 8, 8))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        sk = bat_case_sinks(bd, c, -1.0, 1.0);
+    }
+    if (sk)
+        sk[2] = -HUGE_VAL;
+    bw_grads(bb, bd, c, BW_DLSE | BW_DSINKS);
+    if ((c = att(bd, "dbias_dsinks_mixed", 2, 5, 9, 4, 2, 8, 8))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c->prob.softcap = 3.0;
+        bw_bias_broadcast(bd, c, 2u);
+        bat_case_sinks(bd, c, -1.0, 1.0);
+        bat_case_lens(bd, c, 0, (int64_t[]){9, 6});
+    }
+    bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS | BW_DSINKS);
     if (!full)
         return;
+    /* a decode step's bias over the keys only ([B,Hq,S,1]: the sum of a row's dS, dLSE_i
+     * (1 - P_sink) exactly, which dLSE keeps from 0), and bfloat16 gradients */
+    if ((c = att(bd, "dbias_broadcast_keys_decode", 2, 1, 50, 4, 1, 16, 16))) {
+        bw_bias_broadcast(bd, c, 8u);
+        bat_case_sinks(bd, c, -1.0, 1.0);
+        bat_case_lens(bd, c, 0, (int64_t[]){50, 21});
+    }
+    bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS | BW_DSINKS);
+    if ((c = att(bd, "dbias_dsinks_bf16", 2, 6, 10, 4, 2, 16, 16))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c->q_dtype = c->kv_dtype = c->out_dtype = SMATTN_BF16;
+        bw_bias_broadcast(bd, c, 1u);
+        bat_case_sinks(bd, c, -1.0, 1.0);
+    }
+    bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS | BW_DSINKS);
     {
         int64_t sq[3] = {7, 1, 4}, tk[3] = {12, 9, 4};
         bat_lay_spec ls = {1, BAT_KV_PAGED, 1, 3, 2, 0, 0, 1, SMATTN_ALIBI_NONE};
@@ -502,7 +589,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
      * strided case with padded rows, row-major or head-major. No two share a buffer: the
      * overlap check of SPEC 2.1 is on spans, so interleaved views (one packed dQKV buffer)
      * are SMATTN_ERR_ALIAS to a kernel that validates its arguments as smattn does. */
-    int64_t gst[3][4], nb[3];
+    int64_t gst[5][4], nb[5] = {0, 0, 0, 0, 0};
     {
         const smattn_tensor *src[3] = {&pin->q, &pin->k, &pin->v};
         const int64_t n4[3][4] = {{qn[0], qn[1], p->Hq, p->D}, {kn[0], kn[1], p->Hkv, p->D},
@@ -521,19 +608,39 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
             nb[t] = pad ? n4[t][0] * gst[t][0] : ng[t];
         }
     }
+    /* dBias [B,Hq,S,T] in the bias's own shape (stride 0 where the bias has one: summed
+     * there, SPEC 10.1), contiguous; dSinks [Hq] */
+    const int want_db = (bb->flags[idx] & BW_DBIAS) != 0, want_ds = (bb->flags[idx] & BW_DSINKS) != 0;
+    if (want_db) {
+        const int64_t full[4] = {p->B, p->Hq, p->S, p->T};
+        int64_t next = 1;
+        for (int a = 3; a >= 0; a--) {
+            const int bc = pin->bias.data && pin->bias.stride[a] == 0 && full[a] > 1;
+            gst[3][a] = bc ? 0 : next;
+            next *= bc ? 1 : full[a];
+        }
+        nb[3] = next;
+    }
+    if (want_ds) {
+        gst[4][0] = 1, gst[4][1] = gst[4][2] = gst[4][3] = 0;
+        nb[4] = p->Hq;
+    }
     /* dO and dLSE in the dtype of Q (the oracle reads the same values) */
     void *dob = malloc((size_t)nob * qes), *dlb = bb->dlse[idx] ? malloc((size_t)nlb * qes) : NULL;
     void *fo = shared((size_t)no * oes), *fl = shared((size_t)nl * oes);
-    void *gb[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
-    unsigned char *cov[3] = {NULL, NULL, NULL};
+    void *gb[2][5] = {{NULL, NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL, NULL}};
+    unsigned char *cov[5] = {NULL, NULL, NULL, NULL, NULL};
     bw_report *rep = shared(sizeof *rep);
     int ok = dob && (dlb || !bb->dlse[idx]) && fo && fl && rep;
-    for (int t = 0; t < 3 && ok; t++) {
+    const int nt = want_db || want_ds ? 5 : 3; /* the gradients asked for: t < nt, nb[t] > 0 */
+    for (int t = 0; t < nt && ok; t++) {
+        if (t > 2 && !(t == 3 ? want_db : want_ds))
+            continue;
         for (int u = 0; u < 2 && ok; u++)
             ok = (gb[u][t] = shared((size_t)nb[t] * oes)) != NULL;
         /* which elements of the buffer the view holds: all but a padded buffer's padding */
         ok = ok && (cov[t] = calloc((size_t)(nb[t] ? nb[t] : 1), 1)) != NULL;
-        if (ok && !pad)
+        if (ok && (!pad || t > 2))
             memset(cov[t], 1, (size_t)nb[t]);
     }
     if (!ok) {
@@ -570,8 +677,9 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     prefill(fo, (smattn_dtype)odt, no);
     prefill(fl, (smattn_dtype)odt, nl);
     for (int u = 0; u < 2; u++)
-        for (int t = 0; t < 3; t++)
-            prefill(gb[u][t], (smattn_dtype)odt, nb[t]);
+        for (int t = 0; t < nt; t++)
+            if (gb[u][t])
+                prefill(gb[u][t], (smattn_dtype)odt, nb[t]);
     smattn_outputs fwd;
     memset(&fwd, 0, sizeof fwd);
     fwd.o.data = fo, fwd.o.dtype = (smattn_dtype)odt;
@@ -594,8 +702,10 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     smattn_grad_outputs go[2];
     memset(go, 0, sizeof go);
     for (int u = 0; u < 2; u++) {
-        smattn_out_tensor *ts[3] = {&go[u].dq, &go[u].dk, &go[u].dv};
-        for (int t = 0; t < 3; t++) {
+        smattn_out_tensor *ts[5] = {&go[u].dq, &go[u].dk, &go[u].dv, &go[u].dbias, &go[u].dsinks};
+        for (int t = 0; t < nt; t++) {
+            if (!gb[u][t])
+                continue;
             ts[t]->data = gb[u][t];
             ts[t]->dtype = (smattn_dtype)odt;
             memcpy(ts[t]->stride, gst[t], sizeof gst[t]);
@@ -674,7 +784,7 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     }
     /* every output's canaries before a decline is taken as a skip (run.c does the same for
      * the forward): a kernel that writes out of bounds and then declines fails */
-    static const char *const bname[3] = {"dQ", "dK", "dV"};
+    static const char *const bname[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
     int side = 0;
     const char *broken = NULL;
     int64_t bn = 0;
@@ -683,8 +793,8 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     else if (rep->fwd_returned && (side = canary_broken(fl, (smattn_dtype)odt, nl)))
         broken = "the forward's LSE", bn = nl;
     for (int u = 0; u < 1 + (rep->rerun != 0) && rep->returned && !broken; u++)
-        for (int a = 0; a < 3 && !broken; a++)
-            if ((side = canary_broken(gb[u][a], (smattn_dtype)odt, nb[a])))
+        for (int a = 0; a < nt && !broken; a++)
+            if (gb[u][a] && (side = canary_broken(gb[u][a], (smattn_dtype)odt, nb[a])))
                 broken = bname[a], bn = nb[a];
     if (broken) {
         snprintf(r->reason, sizeof r->reason,
@@ -727,13 +837,16 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
         goto done;
     }
     /* each element of a view written, the padding between a strided view's rows not */
-    for (int a = 0; a < 3; a++)
-        for (int64_t e = 0; e < nb[a]; e++)
+    for (int a = 0; a < nt; a++)
+        for (int64_t e = 0; gb[0][a] && e < nb[a]; e++)
             if (cov[a][e] && is_prefill(gb[0][a], (smattn_dtype)odt, e)) {
                 snprintf(r->reason, sizeof r->reason,
                          "%s element %lld was never written (it still holds the prefill "
-                         "pattern; SPEC 10.1: +0 where nothing flows back)",
-                         bname[a], (long long)e);
+                         "pattern; SPEC 10.1: +0 where nothing flows back)%s",
+                         bname[a], (long long)e,
+                         a > 2 ? "; a kernel claiming the bit that does not compute it for "
+                                 "a case declines it (SMATTN_ERR_UNSUPPORTED)"
+                               : "");
                 goto done;
             } else if (!cov[a][e] && !is_prefill(gb[0][a], (smattn_dtype)odt, e)) {
                 snprintf(r->reason, sizeof r->reason,
@@ -767,8 +880,8 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
     r->seconds = secs;
     if (twice && r->status == CONFORM_PASS) {
         r->rerun = rep->rerun == 1 ? 1 : -1;
-        for (int t = 0; t < 3 && r->rerun == 1; t++)
-            for (int64_t e = 0; e < nb[t]; e++)
+        for (int t = 0; t < nt && r->rerun == 1; t++)
+            for (int64_t e = 0; gb[0][t] && e < nb[t]; e++)
                 if (memcmp((const char *)gb[0][t] + (size_t)e * oes,
                            (const char *)gb[1][t] + (size_t)e * oes, oes)) {
                     r->rerun = -1;
@@ -791,7 +904,7 @@ done:
     free(dlb);
     release(fo, (size_t)no * oes);
     release(fl, (size_t)nl * oes);
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 5; a++) {
         for (int u = 0; u < 2; u++)
             release(gb[u][a], (size_t)nb[a] * oes);
         free(cov[a]);

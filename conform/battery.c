@@ -44,7 +44,9 @@ static const char *const cap_names[] = {"causal_lower_right",
                                         "alibi_symmetric",
                                         "alibi_one_sided",
                                         "alibi_mask",
-                                        [25] = "backward_deterministic"};
+                                        [25] = "backward_deterministic",
+                                        "backward_dbias",
+                                        "backward_dsinks"};
 
 const char *conform_cap_name(unsigned bit)
 {

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* judge_backward.c: a backward kernel's gradients against the exact oracle under the bound
- * of SPEC 10.7, element by element with smattn_error_ratio (SPEC 6.10). */
+ * of SPEC 10.7, element by element with smattn_error_ratio (SPEC 6.10): dQ, dK, dV, and
+ * dBias (in a broadcast bias's own shape: B12) and dSinks (B13) when the kernel was handed
+ * them. Gradient t: 0 dQ, 1 dK, 2 dV, 3 dBias, 4 dSinks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +12,26 @@
 #include "core/internal.h"
 #include "core/layout.h"
 
-/* Contiguous strides of dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv] and the extents. */
-static void shape_of(const smattn_problem *p, int t, int64_t n[4], int64_t st[4])
+/* The extents of dBias as got holds it: [B,Hq,S,T], 1 on each dimension of stride 0 (a
+ * broadcast bias's own shape, SPEC 10.1). */
+static void dbias_extents(const smattn_problem *p, const smattn_out_tensor *db, int64_t n[4])
+{
+    const int64_t full[4] = {p->B, p->Hq, p->S, p->T};
+    for (int k = 0; k < 4; k++)
+        n[k] = db->stride[k] == 0 ? 1 : full[k];
+}
+
+/* Contiguous strides of dQ [B,S,Hq,D], dK [B,T,Hkv,D], dV [B,T,Hkv,Dv], dBias (got's
+ * extents) and dSinks [Hq], and the extents. */
+static void shape_of(const smattn_problem *p, const smattn_grad_outputs *got, int t, int64_t n[4],
+                     int64_t st[4])
 {
     if (t == 0)
         n[0] = p->B, n[1] = p->S, n[2] = p->Hq, n[3] = p->D;
+    else if (t == 3)
+        dbias_extents(p, &got->dbias, n);
+    else if (t == 4)
+        n[0] = p->Hq, n[1] = n[2] = n[3] = 1;
     else
         n[0] = p->B, n[1] = p->T, n[2] = p->Hkv, n[3] = t == 1 ? p->D : p->Dv;
     st[3] = 1;
@@ -26,7 +43,7 @@ static void shape_of(const smattn_problem *p, int t, int64_t n[4], int64_t st[4]
  * dense; with a layout a stored row (dQ), a key t < T_b (dK, dV). */
 static int has_storage(const smattn_problem *p, int t, int64_t i0, int64_t i1)
 {
-    if (!p->layout)
+    if (!p->layout || t > 2)
         return 1;
     return t == 0 ? smattn__row_stored(p, i0, i1) : i1 < smattn__kv_len(p, i0);
 }
@@ -89,15 +106,23 @@ static smattn_status unreached_nonzero(const smattn_problem *p, const smattn_gra
     return SMATTN_OK;
 }
 
-/* The dense twin's extents n[t], strides st[t] and count cnt[t] of dQ, dK and dV (t = 0, 1,
- * 2), and ex[t], bd[t] malloc'd to hold them (freed by the caller, also on failure). */
-static smattn_status alloc_dense(const smattn_problem *p, int64_t n[3][4], int64_t st[3][4],
-                                 int64_t cnt[3], double *ex[3], double *bd[3])
+/* The gradients got holds: dQ, dK, dV, and dBias, dSinks when their data is set. */
+static int wanted(const smattn_grad_outputs *got, int t)
+{
+    return t < 3 || (t == 3 ? got->dbias.data != NULL : got->dsinks.data != NULL);
+}
+
+/* The dense twin's extents n[t], strides st[t] and count cnt[t] of dQ, dK, dV, dBias and
+ * dSinks (t = 0..4; cnt 0 for one got does not hold), and ex[t], bd[t] malloc'd to hold
+ * them (freed by the caller, also on failure). */
+static smattn_status alloc_dense(const smattn_problem *p, const smattn_grad_outputs *got,
+                                 int64_t n[5][4], int64_t st[5][4], int64_t cnt[5], double *ex[5],
+                                 double *bd[5])
 {
     smattn_status s = SMATTN_OK;
-    for (int t = 0; t < 3; t++) {
-        shape_of(p, t, n[t], st[t]);
-        cnt[t] = n[t][0] * st[t][0];
+    for (int t = 0; t < 5; t++) {
+        shape_of(p, got, t, n[t], st[t]);
+        cnt[t] = wanted(got, t) ? n[t][0] * st[t][0] : 0;
         ex[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
         bd[t] = malloc((size_t)(cnt[t] > 0 ? cnt[t] : 1) * sizeof(double));
         if (!ex[t] || !bd[t])
@@ -110,8 +135,8 @@ static smattn_status exact_and_bound_dense(const smattn_problem *p, const smattn
                                            const smattn_grad_inputs *gin,
                                            const smattn_grad_outputs *got,
                                            const smattn_backward_precision *pm,
-                                           const smattn_ref_config *cfg, int64_t st[3][4],
-                                           int64_t cnt[3], double *ex[3], double *bd[3]);
+                                           const smattn_ref_config *cfg, int64_t st[5][4],
+                                           int64_t cnt[5], double *ex[5], double *bd[5]);
 
 /* exact_and_bound of a layout problem: the oracle and the bound in the layout's storage,
  * gathered into the dense twin's logical shape. */
@@ -119,13 +144,18 @@ static smattn_status exact_and_bound_layout(const smattn_problem *p, const smatt
                                             const smattn_grad_inputs *gin,
                                             const smattn_grad_outputs *got,
                                             const smattn_backward_precision *pm,
-                                            const smattn_ref_config *cfg, int64_t n[3][4],
-                                            int64_t st[3][4], int64_t cnt[3], double *ex[3],
-                                            double *bd[3])
+                                            const smattn_ref_config *cfg, int64_t n[5][4],
+                                            int64_t st[5][4], int64_t cnt[5], double *ex[5],
+                                            double *bd[5])
 {
-    int64_t le[3][4], ls[3][4], lc[3];
-    double *lx[3] = {NULL, NULL, NULL}, *lb[3] = {NULL, NULL, NULL};
-    smattn_status s = alloc_dense(p, n, st, cnt, ex, bd);
+    /* dQ, dK, dV in the storage; dBias and dSinks have no layout: the dense arrays */
+    int64_t le[3][4], ls[5][4], lc[5];
+    double *lx[5] = {NULL, NULL, NULL, NULL, NULL}, *lb[5] = {NULL, NULL, NULL, NULL, NULL};
+    smattn_status s = alloc_dense(p, got, n, st, cnt, ex, bd);
+    for (int t = 3; t < 5; t++) {
+        memcpy(ls[t], st[t], sizeof ls[t]);
+        lc[t] = cnt[t], lx[t] = ex[t], lb[t] = bd[t];
+    }
     for (int t = 0; t < 3; t++) {
         lc[t] = storage_of(p, t, le[t], ls[t]);
         lx[t] = malloc((size_t)(lc[t] > 0 ? lc[t] : 1) * sizeof(double));
@@ -159,12 +189,12 @@ static smattn_status exact_and_bound_layout(const smattn_problem *p, const smatt
 static smattn_status exact_and_bound(const smattn_problem *p, const smattn_inputs *in,
                                      const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
                                      const smattn_backward_precision *pm,
-                                     const smattn_ref_config *cfg, int64_t n[3][4],
-                                     int64_t st[3][4], int64_t cnt[3], double *ex[3], double *bd[3])
+                                     const smattn_ref_config *cfg, int64_t n[5][4],
+                                     int64_t st[5][4], int64_t cnt[5], double *ex[5], double *bd[5])
 {
     if (p->layout)
         return exact_and_bound_layout(p, in, gin, got, pm, cfg, n, st, cnt, ex, bd);
-    smattn_status s = alloc_dense(p, n, st, cnt, ex, bd);
+    smattn_status s = alloc_dense(p, got, n, st, cnt, ex, bd);
     if (s)
         return s;
     return exact_and_bound_dense(p, in, gin, got, pm, cfg, st, cnt, ex, bd);
@@ -175,22 +205,28 @@ static smattn_status exact_and_bound_dense(const smattn_problem *p, const smattn
                                            const smattn_grad_inputs *gin,
                                            const smattn_grad_outputs *got,
                                            const smattn_backward_precision *pm,
-                                           const smattn_ref_config *cfg, int64_t st[3][4],
-                                           int64_t cnt[3], double *ex[3], double *bd[3])
+                                           const smattn_ref_config *cfg, int64_t st[5][4],
+                                           int64_t cnt[5], double *ex[5], double *bd[5])
 {
-    (void)cnt;
     smattn_grad_outputs eo, bo, fmt;
     memset(&eo, 0, sizeof eo);
     memset(&bo, 0, sizeof bo);
     memset(&fmt, 0, sizeof fmt);
     smattn_status s;
-    smattn_out_tensor *e3[3] = {&eo.dq, &eo.dk, &eo.dv}, *b3[3] = {&bo.dq, &bo.dk, &bo.dv};
-    const smattn_out_tensor *g3[3] = {&got->dq, &got->dk, &got->dv};
-    smattn_out_tensor *f3[3] = {&fmt.dq, &fmt.dk, &fmt.dv};
-    for (int t = 0; t < 3; t++) {
-        *e3[t] = (smattn_out_tensor){ex[t], SMATTN_F64, {st[t][0], st[t][1], st[t][2], st[t][3]}};
-        *b3[t] = (smattn_out_tensor){bd[t], SMATTN_F64, {st[t][0], st[t][1], st[t][2], st[t][3]}};
-        f3[t]->dtype = g3[t]->dtype;
+    smattn_out_tensor *e5[5] = {&eo.dq, &eo.dk, &eo.dv, &eo.dbias, &eo.dsinks},
+                      *b5[5] = {&bo.dq, &bo.dk, &bo.dv, &bo.dbias, &bo.dsinks},
+                      *f5[5] = {&fmt.dq, &fmt.dk, &fmt.dv, &fmt.dbias, &fmt.dsinks};
+    const smattn_out_tensor *g5[5] = {&got->dq, &got->dk, &got->dv, &got->dbias, &got->dsinks};
+    for (int t = 0; t < 5; t++) {
+        if (!cnt[t] && t > 2)
+            continue; /* not asked for */
+        int64_t sd[4] = {st[t][0], st[t][1], st[t][2], st[t][3]};
+        for (int k = 0; k < 4; k++) /* dBias: the sums over got's stride-0 dimensions */
+            if ((t == 3 && g5[t]->stride[k] == 0) || (t == 4 && k > 0))
+                sd[k] = 0;
+        *e5[t] = (smattn_out_tensor){ex[t], SMATTN_F64, {sd[0], sd[1], sd[2], sd[3]}};
+        *b5[t] = (smattn_out_tensor){bd[t], SMATTN_F64, {sd[0], sd[1], sd[2], sd[3]}};
+        f5[t]->dtype = g5[t]->dtype;
     }
     if ((s = smattn_ref_backward(p, in, gin, &eo, cfg, NULL)))
         return s;
@@ -202,8 +238,14 @@ static smattn_status exact_and_bound_dense(const smattn_problem *p, const smattn
 static double got_at(const smattn_problem *p, const smattn_grad_outputs *got, int t,
                      const int64_t n[4], const int64_t st[4], int64_t x)
 {
-    const smattn_out_tensor *g = t == 0 ? &got->dq : t == 1 ? &got->dk : &got->dv;
+    const smattn_out_tensor *g5[5] = {&got->dq, &got->dk, &got->dv, &got->dbias, &got->dsinks};
+    const smattn_out_tensor *g = g5[t];
     int64_t i0 = x / st[0], i1 = x / st[1] % n[1], i2 = x / st[2] % n[2], i3 = x % n[3];
+    if (t > 2) /* no layout: dBias of strides 0 where broadcast, dSinks [Hq] */
+        return smattn_load(g->data, g->dtype,
+                           i0 * g->stride[0] + (t == 3 ? i1 * g->stride[1] + i2 * g->stride[2] +
+                                                             i3 * g->stride[3]
+                                                       : 0));
     if (!has_storage(p, t, i0, i1))
         return 0.0;
     return smattn_load(g->data, g->dtype, elem_off(p, t, g->stride, i0, i1, i2, i3));
@@ -219,12 +261,12 @@ smattn_status conform_judge_backward(const smattn_problem *p, const smattn_input
     if (!p || !in || !gin || !got || !pm || !v)
         return SMATTN_ERR_NULL;
     memset(v, 0, sizeof *v);
-    int64_t n[3][4], st[3][4], cnt[3];
-    double *ex[3] = {NULL, NULL, NULL}, *bd[3] = {NULL, NULL, NULL};
+    int64_t n[5][4], st[5][4], cnt[5];
+    double *ex[5] = {NULL, NULL, NULL, NULL, NULL}, *bd[5] = {NULL, NULL, NULL, NULL, NULL};
     smattn_status s = exact_and_bound(p, in, gin, got, pm, cfg, n, st, cnt, ex, bd);
     if (s)
         goto done;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 5; t++) {
         v->worst[t] = -1;
         for (int64_t x = 0; x < cnt[t]; x++) {
             double c = got_at(p, got, t, n[t], st[t], x);
@@ -251,7 +293,7 @@ smattn_status conform_judge_backward(const smattn_problem *p, const smattn_input
         v->mismatched += bad[0] + bad[1] + bad[2];
     }
 done:
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 5; t++)
         free(ex[t]), free(bd[t]);
     return s;
 }
@@ -271,11 +313,32 @@ static int sees(const smattn_problem *p, const smattn_inputs *in, int64_t b, int
     return 1;
 }
 
-/* "dK[b=0,j=3,g=1,d=2]" for element x of tensor t. */
-static void name_elem(const smattn_problem *p, int t, int64_t x, char *buf, size_t cap)
+/* "dK[b=0,j=3,g=1,d=2]" for element x of tensor t; "dBias[b=*,h=*,i=2,j=5]" (* a dimension
+ * summed over), "dSinks[h=1]". */
+static void name_elem(const smattn_problem *p, const smattn_grad_outputs *got, int t, int64_t x,
+                      char *buf, size_t cap)
 {
     int64_t n[4], st[4];
-    shape_of(p, t, n, st);
+    shape_of(p, got, t, n, st);
+    if (t == 4) {
+        snprintf(buf, cap, "dSinks[h=%lld]", (long long)x);
+        return;
+    }
+    if (t == 3) {
+        static const char *const ax[4] = {"b", "h", "i", "j"};
+        size_t k = (size_t)snprintf(buf, cap, "dBias[");
+        for (int a = 0; a < 4 && k < cap; a++) {
+            const int64_t i = a == 3 ? x % n[3] : x / st[a] % n[a];
+            if (got->dbias.stride[a] == 0)
+                k += (size_t)snprintf(buf + k, cap - k, "%s%s=*", a ? "," : "", ax[a]);
+            else
+                k += (size_t)snprintf(buf + k, cap - k, "%s%s=%lld", a ? "," : "", ax[a],
+                                      (long long)i);
+        }
+        if (k < cap)
+            snprintf(buf + k, cap - k, "]");
+        return;
+    }
     static const char *const nm[3] = {"dQ", "dK", "dV"};
     snprintf(buf, cap, "%s[b=%lld,%s=%lld,%s=%lld,%s=%lld]", nm[t], (long long)(x / st[0]),
              t ? "j" : "i", (long long)(x / st[1] % n[1]), t ? "g" : "h",
@@ -291,30 +354,42 @@ static int64_t beyond_without_dlse(const smattn_problem *p, const smattn_inputs 
 {
     smattn_grad_inputs g0 = *gin;
     memset(&g0.dlse, 0, sizeof g0.dlse);
-    int64_t n[3][4], st[3][4], cnt[3], bad = -1;
-    double *ex[3] = {NULL, NULL, NULL}, *bd[3] = {NULL, NULL, NULL};
+    int64_t n[5][4], st[5][4], cnt[5], bad = -1;
+    double *ex[5] = {NULL, NULL, NULL, NULL, NULL}, *bd[5] = {NULL, NULL, NULL, NULL, NULL};
     if (exact_and_bound(p, in, &g0, got, pm, cfg, n, st, cnt, ex, bd) == SMATTN_OK) {
         bad = 0;
-        for (int t = 0; t < 3; t++)
+        for (int t = 0; t < 5; t++)
             for (int64_t x = 0; x < cnt[t]; x++)
                 bad += smattn_error_ratio(got_at(p, got, t, n[t], st[t], x), ex[t][x],
                                           bd[t][x]) > 1;
     }
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 5; t++)
         free(ex[t]), free(bd[t]);
     return bad;
 }
 
 /* The bug classes a failure is put in, in the order they are looked for. */
 enum { CL_NONE, CL_EMPTY_NAN, CL_HIDDEN, CL_GQA, CL_SOFTCAP, CL_DELTA, CL_DV, CL_DK, CL_P,
-       CL_OTHER };
+       CL_DBIAS, CL_DSINKS, CL_OTHER };
+
+/* Every element of got's dSinks within its bound once negated (and one beyond it as it is):
+ * the sign of P_sink (dLSE - Delta) turned. */
+static int dsinks_negated(const smattn_problem *p, const smattn_grad_outputs *got,
+                          const int64_t n[4], const int64_t st[4], int64_t cnt, const double *ex,
+                          const double *bd)
+{
+    for (int64_t x = 0; x < cnt; x++)
+        if (smattn_error_ratio(-got_at(p, got, 4, n, st, x), ex[x], bd[x]) > 1)
+            return 0;
+    return cnt > 0;
+}
 
 void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs *in,
                                    const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
                                    const smattn_backward_precision *pm, conform_result *r)
 {
-    int64_t n[3][4], st[3][4], cnt[3];
-    double *ex[3] = {NULL, NULL, NULL}, *bd[3] = {NULL, NULL, NULL};
+    int64_t n[5][4], st[5][4], cnt[5];
+    double *ex[5] = {NULL, NULL, NULL, NULL, NULL}, *bd[5] = {NULL, NULL, NULL, NULL, NULL};
     unsigned char *row_sees = NULL, *key_seen = NULL;
     smattn_ref_config cfg = {1, 0, 0, 0};
     r->status = CONFORM_FAIL;
@@ -341,12 +416,16 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
                         row_sees[(b * S + i) * Hq + h] = 1;
                         key_seen[(b * T + j) * Hkv + h / (Hq / Hkv)] = 1;
                     }
-    int64_t fails[3] = {0, 0, 0}, at[CL_OTHER + 1];
+    /* fails: per gradient; at, att: the element (and gradient) that names a class, at
+     * CL_OTHER the worst of dQ, dK, dV, at CL_DBIAS and CL_DSINKS their own worst */
+    int64_t fails[5] = {0, 0, 0, 0, 0}, at[CL_OTHER + 1];
     int att[CL_OTHER + 1];
     for (int k = 0; k <= CL_OTHER; k++)
         att[k] = -1, at[k] = -1;
-    double maxr = 0, worst_fail = 0;
-    for (int t = 0; t < 3; t++)
+    double maxr = 0, worst_fail[3] = {0, 0, 0}; /* dQ-dV, dBias, dSinks */
+    const int full_dbias = got->dbias.data && got->dbias.stride[0] && got->dbias.stride[1] &&
+                           got->dbias.stride[2] && got->dbias.stride[3];
+    for (int t = 0; t < 5; t++)
         for (int64_t x = 0; x < cnt[t]; x++) {
             double c = got_at(p, got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
             double ratio = smattn_error_ratio(c, e, b);
@@ -373,12 +452,17 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
                 cl = CL_EMPTY_NAN;
             else if (t == 0 && !row_sees[x / p->D] && exact_zero)
                 cl = CL_HIDDEN;
-            else if (t > 0 && !key_seen[x / n[t][3]] && exact_zero)
+            else if ((t == 1 || t == 2) && !key_seen[x / n[t][3]] && exact_zero)
+                cl = CL_HIDDEN;
+            else if (t == 3 && full_dbias && exact_zero && /* dBias [B,Hq,S,T]: dS at j */
+                     !sees(p, in, x / st[3][0], x / st[3][1] % n[3][1], x / st[3][2] % n[3][2],
+                           x % n[3][3]))
                 cl = CL_HIDDEN;
             if (cl != CL_NONE && at[cl] < 0)
                 at[cl] = x, att[cl] = t;
-            if (at[CL_OTHER] < 0 || ratio > worst_fail)
-                at[CL_OTHER] = x, att[CL_OTHER] = t, worst_fail = ratio;
+            const int w = t < 3 ? CL_OTHER : t == 3 ? CL_DBIAS : CL_DSINKS, wi = t < 3 ? 0 : t - 2;
+            if (at[w] < 0 || ratio > worst_fail[wi])
+                at[w] = x, att[w] = t, worst_fail[wi] = ratio;
         }
     r->max_ratio = maxr;
     if (p->layout) { /* the storage no key or stored row reaches: +0 (SPEC 10.1) */
@@ -409,12 +493,13 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
     /* a dLSE given, and gradients that are the oracle's for dLSE = 0: dLSE left out */
     if (gin->dlse.data && at[CL_EMPTY_NAN] < 0 && at[CL_HIDDEN] < 0 &&
         beyond_without_dlse(p, in, gin, got, pm, &cfg) == 0) {
-        const int t = att[CL_OTHER];
-        const int64_t x = at[CL_OTHER];
+        const int w = at[CL_OTHER] >= 0 ? CL_OTHER : at[CL_DBIAS] >= 0 ? CL_DBIAS : CL_DSINKS;
+        const int t = att[w];
+        const int64_t x = at[w];
         double c = got_at(p, got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
         r->worst_got = c, r->worst_exact = e, r->worst_bound = b;
         char el[96];
-        name_elem(p, t, x, el, sizeof el);
+        name_elem(p, got, t, x, el, sizeof el);
         snprintf(r->reason, sizeof r->reason,
                  "dLSE ignored: the gradients are the oracle's for dLSE = 0 (every element within "
                  "its bound there), not for the case's dLSE; dS = P (dP - Delta + dLSE) (SPEC "
@@ -424,8 +509,11 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
         goto done;
     }
     /* the class: an element that names it, else the pattern of the failing gradients */
+    const int qkv = fails[0] || fails[1] || fails[2];
     int cl = at[CL_EMPTY_NAN] >= 0 ? CL_EMPTY_NAN
              : at[CL_HIDDEN] >= 0  ? CL_HIDDEN
+             : !qkv && fails[3]    ? CL_DBIAS
+             : !qkv && fails[4]    ? CL_DSINKS
              : Hq > Hkv && !fails[0] && fails[1] && fails[2] ? CL_GQA
              : p->softcap > 0 && !fails[2] && (fails[0] || fails[1]) ? CL_SOFTCAP
              : !fails[2] && fails[0] && fails[1] ? CL_DELTA
@@ -433,12 +521,13 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
              : fails[1] && !fails[0] && !fails[2] ? CL_DK
              : fails[0] && fails[1] && fails[2] ? CL_P
                                                 : CL_OTHER;
-    int t = cl == CL_EMPTY_NAN || cl == CL_HIDDEN ? att[cl] : att[CL_OTHER];
-    int64_t x = cl == CL_EMPTY_NAN || cl == CL_HIDDEN ? at[cl] : at[CL_OTHER];
+    const int named = cl == CL_EMPTY_NAN || cl == CL_HIDDEN || cl == CL_DBIAS || cl == CL_DSINKS;
+    int t = named ? att[cl] : att[CL_OTHER];
+    int64_t x = named ? at[cl] : at[CL_OTHER];
     double c = got_at(p, got, t, n[t], st[t], x), e = ex[t][x], b = bd[t][x];
     r->worst_got = c, r->worst_exact = e, r->worst_bound = b;
     char el[96];
-    name_elem(p, t, x, el, sizeof el);
+    name_elem(p, got, t, x, el, sizeof el);
     int G = (int)(Hq / Hkv);
     switch (cl) {
     case CL_EMPTY_NAN:
@@ -452,7 +541,10 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
                  "masked key given gradient: %.60s = %.9g, but %s (masked, padding, outside the "
                  "window or a -inf bias), so it is +0 (SPEC 10.1, 10.2; %lld elements beyond "
                  "their bound)",
-                 el, c, t ? "no row of its KV head sees that key" : "the row sees no key",
+                 el, c,
+                 t == 3   ? "the row does not see that key (dBias = dS is +0 there)"
+                 : t != 0 ? "no row of its KV head sees that key"
+                          : "the row sees no key",
                  (long long)r->mismatched);
         break;
     default: {
@@ -469,9 +561,36 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
             "dK, or the rows it sums (SPEC 10.1)",
             "P = exp(s - LSE) is off: dQ, dK and dV all beyond their bounds (the scores, the "
             "scale, the mask or the saved LSE; SPEC 10.7 B1)",
-            "gradients beyond their bounds (SPEC 10.7)"};
+            "", "", "gradients beyond their bounds (SPEC 10.7)"};
         char head[400];
-        if (cl == CL_GQA)
+        if (cl == CL_DBIAS && full_dbias)
+            snprintf(head, sizeof head,
+                     "dBias off while dQ, dK and dV are within their bounds: dBias_ij = dS_ij = "
+                     "P_ij (dP_ij - Delta_i + dLSE_i), the bias added after softcap so not dU "
+                     "(SPEC 10.1, 10.7 B9)");
+        else if (cl == CL_DBIAS) {
+            static const char *const dim[4] = {"batches", "heads", "queries", "keys"};
+            char over[64] = "";
+            size_t k = 0;
+            for (int a = 0; a < 4; a++)
+                if (got->dbias.stride[a] == 0)
+                    k += (size_t)snprintf(over + k, sizeof over - k, "%s%s", k ? ", " : "",
+                                          dim[a]);
+            snprintf(head, sizeof head,
+                     "dBias of a broadcast bias off while dQ, dK and dV are within their bounds: "
+                     "each element (* in its index) is the sum of dS over the %s the bias is "
+                     "broadcast along, every one of them, not one (SPEC 10.1, 10.7 B12)",
+                     over);
+        } else if (cl == CL_DSINKS && dsinks_negated(p, got, n[4], st[4], cnt[4], ex[4], bd[4]))
+            snprintf(head, sizeof head,
+                     "dSinks has the wrong sign: every element is within its bound once negated; "
+                     "dsink_h = sum over b, i of P_sink (dLSE_i - Delta_i) (SPEC 10.1, 10.7 B13)");
+        else if (cl == CL_DSINKS)
+            snprintf(head, sizeof head,
+                     "dSinks off while dQ, dK and dV are within their bounds: dsink_h = sum over "
+                     "every batch and query of P_sink (dLSE_i - Delta_i), P_sink = exp(sink - "
+                     "LSE) (SPEC 10.1, 10.7 B13)");
+        else if (cl == CL_GQA)
             snprintf(head, sizeof head,
                      "GQA group not summed: dK and dV are off while dQ is within its bound; a KV "
                      "head's dK and dV are the sums over the %d query heads that read it (SPEC "
@@ -486,9 +605,14 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
         break;
     }
     }
+    /* the optional gradients beyond their bounds too, when the reason names another */
+    if (cl != CL_DBIAS && fails[3])
+        conform_reason_append(r, "dBias beyond its bound too");
+    if (cl != CL_DSINKS && fails[4])
+        conform_reason_append(r, "dSinks beyond its bound too");
 done:
     free(row_sees);
     free(key_seen);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 5; k++)
         free(ex[k]), free(bd[k]);
 }

@@ -96,7 +96,8 @@ static int take_info(conform_kernel *k, const smattn_plugin_info *info, const ch
     uint32_t known = ((SMATTN_CAP_PAGED_HND << 1) - 1u) | /* bits 0-19, 20-25 */
                      SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD |
                      SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
-                     SMATTN_CAP_BACKWARD_DETERMINISTIC;
+                     SMATTN_CAP_BACKWARD_DETERMINISTIC | SMATTN_CAP_BACKWARD_DBIAS |
+                     SMATTN_CAP_BACKWARD_DSINKS;
     if (info->caps & ~known) {
         snprintf(err, errlen,
                  "%s: unknown capability bits 0x%x (built against a newer smattn_kernel.h?)", who,

@@ -376,7 +376,8 @@ static const smattn_plugin_info info = {
             SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
             SMATTN_CAP_SINK_IN_MAX | /* m starts at the sink (attend_row) */
             SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
-            SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD,
+            SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD |
+            SMATTN_CAP_BACKWARD_DBIAS | SMATTN_CAP_BACKWARD_DSINKS,
     .q_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F8E4M3) |
                 SMATTN_DTYPE_BIT(SMATTN_F8E5M2),
     .kv_dtypes = SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F8E4M3) |
@@ -476,8 +477,12 @@ int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs
  * head's dK_j += dU_j q_i, dV_j += P_j dO_i, added into its KV head's dK, dV (the group's
  * sum, SPEC 2.2) once the head is done; dQ and dK times the scale at the end. Invisible
  * keys are skipped (their score is -inf): they get no gradient, and an empty row none at
- * all (the zero convention). Declines ALiBi, non-finite inputs at visible positions
- * (SPEC 10.2's rules are not written here), dbias and dsinks. */
+ * all (the zero convention). dBias (bit 26) is dS added into its element, so that a
+ * broadcast bias's (stride 0) sums over the rows that share it; dSinks (bit 27) adds
+ * P_sink (dLSE - Delta), P_sink = exp(sink - LSE), for every row of the head (a row that
+ * sees the sink alone: O = 0, LSE = sink, so dLSE). Declines non-finite inputs at visible
+ * positions (SPEC 10.2's rules are not written here) and dbias under ALiBi's mask mode
+ * (SPEC 10.1: not defined). */
 int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
                            const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
                            const smattn_grad_outputs *out);
@@ -499,15 +504,18 @@ static int backward_supported(const smattn_problem *p, const smattn_inputs *in,
     smattn_outputs fwd;
     memset(&fwd, 0, sizeof fwd);
     /* ALiBi: key_score adds its term as the forward does (SPEC 10.1) */
-    if (p->op != SMATTN_OP_ATTENTION || p->layout || out->dbias.data || out->dsinks.data ||
-        !supported(p, in, &fwd))
+    if (p->op != SMATTN_OP_ATTENTION || p->layout || !supported(p, in, &fwd) ||
+        (out->dbias.data && p->alibi_mode == SMATTN_ALIBI_MASK))
         return 0;
     const smattn_tensor *f32[] = {&saved->o, &saved->lse, &gin->dout, &gin->dlse};
     for (size_t t = 0; t < sizeof f32 / sizeof f32[0]; t++)
         if (f32[t]->data && f32[t]->dtype != SMATTN_F32)
             return 0;
-    return out->dq.dtype == SMATTN_F32 && out->dk.dtype == SMATTN_F32 &&
-           out->dv.dtype == SMATTN_F32;
+    const smattn_out_tensor *g[] = {&out->dq, &out->dk, &out->dv, &out->dbias, &out->dsinks};
+    for (size_t t = 0; t < sizeof g / sizeof g[0]; t++)
+        if ((t < 3 || g[t]->data) && g[t]->dtype != SMATTN_F32)
+            return 0;
+    return 1;
 }
 
 int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
@@ -534,6 +542,15 @@ int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
                 for (int64_t c = 0; c < p->Dv; c++)
                     *out4(&out->dv, b, j, g, c) = 0.0f;
             }
+    /* dBias through its strides (a stride 0 reaches one element from many rows) and dSinks:
+     * +0 first, the terms added in */
+    for (int64_t b = 0; out->dbias.data && b < p->B; b++)
+        for (int64_t h = 0; h < p->Hq; h++)
+            for (int64_t i = 0; i < p->S; i++)
+                for (int64_t j = 0; j < p->T; j++)
+                    *out4(&out->dbias, b, h, i, j) = 0.0f;
+    for (int64_t h = 0; out->dsinks.data && h < p->Hq; h++)
+        ((float *)out->dsinks.data)[h * out->dsinks.stride[0]] = 0.0f;
     int bad = 0;
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t h = 0; h < p->Hq; h++) {
@@ -551,7 +568,11 @@ int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
                                                           : -INFINITY;
                     any |= s[j] != -INFINITY;
                 }
-                if (!any)
+                /* the sink (none when absent or -inf), a key of value 0 that enters the LSE */
+                const float sink = in->sinks.data
+                                       ? ((const float *)in->sinks.data)[h * in->sinks.stride[0]]
+                                       : -INFINITY;
+                if (!any && sink == -INFINITY)
                     continue; /* an empty row (zero convention): nothing flows back */
                 const float lse = at4(&saved->lse, b, h, i, 0);
                 float delta = 0.0f; /* dO . O, from the O the forward stored */
@@ -564,6 +585,9 @@ int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
                 const float dlse = gin->dlse.data ? at4(&gin->dlse, b, h, i, 0) : 0.0f;
                 if (!isfinite(dlse))
                     bad = 1;
+                if (out->dsinks.data && sink != -INFINITY)
+                    ((float *)out->dsinks.data)[h * out->dsinks.stride[0]] +=
+                        expf(sink - lse) * (dlse - delta);
                 for (int64_t j = 0; j < p->T; j++) {
                     if (s[j] == -INFINITY)
                         continue;
@@ -576,6 +600,8 @@ int smattn_plugin_backward(const smattn_problem *p, const smattn_inputs *in,
                         dP += at4(&gin->dout, b, i, h, c) * v;
                     }
                     float dU = P * (dP - delta + dlse);
+                    if (out->dbias.data) /* the bias comes after the cap: dS, not dU */
+                        *out4(&out->dbias, b, h, i, j) += dU;
                     if (p->softcap > 0) {
                         const float t = tanhf(pre_cap_score(p, in, b, h, i, j) / (float)p->softcap);
                         dU *= 1.0f - t * t;

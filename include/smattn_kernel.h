@@ -165,10 +165,11 @@ typedef int (*smattn_plugin_merge_fn)(const smattn_merge_problem *prob,
  * gradients dO and dLSE (dlse.data NULL: dLSE = 0) in a dtype of info.q_dtypes, out->dq,
  * dk and dv in a dtype of info.out_dtypes (contiguous, prefilled with a signalling-NaN
  * pattern: every element must be written, +0 where nothing flows back), out->dbias and
- * out->dsinks absent (data NULL). dK and dV hold the sums over each KV head's group of
- * query heads (SPEC 2.2). SMATTN_ERR_UNSUPPORTED declines a case. The checker runs its
- * backward battery on it in a child, the forward first, and judges dQ, dK, dV against
- * smattn_ref_backward under smattn_backward_bound (SPEC 10.7), the model having the
+ * out->dsinks absent (data NULL) unless the plugin claims bits 26 and 27 below. dK and dV
+ * hold the sums over each KV head's group of query heads (SPEC 2.2). SMATTN_ERR_UNSUPPORTED
+ * declines a case. The checker runs its backward battery on it in a child, the forward
+ * first, and judges dQ, dK, dV (and dBias, dSinks when asked) against smattn_ref_backward
+ * under smattn_backward_bound (SPEC 10.7, B12 and B13 for the sums), the model having the
  * forward's precision (smattn_plugin_precision or info.precision) for both passes and O,
  * LSE stored in the dtype handed back. Added after SMATTN_PLUGIN_ABI version 1's other
  * entries: a plugin without it is judged as before (the backward cases skipped). */
@@ -181,8 +182,21 @@ typedef int (*smattn_plugin_backward_fn)(const smattn_problem *prob, const smatt
  * on every call, and at every thread count the plugin takes (smattn_plugin_threads). The
  * checker runs each backward case twice (on 1 thread and on 2 when the plugin takes a
  * thread count) and fails a kernel claiming this whose bits change. */
+/* The optional gradients, bits 26 and 27, as SMATTN_CAP_LSE is for the forward's LSE: a
+ * plugin claiming SMATTN_CAP_BACKWARD_DBIAS is handed out->dbias (data not NULL) in the
+ * cases that ask for it, [B,Hq,S,T] in a dtype of info.out_dtypes, with a stride 0 on each
+ * dimension a broadcast bias has extent 1 in (the tensor has extent 1 there and each
+ * element is the sum of dS over it, SPEC 10.1; otherwise contiguous), also in a case
+ * without a bias input (the gradient of an additive bias: dS, +0 at keys a row does not
+ * see); one claiming SMATTN_CAP_BACKWARD_DSINKS is handed out->dsinks [Hq] (contiguous)
+ * in the cases with sinks that ask for it: the sum over batches and queries of
+ * P_sink (dLSE - Delta), +0 for a -inf sink. Both prefilled like dQ: every element must
+ * be written. A plugin without a bit never gets the output (those cases are skipped as not
+ * claimed); one with it may still decline a case (SMATTN_ERR_UNSUPPORTED). */
 enum smattn_plugin_caps_backward {
-    SMATTN_CAP_BACKWARD_DETERMINISTIC = 1u << 25
+    SMATTN_CAP_BACKWARD_DETERMINISTIC = 1u << 25,
+    SMATTN_CAP_BACKWARD_DBIAS = 1u << 26,
+    SMATTN_CAP_BACKWARD_DSINKS = 1u << 27
 };
 
 #ifdef __cplusplus
