@@ -542,7 +542,7 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
                  "window or a -inf bias), so it is +0 (SPEC 10.1, 10.2; %lld elements beyond "
                  "their bound)",
                  el, c,
-                 t == 3   ? "the row does not see that key (dBias = dS is +0 there)"
+                 t == 3   ? "the row does not see that key"
                  : t != 0 ? "no row of its KV head sees that key"
                           : "the row sees no key",
                  (long long)r->mismatched);
@@ -572,14 +572,19 @@ void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs 
             static const char *const dim[4] = {"batches", "heads", "queries", "keys"};
             char over[64] = "";
             size_t k = 0;
+            int nd = 0, left = 0;
             for (int a = 0; a < 4; a++)
-                if (got->dbias.stride[a] == 0)
-                    k += (size_t)snprintf(over + k, sizeof over - k, "%s%s", k ? ", " : "",
-                                          dim[a]);
+                left += got->dbias.stride[a] == 0;
+            for (int a = 0; a < 4 && k < sizeof over; a++)
+                if (got->dbias.stride[a] == 0) {
+                    nd++;
+                    k += (size_t)snprintf(over + k, sizeof over - k, "%s%s",
+                                          nd == 1 ? "" : nd == left ? " and " : ", ", dim[a]);
+                }
             snprintf(head, sizeof head,
                      "dBias of a broadcast bias off while dQ, dK and dV are within their bounds: "
-                     "each element (* in its index) is the sum of dS over the %s the bias is "
-                     "broadcast along, every one of them, not one (SPEC 10.1, 10.7 B12)",
+                     "each element (* in its index) is the sum of dS over all the %s the bias "
+                     "is broadcast along (SPEC 10.1, 10.7 B12)",
                      over);
         } else if (cl == CL_DSINKS && dsinks_negated(p, got, n[4], st[4], cnt[4], ex[4], bd[4]))
             snprintf(head, sizeof head,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "conform/conform.h"
+#include "conform/judge_backward.h"
 #include "smattn.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/fs.h"
@@ -63,9 +64,10 @@ static const char *str_of(json_object *o, const char *key)
     return json_object_object_get_ex(o, key, &v) && v ? json_object_get_string(v) : "";
 }
 
-/* Layout and ALiBi cases a plugin does not claim (its caps lack their bits): skipped,
- * saying so, and not counted by all_are. */
-static size_t unclaimed;
+/* Layout and ALiBi cases a plugin does not claim (its caps lack their bits), and the dBias
+ * and dSinks cases for one without bits 26 and 27: skipped, saying so, and not counted by
+ * all_are. */
+static size_t unclaimed, unclaimed_grads;
 
 /* Every case of the report in category backward with status want (and, given, a reason
  * holding `reason`, a rerun field `rerun`), but a layout or ALiBi case skipped because the
@@ -74,7 +76,7 @@ static size_t all_are(json_object *r, const char *want, const char *reason, cons
 {
     json_object *cs = cases_of(r);
     size_t n = json_object_array_length(cs), counted = 0;
-    unclaimed = 0;
+    unclaimed = unclaimed_grads = 0;
     for (size_t i = 0; i < n; i++) {
         json_object *c = json_object_array_get_idx(cs, i);
         ck_assert_str_eq(str_of(c, "category"), "backward");
@@ -83,6 +85,14 @@ static size_t all_are(json_object *r, const char *want, const char *reason, cons
             !strcmp(str_of(c, "status"), "skip") && strstr(str_of(c, "reason"), "not claimed") &&
             strcmp(want, "skip") != 0) {
             unclaimed++;
+            continue;
+        }
+        if ((strstr(name, "/dbias") || strstr(name, "/dsinks")) &&
+            !strcmp(str_of(c, "status"), "skip") &&
+            strstr(str_of(c, "reason"), "not claimed") &&
+            strstr(str_of(c, "reason"), strstr(name, "/dbias") ? "backward_dbias" : "backward_dsinks") &&
+            strcmp(want, "skip") != 0) {
+            unclaimed_grads++;
             continue;
         }
         counted++;
@@ -98,7 +108,8 @@ static size_t all_are(json_object *r, const char *want, const char *reason, cons
 }
 
 /* The built-in kernel (in process and as smattn_opt.so) passes every backward case of
- * quick and full, each run twice with the same bits (it claims bit 25). */
+ * quick and full, each run twice with the same bits (it claims bit 25), but those asking for
+ * dBias and dSinks, which it does not compute (SPEC 10.8): skipped as not claimed. */
 START_TEST(builtin_passes_both_suites)
 {
     json_object *r;
@@ -106,6 +117,7 @@ START_TEST(builtin_passes_both_suites)
     size_t quick = all_are(r, "pass", NULL, "same bits");
     ck_assert_uint_ge(quick, 25); /* the layout and ALiBi cases among them */
     ck_assert_uint_eq(unclaimed, 0);
+    ck_assert_uint_ge(unclaimed_grads, 7);
     json_object_put(r);
     ck_assert_int_eq(run_backward(&r, "--kernel", test_built("plugins/smattn_opt.so"), NULL), 0);
     ck_assert_uint_eq(all_are(r, "pass", NULL, "same bits"), quick);
@@ -116,13 +128,20 @@ START_TEST(builtin_passes_both_suites)
 }
 END_TEST
 
-/* The example plugin's plain backward passes; it does not claim determinism, so nothing
- * is run twice. */
+/* The example plugin's plain backward passes, dBias and dSinks included (it claims bits 26
+ * and 27); it does not claim determinism, so nothing is run twice. */
 START_TEST(example_passes)
 {
     json_object *r;
     ck_assert_int_eq(run_backward(&r, "--kernel", test_built("plugins/example_kernel.so"), NULL), 0);
-    ck_assert_uint_ge(all_are(r, "pass", NULL, ""), 18);
+    ck_assert_uint_ge(all_are(r, "pass", NULL, ""), 18 + 7);
+    ck_assert_uint_eq(unclaimed_grads, 0);
+    json_object_put(r);
+    ck_assert_int_eq(run_backward(&r, "--kernel", test_built("plugins/example_kernel.so"),
+                                  "--suite", "full", "--only",
+                                  "backward/dbias,backward/dsinks", NULL),
+                     0);
+    ck_assert_uint_ge(all_are(r, "pass", NULL, ""), 9);
     json_object_put(r);
 }
 END_TEST
@@ -426,6 +445,115 @@ START_TEST(judge_names_dv_dlse_mean)
 }
 END_TEST
 
+/* dBias and dSinks (SPEC 10.1) through the judge: a bias broadcast over batches and heads
+ * ([1,1,S,T], dBias the sum over both), sinks and dLSE; the oracle's gradients pass, and a
+ * dBias element, dSinks negated or one dSinks off are each named; a full dBias given
+ * gradient at a key its row does not see (a -inf bias) is a masked key. */
+START_TEST(judge_names_dbias_dsinks)
+{
+    enum { B = 2, S = 3, T = 4, H = 2, D = 4 };
+    float q[B * S * H * D], k[B * T * D], v[B * T * D], dO[B * S * H * D], dlse[B * H * S];
+    float bias[B * H * S * T], sinks[H] = {0.5f, -0.25f};
+    float dq[B * S * H * D], dk[B * T * D], dv[B * T * D], db[B * H * S * T], ds[H];
+    uint64_t seed = 777;
+    float *arr[5] = {q, k, v, dO, dlse};
+    const size_t len[5] = {B * S * H * D, B * T * D, B * T * D, B * S * H * D, B * H * S};
+    for (int t = 0; t < 5; t++)
+        for (size_t e = 0; e < len[t]; e++) {
+            seed = seed * 6364136223846793005u + 1442695040888963407u;
+            arr[t][e] = (float)((double)(seed >> 40) * 0x1p-23 - 1.0);
+        }
+    for (int e = 0; e < B * H * S * T; e++)
+        bias[e] = 0.125f * (float)(e % 7) - 0.375f;
+    smattn_problem p = smattn_problem_default();
+    p.op = SMATTN_OP_ATTENTION, p.B = B, p.S = S, p.T = T, p.Hq = H, p.Hkv = 1, p.D = p.Dv = D;
+    p.scale = 0.5;
+    smattn_inputs in;
+    memset(&in, 0, sizeof in);
+    in.q = (smattn_tensor){q, SMATTN_F32, {S * H * D, H * D, D, 1}};
+    in.k = (smattn_tensor){k, SMATTN_F32, {T * D, D, D, 1}};
+    in.v = (smattn_tensor){v, SMATTN_F32, {T * D, D, D, 1}};
+    in.bias = (smattn_tensor){bias, SMATTN_F32, {0, 0, T, 1}}; /* [1,1,S,T] */
+    in.sinks = (smattn_tensor){sinks, SMATTN_F32, {1, 0, 0, 0}};
+    smattn_grad_inputs gi;
+    memset(&gi, 0, sizeof gi);
+    gi.dout = (smattn_tensor){dO, SMATTN_F32, {S * H * D, H * D, D, 1}};
+    gi.dlse = (smattn_tensor){dlse, SMATTN_F32, {H * S, S, 1, 0}};
+    smattn_grad_outputs go;
+    memset(&go, 0, sizeof go);
+    go.dq = (smattn_out_tensor){dq, SMATTN_F32, {S * H * D, H * D, D, 1}};
+    go.dk = (smattn_out_tensor){dk, SMATTN_F32, {T * D, D, D, 1}};
+    go.dv = (smattn_out_tensor){dv, SMATTN_F32, {T * D, D, D, 1}};
+    go.dbias = (smattn_out_tensor){db, SMATTN_F32, {0, 0, T, 1}};
+    go.dsinks = (smattn_out_tensor){ds, SMATTN_F32, {1, 0, 0, 0}};
+    smattn_ref_config cfg = {1, 0, 0, 0};
+    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, &cfg, NULL), SMATTN_OK);
+    smattn_backward_precision pm = smattn_backward_precision_of(SMATTN_F32);
+    pm.o_dtype = pm.lse_dtype = SMATTN_F32;
+    conform_result r;
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_msg(r.status == CONFORM_PASS, "%s", r.reason);
+    ck_assert_int_eq(r.elements, B * S * H * D + 2 * B * T * D + S * T + H);
+    conform_backward_verdict vd;
+    ck_assert_int_eq(conform_judge_backward(&p, &in, &gi, &go, &pm, &cfg, &vd), SMATTN_OK);
+    ck_assert(vd.mismatched == 0 && vd.worst[3] >= 0 && vd.worst[4] >= 0);
+    /* one dBias element, the sum over both batches and heads, off */
+    const float keep = db[1 * T + 1];
+    db[1 * T + 1] = keep * 1.5f + 0.25f;
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dBias of a broadcast bias off while dQ, dK and dV are within "
+                                   "their bounds") &&
+                      strstr(r.reason, "over all the batches and heads") &&
+                      strstr(r.reason, "at dBias[b=*,h=*,i=1,j=1]"),
+                  "%s", r.reason);
+    ck_assert_int_eq(conform_judge_backward(&p, &in, &gi, &go, &pm, &cfg, &vd), SMATTN_OK);
+    ck_assert(vd.mismatched == 1 && vd.worst[3] == 1 * T + 1);
+    /* dQ off too: its class, dBias mentioned after */
+    dq[3] += 1.0f;
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_msg(strstr(r.reason, "dBias beyond its bound too"), "%s", r.reason);
+    dq[3] -= 1.0f;
+    db[1 * T + 1] = keep;
+    /* dSinks negated, then one element off */
+    for (int h = 0; h < H; h++)
+        ds[h] = -ds[h];
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dSinks has the wrong sign"), "%s", r.reason);
+    for (int h = 0; h < H; h++)
+        ds[h] = -ds[h];
+    ds[1] += 0.5f;
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "dSinks off while dQ, dK and dV are within their bounds") &&
+                      strstr(r.reason, "at dSinks[h=1]"),
+                  "%s", r.reason);
+    ds[1] -= 0.5f;
+    /* a full bias with a -inf entry: dBias there is +0 */
+    in.bias.stride[0] = H * S * T, in.bias.stride[1] = S * T;
+    bias[(1 * H + 1) * S * T + 2 * T + 3] = -INFINITY;
+    go.dbias.stride[0] = H * S * T, go.dbias.stride[1] = S * T;
+    ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, &cfg, NULL), SMATTN_OK);
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_msg(r.status == CONFORM_PASS, "%s", r.reason);
+    ck_assert(db[(1 * H + 1) * S * T + 2 * T + 3] == 0.0f);
+    db[(1 * H + 1) * S * T + 2 * T + 3] = 0.25f;
+    memset(&r, 0, sizeof r);
+    conform_judge_backward_result(&p, &in, &gi, &go, &pm, &r);
+    ck_assert_int_eq(r.status, CONFORM_FAIL);
+    ck_assert_msg(strstr(r.reason, "masked key given gradient: dBias[b=1,h=1,i=2,j=3] = 0.25") &&
+                      strstr(r.reason, "the row does not see that key"),
+                  "%s", r.reason);
+}
+END_TEST
+
 Suite *conform_backward_suite(void);
 Suite *conform_backward_suite(void)
 {
@@ -443,6 +571,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, precision_exit_is_a_crash);
     tcase_add_test(tc, judge_names_the_class);
     tcase_add_test(tc, judge_names_dv_dlse_mean);
+    tcase_add_test(tc, judge_names_dbias_dsinks);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -47,6 +47,7 @@ static const struct {
     {"q8_0_scale_other_block", "quant"}, {"e4m3_nan_as_480", "quant"},
     {"q_scaled_in_place", "golden"}, {"bw_saved_lse_scratch", "backward"},
     {"e5m2_inf_as_nan", "quant"},    {"q8_0_scale_abs", "quant"},
+    {"bw_dbias_not_summed", "backward"}, {"bw_dsinks_sign", "backward"},
 };
 #define NMUTANTS (int)(sizeof mutants / sizeof mutants[0])
 
@@ -248,7 +249,47 @@ static const struct {
      "wrote into its inputs: the saved LSE changed during the backward"},
     {"e5m2_inf_as_nan", "quant/e5m2_inf_value", "NaN at O[b=0,i=0,h=0,c=7] where the spec has +inf"},
     {"q8_0_scale_abs", "quant/q8_0_kv_causal_prefill", "error/bound ratio"},
+    /* the optional gradients (SMATTN_CAP_BACKWARD_DBIAS, _DSINKS): named as such */
+    {"bw_dbias_not_summed", "backward/dbias_broadcast_batch_heads",
+     "dBias of a broadcast bias off while dQ, dK and dV are within their bounds: each element "
+     "(* in its index) is the sum of dS over all the batches and heads"},
+    {"bw_dsinks_sign", "backward/dsinks", "dSinks has the wrong sign"},
 };
+
+/* Mutants of dBias and dSinks alone: every backward case without those outputs passes (the
+ * battery before it asked for them let them through), only the cases that ask fail. */
+static const char *const grad_only[] = {"bw_dbias_not_summed", "bw_dsinks_sign"};
+
+START_TEST(gradient_mutant_caught_by_its_cases)
+{
+    char so[1200];
+    snprintf(so, sizeof so, "%s/mutants/%s.so", build_dir(), grad_only[_i]);
+    json_object *r = NULL;
+    int st = conform_only("quick", "backward/", so, &r);
+    ck_assert_msg(r != NULL && st == 1, "mutant %s: exit %d", grad_only[_i], st);
+    const char *out = strstr(grad_only[_i], "dbias") ? "dbias" : "dsinks";
+    json_object *cases;
+    ck_assert(json_object_object_get_ex(r, "cases", &cases));
+    int failed = 0, passed_without = 0;
+    for (size_t i = 0; i < json_object_array_length(cases); i++) {
+        json_object *c = json_object_array_get_idx(cases, i);
+        const char *name = str_of(c, "name"), *status = str_of(c, "status");
+        if (!strcmp(status, "fail")) {
+            failed++;
+            ck_assert_msg(strstr(name, out), "mutant %s fails %s: %s", grad_only[_i], name,
+                          str_of(c, "reason"));
+            ck_assert_msg(strstr(str_of(c, "reason"), strcmp(out, "dbias") ? "dSinks" : "dBias"),
+                          "mutant %s, %s: reason '%s'", grad_only[_i], name,
+                          str_of(c, "reason"));
+        } else if (!strcmp(status, "pass") && !strstr(name, "dbias") && !strstr(name, "dsinks")) {
+            passed_without++;
+        }
+    }
+    ck_assert_int_ge(failed, 2);
+    ck_assert_int_ge(passed_without, 20);
+    json_object_put(r);
+}
+END_TEST
 
 START_TEST(alibi_mutant_named)
 {
@@ -338,6 +379,8 @@ Suite *mutants_suite(void)
     tcase_add_test(tc, builtin_conforms);
     tcase_add_loop_test(tc, mutant_rejected, 0, NMUTANTS);
     tcase_add_test(tc, merge_battery_runs_on_plugins);
+    tcase_add_loop_test(tc, gradient_mutant_caught_by_its_cases, 0,
+                        (int)(sizeof grad_only / sizeof grad_only[0]));
     tcase_add_loop_test(tc, alibi_mutant_named, 0,
                         (int)(sizeof alibi_named / sizeof alibi_named[0]));
     tcase_add_loop_test(tc, mutant_rejected_full, 0,
