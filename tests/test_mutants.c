@@ -253,7 +253,7 @@ static const struct {
     {"bw_dbias_not_summed", "backward/dbias_broadcast_batch_heads",
      "dBias of a broadcast bias off while dQ, dK and dV are within their bounds: each element "
      "(* in its index) is the sum of dS over all the batches and heads"},
-    {"bw_dsinks_sign", "backward/dsinks", "dSinks has the wrong sign"},
+    {"bw_dsinks_sign", "backward/dsinks_empty_rows", "dSinks has the wrong sign"},
 };
 
 /* Mutants of dBias and dSinks alone: every backward case without those outputs passes (the
