@@ -258,7 +258,7 @@ static const struct {
 
 /* Mutants of dBias and dSinks alone: every backward case without those outputs passes (the
  * battery before it asked for them let them through), only the cases that ask fail. */
-static const char *const grad_only[] = {"bw_dbias_not_summed", "bw_dsinks_sign"};
+static const char *const grad_only[] = {"bw_dbias_not_summed", /* and */ "bw_dsinks_sign"};
 
 START_TEST(gradient_mutant_caught_by_its_cases)
 {
