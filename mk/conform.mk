@@ -72,9 +72,10 @@ $(FIXTURE_DIR)/layout_%.so: tests/fixtures/layout_fixture.c include/smattn_kerne
 
 # The backward's determinism claim (tests/test_conform_backward.c): the example plugin
 # claiming SMATTN_CAP_BACKWARD_DETERMINISTIC, keeping it or not, hanging in its backward,
-# writing past dK, ending the process in its precision hook, or writing past its forward's
-# LSE before declining (tests/fixtures/backward_fixture.c).
-BACKWARD_MODES := det nondet hang oob prec_exit fwd_oob
+# writing past dK, ending the process in its precision hook, writing past its forward's
+# LSE before declining, or claiming dBias and dSinks and then leaving them unwritten or
+# declining the cases that ask (tests/fixtures/backward_fixture.c).
+BACKWARD_MODES := det nondet hang oob prec_exit fwd_oob grads_unwritten grads_declined
 BACKWARDS      := $(patsubst %,$(FIXTURE_DIR)/backward_%.so,$(BACKWARD_MODES))
 $(FIXTURE_DIR)/backward_%.so: tests/fixtures/backward_fixture.c examples/example_kernel.c \
                               include/smattn_kernel.h include/smattn.h | deps

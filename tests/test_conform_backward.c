@@ -177,6 +177,53 @@ START_TEST(determinism_claim)
 }
 END_TEST
 
+/* A kernel claiming bits 26 and 27 must write every element of dBias and dSinks ("dBias
+ * element 0 was never written"); one that declines the cases asking for them skips those
+ * only, saying so, and passes the rest. */
+START_TEST(dbias_dsinks_claimed)
+{
+    json_object *r;
+    ck_assert_int_eq(run_backward(&r, "--kernel",
+                                  test_built("tests/fixtures/backward_grads_unwritten.so"),
+                                  "--only", "backward/dbias,backward/dsinks", NULL),
+                     1);
+    json_object *cs = cases_of(r);
+    size_t n = json_object_array_length(cs);
+    ck_assert_uint_eq(n, 7);
+    for (size_t i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(cs, i);
+        const char *name = str_of(c, "name");
+        ck_assert_str_eq(str_of(c, "status"), "fail");
+        ck_assert_msg(strstr(str_of(c, "reason"), strstr(name, "/dbias") ? "dBias element 0 was "
+                                                                           "never written"
+                                                                         : "dSinks element 0 was "
+                                                                           "never written"),
+                      "%s: %s", name, str_of(c, "reason"));
+    }
+    json_object_put(r);
+    ck_assert_int_eq(run_backward(&r, "--kernel",
+                                  test_built("tests/fixtures/backward_grads_declined.so"), NULL),
+                     0);
+    cs = cases_of(r);
+    size_t skipped = 0;
+    for (size_t i = 0; i < json_object_array_length(cs); i++) {
+        json_object *c = json_object_array_get_idx(cs, i);
+        const char *name = str_of(c, "name");
+        if (strstr(name, "/dbias") || strstr(name, "/dsinks")) {
+            skipped++;
+            ck_assert_str_eq(str_of(c, "status"), "skip");
+            ck_assert_msg(strstr(str_of(c, "reason"), "declined the backward"), "%s: %s", name,
+                          str_of(c, "reason"));
+        } else if (!strstr(name, "layout_") && !strstr(name, "alibi_")) {
+            ck_assert_msg(!strcmp(str_of(c, "status"), "pass"), "%s: %s (%s)", name,
+                          str_of(c, "status"), str_of(c, "reason"));
+        }
+    }
+    ck_assert_uint_eq(skipped, 7);
+    json_object_put(r);
+}
+END_TEST
+
 /* A backward that never returns is killed at the case time limit ("hang: the backward did
  * not return"), and after CONFORM_MAX_HANGS in a row the rest are not run, as for the
  * attention cases. */
@@ -565,6 +612,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, example_passes);
     tcase_add_test(tc, no_entry_skips);
     tcase_add_test(tc, determinism_claim);
+    tcase_add_test(tc, dbias_dsinks_claimed);
     tcase_add_test(tc, hangs_stop_the_run);
     tcase_add_test(tc, write_outside_fails);
     tcase_add_test(tc, write_outside_then_decline_fails);
