@@ -338,6 +338,14 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
         bat_case_sinks(bd, c, -1.0, 1.0);
     }
     bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS | BW_DSINKS);
+    /* a bias added as is beside the symmetric ALiBi term: dBias is dS of the scores with it
+     * (SPEC 10.1; the mask mode's dBias is not defined, never asked) */
+    if ((c = att(bd, "dbias_alibi_symmetric", 1, 5, 8, 4, 2, 8, 8))) {
+        c->prob.causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        bw_bias_broadcast(bd, c, 2u);
+        bat_case_alibi(bd, c, SMATTN_ALIBI_SYMMETRIC, 0, NULL);
+    }
+    bw_grads(bb, bd, c, BW_DLSE | BW_DBIAS);
     {
         int64_t sq[3] = {7, 1, 4}, tk[3] = {12, 9, 4};
         bat_lay_spec ls = {1, BAT_KV_PAGED, 1, 3, 2, 0, 0, 1, SMATTN_ALIBI_NONE};
