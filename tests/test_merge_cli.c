@@ -169,6 +169,16 @@ START_TEST(test_bad_cases)
     test_outcome r = test_cli_run(tmp, (const char *[]){"ref", tmp, test_path(tmp, "ok"), NULL});
     ck_assert_msg(r.code == 0, "ref takes binary64 partials: %s", r.err);
     test_outcome_free(&r);
+    /* raw bits and bytes: bf16 only through case.json's "bf16"; no byte formats here, so
+     * the message does not send the user to the case directories' fp8 lists */
+    uint16_t u16[3 * 2 * 3 * 2 * 4] = {0};
+    ck_assert_int_eq(smattn_npy_write(test_path(tmp, "o_parts.npy"), SMATTN_NPY_U16, 5, so, u16,
+                                      err, sizeof err), 0);
+    expect_bad("ref", tmp, "o_parts.npy: dtype '<u2' holds raw bits; name \"o_parts\" in", NULL);
+    uint8_t u8[3 * 2 * 3 * 2 * 4] = {0};
+    ck_assert_int_eq(smattn_npy_write(test_path(tmp, "o_parts.npy"), SMATTN_NPY_U8, 5, so, u8, err,
+                                      sizeof err), 0);
+    expect_bad("ref", tmp, "o_parts.npy: dtype '|u1' is not a float type", NULL);
     write_text(test_path(tmp, "q.npy"), "");
     expect_bad("ref", tmp, "it has no q.npy or x.npy", NULL);
 }
