@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "conform/conform.h"
 #include "io/case.h"
 #include "smattn.h"
 
@@ -56,9 +57,11 @@ static const char usage_text2[] =
     "      precision model looser than F's. Exit 0 conforming, 1 not (or a --baseline\n"
     "      or --require-precision failure), 2 bad usage, a kernel that cannot be\n"
     "      loaded, a baseline that is missing or not a valid report, or a report path\n"
-    "      that cannot be written or names another report's file (all checked before\n"
-    "      the run). --shard I/N runs shard I of N: the cases whose name hashes to I\n"
-    "      modulo N ('smattn report merge' joins the shards' JSON reports). --rows K\n"
+    "      that cannot be written, is a file other than a report of smattn (kept), or\n"
+    "      names another report's file (all checked before the run); a report is\n"
+    "      renamed into place once whole. --shard I/N runs shard I of N: the cases\n"
+    "      whose name hashes to I modulo N ('smattn report merge' joins the shards'\n"
+    "      JSON reports). --rows K\n"
     "      judges K query rows per (batch, head), chosen from --seed (always the first,\n"
     "      the last and both sides of every power of two): the verdict says sampled.\n"
     "      --suite huge (T >= 65536, S T >= 2^31, offsets past 2^31) is sampled, K 64\n"
@@ -95,11 +98,13 @@ static const char usage_text2[] =
 
 /* A signal that ends the process while outputs are written (a CI timeout's SIGTERM, Ctrl-C,
  * a closed terminal's SIGHUP, a CPU limit, a broken pipe): remove the temporaries, then
- * die of the signal as before. The switch of the set itself holds signals back
- * (io/case_out.c), so one that arrives then takes effect once the new set is whole. */
+ * die of the signal as before (a report being written is left as it was). The switch of
+ * the set itself holds signals back (io/case_out.c), so one that arrives then takes effect
+ * once the new set is whole. */
 static void on_signal(int sig)
 {
     smattn_case_remove_temps();
+    conform_report_remove_temp();
     signal(sig, SIG_DFL);
     raise(sig);
 }
