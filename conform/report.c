@@ -611,7 +611,7 @@ int conform_file_close(FILE *f, const char *path, char *err, size_t errlen)
  * existing file is replaced only when it is one of them (or empty), so that a report path
  * that names a case's q.npy, a source file or another program's output by mistake loses
  * nothing. */
-#define REPORT_HEAD ((size_t)16 << 10)
+#define REPORT_HEAD ((size_t)64 << 10) /* past a kernel path of PATH_MAX bytes, escaped */
 static int is_report_text(const char *head)
 {
     static const char *const kinds[3][2] = {{"{", "\"smattn_version\""},
