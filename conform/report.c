@@ -781,15 +781,19 @@ void conform_report_abandon(conform_report_file *rf)
 int conform_report_close(conform_report_file *rf, const char *path, char *err, size_t errlen)
 {
     FILE *f = rf->f;
+    errno = 0;
     int bad = fflush(f) != 0 || ferror(f) || (rf->tmp && fsync(fileno(f)) != 0);
     int e = errno;
     rf->f = NULL;
-    bad |= fclose(f) != 0;
+    if (fclose(f) != 0 && !bad)
+        bad = 1, e = errno;
     if (!bad && rf->tmp && rename(rf->tmp, rf->final) != 0)
         bad = 1, e = errno;
     if (bad) {
-        snprintf(err, errlen, "%s: cannot write: %s%s", path, strerror(e),
-                 rf->tmp ? " (the file is as it was)" : "");
+        snprintf(err, errlen, "%s: cannot write: %s%s", path, e ? strerror(e) : "write error",
+                 !rf->tmp       ? ""
+                 : rf->created ? " (no file left)"
+                               : " (the file is as it was)");
         conform_report_abandon(rf);
         return -1;
     }
