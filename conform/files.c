@@ -1478,9 +1478,9 @@ static int from_manifest(const char *dir, const char *prefix, entries *es, char 
 }
 
 /* The case directories under root/rel (rel "" for root itself), named by their path
- * relative to root: a directory holding q.npy or x.npy is a case; one below root holding
- * a manifest.json gives the manifest's cases; any other directory is looked into, to
- * CHECK_MAX_DEPTH levels. Names starting with '.' are passed over. */
+ * relative to root: a directory holding q.npy, x.npy or o_parts.npy (is_case_dir) is a case;
+ * one below root holding a manifest.json gives the manifest's cases; any other directory is
+ * looked into, to CHECK_MAX_DEPTH levels. Names starting with '.' are passed over. */
 static int scan(const char *root, const char *rel, int depth, entries *es, char *err, size_t errlen)
 {
     char path[FPATH], sub[FPATH], subrel[FPATH];
