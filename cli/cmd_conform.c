@@ -215,8 +215,9 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     return EXIT_OK;
 }
 
-/* Every report path can be written (a regular file, never a FIFO or a device; a file that
- * did not exist is removed again) and no two reports name the same file (one would
+/* Every report path can be written (a regular file, never a FIFO or a device; an existing
+ * one empty or a report of smattn; a file that did not exist is removed again) and no two
+ * reports name the same file (one would
  * overwrite the other); the baseline is read and checked into *base. All of it before the
  * run: no plugin code has run yet, so none can have changed what the gate reads. 0, or the
  * exit code. */

@@ -513,12 +513,28 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen);
 /* fclose f, written to path: 0, or -1 with "path: cannot write" if any write failed. */
 int conform_file_close(FILE *f, const char *path, char *err, size_t errlen);
-/* A report file opened for writing: a regular file (created 0644 if absent, emptied), never
- * a FIFO (opening one would wait for a reader), a device or a directory, checked on the
- * descriptor opened. With check_only, nothing is emptied and the file is closed again (a
- * file created by the check is removed): 0 if it could be written. NULL / -1 with
- * "NAME PATH: ..." in err. */
-FILE *conform_report_open(const char *path, char *err, size_t errlen);
+/* A report file opened for writing. The path must name a regular file (created 0644 if
+ * absent), never a FIFO (opening one would wait for a reader), a device or a directory,
+ * checked on the descriptor opened; an existing file must be empty or a report of smattn
+ * (JSON, JUnit or HTML, told by its first bytes), so that a path given by mistake (a case's
+ * q.npy) loses nothing. The report is written to a temporary beside the file (beside a
+ * symbolic link's target), flushed and renamed over it by conform_report_close: a run
+ * that fails (disk full, a file-size limit, a signal) leaves the file as it was. Only
+ * when the directory takes no new file is the file itself emptied and written.
+ * conform_report_abandon drops a report without writing it (the file as it was);
+ * conform_report_remove_temp unlinks the temporary of the report being written now
+ * (async-signal-safe, for a handler). NULL / -1 with "PATH: cannot write: ..." in err.
+ * conform_report_check runs the same checks and writes nothing ("NAME PATH: ..."). */
+typedef struct conform_report_file {
+    FILE *f;
+    char *tmp;   /* the temporary (malloc'd); NULL when the file itself is written */
+    char *final; /* the file renamed over (malloc'd) */
+    int created; /* the file did not exist before: removed again if the report fails */
+} conform_report_file;
+FILE *conform_report_open(const char *path, conform_report_file *rf, char *err, size_t errlen);
+int conform_report_close(conform_report_file *rf, const char *path, char *err, size_t errlen);
+void conform_report_abandon(conform_report_file *rf);
+void conform_report_remove_temp(void);
 int conform_report_check(const char *name, const char *path, char *err, size_t errlen);
 /* s as text safe to show anywhere: valid UTF-8 (RFC 3629) without control characters: C0
  * controls, DEL, the C1 controls U+0080-U+009F, U+FFFE, U+FFFF and every byte that does not

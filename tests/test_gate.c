@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <poll.h>
@@ -1010,6 +1011,73 @@ START_TEST(paths_checked_before_the_run)
 }
 END_TEST
 
+/* A report path names a file that is replaced only when it is a report (or empty): a case's
+ * q.npy given as --json by mistake is kept, and refused before the run. A report is written
+ * beside its file and renamed over it: a write that fails (here a file-size limit, as a
+ * full disk) leaves the file as it was, with no temporary beside it; `report merge` may
+ * name one of its inputs as OUT. A symbolic link stays a link to the new report. */
+START_TEST(reports_replace_only_reports_and_whole)
+{
+    static const char npy[] = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, "
+                              "'shape': (1,), }";
+    FILE *f = fopen(tmp("q.npy"), "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite(npy, 1, sizeof npy - 1, f);
+    fclose(f);
+    outcome o = cli("conform", "--only", "shapes/s1_t1_d1", "--json", tmp("q.npy"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, "not a report of smattn"), "%s", o.err);
+    ck_assert_str_eq(o.out, ""); /* refused before the run */
+    outcome_free(&o);
+    char *kept = slurp(tmp("q.npy"));
+    ck_assert_msg(!memcmp(kept, npy, sizeof npy - 1), "q.npy was overwritten");
+    free(kept);
+    /* a report of many cases, larger than the limit below */
+    o = cli("conform", "--only", "shapes/,causal/", "--json", tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    char *before = slurp(tmp("r.json"));
+    ck_assert_uint_gt(strlen(before), 8192);
+    struct rlimit lim = {4096, 4096};
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    o = cli("report", "merge", tmp("r.json"), tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, "r.json: cannot write"), "%s", o.err);
+    outcome_free(&o);
+    char *after = slurp(tmp("r.json"));
+    ck_assert_msg(!strcmp(before, after), "r.json lost: %zu bytes left of %zu", strlen(after),
+                  strlen(before));
+    free(after);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        ck_assert_msg(strncmp(e->d_name, ".r.json.", 8), "temporary %s left", e->d_name);
+    closedir(d);
+    lim.rlim_cur = lim.rlim_max = RLIM_INFINITY;
+    setrlimit(RLIMIT_FSIZE, &lim); /* raising it back may be refused: the test ends here */
+    free(before);
+}
+END_TEST
+
+/* A report written through a symbolic link replaces the link's target; the link stays. */
+START_TEST(report_through_a_link_keeps_the_link)
+{
+    outcome o = cli("conform", "--only", "shapes/s1_t1_d1", "--json", tmp("t.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    ck_assert_int_eq(symlink("t.json", tmp("l.json")), 0);
+    o = cli("conform", "--only", "shapes/s3_t7_d3", "--json", tmp("l.json"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s %s", o.code, o.out, o.err);
+    outcome_free(&o);
+    struct stat st;
+    ck_assert_int_eq(lstat(tmp("l.json"), &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    char *t = slurp(tmp("t.json"));
+    ck_assert_msg(strstr(t, "s3_t7_d3"), "the target is not the new report");
+    free(t);
+}
+END_TEST
+
 START_TEST(html_failures_first_and_marked)
 {
     outcome o = cli("conform", "--kernel", built("mutants/causal_off_by_one.so"), "--only",
@@ -1677,6 +1745,8 @@ Suite *gate_suite(void)
     tcase_add_test(tc, gen_long_paths);
     tcase_add_test(tc, gen_refuses_what_it_cannot_list);
     tcase_add_test(tc, vectors_empty_dir_passed_over);
+    tcase_add_test(tc, reports_replace_only_reports_and_whole);
+    tcase_add_test(tc, report_through_a_link_keeps_the_link);
     suite_add_tcase(s, tc);
     return s;
 }
