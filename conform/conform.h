@@ -385,11 +385,18 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
 /* ---- the merge battery (merge_check.c, SPEC 9) ------------------------------------------ */
 
 /* One merge case: the problem and its partials in binary64, [N,B,S,Hq,Dv] and [N,B,Hq,S]
- * contiguous (converted to the kernel's dtype when run). */
+ * contiguous (converted to the kernel's dtype when run), and the layout the kernel is
+ * handed them in within a partial: CONFORM_MERGE_PACKED (contiguous rows),
+ * CONFORM_MERGE_PADDED (3 elements between O's heads, 5 between its rows, 7 between its
+ * batches; 2 between the LSE's heads, 1 between its batches) or
+ * CONFORM_MERGE_LSE_TOKEN_MAJOR (the LSE [B,S,Hq] in memory, as FlashInfer's, O's rows 4
+ * apart): every slot between elements NaN. */
+enum { CONFORM_MERGE_PACKED = 0, CONFORM_MERGE_PADDED = 1, CONFORM_MERGE_LSE_TOKEN_MAJOR = 2 };
 typedef struct conform_merge_case {
     char name[96];
     smattn_merge_problem prob;
     double *o, *l;
+    int layout;
 } conform_merge_case;
 typedef struct conform_merge_battery {
     conform_merge_case *cases;
