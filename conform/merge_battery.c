@@ -4,9 +4,9 @@
  * vLLM's identity, FlashAttention-2's +inf), every part empty (also under FlashAttention-2's
  * +inf parts and LSE), one part alone per row, N = 1 and N = 64, base 2 spread past exp2's
  * range, three batches, poisoned rows and non-finite O under either convention, partials
- * with padded rows and heads and an LSE stored token-major; and the merge golden vectors (spec/vectors, "op": "merge"). Apart from
- * merge_check.c (which runs them in a child) so that the Python package's checker builds the same
- * cases without the plugin machinery. */
+ * with padded rows and heads and an LSE stored token-major; and the merge golden vectors
+ * (spec/vectors, "op": "merge"). Apart from merge_check.c (which runs them in a child) so
+ * that the Python package's checker builds the same cases without the plugin machinery. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,25 +74,26 @@ static void poison_row(conform_merge_case *c, int64_t r, int64_t b, int64_t h, i
             l[(k + 1) % N * nl] = -HUGE_VAL;
         break;
     case 1:
-        l[k * nl] = NAN;
+        l[k * nl] = (double)NAN;
         break;
     case 2:
         l[k * nl] = HUGE_VAL;
         break;
     case 3:
-        l[0] = NAN;
+        l[0] = (double)NAN;
         for (int64_t n = 1; n < N; n++)
             l[n * nl] = n % 2 && pos_inf ? -HUGE_VAL : empty;
         break;
     case 4:
-        o[k * no + 1] = NAN;
+        o[k * no + 1] = (double)NAN;
         break;
     case 5:
         o[0] = HUGE_VAL, o[no] = -HUGE_VAL, o[2] = HUGE_VAL, o[no + 3] = -HUGE_VAL;
         break;
     case 6:
         l[(N - 1) * nl] -= 1000;
-        o[(N - 1) * no] = NAN, o[(N - 1) * no + 1] = HUGE_VAL, o[(N - 1) * no + 2] = -HUGE_VAL;
+        o[(N - 1) * no] = (double)NAN;
+        o[(N - 1) * no + 1] = HUGE_VAL, o[(N - 1) * no + 2] = -HUGE_VAL;
         break;
     default:
         for (int64_t n = 0; n < N; n++)
@@ -101,7 +102,7 @@ static void poison_row(conform_merge_case *c, int64_t r, int64_t b, int64_t h, i
     for (int64_t n = 0; n < N; n++)
         if (l[n * nl] == -HUGE_VAL || (pos_inf && l[n * nl] == HUGE_VAL))
             for (int64_t d = 0; d < p->Dv; d++)
-                o[n * no + d] = NAN;
+                o[n * no + d] = (double)NAN;
 }
 
 static int add_case(conform_merge_battery *mb, const char *name, int64_t N, int64_t B, int64_t S,

@@ -102,8 +102,9 @@ static void merge_hint(const conform_merge_case *c, int t, int64_t e, double got
         snprintf(buf + len, cap - len,
                  "; strided partials: %s, NaN between them: are o_parts' and lse_parts' strides "
                  "read?",
-                 c->layout == CONFORM_MERGE_PADDED ? "O's and the LSE's rows and heads padded"
-                                                   : "the LSE token-major [B,S,Hq], O's rows padded");
+                 c->layout == CONFORM_MERGE_PADDED
+                     ? "O's and the LSE's rows and heads padded"
+                     : "the LSE token-major [B,S,Hq], O's rows padded");
 }
 
 void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c, double timeout,

@@ -1649,7 +1649,8 @@ START_TEST(report_merge_refuses_other_vectors)
     for (int k = 0; k < 2; k++) {
         o = cli("report", "merge", tmp("x.json"), s0, other[k], s2, NULL);
         ck_assert_msg(o.code == 2 && strstr(o.err, "their golden vectors differ: fnv1a64:") &&
-                          strstr(o.err, "s0.json and ") && strstr(o.err, k ? "n1.json" : "b1.json") &&
+                          strstr(o.err, "s0.json and ") &&
+                          strstr(o.err, k ? "n1.json" : "b1.json") &&
                           count(o.err, "\n") == 1,
                       "%s", o.err);
         ck_assert(access(tmp("x.json"), F_OK) != 0);
@@ -1662,7 +1663,8 @@ START_TEST(report_merge_refuses_other_vectors)
         json_object *r = load_json(paths[k]), *v;
         ck_assert(json_object_object_get_ex(r, "vectors", &v));
         json_object_object_del(v, "digest");
-        snprintf(old[k], sizeof old[k], "%s", tmp(k == 0 ? "o0.json" : k == 1 ? "o1.json" : "o2.json"));
+        static const char *const oname[3] = {"o0.json", "o1.json", "o2.json"};
+        snprintf(old[k], sizeof old[k], "%s", tmp(oname[k]));
         ck_assert_int_eq(json_object_to_file(old[k], r), 0);
         json_object_put(r);
     }
