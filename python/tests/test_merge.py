@@ -107,9 +107,9 @@ def naive_merge(o_parts, lse_parts, base="e", **_):
 
 def test_merge_cases_judged():
     """cases(merge=True) yields the merge battery (N = 1, 2, 64, LSEs over +-1000, empty
-    parts -inf and +inf, all parts empty, base 2, three batches, poisoned rows) as partial states; smattn.merge passes every
-    case under its own model and under float32's, and a merge without the max subtraction
-    fails the cases whose LSEs leave exp's range."""
+    parts -inf and +inf, all parts empty, base 2, three batches, poisoned rows) as partial
+    states; smattn.merge passes every case under its own model and under float32's, and a
+    merge without the max subtraction fails the cases whose LSEs leave exp's range."""
     cs = list(smattn.cases(merge=True))
     names = [c.name for c in cs]
     assert names[:15] == ["merge/n1", "merge/n2_plain", "merge/n64", "merge/lse_spread_pm1000",
