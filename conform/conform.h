@@ -194,6 +194,14 @@ typedef struct conform_battery {
  * ../share/smattn/vectors), SMATTN_DATADIR/what (compiled in: make install's share/smattn).
  * 0 with the directory in out, or -1 with the places looked at in `looked` (datadir.c). */
 int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap);
+/* The digest of the golden vectors in dir as the batteries read them (every *.json not
+ * starting with '.', sorted): FNV-1a (conform_fnv1a) over each file's name, a NUL, its
+ * size as 8 bytes little endian and its bytes. The contents, not the path: two checkouts of
+ * the same vectors give one digest, one changed byte another. dir NULL or "" (no vectors):
+ * CONFORM_FNV_BASIS. 0, or -1 with one line in err. */
+int conform_vectors_digest(const char *dir, uint64_t *digest, char *err, size_t errlen);
+/* How a report writes it ("vectors": {"digest": ...}): "fnv1a64:" and 16 hex digits. */
+#define CONFORM_VECTORS_DIGEST_FMT "fnv1a64:%016llx"
 
 /* The rows per (batch, head) a run of the suite "huge" judges when --rows does not say. */
 #define CONFORM_HUGE_ROWS 64
@@ -276,7 +284,8 @@ typedef struct conform_shard {
 } conform_shard;
 uint64_t conform_shard_hash(const char *name);
 /* FNV-1a (64 bits) of n bytes from h (CONFORM_FNV_BASIS to start): the shards' name hash,
- * the battery's seeds from case names, the input hashes around a kernel's call. */
+ * the battery's seeds from case names, the input hashes around a kernel's call, the golden
+ * vectors' digest. */
 #define CONFORM_FNV_BASIS 0xcbf29ce484222325ULL
 uint64_t conform_fnv1a(const void *data, size_t n, uint64_t h);
 int conform_shard_of(const char *name, unsigned n);
@@ -376,11 +385,18 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
 /* ---- the merge battery (merge_check.c, SPEC 9) ------------------------------------------ */
 
 /* One merge case: the problem and its partials in binary64, [N,B,S,Hq,Dv] and [N,B,Hq,S]
- * contiguous (converted to the kernel's dtype when run). */
+ * contiguous (converted to the kernel's dtype when run), and the layout the kernel is
+ * handed them in within a partial: CONFORM_MERGE_PACKED (contiguous rows),
+ * CONFORM_MERGE_PADDED (3 elements between O's heads, 5 between its rows, 7 between its
+ * batches; 2 between the LSE's heads, 1 between its batches) or
+ * CONFORM_MERGE_LSE_TOKEN_MAJOR (the LSE [B,S,Hq] in memory, as FlashInfer's, O's rows 4
+ * apart): every slot between elements NaN. */
+enum { CONFORM_MERGE_PACKED = 0, CONFORM_MERGE_PADDED = 1, CONFORM_MERGE_LSE_TOKEN_MAJOR = 2 };
 typedef struct conform_merge_case {
     char name[96];
     smattn_merge_problem prob;
     double *o, *l;
+    int layout;
 } conform_merge_case;
 typedef struct conform_merge_battery {
     conform_merge_case *cases;
@@ -494,6 +510,10 @@ typedef struct conform_report {
     /* --rows K with --seed: the sample of rows judged (k 0: every row), and of the results,
      * the rows judged and the rows there are (conform_report_rows) */
     conform_sample sample;
+    /* the digest of the golden vectors' contents (conform_vectors_digest; has_ 0: not known,
+     * as in reports written before it was recorded) */
+    int has_vectors_digest;
+    uint64_t vectors_digest;
 } conform_report;
 
 typedef struct conform_totals {
@@ -633,8 +653,9 @@ int conform_report_load(const char *path, conform_loaded *L, char *err, size_t e
 void conform_loaded_free(conform_loaded *L);
 /* Merge shard reports into *out (its results malloc'd into *results, strings pointing into
  * the inputs): refuses, with one line in err naming the reason, reports of different
- * suites, seeds, --only filters, kernels, precision models, conventions or smattn
- * versions, different shard counts, a shard given twice or a case in two of them, and
+ * suites, seeds, --only filters, kernels, precision models, conventions, smattn versions
+ * or golden vectors (their digests; a report without one merges only with others without),
+ * different shard counts, a shard given twice or a case in two of them, and
  * missing shards unless partial (then out->missing_shards names them, in buf). */
 int conform_report_merge(conform_loaded *in, size_t n, const char *const *paths, int partial,
                          conform_report *out, conform_result **results, char *buf, size_t bufcap,

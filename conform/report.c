@@ -845,6 +845,12 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object *v = json_object_new_object();
         json_object_object_add(v, "dir", jstr(rep->vectors_dir));
         json_object_object_add(v, "ran", json_object_new_int64((int64_t)rep->vectors));
+        if (rep->has_vectors_digest) { /* what they held: `smattn report merge` compares it */
+            char dg[32];
+            snprintf(dg, sizeof dg, CONFORM_VECTORS_DIGEST_FMT,
+                     (unsigned long long)rep->vectors_digest);
+            json_object_object_add(v, "digest", jstr(dg));
+        }
         json_object_object_add(root, "vectors", v);
     }
     /* a sampled run is never the full check: its verdict says so */
