@@ -485,7 +485,7 @@ void conform_report_print(const conform_report *rep, FILE *f)
                 ngaps ? ", every case skipped" : "");
     /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
      * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
-    size_t not_run = 0, by_option = 0, by_file = 0;
+    size_t not_run = 0, by_option = 0, by_file = 0, oracle_own = 0;
     for (size_t k = 0; k < rep->n; k++) {
         const conform_result *r = &rep->results[k];
         if (r->status != CONFORM_SKIP)
@@ -493,8 +493,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
         not_run += !strncmp(r->reason, "not run:", 8);
         by_option += !strcmp(r->reason, "skipped by --skip");
         by_file += !strncmp(r->reason, "skipped by the kernel (skip file)", 33);
+        oracle_own +=
+            !strncmp(r->reason, CONFORM_SKIP_ORACLE_OUTPUTS, strlen(CONFORM_SKIP_ORACLE_OUTPUTS));
     }
-    size_t by_kernel = t.skipped - not_run - by_option - by_file;
+    size_t by_kernel = t.skipped - not_run - by_option - by_file - oracle_own;
     if (t.skipped) {
         const char *sep = "";
         fprintf(f, "skipped:");
@@ -504,6 +506,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "%s %zu by the kernel's skip file", sep, by_file), sep = ",";
         if (by_option)
             fprintf(f, "%s %zu by --skip", sep, by_option), sep = ",";
+        if (oracle_own)
+            fprintf(f, "%s %zu holding the oracle's own outputs (smattn ref wrote them)", sep,
+                    oracle_own),
+                sep = ",";
         if (not_run)
             fprintf(f, "%s %zu not run (the --time budget ran out, or the run stopped)", sep,
                     not_run);
