@@ -73,9 +73,10 @@ static const char *usage_of(const char *cmd)
                "         [--baseline F]\n"
                "  Merge the JSON reports of the shards of one run (--shard I/N of conform or\n"
                "  check) into OUT.json: the report of the unsharded run. Refuses reports of\n"
-               "  different suites, seeds, kernels, precision models or smattn versions, a\n"
-               "  shard given twice and missing shards (--partial: merge what is there and\n"
-               "  name what is missing). Exit codes as for conform.\n";
+               "  different suites, seeds, kernels, precision models, golden vectors (by\n"
+               "  their contents, not their directory) or smattn versions, a shard given\n"
+               "  twice and missing shards (--partial: merge what is there and name what is\n"
+               "  missing). Exit codes as for conform.\n";
     return "usage: smattn check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...]\n"
            "         [--shard I/N] [--rows K [--seed N]] [--json F] [--junit F] [--html F]\n"
            "         [--baseline F]\n";
@@ -215,8 +216,9 @@ static int parse_opts(const char *cmd, const char *allowed, int maxpos, int argc
     return EXIT_OK;
 }
 
-/* Every report path can be written (a regular file, never a FIFO or a device; a file that
- * did not exist is removed again) and no two reports name the same file (one would
+/* Every report path can be written (a regular file, never a FIFO or a device; an existing
+ * one empty or a report of smattn; a file that did not exist is removed again) and no two
+ * reports name the same file (one would
  * overwrite the other); the baseline is read and checked into *base. All of it before the
  * run: no plugin code has run yet, so none can have changed what the gate reads. 0, or the
  * exit code. */
@@ -424,6 +426,15 @@ static int run_conform(const opts *op, conform_baseline *base)
         conform_battery_free(&b);
         return EXIT_USAGE;
     }
+    /* what the vectors held, for `smattn report merge` (their directory may differ between
+     * shards of one run; their contents may not) */
+    uint64_t vdigest = 0;
+    if (conform_vectors_digest(vdir, &vdigest, err, sizeof err)) {
+        cli_error("conform", err);
+        conform_battery_free(&b);
+        conform_kernel_close(&k);
+        return EXIT_USAGE;
+    }
     conform_merge_battery mb;
     memset(&mb, 0, sizeof mb);
     if (strcmp(o.suite, "huge") && (conform_merge_battery_build(&mb, o.seed) ||
@@ -576,6 +587,8 @@ static int run_conform(const opts *op, conform_baseline *base)
     rep.sample.seed = o.seed;
     conform_conventions_str(&k.info, rep.conventions, sizeof rep.conventions);
     rep.vectors_dir = vdir;
+    rep.has_vectors_digest = 1;
+    rep.vectors_digest = vdigest;
     for (size_t j = 0; j < nr; j++)
         rep.vectors += !strcmp(res[j].category, "golden") && res[j].status != CONFORM_SKIP;
     if (o.shard.count > 1)

@@ -52,7 +52,8 @@ int cli_run_merge(int kernel, const char *case_dir, const char *out_dir, smattn_
                  smattn_status_str(st), smattn_status_name(st));
         /* an invalid descriptor, or an input the kernel does not take: bad input */
         rc = cli_fail(st == SMATTN_ERR_UNSUPPORTED ? EXIT_INPUT : cli_exit_code_of(st), msg);
-    } else if (smattn_case_write_outputs(&wc, &out, out_dir, msg, sizeof msg)) {
+    } else if (smattn_case_write_set(&wc, &out, NULL, out_dir, kernel ? "opt" : "ref", msg,
+                                     sizeof msg)) {
         rc = cli_fail(EXIT_INPUT, msg);
     }
     free(out.o.data);

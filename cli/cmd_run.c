@@ -310,8 +310,8 @@ static int cmd_run(engine eng, int argc, char **argv)
     else if ((rc = run_engine(eng, &ra, &c, &out, backward ? &grads : NULL, msg, sizeof msg)) !=
              EXIT_OK)
         cli_fail(rc, msg);
-    else if (smattn_case_write_set(&c, &out, backward ? &grads : NULL, ra.out_dir, msg,
-                                   sizeof msg))
+    else if (smattn_case_write_set(&c, &out, backward ? &grads : NULL, ra.out_dir,
+                                   eng == ENGINE_OPT ? "opt" : "ref", msg, sizeof msg))
         rc = cli_fail(EXIT_INPUT, msg);
     smattn_case_outputs_free(&out);
     smattn_case_grads_free(&grads);

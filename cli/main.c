@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "conform/conform.h"
 #include "io/case.h"
 #include "smattn.h"
 
@@ -37,7 +38,7 @@ static const char usage_text[] =
     "      four dtypes bit for bit, then check the fast kernel against the oracle on\n"
     "      three Qwen2.5-7B-shaped problems under the SPEC 6 bound (skipped with\n"
     "      --vectors-only).\n";
-/* in two parts: C11 compilers need only take string literals of up to 4095 bytes */
+/* in parts: C11 compilers need only take string literals of up to 4095 bytes */
 static const char usage_text2[] =
     "  conform [--kernel K.so|builtin] [--suite quick|full|huge] [--seed N] [--shard I/N]\n"
     "          [--rows K] [--time SECONDS] [--case-timeout SECONDS] [--describe-timeout SECONDS]\n"
@@ -56,9 +57,11 @@ static const char usage_text2[] =
     "      precision model looser than F's. Exit 0 conforming, 1 not (or a --baseline\n"
     "      or --require-precision failure), 2 bad usage, a kernel that cannot be\n"
     "      loaded, a baseline that is missing or not a valid report, or a report path\n"
-    "      that cannot be written or names another report's file (all checked before\n"
-    "      the run). --shard I/N runs shard I of N: the cases whose name hashes to I\n"
-    "      modulo N ('smattn report merge' joins the shards' JSON reports). --rows K\n"
+    "      that cannot be written, is a file other than a report of smattn (kept), or\n"
+    "      names another report's file (all checked before the run); a report is\n"
+    "      renamed into place once whole. --shard I/N runs shard I of N: the cases\n"
+    "      whose name hashes to I modulo N ('smattn report merge' joins the shards'\n"
+    "      JSON reports). --rows K\n"
     "      judges K query rows per (batch, head), chosen from --seed (always the first,\n"
     "      the last and both sides of every power of two): the verdict says sampled.\n"
     "      --suite huge (T >= 65536, S T >= 2^31, offsets past 2^31) is sampled, K 64\n"
@@ -75,14 +78,17 @@ static const char usage_text2[] =
     "      Write the battery as case directories under OUT, with OUT/manifest.json. An\n"
     "      OUT that is not empty is refused unless --force, which clears each case\n"
     "      directory it writes. --layout writes the attention cases ragged or paged\n"
-    "      (SPEC 7.1). --backward adds do.npy to each attention case (SPEC 10).\n"
+    "      (SPEC 7.1). --backward adds do.npy to each attention case (SPEC 10).\n";
+static const char usage_text3[] =
     "  check CASE_OR_DIR [--precision f32|f16|bf16|f64] [--skip PREFIX,...] [--shard I/N]\n"
     "          [--rows K [--seed N]] [--json F] [--junit F] [--html F] [--baseline F]\n"
     "      Judge the o.npy (and lse.npy, p.npy if present) saved in each case directory\n"
     "      by the same rules as conform; in a backward case (do.npy) also dq.npy, dk.npy\n"
     "      and dv.npy when present (all three), under the SPEC 10.7 bound with the\n"
-    "      --precision model for both passes. A case directory holding a file 'skip' (its\n"
-    "      first line the reason), or named with a --skip prefix, is counted as skipped.\n"
+    "      --precision model for both passes; in a merge case (o_parts.npy) its o.npy\n"
+    "      (and lse.npy) against the exact merge under the SPEC 9.5 bound. A case\n"
+    "      directory holding a file 'skip' (its first line the reason), or named with a\n"
+    "      --skip prefix, is counted as skipped.\n"
     "      --rows K judges sampled rows as conform does. Exit codes as for conform.\n"
     "  report merge OUT.json IN.json... [--partial] [--junit F] [--html F] [--baseline F]\n"
     "      Merge the JSON reports of the shards of one run (conform or check with\n"
@@ -96,11 +102,13 @@ static const char usage_text2[] =
 
 /* A signal that ends the process while outputs are written (a CI timeout's SIGTERM, Ctrl-C,
  * a closed terminal's SIGHUP, a CPU limit, a broken pipe): remove the temporaries, then
- * die of the signal as before. The switch of the set itself holds signals back
- * (io/case_out.c), so one that arrives then takes effect once the new set is whole. */
+ * die of the signal as before (a report being written is left as it was). The switch of
+ * the set itself holds signals back (io/case_out.c), so one that arrives then takes effect
+ * once the new set is whole. */
 static void on_signal(int sig)
 {
     smattn_case_remove_temps();
+    conform_report_remove_temp();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -134,6 +142,7 @@ int main(int argc, char **argv)
         }
         fputs(usage_text, stdout);
         fputs(usage_text2, stdout);
+        fputs(usage_text3, stdout);
         return EXIT_OK;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

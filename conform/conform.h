@@ -49,6 +49,9 @@
  * kernel exact to a few ulps sits near 0.01) from failing on noise-level changes. */
 #define CONFORM_BASELINE_FACTOR 1.25
 #define CONFORM_BASELINE_SLACK 0.05
+/* The start of the reason of a case `smattn check` skips because its outputs are the set
+ * `smattn ref` wrote (the oracle's own: judging them would tell nothing of a kernel). */
+#define CONFORM_SKIP_ORACLE_OUTPUTS "not judged: the outputs are the oracle's own"
 
 /* ---- the inputs a kernel must not change (inputs.c) ----------------------------------- */
 
@@ -194,6 +197,14 @@ typedef struct conform_battery {
  * ../share/smattn/vectors), SMATTN_DATADIR/what (compiled in: make install's share/smattn).
  * 0 with the directory in out, or -1 with the places looked at in `looked` (datadir.c). */
 int conform_find_data(const char *what, char *out, size_t cap, char *looked, size_t lcap);
+/* The digest of the golden vectors in dir as the batteries read them (every *.json not
+ * starting with '.', sorted): FNV-1a (conform_fnv1a) over each file's name, a NUL, its
+ * size as 8 bytes little endian and its bytes. The contents, not the path: two checkouts of
+ * the same vectors give one digest, one changed byte another. dir NULL or "" (no vectors):
+ * CONFORM_FNV_BASIS. 0, or -1 with one line in err. */
+int conform_vectors_digest(const char *dir, uint64_t *digest, char *err, size_t errlen);
+/* How a report writes it ("vectors": {"digest": ...}): "fnv1a64:" and 16 hex digits. */
+#define CONFORM_VECTORS_DIGEST_FMT "fnv1a64:%016llx"
 
 /* The rows per (batch, head) a run of the suite "huge" judges when --rows does not say. */
 #define CONFORM_HUGE_ROWS 64
@@ -276,7 +287,8 @@ typedef struct conform_shard {
 } conform_shard;
 uint64_t conform_shard_hash(const char *name);
 /* FNV-1a (64 bits) of n bytes from h (CONFORM_FNV_BASIS to start): the shards' name hash,
- * the battery's seeds from case names, the input hashes around a kernel's call. */
+ * the battery's seeds from case names, the input hashes around a kernel's call, the golden
+ * vectors' digest. */
 #define CONFORM_FNV_BASIS 0xcbf29ce484222325ULL
 uint64_t conform_fnv1a(const void *data, size_t n, uint64_t h);
 int conform_shard_of(const char *name, unsigned n);
@@ -376,11 +388,18 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
 /* ---- the merge battery (merge_check.c, SPEC 9) ------------------------------------------ */
 
 /* One merge case: the problem and its partials in binary64, [N,B,S,Hq,Dv] and [N,B,Hq,S]
- * contiguous (converted to the kernel's dtype when run). */
+ * contiguous (converted to the kernel's dtype when run), and the layout the kernel is
+ * handed them in within a partial: CONFORM_MERGE_PACKED (contiguous rows),
+ * CONFORM_MERGE_PADDED (3 elements between O's heads, 5 between its rows, 7 between its
+ * batches; 2 between the LSE's heads, 1 between its batches) or
+ * CONFORM_MERGE_LSE_TOKEN_MAJOR (the LSE [B,S,Hq] in memory, as FlashInfer's, O's rows 4
+ * apart): every slot between elements NaN. */
+enum { CONFORM_MERGE_PACKED = 0, CONFORM_MERGE_PADDED = 1, CONFORM_MERGE_LSE_TOKEN_MAJOR = 2 };
 typedef struct conform_merge_case {
     char name[96];
     smattn_merge_problem prob;
     double *o, *l;
+    int layout;
 } conform_merge_case;
 typedef struct conform_merge_battery {
     conform_merge_case *cases;
@@ -494,6 +513,10 @@ typedef struct conform_report {
     /* --rows K with --seed: the sample of rows judged (k 0: every row), and of the results,
      * the rows judged and the rows there are (conform_report_rows) */
     conform_sample sample;
+    /* the digest of the golden vectors' contents (conform_vectors_digest; has_ 0: not known,
+     * as in reports written before it was recorded) */
+    int has_vectors_digest;
+    uint64_t vectors_digest;
 } conform_report;
 
 typedef struct conform_totals {
@@ -513,12 +536,28 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen);
 /* fclose f, written to path: 0, or -1 with "path: cannot write" if any write failed. */
 int conform_file_close(FILE *f, const char *path, char *err, size_t errlen);
-/* A report file opened for writing: a regular file (created 0644 if absent, emptied), never
- * a FIFO (opening one would wait for a reader), a device or a directory, checked on the
- * descriptor opened. With check_only, nothing is emptied and the file is closed again (a
- * file created by the check is removed): 0 if it could be written. NULL / -1 with
- * "NAME PATH: ..." in err. */
-FILE *conform_report_open(const char *path, char *err, size_t errlen);
+/* A report file opened for writing. The path must name a regular file (created 0644 if
+ * absent), never a FIFO (opening one would wait for a reader), a device or a directory,
+ * checked on the descriptor opened; an existing file must be empty or a report of smattn
+ * (JSON, JUnit or HTML, told by its first bytes), so that a path given by mistake (a case's
+ * q.npy) loses nothing. The report is written to a temporary beside the file (beside a
+ * symbolic link's target), flushed and renamed over it by conform_report_close: a run
+ * that fails (disk full, a file-size limit, a signal) leaves the file as it was. Only
+ * when the directory takes no new file is the file itself emptied and written.
+ * conform_report_abandon drops a report without writing it (the file as it was);
+ * conform_report_remove_temp unlinks the temporary of the report being written now
+ * (async-signal-safe, for a handler). NULL / -1 with "PATH: cannot write: ..." in err.
+ * conform_report_check runs the same checks and writes nothing ("NAME PATH: ..."). */
+typedef struct conform_report_file {
+    FILE *f;
+    char *tmp;   /* the temporary (malloc'd); NULL when the file itself is written */
+    char *final; /* the file renamed over (malloc'd) */
+    int created; /* the file did not exist before: removed again if the report fails */
+} conform_report_file;
+FILE *conform_report_open(const char *path, conform_report_file *rf, char *err, size_t errlen);
+int conform_report_close(conform_report_file *rf, const char *path, char *err, size_t errlen);
+void conform_report_abandon(conform_report_file *rf);
+void conform_report_remove_temp(void);
 int conform_report_check(const char *name, const char *path, char *err, size_t errlen);
 /* s as text safe to show anywhere: valid UTF-8 (RFC 3629) without control characters: C0
  * controls, DEL, the C1 controls U+0080-U+009F, U+FFFE, U+FFFF and every byte that does not
@@ -617,8 +656,9 @@ int conform_report_load(const char *path, conform_loaded *L, char *err, size_t e
 void conform_loaded_free(conform_loaded *L);
 /* Merge shard reports into *out (its results malloc'd into *results, strings pointing into
  * the inputs): refuses, with one line in err naming the reason, reports of different
- * suites, seeds, --only filters, kernels, precision models, conventions or smattn
- * versions, different shard counts, a shard given twice or a case in two of them, and
+ * suites, seeds, --only filters, kernels, precision models, conventions, smattn versions
+ * or golden vectors (their digests; a report without one merges only with others without),
+ * different shard counts, a shard given twice or a case in two of them, and
  * missing shards unless partial (then out->missing_shards names them, in buf). */
 int conform_report_merge(conform_loaded *in, size_t n, const char *const *paths, int partial,
                          conform_report *out, conform_result **results, char *buf, size_t bufcap,

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* datadir.c: where the checker's data is found: the golden vectors (spec/vectors) and the
  * fuzzer finds (conform/regressions), under $SMATTN_ROOT, in a source tree or an installed
- * one; the first of them that is a directory holding something. */
+ * one; the first of them that is a directory holding something. And the digest of the
+ * golden vectors' contents that a report records (`smattn report merge` compares it). */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -69,4 +70,78 @@ int conform_find_data(const char *what, char *out, size_t cap, char *looked, siz
                      access(cand[k], F_OK) == 0 ? " (empty)" : "");
     }
     return -1;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Hash one file's name and bytes into *h: the name, a NUL, the size as 8 bytes (little
+ * endian), then the bytes, so that no two sets of files run together into one stream. */
+static int digest_file(const char *dir, const char *name, uint64_t *h, char *err, size_t errlen)
+{
+    char path[1400];
+    snprintf(path, sizeof path, "%.1000s/%.300s", dir, name);
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "vectors: %.1100s cannot be read", path);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    *h = conform_fnv1a(name, strlen(name) + 1, *h);
+    unsigned char sz[8];
+    for (int k = 0; k < 8; k++)
+        sz[k] = (unsigned char)((uint64_t)st.st_size >> (8 * k));
+    *h = conform_fnv1a(sz, sizeof sz, *h);
+    unsigned char buf[8192];
+    size_t got, total = 0;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        *h = conform_fnv1a(buf, got, *h);
+        total += got;
+    }
+    int bad = ferror(f) || total != (size_t)st.st_size;
+    fclose(f);
+    if (bad)
+        snprintf(err, errlen, "vectors: %.1100s changed or failed while it was read", path);
+    return bad ? -1 : 0;
+}
+
+int conform_vectors_digest(const char *dir, uint64_t *digest, char *err, size_t errlen)
+{
+    *digest = CONFORM_FNV_BASIS;
+    if (!dir || !dir[0])
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "vectors: %.1000s is not a directory", dir);
+        return -1;
+    }
+    /* the files the batteries read (battery.c, merge_battery.c): *.json not starting with
+     * '.', at most 512, in strcmp order */
+    char *names[512];
+    size_t n = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 512) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && e->d_name[0] != '.' && strcmp(e->d_name + l - 5, ".json") == 0) {
+            if (!(names[n] = strdup(e->d_name))) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+                break;
+            }
+            n++;
+        }
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_name);
+    for (size_t k = 0; k < n; k++) {
+        if (!rc)
+            rc = digest_file(dir, names[k], digest, err, errlen);
+        free(names[k]);
+    }
+    return rc;
 }

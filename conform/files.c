@@ -19,6 +19,7 @@
 #include "conform/conform.h"
 #include "core/internal.h"
 #include "io/case.h"
+#include "io/merge_case.h"
 #include "io/npy.h"
 #include "io/util.h"
 
@@ -815,9 +816,12 @@ static int has_entry(const char *dir, const char *name)
     return !join(path, sizeof path, dir, name) && lstat(path, &st) == 0;
 }
 
+/* An attention or softmax case (q.npy, x.npy), or a merge case (o_parts.npy or
+ * lse_parts.npy, SPEC 7.1). */
 static int is_case_dir(const char *dir)
 {
-    return has_entry(dir, "q.npy") || has_entry(dir, "x.npy");
+    return has_entry(dir, "q.npy") || has_entry(dir, "x.npy") || has_entry(dir, "o_parts.npy") ||
+           has_entry(dir, "lse_parts.npy");
 }
 
 /* The reader's message for dir/file, said better for a symbolic link to nothing. */
@@ -1182,6 +1186,119 @@ static void check_grads(const char *dir, const smattn_case *c, const smattn_outp
         smattn_npy_free(&arr[t]);
 }
 
+/* A merge case (SPEC 7.1, 9): its o.npy (and lse.npy when present) judged against the exact
+ * merge (smattn_ref_merge) under smattn_merge_bound for the model pm with its sums taken
+ * as serial (acc_len 0), as the merge battery judges a plugin's merge; every element (a
+ * merge is cheap: --rows does not sample it). */
+static void check_merge(const char *dir, const smattn_precision *pm, conform_result *r)
+{
+    smattn_merge_case mc;
+    char err[400];
+    if (smattn_merge_case_load(dir, &mc, err, sizeof err)) {
+        snprintf(r->reason, sizeof r->reason, "cannot load the case: %s", err);
+        return;
+    }
+    const smattn_merge_problem *p = &mc.prob;
+    int64_t s[7] = {p->B, p->S, 0, p->Hq, 0, 0, p->Dv};
+    memcpy(r->shape, s, sizeof s);
+    smattn_case wc; /* the outputs' shapes, as smattn ref writes them */
+    smattn_merge_case_as_case(&mc, &wc);
+    smattn_npy arr[2];
+    memset(arr, 0, sizeof arr);
+    smattn_outputs got, ex, bd;
+    memset(&got, 0, sizeof got);
+    double *buf = NULL;
+    int rc[2] = {1, 1};
+    for (int t = 0; t < 2; t++) {
+        rc[t] = read_output(dir, t ? "lse.npy" : "o.npy", &wc, t, &arr[t],
+                            t ? &got.lse : &got.o, err, sizeof err);
+        if (rc[t] < 0) {
+            snprintf(r->reason, sizeof r->reason, "%s", err);
+            goto done;
+        }
+    }
+    if (rc[0] > 0) {
+        snprintf(r->reason, sizeof r->reason,
+                 "o.npy missing: run the merge on the case and save its output there");
+        goto done;
+    }
+    const int64_t cnt[2] = {p->B * p->S * p->Hq * p->Dv, rc[1] ? 0 : p->B * p->Hq * p->S};
+    buf = malloc((size_t)(2 * (cnt[0] + cnt[1])) * sizeof *buf); /* sizes checked at load */
+    if (!buf) {
+        snprintf(r->reason, sizeof r->reason, "out of memory");
+        goto done;
+    }
+    ex = got, bd = got;
+    ex.o.data = buf, ex.o.dtype = SMATTN_F64;
+    bd.o.data = buf + cnt[0], bd.o.dtype = SMATTN_F64;
+    if (cnt[1]) {
+        ex.lse.data = buf + 2 * cnt[0], ex.lse.dtype = SMATTN_F64;
+        bd.lse.data = buf + 2 * cnt[0] + cnt[1], bd.lse.dtype = SMATTN_F64;
+    }
+    smattn_precision mp = *pm;
+    mp.acc_len = 0;
+    smattn_ref_config cfg = {0};
+    smattn_status st = smattn_ref_merge(p, &mc.in, &ex, &cfg);
+    if (st == SMATTN_OK)
+        st = smattn_merge_bound(p, &mc.in, &mp, &got, &bd);
+    if (st != SMATTN_OK) {
+        snprintf(r->reason, sizeof r->reason, "could not judge: %s (%s)", smattn_status_str(st),
+                 smattn_status_name(st));
+        goto done;
+    }
+    r->status = CONFORM_PASS;
+    r->pm = mp;
+    r->has_pm = 1;
+    const smattn_out_tensor *gt[2] = {&got.o, &got.lse};
+    const double *exv[2] = {ex.o.data, ex.lse.data}, *bdv[2] = {bd.o.data, bd.lse.data};
+    for (int t = 0; t < 2; t++)
+        for (int64_t e = 0; e < cnt[t]; e++) {
+            double g = smattn_load(gt[t]->data, gt[t]->dtype, e);
+            double ratio = smattn_error_ratio(g, exv[t][e], bdv[t][e]);
+            r->elements++;
+            r->nonfinite += !isfinite(g) && isfinite(exv[t][e]);
+            if (ratio > r->max_ratio || !(ratio == ratio)) {
+                r->max_ratio = ratio;
+                r->worst_out = t, r->worst_got = g, r->worst_exact = exv[t][e];
+                r->worst_bound = bdv[t][e];
+            }
+            if (!(ratio <= 1)) {
+                r->mismatched++;
+                if (r->status == CONFORM_PASS)
+                    snprintf(r->reason, sizeof r->reason,
+                             "error/bound ratio %.4g at %s element %lld: got %.9g, exact %.9g, "
+                             "bound %.3g (SPEC 9.5)",
+                             ratio, t ? "LSE" : "O", (long long)e, g, exv[t][e], bdv[t][e]);
+                r->status = CONFORM_FAIL;
+            }
+        }
+done:
+    free(buf);
+    smattn_npy_free(&arr[0]);
+    smattn_npy_free(&arr[1]);
+    smattn_merge_case_free(&mc);
+}
+
+/* Whether the outputs in dir are to be judged: the set smattn ref/opt wrote is whole
+ * (smattn_case_outputs_verify; else r fails with its reason), and its marker does not say
+ * the oracle wrote it: outputs of `smattn ref` would be the oracle judged against itself, a
+ * pass that says nothing of a kernel (a kernel that wrote nothing over them, say), so such
+ * a case is skipped with a reason that says so. 0 to judge, nonzero with r set. */
+static int outputs_verify(const char *dir, conform_result *r)
+{
+    char writer[8];
+    if (smattn_case_outputs_verify_writer(dir, writer, sizeof writer, r->reason, sizeof r->reason))
+        return -1;
+    if (strcmp(writer, "ref") != 0)
+        return 0;
+    r->status = CONFORM_SKIP;
+    snprintf(r->reason, sizeof r->reason,
+             "%s (.smattn-set: written by smattn ref), not a kernel's: write the kernel's "
+             "outputs here, or judge the built-in kernel's (smattn opt)",
+             CONFORM_SKIP_ORACLE_OUTPUTS);
+    return 1;
+}
+
 static void check_one(const char *dir, const char *name, const char *category,
                       const smattn_precision *pm, const char *skip, const conform_sample *sample,
                       conform_result *r)
@@ -1201,6 +1318,24 @@ static void check_one(const char *dir, const char *name, const char *category,
         r->status = CONFORM_SKIP;
         snprintf(r->reason, sizeof r->reason, "skipped by --skip");
     }
+    if (smattn_merge_case_is(dir)) {
+        snprintf(r->category, sizeof r->category, "%s", "merge");
+        r->worst_out = -1;
+        if (r->status == CONFORM_SKIP) { /* a skip marker does not excuse a broken case */
+            smattn_merge_case mc;
+            if (smattn_merge_case_load(dir, &mc, err, sizeof err)) {
+                r->status = CONFORM_FAIL;
+                snprintf(r->reason, sizeof r->reason, "cannot load the case: %s", err);
+            } else {
+                smattn_merge_case_free(&mc);
+            }
+            return;
+        }
+        r->status = CONFORM_FAIL;
+        if (!outputs_verify(dir, r))
+            check_merge(dir, pm, r);
+        return;
+    }
     if (smattn_case_load(dir, &c, err, sizeof err)) {
         r->status = CONFORM_FAIL; /* a skip marker does not excuse a broken case */
         snprintf(r->reason, sizeof r->reason, "cannot load the case: %s", err);
@@ -1214,8 +1349,9 @@ static void check_one(const char *dir, const char *name, const char *category,
         smattn_case_free(&c);
         return;
     }
-    /* Outputs smattn ref/opt wrote as a set are judged only when the set is whole. */
-    if (smattn_case_outputs_verify(dir, r->reason, sizeof r->reason)) {
+    /* Outputs smattn ref/opt wrote as a set are judged only when the set is whole, and the
+     * oracle's own are not judged at all. */
+    if (outputs_verify(dir, r)) {
         smattn_case_free(&c);
         return;
     }
@@ -1363,9 +1499,9 @@ static int from_manifest(const char *dir, const char *prefix, entries *es, char 
 }
 
 /* The case directories under root/rel (rel "" for root itself), named by their path
- * relative to root: a directory holding q.npy or x.npy is a case; one below root holding
- * a manifest.json gives the manifest's cases; any other directory is looked into, to
- * CHECK_MAX_DEPTH levels. Names starting with '.' are passed over. */
+ * relative to root: a directory holding q.npy, x.npy or o_parts.npy (is_case_dir) is a case;
+ * one below root holding a manifest.json gives the manifest's cases; any other directory is
+ * looked into, to CHECK_MAX_DEPTH levels. Names starting with '.' are passed over. */
 static int scan(const char *root, const char *rel, int depth, entries *es, char *err, size_t errlen)
 {
     char path[FPATH], sub[FPATH], subrel[FPATH];
@@ -1445,7 +1581,8 @@ int conform_check_path_rows(const char *path, const smattn_precision *pm, const 
         rc = list_cases(path, &es, err, errlen);
         if (!rc && es.n == 0) {
             char q[SMATTN_IO_PATH_MAX];
-            snprintf(err, errlen, "%s: no case directory (q.npy or x.npy) here or below",
+            snprintf(err, errlen,
+                     "%s: no case directory (q.npy, x.npy or o_parts.npy) here or below",
                      smattn_io_path(path, q));
             rc = -1;
         }

@@ -42,6 +42,71 @@ static smattn_precision merge_model(const conform_kernel *k)
     return pm;
 }
 
+/* What a failed element points at, from the case's partials (SPEC 9.2), into buf ("" if
+ * nothing): a poisoned row given a value, a non-finite column of a part that is not empty
+ * lost (whatever its weight), an empty part's O read, the padding between the partials'
+ * rows and heads read. t: 0 O, 1 LSE; e: its packed index. */
+static void merge_hint(const conform_merge_case *c, int t, int64_t e, double got, double exact,
+                       char *buf, size_t cap)
+{
+    const smattn_merge_problem *p = &c->prob;
+    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    const int pos = p->empty_parts == SMATTN_LSE_POS_INF;
+    int64_t b, h, i, d = 0;
+    if (t == 0)
+        d = e % p->Dv, h = e / p->Dv % p->Hq, i = e / (p->Dv * p->Hq) % p->S,
+        b = e / (p->Dv * p->Hq * p->S);
+    else
+        i = e % p->S, h = e / p->S % p->Hq, b = e / (p->S * p->Hq);
+    const double *l = c->l + (b * p->Hq + h) * p->S + i;
+    const double *o = c->o + ((b * p->S + i) * p->Hq + h) * p->Dv + d;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int64_t n = 0; n < p->N && !len; n++)
+        if (isnan(l[n * nl]) || (!pos && l[n * nl] == HUGE_VAL))
+            len = (size_t)snprintf(buf, cap,
+                                   "; a poisoned row: part %lld's LSE is %s%s, so O and LSE are "
+                                   "NaN (SPEC 9.2), not %s",
+                                   (long long)n, isnan(l[n * nl]) ? "NaN" : "+inf",
+                                   isnan(l[n * nl]) ? "" : " under empty_parts neg_inf",
+                                   isnan(got) ? "NaN" : "a number or an empty row");
+    int64_t M = -1;
+    for (int64_t n = 0; n < p->N && !len; n++)
+        if (isfinite(l[n * nl]) && (M < 0 || l[n * nl] > l[M * nl]))
+            M = n;
+    for (int64_t n = 0; n < p->N && !len && t == 0 && !isfinite(exact); n++)
+        if (isfinite(l[n * nl]) && !isfinite(o[n * no]))
+            len = (size_t)snprintf(buf, cap,
+                                   "; part %lld's O holds %s in this column: a non-finite O of a "
+                                   "part that is not empty counts whatever its weight (here "
+                                   "%s^(%.4g) of the largest; SPEC 9.2)",
+                                   (long long)n, isnan(o[n * no]) ? "NaN" : o[n * no] > 0 ? "+inf"
+                                                                                        : "-inf",
+                                   p->lse_base == SMATTN_LSE_BASE_2 ? "2" : "e",
+                                   l[n * nl] - l[M * nl]);
+    if (!len && isnan(got) && !isnan(exact)) {
+        size_t at = 0;
+        for (int64_t n = 0; n < p->N && at + 40 < cap; n++)
+            if ((l[n * nl] == -HUGE_VAL || (pos && l[n * nl] == HUGE_VAL)) && isnan(o[n * no]))
+                at += (size_t)snprintf(buf + at, cap - at, "%s%lld (LSE %s)",
+                                       at ? ", " : "; empty parts ", (long long)n,
+                                       l[n * nl] > 0 ? "+inf" : "-inf");
+        if (at && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at,
+                                   " under empty_parts %s hold NaN in O: an empty part's O is "
+                                   "never read, whichever infinity marks it (SPEC 9.2)",
+                                   pos ? "pos_inf" : "neg_inf");
+        len = at < cap ? at : cap - 1;
+    }
+    if (c->layout != CONFORM_MERGE_PACKED && len < cap)
+        snprintf(buf + len, cap - len,
+                 "; strided partials: %s, NaN between them: are o_parts' and lse_parts' strides "
+                 "read?",
+                 c->layout == CONFORM_MERGE_PADDED
+                     ? "O's and the LSE's rows and heads padded"
+                     : "the LSE token-major [B,S,Hq], O's rows padded");
+}
+
 void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c, double timeout,
                             int capture_fd, conform_result *r)
 {
@@ -59,9 +124,23 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
         return;
     }
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    /* within a partial, the case's layout (conform_merge_case): packed, or NaN between the
+     * rows and heads a merge must step over by the strides */
+    int64_t so[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
+    int64_t sl[3] = {p->Hq * p->S, p->S, 1};
+    if (c->layout == CONFORM_MERGE_PADDED) {
+        so[2] = p->Dv + 3, so[1] = p->Hq * so[2] + 5, so[0] = p->S * so[1] + 7;
+        sl[1] = p->S + 2, sl[0] = p->Hq * sl[1] + 1;
+    } else if (c->layout == CONFORM_MERGE_LSE_TOKEN_MAJOR) {
+        so[1] = p->Hq * p->Dv + 4, so[0] = p->S * so[1];
+        sl[0] = p->S * p->Hq, sl[1] = 1, sl[2] = p->Hq;
+    }
+    const int64_t eo = (p->B - 1) * so[0] + (p->S - 1) * so[1] + (p->Hq - 1) * so[2] +
+                       (p->Dv - 1) * so[3] + 1,
+                  el = (p->B - 1) * sl[0] + (p->Hq - 1) * sl[1] + (p->S - 1) * sl[2] + 1;
     /* the partials 3 and 5 elements apart beyond their extents, the gaps NaN: a merge that
      * takes them packed (partial n at n B S Hq Dv, not n o_part_stride) reads NaN */
-    const int64_t po = no + 3, pl = nl + 5;
+    const int64_t po = eo + 3, pl = el + 5;
     const size_t ies = smattn_dtype_size((smattn_dtype)it), oes = smattn_dtype_size((smattn_dtype)ot);
     /* inputs in the kernel's dtype (the oracle reads the same values); outputs shared */
     size_t in_bytes = (size_t)(p->N * (po + pl)) * ies, out_bytes = (size_t)(no + nl) * oes;
@@ -75,28 +154,39 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
         snprintf(r->reason, sizeof r->reason, "could not run: out of memory");
         goto done;
     }
+    unsigned char *linb = inb + (size_t)(p->N * po) * ies;
     for (int64_t e = 0; e < p->N * po; e++)
-        smattn_store(inb, (smattn_dtype)it, e, e % po < no ? c->o[e / po * no + e % po] : (double)NAN);
+        smattn_store(inb, (smattn_dtype)it, e, (double)NAN);
     for (int64_t e = 0; e < p->N * pl; e++)
-        smattn_store(inb + (size_t)(p->N * po) * ies, (smattn_dtype)it, e,
-                     e % pl < nl ? c->l[e / pl * nl + e % pl] : (double)NAN);
+        smattn_store(linb, (smattn_dtype)it, e, (double)NAN);
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t h = 0; h < p->Hq; h++)
+                for (int64_t i = 0; i < p->S; i++) {
+                    smattn_store(linb, (smattn_dtype)it, n * pl + b * sl[0] + h * sl[1] + i * sl[2],
+                                 c->l[n * nl + (b * p->Hq + h) * p->S + i]);
+                    for (int64_t d = 0; d < p->Dv; d++)
+                        smattn_store(inb, (smattn_dtype)it,
+                                     n * po + b * so[0] + i * so[1] + h * so[2] + d * so[3],
+                                     c->o[n * no + ((b * p->S + i) * p->Hq + h) * p->Dv + d]);
+                }
     memset(outb, 0xa5, out_bytes);
     smattn_merge_inputs in;
     memset(&in, 0, sizeof in);
-    const int64_t so[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
-    const int64_t sl[4] = {p->Hq * p->S, p->S, 1, 0};
     in.o_parts = (smattn_tensor){inb, (smattn_dtype)it, {so[0], so[1], so[2], so[3]}};
-    in.lse_parts = (smattn_tensor){inb + (size_t)(p->N * po) * ies, (smattn_dtype)it,
-                                   {sl[0], sl[1], sl[2], sl[3]}};
+    in.lse_parts = (smattn_tensor){linb, (smattn_dtype)it, {sl[0], sl[1], sl[2], 0}};
     in.o_part_stride = po, in.lse_part_stride = pl;
-    smattn_outputs out, eo, bo;
+    /* the outputs packed */
+    const int64_t qo[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
+    const int64_t ql[4] = {p->Hq * p->S, p->S, 1, 0};
+    smattn_outputs out, ex_out, bo;
     memset(&out, 0, sizeof out);
-    out.o = (smattn_out_tensor){outb, (smattn_dtype)ot, {so[0], so[1], so[2], so[3]}};
+    out.o = (smattn_out_tensor){outb, (smattn_dtype)ot, {qo[0], qo[1], qo[2], qo[3]}};
     out.lse = (smattn_out_tensor){outb + (size_t)no * oes, (smattn_dtype)ot,
-                                  {sl[0], sl[1], sl[2], sl[3]}};
-    eo = out, bo = out;
-    eo.o.data = ref, eo.o.dtype = SMATTN_F64;
-    eo.lse.data = ref + no, eo.lse.dtype = SMATTN_F64;
+                                  {ql[0], ql[1], ql[2], ql[3]}};
+    ex_out = out, bo = out;
+    ex_out.o.data = ref, ex_out.o.dtype = SMATTN_F64;
+    ex_out.lse.data = ref + no, ex_out.lse.dtype = SMATTN_F64;
     bo.o.data = ref + no + nl, bo.o.dtype = SMATTN_F64;
     bo.lse.data = ref + 2 * no + nl, bo.lse.dtype = SMATTN_F64;
     memset(rep, 0, sizeof *rep);
@@ -139,7 +229,7 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
     }
     smattn_precision pm = merge_model(k);
     smattn_ref_config cfg = {1, 0, 0, 0};
-    int st = smattn_ref_merge(p, &in, &eo, &cfg);
+    int st = smattn_ref_merge(p, &in, &ex_out, &cfg);
     if (!st)
         st = smattn_merge_bound(p, &in, &pm, &out, &bo);
     if (st) {
@@ -166,10 +256,12 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
             if (!(ratio <= 1) && r->status == CONFORM_PASS) {
                 r->status = CONFORM_FAIL;
                 r->mismatched++;
+                char hint[320];
+                merge_hint(c, t, e, got, ex[t][e], hint, sizeof hint);
                 snprintf(r->reason, sizeof r->reason,
                          "error/bound ratio %.4g at %s element %lld: got %.9g, exact %.9g, bound "
-                         "%.3g (SPEC 9.5)",
-                         ratio, t ? "LSE" : "O", (long long)e, got, ex[t][e], bd[t][e]);
+                         "%.3g (SPEC 9.5)%s",
+                         ratio, t ? "LSE" : "O", (long long)e, got, ex[t][e], bd[t][e], hint);
             }
         }
 done:

@@ -3,6 +3,7 @@
  * verdict line, a JSON report (every case with its figures), JUnit XML (one testcase per
  * case), a self-contained HTML page with an SVG plot of error/bound, and the baseline
  * gate that compares a run with a stored JSON report. */
+#define _DEFAULT_SOURCE 1 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -484,7 +485,7 @@ void conform_report_print(const conform_report *rep, FILE *f)
                 ngaps ? ", every case skipped" : "");
     /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
      * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
-    size_t not_run = 0, by_option = 0, by_file = 0;
+    size_t not_run = 0, by_option = 0, by_file = 0, oracle_own = 0;
     for (size_t k = 0; k < rep->n; k++) {
         const conform_result *r = &rep->results[k];
         if (r->status != CONFORM_SKIP)
@@ -492,8 +493,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
         not_run += !strncmp(r->reason, "not run:", 8);
         by_option += !strcmp(r->reason, "skipped by --skip");
         by_file += !strncmp(r->reason, "skipped by the kernel (skip file)", 33);
+        oracle_own +=
+            !strncmp(r->reason, CONFORM_SKIP_ORACLE_OUTPUTS, strlen(CONFORM_SKIP_ORACLE_OUTPUTS));
     }
-    size_t by_kernel = t.skipped - not_run - by_option - by_file;
+    size_t by_kernel = t.skipped - not_run - by_option - by_file - oracle_own;
     if (t.skipped) {
         const char *sep = "";
         fprintf(f, "skipped:");
@@ -503,6 +506,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "%s %zu by the kernel's skip file", sep, by_file), sep = ",";
         if (by_option)
             fprintf(f, "%s %zu by --skip", sep, by_option), sep = ",";
+        if (oracle_own)
+            fprintf(f, "%s %zu holding the oracle's own outputs (smattn ref wrote them)", sep,
+                    oracle_own),
+                sep = ",";
         if (not_run)
             fprintf(f, "%s %zu not run (the --time budget ran out, or the run stopped)", sep,
                     not_run);
@@ -606,6 +613,49 @@ int conform_file_close(FILE *f, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* What a report of this tool begins with, and a text each kind holds near its start: an
+ * existing file is replaced only when it is one of them (or empty), so that a report path
+ * that names a case's q.npy, a source file or another program's output by mistake loses
+ * nothing. */
+#define REPORT_HEAD ((size_t)64 << 10) /* past a kernel path of PATH_MAX bytes, escaped */
+static int is_report_text(const char *head)
+{
+    static const char *const kinds[3][2] = {{"{", "\"smattn_version\""},
+                                            {"<?xml", "<testsuites name=\"smattn conform\""},
+                                            {"<!DOCTYPE html>", "<title>smattn conform"}};
+    const char *h = head + strspn(head, " \t\r\n");
+    for (int k = 0; k < 3; k++)
+        if (!strncmp(h, kinds[k][0], strlen(kinds[k][0])) && strstr(h, kinds[k][1]))
+            return 1;
+    return 0;
+}
+
+/* 0 when the regular file at path is empty or a report of this tool, else -1 with the
+ * reason in why. A file that cannot be read is taken as it was before (it can only be
+ * written). */
+static int replaceable(const char *path, off_t size, char *why, size_t cap)
+{
+    if (size == 0)
+        return 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char *head = malloc(REPORT_HEAD + 1);
+    ssize_t n = head ? pread(fd, head, REPORT_HEAD, 0) : -1;
+    close(fd);
+    int ok = 0;
+    if (n > 0) {
+        head[n] = '\0';
+        ok = memchr(head, '\0', (size_t)n) == NULL && is_report_text(head);
+    }
+    free(head);
+    if (!ok)
+        snprintf(why, cap,
+                 "it exists and is not a report of smattn (a JSON, JUnit or HTML report is "
+                 "replaced; any other file is kept): remove it, or give another path");
+    return ok ? 0 : -1;
+}
+
 /* Open path for writing as a regular file (see conform_report_open): the descriptor, or -1
  * with the reason in why; *created says the file did not exist before. */
 static int open_report_fd(const char *path, int *created, char *why, size_t cap)
@@ -635,12 +685,16 @@ static int open_report_fd(const char *path, int *created, char *why, size_t cap)
             unlink(path);
         return -1;
     }
+    if (!*created && replaceable(path, st.st_size, why, cap)) {
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 
 int conform_report_check(const char *name, const char *path, char *err, size_t errlen)
 {
-    char why[200];
+    char why[300];
     int created;
     int fd = open_report_fd(path, &created, why, sizeof why);
     if (fd < 0) {
@@ -653,31 +707,117 @@ int conform_report_check(const char *name, const char *path, char *err, size_t e
     return 0;
 }
 
-FILE *conform_report_open(const char *path, char *err, size_t errlen)
+/* The temporary a report is being written to, for a signal handler to remove. */
+static char *volatile live_report_temp;
+
+void conform_report_remove_temp(void)
 {
-    char why[200];
+    char *p = live_report_temp;
+    if (p)
+        unlink(p);
+}
+
+FILE *conform_report_open(const char *path, conform_report_file *rf, char *err, size_t errlen)
+{
+    char why[300];
     int created;
+    memset(rf, 0, sizeof *rf);
     int fd = open_report_fd(path, &created, why, sizeof why);
+    struct stat st;
     FILE *f = NULL;
-    if (fd >= 0 && ftruncate(fd, 0) == 0 && fcntl(fd, F_SETFL, 0) == 0)
-        f = fdopen(fd, "w");
-    else if (fd >= 0)
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        rf->created = created;
+        /* A symbolic link keeps pointing where it did: its target is replaced. */
+        char *target = realpath(path, NULL);
+        rf->final = target ? target : strdup(path);
+        char *tmp = NULL;
+        int tfd = -1;
+        if (rf->final) {
+            const char *slash = strrchr(rf->final, '/');
+            int dl = slash ? (int)(slash - rf->final) + 1 : 0;
+            size_t n = strlen(rf->final) + 16;
+            if ((tmp = malloc(n))) {
+                snprintf(tmp, n, "%.*s.%s.XXXXXX", dl, rf->final, rf->final + dl);
+                tfd = mkstemp(tmp);
+            }
+        }
+        if (tfd >= 0) {
+            live_report_temp = tmp;
+            (void)fchmod(tfd, st.st_mode & 07777); /* the mode the file has (or would get) */
+            close(fd);
+            fd = tfd;
+            rf->tmp = tmp;
+        } else {
+            free(tmp); /* a directory that takes no new file: the file itself, emptied */
+            if (ftruncate(fd, 0) != 0)
+                snprintf(why, sizeof why, "%s", strerror(errno)), close(fd), fd = -1;
+        }
+        if (fd >= 0 && fcntl(fd, F_SETFL, 0) == 0)
+            f = fdopen(fd, "w");
+        else if (fd >= 0)
+            snprintf(why, sizeof why, "%s", strerror(errno));
+    } else if (fd >= 0) {
         snprintf(why, sizeof why, "%s", strerror(errno));
+    }
     if (!f) {
         if (fd >= 0)
             close(fd);
+        conform_report_abandon(rf);
         snprintf(err, errlen, "%s: cannot write: %s", path, why);
     }
+    rf->f = f;
     return f;
+}
+
+void conform_report_abandon(conform_report_file *rf)
+{
+    if (rf->f)
+        fclose(rf->f);
+    if (rf->tmp) {
+        unlink(rf->tmp);
+        live_report_temp = NULL;
+    }
+    if (rf->created && rf->final)
+        unlink(rf->final); /* the empty file made to check the path */
+    free(rf->tmp);
+    free(rf->final);
+    memset(rf, 0, sizeof *rf);
+}
+
+int conform_report_close(conform_report_file *rf, const char *path, char *err, size_t errlen)
+{
+    FILE *f = rf->f;
+    errno = 0;
+    int bad = fflush(f) != 0 || ferror(f) || (rf->tmp && fsync(fileno(f)) != 0);
+    int e = errno;
+    rf->f = NULL;
+    if (fclose(f) != 0 && !bad)
+        bad = 1, e = errno;
+    if (!bad && rf->tmp && rename(rf->tmp, rf->final) != 0)
+        bad = 1, e = errno;
+    if (bad) {
+        snprintf(err, errlen, "%s: cannot write: %s%s", path, e ? strerror(e) : "write error",
+                 !rf->tmp       ? ""
+                 : rf->created ? " (no file left)"
+                               : " (the file is as it was)");
+        conform_report_abandon(rf);
+        return -1;
+    }
+    live_report_temp = NULL;
+    free(rf->tmp);
+    free(rf->final);
+    memset(rf, 0, sizeof *rf);
+    return 0;
 }
 
 static int write_text(const char *path, const char *text, char *err, size_t errlen)
 {
-    FILE *f = conform_report_open(path, err, errlen);
+    conform_report_file rf;
+    FILE *f = conform_report_open(path, &rf, err, errlen);
     if (!f)
         return -1;
     fputs(text, f);
-    return conform_file_close(f, path, err, errlen);
+    return conform_report_close(&rf, path, err, errlen);
 }
 
 int conform_report_json(const conform_report *rep, const char *path, char *err, size_t errlen)
@@ -711,6 +851,12 @@ int conform_report_json(const conform_report *rep, const char *path, char *err, 
         json_object *v = json_object_new_object();
         json_object_object_add(v, "dir", jstr(rep->vectors_dir));
         json_object_object_add(v, "ran", json_object_new_int64((int64_t)rep->vectors));
+        if (rep->has_vectors_digest) { /* what they held: `smattn report merge` compares it */
+            char dg[32];
+            snprintf(dg, sizeof dg, CONFORM_VECTORS_DIGEST_FMT,
+                     (unsigned long long)rep->vectors_digest);
+            json_object_object_add(v, "digest", jstr(dg));
+        }
         json_object_object_add(root, "vectors", v);
     }
     /* a sampled run is never the full check: its verdict says so */
@@ -849,7 +995,8 @@ static void put_escaped(FILE *f, const char *s)
 
 int conform_report_junit(const conform_report *rep, const char *path, char *err, size_t errlen)
 {
-    FILE *f = conform_report_open(path, err, errlen);
+    conform_report_file rf;
+    FILE *f = conform_report_open(path, &rf, err, errlen);
     if (!f)
         return -1;
     conform_totals t = conform_report_totals(rep);
@@ -928,7 +1075,7 @@ int conform_report_junit(const conform_report *rep, const char *path, char *err,
         fprintf(f, "    </testcase>\n");
     }
     fprintf(f, "  </testsuite>\n</testsuites>\n");
-    return conform_file_close(f, path, err, errlen);
+    return conform_report_close(&rf, path, err, errlen);
 }
 
 /* ---- HTML: a table and one SVG plot of log10(error/bound) per case by category --------- */
@@ -1020,7 +1167,8 @@ static void svg_plot(FILE *f, const conform_report *rep, const category *cat, si
 
 int conform_report_html(const conform_report *rep, const char *path, char *err, size_t errlen)
 {
-    FILE *f = conform_report_open(path, err, errlen);
+    conform_report_file rf;
+    FILE *f = conform_report_open(path, &rf, err, errlen);
     if (!f)
         return -1;
     category cat[MAX_CATEGORIES];
@@ -1119,7 +1267,7 @@ int conform_report_html(const conform_report *rep, const char *path, char *err, 
             fprintf(f, "</td></tr>\n");
         }
     fprintf(f, "</table>\n</body></html>\n");
-    return conform_file_close(f, path, err, errlen);
+    return conform_report_close(&rf, path, err, errlen);
 }
 
 /* ---- the baseline gate ------------------------------------------------------------------ */

@@ -163,6 +163,17 @@ int conform_report_load(const char *path, conform_loaded *L, char *err, size_t e
     if (!bad && rows &&
         (int_of(rows, "per_head", 1, INT64_MAX, &rk) || int_of(rows, "seed", INT64_MIN, INT64_MAX, &rseed)))
         bad = "has a \"rows\" without an integer per_head >= 1 and seed";
+    /* the golden vectors' digest: absent in reports from before it was recorded */
+    const char *dg = str_of(member(root, "vectors"), "digest");
+    unsigned long long dv = 0;
+    if (!bad && dg) {
+        char *end = NULL;
+        size_t hex = strncmp(dg, "fnv1a64:", 8) ? 0 : strspn(dg + 8, "0123456789abcdef");
+        if (hex == 16 && strlen(dg) == 24)
+            dv = strtoull(dg + 8, &end, 16);
+        if (!end || *end)
+            bad = "has a \"vectors\" \"digest\" that is not fnv1a64: and 16 hex digits";
+    }
     for (int s = 0; !bad && s < 8; s++)
         if (dup_into(&L->strings[s], strs[s]))
             bad = "out of memory";
@@ -197,6 +208,8 @@ int conform_report_load(const char *path, conform_loaded *L, char *err, size_t e
     r->seed = (uint64_t)seed;
     r->sample.k = rk;
     r->sample.seed = (uint64_t)rseed;
+    r->has_vectors_digest = dg != NULL;
+    r->vectors_digest = (uint64_t)dv;
     r->shard_index = (unsigned)si;
     r->shard_count = (unsigned)sc;
     r->results = L->results;
@@ -225,6 +238,15 @@ static int same_pm(const smattn_precision *a, const smattn_precision *b)
 static int same_str(const char *a, const char *b)
 {
     return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* A report's golden vectors for a message: their digest, or that it has none. */
+static const char *digest_str(const conform_report *r, char *buf, size_t cap)
+{
+    if (!r->has_vectors_digest)
+        return "no digest (a report from before it was recorded)";
+    snprintf(buf, cap, CONFORM_VECTORS_DIGEST_FMT, (unsigned long long)r->vectors_digest);
+    return buf;
 }
 
 static int by_index(const void *a, const void *b)
@@ -267,6 +289,18 @@ int conform_report_merge(conform_loaded *in, size_t n, const char *const *paths,
         if (what) {
             snprintf(err, errlen, "%s and %s are of different runs (their %s differ): not merged",
                      smattn_io_path(paths[0], q0), smattn_io_path(paths[k], q1), what);
+            return -1;
+        }
+        /* the vectors by their contents, not their directory: shards run from two
+         * checkouts of the same vectors merge, shards run on different vectors do not */
+        if (a->has_vectors_digest != b->has_vectors_digest ||
+            a->vectors_digest != b->vectors_digest) {
+            char da[32], db[32];
+            snprintf(err, errlen,
+                     "%s and %s are of different runs (their golden vectors differ: %s, %s; "
+                     "different --vectors?): not merged",
+                     smattn_io_path(paths[0], q0), smattn_io_path(paths[k], q1),
+                     digest_str(a, da, sizeof da), digest_str(b, db, sizeof db));
             return -1;
         }
         for (size_t j = 0; j < k; j++)

@@ -416,8 +416,11 @@ int smattn_plugin_softmax(const smattn_problem *p, const smattn_inputs *in,
 /* Merging partial states (SPEC 9; the optional entry smattn_plugin_merge): per row, the
  * parts' largest LSE is subtracted before the exponential (in the LSE's base), the weights
  * and the weighted O summed in binary32; an empty part (LSE -inf, or +inf under
- * FlashAttention-2's convention) adds nothing; a row of empty parts only gets O = 0 and the
- * problem's empty-row LSE. */
+ * FlashAttention-2's convention) adds nothing and its O is never read; a row of empty parts
+ * only gets O = 0 and the problem's empty-row LSE. A NaN LSE (or +inf under the -inf
+ * convention) poisons the row: O and LSE NaN. Non-finite O of the other parts act per
+ * column whatever their weight (SPEC 9.2): a NaN, or +inf with -inf, gives NaN, +inf
+ * alone +inf, even from a part whose weight underflows binary32. */
 int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
                         const smattn_outputs *out);
 int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs *in,
@@ -428,7 +431,7 @@ int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs
         (out->lse.data && out->lse.dtype != SMATTN_F32))
         return SMATTN_ERR_UNSUPPORTED;
     const int base2 = p->lse_base == SMATTN_LSE_BASE_2;
-    const float empty = p->empty_parts == SMATTN_LSE_POS_INF ? INFINITY : -INFINITY;
+    const int pos_inf_empty = p->empty_parts == SMATTN_LSE_POS_INF;
     const float *O = in->o_parts.data, *L = in->lse_parts.data;
     const int64_t *so = in->o_parts.stride, *sl = in->lse_parts.stride;
     for (int64_t b = 0; b < p->B; b++)
@@ -436,34 +439,44 @@ int smattn_plugin_merge(const smattn_merge_problem *p, const smattn_merge_inputs
             for (int64_t i = 0; i < p->S; i++) {
                 const float *l = L + b * sl[0] + h * sl[1] + i * sl[2];
                 float m = -INFINITY;
+                int poison = 0;
                 for (int64_t n = 0; n < p->N; n++) {
                     float x = l[n * in->lse_part_stride];
-                    if (x != empty && x > m)
+                    if (x != x || (x == INFINITY && !pos_inf_empty))
+                        poison = 1;
+                    else if (x != -INFINITY && x != INFINITY && x > m)
                         m = x;
                 }
                 float sum = 0.0f;
-                for (int64_t n = 0; n < p->N; n++) {
+                for (int64_t n = 0; n < p->N && !poison; n++) {
                     float x = l[n * in->lse_part_stride];
-                    if (x != empty)
+                    if (x != -INFINITY && x != INFINITY)
                         sum += base2 ? exp2f(x - m) : expf(x - m);
                 }
-                float lse = m == -INFINITY ? (p->empty_lse == SMATTN_LSE_POS_INF ? INFINITY
-                                              : p->empty_lse == SMATTN_LSE_ZERO  ? 0.0f
-                                                                                  : -INFINITY)
-                                           : m + (base2 ? log2f(sum) : logf(sum));
+                float lse = poison          ? NAN
+                            : m == -INFINITY ? (p->empty_lse == SMATTN_LSE_POS_INF ? INFINITY
+                                                : p->empty_lse == SMATTN_LSE_ZERO  ? 0.0f
+                                                                                    : -INFINITY)
+                                            : m + (base2 ? log2f(sum) : logf(sum));
                 if (out->lse.data)
                     *out4(&out->lse, b, h, i, 0) = lse;
                 for (int64_t c = 0; out->o.data && c < p->Dv; c++) {
                     float acc = 0.0f;
-                    for (int64_t n = 0; n < p->N && m != -INFINITY; n++) {
+                    int nan = 0, pinf = 0, ninf = 0;
+                    for (int64_t n = 0; n < p->N && m != -INFINITY && !poison; n++) {
                         float x = l[n * in->lse_part_stride];
-                        if (x == empty)
+                        if (x == -INFINITY || x == INFINITY)
                             continue;
+                        float v = O[n * in->o_part_stride + b * so[0] + i * so[1] + h * so[2] +
+                                    c * so[3]];
+                        nan |= v != v, pinf |= v == INFINITY, ninf |= v == -INFINITY;
                         float w = (base2 ? exp2f(x - m) : expf(x - m)) / sum;
-                        acc += w * O[n * in->o_part_stride + b * so[0] + i * so[1] + h * so[2] +
-                                     c * so[3]];
+                        acc += w * v;
                     }
-                    *out4(&out->o, b, i, h, c) = acc;
+                    *out4(&out->o, b, i, h, c) = poison || nan || (pinf && ninf) ? NAN
+                                                 : pinf                        ? INFINITY
+                                                 : ninf                        ? -INFINITY
+                                                                               : acc;
                 }
             }
     return 0;

@@ -198,45 +198,6 @@ static int read_data(const char *dir, smattn_case *c, char *err, size_t errlen)
 
 /* ---- checks ---------------------------------------------------------------------------- */
 
-/* The smattn dtype of a float input; bf16 says whether case.json names it in "bf16". */
-static int float_dtype(const smattn_npy *a, const char *file, const char *key, int bf16,
-                       smattn_dtype *t, char *err, size_t errlen)
-{
-    switch (a->type) {
-    case SMATTN_NPY_F64: *t = SMATTN_F64; break;
-    case SMATTN_NPY_F32: *t = SMATTN_F32; break;
-    case SMATTN_NPY_F16: *t = SMATTN_F16; break;
-    case SMATTN_NPY_BF16: *t = SMATTN_BF16; return 0;
-    case SMATTN_NPY_U16:
-        if (bf16) {
-            *t = SMATTN_BF16;
-            return 0;
-        }
-        smattn_io_err(err, errlen,
-                      "%s: dtype '%s' holds raw bits; name \"%s\" in case.json's \"bf16\" list to "
-                      "read them as bfloat16",
-                      file, a->descr, key);
-        return -1;
-    case SMATTN_NPY_U8:
-        smattn_io_err(err, errlen,
-                      "%s: dtype '%s' holds raw bytes; name \"%s\" in case.json's \"fp8_e4m3\", "
-                      "\"fp8_e5m2\", \"q8_0\" or \"q4_0\" list to read them as that format",
-                      file, a->descr, key);
-        return -1;
-    default:
-        smattn_io_err(err, errlen, "%s: dtype '%s' is not a float type (want f8, f4, f2 or bf16)",
-                      file, a->descr);
-        return -1;
-    }
-    if (bf16) {
-        smattn_io_err(err, errlen,
-                      "case.json: \"bf16\" names %s, but %s has dtype '%s' (want '<u2')", key, file,
-                      a->descr);
-        return -1;
-    }
-    return 0;
-}
-
 /* The quantised format case.json names input n (0 q, 1 k, 2 v) in (SPEC 7.1), or -1. */
 static int quant_named(const smattn_case_json *j, int n)
 {
@@ -266,7 +227,7 @@ static int input_dtype(const smattn_case *c, int n, const smattn_npy *a, const c
     }
     int qt = quant_named(j, n);
     if (qt < 0)
-        return float_dtype(a, file, key, (j->bf16 & bit) != 0, t, err, errlen);
+        return smattn_io_float_dtype(a, file, key, (j->bf16 & bit) != 0, 1, t, err, errlen);
     if (a->type != SMATTN_NPY_U8) {
         smattn_io_err(err, errlen, "case.json: \"%s\" names %s, but %s has dtype '%s' (want '|u1')",
                       smattn_dtype_name((smattn_dtype)qt)[0] == 'f'
@@ -308,7 +269,7 @@ static int block_arrays(smattn_case *c, int layout, char *err, size_t errlen)
                 !!(j->q8_0 & bit) + !!(j->q4_0 & bit) > 1)
             return input_dtype(c, n, qkv[n], qkv_file[n], key[n], &t, err, errlen), -1;
         if (qkv[n]->type == SMATTN_NPY_U8 && quant_named(&c->json, n) < 0 &&
-            float_dtype(qkv[n], qkv_file[n], key[n], 0, &t, err, errlen))
+            smattn_io_float_dtype(qkv[n], qkv_file[n], key[n], 0, 1, &t, err, errlen))
             return -1;
     }
     smattn_npy *arr[2] = {&c->k, &c->v};
@@ -938,8 +899,8 @@ static int check_softmax(smattn_case *c, char *err, size_t errlen)
     p->T = x->shape[o + 2];
     p->Hkv = p->D = p->Dv = 1;
     c->rank = x->rank;
-    if (float_dtype(x, "x.npy", "x", (c->json.bf16 & SMATTN_CASE_X) != 0, &c->in.x.dtype, err,
-                    errlen))
+    if (smattn_io_float_dtype(x, "x.npy", "x", (c->json.bf16 & SMATTN_CASE_X) != 0, 1,
+                              &c->in.x.dtype, err, errlen))
         return -1;
     strides_34(x, c->in.x.stride);
     return 0;
@@ -987,8 +948,9 @@ static int check_broadcast(const smattn_case *c, const smattn_npy *a, const char
 static int check_bias_mask(smattn_case *c, char *err, size_t errlen)
 {
     if (present(&c->bias)) {
-        if (float_dtype(&c->bias, "bias.npy", "bias", (c->json.bf16 & SMATTN_CASE_BIAS) != 0,
-                        &c->in.bias.dtype, err, errlen) ||
+        if (smattn_io_float_dtype(&c->bias, "bias.npy", "bias",
+                                  (c->json.bf16 & SMATTN_CASE_BIAS) != 0, 1, &c->in.bias.dtype, err,
+                                  errlen) ||
             check_broadcast(c, &c->bias, "bias.npy", &c->in.bias, err, errlen))
             return -1;
     }
@@ -1029,8 +991,9 @@ static int check_sinks(smattn_case *c, char *err, size_t errlen)
             smattn_io_err(err, errlen, "sinks.npy: shape %s, want [Hq] = [%lld]", s, (long long)Hq);
             return -1;
         }
-        if (float_dtype(&c->sinks, "sinks.npy", "sinks", (c->json.bf16 & SMATTN_CASE_SINKS) != 0,
-                        &c->in.sinks.dtype, err, errlen))
+        if (smattn_io_float_dtype(&c->sinks, "sinks.npy", "sinks",
+                                  (c->json.bf16 & SMATTN_CASE_SINKS) != 0, 1, &c->in.sinks.dtype,
+                                  err, errlen))
             return -1;
         c->in.sinks.stride[0] = c->sinks.stride[0];
     }
@@ -1098,8 +1061,8 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
                           (long long)c->total_q, (long long)p->Hq, (long long)p->Dv);
             return -1;
         }
-        if (float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0,
-                        &c->gin.dout.dtype, err, errlen))
+        if (smattn_io_float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0, 1,
+                                  &c->gin.dout.dtype, err, errlen))
             return -1;
         strides_34(d, c->gin.dout.stride);
         c->backward = 1;
@@ -1112,8 +1075,8 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
                           s, (long long)p->Hq, (long long)c->total_q);
             return -1;
         }
-        if (float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0,
-                        &c->gin.dlse.dtype, err, errlen))
+        if (smattn_io_float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0, 1,
+                                  &c->gin.dlse.dtype, err, errlen))
             return -1;
         c->gin.dlse.stride[0] = 0;
         c->gin.dlse.stride[1] = l->stride[0];
@@ -1135,8 +1098,8 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
                           s, (long long)p->S, (long long)p->Hq, (long long)p->Dv);
         return -1;
     }
-    if (float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0, &c->gin.dout.dtype,
-                    err, errlen))
+    if (smattn_io_float_dtype(d, "do.npy", "do", (c->json.bf16 & SMATTN_CASE_DO) != 0, 1,
+                              &c->gin.dout.dtype, err, errlen))
         return -1;
     strides_34(d, c->gin.dout.stride);
     c->backward = 1;
@@ -1154,8 +1117,8 @@ static int check_grads(smattn_case *c, char *err, size_t errlen)
                           (long long)p->Hq, (long long)p->S);
         return -1;
     }
-    if (float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0,
-                    &c->gin.dlse.dtype, err, errlen))
+    if (smattn_io_float_dtype(l, "dlse.npy", "dlse", (c->json.bf16 & SMATTN_CASE_DLSE) != 0, 1,
+                              &c->gin.dlse.dtype, err, errlen))
         return -1;
     c->gin.dlse.stride[0] = o ? l->stride[0] : 0;
     c->gin.dlse.stride[1] = l->stride[o];

@@ -214,10 +214,12 @@ int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, c
                               char *err, size_t errlen);
 /* smattn_case_write_outputs with the gradients of a backward case in the same set:
  * dq.npy, dk.npy, dv.npy, dbias.npy, dsinks.npy (those whose data is not NULL; g may be
- * NULL). Every name of the eight a run does not write is removed as stale. */
+ * NULL). Every name of the eight a run does not write is removed as stale. writer, "ref"
+ * (the oracle) or "opt" (the built-in kernel), goes into the marker's "writer" (NULL: none),
+ * so that `smattn check` can tell the oracle's own outputs from a kernel's. */
 int smattn_case_write_set(const smattn_case *c, const smattn_outputs *out,
-                          const smattn_grad_outputs *g, const char *outdir, char *err,
-                          size_t errlen);
+                          const smattn_grad_outputs *g, const char *outdir, const char *writer,
+                          char *err, size_t errlen);
 /* Unlink the temporaries smattn_case_write_outputs holds at this moment: async-signal-safe
  * (unlink only), for the handler of a signal that ends the process. */
 void smattn_case_remove_temps(void);
@@ -230,5 +232,10 @@ void smattn_case_remove_temps(void);
  * set), does not match the files, or is not a marker (a directory, a dangling link, bad
  * JSON). */
 int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen);
+/* smattn_case_outputs_verify, and the marker's "writer" ("ref" or "opt") into writer[cap]
+ * ("" when the set is unmarked or its marker names none; a "writer" of another value is
+ * the marker's error). */
+int smattn_case_outputs_verify_writer(const char *outdir, char *writer, size_t cap, char *err,
+                                      size_t errlen);
 
 #endif

@@ -692,7 +692,8 @@ static void remove_stale_temps(const char *outdir, int dfd)
  * the "writing" marker; the renames and the removal of stale outputs, OUT flushed; the
  * "whole" marker. 0, or -1 with err (after the "writing" marker, OUT then holds a set that
  * says it is not whole, and err says so). */
-static int switch_set(const char *outdir, int dfd, set_file f[N_OUT], char *err, size_t errlen)
+static int switch_set(const char *outdir, int dfd, set_file f[N_OUT], const char *writer, char *err,
+                      size_t errlen)
 {
     char q[SMATTN_IO_PATH_MAX];
     sigset_t old;
@@ -719,8 +720,10 @@ static int switch_set(const char *outdir, int dfd, set_file f[N_OUT], char *err,
     if (rc == 0) {
         (void)fsync(dfd); /* the new outputs are on the disk before the marker says so */
         char text[1536];  /* eight entries of at most 80 bytes each */
-        int n =
-            snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", \"files\": {");
+        int n = snprintf(text, sizeof text, "{\"smattn_set\": 1, \"state\": \"whole\", ");
+        if (writer)
+            n += snprintf(text + n, sizeof text - (size_t)n, "\"writer\": \"%s\", ", writer);
+        n += snprintf(text + n, sizeof text - (size_t)n, "\"files\": {");
         for (int k = 0, first = 1; k < N_OUT; k++)
             if (f[k].produced) {
                 n +=
@@ -746,12 +749,12 @@ static int switch_set(const char *outdir, int dfd, set_file f[N_OUT], char *err,
 int smattn_case_write_outputs(const smattn_case *c, const smattn_outputs *out, const char *outdir,
                               char *err, size_t errlen)
 {
-    return smattn_case_write_set(c, out, NULL, outdir, err, errlen);
+    return smattn_case_write_set(c, out, NULL, outdir, NULL, err, errlen);
 }
 
 int smattn_case_write_set(const smattn_case *c, const smattn_outputs *out,
-                          const smattn_grad_outputs *g, const char *outdir, char *err,
-                          size_t errlen)
+                          const smattn_grad_outputs *g, const char *outdir, const char *writer,
+                          char *err, size_t errlen)
 {
     char q[SMATTN_IO_PATH_MAX];
     const smattn_out_tensor *ot[N_OUT] = {&out->o,
@@ -762,6 +765,10 @@ int smattn_case_write_set(const smattn_case *c, const smattn_outputs *out,
                                           g ? &g->dv : NULL,
                                           g ? &g->dbias : NULL,
                                           g ? &g->dsinks : NULL};
+    if (writer && strcmp(writer, "ref") != 0 && strcmp(writer, "opt") != 0) {
+        smattn_io_err(err, errlen, "writer '%.20s' is not \"ref\" or \"opt\"", writer);
+        return -1;
+    }
     set_file f[N_OUT];
     memset(f, 0, sizeof f);
     int created, rc = -1;
@@ -810,7 +817,7 @@ int smattn_case_write_set(const smattn_case *c, const smattn_outputs *out,
         if (write_temp(outdir, out_names[k], ot[k], rank, shape, &f[k], err, errlen))
             goto done;
     }
-    rc = switch_set(outdir, dfd, f, err, errlen);
+    rc = switch_set(outdir, dfd, f, writer, err, errlen);
 done:
     for (int k = 0; k < N_OUT; k++) {
         if (f[k].tmp)
@@ -844,6 +851,14 @@ static int member_uint(json_object *obj, const char *key, uint64_t max, uint64_t
 
 int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
 {
+    return smattn_case_outputs_verify_writer(outdir, NULL, 0, err, errlen);
+}
+
+int smattn_case_outputs_verify_writer(const char *outdir, char *writer, size_t cap, char *err,
+                                      size_t errlen)
+{
+    if (writer && cap)
+        writer[0] = 0;
     char e2[300];
     struct stat st;
     char *mp = smattn_io_join_path(outdir, SET_MARKER), *text = NULL;
@@ -962,6 +977,17 @@ int smattn_case_outputs_verify(const char *outdir, char *err, size_t errlen)
         free(p);
         if (bad)
             goto done;
+    }
+    json_object *wr;
+    if (json_object_object_get_ex(j, "writer", &wr)) {
+        const char *w =
+            json_object_is_type(wr, json_type_string) ? json_object_get_string(wr) : NULL;
+        if (!w || (strcmp(w, "ref") != 0 && strcmp(w, "opt") != 0)) {
+            smattn_io_err(err, errlen, "%s: \"writer\" is not \"ref\" or \"opt\"", SET_MARKER);
+            goto done;
+        }
+        if (writer && cap)
+            snprintf(writer, cap, "%s", w);
     }
     rc = 0;
 done:

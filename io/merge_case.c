@@ -107,35 +107,6 @@ static int parse_json(json_object *obj, smattn_merge_problem *p, unsigned *bf16,
     return 0;
 }
 
-static int float_dtype(const smattn_npy *a, const char *file, const char *key, int bf16,
-                       smattn_dtype *t, char *err, size_t errlen)
-{
-    switch (a->type) {
-    case SMATTN_NPY_F64: *t = SMATTN_F64; break;
-    case SMATTN_NPY_F32: *t = SMATTN_F32; break;
-    case SMATTN_NPY_F16: *t = SMATTN_F16; break;
-    case SMATTN_NPY_BF16: *t = SMATTN_BF16; return 0;
-    case SMATTN_NPY_U16:
-        if (bf16)
-            return *t = SMATTN_BF16, 0;
-        smattn_io_err(err, errlen,
-                      "%s: dtype '%s' holds raw bits; name \"%s\" in case.json's \"bf16\" list to "
-                      "read them as bfloat16",
-                      file, a->descr, key);
-        return -1;
-    default:
-        smattn_io_err(err, errlen, "%s: dtype '%s' is not a float type (want f8, f4, f2 or bf16)",
-                      file, a->descr);
-        return -1;
-    }
-    if (bf16) {
-        smattn_io_err(err, errlen, "case.json: \"bf16\" names %s, but %s has dtype '%s' (want '<u2')",
-                      key, file, a->descr);
-        return -1;
-    }
-    return 0;
-}
-
 /* The header (data 0) or the data (data 1) of dir/name into *a; a failure named "name: ". */
 static int load(const char *dir, const char *name, int data, smattn_npy *a, char *err,
                 size_t errlen)
@@ -229,10 +200,10 @@ int smattn_merge_case_load(const char *dir, smattn_merge_case *mc, char *err, si
     }
     if (load(dir, "o_parts.npy", 0, &mc->o_parts, err, errlen) ||
         load(dir, "lse_parts.npy", 0, &mc->lse_parts, err, errlen) ||
-        float_dtype(&mc->o_parts, "o_parts.npy", "o_parts", (bf16 & BF16_O) != 0,
-                    &mc->in.o_parts.dtype, err, errlen) ||
-        float_dtype(&mc->lse_parts, "lse_parts.npy", "lse_parts", (bf16 & BF16_LSE) != 0,
-                    &mc->in.lse_parts.dtype, err, errlen) ||
+        smattn_io_float_dtype(&mc->o_parts, "o_parts.npy", "o_parts", (bf16 & BF16_O) != 0, 0,
+                              &mc->in.o_parts.dtype, err, errlen) ||
+        smattn_io_float_dtype(&mc->lse_parts, "lse_parts.npy", "lse_parts", (bf16 & BF16_LSE) != 0,
+                              0, &mc->in.lse_parts.dtype, err, errlen) ||
         check_shapes(mc, err, errlen) || load(dir, "o_parts.npy", 1, &mc->o_parts, err, errlen) ||
         load(dir, "lse_parts.npy", 1, &mc->lse_parts, err, errlen)) {
         smattn_merge_case_free(mc);

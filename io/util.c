@@ -143,3 +143,45 @@ char *smattn_io_read_text(const char *path, size_t max, size_t *len, char *err, 
     *len = n;
     return buf;
 }
+
+int smattn_io_float_dtype(const smattn_npy *a, const char *file, const char *key, int bf16,
+                          int byte_lists, smattn_dtype *t, char *err, size_t errlen)
+{
+    switch (a->type) {
+    case SMATTN_NPY_F64: *t = SMATTN_F64; break;
+    case SMATTN_NPY_F32: *t = SMATTN_F32; break;
+    case SMATTN_NPY_F16: *t = SMATTN_F16; break;
+    case SMATTN_NPY_BF16: *t = SMATTN_BF16; return 0;
+    case SMATTN_NPY_U16:
+        if (bf16) {
+            *t = SMATTN_BF16;
+            return 0;
+        }
+        smattn_io_err(err, errlen,
+                      "%s: dtype '%s' holds raw bits; name \"%s\" in case.json's \"bf16\" list to "
+                      "read them as bfloat16",
+                      file, a->descr, key);
+        return -1;
+    case SMATTN_NPY_U8:
+        if (byte_lists) {
+            smattn_io_err(err, errlen,
+                          "%s: dtype '%s' holds raw bytes; name \"%s\" in case.json's "
+                          "\"fp8_e4m3\", \"fp8_e5m2\", \"q8_0\" or \"q4_0\" list to read them "
+                          "as that format",
+                          file, a->descr, key);
+            return -1;
+        }
+        /* fall through */
+    default:
+        smattn_io_err(err, errlen, "%s: dtype '%s' is not a float type (want f8, f4, f2 or bf16)",
+                      file, a->descr);
+        return -1;
+    }
+    if (bf16) {
+        smattn_io_err(err, errlen,
+                      "case.json: \"bf16\" names %s, but %s has dtype '%s' (want '<u2')", key, file,
+                      a->descr);
+        return -1;
+    }
+    return 0;
+}

@@ -8,6 +8,7 @@
 #include <json.h>
 
 #include "io/npy.h"
+#include "smattn.h"
 
 /* snprintf into err (nothing if err is NULL or errlen is 0). */
 void smattn_io_err(char *err, size_t errlen, const char *fmt, ...)
@@ -32,6 +33,14 @@ char *smattn_io_join_path(const char *dir, const char *name);
  * in (case directories and merge case directories name it in their own ways). */
 int smattn_io_npy_load(const char *dir, const char *name, int data, smattn_npy *a, char *err,
                        size_t errlen);
+
+/* The smattn dtype of a float .npy input into *t: f8, f4 and f2 as themselves, bf16 as
+ * bfloat16, '<u2' as bfloat16 when case.json names key in "bf16" (bf16 nonzero), which it
+ * may name for '<u2' only. byte_lists says whether the reader takes '|u1' arrays through
+ * case.json's fp8 and block lists (case directories do, merge case directories do not), so
+ * the message for such an array points to them. 0, or -1 with one line in err naming file. */
+int smattn_io_float_dtype(const smattn_npy *a, const char *file, const char *key, int bf16,
+                          int byte_lists, smattn_dtype *t, char *err, size_t errlen);
 
 /* a's shape as "[d0,d1,...]" in out (cut to cap bytes), for messages. */
 void smattn_io_shape_str(const smattn_npy *a, char *out, size_t cap);

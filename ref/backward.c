@@ -768,6 +768,37 @@ static int acc_combine(bw_acc *c, bw_ex *e)
     return smattn__bwp_normalize(&e->num) || smattn__bwp_normalize(&e->den) ? -1 : 0;
 }
 
+/* The rows' sum sum_k A_k / D_k decided without a common denominator when it has rows of
+ * distinct denominators (smattn__bwp_decide_sum): its verdict (1 decided, -1 memory), or 0
+ * to go on over one denominator (acc_combine, ex_decide). */
+static int acc_decide_sum(bw_unit *u, const bw_acc *c, smattn_dtype t, long maxp, uint64_t *bits)
+{
+    if (c->n <= 1)
+        return 0;
+    long pu = 0;
+    const int sr = smattn__bwp_decide_sum(c->A, c->D, c->n, t, BW_START_PREC, maxp, bits, &pu);
+    if (pu > u->prec_used)
+        u->prec_used = pu;
+    return sr;
+}
+
+/* e->num / e->den decided into *bits after the status rc of building them: 1 decided, 0 not
+ * (rc -2, too big: the Ziv loop goes on), -1 memory. */
+static int ex_decide(bw_unit *u, bw_ex *e, int rc, smattn_dtype t, long maxp, uint64_t *bits)
+{
+    if (rc == -2)
+        return 0;
+    if (rc)
+        return -1;
+    long pu = 0;
+    int rational = 0;
+    const int ret =
+        smattn__bwp_decide(&e->num, &e->den, t, BW_START_PREC, maxp, bits, &pu, &rational);
+    if (pu > u->prec_used)
+        u->prec_used = pu;
+    return ret;
+}
+
 /* The exact path for one element (SPEC 10.3). which: 0 dQ (row, d), 1 dK (key, d), 2 dV (key,
  * c), 3 dBias (row, key position). Returns 1 decided, 0 not (too big: the Ziv loop goes on),
  * -1 memory. */
@@ -876,28 +907,12 @@ static int exact_elem(bw_unit *u, int which, int64_t idx, int64_t d, smattn_dtyp
                 rc = -1;
         }
         smattn__bwp_clear(&L), smattn__bwp_clear(&N);
-        if (!rc && acc.n > 1) { /* rows of distinct denominators: first without their product */
-            long pu = 0;
-            int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
-            if (pu > u->prec_used)
-                u->prec_used = pu;
-            if (sr != 0) {
-                ret = sr;
-                goto out;
-            }
-        }
+        if (!rc && (ret = acc_decide_sum(u, &acc, t, maxp, bits)) != 0)
+            goto out;
         if (!rc)
             rc = acc_combine(&acc, &e);
     }
-    if (rc == -2) {
-        ret = 0;
-    } else if (rc == 0) {
-        long pu = 0;
-        int rational = 0;
-        ret = smattn__bwp_decide(&e.num, &e.den, t, BW_START_PREC, maxp, bits, &pu, &rational);
-        if (pu > u->prec_used)
-            u->prec_used = pu;
-    }
+    ret = ex_decide(u, &e, rc, t, maxp, bits);
 out:
     mpfr_clears(w, tmp, sc, (mpfr_ptr)0);
     acc_free(&acc);
@@ -1341,27 +1356,11 @@ static int exact_sink(bw_unit *u, const unsigned char *kind, smattn_dtype t, lon
                     acc_add(&acc, &e.A, &e.Dn, e.one)))
             rc = -1;
     }
-    if (!rc && acc.n > 1) { /* rows of distinct denominators: first without their product */
-        long pu = 0;
-        int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
-        if (pu > u->prec_used)
-            u->prec_used = pu;
-        if (sr != 0) {
-            ret = sr;
-            goto out;
-        }
-    }
+    if (!rc && (ret = acc_decide_sum(u, &acc, t, maxp, bits)) != 0)
+        goto out;
     if (!rc)
         rc = acc_combine(&acc, &e);
-    if (rc == -2) {
-        ret = 0;
-    } else if (rc == 0) {
-        long pu = 0;
-        int rational = 0;
-        ret = smattn__bwp_decide(&e.num, &e.den, t, BW_START_PREC, maxp, bits, &pu, &rational);
-        if (pu > u->prec_used)
-            u->prec_used = pu;
-    }
+    ret = ex_decide(u, &e, rc, t, maxp, bits);
 out:
     smattn__bwp_clear(&L), smattn__bwp_clear(&N);
     mpfr_clears(w, tmp, zero, (mpfr_ptr)0);
@@ -1596,27 +1595,11 @@ static int exact_bias_sum(bw_unit *u, const int64_t *tr, const int64_t *tj, int6
         if (!rc && Ar.n && acc_add(&acc, &Ar, &e.Dn, e.one))
             rc = -1;
     }
-    if (!rc && acc.n > 1) {
-        long pu = 0;
-        int sr = smattn__bwp_decide_sum(acc.A, acc.D, acc.n, t, BW_START_PREC, maxp, bits, &pu);
-        if (pu > u->prec_used)
-            u->prec_used = pu;
-        if (sr != 0) {
-            ret = sr;
-            goto out;
-        }
-    }
+    if (!rc && (ret = acc_decide_sum(u, &acc, t, maxp, bits)) != 0)
+        goto out;
     if (!rc)
         rc = acc_combine(&acc, &e);
-    if (rc == -2) {
-        ret = 0;
-    } else if (rc == 0) {
-        long pu = 0;
-        int rational = 0;
-        ret = smattn__bwp_decide(&e.num, &e.den, t, BW_START_PREC, maxp, bits, &pu, &rational);
-        if (pu > u->prec_used)
-            u->prec_used = pu;
-    }
+    ret = ex_decide(u, &e, rc, t, maxp, bits);
 out:
     smattn__bwp_clear(&L), smattn__bwp_clear(&N), smattn__bwp_clear(&Ar);
     mpfr_clears(w, tmp, (mpfr_ptr)0);

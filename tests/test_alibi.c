@@ -535,6 +535,7 @@ START_TEST(gen_ref_check_round_trip)
     o = test_cli_run(dir, ref);
     ck_assert_msg(o.code == 0, "ref: %s", o.err);
     test_outcome_free(&o);
+    test_unmark_ref_set(cs);
     const char *check[] = {"check", cs, NULL};
     o = test_cli_run(dir, check);
     ck_assert_msg(o.code == 0, "check: %s%s", o.out, o.err);

@@ -524,6 +524,52 @@ START_TEST(check_judges_whole_sets_only)
 }
 END_TEST
 
+/* The marker names the run that wrote the set ("writer": "ref" or "opt"), and `smattn
+ * check` skips the oracle's own outputs with a reason that says so (they would pass, telling
+ * nothing of a kernel: say one that wrote nothing over them); the built-in kernel's are
+ * judged; a marker naming another writer is the marker's error. */
+START_TEST(check_skips_the_oracles_own_outputs)
+{
+    NEED_CLI();
+    char a[128], b[128];
+    make_cases(a, b, sizeof a);
+    test_outcome o = test_cli_run(tmp, (const char *[]){"ref", a, a, "--dtype", "f32", NULL});
+    ck_assert_msg(o.code == 0, "ref: %s", o.err);
+    test_outcome_free(&o);
+    char *marker = test_slurp(test_path(a, MARKER));
+    ck_assert_msg(strstr(marker, "\"writer\": \"ref\""), "%s", marker);
+    free(marker);
+    char err[600], writer[8];
+    ck_assert_msg(smattn_case_outputs_verify_writer(a, writer, sizeof writer, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_str_eq(writer, "ref");
+    o = test_cli_run(tmp, (const char *[]){"check", a, "--precision", "f32", NULL});
+    ck_assert_msg(o.code == 1 &&
+                      strstr(o.out, "1 holding the oracle's own outputs (smattn ref wrote them)") &&
+                      strstr(o.out, "NOT CONFORMING"),
+                  "ref's set: exit %d: %s%s", o.code, o.out, o.err);
+    test_outcome_free(&o);
+    o = test_cli_run(tmp, (const char *[]){"opt", a, a, NULL});
+    ck_assert_msg(o.code == 0, "opt: %s", o.err);
+    test_outcome_free(&o);
+    marker = test_slurp(test_path(a, MARKER));
+    ck_assert_msg(strstr(marker, "\"writer\": \"opt\""), "%s", marker);
+    o = test_cli_run(tmp, (const char *[]){"check", a, "--precision", "f32", NULL});
+    ck_assert_msg(o.code == 0, "opt's set: exit %d: %s%s", o.code, o.out, o.err);
+    test_outcome_free(&o);
+    char *w = strstr(marker, "\"opt\"");
+    memcpy(w, "\"me!\"", 5);
+    FILE *f = fopen(test_path(a, MARKER), "w");
+    fputs(marker, f);
+    fclose(f);
+    free(marker);
+    o = test_cli_run(tmp, (const char *[]){"check", a, "--precision", "f32", NULL});
+    ck_assert_msg(o.code == 1 && strstr(o.out, ".smattn-set: \"writer\" is not"),
+                  "another writer: exit %d: %s%s", o.code, o.out, o.err);
+    test_outcome_free(&o);
+}
+END_TEST
+
 Suite *case_out_suite(void);
 Suite *case_out_suite(void)
 {
@@ -536,6 +582,7 @@ Suite *case_out_suite(void)
     tcase_add_test(tc, stale_temporaries_removed_by_the_next_run);
     tcase_add_test(tc, sticky_out_refused_before_any_change);
     tcase_add_test(tc, check_judges_whole_sets_only);
+    tcase_add_test(tc, check_skips_the_oracles_own_outputs);
     suite_add_tcase(s, tc);
     return s;
 }

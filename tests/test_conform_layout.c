@@ -219,6 +219,7 @@ START_TEST(check_names_a_paged_files_features)
     o = test_cli_run(dir, ref);
     ck_assert_msg(o.code == 0, "ref: exit %d: %s", o.code, o.err);
     test_outcome_free(&o);
+    test_unmark_ref_set(cdir);
     const char *json = test_path(dir, "c.json");
     const char *check[] = {"check", cdir, "--json", json, NULL};
     o = test_cli_run(dir, check);

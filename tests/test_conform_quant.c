@@ -186,6 +186,7 @@ START_TEST(gen_ref_check_round_trip)
     free(text);
     const char *ref[] = {"ref", cdir, cdir, NULL};
     run_ok(ref);
+    test_unmark_ref_set(cdir);
     char *reason, *st = check_status(cdir, &reason);
     ck_assert_msg(!strcmp(st, "pass"), "%s: %s", st, reason);
     free(st), free(reason);
@@ -213,6 +214,7 @@ START_TEST(gen_ref_check_round_trip)
     free(text);
     const char *ref2[] = {"ref", forgot, cdir, NULL};
     run_ok(ref2);
+    test_unmark_ref_set(cdir);
     st = check_status(cdir, &reason);
     ck_assert_msg(!strcmp(st, "fail") && strstr(reason, "error/bound ratio"), "%s: %s", st,
                   reason);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <poll.h>
@@ -1010,6 +1011,73 @@ START_TEST(paths_checked_before_the_run)
 }
 END_TEST
 
+/* A report path names a file that is replaced only when it is a report (or empty): a case's
+ * q.npy given as --json by mistake is kept, and refused before the run. A report is written
+ * beside its file and renamed over it: a write that fails (here a file-size limit, as a
+ * full disk) leaves the file as it was, with no temporary beside it; `report merge` may
+ * name one of its inputs as OUT. A symbolic link stays a link to the new report. */
+START_TEST(reports_replace_only_reports_and_whole)
+{
+    static const char npy[] = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, "
+                              "'shape': (1,), }";
+    FILE *f = fopen(tmp("q.npy"), "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite(npy, 1, sizeof npy - 1, f);
+    fclose(f);
+    outcome o = cli("conform", "--only", "shapes/s1_t1_d1", "--json", tmp("q.npy"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, "not a report of smattn"), "%s", o.err);
+    ck_assert_str_eq(o.out, ""); /* refused before the run */
+    outcome_free(&o);
+    char *kept = slurp(tmp("q.npy"));
+    ck_assert_msg(!memcmp(kept, npy, sizeof npy - 1), "q.npy was overwritten");
+    free(kept);
+    /* a report of many cases, larger than the limit below */
+    o = cli("conform", "--only", "shapes/,causal/", "--json", tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s", o.code, o.out);
+    outcome_free(&o);
+    char *before = slurp(tmp("r.json"));
+    ck_assert_uint_gt(strlen(before), 8192);
+    struct rlimit lim = {4096, 4096};
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    o = cli("report", "merge", tmp("r.json"), tmp("r.json"), NULL);
+    ck_assert_msg(o.code == 2, "exit %d: %s %s", o.code, o.out, o.err);
+    ck_assert_msg(strstr(o.err, "r.json: cannot write"), "%s", o.err);
+    outcome_free(&o);
+    char *after = slurp(tmp("r.json"));
+    ck_assert_msg(!strcmp(before, after), "r.json lost: %zu bytes left of %zu", strlen(after),
+                  strlen(before));
+    free(after);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        ck_assert_msg(strncmp(e->d_name, ".r.json.", 8), "temporary %s left", e->d_name);
+    closedir(d);
+    lim.rlim_cur = lim.rlim_max = RLIM_INFINITY;
+    setrlimit(RLIMIT_FSIZE, &lim); /* raising it back may be refused: the test ends here */
+    free(before);
+}
+END_TEST
+
+/* A report written through a symbolic link replaces the link's target; the link stays. */
+START_TEST(report_through_a_link_keeps_the_link)
+{
+    outcome o = cli("conform", "--only", "shapes/s1_t1_d1", "--json", tmp("t.json"), NULL);
+    ck_assert_int_eq(o.code, 0);
+    outcome_free(&o);
+    ck_assert_int_eq(symlink("t.json", tmp("l.json")), 0);
+    o = cli("conform", "--only", "shapes/s3_t7_d3", "--json", tmp("l.json"), NULL);
+    ck_assert_msg(o.code == 0, "exit %d: %s %s", o.code, o.out, o.err);
+    outcome_free(&o);
+    struct stat st;
+    ck_assert_int_eq(lstat(tmp("l.json"), &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    char *t = slurp(tmp("t.json"));
+    ck_assert_msg(strstr(t, "s3_t7_d3"), "the target is not the new report");
+    free(t);
+}
+END_TEST
+
 START_TEST(html_failures_first_and_marked)
 {
     outcome o = cli("conform", "--kernel", built("mutants/causal_off_by_one.so"), "--only",
@@ -1590,6 +1658,94 @@ START_TEST(report_merge_of_shards)
 }
 END_TEST
 
+/* Shards run on different golden vectors are of different runs: each report records the
+ * digest of the vectors' contents, and `smattn report merge` refuses shards whose digests
+ * differ (one byte changed in a copy of spec/vectors, or none at all with --no-vectors),
+ * while a shard run from an identical copy elsewhere merges; reports without a digest
+ * (written before it was recorded) still merge with each other, not with one that has it. */
+START_TEST(report_merge_refuses_other_vectors)
+{
+    const char *root = getenv("SMATTN_ROOT");
+    ck_assert_msg(root != NULL, "SMATTN_ROOT is not set");
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "cp -r '%s/spec/vectors' '%s' && cp -r '%s/spec/vectors' '%s'",
+             root, tmp("va"), root, tmp("vb"));
+    ck_assert_int_eq(system(cmd), 0);
+    /* one byte of vb changed: a letter of a description, so the cases stay the same */
+    char *before = test_slurp(tmp("vb/merge_two_parts.json"));
+    snprintf(cmd, sizeof cmd, "sed -i '3s/two/twO/' '%s'", tmp("vb/merge_two_parts.json"));
+    ck_assert_int_eq(system(cmd), 0);
+    char *after = test_slurp(tmp("vb/merge_two_parts.json"));
+    ck_assert(strlen(before) == strlen(after) && strcmp(before, after));
+    free(before);
+    free(after);
+    static const char *const only = "golden/";
+    static const char *const runs[5][3] = {{"0/3", "", "s0.json"},
+                                           {"1/3", "va", "s1.json"},
+                                           {"2/3", "", "s2.json"},
+                                           {"1/3", "vb", "b1.json"},
+                                           {"1/3", "-", "n1.json"}};
+    for (int k = 0; k < 5; k++) {
+        char vdir[600];
+        snprintf(vdir, sizeof vdir, "%s", tmp(runs[k][1]));
+        outcome o = !runs[k][1][0] ? cli("conform", "--only", only, "--shard", runs[k][0],
+                                         "--json", tmp(runs[k][2]), NULL)
+                    : runs[k][1][0] == '-'
+                        ? cli("conform", "--only", only, "--shard", runs[k][0], "--no-vectors",
+                              "--json", tmp(runs[k][2]), NULL)
+                        : cli("conform", "--only", only, "--shard", runs[k][0], "--vectors", vdir,
+                              "--json", tmp(runs[k][2]), NULL);
+        ck_assert_msg(o.code == 0 || (runs[k][1][0] == '-' && o.code == 1), "%s: exit %d: %s %s",
+                      runs[k][2], o.code, o.out, o.err);
+        outcome_free(&o);
+    }
+    char s0[600], s1[600], s2[600], b1[600], n1[600];
+    snprintf(s0, sizeof s0, "%s", tmp("s0.json"));
+    snprintf(s1, sizeof s1, "%s", tmp("s1.json"));
+    snprintf(s2, sizeof s2, "%s", tmp("s2.json"));
+    snprintf(b1, sizeof b1, "%s", tmp("b1.json"));
+    snprintf(n1, sizeof n1, "%s", tmp("n1.json"));
+    char *text = test_slurp(s1);
+    ck_assert_msg(strstr(text, "\"digest\":\"fnv1a64:"), "s1.json: %.600s", text);
+    free(text);
+    /* an identical copy at another path: one run */
+    outcome o = cli("report", "merge", tmp("m.json"), s0, s1, s2, NULL);
+    ck_assert_msg(o.code == 0, "identical copy: exit %d: %s %s", o.code, o.out, o.err);
+    outcome_free(&o);
+    /* one byte changed, and no vectors: refused, one line naming both, nothing written */
+    const char *const other[2] = {b1, n1};
+    for (int k = 0; k < 2; k++) {
+        o = cli("report", "merge", tmp("x.json"), s0, other[k], s2, NULL);
+        ck_assert_msg(o.code == 2 && strstr(o.err, "their golden vectors differ: fnv1a64:") &&
+                          strstr(o.err, "s0.json and ") &&
+                          strstr(o.err, k ? "n1.json" : "b1.json") &&
+                          count(o.err, "\n") == 1,
+                      "%s", o.err);
+        ck_assert(access(tmp("x.json"), F_OK) != 0);
+        outcome_free(&o);
+    }
+    /* reports without a digest: they merge together, not with one that has it */
+    const char *const paths[3] = {s0, s1, s2};
+    char old[3][600];
+    for (int k = 0; k < 3; k++) {
+        json_object *r = load_json(paths[k]), *v;
+        ck_assert(json_object_object_get_ex(r, "vectors", &v));
+        json_object_object_del(v, "digest");
+        static const char *const oname[3] = {"o0.json", "o1.json", "o2.json"};
+        snprintf(old[k], sizeof old[k], "%s", tmp(oname[k]));
+        ck_assert_int_eq(json_object_to_file(old[k], r), 0);
+        json_object_put(r);
+    }
+    o = cli("report", "merge", tmp("om.json"), old[0], old[1], old[2], NULL);
+    ck_assert_msg(o.code == 0, "old reports: exit %d: %s %s", o.code, o.out, o.err);
+    outcome_free(&o);
+    o = cli("report", "merge", tmp("x.json"), old[0], s1, old[2], NULL);
+    ck_assert_msg(o.code == 2 && strstr(o.err, "their golden vectors differ: no digest"), "%s",
+                  o.err);
+    outcome_free(&o);
+}
+END_TEST
+
 /* Every case runs twice (threads 1 and 2 where the plugin takes a thread count) and the
  * bits are compared: a kernel claiming SMATTN_CAP_DETERMINISTIC whose bits change fails with
  * the reason; one that does not claim it passes and is named; a steady one is told so. */
@@ -1666,6 +1822,7 @@ Suite *gate_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, vectors_found_or_an_error);
     tcase_add_test(tc, report_merge_of_shards);
+    tcase_add_test(tc, report_merge_refuses_other_vectors);
     tcase_add_test(tc, determinism_rerun);
     tcase_add_test(tc, check_skip_marker_and_shapes);
     tcase_add_test(tc, check_progress_bar_on_a_terminal);
@@ -1677,6 +1834,8 @@ Suite *gate_suite(void)
     tcase_add_test(tc, gen_long_paths);
     tcase_add_test(tc, gen_refuses_what_it_cannot_list);
     tcase_add_test(tc, vectors_empty_dir_passed_over);
+    tcase_add_test(tc, reports_replace_only_reports_and_whole);
+    tcase_add_test(tc, report_through_a_link_keeps_the_link);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -169,8 +169,74 @@ START_TEST(test_bad_cases)
     test_outcome r = test_cli_run(tmp, (const char *[]){"ref", tmp, test_path(tmp, "ok"), NULL});
     ck_assert_msg(r.code == 0, "ref takes binary64 partials: %s", r.err);
     test_outcome_free(&r);
+    /* raw bits and bytes: bf16 only through case.json's "bf16"; no byte formats here, so
+     * the message does not send the user to the case directories' fp8 lists */
+    uint16_t u16[3 * 2 * 3 * 2 * 4] = {0};
+    ck_assert_int_eq(smattn_npy_write(test_path(tmp, "o_parts.npy"), SMATTN_NPY_U16, 5, so, u16,
+                                      err, sizeof err), 0);
+    expect_bad("ref", tmp, "o_parts.npy: dtype '<u2' holds raw bits; name \"o_parts\" in", NULL);
+    uint8_t u8[3 * 2 * 3 * 2 * 4] = {0};
+    ck_assert_int_eq(smattn_npy_write(test_path(tmp, "o_parts.npy"), SMATTN_NPY_U8, 5, so, u8, err,
+                                      sizeof err), 0);
+    expect_bad("ref", tmp, "o_parts.npy: dtype '|u1' is not a float type", NULL);
     write_text(test_path(tmp, "q.npy"), "");
     expect_bad("ref", tmp, "it has no q.npy or x.npy", NULL);
+}
+END_TEST
+
+/* `smattn check` judges a merge case's o.npy and lse.npy against the exact merge (SPEC 9.5):
+ * found below a directory beside attention cases (it was passed over, so a tree whose merge
+ * output was wrong was conforming), the kernel's outputs pass, one O element off by 1e-3
+ * fails naming it, a missing o.npy fails, and a lone merge case is a case too. */
+START_TEST(test_check_judges_merge_cases)
+{
+    char root[256], cdir[256], att[256];
+    snprintf(root, sizeof root, "%s/tree", tmp);
+    snprintf(cdir, sizeof cdir, "%s/tree/m", tmp);
+    snprintf(att, sizeof att, "%s/tree/a", tmp);
+    char mk[800];
+    snprintf(mk, sizeof mk, "mkdir -p %s %s", cdir, att);
+    ck_assert_int_eq(system(mk), 0);
+    mc m;
+    make_case(&m, cdir, 1, NULL);
+    /* an attention case beside it, with the kernel's outputs */
+    char err[256];
+    int64_t sh[3] = {2, 1, 4};
+    float q[8] = {0.5f, -1, 0.25f, 2, 1, 0, -0.5f, 0.75f};
+    ck_assert_int_eq(smattn_npy_write(test_path(att, "q.npy"), SMATTN_NPY_F32, 3, sh, q, err,
+                                      sizeof err), 0);
+    ck_assert_int_eq(smattn_npy_write(test_path(att, "k.npy"), SMATTN_NPY_F32, 3, sh, q, err,
+                                      sizeof err), 0);
+    ck_assert_int_eq(smattn_npy_write(test_path(att, "v.npy"), SMATTN_NPY_F32, 3, sh, q, err,
+                                      sizeof err), 0);
+    test_outcome r = test_cli_run(tmp, (const char *[]){"opt", att, att, NULL});
+    ck_assert_msg(r.code == 0, "opt: %s", r.err);
+    test_outcome_free(&r);
+    r = test_cli_run(tmp, (const char *[]){"opt", cdir, cdir, NULL});
+    ck_assert_msg(r.code == 0, "opt: %s", r.err);
+    test_outcome_free(&r);
+    r = test_cli_run(tmp, (const char *[]){"check", root, NULL});
+    ck_assert_msg(r.code == 0 && strstr(r.out, "merge ") && strstr(r.out, "2 cases passed"),
+                  "exit %d: %s %s", r.code, r.out, r.err);
+    test_outcome_free(&r);
+    /* O off by 1e-3 in one element, written as another program would (no set marker) */
+    smattn_npy o;
+    ck_assert_int_eq(smattn_npy_read(test_path(cdir, "o.npy"), &o, err, sizeof err), 0);
+    ((float *)o.data)[5] += 1e-3f;
+    ck_assert_int_eq(remove(test_path(cdir, ".smattn-set")), 0);
+    ck_assert_int_eq(smattn_npy_write(test_path(cdir, "o.npy"), SMATTN_NPY_F32, o.rank, o.shape,
+                                      o.data, err, sizeof err), 0);
+    smattn_npy_free(&o);
+    r = test_cli_run(tmp, (const char *[]){"check", root, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "FAIL m: error/bound ratio") &&
+                      strstr(r.out, "at O element 5"),
+                  "exit %d: %s %s", r.code, r.out, r.err);
+    test_outcome_free(&r);
+    ck_assert_int_eq(remove(test_path(cdir, "o.npy")), 0);
+    r = test_cli_run(tmp, (const char *[]){"check", cdir, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "o.npy missing"), "exit %d: %s %s", r.code, r.out,
+                  r.err);
+    test_outcome_free(&r);
 }
 END_TEST
 
@@ -182,6 +248,7 @@ Suite *merge_cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_ref_and_opt);
     tcase_add_test(tc, test_bad_cases);
+    tcase_add_test(tc, test_check_judges_merge_cases);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;

@@ -989,6 +989,25 @@ _DOC_ARGS = """
         (ValueError otherwise)."""
 
 
+# The problem's keyword arguments of reference(), attention() and check() (_build's), and
+# those of the softmax op's reference_softmax() and check_softmax() (_build_softmax's).
+_PROBLEM_ARGS = (
+    "scale", "causal", "window", "kv_lens", "q_lens", "bias", "mask", "sinks", "softcap",
+    "empty_rows", "empty_lse", "layout", "is_causal", "attn_mask", "softmax_scale",
+    "window_size", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table",
+    "kv_layout", "kv_indptr", "kv_indices", "kv_last_page_len", "page_size",
+    "alibi_slopes", "alibi_mode", "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0", "q_descale",
+    "k_descale", "v_descale")
+_SOFTMAX_ARGS = (
+    "scale", "causal", "window", "kv_lens", "q_lens", "bias", "mask", "sinks", "softcap",
+    "empty_rows", "empty_lse", "is_causal", "attn_mask")
+
+
+def _problem_kw(args, names):
+    """The problem's keyword arguments among a caller's locals(), by name."""
+    return {n: args[n] for n in names}
+
+
 def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_lens=None,
               bias=None, mask=None, sinks=None, softcap=0, empty_rows="zero",
               empty_lse="neg_inf", dtype=None, weights=False, layout="bshd",
@@ -998,15 +1017,7 @@ def reference(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None,
               fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None,
               q8_0=(), q4_0=()):
-    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
-              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
-              empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-              seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
-              kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
-              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2, q8_0=q8_0, q4_0=q4_0,
-              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    kw = _problem_kw(locals(), _PROBLEM_ARGS)
     return _run("ref", q, k, v, dtype, weights, threads, None, kw, progress)
 
 
@@ -1034,15 +1045,7 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_
               kv_last_page_len=None, page_size=None, alibi_slopes=None, alibi_mode=None,
               fp8_e4m3=(), fp8_e5m2=(), q_descale=None, k_descale=None, v_descale=None,
               q8_0=(), q4_0=()):
-    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
-              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
-              empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-              seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
-              kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
-              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2, q8_0=q8_0, q4_0=q4_0,
-              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    kw = _problem_kw(locals(), _PROBLEM_ARGS)
     return _run("opt", q, k, v, dtype, weights, threads, isa, kw)
 
 
@@ -1065,9 +1068,7 @@ def reference_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, 
     convention of attention. x: [B, Hq, S, T] scores (3-D: [Hq, S, T]); scale: default 1.
     Returns (P [B, Hq, S, T], LSE [B, Hq, S]) rounded once to dtype (None: x's type). The
     other arguments are those of reference()."""
-    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
-              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
-              empty_lse=empty_lse, is_causal=is_causal, attn_mask=attn_mask)
+    kw = _problem_kw(locals(), _SOFTMAX_ARGS)
     return _run("ref_softmax", x, None, None, dtype, True, threads, None, kw, progress)
 
 
@@ -1378,15 +1379,7 @@ def check(o, q, k, v, *, lse=None, p=None, precision="float32", scale=None, caus
           kv_indptr=None, kv_indices=None, kv_last_page_len=None, page_size=None,
           alibi_slopes=None, alibi_mode=None, fp8_e4m3=(), fp8_e5m2=(), q_descale=None,
           k_descale=None, v_descale=None, q8_0=(), q4_0=()):
-    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
-              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
-              empty_lse=empty_lse, layout=layout, is_causal=is_causal, attn_mask=attn_mask,
-              softmax_scale=softmax_scale, window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-              seqused_k=seqused_k, block_table=block_table, kv_layout=kv_layout,
-              kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
-              page_size=page_size, alibi_slopes=alibi_slopes, alibi_mode=alibi_mode,
-              fp8_e4m3=fp8_e4m3, fp8_e5m2=fp8_e5m2, q8_0=q8_0, q4_0=q4_0,
-              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    kw = _problem_kw(locals(), _PROBLEM_ARGS)
     b = _build(q, k, v, **kw)
     if o is None:
         raise TypeError("o: None; want the kernel's O (check judges O, and LSE and P when "
@@ -1442,9 +1435,7 @@ def check_softmax(p, x, *, lse=None, precision="float32", scale=None, causal=Non
     """Judge a softmax kernel's P [B, Hq, S, T] (and LSE [B, Hq, S]) for scores x [B, Hq,
     S, T] (3-D: no B) against the exact oracle, as check() does for attention (the
     battery's softmax cases: Case.check). The arguments are those of reference_softmax()."""
-    kw = dict(scale=scale, causal=causal, window=window, kv_lens=kv_lens, q_lens=q_lens,
-              bias=bias, mask=mask, sinks=sinks, softcap=softcap, empty_rows=empty_rows,
-              empty_lse=empty_lse, is_causal=is_causal, attn_mask=attn_mask)
+    kw = _problem_kw(locals(), _SOFTMAX_ARGS)
     b = _build_softmax(x, **kw)
     if p is None:
         raise TypeError("p: None; want the kernel's P (check_softmax judges P, and LSE when "

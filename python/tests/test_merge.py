@@ -107,18 +107,19 @@ def naive_merge(o_parts, lse_parts, base="e", **_):
 
 def test_merge_cases_judged():
     """cases(merge=True) yields the merge battery (N = 1, 2, 64, LSEs over +-1000, empty
-    parts -inf and +inf, all parts empty, base 2, three batches) as partial states; smattn.merge passes every
-    case under its own model and under float32's, and a merge without the max subtraction
-    fails the cases whose LSEs leave exp's range."""
+    parts -inf and +inf, all parts empty, base 2, three batches, poisoned rows) as partial
+    states; smattn.merge passes every case under its own model and under float32's, and a
+    merge without the max subtraction fails the cases whose LSEs leave exp's range."""
     cs = list(smattn.cases(merge=True))
     names = [c.name for c in cs]
-    assert names[:11] == ["merge/n1", "merge/n2_plain", "merge/n64", "merge/lse_spread_pm1000",
+    assert names[:15] == ["merge/n1", "merge/n2_plain", "merge/n64", "merge/lse_spread_pm1000",
                           "merge/neg_inf_parts", "merge/pos_inf_parts_fa2",
                           "merge/all_parts_empty", "merge/all_parts_empty_fa2",
                           "merge/one_part_per_row", "merge/base2_spread_pm1000",
-                          "merge/batch_b3"]
+                          "merge/batch_b3", "merge/poison_rows_neg_inf", "merge/poison_rows_fa2",
+                          "merge/row_strides_padded", "merge/lse_token_major"]
     # then the merge golden vectors (spec/vectors, "op": "merge"), sorted
-    golden = [n for n in names[11:]]
+    golden = [n for n in names[15:]]
     assert golden == sorted(golden) and all(n.startswith("merge/golden_") for n in golden)
     assert {"merge/golden_merge_two_parts", "merge/golden_merge_base2",
             "merge/golden_merge_far_apart"} <= set(golden)
@@ -131,6 +132,11 @@ def test_merge_cases_judged():
     assert by["merge/pos_inf_parts_fa2"].kwargs["empty_parts"] == "pos_inf"
     assert np.isneginf(by["merge/all_parts_empty"].lse_parts).all()
     assert np.abs(by["merge/lse_spread_pm1000"].lse_parts).max() > 500
+    # poisoned rows: NaN LSEs, NaN and infinities in O (the strided cases' layout is the
+    # checker's; here their partials are contiguous)
+    assert np.isnan(by["merge/poison_rows_neg_inf"].lse_parts).any()
+    assert np.isposinf(by["merge/poison_rows_neg_inf"].o_parts).any()
+    assert by["merge/poison_rows_fa2"].kwargs["empty_parts"] == "pos_inf"
     failed = []
     for c in cs:
         assert c.op == "merge" and c.category == "merge" and c.features == ["merge"]
@@ -173,7 +179,7 @@ def test_merge_cases_arguments():
         next(smattn.cases(merge=True, backward=True))
     assert list(smattn.cases(merge=True, categories=["causal"])) == []
     n = len(list(smattn.cases(merge=True, categories=["merge"])))
-    assert n > 11 and len(list(smattn.cases(merge=True, vectors=""))) == 11  # "": no vectors
+    assert n > 15 and len(list(smattn.cases(merge=True, vectors=""))) == 15  # "": no vectors
 
 
 @pytest.mark.skipif(_cli() is None, reason="no smattn CLI (make check-python builds it)")

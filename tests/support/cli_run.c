@@ -229,3 +229,13 @@ const char *test_report_field(json_object *c, const char *key)
     ck_assert_msg(c && json_object_object_get_ex(c, key, &v), "no \"%s\"", key);
     return json_object_get_string(v);
 }
+
+void test_unmark_ref_set(const char *dir)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/.smattn-set", dir);
+    char *text = test_slurp(path);
+    ck_assert_msg(strstr(text, "\"writer\": \"ref\""), "%s: %s", path, text);
+    free(text);
+    ck_assert_msg(unlink(path) == 0, "%s: cannot remove", path);
+}

@@ -38,6 +38,12 @@ const char *test_copy_public(const char *dir, const char *src);
 /* A uid no account and no process of this machine uses, for test_cli_run_as. */
 unsigned test_spare_uid(void);
 
+/* `smattn ref` wrote the outputs in dir as a set whose marker names it ("writer": "ref"),
+ * which `smattn check` skips (the oracle's own outputs); the marker is removed, so that the
+ * outputs are judged as another program's: the oracle's outputs must pass. Fails the test
+ * if the marker does not name ref. */
+void test_unmark_ref_set(const char *dir);
+
 /* The case named `name` of a JSON report (NULL if absent), and a case's field as text
  * (fails the test if absent). */
 json_object *test_report_case(json_object *root, const char *name);
