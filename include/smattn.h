@@ -683,7 +683,9 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * ALiBi (folded into a binary32 bias; a bias beside the symmetric or one-sided term:
  * SMATTN_ERR_UNSUPPORTED); Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in float32, binary16
  * or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from binary32).
- * SMATTN_ERR_UNSUPPORTED: binary64 tensors, dbias or dsinks asked for, a non-finite input
+ * dsinks (optional) as the sum over batches and queries, in that order, of each row's
+ * binary32 term (SPEC 10.1, B13), rounded once to its dtype; the same bits at any count.
+ * SMATTN_ERR_UNSUPPORTED: binary64 tensors, dbias asked for, a non-finite input
  * (other than a -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there).
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */

@@ -279,6 +279,42 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow)
     return ok;
 }
 
+/* dSinks (SPEC 10.1, B13): per query head h, the sum over batches and queries, in that
+ * order, of P_sink (dLSE - Delta) in binary32, rounded once to dsinks's dtype. A row that
+ * sees keys takes P_sink = exp(fl(zeta - LSE)) from the stored LSE and dLSE - Delta as
+ * staged (job->delta holds its negation, one rounding); a row that sees the sink alone has
+ * P_sink = 1 and O = +0, so its term is dLSE; rows without storage, past q_len or with an
+ * empty row's class add nothing; a head without a sink, or with a -inf one, gets +0. The
+ * rows are read after the staging, on one thread: a fixed order, the same bits at every
+ * thread count. */
+static void write_dsinks(const bw_job *job, const smattn_inputs *in, const smattn_grad_inputs *gin,
+                         const smattn_out_tensor *ds)
+{
+    const smattn_problem *p = job->p;
+    const int64_t B = p->B, S = p->S, Hq = p->Hq;
+    for (int64_t h = 0; h < Hq; h++) {
+        float acc = 0.0f;
+        const double zeta =
+            in->sinks.data ? smattn_load(in->sinks.data, in->sinks.dtype, h * in->sinks.stride[0])
+                           : -HUGE_VAL;
+        for (int64_t b = 0; zeta != -HUGE_VAL && b < B; b++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t row = (b * Hq + h) * S + i;
+                if (job->cls[row] == BW_ROW_REGULAR) {
+                    const float ps = expf((float)zeta - job->lse[row]);
+                    acc += ps * -job->delta[row];
+                } else if (job->cls[row] == BW_ROW_SKIP && smattn__row_stored(p, b, i) &&
+                           i < smattn__q_len(p, b)) { /* the sink alone */
+                    acc += gin->dlse.data
+                               ? (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
+                                                    smattn__lse_off(p, gin->dlse.stride, b, h, i))
+                               : 0.0f;
+                }
+            }
+        smattn_store(ds->data, ds->dtype, h * ds->stride[0], (double)(acc + 0.0f));
+    }
+}
+
 /* Keys of block kb of KV head (b, g): K by key and as the transposed block, V transposed.
  * A layout's keys past T_b have no storage: left +0 (calloc), never seen. Returns 0 if a
  * staged K or V element is not finite. */
@@ -408,7 +444,7 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
             return st;
     }
     /* SPEC 10.7 and smattn.h: what this kernel leaves to the oracle */
-    if (gout->dbias.data || gout->dsinks.data)
+    if (gout->dbias.data || (gout->dsinks.data && !is_half_or_f32(gout->dsinks.dtype)))
         return SMATTN_ERR_UNSUPPORTED;
     const smattn_dtype ts[] = {in->q.dtype, in->k.dtype, in->v.dtype, gin->dout.dtype,
                                gout->dq.dtype, gout->dk.dtype, gout->dv.dtype};
@@ -525,6 +561,8 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
         smattn__pool_run(nt, B * job.nkb * Hkv, run_dkdv, &r);
         smattn__pool_run(nt, B * job.nqb * Hq, run_dq, &r);
     }
+    if (gout->dsinks.data)
+        write_dsinks(&job, in, gin, &gout->dsinks);
     st = SMATTN_OK;
 done:
     free(o_own), free(l_own);

@@ -304,8 +304,8 @@ START_TEST(ref_dbias_in_the_bias_shape)
 END_TEST
 
 /* A run into an OUT that holds gradients removes those it does not write as stale
- * (opt writes dq, dk, dv but neither dbias nor dsinks); gradients that the marker does not
- * list make the set not whole. */
+ * (opt writes dq, dk, dv and dsinks, not dbias); gradients that the marker does not list
+ * make the set not whole. */
 START_TEST(gradients_in_the_set)
 {
     bcase bc;
@@ -322,8 +322,8 @@ START_TEST(gradients_in_the_set)
     test_outcome_free(&r);
     static const char *const grads[5] = {"dq.npy", "dk.npy", "dv.npy", "dbias.npy", "dsinks.npy"};
     for (int k = 0; k < 5; k++)
-        ck_assert_msg(exists(test_path(out, grads[k])) == (k < 3), "%s %s", grads[k],
-                      k < 3 ? "not written by opt" : "stayed");
+        ck_assert_msg(exists(test_path(out, grads[k])) == (k != 3), "%s %s", grads[k],
+                      k != 3 ? "not written by opt" : "stayed");
     ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
     write_text(test_path(out, "dbias.npy"), "not of this set");
     ck_assert_int_ne(smattn_case_outputs_verify(out, err, sizeof err), 0);
@@ -576,7 +576,7 @@ END_TEST
 
 /* The fast backward of a case as smattn opt runs it: smattn_attention (binary32 O and LSE,
  * or rounded to t), then smattn_attention_backward from them; g[0..2] dq, dk, dv in t. */
-static void fast(const bcase *c, smattn_dtype t, void *g[3])
+static void fast(const bcase *c, smattn_dtype t, void *g[4])
 {
     smattn_problem p;
     smattn_inputs in;
@@ -606,14 +606,19 @@ static void fast(const bcase *c, smattn_dtype t, void *g[3])
         *slot[k] = (smattn_out_tensor){g[k], t, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(&p, roles[k], slot[k]->stride), SMATTN_OK);
     }
+    g[3] = NULL;
+    if (c->sinks) { /* dSinks beside them (smattn.h), [Hq] */
+        g[3] = calloc(HQ, es);
+        go.dsinks = (smattn_out_tensor){g[3], t, {1, 0, 0, 0}};
+    }
     ck_assert_int_eq(smattn_attention_backward(&p, &in, &saved, &gin, &go, NULL), SMATTN_OK);
     free(o);
     free(l);
 }
 
-/* `smattn opt` on a backward case writes dq, dk, dv with smattn_attention_backward's bits
- * (from the forward's O and LSE as written, in --dtype), in both rank conventions, and no
- * dbias or dsinks. */
+/* `smattn opt` on a backward case writes dq, dk, dv, and dsinks with sinks, with
+ * smattn_attention_backward's bits (from the forward's O and LSE as written, in --dtype), in
+ * both rank conventions, and no dbias. */
 START_TEST(opt_writes_gradients)
 {
     for (int v = 0; v < 3; v++) {
@@ -622,13 +627,17 @@ START_TEST(opt_writes_gradients)
         bcase bc;
         char dir[256], out[256];
         case_through_cli("opt", v, rank, extras, t, &bc, dir, out);
-        void *g[3];
+        void *g[4];
         fast(&bc, t, g);
         expect_dqkv(out, &bc, rank, g, smattn_dtype_size(t));
-        ck_assert(!exists(test_path(out, "dbias.npy")) && !exists(test_path(out, "dsinks.npy")));
+        ck_assert(!exists(test_path(out, "dbias.npy")));
+        if (bc.sinks)
+            expect_file(out, "dsinks.npy", 1, (int64_t[]){HQ}, g[3], smattn_dtype_size(t));
+        else
+            ck_assert(!exists(test_path(out, "dsinks.npy")));
         char err[512] = "";
         ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             free(g[k]);
     }
 }

@@ -388,7 +388,79 @@ START_TEST(nan_row_beside_regular_rows)
 }
 END_TEST
 
-/* What it refuses: dbias, dsinks, binary64, non-finite inputs, bad options. */
+/* dSinks (SPEC 10.1, B13): within its bound beside dQ, dK, dV on problems with sinks, dLSE,
+ * empty rows (a row seeing the sink alone), q_lens, GQA and several blocks, in each
+ * gradient dtype and on every ISA; the same bits at 1, 2 and 3 threads; +0 for every head
+ * of a problem without sinks. */
+START_TEST(dsinks_within_bound)
+{
+    static const unsigned kinds[] = {BW_SINKS,
+                                     BW_SINKS | BW_DLSE,
+                                     BW_SINKS | BW_EMPTY | BW_DLSE | BW_GQA,
+                                     BW_SINKS | BW_QLENS | BW_KVLENS | BW_CAUSAL_UL,
+                                     BW_BIG | BW_SINKS | BW_DLSE | BW_CAUSAL_LR | BW_GQA,
+                                     BW_BIG | BW_SINKS | BW_MASK | BW_BIAS | BW_SOFTCAP | BW_QLENS,
+                                     BW_DLSE | BW_GQA};
+    const int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    double worst = 0;
+    int64_t judged = 0;
+    for (int k = 0; k < nk; k++) {
+        bwcase c;
+        ck_assert_int_eq(
+            bwcase_make(&c, 900 + (uint64_t)k, kinds[k], k % 2 ? SMATTN_BF16 : SMATTN_F32), 0);
+        const smattn_dtype gt = k % 3 == 1 ? SMATTN_BF16 : k % 3 == 2 ? SMATTN_F16 : SMATTN_F32;
+        const size_t es = smattn_dtype_size(gt);
+        unsigned char first[64 * 4];
+        ck_assert(c.p.Hq * (int64_t)es <= (int64_t)sizeof first);
+        for (int a = 0; a < 3; a++) {
+            if (!smattn_opt_isa_available(isas[a]))
+                continue;
+            for (int th = 1; th <= 3; th++) {
+                bwgrads g;
+                bwgrads_make(&g, &c.p, gt);
+                unsigned char ds[64 * 4];
+                memset(ds, 0xa5, sizeof ds); /* every element must be written */
+                g.go.dsinks = (smattn_out_tensor){ds, gt, {1, 0, 0, 0}};
+                ck_assert_int_eq(run_bw(&c, isas[a], th, &g), SMATTN_OK);
+                if (a == 0 && th == 1)
+                    memcpy(first, ds, (size_t)c.p.Hq * es);
+                char nm[200];
+                ck_assert_msg(memcmp(first, ds, (size_t)c.p.Hq * es) == 0,
+                              "%s: dSinks on %s with %d threads differs from scalar with 1",
+                              bwcase_name(&c, nm, sizeof nm), isas[a], th);
+                if (!c.sinks)
+                    for (int64_t h = 0; h < c.p.Hq; h++)
+                        ck_assert_msg(smattn_load(ds, gt, h) == 0 &&
+                                          !signbit(smattn_load(ds, gt, h)),
+                                      "no sinks: dSinks[%lld] not +0", (long long)h);
+                if (th == 2) {
+                    smattn_backward_precision m = smattn_opt_backward_precision(&c.p);
+                    m.o_dtype = c.odt;
+                    conform_backward_verdict v;
+                    smattn_ref_config rc = {2, 0, 0, 0};
+                    ck_assert_int_eq(
+                        conform_judge_backward(&c.p, &c.in, &c.gin, &g.go, &m, &rc, &v), SMATTN_OK);
+                    ck_assert_msg(v.mismatched == 0 && v.worst[4] >= 0,
+                                  "%s on %s: %lld beyond the bound; dSinks ratio %g at %lld: "
+                                  "got %a exact %a bound %a",
+                                  bwcase_name(&c, nm, sizeof nm), isas[a], (long long)v.mismatched,
+                                  v.max_ratio[4], (long long)v.worst[4], v.worst_got[4],
+                                  v.worst_exact[4], v.worst_bound[4]);
+                    worst = v.max_ratio[4] > worst ? v.max_ratio[4] : worst;
+                    judged++;
+                }
+                bwgrads_free(&g);
+            }
+        }
+        bwcase_free(&c);
+    }
+    fprintf(stderr, "opt_backward: dSinks judged %lld times, worst ratio %g\n", (long long)judged,
+            worst);
+    ck_assert(worst > 0); /* the sums are not all exact: the bound was reached for */
+}
+END_TEST
+
+/* What it refuses: dbias, a binary64 dsinks, binary64, non-finite inputs, bad options. */
 START_TEST(refusals)
 {
     bwcase c;
@@ -405,7 +477,7 @@ START_TEST(refusals)
     ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &go, NULL),
                      SMATTN_ERR_UNSUPPORTED);
     go = g.go;
-    go.dsinks = (smattn_out_tensor){db, SMATTN_F32, {1, 0, 0, 0}};
+    go.dsinks = (smattn_out_tensor){db, SMATTN_F64, {1, 0, 0, 0}}; /* dSinks: not in binary64 */
     ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &go, NULL),
                      SMATTN_ERR_UNSUPPORTED);
     bwgrads g64;
@@ -494,6 +566,7 @@ Suite *opt_backward_suite(void)
     tcase_add_test(t, saved_null_runs_forward);
     tcase_add_test(t, ds_store_same_bits);
     tcase_add_test(t, half_inputs_exact);
+    tcase_add_test(t, dsinks_within_bound);
     tcase_add_test(t, refusals);
     tcase_add_test(t, edge_shapes);
     tcase_add_test(t, nonfinite_any_item);
