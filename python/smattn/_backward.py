@@ -199,8 +199,8 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
     return su.result(arrays)
 
 
-def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dtype=None, threads=0,
-                       isa=None, **problem):
+def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dsinks=None, dtype=None,
+                       threads=0, isa=None, **problem):
     """The fast backward (smattn_attention_backward, SPEC 10.8): FlashAttention-2's
     algorithm in binary32 (SIMD, the thread pool), within the bound of its model
     (check_backward(..., precision="opt")); its gradients are the same bits for every
@@ -213,7 +213,11 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dtype=None, 
     dtype, "float32", "float16" or "bfloat16" (None: the inputs' widest, as attention()).
     threads: 0 all cores; isa: None, "scalar", "avx2" or "avx512".
 
-    Returns Gradients(dq, dk, dv, None, None): the kernel computes neither dbias nor dsinks
+    dsinks: None (the default) returns dsinks [Hq] when the problem has sinks; True or False
+    asks or not (+0 for every head without sinks): per head the rows' terms summed in a
+    fixed order, the same bits at every thread count.
+
+    Returns Gradients(dq, dk, dv, None, dsinks): the kernel computes no dbias
     (reference_backward does). Errors as attention()'s."""
     threads = _api._integer(threads, "threads", 32, minimum=0)
     if isa is not None:
@@ -243,7 +247,8 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dtype=None, 
             raise ValueError("lse: shape %s, want LSE's shape %s" % (tuple(la.shape), want))
         la = la if b.batched else la[None]
         _api._tensor(saved.lse, la, _api._dtype_code(la, "lse"), (0, 1, 2, None), b.keep)
-    gout, arrays = su.outputs((code,) * 5, False, False)
+    want_dsinks = su.has_sinks if dsinks is None else bool(dsinks)
+    gout, arrays = su.outputs((code,) * 5, False, want_dsinks)
     cfg = _lib.OptConfig(threads, isa.encode() if isa else None)
     st = _lib.attention_backward(ctypes.byref(b.prob), ctypes.byref(b.inputs),
                                  ctypes.byref(saved) if saved is not None else None,

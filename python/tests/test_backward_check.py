@@ -153,11 +153,20 @@ def test_attention_backward_within_its_model_and_deterministic():
     kw = dict(causal="lower_right", bias=bias, sinks=sinks, softcap=5.0)
     g = smattn.attention_backward(q, k, v, do, dlse=dlse, **kw)
     assert g.dq.dtype == np.float32 and g.dk.shape == k.shape and g.dbias is None
-    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dlse=dlse, precision="opt", **kw)
+    assert g.dsinks.shape == (4,) and g.dsinks.dtype == np.float32
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dlse=dlse, dsinks=g.dsinks,
+                              precision="opt", **kw)
     assert r.passed, str(r)
+    # dSinks off by one part in a thousand of its largest element: beyond its bound
+    bad = g.dsinks.copy()
+    bad[np.argmax(np.abs(bad))] *= 1.001
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dlse=dlse, dsinks=bad,
+                              precision="opt", **kw)
+    assert not r.passed and "dSinks" in str(r), str(r)
     for threads in (1, 3):
         h = smattn.attention_backward(q, k, v, do, dlse=dlse, threads=threads, **kw)
-        assert all(np.array_equal(a, b) for a, b in zip(g[:3], h[:3]))
+        assert all(np.array_equal(a, b) for a, b in zip(g[:3] + (g.dsinks,), h[:3] + (h.dsinks,)))
+    assert smattn.attention_backward(q, k, v, do, dlse=dlse, dsinks=False, **kw).dsinks is None
     # the saved O and LSE of attention(): the same bits as the forward run inside
     o, lse = smattn.attention(q, k, v, **kw)
     h = smattn.attention_backward(q, k, v, do, dlse=dlse, o=o, lse=lse, **kw)
