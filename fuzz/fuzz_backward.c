@@ -28,11 +28,27 @@
  *    batch's padding rows, which have no loss term; dK and dV not compared when `nan`
  *    padding rows would poison the dense run only), and +0 in all the storage no stored row
  *    or key reaches (SPEC 10.1);
+ *  - the fast backward (smattn_attention_backward, SPEC 10.7, 10.8) differentially, on the
+ *    oracle's own run (binary64 gradients, dO and dLSE binary32 values): saved NULL (its
+ *    binary32 forward), binary32 dQ, dK, dV and dSinks (asked for with or without sinks:
+ *    +0 without); status SMATTN_OK, or SMATTN_ERR_UNSUPPORTED only where smattn.h lets it
+ *    refuse (a non-finite input other than a -inf bias or sink, ALiBi's symmetric or
+ *    one-sided term beside a bias); then each element within smattn_backward_bound of the
+ *    oracle's for smattn_opt_backward_precision with O and LSE binary32 (SPEC 6.10's ratio,
+ *    NaN and infinities by class), 1 thread on the ISA the seed picks; the same bits with 3
+ *    threads (every ISA in the replay, SMATTN_FUZZ_FULL);
  *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
  * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
- * outputs instead of binary64, bit 2 special values in dO and dLSE), c1 (a planted
- * validation error, 1-6), and a 32-bit seed for dO and dLSE. Any failure is a MISMATCH
- * report followed by abort(). */
+ * outputs instead of binary64, bit 2 special values in dO and dLSE, bit 3 dO and dLSE of 53
+ * bits instead of binary32 values), c1 (a planted validation error, 1-6), and a 32-bit seed
+ * for dO and dLSE. The kernel reads only binary32/16 and bfloat16 tensors: dO and dLSE are
+ * drawn as binary32 values (bit 3 clear) so that the oracle's one run serves both the
+ * properties above and the kernel, which gets the same values as binary32 tensors; running
+ * the oracle again on rounded copies would double the target's cost (the oracle is nearly
+ * all of it, the kernel's runs and the bound a few per cent). The differential runs where
+ * bits 1 and 3 are clear (a quarter of random inputs, half the seeds); bit 3 keeps the
+ * oracle fuzzed on 53-bit gradients of the loss. Any failure is a MISMATCH report followed
+ * by abort(). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +69,14 @@
  * committed corpus keeps the inputs that run in a fraction of a second (fuzz/README.md). */
 #define FUZZ_BACKWARD_MAX_P 48
 #define FUZZ_BACKWARD_MAX_PREC 2048L
+
+/* The fast backward is judged only where every |dO| and |dLSE| is at most this. Beyond it
+ * (FLT_MAX and bfloat16's largest among the special values) the kernel gives NaN where the
+ * bound is finite: dK of keys its row does not see (exact +0, bound 0: a NaN dS times a zero
+ * P), dK of 2^123 with a bound of 2^105 (probably a dP = dO . v that overflows binary32, which
+ * the bound's majorant does not count). An open finding (fuzz/README.md, "fuzz_backward and the fast backward");
+ * 2^64 keeps every dP and Delta of these sizes far inside binary32. */
+#define FUZZ_BACKWARD_FAST_MAX_DO 0x1p64
 
 static void fail(const fuzz_problem *fp, const char *what, const char *detail)
 {
@@ -105,19 +129,22 @@ static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
     }
 }
 
-/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 2) from seed, with special
- * values (NaN, infinities, FLT_MAX, zeros) at a few places when `special`. */
-static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse, int special)
+/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 2) from seed (rounded to
+ * binary32 when f32, so that the fast backward reads the values the oracle had), with
+ * special values (NaN, infinities, FLT_MAX, zeros; all binary32) at a few places when
+ * `special`. */
+static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse, int special,
+                         int f32)
 {
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
     uint64_t s = seed;
     g->dout = xcalloc((size_t)no, sizeof(double));
     for (int64_t e = 0; e < no; e++)
-        g->dout[e] = splitmix(&s);
+        g->dout[e] = f32 ? (double)(float)splitmix(&s) : splitmix(&s);
     if (dlse) {
         g->dlse = xcalloc((size_t)nl, sizeof(double));
         for (int64_t e = 0; e < nl; e++)
-            g->dlse[e] = splitmix(&s);
+            g->dlse[e] = f32 ? (double)(float)splitmix(&s) : splitmix(&s);
     }
     for (int k = 0; special && k < 3; k++) {
         double *t = dlse && k == 2 ? g->dlse : g->dout;
@@ -649,11 +676,160 @@ static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, con
     grads_free(&l);
 }
 
+/* ---- the fast backward against the oracle's run (SPEC 10.7, 10.8) --------------------------- */
+
+/* Whether smattn_attention_backward may refuse the problem (smattn.h): a Q, K, V, dO or dLSE
+ * element not finite, a bias or sink element neither finite nor -inf, or ALiBi's symmetric
+ * or one-sided term beside a bias. Every tensor the decoder makes is binary32, binary16 or
+ * bfloat16 and no dBias is asked for, so nothing else may. */
+static int fast_may_refuse(const fuzz_problem *fp, const smattn_grad_inputs *gin)
+{
+    const smattn_problem *p = &fp->p;
+    const smattn_inputs *in = &fp->in;
+    if (p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_mode != SMATTN_ALIBI_MASK && in->bias.data)
+        return 1;
+    return !all_finite(&in->q, p->B, p->S, p->Hq, p->D, 0) ||
+           !all_finite(&in->k, p->B, p->T, p->Hkv, p->D, 0) ||
+           !all_finite(&in->v, p->B, p->T, p->Hkv, p->Dv, 0) ||
+           !all_finite(&in->bias, p->B, p->Hq, p->S, p->T, 1) ||
+           !all_finite(&in->sinks, p->Hq, 1, 1, 1, 1) ||
+           !all_finite(&gin->dout, p->B, p->S, p->Hq, p->Dv, 0) ||
+           !all_finite(&gin->dlse, p->B, p->Hq, p->S, 1, 0);
+}
+
+/* The fast backward's dQ, dK, dV, dSinks (binary32, g's shapes, in out[0..3], filled with
+ * the byte `fill` first so that an element it leaves unwritten differs between two runs),
+ * saved NULL: it runs the binary32 forward itself. */
+static smattn_status fast_run(const fuzz_problem *fp, const grads *g, const smattn_grad_inputs *gin,
+                              const char *isa, int threads, float *out[4], int fill)
+{
+    static const int idx[4] = {0, 1, 2, 4};
+    smattn_grad_outputs go;
+    memset(&go, 0, sizeof go);
+    smattn_out_tensor *slot[4] = {&go.dq, &go.dk, &go.dv, &go.dsinks};
+    const smattn_out_tensor *like[4] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dsinks};
+    for (int k = 0; k < 4; k++) {
+        memset(out[k], fill, (size_t)g->n[idx[k]] * sizeof(float));
+        *slot[k] = (smattn_out_tensor){out[k], SMATTN_F32, {0}};
+        memcpy(slot[k]->stride, like[k]->stride, sizeof slot[k]->stride);
+    }
+    smattn_opt_config cfg = {threads, isa};
+    return smattn_attention_backward(&fp->p, &fp->in, NULL, gin, &go, &cfg);
+}
+
+/* smattn_attention_backward on the oracle's problem (g: binary64 gradients of dO and dLSE
+ * that are binary32 values): SMATTN_OK or, where smattn.h allows it, SMATTN_ERR_UNSUPPORTED;
+ * then every dQ, dK, dV and dSinks element within smattn_backward_bound of the oracle's for
+ * the kernel's model (smattn_opt_backward_precision, O and LSE stored in binary32 by its own
+ * forward) with 1 thread, and the same bits with 3 threads; on the ISA the seed picks (every
+ * ISA in the replay, SMATTN_FUZZ_FULL). Not across ISAs: with saved NULL each runs its own
+ * forward, whose O and LSE may differ by ISA (smattn.h). An element whose exact value is
+ * finite and whose bound is +inf (a row out of the forward's contract, or a majorant past
+ * binary32's range: SPEC 6.8, 10.7) is not judged, as in fuzz_check_bound: the model's
+ * binary32 arithmetic may overflow there, and inf - inf gives NaN. */
+static void check_fast(const fuzz_problem *fp, const grads *g)
+{
+    static const int idx[4] = {0, 1, 2, 4};
+    static const char *const names[4] = {"dQ", "dK", "dV", "dSinks"};
+    const smattn_problem *p = &fp->p;
+    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    for (int64_t e = 0; e < no + (g->dlse ? nl : 0); e++) /* FUZZ_BACKWARD_FAST_MAX_DO */
+        if (fabs(e < no ? g->dout[e] : g->dlse[e - no]) > FUZZ_BACKWARD_FAST_MAX_DO)
+            return;
+    float *do32 = xcalloc((size_t)no, sizeof(float)), *dl32 = NULL;
+    smattn_grad_inputs gin = g->gin;
+    for (int64_t e = 0; e < no; e++)
+        do32[e] = (float)g->dout[e]; /* exact: drawn as binary32 values */
+    gin.dout.data = do32, gin.dout.dtype = SMATTN_F32;
+    if (g->dlse) {
+        dl32 = xcalloc((size_t)nl, sizeof(float));
+        for (int64_t e = 0; e < nl; e++)
+            dl32[e] = (float)g->dlse[e];
+        gin.dlse.data = dl32, gin.dlse.dtype = SMATTN_F32;
+    }
+    float *a[4], *b[4];
+    double *bd[4];
+    for (int k = 0; k < 4; k++) {
+        a[k] = xcalloc((size_t)g->n[idx[k]], sizeof(float));
+        b[k] = xcalloc((size_t)g->n[idx[k]], sizeof(float));
+        bd[k] = xcalloc((size_t)g->n[idx[k]], sizeof(double));
+    }
+    const char *isas[3];
+    const int nisa = fuzz_full_mode() > 0 ? fuzz_isa_list(isas) : 1;
+    if (nisa == 1)
+        isas[0] = fuzz_pick_isa(fp->seed);
+    int bounded = 0;
+    char d[320];
+    for (int x = 0; x < nisa; x++) {
+        const char *isa = isas[x];
+        smattn_status s = fast_run(fp, g, &gin, isa, 1, a, 0x5a);
+        if (s == SMATTN_ERR_UNSUPPORTED && !fast_may_refuse(fp, &gin)) {
+            snprintf(d, sizeof d, "smattn_attention_backward (isa %s): SMATTN_ERR_UNSUPPORTED on "
+                     "finite binary32 inputs without dBias (smattn.h: it takes them)", isa);
+            fail(fp, "fast backward status", d);
+        }
+        if (s == SMATTN_ERR_UNSUPPORTED)
+            continue;
+        if (s != SMATTN_OK) {
+            snprintf(d, sizeof d, "smattn_attention_backward (isa %s): %s on a valid problem", isa,
+                     smattn_status_name(s));
+            fail(fp, "fast backward status", d);
+        }
+        if (!bounded++) {
+            smattn_backward_precision pm = smattn_opt_backward_precision(p);
+            pm.o_dtype = pm.lse_dtype = SMATTN_F32; /* what its own forward stored (saved NULL) */
+            smattn_grad_outputs fmt, bo;
+            memset(&fmt, 0, sizeof fmt);
+            memset(&bo, 0, sizeof bo);
+            fmt.dq.dtype = fmt.dk.dtype = fmt.dv.dtype = fmt.dsinks.dtype = SMATTN_F32;
+            smattn_out_tensor *bs[4] = {&bo.dq, &bo.dk, &bo.dv, &bo.dsinks};
+            const smattn_out_tensor *like[4] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dsinks};
+            for (int k = 0; k < 4; k++) {
+                *bs[k] = (smattn_out_tensor){bd[k], SMATTN_F64, {0}};
+                memcpy(bs[k]->stride, like[k]->stride, sizeof bs[k]->stride);
+            }
+            s = smattn_backward_bound(p, &fp->in, &gin, &pm, &fmt, &bo);
+            if (s != SMATTN_OK) {
+                snprintf(d, sizeof d, "smattn_backward_bound: %s", smattn_status_name(s));
+                fail(fp, "fast backward bound", d);
+            }
+        }
+        for (int k = 0; k < 4; k++)
+            for (int64_t e = 0; e < g->n[idx[k]]; e++) {
+                const double got = (double)a[k][e], ex = gat(g, idx[k], e);
+                if (isfinite(ex) && isinf(bd[k][e]))
+                    continue; /* out of contract (SPEC 6.8): binary32 may overflow, even to NaN */
+                const double r = smattn_error_ratio(got, ex, bd[k][e]);
+                if (r > 1) {
+                    snprintf(d, sizeof d, "%s[%lld]: fast %a, exact %a, bound %a, ratio %g (isa "
+                             "%s, 1 thread)", names[k], (long long)e, got, ex, bd[k][e], r, isa);
+                    fail(fp, "fast backward within the bound (SPEC 10.7)", d);
+                }
+            }
+        s = fast_run(fp, g, &gin, isa, 3, b, 0xa5);
+        if (s != SMATTN_OK) {
+            snprintf(d, sizeof d, "smattn_attention_backward (isa %s): %s with 3 threads, "
+                     "SMATTN_OK with 1", isa, smattn_status_name(s));
+            fail(fp, "fast backward status", d);
+        }
+        for (int k = 0; k < 4; k++)
+            for (int64_t e = 0; e < g->n[idx[k]]; e++)
+                if (memcmp(&a[k][e], &b[k][e], sizeof(float))) {
+                    snprintf(d, sizeof d, "%s[%lld]: %a with 1 thread, %a with 3 (isa %s)",
+                             names[k], (long long)e, (double)a[k][e], (double)b[k][e], isa);
+                    fail(fp, "fast backward, the same bits at 1 and 3 threads", d);
+                }
+    }
+    for (int k = 0; k < 4; k++)
+        free(a[k]), free(b[k]), free(bd[k]);
+    free(do32), free(dl32);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_provider dp;
     fuzz_provider_init(&dp, data, size);
-    const uint32_t c0 = fuzz_take(&dp, 8), c1 = fuzz_take(&dp, 8), seed = fuzz_take_u32(&dp);
+    const uint32_t c0 = fuzz_take(&dp, 16), c1 = fuzz_take(&dp, 8), seed = fuzz_take_u32(&dp);
     fuzz_problem fp;
     if (fuzz_problem_decode(&fp, &dp))
         return 0;
@@ -671,7 +847,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     grads_alloc(&g, &fp.p, t);
     if (fp.p.alibi_mode == SMATTN_ALIBI_MASK) /* its dBias is not defined (SPEC 10.1) */
         g.go.dbias.data = NULL;
-    grads_inputs(&g, &fp.p, seed, c0 & 1, (c0 & 4) != 0);
+    grads_inputs(&g, &fp.p, seed, c0 & 1, (c0 & 4) != 0, !(c0 & 8));
     if (fp.p.op != SMATTN_OP_ATTENTION) { /* the softmax op has no backward (SPEC 10.4) */
         smattn_status s = smattn_ref_backward(&fp.p, &fp.in, &g.gin, &g.go, NULL, NULL);
         if (s != SMATTN_ERR_UNSUPPORTED)
@@ -682,6 +858,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_masked(&fp, &g);
             check_finite(&fp, &g);
             check_gqa(&fp, &g);
+            if (t == SMATTN_F64 && !(c0 & 8)) /* binary64 gradients of binary32 dO, dLSE */
+                check_fast(&fp, &g);
             if (c1 == 5 && g.go.dbias.data) /* the planted summing stride's valid twin */
                 check_dbias_sums(&fp, &g);
             if (lay)
