@@ -70,7 +70,8 @@
 #define FUZZ_BACKWARD_MAX_P 48
 #define FUZZ_BACKWARD_MAX_PREC 2048L
 
-/* The fast backward is judged only where every |dO| and |dLSE| is at most this. Beyond it
+/* The fast backward is judged only where every finite |dO| and |dLSE| is at most this (an
+ * infinite or NaN one: it must refuse the problem). Beyond it
  * (FLT_MAX and bfloat16's largest among the special values) the kernel gives NaN where the
  * bound is finite: dK of keys its row does not see (exact +0, bound 0: a NaN dS times a zero
  * P), dK of 2^123 with a bound of 2^105 (probably a dP = dO . v that overflows binary32, which
@@ -733,9 +734,11 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
     static const char *const names[4] = {"dQ", "dK", "dV", "dSinks"};
     const smattn_problem *p = &fp->p;
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    for (int64_t e = 0; e < no + (g->dlse ? nl : 0); e++) /* FUZZ_BACKWARD_FAST_MAX_DO */
-        if (fabs(e < no ? g->dout[e] : g->dlse[e - no]) > FUZZ_BACKWARD_FAST_MAX_DO)
+    for (int64_t e = 0; e < no + (g->dlse ? nl : 0); e++) { /* FUZZ_BACKWARD_FAST_MAX_DO */
+        const double x = e < no ? g->dout[e] : g->dlse[e - no];
+        if (isfinite(x) && fabs(x) > FUZZ_BACKWARD_FAST_MAX_DO)
             return;
+    }
     float *do32 = xcalloc((size_t)no, sizeof(float)), *dl32 = NULL;
     smattn_grad_inputs gin = g->gin;
     for (int64_t e = 0; e < no; e++)
