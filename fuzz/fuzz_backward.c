@@ -36,7 +36,8 @@
  *    one-sided term beside a bias); then each element within smattn_backward_bound of the
  *    oracle's for smattn_opt_backward_precision with O and LSE binary32 (SPEC 6.10's ratio,
  *    NaN and infinities by class), 1 thread on the ISA the seed picks; the same bits with 3
- *    threads (every ISA in the replay, SMATTN_FUZZ_FULL);
+ *    threads (every ISA in the replay, SMATTN_FUZZ_FULL); on the layout twin (SPEC 10.8), the
+ *    dense run's bits at every stored row and key and +0 in the rest of the storage;
  *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
  * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
  * outputs instead of binary64, bit 2 special values in dO and dLSE, bit 3 dO and dLSE of 53
@@ -540,7 +541,14 @@ static int64_t storage_rows(const fuzz_layout *fl, char role)
     return L->block_table ? L->num_pages * L->page_size : p->B * p->T;
 }
 
-static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, const grads *g)
+static void check_fast_layout(const fuzz_problem *fp, const fuzz_layout *fl,
+                              const smattn_grad_inputs *dgin, const smattn_grad_inputs *lgin,
+                              int64_t nlo, int64_t nll, const int64_t n[3],
+                              const int64_t st[3][4], int nan_pad);
+
+/* fast: the fast backward is judged on this input (check_fast_layout too). */
+static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, const grads *g,
+                              int fast)
 {
     const smattn_problem *p = &fp->p, *lp = &fl->p;
     const int64_t B = p->B, S = p->S, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
@@ -671,6 +679,16 @@ static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, con
             free(seen[k]);
         }
     }
+    if (fast) {
+        const int64_t st[3][4] = {{slot[0]->stride[0], slot[0]->stride[1], slot[0]->stride[2],
+                                   slot[0]->stride[3]},
+                                  {slot[1]->stride[0], slot[1]->stride[1], slot[1]->stride[2],
+                                   slot[1]->stride[3]},
+                                  {slot[2]->stride[0], slot[2]->stride[1], slot[2]->stride[2],
+                                   slot[2]->stride[3]}};
+        check_fast_layout(fp, fl, &e.gin, &l.gin, rq * Hq * Dv, rq * Hq, n, st,
+                          padded && p->empty_rows == SMATTN_EMPTY_NAN);
+    }
     free(dod), free(dld), free(dol), free(dll);
     e.gin.dout.data = NULL;
     grads_free(&e);
@@ -696,6 +714,28 @@ static int fast_may_refuse(const fuzz_problem *fp, const smattn_grad_inputs *gin
            !all_finite(&in->sinks, p->Hq, 1, 1, 1, 1) ||
            !all_finite(&gin->dout, p->B, p->S, p->Hq, p->Dv, 0) ||
            !all_finite(&gin->dlse, p->B, p->Hq, p->S, 1, 0);
+}
+
+/* Whether a finite |dO| or |dLSE| passes FUZZ_BACKWARD_FAST_MAX_DO: the fast backward is
+ * not judged then. */
+static int fast_skipped(const smattn_problem *p, const grads *g)
+{
+    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    for (int64_t e = 0; e < no + (g->dlse ? nl : 0); e++) {
+        const double x = e < no ? g->dout[e] : g->dlse[e - no];
+        if (isfinite(x) && fabs(x) > FUZZ_BACKWARD_FAST_MAX_DO)
+            return 1;
+    }
+    return 0;
+}
+
+/* A binary32 copy of n binary64 elements (exact: drawn as binary32 values). */
+static float *f32_copy(const double *x, int64_t n)
+{
+    float *c = xcalloc((size_t)n, sizeof(float));
+    for (int64_t e = 0; e < n; e++)
+        c[e] = (float)x[e];
+    return c;
 }
 
 /* The fast backward's dQ, dK, dV, dSinks (binary32, g's shapes, in out[0..3], filled with
@@ -734,11 +774,8 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
     static const char *const names[4] = {"dQ", "dK", "dV", "dSinks"};
     const smattn_problem *p = &fp->p;
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    for (int64_t e = 0; e < no + (g->dlse ? nl : 0); e++) { /* FUZZ_BACKWARD_FAST_MAX_DO */
-        const double x = e < no ? g->dout[e] : g->dlse[e - no];
-        if (isfinite(x) && fabs(x) > FUZZ_BACKWARD_FAST_MAX_DO)
-            return;
-    }
+    if (fast_skipped(p, g))
+        return;
     float *do32 = xcalloc((size_t)no, sizeof(float)), *dl32 = NULL;
     smattn_grad_inputs gin = g->gin;
     for (int64_t e = 0; e < no; e++)
@@ -828,6 +865,109 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
     free(do32), free(dl32);
 }
 
+/* The fast backward on the layout twin (SPEC 10.8): the dense run's bits (1 thread, its dO
+ * and dLSE 0 at a packed batch's padding rows: dgin) at every stored row and key t < T_b,
+ * and +0 in the storage no stored row or key reaches; the layout run on the decoded thread
+ * count, dO and dLSE in O's and LSE's storage (lgin, nl elements of dLSE), the gradients in
+ * Q's, K's and V's (n elements, strides st); dK and dV not compared when `nan` padding rows
+ * poison the dense run only (nan_pad). The ISA the seed picks; binary32 throughout. */
+static void check_fast_layout(const fuzz_problem *fp, const fuzz_layout *fl,
+                              const smattn_grad_inputs *dgin, const smattn_grad_inputs *lgin,
+                              int64_t nlo, int64_t nll, const int64_t n[3],
+                              const int64_t st[3][4], int nan_pad)
+{
+    const smattn_problem *p = &fp->p, *lp = &fl->p;
+    const int64_t B = p->B, S = p->S, T = p->T, Hq = p->Hq, Hkv = p->Hkv, D = p->D, Dv = p->Dv;
+    const int64_t dn[3] = {B * S * Hq * D, B * T * Hkv * D, B * T * Hkv * Dv};
+    const char *isa = fuzz_pick_isa(fp->seed);
+    smattn_grad_inputs dg = *dgin, lg = *lgin;
+    float *f[4] = {f32_copy(dgin->dout.data, B * S * Hq * Dv),
+                   dgin->dlse.data ? f32_copy(dgin->dlse.data, B * Hq * S) : NULL,
+                   f32_copy(lgin->dout.data, nlo),
+                   lgin->dlse.data ? f32_copy(lgin->dlse.data, nll) : NULL};
+    dg.dout.data = f[0], dg.dlse.data = f[1], lg.dout.data = f[2], lg.dlse.data = f[3];
+    dg.dout.dtype = dg.dlse.dtype = lg.dout.dtype = lg.dlse.dtype = SMATTN_F32;
+    smattn_grad_outputs dgo, lgo;
+    memset(&dgo, 0, sizeof dgo);
+    memset(&lgo, 0, sizeof lgo);
+    smattn_out_tensor *ds[3] = {&dgo.dq, &dgo.dk, &dgo.dv}, *ls[3] = {&lgo.dq, &lgo.dk, &lgo.dv};
+    const char roles[3] = {'q', 'k', 'v'};
+    float *dbuf[3], *lbuf[3];
+    for (int k = 0; k < 3; k++) {
+        dbuf[k] = xcalloc((size_t)dn[k], sizeof(float));
+        lbuf[k] = xcalloc((size_t)n[k], sizeof(float));
+        memset(lbuf[k], 0x5a, (size_t)n[k] * sizeof(float)); /* unwritten: seen */
+        *ds[k] = (smattn_out_tensor){dbuf[k], SMATTN_F32, {0}};
+        smattn_problem q = *p;
+        if (smattn_contiguous_strides(&q, roles[k], ds[k]->stride))
+            abort();
+        *ls[k] = (smattn_out_tensor){lbuf[k], SMATTN_F32, {st[k][0], st[k][1], st[k][2], st[k][3]}};
+    }
+    smattn_opt_config c1 = {1, isa}, cn = {fp->threads, isa};
+    const smattn_status sd = smattn_attention_backward(p, &fp->in, NULL, &dg, &dgo, &c1);
+    char d[240];
+    if (sd == SMATTN_OK) {
+        const smattn_status sl = smattn_attention_backward(lp, &fl->in, NULL, &lg, &lgo, &cn);
+        if (sl != SMATTN_OK) {
+            snprintf(d, sizeof d, "smattn_attention_backward on the layout twin (isa %s): %s, "
+                     "SMATTN_OK on the dense problem", isa, smattn_status_name(sl));
+            fail(fp, "fast backward, layout twin", d);
+        }
+        unsigned char *seen[3];
+        for (int k = 0; k < 3; k++)
+            seen[k] = xcalloc((size_t)n[k], 1);
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t i = 0; i < S; i++)
+                for (int64_t h = 0; h < Hq && smattn__row_stored(lp, b, i); h++)
+                    for (int64_t c = 0; c < D; c++) {
+                        const int64_t o = smattn__row_off(lp, ls[0]->stride, b, i, h, c);
+                        const int64_t x = ((b * S + i) * Hq + h) * D + c;
+                        seen[0][o] = 1;
+                        if (memcmp(&lbuf[0][o], &dbuf[0][x], sizeof(float))) {
+                            snprintf(d, sizeof d, "dQ[b=%lld,i=%lld,h=%lld,%lld]: layout %a, dense "
+                                     "%a (isa %s)", (long long)b, (long long)i, (long long)h,
+                                     (long long)c, (double)lbuf[0][o], (double)dbuf[0][x], isa);
+                            fail(fp, "fast backward, layout twin: the dense problem's bits", d);
+                        }
+                    }
+            const int64_t Tb = lp->kv_lens ? lp->kv_lens[b]
+                               : fl->L.seqused_k ? fl->L.seqused_k[b]
+                               : fl->L.cu_seqlens_k ? fl->L.cu_seqlens_k[b + 1] - fl->L.cu_seqlens_k[b]
+                                                    : T;
+            for (int64_t t = 0; t < Tb; t++)
+                for (int64_t kv = 0; kv < Hkv; kv++)
+                    for (int w = 1; w <= 2; w++)
+                        for (int64_t c = 0; c < (w == 1 ? D : Dv); c++) {
+                            const int64_t W = w == 1 ? D : Dv;
+                            const int64_t o = smattn__key_off(lp, ls[w]->stride, b, t, kv, c);
+                            const int64_t x = ((b * T + t) * Hkv + kv) * W + c;
+                            seen[w][o] = 1;
+                            if (!nan_pad && memcmp(&lbuf[w][o], &dbuf[w][x], sizeof(float))) {
+                                snprintf(d, sizeof d, "d%c[b=%lld,t=%lld,g=%lld,%lld]: layout %a, "
+                                         "dense %a (isa %s)", w == 1 ? 'K' : 'V', (long long)b,
+                                         (long long)t, (long long)kv, (long long)c,
+                                         (double)lbuf[w][o], (double)dbuf[w][x], isa);
+                                fail(fp, "fast backward, layout twin: the dense problem's bits", d);
+                            }
+                        }
+        }
+        for (int k = 0; k < 3; k++) {
+            for (int64_t o = 0; o < n[k]; o++)
+                if (!seen[k][o] && !pos_zero((double)lbuf[k][o])) {
+                    snprintf(d, sizeof d, "%s storage element %lld = %a, reached by no stored row "
+                             "or key: want +0 (isa %s)", k == 0 ? "dQ" : k == 1 ? "dK" : "dV",
+                             (long long)o, (double)lbuf[k][o], isa);
+                    fail(fp, "fast backward, layout twin: storage no key reaches", d);
+                }
+            free(seen[k]);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        free(dbuf[k]), free(lbuf[k]);
+    for (int k = 0; k < 4; k++)
+        free(f[k]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_provider dp;
@@ -861,12 +1001,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_masked(&fp, &g);
             check_finite(&fp, &g);
             check_gqa(&fp, &g);
-            if (t == SMATTN_F64 && !(c0 & 8)) /* binary64 gradients of binary32 dO, dLSE */
+            const int fast = t == SMATTN_F64 && !(c0 & 8) && !fast_skipped(&fp.p, &g);
+            if (fast) /* binary64 gradients of binary32 dO, dLSE */
                 check_fast(&fp, &g);
             if (c1 == 5 && g.go.dbias.data) /* the planted summing stride's valid twin */
                 check_dbias_sums(&fp, &g);
             if (lay)
-                check_layout_twin(&fp, &fl, &g);
+                check_layout_twin(&fp, &fl, &g, fast);
         }
     }
     if (lay)
