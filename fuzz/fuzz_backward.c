@@ -44,9 +44,10 @@
  * bits instead of binary32 values), c1 (a planted validation error, 1-6), and a 32-bit seed
  * for dO and dLSE. The kernel reads only binary32/16 and bfloat16 tensors: dO and dLSE are
  * drawn as binary32 values (bit 3 clear) so that the oracle's one run serves both the
- * properties above and the kernel, which gets the same values as binary32 tensors; running
- * the oracle again on rounded copies would double the target's cost (the oracle is nearly
- * all of it, the kernel's runs and the bound a few per cent). The differential runs where
+ * properties above and the kernel, which gets the same values as binary32 tensors; the
+ * oracle's runs are where the target's time goes (the kernel's runs and the bound add
+ * nothing measurable to the corpus replay, fuzz/README.md), so a second oracle run on
+ * rounded copies would cost far more than the check. The differential runs where
  * bits 1 and 3 are clear (a quarter of random inputs, half the seeds); bit 3 keeps the
  * oracle fuzzed on 53-bit gradients of the loss. Any failure is a MISMATCH report followed
  * by abort(). */
