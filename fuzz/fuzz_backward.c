@@ -867,8 +867,8 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
 }
 
 /* The fast backward on the layout twin (SPEC 10.8): the dense run's bits (1 thread, its dO
- * and dLSE 0 at a packed batch's padding rows: dgin) at every stored row and key t < T_b,
- * and +0 in the storage no stored row or key reaches; the layout run on the decoded thread
+ * and dLSE 0 at a packed batch's padding rows: dgin) in dSinks, at every stored row and key
+ * t < T_b, and +0 in the storage no stored row or key reaches; the layout run on the decoded thread
  * count, dO and dLSE in O's and LSE's storage (lgin, nl elements of dLSE), the gradients in
  * Q's, K's and V's (n elements, strides st); dK and dV not compared when `nan` padding rows
  * poison the dense run only (nan_pad). The ISA the seed picks; binary32 throughout. */
@@ -904,6 +904,12 @@ static void check_fast_layout(const fuzz_problem *fp, const fuzz_layout *fl,
             abort();
         *ls[k] = (smattn_out_tensor){lbuf[k], SMATTN_F32, {st[k][0], st[k][1], st[k][2], st[k][3]}};
     }
+    /* dSinks [Hq] of both runs, asked for with or without sinks; unwritten: seen */
+    float *dsd = xcalloc((size_t)Hq, sizeof(float)), *dsl = xcalloc((size_t)Hq, sizeof(float));
+    memset(dsd, 0xa5, (size_t)Hq * sizeof(float));
+    memset(dsl, 0x5a, (size_t)Hq * sizeof(float));
+    dgo.dsinks = (smattn_out_tensor){dsd, SMATTN_F32, {1, 0, 0, 0}};
+    lgo.dsinks = (smattn_out_tensor){dsl, SMATTN_F32, {1, 0, 0, 0}};
     smattn_opt_config c1 = {1, isa}, cn = {fp->threads, isa};
     const smattn_status sd = smattn_attention_backward(p, &fp->in, NULL, &dg, &dgo, &c1);
     char d[240];
@@ -914,6 +920,12 @@ static void check_fast_layout(const fuzz_problem *fp, const fuzz_layout *fl,
                      "SMATTN_OK on the dense problem", isa, smattn_status_name(sl));
             fail(fp, "fast backward, layout twin", d);
         }
+        for (int64_t h = 0; h < Hq; h++)
+            if (memcmp(&dsl[h], &dsd[h], sizeof(float))) {
+                snprintf(d, sizeof d, "dSinks[%lld]: layout %a, dense %a (isa %s)", (long long)h,
+                         (double)dsl[h], (double)dsd[h], isa);
+                fail(fp, "fast backward, layout twin: the dense problem's bits", d);
+            }
         unsigned char *seen[3];
         for (int k = 0; k < 3; k++)
             seen[k] = xcalloc((size_t)n[k], 1);
@@ -967,6 +979,7 @@ static void check_fast_layout(const fuzz_problem *fp, const fuzz_layout *fl,
         free(dbuf[k]), free(lbuf[k]);
     for (int k = 0; k < 4; k++)
         free(f[k]);
+    free(dsd), free(dsl);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
