@@ -393,7 +393,10 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
  * CONFORM_MERGE_PADDED (3 elements between O's heads, 5 between its rows, 7 between its
  * batches; 2 between the LSE's heads, 1 between its batches) or
  * CONFORM_MERGE_LSE_TOKEN_MAJOR (the LSE [B,S,Hq] in memory, as FlashInfer's, O's rows 4
- * apart): every slot between elements NaN. */
+ * apart): every slot between elements NaN. The outputs follow the layout: packed, or
+ * strided too (O's heads 2, rows 3, batches 1 apart and the LSE's heads 1, batches 2 apart;
+ * or the LSE [B,S,Hq] and O's rows 2 apart), the slots between them holding canary bytes
+ * that a merge must leave as they are. */
 enum { CONFORM_MERGE_PACKED = 0, CONFORM_MERGE_PADDED = 1, CONFORM_MERGE_LSE_TOKEN_MAJOR = 2 };
 typedef struct conform_merge_case {
     char name[96];
