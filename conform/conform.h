@@ -203,6 +203,12 @@ int conform_find_data(const char *what, char *out, size_t cap, char *looked, siz
  * the same vectors give one digest, one changed byte another. dir NULL or "" (no vectors):
  * CONFORM_FNV_BASIS. 0, or -1 with one line in err. */
 int conform_vectors_digest(const char *dir, uint64_t *digest, char *err, size_t errlen);
+/* The golden vectors' files in dir as the batteries and the digest take them: every *.json
+ * not starting with '.', at most CONFORM_MAX_VECTORS, in strcmp order, each malloc'd into
+ * names[] as "dir/name" (path 1) or "name" (path 0); *n their count (to free). 0; -1 out of
+ * memory (nothing left to free); -2 when dir does not open (*n 0). */
+#define CONFORM_MAX_VECTORS 512
+int conform_vector_files(const char *dir, int path, char *names[CONFORM_MAX_VECTORS], size_t *n);
 /* How a report writes it ("vectors": {"digest": ...}): "fnv1a64:" and 16 hex digits. */
 #define CONFORM_VECTORS_DIGEST_FMT "fnv1a64:%016llx"
 
