@@ -256,6 +256,16 @@ static void build(conform_backward_battery *bb, builder *bd, int full)
                               8, SMATTN_CAUSAL_LOWER_RIGHT, -1, -1, &ls),
                  BW_DLSE);
     }
+    /* dSinks over a packed batch, for a kernel claiming bit 27 beside the layout's: the
+     * rows of sequence 1 (3 queries, no key) see the sink alone, each adding dLSE_i */
+    {
+        int64_t sq[3] = {2, 3, 4}, tk[3] = {5, 0, 6};
+        bat_lay_spec ls = {1, BAT_KV_PACKED, 0, 0, 0, 0, 0, 1, SMATTN_ALIBI_NONE};
+        if ((c = bat_lay_case(bd, "backward", "layout_packed_dsinks", 3, sq, tk, 4, 6, 4, 2, 8,
+                              SMATTN_CAUSAL_LOWER_RIGHT, -1, -1, &ls)))
+            bat_case_sinks(bd, c, -1.0, 1.0);
+        bw_grads(bb, bd, c, BW_DLSE | BW_DSINKS);
+    }
     /* ALiBi (SPEC 2.8): each mode, one of them paged */
     {
         int64_t sq[2] = {4, 3}, tk[2] = {10, 7};

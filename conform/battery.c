@@ -218,25 +218,13 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every *.json of dir (sorted). */
+/* Every golden vector of dir (conform_vector_files: sorted). */
 static void add_vectors(builder *bd, const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    char *names[CONFORM_MAX_VECTORS];
+    size_t n;
+    if (conform_vector_files(dir, 1, names, &n))
         return;
-    char *names[512];
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 512) {
-        size_t l = strlen(e->d_name);
-        if (l > 5 && e->d_name[0] != '.' && strcmp(e->d_name + l - 5, ".json") == 0) {
-            names[n] = malloc(strlen(dir) + l + 2);
-            if (names[n])
-                sprintf(names[n], "%s/%s", dir, e->d_name), n++;
-        }
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
     for (size_t k = 0; k < n; k++) {
         add_vector(bd, names[k]);
         free(names[k]);

@@ -203,6 +203,12 @@ int conform_find_data(const char *what, char *out, size_t cap, char *looked, siz
  * the same vectors give one digest, one changed byte another. dir NULL or "" (no vectors):
  * CONFORM_FNV_BASIS. 0, or -1 with one line in err. */
 int conform_vectors_digest(const char *dir, uint64_t *digest, char *err, size_t errlen);
+/* The golden vectors' files in dir as the batteries and the digest take them: every *.json
+ * not starting with '.', at most CONFORM_MAX_VECTORS, in strcmp order, each malloc'd into
+ * names[] as "dir/name" (path 1) or "name" (path 0); *n their count (to free). 0; -1 out of
+ * memory (nothing left to free); -2 when dir does not open (*n 0). */
+#define CONFORM_MAX_VECTORS 512
+int conform_vector_files(const char *dir, int path, char *names[CONFORM_MAX_VECTORS], size_t *n);
 /* How a report writes it ("vectors": {"digest": ...}): "fnv1a64:" and 16 hex digits. */
 #define CONFORM_VECTORS_DIGEST_FMT "fnv1a64:%016llx"
 
@@ -393,7 +399,10 @@ void conform_judge_flags(const smattn_problem *p, const smattn_inputs *in,
  * CONFORM_MERGE_PADDED (3 elements between O's heads, 5 between its rows, 7 between its
  * batches; 2 between the LSE's heads, 1 between its batches) or
  * CONFORM_MERGE_LSE_TOKEN_MAJOR (the LSE [B,S,Hq] in memory, as FlashInfer's, O's rows 4
- * apart): every slot between elements NaN. */
+ * apart): every slot between elements NaN. The outputs follow the layout: packed, or
+ * strided too (O's heads 2, rows 3, batches 1 apart and the LSE's heads 1, batches 2 apart;
+ * or the LSE [B,S,Hq] and O's rows 2 apart), the slots between them holding canary bytes
+ * that a merge must leave as they are. */
 enum { CONFORM_MERGE_PACKED = 0, CONFORM_MERGE_PADDED = 1, CONFORM_MERGE_LSE_TOKEN_MAJOR = 2 };
 typedef struct conform_merge_case {
     char name[96];

@@ -109,39 +109,55 @@ static int digest_file(const char *dir, const char *name, uint64_t *h, char *err
     return bad ? -1 : 0;
 }
 
+int conform_vector_files(const char *dir, int path, char *names[CONFORM_MAX_VECTORS], size_t *n)
+{
+    *n = 0;
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d)
+        return -2;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && *n < CONFORM_MAX_VECTORS) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && e->d_name[0] != '.' && strcmp(e->d_name + l - 5, ".json") == 0) {
+            char *s = malloc((path ? strlen(dir) + 1 : 0) + l + 1);
+            if (!s) {
+                rc = -1;
+                break;
+            }
+            if (path)
+                sprintf(s, "%s/%s", dir, e->d_name);
+            else
+                memcpy(s, e->d_name, l + 1);
+            names[(*n)++] = s;
+        }
+    }
+    closedir(d);
+    if (rc) {
+        while (*n)
+            free(names[--*n]);
+        return rc;
+    }
+    qsort(names, *n, sizeof *names, cmp_name);
+    return 0;
+}
+
 int conform_vectors_digest(const char *dir, uint64_t *digest, char *err, size_t errlen)
 {
     *digest = CONFORM_FNV_BASIS;
     if (!dir || !dir[0])
         return 0;
-    DIR *d = opendir(dir);
-    if (!d) {
+    char *names[CONFORM_MAX_VECTORS];
+    size_t n;
+    int rc = conform_vector_files(dir, 0, names, &n);
+    if (rc == -2)
         snprintf(err, errlen, "vectors: %.1000s is not a directory", dir);
-        return -1;
-    }
-    /* the files the batteries read (battery.c, merge_battery.c): *.json not starting with
-     * '.', at most 512, in strcmp order */
-    char *names[512];
-    size_t n = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 512) {
-        size_t l = strlen(e->d_name);
-        if (l > 5 && e->d_name[0] != '.' && strcmp(e->d_name + l - 5, ".json") == 0) {
-            if (!(names[n] = strdup(e->d_name))) {
-                snprintf(err, errlen, "out of memory");
-                rc = -1;
-                break;
-            }
-            n++;
-        }
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, cmp_name);
+    else if (rc)
+        snprintf(err, errlen, "out of memory");
     for (size_t k = 0; k < n; k++) {
         if (!rc)
             rc = digest_file(dir, names[k], digest, err, errlen);
         free(names[k]);
     }
-    return rc;
+    return rc ? -1 : 0;
 }

@@ -7,7 +7,6 @@
  * with padded rows and heads and an LSE stored token-major; and the merge golden vectors
  * (spec/vectors, "op": "merge"). Apart from merge_check.c (which runs them in a child) so
  * that the Python package's checker builds the same cases without the plugin machinery. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,34 +228,15 @@ static int add_vector(conform_merge_battery *mb, const char *path)
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int conform_merge_battery_add_vectors(conform_merge_battery *mb, const char *dir)
 {
-    DIR *d = dir && dir[0] ? opendir(dir) : NULL;
-    if (!d)
+    if (!dir || !dir[0])
         return 0;
-    char *names[512];
-    size_t n = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 512) {
-        size_t l = strlen(e->d_name);
-        if (l > 5 && e->d_name[0] != '.' && strcmp(e->d_name + l - 5, ".json") == 0) {
-            names[n] = malloc(strlen(dir) + l + 2);
-            if (!names[n]) {
-                rc = -1;
-                break;
-            }
-            sprintf(names[n], "%s/%s", dir, e->d_name);
-            n++;
-        }
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
+    char *names[CONFORM_MAX_VECTORS];
+    size_t n;
+    int rc = conform_vector_files(dir, 1, names, &n);
+    if (rc == -2)
+        return 0;
     for (size_t k = 0; k < n; k++) {
         if (!rc)
             rc = add_vector(mb, names[k]);

@@ -142,8 +142,23 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
      * takes them packed (partial n at n B S Hq Dv, not n o_part_stride) reads NaN */
     const int64_t po = eo + 3, pl = el + 5;
     const size_t ies = smattn_dtype_size((smattn_dtype)it), oes = smattn_dtype_size((smattn_dtype)ot);
+    /* the outputs packed, or in the strided cases strided too (O's rows and heads padded;
+     * the LSE padded, or token-major [B,S,Hq] as FlashInfer stores it), the gaps holding the
+     * canary bytes a merge must not write over */
+    int64_t qo[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
+    int64_t ql[4] = {p->Hq * p->S, p->S, 1, 0};
+    if (c->layout == CONFORM_MERGE_PADDED) {
+        qo[2] = p->Dv + 2, qo[1] = p->Hq * qo[2] + 3, qo[0] = p->S * qo[1] + 1;
+        ql[1] = p->S + 1, ql[0] = p->Hq * ql[1] + 2;
+    } else if (c->layout == CONFORM_MERGE_LSE_TOKEN_MAJOR) {
+        qo[1] = p->Hq * p->Dv + 2, qo[0] = p->S * qo[1];
+        ql[0] = p->S * p->Hq, ql[1] = 1, ql[2] = p->Hq;
+    }
+    const int64_t xo = (p->B - 1) * qo[0] + (p->S - 1) * qo[1] + (p->Hq - 1) * qo[2] +
+                       (p->Dv - 1) * qo[3] + 1,
+                  xl = (p->B - 1) * ql[0] + (p->Hq - 1) * ql[1] + (p->S - 1) * ql[2] + 1;
     /* inputs in the kernel's dtype (the oracle reads the same values); outputs shared */
-    size_t in_bytes = (size_t)(p->N * (po + pl)) * ies, out_bytes = (size_t)(no + nl) * oes;
+    size_t in_bytes = (size_t)(p->N * (po + pl)) * ies, out_bytes = (size_t)(xo + xl) * oes;
     unsigned char *inb = malloc(in_bytes ? in_bytes : 1);
     unsigned char *outb = mmap(NULL, out_bytes + 4096, PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -176,15 +191,17 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
     in.o_parts = (smattn_tensor){inb, (smattn_dtype)it, {so[0], so[1], so[2], so[3]}};
     in.lse_parts = (smattn_tensor){linb, (smattn_dtype)it, {sl[0], sl[1], sl[2], 0}};
     in.o_part_stride = po, in.lse_part_stride = pl;
-    /* the outputs packed */
-    const int64_t qo[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
-    const int64_t ql[4] = {p->Hq * p->S, p->S, 1, 0};
     smattn_outputs out, ex_out, bo;
     memset(&out, 0, sizeof out);
     out.o = (smattn_out_tensor){outb, (smattn_dtype)ot, {qo[0], qo[1], qo[2], qo[3]}};
-    out.lse = (smattn_out_tensor){outb + (size_t)no * oes, (smattn_dtype)ot,
-                                  {ql[0], ql[1], ql[2], ql[3]}};
+    out.lse = (smattn_out_tensor){
+        outb + (size_t)xo * oes, (smattn_dtype)ot, {ql[0], ql[1], ql[2], ql[3]}};
+    /* the oracle's values and the bounds packed */
     ex_out = out, bo = out;
+    const int64_t po4[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1},
+                  pl4[4] = {p->Hq * p->S, p->S, 1, 0};
+    memcpy(ex_out.o.stride, po4, sizeof po4), memcpy(ex_out.lse.stride, pl4, sizeof pl4);
+    memcpy(bo.o.stride, po4, sizeof po4), memcpy(bo.lse.stride, pl4, sizeof pl4);
     ex_out.o.data = ref, ex_out.o.dtype = SMATTN_F64;
     ex_out.lse.data = ref + no, ex_out.lse.dtype = SMATTN_F64;
     bo.o.data = ref + no + nl, bo.o.dtype = SMATTN_F64;
@@ -227,6 +244,34 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
                  smattn_status_name((smattn_status)rep->status));
         goto done;
     }
+    /* the canary bytes between the strided outputs' elements, untouched */
+    if (c->layout != CONFORM_MERGE_PACKED) {
+        unsigned char *mine = calloc((size_t)(xo + xl), 1);
+        if (!mine) {
+            snprintf(r->reason, sizeof r->reason, "could not judge: out of memory");
+            goto done;
+        }
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t h = 0; h < p->Hq; h++)
+                for (int64_t i = 0; i < p->S; i++) {
+                    mine[xo + b * ql[0] + h * ql[1] + i * ql[2]] = 1;
+                    for (int64_t d = 0; d < p->Dv; d++)
+                        mine[b * qo[0] + i * qo[1] + h * qo[2] + d * qo[3]] = 1;
+                }
+        int64_t hit = -1;
+        for (int64_t e = 0; e < xo + xl && hit < 0; e++)
+            for (size_t byte = 0; !mine[e] && byte < oes && hit < 0; byte++)
+                if (outb[(size_t)e * oes + byte] != 0xa5)
+                    hit = e;
+        free(mine);
+        if (hit >= 0) {
+            snprintf(r->reason, sizeof r->reason,
+                     "wrote between the elements of its strided outputs (%s, element %lld of the "
+                     "storage): are O's and the LSE's strides read?",
+                     hit < xo ? "O" : "LSE", (long long)(hit < xo ? hit : hit - xo));
+            goto done;
+        }
+    }
     smattn_precision pm = merge_model(k);
     smattn_ref_config cfg = {1, 0, 0, 0};
     int st = smattn_ref_merge(p, &in, &ex_out, &cfg);
@@ -245,7 +290,13 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
     const smattn_out_tensor *gt[2] = {&out.o, &out.lse};
     for (int t = 0; t < 2; t++)
         for (int64_t e = 0; e < cnt[t]; e++) {
-            double got = smattn_load(gt[t]->data, gt[t]->dtype, e);
+            /* element e of the packed order ([B,S,Hq,Dv], [B,Hq,S]) in the kernel's strides */
+            const int64_t *q = gt[t]->stride;
+            const int64_t at =
+                t == 0 ? e / (p->S * p->Hq * p->Dv) * q[0] + e / (p->Hq * p->Dv) % p->S * q[1] +
+                             e / p->Dv % p->Hq * q[2] + e % p->Dv * q[3]
+                       : e / (p->Hq * p->S) * q[0] + e / p->S % p->Hq * q[1] + e % p->S * q[2];
+            double got = smattn_load(gt[t]->data, gt[t]->dtype, at);
             double ratio = smattn_error_ratio(got, ex[t][e], bd[t][e]);
             r->elements++;
             if (ratio > r->max_ratio || !(ratio == ratio)) {

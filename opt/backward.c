@@ -393,6 +393,7 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
     const smattn_out_tensor *go3[3] = {&gout->dq, &gout->dk, &gout->dv};
     smattn_out_tensor *tw3[3] = {&twin.dq, &twin.dk, &twin.dv};
     const char roles[3] = {'q', 'k', 'v'};
+    twin.dsinks = gout->dsinks; /* [Hq] whatever the layout: written in place */
     smattn_problem dense = *p;
     dense.layout = NULL; /* the twin's dense shapes for the strides */
     for (int k = 0; k < 3 && !st; k++) {
