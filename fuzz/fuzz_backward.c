@@ -79,7 +79,9 @@
  * P), dK of 2^123 with a bound of 2^105 (probably a dP = dO . v that overflows binary32, which
  * the bound's majorant does not count). An open finding (fuzz/README.md, "fuzz_backward and the fast backward");
  * 2^64 keeps every dP and Delta of these sizes far inside binary32. */
+#ifndef FUZZ_BACKWARD_FAST_MAX_DO /* -DFUZZ_BACKWARD_FAST_MAX_DO=HUGE_VAL: the finding */
 #define FUZZ_BACKWARD_FAST_MAX_DO 0x1p64
+#endif
 
 static void fail(const fuzz_problem *fp, const char *what, const char *detail)
 {
