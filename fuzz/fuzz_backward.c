@@ -36,8 +36,11 @@
  *    one-sided term beside a bias); then each element within smattn_backward_bound of the
  *    oracle's for smattn_opt_backward_precision with O and LSE binary32 (SPEC 6.10's ratio,
  *    NaN and infinities by class), 1 thread on the ISA the seed picks; the same bits with 3
- *    threads (every ISA in the replay, SMATTN_FUZZ_FULL); on the layout twin (SPEC 10.8), the
- *    dense run's bits at every stored row and key and +0 in the rest of the storage;
+ *    threads (every ISA in the replay, SMATTN_FUZZ_FULL; not across ISAs, whose forwards
+ *    differ); on the layout twin (SPEC 10.8), the dense run's bits in dSinks and at every
+ *    stored row and key, +0 in the rest of the storage. Elements out of contract (finite
+ *    exact value, bound +inf) are not judged, and inputs with a finite |dO| or |dLSE| above
+ *    FUZZ_BACKWARD_FAST_MAX_DO skip these checks (an open finding);
  *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
  * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
  * outputs instead of binary64, bit 2 special values in dO and dLSE, bit 3 dO and dLSE of 53
