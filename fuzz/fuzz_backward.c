@@ -39,8 +39,8 @@
  *    threads (every ISA in the replay, SMATTN_FUZZ_FULL; not across ISAs, whose forwards
  *    differ); on the layout twin (SPEC 10.8), the dense run's bits in dSinks and at every
  *    stored row and key, +0 in the rest of the storage. Elements out of contract (finite
- *    exact value, bound +inf) are not judged, and inputs with a finite |dO| or |dLSE| above
- *    FUZZ_BACKWARD_FAST_MAX_DO skip these checks (an open finding);
+ *    exact value, bound +inf) are not judged; a refusal of finite inputs is allowed only
+ *    where their magnitudes' sums could leave binary32 (fast_magnitudes_large);
  *  - no crash, leak or undefined behaviour on any input (the sanitizer builds).
  * Choices read from the input's tail before the problem: c0 (bit 0 dLSE, bit 1 binary32
  * outputs instead of binary64, bit 2 special values in dO and dLSE, bit 3 dO and dLSE of 53
@@ -76,14 +76,12 @@
 #define FUZZ_BACKWARD_MAX_PREC 2048L
 
 /* The fast backward is judged only where every finite |dO| and |dLSE| is at most this (an
- * infinite or NaN one: it must refuse the problem). Beyond it
- * (FLT_MAX and bfloat16's largest among the special values) the kernel gives NaN where the
- * bound is finite: dK of keys its row does not see (exact +0, bound 0: a NaN dS times a zero
- * P), dK of 2^123 with a bound of 2^105 (probably a dP = dO . v that overflows binary32, which
- * the bound's majorant does not count). An open finding (fuzz/README.md, "fuzz_backward and the fast backward");
- * 2^64 keeps every dP and Delta of these sizes far inside binary32. */
-#ifndef FUZZ_BACKWARD_FAST_MAX_DO /* -DFUZZ_BACKWARD_FAST_MAX_DO=HUGE_VAL: the finding */
-#define FUZZ_BACKWARD_FAST_MAX_DO 0x1p64
+ * infinite or NaN one: it must refuse the problem). It was 2^64 while the kernel gave NaN
+ * for a finite |dO| near FLT_MAX (dP - Delta = inf - inf; 0 * NaN at keys no row sees);
+ * the kernel now refuses inputs whose sums could leave binary32 (opt/backward.c
+ * magnitudes_fit, fast_magnitudes_large here), so nothing is skipped. */
+#ifndef FUZZ_BACKWARD_FAST_MAX_DO /* HUGE_VAL: none skipped (the kernel now refuses them) */
+#define FUZZ_BACKWARD_FAST_MAX_DO HUGE_VAL
 #endif
 
 static void fail(const fuzz_problem *fp, const char *what, const char *detail)
@@ -703,15 +701,60 @@ static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, con
 
 /* ---- the fast backward against the oracle's run (SPEC 10.7, 10.8) --------------------------- */
 
+/* The largest |element| of a tensor (0 without data). */
+static double max_abs(const smattn_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    double m = 0;
+    for (int64_t a = 0; t->data && a < n0; a++)
+        for (int64_t b = 0; b < n1; b++)
+            for (int64_t c = 0; c < n2; c++)
+                for (int64_t d = 0; d < n3; d++)
+                    m = fmax(m, fabs(at(t, a, b, c, d)));
+    return m;
+}
+
+/* Whether the kernel's magnitude rule (opt/backward.c magnitudes_fit: dP, Delta and the
+ * gradients' sums below 2^126 from the inputs' largest magnitudes) may refuse the problem:
+ * the same sums, with max |O| <= max |V| (O is a convex combination of V's rows, rounded),
+ * reaching 2^120, a margin below the kernel's limit for its O's roundings. */
+static int fast_magnitudes_large(const smattn_problem *p, const smattn_inputs *in,
+                                 const smattn_grad_inputs *gin)
+{
+    const double mq = max_abs(&in->q, p->B, p->S, p->Hq, p->D),
+                 mk = max_abs(&in->k, p->B, p->T, p->Hkv, p->D),
+                 mv = max_abs(&in->v, p->B, p->T, p->Hkv, p->Dv),
+                 mdo = max_abs(&gin->dout, p->B, p->S, p->Hq, p->Dv),
+                 mdl = max_abs(&gin->dlse, p->B, p->Hq, p->S, 1);
+    const double G = (double)(p->Hq / p->Hkv), S = (double)p->S, sc = fabs(p->scale);
+    const double dp = (double)p->Dv * mdo * mv, dl = dp + mdl, ds = dp + dl;
+    const double need[6] = {dp,
+                            dl,
+                            sc * (double)p->T * ds * mk,
+                            sc * S * G * ds * mq,
+                            S * G * mdo,
+                            (double)p->B * S * dl};
+    for (int k = 0; k < 6; k++)
+        if (!(need[k] < 0x1p120))
+            return 1;
+    return 0;
+}
+
 /* Whether smattn_attention_backward may refuse the problem (smattn.h): a Q, K, V, dO or dLSE
- * element not finite, a bias or sink element neither finite nor -inf, or ALiBi's symmetric
- * or one-sided term beside a bias. Every tensor the decoder makes is binary32, binary16 or
- * bfloat16 and no dBias is asked for, so nothing else may. */
+ * element not finite, a bias or sink element neither finite nor -inf, ALiBi's symmetric or
+ * one-sided term beside a bias, or magnitudes whose sums could leave binary32's range
+ * (fast_magnitudes_large). Every tensor the decoder makes is binary32, binary16 or bfloat16
+ * and no dBias is asked for, so nothing else may. */
 static int fast_may_refuse(const fuzz_problem *fp, const smattn_grad_inputs *gin)
 {
     const smattn_problem *p = &fp->p;
     const smattn_inputs *in = &fp->in;
     if (p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_mode != SMATTN_ALIBI_MASK && in->bias.data)
+        return 1;
+    if (all_finite(&in->q, p->B, p->S, p->Hq, p->D, 0) &&
+        all_finite(&in->k, p->B, p->T, p->Hkv, p->D, 0) &&
+        all_finite(&in->v, p->B, p->T, p->Hkv, p->Dv, 0) &&
+        all_finite(&gin->dout, p->B, p->S, p->Hq, p->Dv, 0) &&
+        all_finite(&gin->dlse, p->B, p->Hq, p->S, 1, 0) && fast_magnitudes_large(p, in, gin))
         return 1;
     return !all_finite(&in->q, p->B, p->S, p->Hq, p->D, 0) ||
            !all_finite(&in->k, p->B, p->T, p->Hkv, p->D, 0) ||

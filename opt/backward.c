@@ -199,6 +199,7 @@ typedef struct bw_stage {
     const smattn_outputs *fo; /* the stored O and LSE */
     int64_t nq_items;
     unsigned char *bad; /* per item: a non-finite Q, K, V or dO element staged */
+    float *mag;         /* per item, 4 each: max |Q|, |dO|, |O|, |dLSE| (query items); |K|, |V| */
 } bw_stage;
 
 static int row_finite(const float *x, int64_t n)
@@ -209,10 +210,18 @@ static int row_finite(const float *x, int64_t n)
     return ok;
 }
 
+/* max(m, |x_c|) over a staged row (a NaN is the finiteness check's, not this) */
+static float row_max(float m, const float *x, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++)
+        m = fabsf(x[c]) > m ? fabsf(x[c]) : m;
+    return m;
+}
+
 /* Query rows of block qb of head (b, h): Q and dO staged, each row's key range, its class
  * (SPEC 10.2), its stored LSE and Delta = dO . O - dLSE. Returns 0 if a staged Q or dO
  * element is not finite. */
-static int stage_queries(const bw_stage *sg, int64_t item, float *orow)
+static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float mag[4])
 {
     bw_job *job = sg->job;
     const smattn_problem *p = job->p;
@@ -237,6 +246,8 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow)
         stage_row(job->dO + row * job->Dvp, job->Dvp, &gin->dout,
                   smattn__row_off(p, gin->dout.stride, b, i, h, 0), Dv);
         ok &= row_finite(job->q + row * job->Dp, D) & row_finite(job->dO + row * job->Dvp, Dv);
+        mag[0] = row_max(mag[0], job->q + row * job->Dp, D);
+        mag[1] = row_max(mag[1], job->dO + row * job->Dvp, Dv);
         int64_t nvis = 0;
         for (int64_t j = job->lo[row]; j < job->hi[row] && !nvis; j++) {
             if (!smattn__mask_allows(p, in, b, h, i, j))
@@ -267,16 +278,46 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow)
                                   {fo->o.stride[0], fo->o.stride[1], fo->o.stride[2],
                                    fo->o.stride[3]}};
         stage_row(orow, Dv, &ot, smattn__row_off(p, ot.stride, b, i, h, 0), Dv);
+        mag[2] = row_max(mag[2], orow, Dv);
         const float *dO = job->dO + row * job->Dvp;
         float dl = 0.0f;
         for (int64_t c = 0; c < Dv; c++)
             dl += dO[c] * orow[c]; /* two roundings, no libm call */
-        if (gin->dlse.data)
-            dl -= (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
-                                     smattn__lse_off(p, gin->dlse.stride, b, h, i));
+        if (gin->dlse.data) {
+            const float x = (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
+                                               smattn__lse_off(p, gin->dlse.stride, b, h, i));
+            mag[3] = row_max(mag[3], &x, 1);
+            dl -= x;
+        }
         job->delta[row] = dl;
     }
     return ok;
+}
+
+/* Whether no sum of the passes can leave binary32's range, from the staged inputs' largest
+ * magnitudes m (max |Q|, |dO|, |O|, |dLSE|, |K|, |V|): dP = dO . v_j and Delta = dO . O -
+ * dLSE each below 2^126, so that dS = P (dP - Delta) (1 - t^2) is finite (0 <= P <= 1),
+ * and the largest dQ (|scale| T max|dS| max|K|), dK (|scale| S G max|dS| max|Q|), dV (S G
+ * max|dO|) and dSinks (B S max|Delta|) below 2^126 too. Beyond, dP - Delta can be inf - inf
+ * and a key no row sees gets 0 * NaN: such inputs are the oracle's (smattn.h). */
+static int magnitudes_fit(const smattn_problem *p, const float mf[6])
+{
+    double m[6];
+    for (int k = 0; k < 6; k++)
+        m[k] = (double)mf[k];
+    const double lim = 0x1p126, G = (double)(p->Hq / p->Hkv), S = (double)p->S;
+    const double dp = (double)p->Dv * m[1] * m[5], dl = (double)p->Dv * m[1] * m[2] + m[3];
+    const double ds = dp + dl, sc = fabs(p->scale);
+    const double need[6] = {dp,
+                            dl,
+                            sc * (double)p->T * ds * m[4],
+                            sc * S * G * ds * m[0],
+                            S * G * m[1],
+                            (double)p->B * S * dl};
+    for (int k = 0; k < 6; k++)
+        if (!(need[k] < lim))
+            return 0;
+    return 1;
 }
 
 /* dSinks (SPEC 10.1, B13): per query head h, the sum over batches and queries, in that
@@ -318,7 +359,7 @@ static void write_dsinks(const bw_job *job, const smattn_inputs *in, const smatt
 /* Keys of block kb of KV head (b, g): K by key and as the transposed block, V transposed.
  * A layout's keys past T_b have no storage: left +0 (calloc), never seen. Returns 0 if a
  * staged K or V element is not finite. */
-static int stage_keys(const bw_stage *sg, int64_t item, float *orow)
+static int stage_keys(const bw_stage *sg, int64_t item, float *orow, float mag[4])
 {
     bw_job *job = sg->job;
     const smattn_problem *p = job->p;
@@ -340,6 +381,8 @@ static int stage_keys(const bw_stage *sg, int64_t item, float *orow)
         for (int64_t d = 0; d < Dv; d++)
             vt[d * BW_BK + c] = orow[d];
         ok &= row_finite(kr, D) & row_finite(orow, Dv);
+        mag[0] = row_max(mag[0], kr, D);
+        mag[1] = row_max(mag[1], orow, Dv);
     }
     return ok;
 }
@@ -348,8 +391,9 @@ static void run_stage(void *ctx, int64_t item, int worker)
 {
     const bw_stage *sg = ctx;
     float *orow = sg->job->scratch + (int64_t)worker * sg->job->scratch_len;
-    sg->bad[item] = !(item < sg->nq_items ? stage_queries(sg, item, orow)
-                                          : stage_keys(sg, item - sg->nq_items, orow));
+    float *mag = sg->mag + 4 * item;
+    sg->bad[item] = !(item < sg->nq_items ? stage_queries(sg, item, orow, mag)
+                                          : stage_keys(sg, item - sg->nq_items, orow, mag));
 }
 
 static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *in,
@@ -538,18 +582,28 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
     /* the staging, the finiteness checks, each row's class and Delta: items over the pool,
      * each writing its own rows and keys; the verdicts combined after the run */
     {
-        bw_stage sg = {&job, in, gin, &fo, B * Hq * job.nqb, NULL};
+        bw_stage sg = {&job, in, gin, &fo, B * Hq * job.nqb, NULL, NULL};
         const int64_t nitems = sg.nq_items + B * Hkv * job.nkb;
-        if (!(sg.bad = calloc((size_t)(nitems > 0 ? nitems : 1), 1))) {
+        sg.bad = calloc((size_t)(nitems > 0 ? nitems : 1), 1);
+        sg.mag = calloc((size_t)(nitems > 0 ? 4 * nitems : 4), sizeof(float));
+        if (!sg.bad || !sg.mag) {
+            free(sg.bad), free(sg.mag);
             st = SMATTN_ERR_NOMEM;
             goto done;
         }
         smattn__pool_run(nt, nitems, run_stage, &sg);
         int bad = 0;
-        for (int64_t x = 0; x < nitems; x++)
+        float m[6] = {0}; /* max |Q|, |dO|, |O|, |dLSE|, |K|, |V| */
+        for (int64_t x = 0; x < nitems; x++) {
             bad |= sg.bad[x];
-        free(sg.bad);
-        if (bad) { /* non-finite Q, K, V or dO: SPEC 10.2's rules are the oracle's (smattn.h) */
+            for (int k = 0; k < (x < sg.nq_items ? 4 : 2); k++) {
+                const int at = x < sg.nq_items ? k : 4 + k;
+                m[at] = sg.mag[4 * x + k] > m[at] ? sg.mag[4 * x + k] : m[at];
+            }
+        }
+        free(sg.bad), free(sg.mag);
+        if (bad || !magnitudes_fit(p, m)) { /* non-finite Q, K, V or dO, or sums that could
+                                               overflow: the oracle's (smattn.h) */
             st = SMATTN_ERR_UNSUPPORTED;
             goto done;
         }

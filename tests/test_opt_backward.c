@@ -495,9 +495,23 @@ START_TEST(refusals)
     s0.lse.data = NULL;
     ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s0, &c.gin, &g.go, NULL),
                      SMATTN_ERR_NULL);
+    const float was = c.dout[0];
     c.dout[0] = NAN;
     ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
                      SMATTN_ERR_UNSUPPORTED);
+    /* finite magnitudes whose sums could leave binary32 (dP = dO . v past 2^126: inf - inf
+     * in dP - Delta, 0 * NaN at keys no row sees) are the oracle's */
+    c.dout[0] = 0x1p126f;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    c.dout[0] = 1.0f;
+    c.v[0] = 0x1p126f;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    c.v[0] = 1.0f;
+    c.dout[0] = 0x1p100f; /* within: |dO| |V| Dv and the sums stay below 2^126 */
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL), SMATTN_OK);
+    c.dout[0] = was;
     bwgrads_free(&g);
     bwcase_free(&c);
 }
