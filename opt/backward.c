@@ -202,20 +202,29 @@ typedef struct bw_stage {
     float *mag;         /* per item, 4 each: max |Q|, |dO|, |O|, |dLSE| (query items); |K|, |V| */
 } bw_stage;
 
-static int row_finite(const float *x, int64_t n)
+/* The largest |x_c| of a staged row as its binary32 bits, sign cleared: integers order
+ * finite magnitudes as floats do, and every infinity or NaN lies at or above 0x7f800000,
+ * so one integer max (which vectorises, where a float max with NaN's rules does not) gives
+ * both the finiteness verdict and the magnitude. */
+static int32_t row_absbits(const float *x, int64_t n)
 {
-    int ok = 1;
-    for (int64_t c = 0; c < n; c++)
-        ok &= isfinite(x[c]) != 0;
-    return ok;
+    int32_t m = 0;
+    for (int64_t c = 0; c < n; c++) {
+        int32_t u;
+        memcpy(&u, &x[c], sizeof u);
+        u &= 0x7fffffff;
+        m = u > m ? u : m;
+    }
+    return m;
 }
 
-/* max(m, |x_c|) over a staged row (a NaN is the finiteness check's, not this) */
-static float row_max(float m, const float *x, int64_t n)
+/* Fold a row's row_absbits into *ok (finite) and mag (the largest magnitude so far). */
+static void row_fold(int32_t bits, int *ok, float *mag)
 {
-    for (int64_t c = 0; c < n; c++)
-        m = fabsf(x[c]) > m ? fabsf(x[c]) : m;
-    return m;
+    float f;
+    *ok &= bits < 0x7f800000;
+    memcpy(&f, &bits, sizeof f);
+    *mag = bits < 0x7f800000 && f > *mag ? f : *mag;
 }
 
 /* Query rows of block qb of head (b, h): Q and dO staged, each row's key range, its class
@@ -245,9 +254,8 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
                   smattn__row_off(p, in->q.stride, b, i, h, 0), D);
         stage_row(job->dO + row * job->Dvp, job->Dvp, &gin->dout,
                   smattn__row_off(p, gin->dout.stride, b, i, h, 0), Dv);
-        ok &= row_finite(job->q + row * job->Dp, D) & row_finite(job->dO + row * job->Dvp, Dv);
-        mag[0] = row_max(mag[0], job->q + row * job->Dp, D);
-        mag[1] = row_max(mag[1], job->dO + row * job->Dvp, Dv);
+        row_fold(row_absbits(job->q + row * job->Dp, D), &ok, &mag[0]);
+        row_fold(row_absbits(job->dO + row * job->Dvp, Dv), &ok, &mag[1]);
         int64_t nvis = 0;
         for (int64_t j = job->lo[row]; j < job->hi[row] && !nvis; j++) {
             if (!smattn__mask_allows(p, in, b, h, i, j))
@@ -278,7 +286,8 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
                                   {fo->o.stride[0], fo->o.stride[1], fo->o.stride[2],
                                    fo->o.stride[3]}};
         stage_row(orow, Dv, &ot, smattn__row_off(p, ot.stride, b, i, h, 0), Dv);
-        mag[2] = row_max(mag[2], orow, Dv);
+        int o_ok = 1; /* a non-finite O is the bound's (out of contract), not a refusal */
+        row_fold(row_absbits(orow, Dv), &o_ok, &mag[2]);
         const float *dO = job->dO + row * job->Dvp;
         float dl = 0.0f;
         for (int64_t c = 0; c < Dv; c++)
@@ -286,7 +295,7 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
         if (gin->dlse.data) {
             const float x = (float)smattn_load(gin->dlse.data, gin->dlse.dtype,
                                                smattn__lse_off(p, gin->dlse.stride, b, h, i));
-            mag[3] = row_max(mag[3], &x, 1);
+            mag[3] = fabsf(x) > mag[3] ? fabsf(x) : mag[3];
             dl -= x;
         }
         job->delta[row] = dl;
@@ -380,9 +389,8 @@ static int stage_keys(const bw_stage *sg, int64_t item, float *orow, float mag[4
         stage_row(orow, Dv, &in->v, smattn__key_off(p, in->v.stride, b, j, g, 0), Dv);
         for (int64_t d = 0; d < Dv; d++)
             vt[d * BW_BK + c] = orow[d];
-        ok &= row_finite(kr, D) & row_finite(orow, Dv);
-        mag[0] = row_max(mag[0], kr, D);
-        mag[1] = row_max(mag[1], orow, Dv);
+        row_fold(row_absbits(kr, D), &ok, &mag[0]);
+        row_fold(row_absbits(orow, Dv), &ok, &mag[1]);
     }
     return ok;
 }
