@@ -75,15 +75,6 @@
 #define FUZZ_BACKWARD_MAX_P 48
 #define FUZZ_BACKWARD_MAX_PREC 2048L
 
-/* The fast backward is judged only where every finite |dO| and |dLSE| is at most this (an
- * infinite or NaN one: it must refuse the problem). It was 2^64 while the kernel gave NaN
- * for a finite |dO| near FLT_MAX (dP - Delta = inf - inf; 0 * NaN at keys no row sees);
- * the kernel now refuses inputs whose sums could leave binary32 (opt/backward.c
- * magnitudes_fit, fast_magnitudes_large here), so nothing is skipped. */
-#ifndef FUZZ_BACKWARD_FAST_MAX_DO /* HUGE_VAL: none skipped (the kernel now refuses them) */
-#define FUZZ_BACKWARD_FAST_MAX_DO HUGE_VAL
-#endif
-
 static void fail(const fuzz_problem *fp, const char *what, const char *detail)
 {
     fuzz_mismatch_head(TARGET, fp, what);
@@ -765,19 +756,6 @@ static int fast_may_refuse(const fuzz_problem *fp, const smattn_grad_inputs *gin
            !all_finite(&gin->dlse, p->B, p->Hq, p->S, 1, 0);
 }
 
-/* Whether a finite |dO| or |dLSE| passes FUZZ_BACKWARD_FAST_MAX_DO: the fast backward is
- * not judged then. */
-static int fast_skipped(const smattn_problem *p, const grads *g)
-{
-    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    for (int64_t e = 0; e < no + (g->dlse ? nl : 0); e++) {
-        const double x = e < no ? g->dout[e] : g->dlse[e - no];
-        if (isfinite(x) && fabs(x) > FUZZ_BACKWARD_FAST_MAX_DO)
-            return 1;
-    }
-    return 0;
-}
-
 /* A binary32 copy of n binary64 elements (exact: drawn as binary32 values). */
 static float *f32_copy(const double *x, int64_t n)
 {
@@ -823,8 +801,6 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
     static const char *const names[4] = {"dQ", "dK", "dV", "dSinks"};
     const smattn_problem *p = &fp->p;
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    if (fast_skipped(p, g))
-        return;
     float *do32 = xcalloc((size_t)no, sizeof(float)), *dl32 = NULL;
     smattn_grad_inputs gin = g->gin;
     for (int64_t e = 0; e < no; e++)
@@ -1063,7 +1039,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_masked(&fp, &g);
             check_finite(&fp, &g);
             check_gqa(&fp, &g);
-            const int fast = t == SMATTN_F64 && !(c0 & 8) && !fast_skipped(&fp.p, &g);
+            const int fast = t == SMATTN_F64 && !(c0 & 8);
             if (fast) /* binary64 gradients of binary32 dO, dLSE */
                 check_fast(&fp, &g);
             if (c1 == 5 && g.go.dbias.data) /* the planted summing stride's valid twin */

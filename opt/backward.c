@@ -218,13 +218,14 @@ static int32_t row_absbits(const float *x, int64_t n)
     return m;
 }
 
-/* Fold a row's row_absbits into *ok (finite) and mag (the largest magnitude so far). */
-static void row_fold(int32_t bits, int *ok, float *mag)
+/* Fold a row's row_absbits into *mag (the largest finite magnitude so far); whether the
+ * row is finite. */
+static int row_fold(int32_t bits, float *mag)
 {
     float f;
-    *ok &= bits < 0x7f800000;
     memcpy(&f, &bits, sizeof f);
     *mag = bits < 0x7f800000 && f > *mag ? f : *mag;
+    return bits < 0x7f800000;
 }
 
 /* Query rows of block qb of head (b, h): Q and dO staged, each row's key range, its class
@@ -254,8 +255,8 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
                   smattn__row_off(p, in->q.stride, b, i, h, 0), D);
         stage_row(job->dO + row * job->Dvp, job->Dvp, &gin->dout,
                   smattn__row_off(p, gin->dout.stride, b, i, h, 0), Dv);
-        row_fold(row_absbits(job->q + row * job->Dp, D), &ok, &mag[0]);
-        row_fold(row_absbits(job->dO + row * job->Dvp, Dv), &ok, &mag[1]);
+        ok &= row_fold(row_absbits(job->q + row * job->Dp, D), &mag[0]);
+        ok &= row_fold(row_absbits(job->dO + row * job->Dvp, Dv), &mag[1]);
         int64_t nvis = 0;
         for (int64_t j = job->lo[row]; j < job->hi[row] && !nvis; j++) {
             if (!smattn__mask_allows(p, in, b, h, i, j))
@@ -286,8 +287,8 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
                                   {fo->o.stride[0], fo->o.stride[1], fo->o.stride[2],
                                    fo->o.stride[3]}};
         stage_row(orow, Dv, &ot, smattn__row_off(p, ot.stride, b, i, h, 0), Dv);
-        int o_ok = 1; /* a non-finite O is the bound's (out of contract), not a refusal */
-        row_fold(row_absbits(orow, Dv), &o_ok, &mag[2]);
+        /* a non-finite O is the bound's (out of contract), not a refusal */
+        (void)row_fold(row_absbits(orow, Dv), &mag[2]);
         const float *dO = job->dO + row * job->Dvp;
         float dl = 0.0f;
         for (int64_t c = 0; c < Dv; c++)
@@ -389,8 +390,8 @@ static int stage_keys(const bw_stage *sg, int64_t item, float *orow, float mag[4
         stage_row(orow, Dv, &in->v, smattn__key_off(p, in->v.stride, b, j, g, 0), Dv);
         for (int64_t d = 0; d < Dv; d++)
             vt[d * BW_BK + c] = orow[d];
-        row_fold(row_absbits(kr, D), &ok, &mag[0]);
-        row_fold(row_absbits(orow, Dv), &ok, &mag[1]);
+        ok &= row_fold(row_absbits(kr, D), &mag[0]);
+        ok &= row_fold(row_absbits(orow, Dv), &mag[1]);
     }
     return ok;
 }
