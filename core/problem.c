@@ -2,6 +2,7 @@
 /* problem.c: the problem descriptor: defaults, strides, validation and visibility (SPEC 2-3). */
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -849,10 +850,21 @@ int smattn_visible(const smattn_problem *p, const smattn_inputs *in, int64_t b, 
     return j >= lo && j < hi && smattn__mask_allows(p, in, b, h, i, j);
 }
 
+/* The processors online, read once per process: sysconf(_SC_NPROCESSORS_ONLN) reads
+ * /sys/devices/system/cpu/online on every call, 6 us, and 50-60 us with the caches cold
+ * (as after `make bench`'s flush), twice per call of the kernel: a tenth of a decode step
+ * at T = 4096. A count that changes later (hotplug) is not followed; it only caps the
+ * thread count, which changes no bit. Two threads that race here store the same value. */
 int smattn__ncpu(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+    static atomic_int known;
+    int n = atomic_load_explicit(&known, memory_order_relaxed);
+    if (n > 0)
+        return n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c < 1 ? 1 : c > 256 ? 256 : (int)c;
+    atomic_store_explicit(&known, n, memory_order_relaxed);
+    return n;
 }
 
 smattn_status smattn_validate_explain(const smattn_problem *p, const smattn_inputs *in,

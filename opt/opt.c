@@ -4,6 +4,8 @@
  * finishing of rows (sinks, empty rows, LSE, P). */
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,57 +252,147 @@ static int env_threads(void)
     return *end == 0 && n > 0 && n <= 1024 ? (int)n : 0;
 }
 
-static void ws_free(opt_ws *w)
+/* ---- the call's scratch: every workspace and the split-K partials in one block, kept for
+ * the next call ---------------------------------------------------------------------------- */
+
+/* A decode step at T = 4096 spent about 60 of its 1000 us in the fifty mallocs and frees of
+ * its workspaces (caches cold, as after `make bench`'s flush: the allocator's lists and a
+ * trimmed heap's pages). One block per call instead, the last call's kept for the next
+ * (atomically: a call that finds none, another thread's call holding it, allocates its
+ * own; a fork's child inherits the kept block with the rest of the heap). A block over
+ * SCRATCH_KEEP bytes (a split-K decode of millions of keys) is not kept. Buffers are carved
+ * 64-byte aligned with a 64-byte gap after each, which AddressSanitizer builds poison, so an
+ * overrun is caught as it was with a malloc per buffer. */
+#define SCRATCH_KEEP ((size_t)8 << 20)
+#define SCRATCH_HEAD 64 /* the block's capacity is stored before its first buffer */
+#if defined(__SANITIZE_ADDRESS__)
+#define SCRATCH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SCRATCH_ASAN 1
+#endif
+#endif
+#ifdef SCRATCH_ASAN
+#include <sanitizer/asan_interface.h>
+#define SCRATCH_POISON(a, n) ASAN_POISON_MEMORY_REGION(a, n)
+#define SCRATCH_UNPOISON(a, n) ASAN_UNPOISON_MEMORY_REGION(a, n)
+#else
+#define SCRATCH_POISON(a, n) ((void)(a), (void)(n))
+#define SCRATCH_UNPOISON(a, n) ((void)(a), (void)(n))
+#endif
+
+static _Atomic(unsigned char *) scratch_kept;
+
+static size_t scratch_cap(const unsigned char *block)
 {
-    free(w->q), free(w->qp), free(w->kt), free(w->ktt), free(w->v), free(w->s), free(w->vis), free(w->acc);
-    free(w->m), free(w->l), free(w->lo), free(w->hi), free(w->slow), free(w->full);
-    free(w->mt), free(w->sm), free(w->dm);
-    free((void *)w->krows), free((void *)w->vrows), free((void *)w->pfk), free((void *)w->pfv);
-    free(w->kq);
-    free(w->qp8);
-    free(w->pb);
+    size_t cap;
+    memcpy(&cap, block, sizeof cap);
+    return cap;
 }
 
-static int ws_alloc(opt_ws *w, const opt_job *job)
+/* A block of at least need bytes after its head (the kept one when it is large enough) */
+static unsigned char *scratch_take(size_t need)
+{
+    unsigned char *b = atomic_exchange(&scratch_kept, NULL);
+    if (b && scratch_cap(b) >= need)
+        return b;
+    free(b);
+    if (need > SIZE_MAX - 2 * SCRATCH_HEAD)
+        return NULL;
+    const size_t cap = (need + SCRATCH_HEAD - 1) / SCRATCH_HEAD * SCRATCH_HEAD;
+    b = aligned_alloc(SCRATCH_HEAD, SCRATCH_HEAD + cap);
+    if (b)
+        memcpy(b, &cap, sizeof cap);
+    return b;
+}
+
+/* The block back, kept for the next call (the one kept before it freed) */
+static void scratch_give(unsigned char *b)
+{
+    if (!b)
+        return;
+    SCRATCH_UNPOISON(b + SCRATCH_HEAD, scratch_cap(b));
+    if (scratch_cap(b) > SCRATCH_KEEP) {
+        free(b);
+        return;
+    }
+    free(atomic_exchange(&scratch_kept, b));
+}
+
+/* Buffers from a block (base NULL: only the size is counted) */
+typedef struct carver {
+    unsigned char *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes)
+{
+    unsigned char *at = c->base ? c->base + c->off : NULL;
+    const size_t span = (bytes + 63) / 64 * 64 + 64; /* the buffer, then its gap */
+    if (at)
+        SCRATCH_POISON(at + bytes, span - bytes);
+    c->off += span;
+    return at;
+}
+
+static void ws_carve(opt_ws *w, const opt_job *job, carver *c)
 {
     const smattn_problem *p = job->p;
     memset(w, 0, sizeof *w);
     size_t R = (size_t)((job->R + 3) / 4 * 4 * job->hg), Dp = (size_t)(p->op == SMATTN_OP_ATTENTION ? (p->D + 15) / 16 * 16 : 16);
     size_t Dvp = (size_t)job->Dvp, T = (size_t)p->T;
     size_t srow = p->op == SMATTN_OP_ATTENTION ? R * OPT_BK : T + OPT_BK;
-    w->q = malloc(R * Dp * sizeof(float));
-    w->qp = malloc(R * Dp * sizeof(float));
-    w->kt = malloc((size_t)OPT_BK * Dp * sizeof(float));
-    w->ktt = job->qkt ? malloc((size_t)OPT_BK * Dp * sizeof(float)) : NULL;
-    w->v = malloc((size_t)OPT_BK * Dvp * sizeof(float));
-    w->s = malloc(srow * sizeof(float));
-    w->vis = malloc(srow);
-    w->acc = malloc(R * Dvp * sizeof(float));
-    w->m = malloc(R * sizeof(float));
-    w->l = malloc(R * sizeof(float));
-    w->lo = malloc(R * sizeof(int64_t));
-    w->hi = malloc(R * sizeof(int64_t));
-    w->slow = malloc(R);
-    w->full = malloc(R);
-    w->mt = malloc(R * sizeof(float));
-    w->sm = malloc(R * sizeof(float));
-    w->dm = calloc(R + 16, sizeof(float)); /* the padding read by whole vectors stays 0 */
-    w->krows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->krows);
-    w->vrows = malloc((size_t)(job->hg * OPT_BK) * sizeof *w->vrows);
-    w->pfk = malloc((size_t)OPT_BK * sizeof *w->pfk);
-    w->pfv = malloc((size_t)OPT_BK * sizeof *w->pfv);
+    w->q = carve(c, R * Dp * sizeof(float));
+    w->qp = carve(c, R * Dp * sizeof(float));
+    w->kt = carve(c, (size_t)OPT_BK * Dp * sizeof(float));
+    w->ktt = job->qkt ? carve(c, (size_t)OPT_BK * Dp * sizeof(float)) : NULL;
+    w->v = carve(c, (size_t)OPT_BK * Dvp * sizeof(float));
+    w->s = carve(c, srow * sizeof(float));
+    w->vis = carve(c, srow);
+    w->acc = carve(c, R * Dvp * sizeof(float));
+    w->m = carve(c, R * sizeof(float));
+    w->l = carve(c, R * sizeof(float));
+    w->lo = carve(c, R * sizeof(int64_t));
+    w->hi = carve(c, R * sizeof(int64_t));
+    w->slow = carve(c, R);
+    w->full = carve(c, R);
+    w->mt = carve(c, R * sizeof(float));
+    w->sm = carve(c, R * sizeof(float));
+    w->dm = carve(c, (R + 16) * sizeof(float)); /* zeroed below: the padding read by whole
+                                                 * vectors stays 0 */
+    w->krows = carve(c, (size_t)(job->hg * OPT_BK) * sizeof *w->krows);
+    w->vrows = carve(c, (size_t)(job->hg * OPT_BK) * sizeof *w->vrows);
+    w->pfk = carve(c, (size_t)OPT_BK * sizeof *w->pfk);
+    w->pfv = carve(c, (size_t)OPT_BK * sizeof *w->pfv);
     const int kq = p->op == SMATTN_OP_ATTENTION && opt_is_block(job->in->k.dtype);
-    w->kq = kq ? malloc((size_t)job->hg * OPT_BK * Dp * sizeof(float)) : NULL;
+    w->kq = kq ? carve(c, (size_t)job->hg * OPT_BK * Dp * sizeof(float)) : NULL;
     const int qp8 = p->op == SMATTN_OP_ATTENTION && job->in->k.dtype == SMATTN_F8E4M3;
-    w->qp8 = qp8 ? malloc(R * Dp * sizeof(float)) : NULL;
-    w->pb = malloc((size_t)7 * OPT_BK * 16 * sizeof(float));
-    if (!w->q || !w->qp || !w->kt || (job->qkt && !w->ktt) || !w->v || !w->s || !w->vis || !w->acc || !w->m || !w->l || !w->lo ||
-        !w->hi || !w->slow || !w->full || !w->mt || !w->sm || !w->dm || !w->krows || !w->vrows ||
-        !w->pfk || !w->pfv || (kq && !w->kq) || (qp8 && !w->qp8) || !w->pb) {
-        ws_free(w);
-        return -1;
-    }
-    return 0;
+    w->qp8 = qp8 ? carve(c, R * Dp * sizeof(float)) : NULL;
+    w->pb = carve(c, (size_t)7 * OPT_BK * 16 * sizeof(float));
+    if (w->dm)
+        memset(w->dm, 0, (R + 16) * sizeof(float));
+}
+
+/* The nt workspaces and, with split-K, the partials ([units][R][Dvp + 2]) in one block;
+ * NULL if out of memory */
+static unsigned char *job_scratch(opt_job *job, int nt, int64_t units)
+{
+    carver c = {NULL, 0};
+    opt_ws sizing;
+    for (int k = 0; k < nt; k++)
+        ws_carve(&sizing, job, &c);
+    const size_t part =
+        job->nchunks > 1 ? (size_t)(units * job->R * (job->Dvp + 2)) * sizeof(float) : 0;
+    if (part)
+        carve(&c, part);
+    unsigned char *block = scratch_take(c.off);
+    if (!block)
+        return NULL;
+    c = (carver){block + SCRATCH_HEAD, 0};
+    for (int k = 0; k < nt; k++)
+        ws_carve(&job->ws[k], job, &c);
+    job->part = part ? carve(&c, part) : NULL;
+    return block;
 }
 
 #ifdef SMATTN_PHASES
@@ -493,35 +585,21 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
         free(job.qk_scale), free(job.v_scale);
         return SMATTN_ERR_NOMEM;
     }
-    int made = 0;
-    for (; made < nt; made++)
-        if (ws_alloc(&job.ws[made], &job))
-            break;
-    if (made < nt) {
-        for (int k = 0; k < made; k++)
-            ws_free(&job.ws[k]);
+    unsigned char *scratch = job_scratch(&job, nt, units);
+    if (!scratch) {
         free(job.ws);
         free(job.qk_scale), free(job.v_scale);
         return SMATTN_ERR_NOMEM;
     }
+    smattn__pool_run(nt, job.items, att ? run_attention_item : run_softmax_item, &job);
     if (job.nchunks > 1) {
-        job.part = malloc((size_t)(units * job.R * (job.Dvp + 2)) * sizeof(float));
-        if (!job.part)
-            st = SMATTN_ERR_NOMEM;
+        OPT_PH_BEGIN(t_merge);
+        merge_chunks(&job);
+        OPT_PH_END(OPT_PH_MERGE, t_merge);
+        OPT_PH_FLUSH();
     }
-    if (!st) {
-        smattn__pool_run(nt, job.items, att ? run_attention_item : run_softmax_item, &job);
-        if (job.nchunks > 1) {
-            OPT_PH_BEGIN(t_merge);
-            merge_chunks(&job);
-            OPT_PH_END(OPT_PH_MERGE, t_merge);
-            OPT_PH_FLUSH();
-        }
-    }
-    for (int k = 0; k < nt; k++)
-        ws_free(&job.ws[k]);
+    scratch_give(scratch);
     free(job.ws);
-    free(job.part);
     free(job.qk_scale);
     free(job.v_scale);
     return st;
