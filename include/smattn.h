@@ -484,7 +484,7 @@ double smattn_error_ratio(double computed, double exact, double bound);
  * The optimised kernel (opt/): flash-attention tiles, SIMD (AVX-512, AVX2+FMA, or a
  * portable scalar instance, chosen at run time), a persistent thread pool, and one
  * scratch block per call of smattn_attention and smattn_softmax, the last one (up to
- * 8 MiB) kept for the next call until the process ends.
+ * 32 MiB) kept for the next call until the process ends.
  * Supported: Q, K, V, X, bias and sinks in float32, binary16 or bfloat16, in any
  * combination, Q, K, V also fp8 e4m3fn / e5m2 and K, V q8_0 / q4_0 (SPEC 2.9; read exactly
  * into binary32, a block format dequantised once per key tile), with descales per tensor

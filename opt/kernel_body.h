@@ -1073,11 +1073,34 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
      * one thread, best of 9, three interleaved rounds: AVX2 30.0-30.6 -> 27.2 ms; with
      * AVX-512 (pv_block4x4 reads 4 lines per key) it was 1-3% slower, and its chunked
      * prefill's P.V 70-76% -> 55-65% of the peak in `make bench-phases`: not staged. */
+    /* With job->vstage (a dense V, opt.c), the tile is staged once per call for every unit
+     * that reads it: the first unit to want it stages the whole tile (the keys to min(T,
+     * kt + OPT_BK), which a dense V holds) into the shared copy and marks it ready; a unit
+     * that finds it being staged stages its own, as without. The same values either way.
+     * AVX2 prefill S = T = 2048: the staging was 32 of 194 thread-ms of the P.V. */
     if (VLEN == 8 && job->qkt && v_direct && Dvk % PV_PANEL == 0) {
         const size_t ev = smattn_dtype_size(vt_->dtype);
-        KN(stage_v)(ws->v, vt_, (const unsigned char *)vt_->data + (size_t)voff * ev, ldv, nk, Dvk);
-        KTN(pv_tile, f32)(ACC, Dvp, S_, VIS, F, R, Rp, ws->v, PV_PANEL, nk, Dvk, &pvpf,
-                          OPT_BK * PV_PANEL);
+        const unsigned char *v0 = (const unsigned char *)vt_->data + (size_t)voff * ev;
+        const float *vs = ws->v;
+        if (job->vstage) {
+            const int64_t x = (b * p->Hkv + g) * job->vtiles + kt / OPT_BK;
+            float *shared = job->vstage + x * OPT_BK * Dvp;
+            unsigned char st = atomic_load_explicit(&job->vstate[x], memory_order_acquire);
+            if (st == 0 && atomic_compare_exchange_strong_explicit(&job->vstate[x], &st, 1,
+                                                                   memory_order_acquire,
+                                                                   memory_order_acquire)) {
+                const int64_t nt = p->T - kt < OPT_BK ? p->T - kt : OPT_BK;
+                KN(stage_v)(shared, vt_, v0, ldv, nt, Dvk);
+                atomic_store_explicit(&job->vstate[x], 2, memory_order_release);
+                st = 2;
+            }
+            if (st == 2)
+                vs = shared;
+        }
+        if (vs == ws->v)
+            KN(stage_v)(ws->v, vt_, v0, ldv, nk, Dvk);
+        KTN(pv_tile, f32)
+        (ACC, Dvp, S_, VIS, F, R, Rp, vs, PV_PANEL, nk, Dvk, &pvpf, OPT_BK * PV_PANEL);
         OPT_PH_END(OPT_PH_PV, t_pv);
         return;
     }

@@ -260,10 +260,12 @@ static int env_threads(void)
  * trimmed heap's pages). One block per call instead, the last call's kept for the next
  * (atomically: a call that finds none, another thread's call holding it, allocates its
  * own; a fork's child inherits the kept block with the rest of the heap). A block over
- * SCRATCH_KEEP bytes (a split-K decode of millions of keys) is not kept. Buffers are carved
+ * SCRATCH_KEEP bytes (a split-K decode of millions of keys, V staged for tens of thousands)
+ * is not kept: AVX2's chunked prefill S = 128, T = 4096 stages 8 MiB of V, whose pages,
+ * faulted in again at every call, cost it 4 of its 52 ms. Buffers are carved
  * 64-byte aligned with a 64-byte gap after each, which AddressSanitizer builds poison, so an
  * overrun is caught as it was with a malloc per buffer. */
-#define SCRATCH_KEEP ((size_t)8 << 20)
+#define SCRATCH_KEEP ((size_t)32 << 20)
 #define SCRATCH_HEAD 64 /* the block's capacity is stored before its first buffer */
 #if defined(__SANITIZE_ADDRESS__)
 #define SCRATCH_ASAN 1
@@ -385,6 +387,12 @@ static unsigned char *job_scratch(opt_job *job, int nt, int64_t units)
         job->nchunks > 1 ? (size_t)(units * job->R * (job->Dvp + 2)) * sizeof(float) : 0;
     if (part)
         carve(&c, part);
+    const size_t ntiles = (size_t)(job->p->B * job->p->Hkv * job->vtiles);
+    const size_t vbytes = ntiles * OPT_BK * (size_t)job->Dvp * sizeof(float);
+    if (ntiles) {
+        carve(&c, vbytes);
+        carve(&c, ntiles);
+    }
     unsigned char *block = scratch_take(c.off);
     if (!block)
         return NULL;
@@ -392,6 +400,12 @@ static unsigned char *job_scratch(opt_job *job, int nt, int64_t units)
     for (int k = 0; k < nt; k++)
         ws_carve(&job->ws[k], job, &c);
     job->part = part ? carve(&c, part) : NULL;
+    if (ntiles) {
+        job->vstage = carve(&c, vbytes);
+        job->vstate = carve(&c, ntiles);
+        for (size_t x = 0; x < ntiles; x++)
+            atomic_init(&job->vstate[x], 0);
+    }
     return block;
 }
 
@@ -578,6 +592,16 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
                 break;
             }
     job.items = units / job.hg;
+    /* V's tiles staged once per call (kernel_body.h, AVX2's many-row P.V) where several
+     * query tiles read them: a dense V (its T rows all in memory) of unit-stride rows,
+     * whole panels, at most 64 MiB of copies */
+    const smattn_tensor *vt = &in->v;
+    if (att && job.qkt && job.isa == &smattn__isa_avx2 && !p->layout && job.qtiles >= 2 &&
+        vt->stride[3] == 1 && p->Dv % 16 == 0 && !opt_is_block(vt->dtype) &&
+        (double)(p->B * p->Hkv) * (double)((p->T + OPT_BK - 1) / OPT_BK) * OPT_BK *
+                (double)job.Dvp <=
+            (double)(16 << 20))
+        job.vtiles = (p->T + OPT_BK - 1) / OPT_BK;
     if (nt > job.items)
         nt = (int)job.items;
     job.ws = calloc((size_t)nt, sizeof *job.ws);

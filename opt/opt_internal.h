@@ -4,6 +4,7 @@
 #define SMATTN_OPT_INTERNAL_H
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -160,6 +161,13 @@ typedef struct opt_job {
     int64_t items;
     opt_ws *ws;         /* [threads] */
     float *part;        /* split-K partials [units][R][Dvp + 2] */
+    /* V's key tiles staged as f32 column panels once per call, shared by the work items
+     * (kernel_body.h's unit_tile, AVX2 with many rows; NULL: each unit stages its own):
+     * tile t of (b, KV head g) at vstage + ((b Hkv + g) vtiles + t) OPT_BK Dvp, its state
+     * in vstate (0: not staged, 1: being staged, 2: ready) */
+    float *vstage;
+    _Atomic unsigned char *vstate;
+    int64_t vtiles;
     unsigned char *slow_rows; /* [B*Hq*S] */
 } opt_job;
 
