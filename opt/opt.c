@@ -560,11 +560,12 @@ static smattn_status run(const smattn_problem *p, const smattn_inputs *in,
         return st;
     const int att = p->op == SMATTN_OP_ATTENTION;
     job.G = att ? p->Hq / p->Hkv : 1;
-    /* about 64 rows per item, 128 with AVX-512 where the scores take the keys in the lanes
-     * (the key tile's transposition then serves twice the rows: prefill 512 and the chunked
-     * prefill 3-8% faster; with AVX2, prefill 2048 was 5-10% slower with 128); a row's
-     * arithmetic does not depend on its item's rows */
-    const int64_t rows = att && p->S >= 16 && job.isa == &smattn__isa_avx512 ? 128 : 64;
+    /* about 64 rows per item, 128 with vectors where the scores take the keys in the lanes
+     * (the key tile's transposition then serves twice the rows: AVX-512's prefill 512 and
+     * chunked prefill 3-8% faster; AVX2's prefill 2048 5-10% slower while each unit staged
+     * its own V tiles, about 3% faster (178-185 against 182-192 ms) since they are staged
+     * once per call); a row's arithmetic does not depend on its item's rows */
+    const int64_t rows = att && p->S >= 16 && job.isa != &smattn__isa_scalar ? 128 : 64;
     job.nq = att ? (job.G >= rows ? 1 : rows / job.G) : 1;
     if (job.nq > p->S)
         job.nq = p->S;
