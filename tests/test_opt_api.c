@@ -41,14 +41,23 @@ static void store(void *base, smattn_dtype t, size_t i, double v)
     smattn_store(base, t, (int64_t)i, v);
 }
 
+static void prob_make_dims(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
+                           smattn_dtype kv, int shift, int64_t D, int64_t Dv);
+
 static void prob_make(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
                       smattn_dtype kv, int shift)
+{
+    prob_make_dims(x, seed, B, Hq, S, T, kv, shift, 24, 20);
+}
+
+static void prob_make_dims(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
+                           smattn_dtype kv, int shift, int64_t D, int64_t Dv)
 {
     rng r = {seed};
     memset(x, 0, sizeof *x);
     smattn_problem *p = &x->p;
     *p = smattn_problem_default();
-    p->B = B, p->S = S, p->T = T, p->Hq = Hq, p->Hkv = Hq > 1 ? Hq / 2 : 1, p->D = 24, p->Dv = 20;
+    p->B = B, p->S = S, p->T = T, p->Hq = Hq, p->Hkv = Hq > 1 ? Hq / 2 : 1, p->D = D, p->Dv = Dv;
     p->scale = smattn_default_scale(p->D);
     p->softcap = 7.5;
     p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
@@ -414,6 +423,89 @@ START_TEST(any_address_same_bits)
 }
 END_TEST
 
+/* AVX2's many-row P.V stages each tile of a dense V once per call for every work item that
+ * reads it (opt.c's vstage), and every call's workspaces come from a block kept between
+ * calls (opt.c's scratch): neither may change a bit. A prefill (Dv a multiple of 16, three
+ * query tiles per KV head) at 1, 2 and 3 threads, each after a call of another shape and
+ * other values (a stale tile or workspace would show), from two threads at once, and
+ * against the same problem described as a packed batch of one (cu_seqlens_k = {0, T}),
+ * whose units each stage their own tiles. */
+typedef struct twin_call {
+    const prob *x;
+    const char *isa;
+    float *o;
+    smattn_status st;
+} twin_call;
+
+static void *call_into(void *arg)
+{
+    twin_call *c = arg;
+    smattn_outputs out;
+    memset(&out, 0, sizeof out);
+    out.o = (smattn_out_tensor){c->o, SMATTN_F32, {0}};
+    smattn_contiguous_strides(&c->x->p, 'o', out.o.stride);
+    smattn_opt_config cfg = {2, c->isa};
+    c->st = smattn_attention(&c->x->p, &c->x->in, &out, &cfg);
+    return NULL;
+}
+
+START_TEST(shared_tiles_and_kept_scratch_same_bits)
+{
+    static const smattn_dtype kvs[] = {SMATTN_F32, SMATTN_F16};
+    for (int k = 0; k < 3; k++) {
+        if (!smattn_opt_isa_available(isas[k]))
+            continue;
+        for (int t = 0; t < 2; t++) {
+            prob a, other;
+            prob_make_dims(&a, 31 + (uint64_t)t, 1, 4, 150, 170, kvs[t], 0, 32, 32);
+            float *want = malloc(a.no * 4);
+            ck_assert_ptr_nonnull(want);
+            ck_assert_int_eq(run(&a, isas[k], 1, NULL, NULL), SMATTN_OK);
+            memcpy(want, a.o, a.no * 4);
+            for (int threads = 1; threads <= 3; threads++) {
+                prob_make_dims(&other, 77 + (uint64_t)threads, 1, 4, 200 + 10 * threads, 230,
+                               kvs[1 - t], 0, 32, 32);
+                ck_assert_int_eq(run(&other, isas[k], 2, NULL, NULL), SMATTN_OK);
+                prob_free(&other);
+                memset(a.o, 0, a.no * 4);
+                ck_assert_int_eq(run(&a, isas[k], threads, NULL, NULL), SMATTN_OK);
+                ck_assert_msg(memcmp(want, a.o, a.no * 4) == 0, "%s %s, %d threads: O differs",
+                              isas[k], smattn_dtype_name(kvs[t]), threads);
+            }
+            float *o2[2] = {calloc(a.no, 4), calloc(a.no, 4)};
+            ck_assert(o2[0] && o2[1]);
+            twin_call c[2] = {{&a, isas[k], o2[0], SMATTN_OK}, {&a, isas[k], o2[1], SMATTN_OK}};
+            pthread_t th[2];
+            for (int n = 0; n < 2; n++)
+                ck_assert_int_eq(pthread_create(&th[n], NULL, call_into, &c[n]), 0);
+            for (int n = 0; n < 2; n++) {
+                pthread_join(th[n], NULL);
+                ck_assert_int_eq(c[n].st, SMATTN_OK);
+                ck_assert_msg(memcmp(want, o2[n], a.no * 4) == 0,
+                              "%s %s, two callers at once: O differs", isas[k],
+                              smattn_dtype_name(kvs[t]));
+            }
+            free(o2[0]), free(o2[1]);
+            const int64_t cu_k[2] = {0, a.p.T};
+            smattn_layout lay = {NULL, cu_k, NULL, NULL, 0, 0, 0, 0};
+            prob b = a; /* the same buffers, described as a packed batch of one */
+            b.p.layout = &lay;
+            const int64_t Hkv = a.p.Hkv;
+            b.in.k.stride[0] = 0, b.in.k.stride[1] = Hkv * a.p.D;
+            b.in.k.stride[2] = a.p.D, b.in.k.stride[3] = 1;
+            b.in.v.stride[0] = 0, b.in.v.stride[1] = Hkv * a.p.Dv;
+            b.in.v.stride[2] = a.p.Dv, b.in.v.stride[3] = 1;
+            memset(a.o, 0, a.no * 4);
+            ck_assert_int_eq(run(&b, isas[k], 2, NULL, NULL), SMATTN_OK);
+            ck_assert_msg(memcmp(want, b.o, a.no * 4) == 0, "%s %s: the packed twin's O differs",
+                          isas[k], smattn_dtype_name(kvs[t]));
+            free(want);
+            prob_free(&a);
+        }
+    }
+}
+END_TEST
+
 Suite *opt_api_suite(void);
 Suite *opt_api_suite(void)
 {
@@ -427,6 +519,7 @@ Suite *opt_api_suite(void)
     tcase_add_test(tc, fork_after_threaded_call);
     tcase_add_test(tc, fork_during_threaded_call);
     tcase_add_test(tc, any_address_same_bits);
+    tcase_add_test(tc, shared_tiles_and_kept_scratch_same_bits);
     suite_add_tcase(s, tc);
     return s;
 }
