@@ -72,26 +72,6 @@ static int write_array(const char *dir, const char *file, smattn_npy_type t, int
     return smattn_npy_write(path, t, rank, shape, data, err, errlen);
 }
 
-/* "alibi_mode" and "alibi_slopes" (SPEC 7.1): each slope printed with 17 digits, so that
- * the number read back is the binary32 exactly. */
-static void put_alibi(FILE *f, const smattn_problem *p)
-{
-    static const char *const modes[4] = {"none", "symmetric", "one_sided", "mask"};
-    if (p->alibi_mode == SMATTN_ALIBI_NONE)
-        return;
-    fprintf(f, ",\n  \"alibi_mode\": \"%s\",\n  \"alibi_slopes\": [", modes[p->alibi_mode]);
-    const int64_t lists = p->alibi_slopes_per_batch ? p->B : 0;
-    for (int64_t b = 0; b < (lists ? lists : 1); b++) {
-        if (lists)
-            fprintf(f, "%s[", b ? ", " : "");
-        for (int64_t h = 0; h < p->Hq; h++)
-            fprintf(f, "%s%.17g", h ? ", " : "", (double)p->alibi_slopes[b * p->Hq + h]);
-        if (lists)
-            fprintf(f, "]");
-    }
-    fprintf(f, "]");
-}
-
 static void put_lens(FILE *f, const char *key, const int64_t *l, int64_t B)
 {
     if (!l)
@@ -149,7 +129,7 @@ static int write_case_json(const char *dir, const smattn_problem *p, const smatt
         return -1;
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
-    put_alibi(f, p);
+    smattn_case_json_put_alibi(f, p);
     smattn_case_json_put_quant(f, p, in);
     if (bf16) {
         const char *names[7];
@@ -499,7 +479,7 @@ static int write_layout_case(const char *dir, const conform_inst *m, smattn_dtyp
             put_list(f, "kv_indices", indices, npages);
             put_list(f, "kv_last_page_len", last, B);
         }
-        put_alibi(f, p);
+        smattn_case_json_put_alibi(f, p);
         if (t == SMATTN_BF16)
             put_bf16_qkv(f, bias != NULL, in->sinks.data != NULL, gr.on);
         rc = close_case_json(f, path, err, errlen);
@@ -619,7 +599,7 @@ static int write_own_layout_case(const char *dir, const conform_case *c, const c
             fprintf(f, ",\n  \"kv_layout\": \"HND\"");
         if (L->block_table && L->bt_stride != L->max_pages)
             fprintf(f, ",\n  \"max_pages\": %lld", (long long)L->max_pages);
-        put_alibi(f, p);
+        smattn_case_json_put_alibi(f, p);
         if (t == SMATTN_BF16)
             put_bf16_qkv(f, cut[0] != NULL, m->in.sinks.data != NULL, gr.on);
         rc = close_case_json(f, path, err, errlen);

@@ -72,7 +72,6 @@
  * stop at 2048 bits (an element undecided there is SMATTN_ERR_PRECISION, which skips the
  * input: this target judges the gradients' properties, not the oracle's precision). The
  * committed corpus keeps the inputs that run in a fraction of a second (fuzz/README.md). */
-#define FUZZ_BACKWARD_MAX_P 48
 #define FUZZ_BACKWARD_MAX_PREC 2048L
 
 static void fail(const fuzz_problem *fp, const char *what, const char *detail)
@@ -100,15 +99,6 @@ typedef struct grads {
     smattn_dtype t;
 } grads;
 
-static double splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 * 4.0 - 2.0; /* [-2, 2) */
-}
-
 static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
 {
     smattn_problem q = *p;
@@ -133,22 +123,8 @@ static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
 static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse, int special,
                          int f32)
 {
-    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    uint64_t s = seed;
-    g->dout = xcalloc((size_t)no, sizeof(double));
-    for (int64_t e = 0; e < no; e++)
-        g->dout[e] = f32 ? (double)(float)splitmix(&s) : splitmix(&s);
-    if (dlse) {
-        g->dlse = xcalloc((size_t)nl, sizeof(double));
-        for (int64_t e = 0; e < nl; e++)
-            g->dlse[e] = f32 ? (double)(float)splitmix(&s) : splitmix(&s);
-    }
-    for (int k = 0; special && k < 3; k++) {
-        double *t = dlse && k == 2 ? g->dlse : g->dout;
-        int64_t n = dlse && k == 2 ? nl : no;
-        t[(int64_t)((splitmix(&s) + 2) / 4 * (double)n) % n] =
-            (double)fuzz_special_value((int)((splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
-    }
+    if (fuzz_grad_values(p, seed, special, f32, &g->dout, dlse ? &g->dlse : NULL))
+        abort(); /* out of memory in the harness */
     smattn_problem q = *p;
     g->gin.dout = (smattn_tensor){g->dout, SMATTN_F64, {0}};
     if (smattn_contiguous_strides(&q, 'o', g->gin.dout.stride))

@@ -96,6 +96,10 @@ void smattn_case_json_free(smattn_case_json *cj);
  * digits so that it reads back exactly) for p and in, each as ",\n  \"key\": value" (SPEC
  * 7.1, 2.9); nothing for the softmax op. The writers of `gen` and `fuzz_decode` share it. */
 void smattn_case_json_put_quant(FILE *f, const smattn_problem *p, const smattn_inputs *in);
+/* Writes case.json's "alibi_mode" and "alibi_slopes" (Hq numbers, or B lists of Hq) as
+ * ",\n  \"key\": value", each slope with 17 digits (SPEC 7.1, 2.8); nothing without ALiBi.
+ * The writers of `gen` and `fuzz_decode` share it. */
+void smattn_case_json_put_alibi(FILE *f, const smattn_problem *p);
 
 /* A loaded case. prob and in point into the owned arrays below, and prob.layout into the
  * case itself: a case is used where it was loaded, never copied. */

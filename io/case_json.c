@@ -581,6 +581,26 @@ int smattn_case_json_parse(const char *text, size_t len, smattn_case_json *cj, c
     return rc;
 }
 
+/* "alibi_mode" and "alibi_slopes" (SPEC 7.1, 2.8): each slope printed with 17 digits, so
+ * that the number read back is the binary32 exactly; nothing without ALiBi. */
+void smattn_case_json_put_alibi(FILE *f, const smattn_problem *p)
+{
+    static const char *const modes[4] = {"none", "symmetric", "one_sided", "mask"};
+    if (p->alibi_mode == SMATTN_ALIBI_NONE || !p->alibi_slopes)
+        return;
+    fprintf(f, ",\n  \"alibi_mode\": \"%s\",\n  \"alibi_slopes\": [", modes[p->alibi_mode]);
+    const int64_t lists = p->alibi_slopes_per_batch ? p->B : 0;
+    for (int64_t b = 0; b < (lists ? lists : 1); b++) {
+        if (lists)
+            fprintf(f, "%s[", b ? ", " : "");
+        for (int64_t h = 0; h < p->Hq; h++)
+            fprintf(f, "%s%.17g", h ? ", " : "", (double)p->alibi_slopes[b * p->Hq + h]);
+        if (lists)
+            fprintf(f, "]");
+    }
+    fprintf(f, "]");
+}
+
 /* The quantised inputs' lists ("fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0") and the descales
  * ("q_descale", ... a number or B lists of Hkv; each a binary32, printed with 17 digits so
  * that the number read back is exactly it) of case.json (SPEC 7.1, 2.9). */

@@ -27,8 +27,8 @@ check-fuzz-clang:
 	  clang $(filter-out $(SAN),$(CFLAGS_BASE)) $(JSONC_CFLAGS) -fsyntax-only $$f || exit 1; done
 
 # tools/fuzz_decode.c: `build/fuzz/fuzz_decode [--target T] [--case DIR] FILE` prints what
-# an input decodes to and writes it as a case directory; the replay smoke-tests it on one
-# seed through `smattn ref`.
+# an input decodes to and writes it as a case directory; the replay smoke-tests it on three
+# inputs through `smattn ref`.
 $(BUILD)/fuzz/fuzz_decode: $(BUILD)/fuzz/tools/fuzz_decode.o $(FUZZ_COMMON) $(IOLIB) $(LIB)
 	$(call say,LD,$@)$(CC) $(CFLAGS_BASE) -o $@ $^ $(IO_LIBS) $(LIBS)
 check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
@@ -40,7 +40,11 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	  fuzz/regressions/fuzz_ref_props/harness-q8_0-subnormal-block.bin \
 	  >> $(BUILD)/fuzz/decode-smoke.txt
 	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/quant $(BUILD)/fuzz/decode-smoke/quant-out --weights
-	@echo "fuzz_decode: a decoded seed and a quantised input (q8_0, descales) written as cases, reproduced by smattn ref"
+	@$< --target fuzz_backward --case $(BUILD)/fuzz/decode-smoke/backward \
+	  fuzz/corpus/fuzz_backward/seed-000-chunked_prefill >> $(BUILD)/fuzz/decode-smoke.txt
+	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/backward $(BUILD)/fuzz/decode-smoke/backward-out
+	@test -f $(BUILD)/fuzz/decode-smoke/backward-out/dq.npy
+	@echo "fuzz_decode: a decoded seed, a quantised input (q8_0, descales) and a backward input (ALiBi, dO) written as cases, reproduced by smattn ref"
 
 # The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
 # fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).

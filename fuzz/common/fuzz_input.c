@@ -102,6 +102,42 @@ float fuzz_special_value(int code)
     }
 }
 
+static double grad_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-52 * 4.0 - 2.0; /* [-2, 2) */
+}
+
+int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, int f32, double **dout,
+                     double **dl)
+{
+    const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
+    uint64_t s = seed;
+    double *o = calloc((size_t)(no > 0 ? no : 1), sizeof *o);
+    double *l = dl ? calloc((size_t)(nl > 0 ? nl : 1), sizeof *l) : NULL;
+    if (!o || (dl && !l)) {
+        free(o), free(l);
+        return -1;
+    }
+    for (int64_t e = 0; e < no; e++)
+        o[e] = f32 ? (double)(float)grad_splitmix(&s) : grad_splitmix(&s);
+    for (int64_t e = 0; l && e < nl; e++)
+        l[e] = f32 ? (double)(float)grad_splitmix(&s) : grad_splitmix(&s);
+    for (int k = 0; special && k < 3; k++) {
+        double *t = l && k == 2 ? l : o;
+        const int64_t n = l && k == 2 ? nl : no;
+        t[(int64_t)((grad_splitmix(&s) + 2) / 4 * (double)n) % n] = (double)fuzz_special_value(
+            (int)((grad_splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
+    }
+    *dout = o;
+    if (dl)
+        *dl = l;
+    return 0;
+}
+
 static double draw(prng *r, int mode, double equal)
 {
     double u = 2 * prng_unif(r) - 1;

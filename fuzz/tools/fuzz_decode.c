@@ -12,6 +12,10 @@
  *   fuzz_decode [--target NAME] [--case DIR] FILE
  * fuzz_decode_prefill derives its prefill and decode steps from the problem printed here;
  * fuzz_api corrupts the printed problem's descriptor (its report prints the corruption).
+ * fuzz_diff and fuzz_backward give some attention inputs ALiBi (fuzz_problem_alibi), written
+ * to case.json with the rest; for fuzz_backward the case also holds the gradients' inputs
+ * the target fed the backward (do.npy, dlse.npy: fuzz_grad_values), so that `smattn ref`
+ * writes the exact dQ, dK, dV (and dBias, dSinks) beside O.
  * Exit status: 0, 1 on a failed write or check, 2 on bad usage. */
 #include <errno.h>
 #include <inttypes.h>
@@ -87,7 +91,8 @@ static void put_lens(FILE *f, const char *key, const int64_t *lens, int64_t B)
 }
 
 /* The case directory of a decoded problem (its buffers are contiguous, as decoded). */
-static int write_case(const fuzz_problem *fp, const char *dir)
+static int write_case(const fuzz_problem *fp, const char *dir, const double *dout,
+                      const double *dlse)
 {
     const smattn_problem *p = &fp->p;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
@@ -112,6 +117,11 @@ static int write_case(const fuzz_problem *fp, const char *dir)
                        (int64_t[]){p->B, p->Hq, fp->mask_kind == 1 ? 1 : p->S, p->T}, fp->mask);
     if (fp->sinks)
         bad |= put_npy(dir, "sinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){p->Hq}, fp->sinks);
+    if (dout) /* the gradients' inputs, in binary64 as the target held them */
+        bad |=
+            put_npy(dir, "do.npy", SMATTN_NPY_F64, 4, (int64_t[]){p->B, p->S, p->Hq, p->Dv}, dout);
+    if (dlse)
+        bad |= put_npy(dir, "dlse.npy", SMATTN_NPY_F64, 3, (int64_t[]){p->B, p->Hq, p->S}, dlse);
     if (bad)
         return 1;
     char path[4096];
@@ -133,6 +143,7 @@ static int write_case(const fuzz_problem *fp, const char *dir)
     put_lens(f, "kv_lens", p->kv_lens, p->B);
     put_lens(f, "q_lens", p->q_lens, p->B);
     smattn_case_json_put_quant(f, &fp->p, &fp->in);
+    smattn_case_json_put_alibi(f, &fp->p);
     /* bf16 .npy files hold raw '<u2' bits: case.json names them */
     const char *bf[4];
     int nbf = 0;
@@ -209,7 +220,8 @@ int main(int argc, char **argv)
     }
     if (!file) {
         fprintf(stderr, "usage: fuzz_decode [--target fuzz_diff|fuzz_diff_long|fuzz_ref_props|"
-                        "fuzz_decode_prefill|fuzz_dtypes|fuzz_api] [--case DIR] FILE\n");
+                        "fuzz_decode_prefill|fuzz_dtypes|fuzz_api|fuzz_backward] [--case DIR] "
+                        "FILE\n");
         return 2;
     }
     int64_t max_p = 0;
@@ -221,12 +233,17 @@ int main(int argc, char **argv)
                                                               : 0;
     int long_rows = target && !strcmp(target, "fuzz_diff_long");
     int dtypes = target && !strcmp(target, "fuzz_dtypes");
+    const int backward = target && !strcmp(target, "fuzz_backward");
+    /* the targets that draw ALiBi from the decoded seed (fuzz_problem_alibi) */
+    const int alibi = backward || (target && !strcmp(target, "fuzz_diff"));
     if (target && (!strcmp(target, "fuzz_diff") || long_rows || dtypes))
         max_p = FUZZ_DIFF_MAX_P;
     else if (target && !strcmp(target, "fuzz_ref_props"))
         max_p = FUZZ_REF_PROPS_MAX_P;
     else if (target && !strcmp(target, "fuzz_decode_prefill"))
         max_p = FUZZ_DP_MAX_P;
+    else if (backward)
+        max_p = FUZZ_BACKWARD_MAX_P;
     else if (target && strcmp(target, "fuzz_api") != 0) {
         fprintf(stderr, "fuzz_decode: unknown target %s\n", target);
         return 2;
@@ -239,13 +256,21 @@ int main(int argc, char **argv)
     }
     fuzz_provider dp;
     fuzz_provider_init(&dp, data, n);
+    /* fuzz_backward's leading bytes: its checks (c0: dLSE, special values, binary32 dO), its
+     * planted descriptor (c1) and the gradients' seed */
+    const uint32_t c0 = backward ? fuzz_take(&dp, 16) : 0, c1 = backward ? fuzz_take(&dp, 8) : 0;
+    const uint32_t gseed = backward ? fuzz_take_u32(&dp) : 0;
     fuzz_problem fp;
     fuzz_dtype_choice dc = {SMATTN_F32, SMATTN_F32, SMATTN_F32};
+    double *dout = NULL, *dlse = NULL;
     if (fuzz_problem_decode(&fp, &dp) || (max_p && fuzz_problem_shrink(&fp, max_p)) ||
+        (alibi && fuzz_problem_alibi(&fp)) ||
         (long_rows && fuzz_diff_long_T(&fp) &&
          fuzz_problem_stretch_keys(&fp, fuzz_diff_long_T(&fp))) ||
         (dtypes && (dc = fuzz_take_dtypes(&dp), fuzz_problem_convert(&fp, dc.qx, dc.bias))) ||
-        (quant_in8 && fuzz_problem_quant(&fp, quant_in8))) {
+        (quant_in8 && fuzz_problem_quant(&fp, quant_in8)) ||
+        (backward && fp.p.op == SMATTN_OP_ATTENTION &&
+         fuzz_grad_values(&fp.p, gseed, (c0 & 4) != 0, !(c0 & 8), &dout, c0 & 1 ? &dlse : NULL))) {
         fprintf(stderr, "fuzz_decode: out of memory\n");
         return 1;
     }
@@ -258,7 +283,16 @@ int main(int argc, char **argv)
                fp.bias ? smattn_dtype_name(dc.bias) : "-", smattn_dtype_name(dc.out),
                smattn_dtype_name(dc.out));
     fuzz_problem_print(stdout, &fp);
-    if (target && (!strcmp(target, "fuzz_diff") || long_rows)) { /* its layout twin */
+    if (backward && fp.p.op != SMATTN_OP_ATTENTION)
+        printf("backward: none (the softmax op has no backward, SPEC 10.4; the target checks "
+               "that the oracle refuses it)\n");
+    else if (backward)
+        printf("backward: dO%s from seed %" PRIu32 "%s%s; gradients in %s%s; planted descriptor "
+               "%" PRIu32 "\n",
+               dlse ? " and dLSE" : "", gseed, c0 & 8 ? "" : ", binary32 values",
+               c0 & 4 ? ", three special values" : "", c0 & 2 ? "f32" : "f64",
+               c0 & 2 || c0 & 8 ? "" : " (the fast backward judged too)", c1);
+    if (target && (!strcmp(target, "fuzz_diff") || long_rows || backward)) { /* its layout twin */
         fuzz_layout fl;
         int lay = fuzz_layout_draw(&fp, &fl);
         if (lay < 0) {
@@ -273,13 +307,14 @@ int main(int argc, char **argv)
     }
     int rc = 0;
     if (dir) {
-        rc = write_case(&fp, dir) || check_case(&fp, dir);
+        rc = write_case(&fp, dir, dout, dlse) || check_case(&fp, dir);
         if (!rc)
             printf("case: %s (the oracle gives the same bits on it; reproduce with\n"
                    "  smattn ref %s OUT --weights   and   smattn opt %s OUT --weights)\n",
                    dir, dir, dir);
     }
     fuzz_problem_free(&fp);
+    free(dout), free(dlse);
     free(data);
     return rc;
 }
