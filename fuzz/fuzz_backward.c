@@ -116,7 +116,7 @@ static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
     }
 }
 
-/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 2) from seed (rounded to
+/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 6) from seed (rounded to
  * binary32 when f32, so that the fast backward reads the values the oracle had), with
  * special values (NaN, infinities, FLT_MAX, zeros; all binary32) at a few places when
  * `special`. */

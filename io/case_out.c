@@ -158,14 +158,15 @@ static unsigned forward_bits(const smattn_case *c, unsigned which)
     return (which & 7u) & (c->prob.op == SMATTN_OP_ATTENTION ? 7u : 6u);
 }
 
-/* The gradients of a backward case, as bits of out_stems: dq, dk, dv; dbias with a bias;
- * dsinks with sinks. */
+/* The gradients of a backward case, as bits of out_stems: dq, dk, dv; dbias with a bias,
+ * except under ALiBi's mask mode, whose bias is a distance mask without a gradient (SPEC
+ * 10.1: asking for it is SMATTN_ERR_UNSUPPORTED); dsinks with sinks. */
 static unsigned grad_bits(const smattn_case *c)
 {
     if (!c->backward)
         return 0;
-    return 0x38u | (c->bias.itemsize ? 1u << 6 : 0) |
-           (c->sinks.itemsize || c->json.sinks ? 1u << 7 : 0);
+    const int dbias = c->bias.itemsize && c->prob.alibi_mode != SMATTN_ALIBI_MASK;
+    return 0x38u | (dbias ? 1u << 6 : 0) | (c->sinks.itemsize || c->json.sinks ? 1u << 7 : 0);
 }
 
 int smattn_case_outputs_check(const smattn_case *c, smattn_dtype t, unsigned which, char *err,

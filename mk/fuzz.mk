@@ -44,7 +44,12 @@ check-fuzz-decode: $(BUILD)/fuzz/fuzz_decode $(CLI)
 	  fuzz/corpus/fuzz_backward/seed-000-chunked_prefill >> $(BUILD)/fuzz/decode-smoke.txt
 	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/backward $(BUILD)/fuzz/decode-smoke/backward-out
 	@test -f $(BUILD)/fuzz/decode-smoke/backward-out/dq.npy
-	@echo "fuzz_decode: a decoded seed, a quantised input (q8_0, descales) and a backward input (ALiBi, dO) written as cases, reproduced by smattn ref"
+	@$< --target fuzz_backward --case $(BUILD)/fuzz/decode-smoke/backward-mask \
+	  fuzz/corpus/fuzz_backward/seed-006-s_gt_t >> $(BUILD)/fuzz/decode-smoke.txt
+	@$(CLI) ref $(BUILD)/fuzz/decode-smoke/backward-mask $(BUILD)/fuzz/decode-smoke/backward-mask-out
+	@test -f $(BUILD)/fuzz/decode-smoke/backward-mask-out/dq.npy && \
+	  test ! -e $(BUILD)/fuzz/decode-smoke/backward-mask-out/dbias.npy
+	@echo "fuzz_decode: a decoded seed, a quantised input (q8_0, descales) and two backward inputs (ALiBi, dO; mask mode: no dBias) written as cases, reproduced by smattn ref"
 
 # The seed corpora: `make fuzz-seeds` rewrites fuzz/corpus/<target>/seed-* and npy-*/json-*;
 # fuzz_dtypes also gets fuzz_diff's regressions, as they are and with dtype choices (from-*).

@@ -108,7 +108,7 @@ static double grad_splitmix(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
     z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 * 4.0 - 2.0; /* [-2, 2) */
+    return (double)(z >> 11) * 0x1p-52 * 4.0 - 2.0; /* [-2, 6): 53 bits times 2^-52 is in [0, 2) */
 }
 
 int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, int f32, double **dout,

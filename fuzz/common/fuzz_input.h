@@ -69,7 +69,7 @@ float fuzz_special_value(int code);
 
 /* fuzz_backward's cut of a problem (fuzz_problem_shrink) and the gradients it feeds the
  * backward, here so that tools/fuzz_decode reads an input as the target does: dO
- * [B,S,Hq,Dv] and, with dl, dLSE [B,Hq,S], uniform in [-2, 2) from seed (each rounded to
+ * [B,S,Hq,Dv] and, with dl, dLSE [B,Hq,S], uniform in [-2, 6) from seed (each rounded to
  * binary32 with f32), then with special three elements (of dO, or the third of dLSE when
  * there is one) set to fuzz_special_value's. The arrays are the caller's to free; 0, or -1
  * when out of memory. */
