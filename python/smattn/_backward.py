@@ -111,6 +111,9 @@ class _Setup:
                 g = g if b.batched else g[None]
             _api._tensor(self.gin.dlse, g, _api._dtype_code(g, "dlse"), (0, 1, 2, None), b.keep)
         self.has_bias = bool(b.inputs.bias.data)
+        # ALiBi's mask mode makes the bias a distance mask without a gradient (SPEC 10.1):
+        # no dBias unless asked
+        self.dbias_default = self.has_bias and b.prob.alibi_mode != _api._ALIBI["mask"]
         self.has_sinks = bool(b.inputs.sinks.data)
         # dBias in the bias's own shape (SPEC 10.1): NumPy's broadcast aligns it to the
         # right of [B, Hq, S, T]; a dimension it broadcasts along is summed (stride 0)
@@ -174,7 +177,8 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
     dtype. dlse: None (0), or the gradient of LSE, [B, Hq, S] ([Hq, S] for 3-D inputs;
     [Hq, total_q] with cu_seqlens_q). A block table that names one page for two sequences
     is refused (the shared page's gradient is not summed, SPEC 10.1: ValueError). dbias, dsinks: None (the
-    default) returns dbias when the problem has a bias and dsinks when it has sinks; True
+    default) returns dbias when the problem has a bias (not under alibi_mode "mask", whose bias has no
+    gradient) and dsinks when it has sinks; True
     or False asks for or drops them. dtype: as for reference() (None: the widest float type
     of q, k and v). threads: 0 all cores.
 
@@ -187,7 +191,7 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
     threads = _api._integer(threads, "threads", 32, minimum=0)
     su = _Setup("reference_backward", q, k, v, do, dlse, problem)
     code = _api._out_code(dtype, su.b)
-    want_dbias = su.has_bias if dbias is None else bool(dbias)
+    want_dbias = su.dbias_default if dbias is None else bool(dbias)
     want_dsinks = su.has_sinks if dsinks is None else bool(dsinks)
     gout, arrays = su.outputs((code,) * 5, want_dbias, want_dsinks)
     cfg = _lib.RefConfig(threads, 0, 0, 0)

@@ -230,6 +230,21 @@ def test_alibi_is_its_bias():
     assert not np.array_equal(plain.dq, g.dq)
 
 
+def test_alibi_mask_mode_has_no_dbias_by_default():
+    # SPEC 10.1: under the mask mode the bias is a distance mask without a gradient; a
+    # problem with a bias asks for none unless told (asking is SMATTN_ERR_UNSUPPORTED)
+    q, k, v = rand(1, 3, 2, 4, seed=50), rand(1, 6, 1, 4, seed=51), rand(1, 6, 1, 2, seed=52)
+    do = rand(1, 3, 2, 2, seed=53)
+    bias = rand(1, 2, 3, 6, seed=54, dtype=np.float32)  # f64 is refused in the mask mode
+    slopes = np.array([0.5, 0.25], dtype=np.float32)
+    g = smattn.reference_backward(q, k, v, do, bias=bias, alibi_slopes=slopes,
+                                  alibi_mode="mask", dtype="float64")
+    assert g.dbias is None and g.dq.shape == q.shape
+    with pytest.raises(Exception, match="SMATTN_ERR_UNSUPPORTED"):
+        smattn.reference_backward(q, k, v, do, bias=bias, alibi_slopes=slopes,
+                                  alibi_mode="mask", dbias=True, dtype="float64")
+
+
 def _run_example(pre=""):
     import os
     import subprocess
