@@ -107,6 +107,27 @@ static void merge_hint(const conform_merge_case *c, int t, int64_t e, double got
                      : "the LSE token-major [B,S,Hq], O's rows padded");
 }
 
+/* O's strides o[4] ([B,S,Hq,Dv]) and the LSE's l[4] ([B,Hq,S], l[3] = 0) in a case's layout,
+ * and their extents eo, el (elements from the first to one past the last): packed; padded
+ * (gap[0] after each head's Dv elements, gap[1] after each row's heads, gap[2] after each
+ * batch; the LSE gap[3] after each head's S, gap[4] after each batch); or the LSE
+ * token-major [B,S,Hq] and O's rows tok elements apart beyond their Hq Dv. */
+static void merge_strides(const smattn_merge_problem *p, int layout, const int gap[5], int tok,
+                          int64_t o[4], int64_t l[4], int64_t *eo, int64_t *el)
+{
+    o[0] = p->S * p->Hq * p->Dv, o[1] = p->Hq * p->Dv, o[2] = p->Dv, o[3] = 1;
+    l[0] = p->Hq * p->S, l[1] = p->S, l[2] = 1, l[3] = 0;
+    if (layout == CONFORM_MERGE_PADDED) {
+        o[2] = p->Dv + gap[0], o[1] = p->Hq * o[2] + gap[1], o[0] = p->S * o[1] + gap[2];
+        l[1] = p->S + gap[3], l[0] = p->Hq * l[1] + gap[4];
+    } else if (layout == CONFORM_MERGE_LSE_TOKEN_MAJOR) {
+        o[1] = p->Hq * p->Dv + tok, o[0] = p->S * o[1];
+        l[0] = p->S * p->Hq, l[1] = 1, l[2] = p->Hq;
+    }
+    *eo = (p->B - 1) * o[0] + (p->S - 1) * o[1] + (p->Hq - 1) * o[2] + (p->Dv - 1) * o[3] + 1;
+    *el = (p->B - 1) * l[0] + (p->Hq - 1) * l[1] + (p->S - 1) * l[2] + 1;
+}
+
 void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c, double timeout,
                             int capture_fd, conform_result *r)
 {
@@ -126,18 +147,8 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
     /* within a partial, the case's layout (conform_merge_case): packed, or NaN between the
      * rows and heads a merge must step over by the strides */
-    int64_t so[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
-    int64_t sl[3] = {p->Hq * p->S, p->S, 1};
-    if (c->layout == CONFORM_MERGE_PADDED) {
-        so[2] = p->Dv + 3, so[1] = p->Hq * so[2] + 5, so[0] = p->S * so[1] + 7;
-        sl[1] = p->S + 2, sl[0] = p->Hq * sl[1] + 1;
-    } else if (c->layout == CONFORM_MERGE_LSE_TOKEN_MAJOR) {
-        so[1] = p->Hq * p->Dv + 4, so[0] = p->S * so[1];
-        sl[0] = p->S * p->Hq, sl[1] = 1, sl[2] = p->Hq;
-    }
-    const int64_t eo = (p->B - 1) * so[0] + (p->S - 1) * so[1] + (p->Hq - 1) * so[2] +
-                       (p->Dv - 1) * so[3] + 1,
-                  el = (p->B - 1) * sl[0] + (p->Hq - 1) * sl[1] + (p->S - 1) * sl[2] + 1;
+    int64_t so[4], sl[4], eo, el;
+    merge_strides(p, c->layout, (const int[5]){3, 5, 7, 2, 1}, 4, so, sl, &eo, &el);
     /* the partials 3 and 5 elements apart beyond their extents, the gaps NaN: a merge that
      * takes them packed (partial n at n B S Hq Dv, not n o_part_stride) reads NaN */
     const int64_t po = eo + 3, pl = el + 5;
@@ -145,18 +156,8 @@ void conform_run_merge_case(const conform_kernel *k, const conform_merge_case *c
     /* the outputs packed, or in the strided cases strided too (O's rows and heads padded;
      * the LSE padded, or token-major [B,S,Hq] as FlashInfer stores it), the gaps holding the
      * canary bytes a merge must not write over */
-    int64_t qo[4] = {p->S * p->Hq * p->Dv, p->Hq * p->Dv, p->Dv, 1};
-    int64_t ql[4] = {p->Hq * p->S, p->S, 1, 0};
-    if (c->layout == CONFORM_MERGE_PADDED) {
-        qo[2] = p->Dv + 2, qo[1] = p->Hq * qo[2] + 3, qo[0] = p->S * qo[1] + 1;
-        ql[1] = p->S + 1, ql[0] = p->Hq * ql[1] + 2;
-    } else if (c->layout == CONFORM_MERGE_LSE_TOKEN_MAJOR) {
-        qo[1] = p->Hq * p->Dv + 2, qo[0] = p->S * qo[1];
-        ql[0] = p->S * p->Hq, ql[1] = 1, ql[2] = p->Hq;
-    }
-    const int64_t xo = (p->B - 1) * qo[0] + (p->S - 1) * qo[1] + (p->Hq - 1) * qo[2] +
-                       (p->Dv - 1) * qo[3] + 1,
-                  xl = (p->B - 1) * ql[0] + (p->Hq - 1) * ql[1] + (p->S - 1) * ql[2] + 1;
+    int64_t qo[4], ql[4], xo, xl;
+    merge_strides(p, c->layout, (const int[5]){2, 3, 1, 1, 2}, 2, qo, ql, &xo, &xl);
     /* inputs in the kernel's dtype (the oracle reads the same values); outputs shared */
     size_t in_bytes = (size_t)(p->N * (po + pl)) * ies, out_bytes = (size_t)(xo + xl) * oes;
     unsigned char *inb = malloc(in_bytes ? in_bytes : 1);

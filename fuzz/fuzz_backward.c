@@ -60,6 +60,7 @@
 
 #include <mpfr.h>
 
+#include "core/internal.h" /* smattn__kv_len */
 #include "core/layout.h"
 #include "fuzz/common/fuzz_check.h"
 #include "smattn.h"
@@ -617,10 +618,7 @@ static void check_layout_twin(const fuzz_problem *fp, const fuzz_layout *fl, con
                             fail(fp, "layout twin: the dense problem's bits", d);
                         }
                     }
-            const int64_t Tb = lp->kv_lens ? lp->kv_lens[b]
-                               : fl->L.seqused_k ? fl->L.seqused_k[b]
-                               : fl->L.cu_seqlens_k ? fl->L.cu_seqlens_k[b + 1] - fl->L.cu_seqlens_k[b]
-                                                    : p->T;
+            const int64_t Tb = smattn__kv_len(lp, b); /* the keys stored for b */
             for (int64_t t = 0; t < Tb; t++)
                 for (int64_t kv = 0; kv < Hkv; kv++)
                     for (int w = 1; w <= 2; w++)
@@ -943,10 +941,7 @@ static void check_fast_layout(const fuzz_problem *fp, const fuzz_layout *fl,
                             fail(fp, "fast backward, layout twin: the dense problem's bits", d);
                         }
                     }
-            const int64_t Tb = lp->kv_lens ? lp->kv_lens[b]
-                               : fl->L.seqused_k ? fl->L.seqused_k[b]
-                               : fl->L.cu_seqlens_k ? fl->L.cu_seqlens_k[b + 1] - fl->L.cu_seqlens_k[b]
-                                                    : T;
+            const int64_t Tb = smattn__kv_len(lp, b); /* the keys stored for b */
             for (int64_t t = 0; t < Tb; t++)
                 for (int64_t kv = 0; kv < Hkv; kv++)
                     for (int w = 1; w <= 2; w++)

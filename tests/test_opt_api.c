@@ -42,15 +42,6 @@ static void store(void *base, smattn_dtype t, size_t i, double v)
 }
 
 static void prob_make_dims(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
-                           smattn_dtype kv, int shift, int64_t D, int64_t Dv);
-
-static void prob_make(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
-                      smattn_dtype kv, int shift)
-{
-    prob_make_dims(x, seed, B, Hq, S, T, kv, shift, 24, 20);
-}
-
-static void prob_make_dims(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
                            smattn_dtype kv, int shift, int64_t D, int64_t Dv)
 {
     rng r = {seed};
@@ -89,6 +80,12 @@ static void prob_make_dims(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_
     smattn_contiguous_strides(p, 's', x->in.sinks.stride);
     x->no = (size_t)(B * S * Hq * p->Dv);
     x->o = place(x, 5, x->no * 4, shift);
+}
+
+static void prob_make(prob *x, uint64_t seed, int64_t B, int64_t Hq, int64_t S, int64_t T,
+                      smattn_dtype kv, int shift)
+{
+    prob_make_dims(x, seed, B, Hq, S, T, kv, shift, 24, 20);
 }
 
 static void prob_free(prob *x)
