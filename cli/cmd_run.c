@@ -56,8 +56,8 @@ static const char opt_help[] =
     "  also fp8, without descales); an f64 input exits with 2. A backward case (do.npy,\n"
     "  optional dlse.npy) also gets dq.npy, dk.npy, dv.npy in --dtype from the fast\n"
     "  backward (smattn_attention_backward, SPEC 10.8) reading the forward's O and LSE as\n"
-    "  written, and dsinks.npy with sinks; no dbias.npy (the oracle's only); a non-finite\n"
-    "  input there exits with 2.\n"
+    "  written, dbias.npy with a bias (in its shape) and dsinks.npy with sinks; a\n"
+    "  non-finite input there exits with 2.\n"
     "options:\n"
     "  --dtype T     output dtype: f32 (default), f16, bf16 (written as '<u2' bits); f16\n"
     "                and bf16 are the f32 results rounded once (no f64: the kernel is f32)\n"
@@ -297,11 +297,6 @@ static int cmd_run(engine eng, int argc, char **argv)
     if (st == SMATTN_OK && backward &&
         (st = smattn_case_grads_alloc(&c, ra.dtype, &grads, msg, sizeof msg)) != SMATTN_OK)
         smattn_case_outputs_free(&out);
-    if (st == SMATTN_OK && backward && eng == ENGINE_OPT) {
-        /* the fast backward computes dSinks, not dBias (smattn.h) */
-        free(grads.dbias.data);
-        memset(&grads.dbias, 0, sizeof grads.dbias);
-    }
     int rc = EXIT_OK;
     if (st != SMATTN_OK)
         rc = cli_fail(cli_exit_code_of(st), msg);

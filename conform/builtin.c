@@ -20,20 +20,20 @@ const smattn_plugin_info *conform_builtin_describe(uint32_t host_abi)
     info.name = "smattn-opt";
     info.version = version;
     /* smattn.h: every mask kind, softcap, sinks, any strides, O, LSE and P. */
-    info.caps = SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
-                SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
-                SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
-                SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
-                SMATTN_CAP_DETERMINISTIC | /* bitwise at any thread count (smattn.h) */
-                /* ragged and paged batches, bit for bit the dense twin (SPEC 2.7) */
-                SMATTN_CAP_PACKED_Q | SMATTN_CAP_PACKED_KV | SMATTN_CAP_PAGED_NHD |
-                SMATTN_CAP_PAGED_HND | SMATTN_CAP_DESCALE_TENSOR |
-                SMATTN_CAP_DESCALE_HEAD | /* SPEC 2.9 */
-                /* ALiBi from slopes, every mode (SPEC 2.8) */
-                SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
-                /* smattn_attention_backward: bitwise at any thread count (SPEC 10.8), with
-                 * dSinks (not dBias: those cases are skipped) */
-                SMATTN_CAP_BACKWARD_DETERMINISTIC | SMATTN_CAP_BACKWARD_DSINKS;
+    info.caps =
+        SMATTN_CAP_CAUSAL_LOWER_RIGHT | SMATTN_CAP_CAUSAL_UPPER_LEFT | SMATTN_CAP_WINDOW |
+        SMATTN_CAP_KV_LENS | SMATTN_CAP_Q_LENS | SMATTN_CAP_BOOL_MASK | SMATTN_CAP_BIAS |
+        SMATTN_CAP_SINKS | SMATTN_CAP_SOFTCAP | SMATTN_CAP_GQA | SMATTN_CAP_STRIDES |
+        SMATTN_CAP_LSE | SMATTN_CAP_P | SMATTN_CAP_DV |
+        SMATTN_CAP_DETERMINISTIC | /* bitwise at any thread count (smattn.h) */
+        /* ragged and paged batches, bit for bit the dense twin (SPEC 2.7) */
+        SMATTN_CAP_PACKED_Q | SMATTN_CAP_PACKED_KV | SMATTN_CAP_PAGED_NHD | SMATTN_CAP_PAGED_HND |
+        SMATTN_CAP_DESCALE_TENSOR | SMATTN_CAP_DESCALE_HEAD | /* SPEC 2.9 */
+        /* ALiBi from slopes, every mode (SPEC 2.8) */
+        SMATTN_CAP_ALIBI_SYMMETRIC | SMATTN_CAP_ALIBI_ONE_SIDED | SMATTN_CAP_ALIBI_MASK |
+        /* smattn_attention_backward: bitwise at any thread count (SPEC 10.8), with
+         * dBias (in a bias's own shape too) and dSinks */
+        SMATTN_CAP_BACKWARD_DETERMINISTIC | SMATTN_CAP_BACKWARD_DBIAS | SMATTN_CAP_BACKWARD_DSINKS;
     /* every tensor in f32, f16 or bf16 (smattn.h) */
     const uint32_t floats =
         SMATTN_DTYPE_BIT(SMATTN_F32) | SMATTN_DTYPE_BIT(SMATTN_F16) | SMATTN_DTYPE_BIT(SMATTN_BF16);

@@ -271,8 +271,12 @@ smattn_status smattn_backward_bound(const smattn_problem *prob, const smattn_inp
             const int64_t g = smattn__kv_head(prob, h);
             const ld slope = (ld)smattn__alibi_slope(prob, b, h);
             for (int64_t i = 0; i < S; i++) {
-                if (!smattn__row_stored(prob, b, i))
-                    continue; /* a packed batch's padding row: no loss term (SPEC 10.1) */
+                if (!smattn__row_stored(prob, b, i)) { /* a packed batch's padding row: no
+                                                        * loss term, dBias +0 (SPEC 10.1) */
+                    for (int64_t j = 0; want_db && !db_sum && j < T; j++)
+                        put(&bound->dbias, smattn__off4(bound->dbias.stride, b, h, i, j), 0);
+                    continue;
+                }
                 int64_t lo, hi;
                 smattn__key_range(prob, b, i, &lo, &hi);
                 int nanrow = 0, badrow = 0;

@@ -708,7 +708,7 @@ static int fast_magnitudes_large(const smattn_problem *p, const smattn_inputs *i
  * element not finite, a bias or sink element neither finite nor -inf, ALiBi's symmetric or
  * one-sided term beside a bias, or magnitudes whose sums could leave binary32's range
  * (fast_magnitudes_large). Every tensor the decoder makes is binary32, binary16 or bfloat16
- * and no dBias is asked for, so nothing else may. */
+ * and a dBias asked for is the full [B,Hq,S,T] in binary32, so nothing else may. */
 static int fast_may_refuse(const fuzz_problem *fp, const smattn_grad_inputs *gin)
 {
     const smattn_problem *p = &fp->p;
@@ -739,19 +739,22 @@ static float *f32_copy(const double *x, int64_t n)
     return c;
 }
 
-/* The fast backward's dQ, dK, dV, dSinks (binary32, g's shapes, in out[0..3], filled with
- * the byte `fill` first so that an element it leaves unwritten differs between two runs),
- * saved NULL: it runs the binary32 forward itself. */
+/* The fast backward's dQ, dK, dV, dBias (when the oracle's run has it, g->go.dbias), dSinks
+ * (binary32, g's shapes, in out[0..4], filled with the byte `fill` first so that an element
+ * it leaves unwritten differs between two runs), saved NULL: it runs the binary32 forward
+ * itself. */
 static smattn_status fast_run(const fuzz_problem *fp, const grads *g, const smattn_grad_inputs *gin,
-                              const char *isa, int threads, float *out[4], int fill)
+                              const char *isa, int threads, float *out[5], int fill)
 {
-    static const int idx[4] = {0, 1, 2, 4};
     smattn_grad_outputs go;
     memset(&go, 0, sizeof go);
-    smattn_out_tensor *slot[4] = {&go.dq, &go.dk, &go.dv, &go.dsinks};
-    const smattn_out_tensor *like[4] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dsinks};
-    for (int k = 0; k < 4; k++) {
-        memset(out[k], fill, (size_t)g->n[idx[k]] * sizeof(float));
+    smattn_out_tensor *slot[5] = {&go.dq, &go.dk, &go.dv, &go.dbias, &go.dsinks};
+    const smattn_out_tensor *like[5] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dbias,
+                                        &g->go.dsinks};
+    for (int k = 0; k < 5; k++) {
+        if (k == 3 && !g->go.dbias.data)
+            continue;
+        memset(out[k], fill, (size_t)g->n[k] * sizeof(float));
         *slot[k] = (smattn_out_tensor){out[k], SMATTN_F32, {0}};
         memcpy(slot[k]->stride, like[k]->stride, sizeof slot[k]->stride);
     }
@@ -761,7 +764,8 @@ static smattn_status fast_run(const fuzz_problem *fp, const grads *g, const smat
 
 /* smattn_attention_backward on the oracle's problem (g: binary64 gradients of dO and dLSE
  * that are binary32 values): SMATTN_OK or, where smattn.h allows it, SMATTN_ERR_UNSUPPORTED;
- * then every dQ, dK, dV and dSinks element within smattn_backward_bound of the oracle's for
+ * then every dQ, dK, dV, dBias (with a bias) and dSinks element within smattn_backward_bound
+ * of the oracle's for
  * the kernel's model (smattn_opt_backward_precision, O and LSE stored in binary32 by its own
  * forward) with 1 thread, and the same bits with 3 threads; on the ISA the seed picks (every
  * ISA in the replay, SMATTN_FUZZ_FULL). Not across ISAs: with saved NULL each runs its own
@@ -771,8 +775,8 @@ static smattn_status fast_run(const fuzz_problem *fp, const grads *g, const smat
  * binary32 arithmetic may overflow there, and inf - inf gives NaN. */
 static void check_fast(const fuzz_problem *fp, const grads *g)
 {
-    static const int idx[4] = {0, 1, 2, 4};
-    static const char *const names[4] = {"dQ", "dK", "dV", "dSinks"};
+    static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
+    const int nout = 5, has_db = g->go.dbias.data != NULL;
     const smattn_problem *p = &fp->p;
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
     float *do32 = xcalloc((size_t)no, sizeof(float)), *dl32 = NULL;
@@ -786,12 +790,12 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
             dl32[e] = (float)g->dlse[e];
         gin.dlse.data = dl32, gin.dlse.dtype = SMATTN_F32;
     }
-    float *a[4], *b[4];
-    double *bd[4];
-    for (int k = 0; k < 4; k++) {
-        a[k] = xcalloc((size_t)g->n[idx[k]], sizeof(float));
-        b[k] = xcalloc((size_t)g->n[idx[k]], sizeof(float));
-        bd[k] = xcalloc((size_t)g->n[idx[k]], sizeof(double));
+    float *a[5], *b[5];
+    double *bd[5];
+    for (int k = 0; k < nout; k++) {
+        a[k] = xcalloc((size_t)g->n[k], sizeof(float));
+        b[k] = xcalloc((size_t)g->n[k], sizeof(float));
+        bd[k] = xcalloc((size_t)g->n[k], sizeof(double));
     }
     const char *isas[3];
     const int nisa = fuzz_full_mode() > 0 ? fuzz_isa_list(isas) : 1;
@@ -803,8 +807,10 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
         const char *isa = isas[x];
         smattn_status s = fast_run(fp, g, &gin, isa, 1, a, 0x5a);
         if (s == SMATTN_ERR_UNSUPPORTED && !fast_may_refuse(fp, &gin)) {
-            snprintf(d, sizeof d, "smattn_attention_backward (isa %s): SMATTN_ERR_UNSUPPORTED on "
-                     "finite binary32 inputs without dBias (smattn.h: it takes them)", isa);
+            snprintf(d, sizeof d,
+                     "smattn_attention_backward (isa %s): SMATTN_ERR_UNSUPPORTED on "
+                     "finite binary32 inputs (smattn.h: it takes them)",
+                     isa);
             fail(fp, "fast backward status", d);
         }
         if (s == SMATTN_ERR_UNSUPPORTED)
@@ -820,10 +826,14 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
             smattn_grad_outputs fmt, bo;
             memset(&fmt, 0, sizeof fmt);
             memset(&bo, 0, sizeof bo);
-            fmt.dq.dtype = fmt.dk.dtype = fmt.dv.dtype = fmt.dsinks.dtype = SMATTN_F32;
-            smattn_out_tensor *bs[4] = {&bo.dq, &bo.dk, &bo.dv, &bo.dsinks};
-            const smattn_out_tensor *like[4] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dsinks};
-            for (int k = 0; k < 4; k++) {
+            fmt.dq.dtype = fmt.dk.dtype = fmt.dv.dtype = fmt.dbias.dtype = fmt.dsinks.dtype =
+                SMATTN_F32;
+            smattn_out_tensor *bs[5] = {&bo.dq, &bo.dk, &bo.dv, &bo.dbias, &bo.dsinks};
+            const smattn_out_tensor *like[5] = {&g->go.dq, &g->go.dk, &g->go.dv, &g->go.dbias,
+                                                &g->go.dsinks};
+            for (int k = 0; k < nout; k++) {
+                if (k == 3 && !has_db)
+                    continue;
                 *bs[k] = (smattn_out_tensor){bd[k], SMATTN_F64, {0}};
                 memcpy(bs[k]->stride, like[k]->stride, sizeof bs[k]->stride);
             }
@@ -833,9 +843,9 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
                 fail(fp, "fast backward bound", d);
             }
         }
-        for (int k = 0; k < 4; k++)
-            for (int64_t e = 0; e < g->n[idx[k]]; e++) {
-                const double got = (double)a[k][e], ex = gat(g, idx[k], e);
+        for (int k = 0; k < nout; k++)
+            for (int64_t e = 0; e < g->n[k] && (k != 3 || has_db); e++) {
+                const double got = (double)a[k][e], ex = gat(g, k, e);
                 if (isfinite(ex) && isinf(bd[k][e]))
                     continue; /* out of contract (SPEC 6.8): binary32 may overflow, even to NaN */
                 const double r = smattn_error_ratio(got, ex, bd[k][e]);
@@ -851,15 +861,15 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
                      "SMATTN_OK with 1", isa, smattn_status_name(s));
             fail(fp, "fast backward status", d);
         }
-        for (int k = 0; k < 4; k++)
-            for (int64_t e = 0; e < g->n[idx[k]]; e++)
+        for (int k = 0; k < nout; k++)
+            for (int64_t e = 0; e < g->n[k] && (k != 3 || has_db); e++)
                 if (memcmp(&a[k][e], &b[k][e], sizeof(float))) {
                     snprintf(d, sizeof d, "%s[%lld]: %a with 1 thread, %a with 3 (isa %s)",
                              names[k], (long long)e, (double)a[k][e], (double)b[k][e], isa);
                     fail(fp, "fast backward, the same bits at 1 and 3 threads", d);
                 }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < nout; k++)
         free(a[k]), free(b[k]), free(bd[k]);
     free(do32), free(dl32);
 }

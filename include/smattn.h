@@ -687,9 +687,14 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from binary32).
  * dsinks (optional) as the sum over batches and queries, in that order, of each row's
  * binary32 term (SPEC 10.1, B13), rounded once to its dtype; the same bits at any count.
- * SMATTN_ERR_UNSUPPORTED: binary64 tensors, dbias asked for, inputs so large that a dP =
+ * dbias (optional; float32, binary16 or bfloat16, full or summed over the
+ * dimensions of stride 0) from SPEC 10.1's dS in binary32: per element of dbias, the
+ * (b, head, query block, key block) blocks it sums in that order, then rows, then keys,
+ * ascending; rounded once; the same bits at any count and on every ISA.
+ * SMATTN_ERR_UNSUPPORTED: binary64 tensors, inputs so large that a dP =
  * dO . v, a Delta or a gradient's sum could pass 2^126 (Dv max|dO| max|V|, T |scale| max|dS|
- * max|K|, ...: binary32 would give inf - inf), a non-finite input
+ * max|K|, or a summed dBias's terms times max|dS|: binary32 would give inf - inf), a
+ * non-finite input
  * (other than a -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there).
  * Safe to call from several threads.
  * ------------------------------------------------------------------------------------- */

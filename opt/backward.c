@@ -182,6 +182,12 @@ static void run_dq(void *ctx, int64_t item, int worker)
     r->isa->dq_item(r->job, item, worker);
 }
 
+static void run_db(void *ctx, int64_t item, int worker)
+{
+    const bw_run *r = ctx;
+    r->isa->db_item(r->job, item, worker);
+}
+
 static void job_free(bw_job *j)
 {
     free(j->q), free(j->dO), free(j->k), free(j->kt), free(j->vt), free(j->lse);
@@ -308,9 +314,10 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
  * magnitudes m (max |Q|, |dO|, |O|, |dLSE|, |K|, |V|): dP = dO . v_j and Delta = dO . O -
  * dLSE each below 2^126, so that dS = P (dP - Delta) (1 - t^2) is finite (0 <= P <= 1),
  * and the largest dQ (|scale| T max|dS| max|K|), dK (|scale| S G max|dS| max|Q|), dV (S G
- * max|dO|) and dSinks (B S max|Delta|) below 2^126 too. Beyond, dP - Delta can be inf - inf
- * and a key no row sees gets 0 * NaN: such inputs are the oracle's (smattn.h). */
-static int magnitudes_fit(const smattn_problem *p, const float mf[6])
+ * max|dO|), dSinks (B S max|Delta|) and a summed dBias (db_terms max|dS|) below 2^126 too.
+ * Beyond, dP - Delta can be inf - inf and a key no row sees gets 0 * NaN: such inputs are
+ * the oracle's (smattn.h). */
+static int magnitudes_fit(const smattn_problem *p, const float mf[6], double db_terms)
 {
     double m[6];
     for (int k = 0; k < 6; k++)
@@ -318,13 +325,14 @@ static int magnitudes_fit(const smattn_problem *p, const float mf[6])
     const double lim = 0x1p126, G = (double)(p->Hq / p->Hkv), S = (double)p->S;
     const double dp = (double)p->Dv * m[1] * m[5], dl = (double)p->Dv * m[1] * m[2] + m[3];
     const double ds = dp + dl, sc = fabs(p->scale);
-    const double need[6] = {dp,
+    const double need[7] = {dp,
                             dl,
                             sc * (double)p->T * ds * m[4],
                             sc * S * G * ds * m[0],
                             S * G * m[1],
-                            (double)p->B * S * dl};
-    for (int k = 0; k < 6; k++)
+                            (double)p->B * S * dl,
+                            db_terms * ds};
+    for (int k = 0; k < 7; k++)
         if (!(need[k] < lim))
             return 0;
     return 1;
@@ -447,6 +455,7 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
     smattn_out_tensor *tw3[3] = {&twin.dq, &twin.dk, &twin.dv};
     const char roles[3] = {'q', 'k', 'v'};
     twin.dsinks = gout->dsinks; /* [Hq] whatever the layout: written in place */
+    twin.dbias = gout->dbias;   /* the twin's [B,Hq,S,T] whatever the layout: in place */
     smattn_problem dense = *p;
     dense.layout = NULL; /* the twin's dense shapes for the strides */
     for (int k = 0; k < 3 && !st; k++) {
@@ -498,7 +507,8 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
             return st;
     }
     /* SPEC 10.7 and smattn.h: what this kernel leaves to the oracle */
-    if (gout->dbias.data || (gout->dsinks.data && !is_half_or_f32(gout->dsinks.dtype)))
+    if ((gout->dbias.data && !is_half_or_f32(gout->dbias.dtype)) ||
+        (gout->dsinks.data && !is_half_or_f32(gout->dsinks.dtype)))
         return SMATTN_ERR_UNSUPPORTED;
     const smattn_dtype ts[] = {in->q.dtype, in->k.dtype, in->v.dtype, gin->dout.dtype,
                                gout->dq.dtype, gout->dk.dtype, gout->dv.dtype};
@@ -611,8 +621,13 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
             }
         }
         free(sg.bad), free(sg.mag);
-        if (bad || !magnitudes_fit(p, m)) { /* non-finite Q, K, V or dO, or sums that could
-                                               overflow: the oracle's (smattn.h) */
+        double db_terms = 0; /* the most terms one dBias element sums */
+        for (int k = 0; gout->dbias.data && k < 4; k++) {
+            const int64_t ext[4] = {B, Hq, S, T};
+            db_terms = (k ? db_terms : 1.0) * (gout->dbias.stride[k] == 0 ? (double)ext[k] : 1.0);
+        }
+        if (bad || !magnitudes_fit(p, m, db_terms)) { /* non-finite Q, K, V or dO, or sums that
+                                               could overflow: the oracle's (smattn.h) */
             st = SMATTN_ERR_UNSUPPORTED;
             goto done;
         }
@@ -624,6 +639,14 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
         bw_run r = {&job, isa};
         smattn__pool_run(nt, B * job.nkb * Hkv, run_dkdv, &r);
         smattn__pool_run(nt, B * job.nqb * Hq, run_dq, &r);
+        if (gout->dbias.data) { /* after dQ: it may read the kept dS */
+            const int64_t *st4 = gout->dbias.stride;
+            const int64_t ext[4] = {B, Hq, job.nqb, job.nkb};
+            int64_t n = 1;
+            for (int k = 0; k < 4; k++)
+                n *= job.dbx[k] = st4[k] == 0 ? 1 : ext[k];
+            smattn__pool_run(nt, n, run_db, &r);
+        }
     }
     if (gout->dsinks.data)
         write_dsinks(&job, in, gin, &gout->dsinks);

@@ -216,9 +216,12 @@ static int KN(bw_spans)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int
 }
 
 /* P and dS of query block qb of (b, h) against key block kb, [BW_BQ][BW_BK] row-major
- * (+0 outside the problem and where the key is not visible), given the block's spans. */
+ * (+0 outside the problem and where the key is not visible), given the block's spans.
+ * Under softcap, dS here is SPEC 10.1's dU = dS (1 - t^2); with Gs, SPEC 10.1's dS itself
+ * (the bias's gradient: the bias comes after the cap) is stored there too, the same
+ * values as dS without softcap. */
 static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, int64_t kb,
-                         const bw_span *sr, float *P, float *dS, float *Tt)
+                         const bw_span *sr, float *P, float *dS, float *Tt, float *Gs)
 {
     const smattn_problem *p = job->p;
     const smattn_inputs *in = job->in;
@@ -242,6 +245,8 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
             for (int64_t c = 0; c < BW_BK; c++) {
                 Pr[c] = c < nk && k0 + c < Tb ? w : 0.0f;
                 dSr[c] = 0.0f;
+                if (Gs)
+                    Gs[r * BW_BK + c] = 0.0f;
             }
             continue;
         }
@@ -250,10 +255,14 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
         for (int64_t c = 0; c < c0; c += VLEN) {
             vf_store(Pr + c, vf_zero());
             vf_store(dSr + c, vf_zero());
+            if (Gs)
+                vf_store(Gs + r * BW_BK + c, vf_zero());
         }
         for (int64_t c = c1; c < BW_BK; c += VLEN) {
             vf_store(Pr + c, vf_zero());
             vf_store(dSr + c, vf_zero());
+            if (Gs)
+                vf_store(Gs + r * BW_BK + c, vf_zero());
         }
         if (c0 >= c1)
             continue; /* not regular, or no key of the block in its range */
@@ -299,6 +308,8 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
         for (int64_t c = c0; c < c1; c += VLEN) {
             const vf pv = KN(vexp)(vf_load(Pr + c));
             vf ds = vf_mul(pv, vf_sub(vf_load(dSr + c), vd));
+            if (Gs)
+                vf_store(Gs + r * BW_BK + c, ds);
             if (job->cap > 0) {
                 const vf t = vf_load(Tr + c);
                 ds = vf_mul(ds, vf_sub(one, vf_mul(t, t)));
@@ -365,7 +376,7 @@ static void KN(bw_dkdv_item)(const bw_job *job, int64_t item, int worker)
             float *dSb = job->ds ? job->ds + (((b * p->Hq + h) * job->nqb + qb) * job->nkb + kb) *
                                                  BW_BQ * BW_BK
                                  : dS;
-            KN(bw_block)(job, b, h, qb, kb, sr, P, dSb, Tt);
+            KN(bw_block)(job, b, h, qb, kb, sr, P, dSb, Tt, NULL);
             const float *Q = job->q + ((b * p->Hq + h) * p->S + i0) * Dp;
             const float *dO = job->dO + ((b * p->Hq + h) * p->S + i0) * Dvp;
             KN(bw_mm_keys)(dV, Dvp, P, dO, Dvp, nk, Dvp / VLEN, nr, pr);
@@ -410,7 +421,7 @@ static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
         if (stored)
             dSb = job->ds + (((b * Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ * BW_BK;
         else
-            KN(bw_block)(job, b, h, qb, kb, sr, P, dS, Tt);
+            KN(bw_block)(job, b, h, qb, kb, sr, P, dS, Tt, NULL);
         const float *K = job->k + ((b * p->Hkv + g) * Tp + k0) * Dp;
         KN(bw_mm_rows)(dQ, Dp, dSb, K, Dp, nr, Dp / VLEN, sr);
     }
@@ -426,10 +437,79 @@ static void KN(bw_dq_item)(const bw_job *job, int64_t item, int worker)
     }
 }
 
+/* dBias (SPEC 10.1, 10.2): one item per block of the output's own extents, [nb][nh][nq][nk]
+ * with a dimension the output sums over (stride 0) counted once (job->dbx). The item takes
+ * SPEC 10.1's dS of every (b, h, query block, key block) it sums, in that order (the kept
+ * store when it holds dS itself: no softcap; else computed again, the same bits), adds
+ * them block by block into acc (each element one chain of additions in that order), then
+ * sums acc over rows (queries summed) and over keys (keys summed), in ascending order,
+ * and writes each element rounded once (+0 for an exact zero). A `nan` empty row is NaN at
+ * every key below T; rows without a term (empty, padding, the sink alone, no storage) and
+ * keys a row does not see are +0. The same bits on every ISA and thread count. */
+static void KN(bw_db_item)(const bw_job *job, int64_t item, int worker)
+{
+    const smattn_problem *p = job->p;
+    const smattn_out_tensor *o = &job->out->dbias;
+    const int64_t *x = job->dbx, Hq = p->Hq;
+    const int64_t kb1 = item % x[3], qb1 = item / x[3] % x[2], h1 = item / x[3] / x[2] % x[1],
+                  b1 = item / x[3] / x[2] / x[1];
+    const int sb = o->stride[0] == 0, sh = o->stride[1] == 0, si = o->stride[2] == 0,
+              sj = o->stride[3] == 0;
+    float *ws = job->scratch + (int64_t)worker * job->scratch_len;
+    float *P = ws, *dS = P + BW_BQ * BW_BK, *Tt = dS + BW_BQ * BW_BK;
+    float *Gs = Tt + 3 * BW_BQ * BW_BK + BW_BK * job->Dp + BW_BK * job->Dvp + BW_BQ * job->Dp;
+    float *acc = Gs + BW_BQ * BW_BK;
+    memset(acc, 0, (size_t)(BW_BQ * BW_BK) * sizeof *acc);
+    bw_span pr[BW_BQ], sr[BW_BQ];
+    for (int64_t b = sb ? 0 : b1; b < (sb ? p->B : b1 + 1); b++)
+        for (int64_t h = sh ? 0 : h1; h < (sh ? Hq : h1 + 1); h++)
+            for (int64_t qb = si ? 0 : qb1; qb < (si ? job->nqb : qb1 + 1); qb++)
+                for (int64_t kb = sj ? 0 : kb1; kb < (sj ? job->nkb : kb1 + 1); kb++) {
+                    const int64_t k0 = kb * BW_BK, nk = p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
+                    const int64_t i0 = qb * BW_BQ, nr = p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
+                    const float *g = NULL;
+                    if (KN(bw_spans)(job, b, h, qb, kb, pr, sr)) {
+                        if (job->ds && !(job->cap > 0) && !job->nan_group[b * p->Hkv + h / job->G])
+                            g = job->ds +
+                                (((b * Hq + h) * job->nqb + qb) * job->nkb + kb) * BW_BQ * BW_BK;
+                        else {
+                            KN(bw_block)(job, b, h, qb, kb, sr, P, dS, Tt, Gs);
+                            g = Gs;
+                        }
+                    }
+                    for (int64_t r = 0; r < nr; r++) {
+                        float *ar = acc + r * BW_BK;
+                        if (job->cls[(b * Hq + h) * p->S + i0 + r] == BW_ROW_NAN)
+                            for (int64_t c = 0; c < nk; c++)
+                                ar[c] += NAN;
+                        else if (g)
+                            for (int64_t c = 0; c < nk; c++)
+                                ar[c] += g[r * BW_BK + c];
+                    }
+                }
+    const int64_t i0 = qb1 * BW_BQ, k0 = kb1 * BW_BK;
+    const int64_t nr = si ? 1 : p->S - i0 < BW_BQ ? p->S - i0 : BW_BQ;
+    const int64_t nkeys = sj ? 1 : p->T - k0 < BW_BK ? p->T - k0 : BW_BK;
+    if (si) /* the rows' sums into row 0, rows ascending */
+        for (int64_t r = 1; r < BW_BQ; r++)
+            for (int64_t c = 0; c < BW_BK; c++)
+                acc[c] += acc[r * BW_BK + c];
+    for (int64_t r = 0; r < nr; r++) {
+        float *ar = acc + r * BW_BK;
+        if (sj) { /* the keys' sums into column 0, keys ascending */
+            for (int64_t c = 1; c < BW_BK; c++)
+                ar[0] += ar[c];
+        }
+        for (int64_t c = 0; c < nkeys; c++)
+            KN(bw_put)(o, smattn__off4(o->stride, b1, h1, i0 + r, k0 + c), ar[c]);
+    }
+}
+
 const bw_isa KN(smattn__bw_isa) = {
     .name = ISA_NAME,
     .dkdv_item = KN(bw_dkdv_item),
     .dq_item = KN(bw_dq_item),
+    .db_item = KN(bw_db_item),
 };
 #undef BW_RB
 #undef BW_VB

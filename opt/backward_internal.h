@@ -44,6 +44,8 @@ typedef struct bw_job {
     /* dS of every live block, [B][Hq][nqb][nkb][BW_BQ][BW_BK], written by the dK/dV pass and
      * read by the dQ pass; NULL: the dQ pass computes it again (the same bits either way) */
     float *ds;
+    /* the dBias pass's items: [B or 1][Hq or 1][nqb or 1][nkb or 1], 1 where dbias sums */
+    int64_t dbx[4];
     /* per worker scratch */
     float *scratch;
     int64_t scratch_len;
@@ -53,6 +55,7 @@ typedef struct bw_isa {
     const char *name;
     void (*dkdv_item)(const bw_job *job, int64_t item, int worker);
     void (*dq_item)(const bw_job *job, int64_t item, int worker);
+    void (*db_item)(const bw_job *job, int64_t item, int worker);
 } bw_isa;
 
 extern const bw_isa smattn__bw_isa_scalar;
@@ -63,10 +66,11 @@ extern const bw_isa smattn__bw_isa_avx512;
  * 0 to compare the two ways (smattn__bw_set_ds_budget returns the previous value). */
 size_t smattn__bw_set_ds_budget(size_t bytes);
 
-/* Floats of per-worker scratch the items need. */
+/* Floats of per-worker scratch the items need: P, dS, a block of tanh values and two spare
+ * blocks, dK, dV, dQ, then the dBias pass's dS and sums (two blocks). */
 static inline int64_t bw_scratch_len(int64_t Dp, int64_t Dvp)
 {
-    return 4 * BW_BQ * BW_BK + 2 * BW_BQ * BW_BK + BW_BK * Dp + BW_BK * Dvp + BW_BQ * Dp + 64;
+    return 7 * BW_BQ * BW_BK + BW_BK * Dp + BW_BK * Dvp + BW_BQ * Dp + 64;
 }
 
 #endif

@@ -303,21 +303,23 @@ START_TEST(ref_dbias_in_the_bias_shape)
 }
 END_TEST
 
-/* A run into an OUT that holds gradients removes those it does not write as stale
- * (opt writes dq, dk, dv and dsinks, not dbias); gradients that the marker does not list
- * make the set not whole. */
+/* A run into an OUT that holds gradients removes those it does not write as stale (opt on
+ * a case without a bias after ref on one with it: no dbias); gradients that the marker does
+ * not list make the set not whole. */
 START_TEST(gradients_in_the_set)
 {
-    bcase bc;
-    char dir[256], out[256], err[512] = "";
+    bcase bc, nb;
+    char dir[256], dir2[256], out[256], err[512] = "";
     snprintf(dir, sizeof dir, "%s/c", tmp);
+    snprintf(dir2, sizeof dir2, "%s/c2", tmp);
     snprintf(out, sizeof out, "%s/o", tmp);
     make_case(&bc, dir, 4, 1, 1, 0);
+    make_case(&nb, dir2, 4, 0, 1, 0);
     test_outcome r = test_cli_run(tmp, (const char *[]){"ref", dir, out, "--dtype", "f32", NULL});
     ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
     ck_assert(exists(test_path(out, "dbias.npy")));
-    r = test_cli_run(tmp, (const char *[]){"opt", dir, out, NULL});
+    r = test_cli_run(tmp, (const char *[]){"opt", dir2, out, NULL});
     ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
     static const char *const grads[5] = {"dq.npy", "dk.npy", "dv.npy", "dbias.npy", "dsinks.npy"};
@@ -576,7 +578,7 @@ END_TEST
 
 /* The fast backward of a case as smattn opt runs it: smattn_attention (binary32 O and LSE,
  * or rounded to t), then smattn_attention_backward from them; g[0..2] dq, dk, dv in t. */
-static void fast(const bcase *c, smattn_dtype t, void *g[4])
+static void fast(const bcase *c, smattn_dtype t, void *g[5])
 {
     smattn_problem p;
     smattn_inputs in;
@@ -606,19 +608,26 @@ static void fast(const bcase *c, smattn_dtype t, void *g[4])
         *slot[k] = (smattn_out_tensor){g[k], t, {0}};
         ck_assert_int_eq(smattn_contiguous_strides(&p, roles[k], slot[k]->stride), SMATTN_OK);
     }
-    g[3] = NULL;
+    g[3] = g[4] = NULL;
     if (c->sinks) { /* dSinks beside them (smattn.h), [Hq] */
         g[3] = calloc(HQ, es);
         go.dsinks = (smattn_out_tensor){g[3], t, {1, 0, 0, 0}};
+    }
+    if (c->bias) { /* dBias in the bias's shape: [S, T] (bias 2) summed over B and Hq */
+        g[4] = calloc((size_t)(c->B * HQ * S_ * T_), es);
+        go.dbias = (smattn_out_tensor){g[4], t, {0}};
+        ck_assert_int_eq(smattn_contiguous_strides(&p, 'b', go.dbias.stride), SMATTN_OK);
+        if (c->bias == 2)
+            go.dbias.stride[0] = go.dbias.stride[1] = 0;
     }
     ck_assert_int_eq(smattn_attention_backward(&p, &in, &saved, &gin, &go, NULL), SMATTN_OK);
     free(o);
     free(l);
 }
 
-/* `smattn opt` on a backward case writes dq, dk, dv, and dsinks with sinks, with
- * smattn_attention_backward's bits (from the forward's O and LSE as written, in --dtype), in
- * both rank conventions, and no dbias. */
+/* `smattn opt` on a backward case writes dq, dk, dv, dbias with a bias and dsinks with
+ * sinks, with smattn_attention_backward's bits (from the forward's O and LSE as written, in
+ * --dtype), in both rank conventions. */
 START_TEST(opt_writes_gradients)
 {
     for (int v = 0; v < 3; v++) {
@@ -627,17 +636,21 @@ START_TEST(opt_writes_gradients)
         bcase bc;
         char dir[256], out[256];
         case_through_cli("opt", v, rank, extras, t, &bc, dir, out);
-        void *g[4];
+        void *g[5];
         fast(&bc, t, g);
         expect_dqkv(out, &bc, rank, g, smattn_dtype_size(t));
-        ck_assert(!exists(test_path(out, "dbias.npy")));
+        const int64_t sb[4] = {bc.B, HQ, S_, T_};
+        if (bc.bias)
+            expect_file(out, "dbias.npy", rank, sb + (4 - rank), g[4], smattn_dtype_size(t));
+        else
+            ck_assert(!exists(test_path(out, "dbias.npy")));
         if (bc.sinks)
             expect_file(out, "dsinks.npy", 1, (int64_t[]){HQ}, g[3], smattn_dtype_size(t));
         else
             ck_assert(!exists(test_path(out, "dsinks.npy")));
         char err[512] = "";
         ck_assert_msg(smattn_case_outputs_verify(out, err, sizeof err) == 0, "%s", err);
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             free(g[k]);
     }
 }

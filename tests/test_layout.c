@@ -521,28 +521,34 @@ static int64_t off4(const int64_t s[4], int64_t a, int64_t b, int64_t c, int64_t
 
 /* Gradient buffers: dQ, dK, dV with the strides of Q, K, V (the layout's storage, or dense). */
 typedef struct gbufs {
-    tbuf q, k, v;
+    tbuf q, k, v, bi; /* bi: dBias, [B,Hq,S,T] of p (the twin's shape) unless ALiBi's mask mode */
     smattn_grad_outputs go;
 } gbufs;
 
-static void grad_make(gbufs *g, const smattn_inputs *in, const tbuf *qb, const tbuf *kb,
-                      const tbuf *vb, smattn_dtype t)
+static void grad_make(gbufs *g, const smattn_problem *p, const smattn_inputs *in, const tbuf *qb,
+                      const tbuf *kb, const tbuf *vb, smattn_dtype t)
 {
     memset(g, 0, sizeof *g);
     tb_make(&g->q, t, qb->n, NULL), tb_make(&g->k, t, kb->n, NULL), tb_make(&g->v, t, vb->n, NULL);
     g->go.dq = (smattn_out_tensor){g->q.d, t, {in->q.stride[0], in->q.stride[1], in->q.stride[2], in->q.stride[3]}};
     g->go.dk = (smattn_out_tensor){g->k.d, t, {in->k.stride[0], in->k.stride[1], in->k.stride[2], in->k.stride[3]}};
     g->go.dv = (smattn_out_tensor){g->v.d, t, {in->v.stride[0], in->v.stride[1], in->v.stride[2], in->v.stride[3]}};
+    if (p->alibi_mode != SMATTN_ALIBI_MASK) { /* the mask mode has no dBias (SPEC 10.1) */
+        tb_make(&g->bi, t, p->B * p->Hq * p->S * p->T, NULL);
+        g->go.dbias = (smattn_out_tensor){g->bi.d, t, {p->Hq * p->S * p->T, p->S * p->T, p->T, 1}};
+    }
 }
 
 static void grad_sentinel(gbufs *g)
 {
     tb_sentinel(&g->q), tb_sentinel(&g->k), tb_sentinel(&g->v);
+    if (g->bi.d)
+        tb_sentinel(&g->bi);
 }
 
 static void grad_free(gbufs *g)
 {
-    free(g->q.d), free(g->k.d), free(g->v.d);
+    free(g->q.d), free(g->k.d), free(g->v.d), free(g->bi.d);
 }
 
 /* The layout's gradients are the twin's at every stored row and key t < T_b, and +0 in the
@@ -596,6 +602,18 @@ static int grads_as_twin(const lcase *c, const gbufs *lay, const gbufs *den, con
                             (unsigned long long)c->seed, what, w, (long long)k);
             }
     free(seen[0]), free(seen[1]), free(seen[2]);
+    /* dBias in the twin's shape: every element the twin's (a packed batch's padding rows
+     * are +0 in both: no loss term in the layout, dO = dLSE = 0 in the twin) */
+    for (int64_t k = 0; lay->bi.d && k < lay->bi.n && ok; k++) {
+        ok = elem_eq(&lay->bi, k, &den->bi, k);
+        if (!ok)
+            fprintf(
+                stderr,
+                "seed %llu %s: dBias element %lld differs: %a against %a (S %lld T %lld Hq %lld)\n",
+                (unsigned long long)c->seed, what, (long long)k,
+                smattn_load(lay->bi.d, lay->bi.t, k), smattn_load(den->bi.d, den->bi.t, k),
+                (long long)p->S, (long long)p->T, (long long)p->Hq);
+    }
     return ok;
 }
 
@@ -679,8 +697,8 @@ static void check_backward_case(uint64_t seed, int kind, int with_ref)
     gbufs den, lay;
     const tbuf *lq = c.cu_q ? &c.ql : &c.qd, *lk = c.kl.d ? &c.kl : &c.kd,
                *lv = c.vl.d ? &c.vl : &c.vd;
-    grad_make(&den, &c.ind, &c.qd, &c.kd, &c.vd, c.ot);
-    grad_make(&lay, &c.inl, lq, lk, lv, c.ot);
+    grad_make(&den, &c.pd, &c.ind, &c.qd, &c.kd, &c.vd, c.ot);
+    grad_make(&lay, &c.pl, &c.inl, lq, lk, lv, c.ot);
     if (pages_shared(&c)) { /* SPEC 10.4: refused, nothing written */
         grad_sentinel(&lay);
         char msg[256];
@@ -706,8 +724,8 @@ static void check_backward_case(uint64_t seed, int kind, int with_ref)
         }
         /* the bound: the same numbers per element */
         gbufs bd, bl;
-        grad_make(&bd, &c.ind, &c.qd, &c.kd, &c.vd, SMATTN_F64);
-        grad_make(&bl, &c.inl, lq, lk, lv, SMATTN_F64);
+        grad_make(&bd, &c.pd, &c.ind, &c.qd, &c.kd, &c.vd, SMATTN_F64);
+        grad_make(&bl, &c.pl, &c.inl, lq, lk, lv, SMATTN_F64);
         grad_sentinel(&bd), grad_sentinel(&bl);
         smattn_backward_precision pm = smattn_opt_backward_precision(&c.pd);
         ck_assert_int_eq(smattn_backward_bound(&c.pd, &c.ind, &gd, &pm, &den.go, &bd.go), SMATTN_OK);

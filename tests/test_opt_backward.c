@@ -77,6 +77,23 @@ static int64_t judge_one(const bwcase *c, const char *isa, smattn_dtype gt, uint
     return v.mismatched;
 }
 
+/* Judge one output t (3 dBias, 4 dSinks) of gradients go of the kernel on c (every output
+ * must be within the bound); returns its largest error/bound. */
+static double judged_ratio(const bwcase *c, const smattn_grad_outputs *go, int t, const char *what)
+{
+    static const char *const names[5] = {"dQ", "dK", "dV", "dBias", "dSinks"};
+    smattn_backward_precision m = smattn_opt_backward_precision(&c->p);
+    m.o_dtype = c->odt;
+    conform_backward_verdict v;
+    smattn_ref_config rc = {2, 0, 0, 0};
+    ck_assert_int_eq(conform_judge_backward(&c->p, &c->in, &c->gin, go, &m, &rc, &v), SMATTN_OK);
+    ck_assert_msg(v.mismatched == 0 && v.worst[t] >= 0,
+                  "%s: %lld beyond the bound; %s ratio %g at %lld: got %a exact %a bound %a", what,
+                  (long long)v.mismatched, names[t], v.max_ratio[t], (long long)v.worst[t],
+                  v.worst_got[t], v.worst_exact[t], v.worst_bound[t]);
+    return v.max_ratio[t];
+}
+
 /* Every mask kind alone, then random mixtures; every ISA; f32, bf16 and f16 gradients. */
 START_TEST(within_bound)
 {
@@ -434,19 +451,11 @@ START_TEST(dsinks_within_bound)
                                           !signbit(smattn_load(ds, gt, h)),
                                       "no sinks: dSinks[%lld] not +0", (long long)h);
                 if (th == 2) {
-                    smattn_backward_precision m = smattn_opt_backward_precision(&c.p);
-                    m.o_dtype = c.odt;
-                    conform_backward_verdict v;
-                    smattn_ref_config rc = {2, 0, 0, 0};
-                    ck_assert_int_eq(
-                        conform_judge_backward(&c.p, &c.in, &c.gin, &g.go, &m, &rc, &v), SMATTN_OK);
-                    ck_assert_msg(v.mismatched == 0 && v.worst[4] >= 0,
-                                  "%s on %s: %lld beyond the bound; dSinks ratio %g at %lld: "
-                                  "got %a exact %a bound %a",
-                                  bwcase_name(&c, nm, sizeof nm), isas[a], (long long)v.mismatched,
-                                  v.max_ratio[4], (long long)v.worst[4], v.worst_got[4],
-                                  v.worst_exact[4], v.worst_bound[4]);
-                    worst = v.max_ratio[4] > worst ? v.max_ratio[4] : worst;
+                    char what[240];
+                    snprintf(what, sizeof what, "%s on %s", bwcase_name(&c, nm, sizeof nm),
+                             isas[a]);
+                    const double rt = judged_ratio(&c, &g.go, 4, what);
+                    worst = rt > worst ? rt : worst;
                     judged++;
                 }
                 bwgrads_free(&g);
@@ -460,7 +469,86 @@ START_TEST(dsinks_within_bound)
 }
 END_TEST
 
-/* What it refuses: dbias, a binary64 dsinks, binary64, non-finite inputs, bad options. */
+/* dBias (SPEC 10.1, 10.2) in its full shape and summed over each broadcast dimension and
+ * over all four: within the bound of B9 / B12 against the oracle, every element written,
+ * bitwise the same on every ISA, at 1 to 3 threads and with the dS store or without. */
+START_TEST(dbias_within_bound)
+{
+    static const unsigned kinds[] = {BW_BIAS,
+                                     BW_BIAS | BW_SOFTCAP | BW_CAUSAL_LR,
+                                     BW_MASK | BW_GQA | BW_DLSE,
+                                     BW_BIAS | BW_EMPTY | BW_MEAN | BW_KVLENS,
+                                     BW_NANCONV | BW_EMPTY | BW_GQA,
+                                     BW_BIG | BW_BIAS | BW_CAUSAL_UL | BW_SINKS | BW_QLENS,
+                                     BW_BIG | BW_SOFTCAP | BW_WINDOW | BW_GQA | BW_DLSE,
+                                     BW_BIG | BW_MASK | BW_BIAS | BW_SOFTCAP | BW_SINKS};
+    /* which dimensions the output sums over: bit k for dimension k (B, Hq, S, T) */
+    static const unsigned sums[] = {0, 1, 2, 3, 4, 8, 12, 15};
+    const int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    double worst = 0;
+    int64_t judged = 0;
+    for (int k = 0; k < nk; k++) {
+        bwcase c;
+        ck_assert_int_eq(
+            bwcase_make(&c, 700 + (uint64_t)k, kinds[k], k % 2 ? SMATTN_BF16 : SMATTN_F32), 0);
+        const smattn_problem *p = &c.p;
+        const unsigned sum = sums[k % 8], sum2 = sums[(k + 3) % 8];
+        for (int v = 0; v < 2; v++) {
+            const unsigned sm = v ? sum2 : sum;
+            const smattn_dtype gt = (k + v) % 3 == 1   ? SMATTN_BF16
+                                    : (k + v) % 3 == 2 ? SMATTN_F16
+                                                       : SMATTN_F32;
+            const size_t es = smattn_dtype_size(gt);
+            const int64_t ext[4] = {p->B, p->Hq, p->S, p->T};
+            int64_t e[4], st[4], n = 1;
+            for (int d = 3; d >= 0; d--) {
+                e[d] = sm >> d & 1 ? 1 : ext[d];
+                st[d] = sm >> d & 1 ? 0 : n;
+                n *= e[d];
+            }
+            unsigned char *first = malloc((size_t)n * es), *db = malloc((size_t)n * es);
+            ck_assert(first && db);
+            char nm[200];
+            bwcase_name(&c, nm, sizeof nm);
+            for (int a = 0; a < 3; a++) {
+                if (!smattn_opt_isa_available(isas[a]))
+                    continue;
+                for (int th = 1; th <= 3; th++) {
+                    bwgrads g;
+                    bwgrads_make(&g, p, gt);
+                    memset(db, 0xa5, (size_t)n * es); /* every element must be written */
+                    g.go.dbias = (smattn_out_tensor){db, gt, {st[0], st[1], st[2], st[3]}};
+                    ck_assert_int_eq(th == 3 && a == 0 ? run_bw_ds_again(&c, th, &g)
+                                                       : run_bw(&c, isas[a], th, &g),
+                                     SMATTN_OK);
+                    if (a == 0 && th == 1)
+                        memcpy(first, db, (size_t)n * es);
+                    ck_assert_msg(memcmp(first, db, (size_t)n * es) == 0,
+                                  "%s, sums %u: dBias on %s with %d threads differs from scalar "
+                                  "with 1",
+                                  nm, sm, isas[a], th);
+                    if (th == 2) {
+                        char what[300];
+                        snprintf(what, sizeof what, "%s, sums %u, %s out, on %s", nm, sm,
+                                 smattn_dtype_name(gt), isas[a]);
+                        const double rt = judged_ratio(&c, &g.go, 3, what);
+                        worst = rt > worst ? rt : worst;
+                        judged++;
+                    }
+                    bwgrads_free(&g);
+                }
+            }
+            free(first), free(db);
+        }
+        bwcase_free(&c);
+    }
+    fprintf(stderr, "opt_backward: dBias judged %lld times, worst ratio %g\n", (long long)judged,
+            worst);
+    ck_assert(worst > 0); /* not every element exact: the bound was reached for */
+}
+END_TEST
+
+/* What it refuses: a binary64 dbias or dsinks, binary64, non-finite inputs, bad options. */
 START_TEST(refusals)
 {
     bwcase c;
@@ -581,6 +669,7 @@ Suite *opt_backward_suite(void)
     tcase_add_test(t, ds_store_same_bits);
     tcase_add_test(t, half_inputs_exact);
     tcase_add_test(t, dsinks_within_bound);
+    tcase_add_test(t, dbias_within_bound);
     tcase_add_test(t, refusals);
     tcase_add_test(t, edge_shapes);
     tcase_add_test(t, nonfinite_any_item);

@@ -203,8 +203,8 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
     return su.result(arrays)
 
 
-def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dsinks=None, dtype=None,
-                       threads=0, isa=None, **problem):
+def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, dsinks=None,
+                       dtype=None, threads=0, isa=None, **problem):
     """The fast backward (smattn_attention_backward, SPEC 10.8): FlashAttention-2's
     algorithm in binary32 (SIMD, the thread pool), within the bound of its model
     (check_backward(..., precision="opt")); its gradients are the same bits for every
@@ -217,12 +217,14 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dsinks=None,
     dtype, "float32", "float16" or "bfloat16" (None: the inputs' widest, as attention()).
     threads: 0 all cores; isa: None, "scalar", "avx2" or "avx512".
 
-    dsinks: None (the default) returns dsinks [Hq] when the problem has sinks; True or False
-    asks or not (+0 for every head without sinks): per head the rows' terms summed in a
-    fixed order, the same bits at every thread count.
+    dbias, dsinks: None (the default) returns dbias when the problem has a bias (not under
+    alibi_mode "mask") and dsinks [Hq] when it has sinks; True or False asks or not. dbias
+    is in the bias's own shape ([B, Hq, S, T] when dbias=True without a bias), summed over
+    the dimensions the bias is broadcast along; dsinks +0 for every head without sinks.
+    Each sum runs in a fixed order: the same bits at every thread count and ISA. A bias
+    beside alibi_mode "symmetric" or "one_sided" is left to reference_backward (TypeError).
 
-    Returns Gradients(dq, dk, dv, None, dsinks): the kernel computes no dbias
-    (reference_backward does). Errors as attention()'s."""
+    Returns Gradients(dq, dk, dv, dbias, dsinks). Errors as attention()'s."""
     threads = _api._integer(threads, "threads", 32, minimum=0)
     if isa is not None:
         if not isinstance(isa, str) or isa not in _api._ISAS:
@@ -251,8 +253,9 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dsinks=None,
             raise ValueError("lse: shape %s, want LSE's shape %s" % (tuple(la.shape), want))
         la = la if b.batched else la[None]
         _api._tensor(saved.lse, la, _api._dtype_code(la, "lse"), (0, 1, 2, None), b.keep)
+    want_dbias = su.dbias_default if dbias is None else bool(dbias)
     want_dsinks = su.has_sinks if dsinks is None else bool(dsinks)
-    gout, arrays = su.outputs((code,) * 5, False, want_dsinks)
+    gout, arrays = su.outputs((code,) * 5, want_dbias, want_dsinks)
     cfg = _lib.OptConfig(threads, isa.encode() if isa else None)
     st = _lib.attention_backward(ctypes.byref(b.prob), ctypes.byref(b.inputs),
                                  ctypes.byref(saved) if saved is not None else None,

@@ -152,11 +152,19 @@ def test_attention_backward_within_its_model_and_deterministic():
     bias, sinks, dlse = rand(1, 4, 5, 7, seed=41), rand(4, seed=42), rand(2, 4, 5, seed=43)
     kw = dict(causal="lower_right", bias=bias, sinks=sinks, softcap=5.0)
     g = smattn.attention_backward(q, k, v, do, dlse=dlse, **kw)
-    assert g.dq.dtype == np.float32 and g.dk.shape == k.shape and g.dbias is None
+    assert g.dq.dtype == np.float32 and g.dk.shape == k.shape
+    assert g.dbias.shape == bias.shape and g.dbias.dtype == np.float32  # summed over B
     assert g.dsinks.shape == (4,) and g.dsinks.dtype == np.float32
-    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dlse=dlse, dsinks=g.dsinks,
-                              precision="opt", **kw)
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dlse=dlse, dbias=g.dbias,
+                              dsinks=g.dsinks, precision="opt", **kw)
     assert r.passed, str(r)
+    # dBias off by one part in a thousand of its largest element: beyond its bound
+    bad = g.dbias.copy()
+    bad.flat[np.argmax(np.abs(bad))] *= 1.001
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dlse=dlse, dbias=bad,
+                              dsinks=g.dsinks, precision="opt", **kw)
+    assert not r.passed and "dBias" in str(r), str(r)
+    assert smattn.attention_backward(q, k, v, do, dlse=dlse, dbias=False, **kw).dbias is None
     # dSinks off by one part in a thousand of its largest element: beyond its bound
     bad = g.dsinks.copy()
     bad[np.argmax(np.abs(bad))] *= 1.001
@@ -165,7 +173,8 @@ def test_attention_backward_within_its_model_and_deterministic():
     assert not r.passed and "dSinks" in str(r), str(r)
     for threads in (1, 3):
         h = smattn.attention_backward(q, k, v, do, dlse=dlse, threads=threads, **kw)
-        assert all(np.array_equal(a, b) for a, b in zip(g[:3] + (g.dsinks,), h[:3] + (h.dsinks,)))
+        assert all(np.array_equal(a, b) for a, b in zip(g[:3] + (g.dbias, g.dsinks),
+                                                         h[:3] + (h.dbias, h.dsinks)))
     assert smattn.attention_backward(q, k, v, do, dlse=dlse, dsinks=False, **kw).dsinks is None
     # the saved O and LSE of attention(): the same bits as the forward run inside
     o, lse = smattn.attention(q, k, v, **kw)
