@@ -13,15 +13,18 @@
  * Usage: bench_shape [--S N] [--T N] [--q f32|f16|bf16|f8e4m3]
  *                    [--kv f32|f16|bf16|f8e4m3|q8_0|q4_0]
  *                    [--o f32|f16|bf16] [--layout bthd|bhtd] [--isa NAME] [--threads N]
- *                    [--runs N] [--warm]
+ *                    [--runs N] [--warm] [--pages 4k|huge]
  * --layout bhtd stores K and V as [B, Hkv, T, D] (through the strides), the layout many
- * decode kernels keep; the default is smattn's [B, T, Hkv, D]. `make bench-shape
- * ARGS='...'` builds and runs it. */
-#define _POSIX_C_SOURCE 200809L
+ * decode kernels keep; the default is smattn's [B, T, Hkv, D]. --pages huge puts K and V
+ * on 2 MiB pages (2 MiB aligned, madvise MADV_HUGEPAGE: transparent huge pages in their
+ * `madvise` mode) instead of malloc's 4 KiB ones, as a serving engine may allocate its KV
+ * cache. `make bench-shape ARGS='...'` builds and runs it. */
+#define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench/bench_machine.h"
 #include "smattn.h"
@@ -67,15 +70,29 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_shape [--S N] [--T N] [--q f32|f16|bf16|f8e4m3] "
-                    "[--kv f32|f16|bf16|f8e4m3|q8_0|q4_0] [--o f32|f16|bf16] [--layout bthd|bhtd] [--isa NAME] [--threads N] "
-                    "[--runs N] [--warm]\n");
+                    "[--kv f32|f16|bf16|f8e4m3|q8_0|q4_0] [--o f32|f16|bf16] [--layout bthd|bhtd] "
+                    "[--isa NAME] [--threads N] "
+                    "[--runs N] [--warm] [--pages 4k|huge]\n");
+}
+
+/* n bytes for K or V: malloc's (4 KiB pages), or 2 MiB aligned and advised onto huge pages
+ * (the advice may be refused: the pages are then 4 KiB, said on stderr) */
+static void *kv_alloc(size_t n, int huge)
+{
+    if (!huge)
+        return malloc(n);
+    const size_t hp = (size_t)2 << 20, m = (n + hp - 1) / hp * hp;
+    void *x = aligned_alloc(hp, m);
+    if (x && madvise(x, m, MADV_HUGEPAGE) != 0)
+        fprintf(stderr, "bench_shape: madvise(MADV_HUGEPAGE) refused: 4 KiB pages\n");
+    return x;
 }
 
 int main(int argc, char **argv)
 {
     int64_t S = 1, T = 4096;
     smattn_dtype qt = SMATTN_F32, kvt = SMATTN_F32, ot = SMATTN_F32;
-    int bhtd = 0, threads = 2, runs = 9, warm = 0;
+    int bhtd = 0, threads = 2, runs = 9, warm = 0, huge = 0;
     const char *isa = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -106,6 +123,8 @@ int main(int argc, char **argv)
             threads = atoi(v);
         else if (!strcmp(a, "--runs"))
             runs = atoi(v);
+        else if (!strcmp(a, "--pages"))
+            bad = strcmp(v, "huge") == 0 ? (huge = 1, 0) : strcmp(v, "4k") != 0;
         else
             bad = 1;
         if (bad) {
@@ -125,7 +144,8 @@ int main(int argc, char **argv)
     p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     const size_t nq = (size_t)(S * HQ * HD), nkv = (size_t)T * HKV * HD, nl = (size_t)(S * HQ);
     void *q = malloc(nq * smattn_dtype_size(qt)), *o = malloc(nq * smattn_dtype_size(ot));
-    void *k = malloc(bench_kv_bytes(kvt, nkv)), *v = malloc(bench_kv_bytes(kvt, nkv));
+    void *k = kv_alloc(bench_kv_bytes(kvt, nkv), huge),
+         *v = kv_alloc(bench_kv_bytes(kvt, nkv), huge);
     float *kvf = malloc(2 * nkv * sizeof(float));
     void *lse = malloc(nl * smattn_dtype_size(ot));
     const size_t flush_bytes = (size_t)64 << 20;
@@ -182,12 +202,12 @@ int main(int argc, char **argv)
     uint64_t h = 1469598103934665603u;
     h = hash_bytes(h, o, nq * smattn_dtype_size(ot));
     h = hash_bytes(h, lse, nl * smattn_dtype_size(ot));
-    printf("S=%lld T=%lld q=%s kv=%s o=%s layout=%s isa=%s threads=%d %s: median %.3f ms, best "
-           "%.3f ms (%d runs); output hash %016llx\n",
+    printf("S=%lld T=%lld q=%s kv=%s o=%s layout=%s%s isa=%s threads=%d %s: median %.3f ms, "
+           "best %.3f ms (%d runs); output hash %016llx\n",
            (long long)S, (long long)T, smattn_dtype_name(qt), smattn_dtype_name(kvt),
-           smattn_dtype_name(ot), bhtd ? "bhtd" : "bthd", isa ? isa : "default", threads,
-           warm ? "warm" : "caches flushed", 1e3 * t[runs / 2], 1e3 * t[0], runs,
-           (unsigned long long)h);
+           smattn_dtype_name(ot), bhtd ? "bhtd" : "bthd", huge ? " pages=huge" : "",
+           isa ? isa : "default", threads, warm ? "warm" : "caches flushed", 1e3 * t[runs / 2],
+           1e3 * t[0], runs, (unsigned long long)h);
     free(q), free(o), free(k), free(v), free(lse), free(flush), free(t);
     return 0;
 }
