@@ -29,10 +29,11 @@
  *    padding rows would poison the dense run only), and +0 in all the storage no stored row
  *    or key reaches (SPEC 10.1);
  *  - the fast backward (smattn_attention_backward, SPEC 10.7, 10.8) differentially, on the
- *    oracle's own run (binary64 gradients, dO and dLSE binary32 values): saved NULL (its
- *    binary32 forward), binary32 dQ, dK, dV and dSinks (asked for with or without sinks:
- *    +0 without); status SMATTN_OK, or SMATTN_ERR_UNSUPPORTED only where smattn.h lets it
- *    refuse (a non-finite input other than a -inf bias or sink, ALiBi's symmetric or
+ *    oracle's own run (binary64 gradients, dO and dLSE values of binary32, binary16 or
+ *    bfloat16, read by the kernel in that dtype: fuzz_grad_dtype): saved NULL (its binary32
+ *    forward), binary32 dQ, dK, dV, dBias (where the oracle's run has it) and dSinks (asked
+ *    for with or without sinks: +0 without); status SMATTN_OK, or SMATTN_ERR_UNSUPPORTED only where
+ * smattn.h lets it refuse (a non-finite input other than a -inf bias or sink, ALiBi's symmetric or
  *    one-sided term beside a bias); then each element within smattn_backward_bound of the
  *    oracle's for smattn_opt_backward_precision with O and LSE binary32 (SPEC 6.10's ratio,
  *    NaN and infinities by class), 1 thread on the ISA the seed picks; the same bits with 3
@@ -46,8 +47,9 @@
  * outputs instead of binary64, bit 2 special values in dO and dLSE, bit 3 dO and dLSE of 53
  * bits instead of binary32 values), c1 (a planted validation error, 1-6), and a 32-bit seed
  * for dO and dLSE. The kernel reads only binary32/16 and bfloat16 tensors: dO and dLSE are
- * drawn as binary32 values (bit 3 clear) so that the oracle's one run serves both the
- * properties above and the kernel, which gets the same values as binary32 tensors; the
+ * drawn as binary32 values (bit 3 clear; binary16 or bfloat16 ones for a quarter of the
+ * seeds each, fuzz_grad_dtype) so that the oracle's one run serves both the properties
+ * above and the kernel, which gets the same values as tensors of that dtype; the
  * oracle's runs are where the target's time goes (the kernel's runs and the bound add
  * nothing measurable to the corpus replay, fuzz/README.md), so a second oracle run on
  * rounded copies would cost far more than the check. The differential runs where
@@ -95,6 +97,7 @@ typedef struct grads {
     smattn_grad_inputs gin;
     smattn_grad_outputs go;
     double *dout, *dlse;
+    smattn_dtype vt; /* the type of dO's and dLSE's values (fuzz_grad_dtype) */
     void *buf[5]; /* dq, dk, dv, dbias, dsinks */
     int64_t n[5];
     smattn_dtype t;
@@ -117,14 +120,15 @@ static void grads_alloc(grads *g, const smattn_problem *p, smattn_dtype t)
     }
 }
 
-/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 6) from seed (rounded to
- * binary32 when f32, so that the fast backward reads the values the oracle had), with
- * special values (NaN, infinities, FLT_MAX, zeros; all binary32) at a few places when
- * `special`. */
+/* dO [B,S,Hq,Dv] and, with dlse, dLSE [B,Hq,S]: uniform in [-2, 6) from seed (values of
+ * vt, binary32, binary16 or bfloat16, so that the fast backward reads the values the oracle
+ * had; binary64 draws with vt F64), with special values (NaN, infinities, FLT_MAX, zeros)
+ * at a few places when `special`. */
 static void grads_inputs(grads *g, const smattn_problem *p, uint32_t seed, int dlse, int special,
-                         int f32)
+                         smattn_dtype vt)
 {
-    if (fuzz_grad_values(p, seed, special, f32, &g->dout, dlse ? &g->dlse : NULL))
+    g->vt = vt;
+    if (fuzz_grad_values(p, seed, special, vt, &g->dout, dlse ? &g->dlse : NULL))
         abort(); /* out of memory in the harness */
     smattn_problem q = *p;
     g->gin.dout = (smattn_tensor){g->dout, SMATTN_F64, {0}};
@@ -763,7 +767,7 @@ static smattn_status fast_run(const fuzz_problem *fp, const grads *g, const smat
 }
 
 /* smattn_attention_backward on the oracle's problem (g: binary64 gradients of dO and dLSE
- * that are binary32 values): SMATTN_OK or, where smattn.h allows it, SMATTN_ERR_UNSUPPORTED;
+ * that are values of g->vt): SMATTN_OK or, where smattn.h allows it, SMATTN_ERR_UNSUPPORTED;
  * then every dQ, dK, dV, dBias (with a bias) and dSinks element within smattn_backward_bound
  * of the oracle's for
  * the kernel's model (smattn_opt_backward_precision, O and LSE stored in binary32 by its own
@@ -779,16 +783,17 @@ static void check_fast(const fuzz_problem *fp, const grads *g)
     const int nout = 5, has_db = g->go.dbias.data != NULL;
     const smattn_problem *p = &fp->p;
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
-    float *do32 = xcalloc((size_t)no, sizeof(float)), *dl32 = NULL;
+    const size_t es = smattn_dtype_size(g->vt);
+    void *do32 = xcalloc((size_t)no, es), *dl32 = NULL;
     smattn_grad_inputs gin = g->gin;
-    for (int64_t e = 0; e < no; e++)
-        do32[e] = (float)g->dout[e]; /* exact: drawn as binary32 values */
-    gin.dout.data = do32, gin.dout.dtype = SMATTN_F32;
+    for (int64_t e = 0; e < no; e++) /* exact: drawn as values of g->vt */
+        smattn_store(do32, g->vt, e, g->dout[e]);
+    gin.dout.data = do32, gin.dout.dtype = g->vt;
     if (g->dlse) {
-        dl32 = xcalloc((size_t)nl, sizeof(float));
+        dl32 = xcalloc((size_t)nl, es);
         for (int64_t e = 0; e < nl; e++)
-            dl32[e] = (float)g->dlse[e];
-        gin.dlse.data = dl32, gin.dlse.dtype = SMATTN_F32;
+            smattn_store(dl32, g->vt, e, g->dlse[e]);
+        gin.dlse.data = dl32, gin.dlse.dtype = g->vt;
     }
     float *a[5], *b[5];
     double *bd[5];
@@ -1009,7 +1014,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     grads_alloc(&g, &fp.p, t);
     if (fp.p.alibi_mode == SMATTN_ALIBI_MASK) /* its dBias is not defined (SPEC 10.1) */
         g.go.dbias.data = NULL;
-    grads_inputs(&g, &fp.p, seed, c0 & 1, (c0 & 4) != 0, !(c0 & 8));
+    grads_inputs(&g, &fp.p, seed, c0 & 1, (c0 & 4) != 0, fuzz_grad_dtype(c0, seed));
     if (fp.p.op != SMATTN_OP_ATTENTION) { /* the softmax op has no backward (SPEC 10.4) */
         smattn_status s = smattn_ref_backward(&fp.p, &fp.in, &g.gin, &g.go, NULL, NULL);
         if (s != SMATTN_ERR_UNSUPPORTED)

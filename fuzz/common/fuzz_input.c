@@ -111,8 +111,25 @@ static double grad_splitmix(uint64_t *s)
     return (double)(z >> 11) * 0x1p-52 * 4.0 - 2.0; /* [-2, 6): 53 bits times 2^-52 is in [0, 2) */
 }
 
-int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, int f32, double **dout,
-                     double **dl)
+smattn_dtype fuzz_grad_dtype(uint32_t c0, uint32_t seed)
+{
+    if (c0 & 8)
+        return SMATTN_F64;
+    return seed >> 30 == 2 ? SMATTN_F16 : seed >> 30 == 3 ? SMATTN_BF16 : SMATTN_F32;
+}
+
+/* x rounded once to vt (an F64 vt: x itself) */
+static double grad_round(double x, smattn_dtype vt)
+{
+    if (vt == SMATTN_F64)
+        return x;
+    unsigned char b[4];
+    smattn_store(b, vt, 0, x);
+    return smattn_load(b, vt, 0);
+}
+
+int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, smattn_dtype vt,
+                     double **dout, double **dl)
 {
     const int64_t no = p->B * p->S * p->Hq * p->Dv, nl = p->B * p->Hq * p->S;
     uint64_t s = seed;
@@ -123,15 +140,19 @@ int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, int f3
         return -1;
     }
     for (int64_t e = 0; e < no; e++)
-        o[e] = f32 ? (double)(float)grad_splitmix(&s) : grad_splitmix(&s);
+        o[e] = grad_round(grad_splitmix(&s), vt == SMATTN_F64 ? vt : SMATTN_F32);
     for (int64_t e = 0; l && e < nl; e++)
-        l[e] = f32 ? (double)(float)grad_splitmix(&s) : grad_splitmix(&s);
+        l[e] = grad_round(grad_splitmix(&s), vt == SMATTN_F64 ? vt : SMATTN_F32);
     for (int k = 0; special && k < 3; k++) {
         double *t = l && k == 2 ? l : o;
         const int64_t n = l && k == 2 ? nl : no;
         t[(int64_t)((grad_splitmix(&s) + 2) / 4 * (double)n) % n] = (double)fuzz_special_value(
             (int)((grad_splitmix(&s) + 2) / 4 * FUZZ_NSPECIAL) % FUZZ_NSPECIAL);
     }
+    for (int64_t e = 0; vt != SMATTN_F32 && e < no; e++) /* binary32 values: as they are */
+        o[e] = grad_round(o[e], vt);
+    for (int64_t e = 0; vt != SMATTN_F32 && l && e < nl; e++)
+        l[e] = grad_round(l[e], vt);
     *dout = o;
     if (dl)
         *dl = l;

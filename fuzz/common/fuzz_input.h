@@ -69,13 +69,19 @@ float fuzz_special_value(int code);
 
 /* fuzz_backward's cut of a problem (fuzz_problem_shrink) and the gradients it feeds the
  * backward, here so that tools/fuzz_decode reads an input as the target does: dO
- * [B,S,Hq,Dv] and, with dl, dLSE [B,Hq,S], uniform in [-2, 6) from seed (each rounded to
- * binary32 with f32), then with special three elements (of dO, or the third of dLSE when
- * there is one) set to fuzz_special_value's. The arrays are the caller's to free; 0, or -1
- * when out of memory. */
+ * [B,S,Hq,Dv] and, with dl, dLSE [B,Hq,S], uniform in [-2, 6) from seed, then with special
+ * three elements (of dO, or the third of dLSE when there is one) set to fuzz_special_value's,
+ * every element then rounded to vt (binary32, binary16 or bfloat16: a special value past
+ * its range becomes an infinity; SMATTN_F64: left as drawn, 53 bits). The arrays are the
+ * caller's to free; 0, or -1 when out of memory. */
 #define FUZZ_BACKWARD_MAX_P 48
-int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, int f32, double **dout,
-                     double **dl);
+int fuzz_grad_values(const smattn_problem *p, uint32_t seed, int special, smattn_dtype vt,
+                     double **dout, double **dl);
+/* The type of the values fuzz_backward draws for dO and dLSE (fuzz_grad_values' vt) from
+ * its choice byte c0 and its seed: bit 3 of c0 set, binary64 (53 bits, the oracle alone);
+ * else binary32, or binary16 or bfloat16 in a quarter of the seeds each (the two top bits
+ * of the seed 2 or 3), the tensors the fast backward then reads in that dtype. */
+smattn_dtype fuzz_grad_dtype(uint32_t c0, uint32_t seed);
 
 /* A decoded problem with its owned buffers. */
 typedef struct fuzz_problem {

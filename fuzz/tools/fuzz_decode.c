@@ -270,7 +270,8 @@ int main(int argc, char **argv)
         (dtypes && (dc = fuzz_take_dtypes(&dp), fuzz_problem_convert(&fp, dc.qx, dc.bias))) ||
         (quant_in8 && fuzz_problem_quant(&fp, quant_in8)) ||
         (backward && fp.p.op == SMATTN_OP_ATTENTION &&
-         fuzz_grad_values(&fp.p, gseed, (c0 & 4) != 0, !(c0 & 8), &dout, c0 & 1 ? &dlse : NULL))) {
+         fuzz_grad_values(&fp.p, gseed, (c0 & 4) != 0, fuzz_grad_dtype(c0, gseed), &dout,
+                          c0 & 1 ? &dlse : NULL))) {
         fprintf(stderr, "fuzz_decode: out of memory\n");
         return 1;
     }
@@ -289,7 +290,11 @@ int main(int argc, char **argv)
     else if (backward)
         printf("backward: dO%s from seed %" PRIu32 "%s%s; gradients in %s%s; planted descriptor "
                "%" PRIu32 "\n",
-               dlse ? " and dLSE" : "", gseed, c0 & 8 ? "" : ", binary32 values",
+               dlse ? " and dLSE" : "", gseed,
+               c0 & 8                                      ? ""
+               : fuzz_grad_dtype(c0, gseed) == SMATTN_F16  ? ", binary16 values"
+               : fuzz_grad_dtype(c0, gseed) == SMATTN_BF16 ? ", bfloat16 values"
+                                                           : ", binary32 values",
                c0 & 4 ? ", three special values" : "", c0 & 2 ? "f32" : "f64",
                c0 & 2 || c0 & 8 ? "" : " (the fast backward judged too)", c1);
     if (target && (!strcmp(target, "fuzz_diff") || long_rows || backward)) { /* its layout twin */
