@@ -878,17 +878,24 @@ static int read_output(const char *dir, const char *file, const smattn_case *c, 
     return read_array(dir, file, rank, w, stride, names, a, got, err, errlen);
 }
 
-/* A gradient of a backward case (t: 0 dq [B,S,Hq,D], 1 dk [B,T,Hkv,D], 2 dv [B,T,Hkv,Dv];
- * 3-D without B in the case's 3-D convention), as read_output. */
+/* A gradient of a backward case (t: 0 dq [B,S,Hq,D], 1 dk [B,T,Hkv,D], 2 dv [B,T,Hkv,Dv],
+ * 3-D without B in the case's 3-D convention; 3 dbias in bias.npy's own shape, [B,Hq,S,T]
+ * without a bias; 4 dsinks [Hq]), as read_output. */
 static int read_grad(const char *dir, const char *file, const smattn_case *c, int t,
                      smattn_npy *a, smattn_out_tensor *got, char *err, size_t errlen)
 {
     const smattn_problem *p = &c->prob;
+    int64_t w[4], stride[4];
+    if (t >= 3) { /* the shapes `smattn ref` writes them in (a dbias stride 0 sums) */
+        static const char *const bn[4] = {"B", "Hq", "S", "T"}, *const sn[1] = {"Hq"};
+        const int rank = smattn_case_out_layout(c, 3 + t, w, stride);
+        return read_array(dir, file, rank, w, stride, t == 4 ? sn : bn + (4 - rank), a, got, err,
+                          errlen);
+    }
     const int64_t n[3][4] = {{p->B, p->S, p->Hq, p->D}, {p->B, p->T, p->Hkv, p->D},
                              {p->B, p->T, p->Hkv, p->Dv}};
     static const char *const dn[3][4] = {
         {"B", "S", "Hq", "D"}, {"B", "T", "Hkv", "D"}, {"B", "T", "Hkv", "Dv"}};
-    int64_t w[4], stride[4];
     if (c->has_layout) { /* SPEC 10.1: dQ in Q's storage, dK and dV in K's and V's */
         static const char *const packed[3][3] = {
             {"total_q", "Hq", "D"}, {"total_k", "Hkv", "D"}, {"total_k", "Hkv", "Dv"}};
@@ -1108,33 +1115,45 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
 }
 
 /* The gradients a backward case's directory holds (dq.npy, dk.npy, dv.npy: all three or
- * none), judged against smattn_ref_backward under smattn_backward_bound (SPEC 10.7) for
- * the model pm in both passes, O and LSE stored in the dtypes of o.npy and lse.npy; the
- * verdict joined to the forward's in r (a forward failure is reported first). */
+ * none; with them, dbias.npy and dsinks.npy when present), judged against
+ * smattn_ref_backward under smattn_backward_bound (SPEC 10.7) for the model pm in both
+ * passes, O and LSE stored in the dtypes of o.npy and lse.npy; the verdict joined to the
+ * forward's in r (a forward failure is reported first). */
 static void check_grads(const char *dir, const smattn_case *c, const smattn_outputs *fwd,
                         const smattn_precision *pm, conform_result *r)
 {
-    static const char *const files[3] = {"dq.npy", "dk.npy", "dv.npy"};
-    smattn_npy arr[3];
+    static const char *const files[5] = {"dq.npy", "dk.npy", "dv.npy", "dbias.npy", "dsinks.npy"};
+    smattn_npy arr[5];
     memset(arr, 0, sizeof arr);
     smattn_grad_outputs got;
     memset(&got, 0, sizeof got);
-    smattn_out_tensor *gt[3] = {&got.dq, &got.dk, &got.dv};
+    smattn_out_tensor *gt[5] = {&got.dq, &got.dk, &got.dv, &got.dbias, &got.dsinks};
     char err[400];
     int present = 0, missing = -1, bad = 0;
-    for (int t = 0; t < 3 && !bad; t++) {
+    for (int t = 0; t < 5 && !bad; t++) {
         int rc = read_grad(dir, files[t], c, t, &arr[t], gt[t], err, sizeof err);
         if (rc < 0) {
             r->status = CONFORM_FAIL;
             snprintf(r->reason, sizeof r->reason, "%s", err);
             bad = 1;
-        } else if (rc > 0) {
+        } else if (rc == 0 && t == 3 && c->prob.alibi_mode == SMATTN_ALIBI_MASK) {
+            r->status = CONFORM_FAIL;
+            snprintf(r->reason, sizeof r->reason,
+                     "dbias.npy: under alibi_mode mask the bias is a distance mask; its "
+                     "gradient is not defined (SPEC 10.1)");
+            bad = 1;
+        } else if (rc > 0 && t < 3) {
             missing = missing < 0 ? t : missing;
-        } else {
+        } else if (rc == 0 && t < 3) {
             present++;
         }
     }
-    if (!bad && present && missing >= 0) {
+    if (!bad && !present && (got.dbias.data || got.dsinks.data)) {
+        r->status = CONFORM_FAIL;
+        snprintf(r->reason, sizeof r->reason,
+                 "%s without dq.npy, dk.npy and dv.npy: the gradients are judged together",
+                 got.dbias.data ? files[3] : files[4]);
+    } else if (!bad && present && missing >= 0) {
         r->status = CONFORM_FAIL;
         snprintf(r->reason, sizeof r->reason,
                  "%s missing: the gradients are judged together (dq.npy, dk.npy and dv.npy, "
@@ -1162,7 +1181,7 @@ static void check_grads(const char *dir, const smattn_case *c, const smattn_outp
             snprintf(r->reason, sizeof r->reason, "gradients: %.490s", g.reason);
         }
     }
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 5; t++)
         smattn_npy_free(&arr[t]);
 }
 

@@ -32,9 +32,9 @@
  *    oracle's own run (binary64 gradients, dO and dLSE values of binary32, binary16 or
  *    bfloat16, read by the kernel in that dtype: fuzz_grad_dtype): saved NULL (its binary32
  *    forward), binary32 dQ, dK, dV, dBias (where the oracle's run has it) and dSinks (asked
- *    for with or without sinks: +0 without); status SMATTN_OK, or SMATTN_ERR_UNSUPPORTED only where
- * smattn.h lets it refuse (a non-finite input other than a -inf bias or sink, ALiBi's symmetric or
- *    one-sided term beside a bias); then each element within smattn_backward_bound of the
+ *    for with or without sinks: +0 without); status SMATTN_OK, or SMATTN_ERR_UNSUPPORTED
+ *    only where smattn.h lets it refuse (a non-finite input other than a -inf bias or
+ *    sink); then each element within smattn_backward_bound of the
  *    oracle's for smattn_opt_backward_precision with O and LSE binary32 (SPEC 6.10's ratio,
  *    NaN and infinities by class), 1 thread on the ISA the seed picks; the same bits with 3
  *    threads (every ISA in the replay, SMATTN_FUZZ_FULL; not across ISAs, whose forwards
@@ -709,16 +709,14 @@ static int fast_magnitudes_large(const smattn_problem *p, const smattn_inputs *i
 }
 
 /* Whether smattn_attention_backward may refuse the problem (smattn.h): a Q, K, V, dO or dLSE
- * element not finite, a bias or sink element neither finite nor -inf, ALiBi's symmetric or
- * one-sided term beside a bias, or magnitudes whose sums could leave binary32's range
- * (fast_magnitudes_large). Every tensor the decoder makes is binary32, binary16 or bfloat16
- * and a dBias asked for is the full [B,Hq,S,T] in binary32, so nothing else may. */
+ * element not finite, a bias or sink element neither finite nor -inf, or magnitudes whose
+ * sums could leave binary32's range (fast_magnitudes_large). Every tensor the decoder makes is
+ * binary32, binary16 or bfloat16 and a dBias asked for is the full [B,Hq,S,T] in binary32, so
+ * nothing else may. */
 static int fast_may_refuse(const fuzz_problem *fp, const smattn_grad_inputs *gin)
 {
     const smattn_problem *p = &fp->p;
     const smattn_inputs *in = &fp->in;
-    if (p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_mode != SMATTN_ALIBI_MASK && in->bias.data)
-        return 1;
     if (all_finite(&in->q, p->B, p->S, p->Hq, p->D, 0) &&
         all_finite(&in->k, p->B, p->T, p->Hkv, p->D, 0) &&
         all_finite(&in->v, p->B, p->T, p->Hkv, p->Dv, 0) &&

@@ -682,10 +682,10 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * ISAs (lanes run over independent outputs, every sum is one fma chain in a fixed order).
  * Supported: every mask kind, GQA, softcap, bias, sinks, dLSE, the three empty-row
  * conventions, the layouts (a layout problem gives its dense twin's bits, SPEC 10.8),
- * ALiBi (folded into a binary32 bias; a bias beside the symmetric or one-sided term:
- * SMATTN_ERR_UNSUPPORTED); Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in float32, binary16
- * or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from binary32).
- * dsinks (optional) as the sum over batches and queries, in that order, of each row's
+ * ALiBi (folded into a binary32 bias; beside a bias, the symmetric or one-sided term added
+ * after it, as the forward adds it); Q, K, V, bias, sinks, dO, dLSE and the saved O, LSE in
+ * float32, binary16 or bfloat16; dq, dk, dv in float32, binary16 or bfloat16 (rounded once from
+ * binary32). dsinks (optional) as the sum over batches and queries, in that order, of each row's
  * binary32 term (SPEC 10.1, B13), rounded once to its dtype; the same bits at any count.
  * dbias (optional; float32, binary16 or bfloat16, full or summed over the
  * dimensions of stride 0) from SPEC 10.1's dS in binary32: per element of dbias, the

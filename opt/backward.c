@@ -414,8 +414,8 @@ static void run_stage(void *ctx, int64_t item, int worker)
 }
 
 static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *in,
-                                  const smattn_inputs *orig, const smattn_forward_saved *saved,
-                                  const smattn_grad_inputs *gin,
+                                  const smattn_inputs *orig, const float *term,
+                                  const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
                                   const smattn_grad_outputs *gout, const smattn_opt_config *cfg);
 
 smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_inputs *in,
@@ -427,23 +427,24 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
     smattn_status st = smattn__validate_backward(p, in, gin, gout);
     if (st)
         return st;
-    /* ALiBi with a bias added as is: the kernel would round bias + term differently from
-     * the forward's model (SPEC 10.8); the oracle takes it */
-    if (p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_mode != SMATTN_ALIBI_MASK &&
-        in->bias.data)
-        return SMATTN_ERR_UNSUPPORTED;
+    /* ALiBi folded into a binary32 bias the passes read, fl(m bias) in the mask mode, fl(m d)
+     * in the others; beside a bias added as is, the term stays apart (term, [B,Hq,S,T]) and
+     * is added after the bias, each addition rounded, as the forward adds them (SPEC 10.8) */
     smattn_inputs ain;
-    float *ab = NULL;
+    float *ab = NULL, *term = NULL;
     if (p->alibi_mode != SMATTN_ALIBI_NONE) {
-        ain = *in;
-        ain.bias = (smattn_tensor){NULL, SMATTN_F32, {0}};
-        if (!(ab = alibi_bias(p, in, ain.bias.stride)))
+        int64_t st4[4];
+        if (!(ab = alibi_bias(p, in, st4)))
             return SMATTN_ERR_NOMEM;
-        ain.bias.data = ab;
+        ain = *in;
+        if (p->alibi_mode == SMATTN_ALIBI_MASK || !in->bias.data)
+            ain.bias = (smattn_tensor){ab, SMATTN_F32, {st4[0], st4[1], st4[2], st4[3]}};
+        else
+            term = ab;
     }
     const smattn_inputs *ein = ab ? &ain : in;
     if (!p->layout) {
-        st = backward_run(p, ein, in, saved, gin, gout, cfg);
+        st = backward_run(p, ein, in, term, saved, gin, gout, cfg);
         free(ab);
         return st;
     }
@@ -469,7 +470,7 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
             st = smattn_contiguous_strides(&dense, roles[k], tw3[k]->stride);
     }
     if (!st)
-        st = backward_run(p, ein, in, saved, gin, &twin, cfg);
+        st = backward_run(p, ein, in, term, saved, gin, &twin, cfg);
     if (!st)
         scatter_layout(p, &twin, gout);
     free(twin.dq.data), free(twin.dk.data), free(twin.dv.data);
@@ -479,10 +480,12 @@ smattn_status smattn_attention_backward(const smattn_problem *p, const smattn_in
 
 /* The passes over a validated problem, writing gout in the dense twin's shapes
  * (smattn_attention_backward scatters a layout's). in: the inputs with ALiBi folded into
- * the bias, which the passes read; orig: the caller's, for the forward. */
+ * the bias, which the passes read; term: with a bias beside the symmetric or one-sided
+ * term, the terms apart ([B,Hq,S,T] contiguous), else NULL; orig: the caller's, for the
+ * forward. */
 static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *in,
-                                  const smattn_inputs *orig, const smattn_forward_saved *saved,
-                                  const smattn_grad_inputs *gin,
+                                  const smattn_inputs *orig, const float *term,
+                                  const smattn_forward_saved *saved, const smattn_grad_inputs *gin,
                                   const smattn_grad_outputs *gout, const smattn_opt_config *cfg)
 {
     smattn_status st;
@@ -569,6 +572,7 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
     job.scale_hi = (float)p->scale;
     job.scale_lo = (float)(p->scale - (double)job.scale_hi);
     job.cap = (float)p->softcap;
+    job.term = term;
     job.G = Hq / Hkv;
     job.Dp = (D + BW_PAD - 1) / BW_PAD * BW_PAD;
     job.Dvp = (Dv + BW_PAD - 1) / BW_PAD * BW_PAD;

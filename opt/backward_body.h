@@ -234,7 +234,7 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
     const float *VT = job->vt + ((b * p->Hkv + g) * job->nkb + kb) * job->Dvp * BW_BK;
     KN(bw_mm_scores)(P, Q, job->Dp, KT, p->D, nr, sr);
     KN(bw_mm_scores)(dS, dO, job->Dvp, VT, p->Dv, nr, sr);
-    const int plain = !in->mask.data && !in->bias.data && !(job->cap > 0);
+    const int plain = !in->mask.data && !in->bias.data && !(job->cap > 0) && !job->term;
     for (int64_t r = 0; r < BW_BQ; r++) {
         float *Pr = P + r * BW_BK, *dSr = dS + r * BW_BK, *Tr = Tt + r * BW_BK;
         const int64_t i = i0 + r, row = (b * Hq + h) * S + i;
@@ -298,6 +298,8 @@ static void KN(bw_block)(const bw_job *job, int64_t b, int64_t h, int64_t qb, in
                             vis = 0;
                         x += bj;
                     }
+                    if (job->term) /* after the bias, as the forward adds it */
+                        x += job->term[((b * Hq + h) * S + i) * T + j];
                 }
                 Pr[c] = vis ? x - lse : -HUGE_VALF;
                 Tr[c] = t;

@@ -29,6 +29,7 @@ typedef struct bw_job {
     const smattn_inputs *in;
     const smattn_grad_outputs *out;
     float scale_hi, scale_lo, cap;
+    const float *term; /* ALiBi's terms beside a bias, [B][Hq][S][T], added after it; or NULL */
     int64_t G, Dp, Dvp, nqb, nkb;
     /* staged operands, binary32, zero padded */
     float *q;   /* [B][Hq][S][Dp] */

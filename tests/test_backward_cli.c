@@ -783,9 +783,11 @@ START_TEST(check_judges_gradients)
     snprintf(dir, sizeof dir, "%s/c", tmp);
     make_case(&bc, dir, 4, 1, 1, 1);
     const char *json = test_path(tmp, "r.json");
-    /* O, LSE and the three gradients: 24 + 24 + 72 + 60 + 40 elements */
-    opt_ref_then_check(dir, json, 2 * (S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ + T_ * HKV * D_ +
-                                       T_ * HKV * DV));
+    /* O, LSE and the three gradients (24 + 24 + 72 + 60 + 40 elements), dBias (120) and
+     * dSinks (4) */
+    opt_ref_then_check(dir, json,
+                       2 * (S_ * HQ * DV + HQ * S_ + S_ * HQ * D_ + T_ * HKV * D_ + T_ * HKV * DV) +
+                           2 * HQ * S_ * T_ + HQ);
     unlink(test_path(dir, ".smattn-set")); /* edited below: taken as they are */
     scale_elem(dir, "dk.npy", 7, 1.5f);
     test_outcome r = test_cli_run(tmp, (const char *[]){"check", dir, "--json", json, NULL});
@@ -797,6 +799,23 @@ START_TEST(check_judges_gradients)
     r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
     ck_assert_msg(r.code == 0, "check after the undo: exit %d: %s", r.code, r.out);
     test_outcome_free(&r);
+    /* dbias.npy and dsinks.npy are judged with them: a wrong element fails, naming it (dBias
+     * element 14: b 0, h 0, the last query, the last key, which it sees) */
+    static const char *const extra[2] = {"dbias.npy", "dsinks.npy"};
+    for (int k = 0; k < 2; k++) {
+        scale_elem(dir, extra[k], k ? 3 : 14, 1.5f);
+        r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+        ck_assert_msg(r.code == 1 && strstr(r.out, k ? "dSinks[" : "dBias["),
+                      "check of a wrong %s: exit %d: %s", extra[k], r.code, r.out);
+        test_outcome_free(&r);
+        scale_elem(dir, extra[k], k ? 3 : 14, 1 / 1.5f);
+    }
+    put(dir, "dsinks.npy", SMATTN_NPY_F32, 1, (int64_t[]){HQ + 1}, (float[HQ + 1]){0});
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "dsinks.npy: got shape [5]"), "exit %d: %s", r.code,
+                  r.out);
+    test_outcome_free(&r);
+    unlink(test_path(dir, "dsinks.npy"));
     unlink(test_path(dir, "dk.npy"));
     r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
     ck_assert_msg(r.code == 1 && strstr(r.out, "dk.npy missing: the gradients are judged together"),

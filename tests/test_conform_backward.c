@@ -68,9 +68,6 @@ static const char *str_of(json_object *o, const char *key)
  * and dSinks cases for one without bits 26 and 27: skipped, saying so, and not counted by
  * all_are. */
 static size_t unclaimed, unclaimed_grads, dsinks_counted, dbias_counted;
-/* a bias beside ALiBi's symmetric term, which the fast backward leaves to the oracle
- * (SPEC 10.8): skipped as declined, and not counted by all_are either */
-static size_t declined_alibi_bias;
 
 /* Every case of the report in category backward with status want (and, given, a reason
  * holding `reason`, a rerun field `rerun`), but a layout or ALiBi case skipped because the
@@ -79,7 +76,7 @@ static size_t all_are(json_object *r, const char *want, const char *reason, cons
 {
     json_object *cs = cases_of(r);
     size_t n = json_object_array_length(cs), counted = 0;
-    unclaimed = unclaimed_grads = dsinks_counted = dbias_counted = declined_alibi_bias = 0;
+    unclaimed = unclaimed_grads = dsinks_counted = dbias_counted = 0;
     for (size_t i = 0; i < n; i++) {
         json_object *c = json_object_array_get_idx(cs, i);
         ck_assert_str_eq(str_of(c, "category"), "backward");
@@ -98,12 +95,6 @@ static size_t all_are(json_object *r, const char *want, const char *reason, cons
             unclaimed_grads++;
             continue;
         }
-        if (strstr(name, "/dbias_alibi_symmetric") && !strcmp(str_of(c, "status"), "skip") &&
-            strstr(str_of(c, "reason"), "declined the backward (SMATTN_ERR_UNSUPPORTED)") &&
-            strcmp(want, "skip") != 0) {
-            declined_alibi_bias++;
-            continue;
-        }
         counted++;
         dsinks_counted += strstr(name, "/dsinks") != NULL;
         dbias_counted += strstr(name, "/dbias") != NULL;
@@ -120,8 +111,7 @@ static size_t all_are(json_object *r, const char *want, const char *reason, cons
 
 /* The built-in kernel (in process and as smattn_opt.so) passes every backward case of
  * quick and full, each run twice with the same bits (it claims bit 25), the dBias and
- * dSinks ones among them (bits 26 and 27), but the one with a bias beside ALiBi's
- * symmetric term, which it declines (SPEC 10.8): skipped, saying so. */
+ * dSinks ones among them (bits 26 and 27). */
 START_TEST(builtin_passes_both_suites)
 {
     json_object *r;
@@ -139,7 +129,6 @@ START_TEST(builtin_passes_both_suites)
     json_object_put(r);
     ck_assert_int_eq(run_backward(&r, "--suite", "full", NULL), 0);
     ck_assert_uint_gt(all_are(r, "pass", NULL, "same bits"), quick);
-    ck_assert_uint_eq(declined_alibi_bias, 1); /* full's dbias_alibi_symmetric */
     json_object_put(r);
 }
 END_TEST

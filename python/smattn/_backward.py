@@ -221,8 +221,7 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
     alibi_mode "mask") and dsinks [Hq] when it has sinks; True or False asks or not. dbias
     is in the bias's own shape ([B, Hq, S, T] when dbias=True without a bias), summed over
     the dimensions the bias is broadcast along; dsinks +0 for every head without sinks.
-    Each sum runs in a fixed order: the same bits at every thread count and ISA. A bias
-    beside alibi_mode "symmetric" or "one_sided" is left to reference_backward (TypeError).
+    Each sum runs in a fixed order: the same bits at every thread count and ISA.
 
     Returns Gradients(dq, dk, dv, dbias, dsinks). Errors as attention()'s."""
     threads = _api._integer(threads, "threads", 32, minimum=0)

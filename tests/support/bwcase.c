@@ -151,18 +151,23 @@ int bwcase_make_shaped(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt
             c->slopes[h] = (float)rng_int(&r, -16, 16) / 16.0f;
         p->alibi_slopes = c->slopes;
     }
-    /* the forward, as a FlashAttention-2 training step stores it */
     c->odt = odt;
     c->o = calloc((size_t)no, smattn_dtype_size(odt));
     c->lse = calloc((size_t)nl, sizeof(float));
+    return !c->o || !c->lse || bwcase_forward(c);
+}
+
+int bwcase_forward(bwcase *c)
+{
+    /* the forward, as a FlashAttention-2 training step stores it */
     smattn_outputs out;
     memset(&out, 0, sizeof out);
-    out.o = (smattn_out_tensor){c->o, odt, {0}};
+    out.o = (smattn_out_tensor){c->o, c->odt, {0}};
     out.lse = (smattn_out_tensor){c->lse, SMATTN_F32, {0}};
-    if (smattn_contiguous_strides(p, 'o', out.o.stride) ||
-        smattn_contiguous_strides(p, 'l', out.lse.stride))
+    if (smattn_contiguous_strides(&c->p, 'o', out.o.stride) ||
+        smattn_contiguous_strides(&c->p, 'l', out.lse.stride))
         return 1;
-    return smattn_attention(p, in, &out, NULL) != SMATTN_OK;
+    return smattn_attention(&c->p, &c->in, &out, NULL) != SMATTN_OK;
 }
 
 void bwcase_free(bwcase *c)

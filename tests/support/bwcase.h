@@ -46,6 +46,8 @@ typedef struct bwshape {
 int bwcase_make_shaped(bwcase *c, uint64_t seed, unsigned feat, smattn_dtype odt,
                        const bwshape *shape);
 void bwcase_free(bwcase *c);
+/* The forward's O and LSE of c->p again (after a change to the problem); 0 on success. */
+int bwcase_forward(bwcase *c);
 /* A short description for failure messages. */
 const char *bwcase_name(const bwcase *c, char *buf, size_t cap);
 
