@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_machine.c: the machine's FMA peak and memory bandwidth, measured on the benchmark's
  * own thread count so that the kernel's fractions of them compare like with like. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "bench/bench_machine.h"
 #include "smattn.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 double bench_now(void)
@@ -158,14 +160,46 @@ static double triad_pass(int threads, int init)
     return started == threads ? bench_now() - t0 : -1;
 }
 
+static int huge_pages;
+
+void bench_huge_pages(int huge)
+{
+    huge_pages = huge;
+}
+
+void *bench_alloc(size_t n)
+{
+    if (!huge_pages)
+        return malloc(n);
+    const size_t hp = (size_t)2 << 20, m = (n + hp - 1) / hp * hp;
+    void *x = aligned_alloc(hp, m ? m : hp);
+    if (x)
+        (void)madvise(x, m ? m : hp, MADV_HUGEPAGE); /* advice: declined means 4 KiB pages */
+    return x;
+}
+
+long bench_anon_huge_kb(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
 double bench_stream_triad(int threads, size_t n, int reps)
 {
     if (threads < 1 || threads > 64)
         return 0;
     bench_machine_free();
-    arr_a = malloc(n * sizeof *arr_a);
-    arr_b = malloc(n * sizeof *arr_b);
-    arr_c = malloc(n * sizeof *arr_c);
+    arr_a = bench_alloc(n * sizeof *arr_a);
+    arr_b = bench_alloc(n * sizeof *arr_b);
+    arr_c = bench_alloc(n * sizeof *arr_c);
     if (!arr_a || !arr_b || !arr_c) {
         bench_machine_free();
         return 0;

@@ -30,6 +30,16 @@ double bench_fma_peak(const char *isa, int threads, int reps, double seconds);
  * Returns 0 if the memory could not be allocated. */
 double bench_stream_triad(int threads, size_t n, int reps);
 
+/* The memory bench_stream_triad and bench_kv_alloc take from here on: malloc's (huge 0,
+ * 4 KiB pages) or 2 MiB-aligned and advised onto 2 MiB pages (madvise MADV_HUGEPAGE: the
+ * kernel's transparent huge pages in their `madvise` mode; it may decline). */
+void bench_huge_pages(int huge);
+/* n bytes as bench_huge_pages says (free them with free). */
+void *bench_alloc(size_t n);
+/* The kB of the process's anonymous memory on huge pages (AnonHugePages of
+ * /proc/self/smaps_rollup), -1 where it cannot be read: whether the advice was taken. */
+long bench_anon_huge_kb(void);
+
 /* Evict the caches by reading one triad array (no-op before bench_stream_triad). */
 void bench_flush_caches(void);
 void bench_machine_free(void);

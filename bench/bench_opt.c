@@ -15,7 +15,10 @@
  *   a decode's K/V really come from memory, as they do in a model with many layers;
  * - times are medians of `runs` runs after one warm-up (9, fewer for a slow kernel; a
  *   warm-up over WARM_SELF seconds counts as a run); the baseline ratio is the median of
- *   the per-pair ratios (baseline run, kernel run, alternating which goes first).
+ *   the per-pair ratios (baseline run, kernel run, alternating which goes first);
+ * - inputs on malloc's 4 KiB pages; a last section times the long decode with K and V on
+ *   2 MiB pages too (and the triad on them), alternately with 4 KiB: what the page size
+ *   costs a decode that streams its cache.
  *
  * The baseline: per (query, head), s_j = scale q.k_j, m = max, p_j = expf(s_j - m),
  * o = sum p_j v_j / sum p_j, in float32 with three plain loops (no intrinsics, built with
@@ -125,8 +128,8 @@ static int make_case(bcase *c, int64_t S, int64_t T, smattn_dtype kv, int baseli
     c->nk = (size_t)(T * HKV * HD);
     c->q = malloc(c->nq * sizeof(float));
     c->o = malloc(c->nq * sizeof(float));
-    c->k = malloc(bench_kv_bytes(kv, c->nk));
-    c->v = malloc(bench_kv_bytes(kv, c->nk));
+    c->k = bench_alloc(bench_kv_bytes(kv, c->nk)); /* malloc's unless bench_huge_pages */
+    c->v = bench_alloc(bench_kv_bytes(kv, c->nk));
     if (!c->q || !c->o || !c->k || !c->v)
         return -1;
     for (size_t i = 0; i < c->nq; i++)
@@ -373,6 +376,40 @@ static int time_baseline(const base_job *job, double *t)
  * FlashAttention's symmetric ALiBi against the same decode without, run alternately with
  * the caches flushed; the median over runs of (time with / time without), the target
  * being <= 1.10. 0, or -1 if the kernel fails. */
+/* The decode S=1 T=32768 with K and V on 2 MiB pages (bench_huge_pages) against the same
+ * on malloc's 4 KiB pages, for each dtype of kvs, run alternately with the caches flushed;
+ * the triad measured again on 2 MiB pages first (its arrays are then the flush's). Medians
+ * into t4[k], th[k]; the triad into *triad_h; the kB of anonymous memory on huge pages with
+ * both cases allocated into *huge_kb. 0, or -1 if the kernel or an allocation fails. */
+static int bench_pages(const smattn_opt_config *cfg, const smattn_dtype *kvs, int nkv, double *t4,
+                       double *th, double *triad_h, long *huge_kb)
+{
+    bench_huge_pages(1);
+    *triad_h = bench_stream_triad(cfg->threads, TRIAD_N, 5);
+    int rc = *triad_h <= 0;
+    for (int k = 0; k < nkv && !rc; k++) {
+        bcase c4, ch;
+        bench_huge_pages(0);
+        rc |= make_case(&c4, 1, 32768, kvs[k], 0);
+        bench_huge_pages(1);
+        rc |= make_case(&ch, 1, 32768, kvs[k], 0);
+        *huge_kb = bench_anon_huge_kb();
+        double a[RUNS_MAX], b[RUNS_MAX];
+        for (int r = -1; r < RUNS_MAX && !rc; r++) { /* r = -1: the warm-up pair */
+            double x, y;
+            rc |= time_kernel(&c4, cfg, &x) != SMATTN_OK;
+            rc |= time_kernel(&ch, cfg, &y) != SMATTN_OK;
+            if (r >= 0)
+                a[r] = x, b[r] = y;
+        }
+        if (!rc)
+            t4[k] = median(a, RUNS_MAX), th[k] = median(b, RUNS_MAX);
+        free_case(&c4), free_case(&ch);
+    }
+    bench_huge_pages(0);
+    return rc ? -1 : 0;
+}
+
 static int bench_alibi(const smattn_opt_config *cfg, double *ratio, double *t_with,
                        double *t_without)
 {
@@ -932,6 +969,33 @@ int main(int argc, char **argv)
                "median of (with / without) %.3fx (target <= 1.10x)\n",
                RUNS_MAX, 1e3 * al_with, 1e3 * al_without, al_ratio);
     fflush(stdout);
+    if (!only_shape) {
+        static const smattn_dtype kvs[3] = {SMATTN_F32, SMATTN_F16, SMATTN_F8E4M3};
+        double t4[3], th[3], triad_h;
+        long huge_kb = -1;
+        if (bench_pages(&cfg, kvs, 3, t4, th, &triad_h, &huge_kb))
+            printf("\n2 MiB pages: the kernel or an allocation failed\n");
+        else {
+            printf("\nK and V on 2 MiB pages (madvise MADV_HUGEPAGE; %ld kB of anonymous memory "
+                   "on huge pages with both copies allocated), decode S=1 T=32768, %d runs "
+                   "alternately with the same on 4 KiB pages; STREAM triad on 2 MiB pages %.1f "
+                   "GB/s (on 4 KiB pages above: %.1f):\n",
+                   huge_kb, RUNS_MAX, triad_h, m.triad);
+            for (int k = 0; k < 3; k++) {
+                const double by = 2.0 * (double)bench_kv_bytes(kvs[k], (size_t)32768 * HKV * HD) +
+                                  2.0 * HQ * HD * sizeof(float);
+                printf("  %-6s 4 KiB %.3f ms (%.1f GB/s, %.1f%% of its triad), 2 MiB %.3f ms "
+                       "(%.1f GB/s, %.1f%% of its triad): %.2fx\n",
+                       smattn_dtype_name(kvs[k]), 1e3 * t4[k], by / t4[k] * 1e-9,
+                       100 * by / t4[k] * 1e-9 / m.triad, 1e3 * th[k], by / th[k] * 1e-9,
+                       100 * by / th[k] * 1e-9 / triad_h, t4[k] / th[k]);
+            }
+            printf("  f16 against f32: %.2fx on 4 KiB pages, %.2fx on 2 MiB; e4m3 against f16: "
+                   "%.2fx, %.2fx\n",
+                   t4[0] / t4[1], th[0] / th[1], t4[1] / t4[2], th[1] / th[2]);
+        }
+        fflush(stdout);
+    }
     bench_machine_free();
 
     rss_result rss[2];
