@@ -212,7 +212,7 @@ def test_backward_cases():
     assert len(cs) > 50
     fwd = list(smattn.cases("quick"))
     assert len(cs) < len(fwd)  # softmax, quantised and shared-page cases have no backward
-    judged = packed = alibi = 0
+    judged = packed = alibi = with_db = 0
     for i, c in enumerate(cs):
         assert c.op == "backward" and "backward" in c.features
         B, S, Hq, Dv = (c.shape[x] for x in ("B", "S", "Hq", "Dv"))
@@ -227,19 +227,22 @@ def test_backward_cases():
         alibi += c.kwargs.get("alibi_mode") is not None
         with pytest.raises(TypeError, match="backward case"):
             c.check(None)
-        if c.garbage or i % 3:  # the fast kernel takes finite inputs; a third of the cases
+        # the fast kernel takes finite inputs; a third of the cases, and those with a bias
+        if c.garbage or (i % 3 and c.kwargs.get("bias") is None):
             continue
         try:
             g = smattn.attention_backward(c.q, c.k, c.v, c.do, dlse=c.dlse, layout=c.layout,
                                           **c.kwargs)
         except TypeError:  # outside the fast kernel's dtypes or values
             continue
-        r = c.check_backward(g.dq, g.dk, g.dv, precision="opt")
+        r = c.check_backward(g.dq, g.dk, g.dv, dbias=g.dbias, dsinks=g.dsinks, precision="opt")
+        with_db += g.dbias is not None
         # a NaN where the exact value is finite but out of the forward's contract (scores
         # beyond binary32) is judged by class (SPEC 10.7): those cases may fail
         assert r.passed or r.unbounded > 0, "%s: %s" % (c.name, r)
         judged += r.passed
-    assert judged > 10 and packed > 5 and alibi > 5, (judged, packed, alibi)
+    assert judged > 10 and packed > 5 and alibi > 5 and with_db > 3, (judged, packed, alibi,
+                                                                     with_db)
     assert any(c.dlse is not None for c in cs) and any(c.dlse is None for c in cs)
     with pytest.raises(TypeError, match="not a backward case"):
         fwd[0].check_backward(None, None, None)
