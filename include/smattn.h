@@ -679,7 +679,9 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * the query blocks in a fixed order), dQ by query blocks, each recomputing P = exp(s - LSE)
  * from the stored LSE; SIMD (the ISA of smattn_opt_isa, or cfg->isa), the thread pool. Its
  * gradients are bitwise identical for every thread count, across repeated calls, and across
- * ISAs (lanes run over independent outputs, every sum is one fma chain in a fixed order).
+ * ISAs for the same saved O and LSE (lanes run over independent outputs, every sum is one
+ * fma chain in a fixed order; with saved NULL each ISA runs its own forward first, whose O
+ * and LSE may differ by ISA).
  * Supported: every mask kind, GQA, softcap, bias, sinks, dLSE, the three empty-row
  * conventions, the layouts (a layout problem gives its dense twin's bits, SPEC 10.8),
  * ALiBi (folded into a binary32 bias; beside a bias, the symmetric or one-sided term added
@@ -690,7 +692,7 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * dbias (optional; float32, binary16 or bfloat16, full or summed over the
  * dimensions of stride 0) from SPEC 10.1's dS in binary32: per element of dbias, the
  * (b, head, query block, key block) blocks it sums in that order, then rows, then keys,
- * ascending; rounded once; the same bits at any count and on every ISA.
+ * ascending; rounded once; the same bits at any count and ISA (as above).
  * SMATTN_ERR_UNSUPPORTED: binary64 tensors, inputs so large that a dP =
  * dO . v, a Delta or a gradient's sum could pass 2^126 (Dv max|dO| max|V|, T |scale| max|dS|
  * max|K|, or a summed dBias's terms times max|dS|: binary32 would give inf - inf), a

@@ -208,7 +208,8 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
     """The fast backward (smattn_attention_backward, SPEC 10.8): FlashAttention-2's
     algorithm in binary32 (SIMD, the thread pool), within the bound of its model
     (check_backward(..., precision="opt")); its gradients are the same bits for every
-    thread count and ISA.
+    thread count, and for every ISA given the same o and lse (without them each ISA runs
+    its own forward first, whose O and LSE may differ by ISA).
 
     q, k, v, do, dlse and the problem arguments as for reference_backward(); q, k, v, bias,
     sinks, do and dlse in float32, float16 or bfloat16 (float64 anywhere is a TypeError).
@@ -221,7 +222,7 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
     alibi_mode "mask") and dsinks [Hq] when it has sinks; True or False asks or not. dbias
     is in the bias's own shape ([B, Hq, S, T] when dbias=True without a bias), summed over
     the dimensions the bias is broadcast along; dsinks +0 for every head without sinks.
-    Each sum runs in a fixed order: the same bits at every thread count and ISA.
+    Each sum runs in a fixed order: the same bits at every thread count (and ISA, as above).
 
     Returns Gradients(dq, dk, dv, dbias, dsinks). Errors as attention()'s."""
     threads = _api._integer(threads, "threads", 32, minimum=0)
