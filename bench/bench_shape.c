@@ -18,13 +18,13 @@
  * decode kernels keep; the default is smattn's [B, T, Hkv, D]. --pages huge puts K and V
  * on 2 MiB pages (2 MiB aligned, madvise MADV_HUGEPAGE: transparent huge pages in their
  * `madvise` mode) instead of malloc's 4 KiB ones, as a serving engine may allocate its KV
- * cache. `make bench-shape ARGS='...'` builds and runs it. */
-#define _DEFAULT_SOURCE /* madvise */
+ * cache (the line then says how much of the process's memory the kernel put on huge
+ * pages). `make bench-shape ARGS='...'` builds and runs it. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "bench/bench_machine.h"
 #include "smattn.h"
@@ -73,19 +73,6 @@ static void usage(void)
                     "[--kv f32|f16|bf16|f8e4m3|q8_0|q4_0] [--o f32|f16|bf16] [--layout bthd|bhtd] "
                     "[--isa NAME] [--threads N] "
                     "[--runs N] [--warm] [--pages 4k|huge]\n");
-}
-
-/* n bytes for K or V: malloc's (4 KiB pages), or 2 MiB aligned and advised onto huge pages
- * (the advice may be refused: the pages are then 4 KiB, said on stderr) */
-static void *kv_alloc(size_t n, int huge)
-{
-    if (!huge)
-        return malloc(n);
-    const size_t hp = (size_t)2 << 20, m = (n + hp - 1) / hp * hp;
-    void *x = aligned_alloc(hp, m);
-    if (x && madvise(x, m, MADV_HUGEPAGE) != 0)
-        fprintf(stderr, "bench_shape: madvise(MADV_HUGEPAGE) refused: 4 KiB pages\n");
-    return x;
 }
 
 int main(int argc, char **argv)
@@ -144,8 +131,9 @@ int main(int argc, char **argv)
     p.causal = SMATTN_CAUSAL_LOWER_RIGHT;
     const size_t nq = (size_t)(S * HQ * HD), nkv = (size_t)T * HKV * HD, nl = (size_t)(S * HQ);
     void *q = malloc(nq * smattn_dtype_size(qt)), *o = malloc(nq * smattn_dtype_size(ot));
-    void *k = kv_alloc(bench_kv_bytes(kvt, nkv), huge),
-         *v = kv_alloc(bench_kv_bytes(kvt, nkv), huge);
+    bench_huge_pages(huge); /* K and V alone: bench_machine's allocator */
+    void *k = bench_alloc(bench_kv_bytes(kvt, nkv)), *v = bench_alloc(bench_kv_bytes(kvt, nkv));
+    bench_huge_pages(0);
     float *kvf = malloc(2 * nkv * sizeof(float));
     void *lse = malloc(nl * smattn_dtype_size(ot));
     const size_t flush_bytes = (size_t)64 << 20;
@@ -202,12 +190,15 @@ int main(int argc, char **argv)
     uint64_t h = 1469598103934665603u;
     h = hash_bytes(h, o, nq * smattn_dtype_size(ot));
     h = hash_bytes(h, lse, nl * smattn_dtype_size(ot));
+    char pages[48] = ""; /* whether the advice was taken: the process's memory on huge pages */
+    if (huge)
+        snprintf(pages, sizeof pages, " pages=huge (%ld kB on huge pages)", bench_anon_huge_kb());
     printf("S=%lld T=%lld q=%s kv=%s o=%s layout=%s%s isa=%s threads=%d %s: median %.3f ms, "
            "best %.3f ms (%d runs); output hash %016llx\n",
            (long long)S, (long long)T, smattn_dtype_name(qt), smattn_dtype_name(kvt),
-           smattn_dtype_name(ot), bhtd ? "bhtd" : "bthd", huge ? " pages=huge" : "",
-           isa ? isa : "default", threads, warm ? "warm" : "caches flushed", 1e3 * t[runs / 2],
-           1e3 * t[0], runs, (unsigned long long)h);
+           smattn_dtype_name(ot), bhtd ? "bhtd" : "bthd", pages, isa ? isa : "default", threads,
+           warm ? "warm" : "caches flushed", 1e3 * t[runs / 2], 1e3 * t[0], runs,
+           (unsigned long long)h);
     free(q), free(o), free(k), free(v), free(lse), free(flush), free(t);
     return 0;
 }

@@ -625,13 +625,13 @@ static smattn_status backward_run(const smattn_problem *p, const smattn_inputs *
             }
         }
         free(sg.bad), free(sg.mag);
-        double db_terms = 0; /* the most terms one dBias element sums */
-        for (int k = 0; gout->dbias.data && k < 4; k++) {
-            const int64_t ext[4] = {B, Hq, S, T};
-            db_terms = (k ? db_terms : 1.0) * (gout->dbias.stride[k] == 0 ? (double)ext[k] : 1.0);
-        }
-        if (bad || !magnitudes_fit(p, m, db_terms)) { /* non-finite Q, K, V or dO, or sums that
-                                               could overflow: the oracle's (smattn.h) */
+        /* the terms one dBias element sums: the extents of its dimensions of stride 0 */
+        const int64_t ext[4] = {B, Hq, S, T};
+        double db_terms = gout->dbias.data ? 1.0 : 0.0;
+        for (int k = 0; gout->dbias.data && k < 4; k++)
+            db_terms *= gout->dbias.stride[k] == 0 ? (double)ext[k] : 1.0;
+        /* non-finite Q, K, V or dO, or sums that could overflow: the oracle's (smattn.h) */
+        if (bad || !magnitudes_fit(p, m, db_terms)) {
             st = SMATTN_ERR_UNSUPPORTED;
             goto done;
         }
