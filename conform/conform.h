@@ -52,6 +52,10 @@
 /* The start of the reason of a case `smattn check` skips because its outputs are the set
  * `smattn ref` wrote (the oracle's own: judging them would tell nothing of a kernel). */
 #define CONFORM_SKIP_ORACLE_OUTPUTS "not judged: the outputs are the oracle's own"
+/* The start of the reason of a case left unjudged because the oracle could not decide the
+ * exact values it needs within its precision limit (SMATTN_ERR_PRECISION: an exact zero or
+ * a rounding midpoint that no expansion reaches, SPEC 10.3 item 6): nothing the kernel did. */
+#define CONFORM_SKIP_ORACLE_UNDECIDED "not judged: the oracle could not decide"
 
 /* ---- the inputs a kernel must not change (inputs.c) ----------------------------------- */
 
@@ -449,7 +453,10 @@ void conform_run_backward_case(const conform_kernel *k, const conform_backward_b
  * (conform/judge_backward.c) into r: status, elements, mismatched, max_ratio, worst_*, and
  * for a failure a reason naming the bug class (SPEC 10.1-10.2: an empty row given a NaN, a
  * key no row sees given gradient, the GQA group not summed, softcap's derivative, Delta or
- * dP, P itself), then the worst element. */
+ * dP, P itself), then the worst element. Where the oracle cannot decide an element
+ * (SMATTN_ERR_PRECISION) the case is skipped, its reason starting with
+ * CONFORM_SKIP_ORACLE_UNDECIDED, after dQ, dK and dV have been judged alone when dBias or
+ * dSinks were given: a failure of theirs still fails it. */
 void conform_judge_backward_result(const smattn_problem *p, const smattn_inputs *in,
                                    const smattn_grad_inputs *gin, const smattn_grad_outputs *got,
                                    const smattn_backward_precision *pm, conform_result *r);

@@ -41,6 +41,15 @@ void conform_report_rows(const conform_report *rep, int64_t *judged, int64_t *to
     }
 }
 
+/* A case skipped because the oracle (or the bound) could not judge it: judge.c's and
+ * judge_backward.c's reasons; the kernel had no part in it. */
+static int oracle_skip(const conform_result *r)
+{
+    return r->status == CONFORM_SKIP && (!strncmp(r->reason, CONFORM_SKIP_ORACLE_UNDECIDED,
+                                                  strlen(CONFORM_SKIP_ORACLE_UNDECIDED)) ||
+                                         !strncmp(r->reason, "the oracle or the bound failed", 30));
+}
+
 /* Sampled: a case judged fewer rows than it has (--rows); its verdict is not the full one. */
 int conform_report_sampled(const conform_report *rep)
 {
@@ -426,6 +435,19 @@ void conform_report_print(const conform_report *rep, FILE *f)
             }
         fprintf(f, "\n");
     }
+    size_t unjudged = 0;
+    for (size_t k = 0; k < rep->n; k++)
+        unjudged += oracle_skip(&rep->results[k]);
+    if (unjudged) { /* skips, but not the kernel's: say which and why */
+        fprintf(f, "not judged (the oracle's limits, not the kernel's):\n");
+        for (size_t k = 0; k < rep->n; k++)
+            if (oracle_skip(&rep->results[k])) {
+                char why[sizeof rep->results[k].reason * 4], nm[sizeof rep->results[k].name * 4];
+                fprintf(f, "  SKIP %s: %s\n", clean(rep->results[k].name, nm, sizeof nm),
+                        clean(rep->results[k].reason, why, sizeof why));
+            }
+        fprintf(f, "\n");
+    }
     if (rep->required) {
         if (rep->precision_failures) {
             fprintf(f, "--require-precision %s: %zu failures\n", rep->required,
@@ -485,7 +507,7 @@ void conform_report_print(const conform_report *rep, FILE *f)
                 ngaps ? ", every case skipped" : "");
     /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
      * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
-    size_t not_run = 0, by_option = 0, by_file = 0, oracle_own = 0;
+    size_t not_run = 0, by_option = 0, by_file = 0, oracle_own = 0, oracle_failed = 0;
     for (size_t k = 0; k < rep->n; k++) {
         const conform_result *r = &rep->results[k];
         if (r->status != CONFORM_SKIP)
@@ -495,8 +517,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
         by_file += !strncmp(r->reason, "skipped by the kernel (skip file)", 33);
         oracle_own +=
             !strncmp(r->reason, CONFORM_SKIP_ORACLE_OUTPUTS, strlen(CONFORM_SKIP_ORACLE_OUTPUTS));
+        /* the oracle's limits, not the kernel's: judge.c's and judge_backward.c's reasons */
+        oracle_failed += oracle_skip(r);
     }
-    size_t by_kernel = t.skipped - not_run - by_option - by_file - oracle_own;
+    size_t by_kernel = t.skipped - not_run - by_option - by_file - oracle_own - oracle_failed;
     if (t.skipped) {
         const char *sep = "";
         fprintf(f, "skipped:");
@@ -509,6 +533,10 @@ void conform_report_print(const conform_report *rep, FILE *f)
         if (oracle_own)
             fprintf(f, "%s %zu holding the oracle's own outputs (smattn ref wrote them)", sep,
                     oracle_own),
+                sep = ",";
+        if (oracle_failed)
+            fprintf(f, "%s %zu the oracle could not judge (its precision limit or memory)", sep,
+                    oracle_failed),
                 sep = ",";
         if (not_run)
             fprintf(f, "%s %zu not run (the --time budget ran out, or the run stopped)", sep,

@@ -1622,6 +1622,8 @@ static smattn_status bias_run(bw_unit *u, int64_t idx, long max_prec)
     const int64_t nb = ext[0] == 1 ? p->B : 1, nh = ext[1] == 1 ? p->Hq : 1,
                   ni = ext[2] == 1 ? p->S : 1, nj = ext[3] == 1 ? T : 1;
     smattn_status st = SMATTN_OK;
+    mpfr_t ksum; /* the element's exact sum of dLSE (below) */
+    mpfr_init2(ksum, 2240);
     u->rows = calloc((size_t)R, sizeof *u->rows);
     int64_t *tr = malloc((size_t)(R * nj + 1) * sizeof *tr);
     int64_t *tj = malloc((size_t)(R * nj + 1) * sizeof *tj);
@@ -1667,6 +1669,19 @@ static smattn_status bias_run(bw_unit *u, int64_t idx, long max_prec)
         }
         r0 = r1;
     }
+    /* An element that takes every key of each of its rows (summed over the keys) is, by
+     * sum_j P_j (dP_j - Delta) = 0 and sum_j P_j = 1, exactly the sum of its regular rows'
+     * dLSE (SPEC 10.3 item 3), unless a row has a finite sink (sum_j P_j = 1 - P_sink): a
+     * dyadic rational, summed exactly (doubles' exponents span under 2^11 bits), that
+     * decides the element once the enclosure holds it. Neither softcap (no expansion) nor
+     * the expansions' limit (item 6) then leaves an exact zero undecided. */
+    int ksum_ok = nj > 1;
+    mpfr_set_zero(ksum, 1);
+    for (int64_t r = 0; r < R && ksum_ok; r++)
+        if (u->rows[r].needed) {
+            ksum_ok = !u->rows[r].has_sink;
+            mpfr_add_d(ksum, ksum, u->rows[r].lam, MPFR_RNDN); /* exact */
+        }
     int exact_ready = 0;
     for (int64_t j0 = 0; j0 < ext[3]; j0++) {
         /* the terms: (row, key position) with the key in the element's keys */
@@ -1757,6 +1772,11 @@ static smattn_status bias_run(bw_unit *u, int64_t idx, long max_prec)
             }
             sum_terms(u, nt, 1.0, prec);
             done = decide_iv(u->lo, u->hi, out->dtype, &bits, u->tmp);
+            if (!done && ksum_ok && mpfr_lessequal_p(u->lo, ksum) &&
+                mpfr_lessequal_p(ksum, u->hi)) {
+                done = decide_iv(ksum, ksum, out->dtype, &bits, u->tmp);
+                u->exact_elems += done;
+            }
             if (!done && level >= BW_EXACT_AFTER && !u->softcap) {
                 int rc = exact_bias_sum(u, tr, tj, nt, out->dtype, max_prec, &bits);
                 if (rc < 0) {
@@ -1774,6 +1794,7 @@ static smattn_status bias_run(bw_unit *u, int64_t idx, long max_prec)
         smattn__store_bits(out->data, out->dtype, smattn__off4(out->stride, b0, h0, i0, j0), bits);
     }
 out:
+    mpfr_clear(ksum);
     free(tr), free(tj), free(jnan);
     return st;
 }

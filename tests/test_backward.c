@@ -1210,6 +1210,56 @@ START_TEST(dbias_broadcast_sums)
 }
 END_TEST
 
+/* The sums no expansion reaches (SPEC 10.3 items 3 and 6): a dBias summed over the keys under
+ * softcap (no expansion), and one summed over all four dimensions of a problem whose
+ * denominators multiply past the expansion limit. Each takes every key of each of its rows,
+ * so it is exactly the sum of those rows' dLSE (+0 without dLSE; a row the mask leaves empty
+ * adds nothing), decided structurally; a row with a finite sink has no such identity. */
+START_TEST(dbias_key_sums_structural)
+{
+    for (int variant = 0; variant < 4; variant++) {
+        const int big = variant >= 2, with_dlse = variant & 1;
+        tc c;
+        if (big)
+            tc_init(&c, 2, 1, 600, 4, 2, 4, 4, 71);
+        else
+            tc_init(&c, 2, 3, 5, 4, 2, 3, 2, 73);
+        tc_add_bias(&c);
+        tc_add_mask(&c, 7);
+        if (with_dlse)
+            tc_add_dlse(&c);
+        if (!big)
+            c.p.softcap = 1.5;
+        const int64_t B = c.p.B, H = c.p.Hq, S = c.p.S, T = c.p.T;
+        /* big: [1, 1, 1, 1] (every row, every key); else [B, H, S, 1] */
+        const int64_t st[4] = {big ? 0 : H * S, big ? 0 : S, big ? 0 : 1, 0};
+        double out[2 * 4 * 3];
+        g_no_fast = 0;
+        ck_assert_int_eq(run_dbias_strides(&c, st, out), SMATTN_OK);
+        mpfr_t sum; /* the dLSE summed exactly, then rounded once */
+        mpfr_init2(sum, 4000);
+        mpfr_set_zero(sum, 1);
+        for (int64_t r = 0; r < B * H * S; r++) {
+            int empty = 1;
+            for (int64_t j = 0; j < T; j++)
+                empty &= c.mask[r * T + j] == 0;
+            if (!empty && with_dlse)
+                mpfr_add_d(sum, sum, c.dlse[r], MPFR_RNDN);
+            if (!big || r + 1 == B * H * S) {
+                const int64_t e = big ? 0 : r;
+                const double want = mpfr_get_d(sum, MPFR_RNDN);
+                ck_assert_msg(bits64(out[e]) == bits64(want),
+                              "variant %d element %lld: %a, want %a", variant, (long long)e, out[e],
+                              want);
+                mpfr_set_zero(sum, 1);
+            }
+        }
+        mpfr_clear(sum);
+        tc_free(&c);
+    }
+}
+END_TEST
+
 /* dBias = dS: over a row's visible keys sum_j dS_j = dLSE_i - P_sink (dLSE_i - Delta_i)
  * (sum_j P_j (dP_j - Delta) = 0 and sum_j P_j = 1 - P_sink). Without sinks each row's dBias
  * sums to dLSE_i (0 without dLSE); with one query per head, dsink_h is the row's sink term,
@@ -1516,6 +1566,7 @@ Suite *backward_suite(void)
     tcase_add_test(tcs, nan_conventions);
     tcase_add_test(tcs, dS_row_sums);
     tcase_add_test(tcs, dbias_broadcast_sums);
+    tcase_add_test(tcs, dbias_key_sums_structural);
     tcase_add_test(tcs, decode_row_of_prefill);
     tcase_add_test(tcs, validation);
     tcase_add_test(tcs, alibi_is_its_bias);

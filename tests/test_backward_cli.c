@@ -832,6 +832,52 @@ START_TEST(check_judges_gradients)
 }
 END_TEST
 
+/* A case whose dBias the oracle cannot decide (batch 1 repeats batch 0 with dO negated, so
+ * under softcap the [S, T] dBias, summed over both batches, is an exact zero no expansion
+ * reaches: SPEC 10.3 item 6): `smattn check` leaves it unjudged and says why, not a FAIL of
+ * the kernel's gradients, which it judged alone (a wrong dV still fails the case); without
+ * dbias.npy it passes. */
+START_TEST(check_leaves_undecided_unjudged)
+{
+    bcase bc;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/u", tmp);
+    make_case(&bc, dir, 4, 2, 0, 0);
+    const size_t nq = S_ * HQ * D_, nk = T_ * HKV * D_, nv = T_ * HKV * DV, no = S_ * HQ * DV;
+    memcpy(bc.q + nq, bc.q, nq * sizeof(float));
+    memcpy(bc.k + nk, bc.k, nk * sizeof(float));
+    memcpy(bc.v + nv, bc.v, nv * sizeof(float));
+    for (size_t e = 0; e < no; e++)
+        bc.dout[no + e] = -bc.dout[e];
+    put(dir, "q.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, S_, HQ, D_}, bc.q);
+    put(dir, "k.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, T_, HKV, D_}, bc.k);
+    put(dir, "v.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, T_, HKV, DV}, bc.v);
+    put(dir, "do.npy", SMATTN_NPY_F32, 4, (int64_t[]){2, S_, HQ, DV}, bc.dout);
+    write_text(test_path(dir, "case.json"), "{\"causal\": \"lower_right\", \"softcap\": 2.5}");
+    test_outcome r = test_cli_run(tmp, (const char *[]){"opt", dir, dir, "--dtype", "f32", NULL});
+    ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    ck_assert(access(test_path(dir, "dbias.npy"), F_OK) == 0);
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "not judged: the oracle could not decide dBias") &&
+                      strstr(r.out, "SMATTN_ERR_PRECISION") &&
+                      strstr(r.out, "1 the oracle could not judge") && !strstr(r.out, "FAIL"),
+                  "exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+    unlink(test_path(dir, ".smattn-set")); /* edited below: taken as they are */
+    scale_elem(dir, "dv.npy", 3, 1.5f);
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 1 && strstr(r.out, "FAIL") && strstr(r.out, "dV["), "exit %d: %s",
+                  r.code, r.out);
+    test_outcome_free(&r);
+    scale_elem(dir, "dv.npy", 3, 1 / 1.5f);
+    unlink(test_path(dir, "dbias.npy"));
+    r = test_cli_run(tmp, (const char *[]){"check", dir, NULL});
+    ck_assert_msg(r.code == 0, "without dbias.npy: exit %d: %s", r.code, r.out);
+    test_outcome_free(&r);
+}
+END_TEST
+
 Suite *backward_cli_suite(void);
 Suite *backward_cli_suite(void)
 {
@@ -846,6 +892,7 @@ Suite *backward_cli_suite(void)
     tcase_add_test(tc, gen_backward);
     tcase_add_test(tc, opt_writes_gradients);
     tcase_add_test(tc, check_judges_gradients);
+    tcase_add_test(tc, check_leaves_undecided_unjudged);
     tcase_add_test(tc, ragged_case_backward);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
