@@ -1236,20 +1236,23 @@ static void KN(unit_tile)(const opt_job *job, opt_ws *ws, int64_t base, int64_t 
     OPT_PH_END(OPT_PH_PV, t_pv);
 }
 
-static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
+/* The hg units from unit u0 (one key chunk of hg KV heads). The next tile's rows are
+ * requested up to key kpf, past the chunk's own keys when the item's next chunk follows
+ * (attention_item). */
+static void KN(attention_chunk)(const opt_job *job, int64_t u0, int64_t kpf, opt_ws *ws)
 {
     const smattn_problem *p = job->p;
     const int64_t Dvp = job->Dvp, R = job->R, nq = job->nq, hg = job->hg;
     const int64_t Rp = (R + 3) / 4 * 4;
     int64_t b, g0, qt, c;
-    opt_unit_coords(job, item * hg, &b, &g0, &qt, &c);
+    opt_unit_coords(job, u0, &b, &g0, &qt, &c);
     int64_t i0 = qt * nq;
     /* rows i0 and up of a packed batch's sequence past S_b have no storage: with no P
      * wanted (and no split-K partials to fill), such an item has nothing to do */
     if (p->layout && !job->out->p.data && job->nchunks == 1 && !smattn__row_stored(p, b, i0))
         return;
     int64_t k0, k1;
-    smattn__chunk_keys(p->T, job->nchunks, OPT_CHUNK, c, &k0, &k1);
+    smattn__chunk_keys(p->T, job->nchunks, job->chunk, c, &k0, &k1);
     int64_t kmin = INT64_MAX, kmax = 0;
     OPT_PH_BEGIN(t_setup);
     for (int64_t u = 0; u < hg; u++)
@@ -1278,8 +1281,11 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
 #else
     const int keys_outer = 0;
 #endif
+    if (kpf < kmax)
+        kpf = kmax;
     for (int64_t kt = smattn__tile_first(kmin, kmax, OPT_BK); kt < kmax; kt += OPT_BK) {
         int64_t nk = smattn__tile_keys(kt, kmax, OPT_BK);
+        const int64_t kend = kt + OPT_BK < kmax ? kmax : kpf; /* the next tile's keys end */
 #if VLEN > 1
         if (keys_outer) {
             OPT_PH_BEGIN(t_scores);
@@ -1346,10 +1352,10 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
             int64_t pkt = kt, pg = g0 + u + 1, pn = nk; /* the next unit's rows */
             if (keys_outer) { /* the next tile's rows of the same head, for the P.V */
                 pkt = kt + OPT_BK, pg = g0 + u;
-                pn = kmax - pkt < OPT_BK ? kmax - pkt : OPT_BK;
+                pn = kend - pkt < OPT_BK ? kend - pkt : OPT_BK;
             } else if (u + 1 == hg) {
                 pkt = kt + OPT_BK, pg = g0;
-                pn = kmax - pkt < OPT_BK ? kmax - pkt : OPT_BK;
+                pn = kend - pkt < OPT_BK ? kend - pkt : OPT_BK;
             }
             KN(unit_tile)(job, ws, u * Rp, b, g0 + u, i0, kt, nk, pkt, pg, pn, keys_outer);
         }
@@ -1360,7 +1366,7 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
     for (int64_t u = 0; u < hg; u++) {
         const int64_t base = u * Rp, g = g0 + u;
         if (job->nchunks > 1) {
-            float *part = job->part + (item * hg + u) * R * (Dvp + 2);
+            float *part = job->part + (u0 + u) * R * (Dvp + 2);
             for (int64_t r = 0; r < R; r++) {
                 float *pr = part + r * (Dvp + 2);
                 pr[0] = ws->slow[base + r] ? (float)NAN : ws->m[base + r];
@@ -1379,6 +1385,28 @@ static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
         }
     }
     OPT_PH_END(OPT_PH_FINISH, t_finish);
+}
+
+/* A work item: cg consecutive key chunks of hg KV heads (cg > 1 only with hg = Hkv, so
+ * that they are consecutive units of one batch and query tile), one after the other, each
+ * computed and stored as its own partial state (the same bits as one chunk per item);
+ * during a chunk's last tile the next chunk's first rows are requested, so that only the
+ * item's first tile waits for memory. */
+static void KN(attention_item)(const opt_job *job, int64_t item, opt_ws *ws)
+{
+    const int64_t cg = job->cg, hg = job->hg;
+    for (int64_t cc = 0; cc < cg; cc++) {
+        const int64_t u0 = (item * cg + cc) * hg;
+        int64_t kpf = 0; /* the next chunk's keys, up to the batch's last stored key */
+        if (cc + 1 < cg) {
+            int64_t b, g, qt, c, k0, k1;
+            opt_unit_coords(job, u0 + hg, &b, &g, &qt, &c);
+            smattn__chunk_keys(job->p->T, job->nchunks, job->chunk, c, &k0, &k1);
+            const int64_t kl = smattn__kv_len(job->p, b);
+            kpf = k1 < kl ? k1 : kl;
+        }
+        KN(attention_chunk)(job, u0, kpf, ws);
+    }
 }
 
 /* ---- the softmax operation: one row ------------------------------------------------------- */

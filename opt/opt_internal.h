@@ -67,8 +67,9 @@ static inline int opt_has_sink(const smattn_inputs *in, int64_t h)
 
 /* Key tile: a multiple of every VLEN (1, 8, 16) and of the 2-vector micro-tile. */
 #define OPT_BK 64
-/* Keys per split-K chunk for decode-like shapes (SPEC-free: a performance choice that
- * must depend on the shape only, so results do not depend on the thread count). */
+/* Keys per split-K chunk for decode-like shapes, the least (SPEC-free: a performance
+ * choice that must depend on the shape only, so results do not depend on the thread count;
+ * opt.c takes T / 16 past 16 chunks, up to 4 OPT_CHUNK). */
 #define OPT_CHUNK 512
 
 typedef void (*opt_pool_fn)(void *ctx, int64_t item, int worker);
@@ -156,7 +157,9 @@ typedef struct opt_job {
     int64_t Dvp;        /* Dv rounded up to the vector length */
     int64_t qtiles;     /* ceil(S / nq) */
     int64_t nchunks;    /* split-K chunks (1: no split) */
+    int64_t chunk;      /* keys per chunk (a multiple of OPT_BK, at least OPT_CHUNK) */
     int64_t hg;         /* units (KV heads) per work item: a divisor of Hkv */
+    int64_t cg;         /* key chunks per work item (1, or a divisor of nchunks with hg = Hkv) */
     int qkt;            /* scores with the keys in the lanes (kernel_body.h, S >= 16) */
     int64_t items;
     opt_ws *ws;         /* [threads] */

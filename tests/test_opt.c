@@ -623,6 +623,54 @@ START_TEST(opt_decode_kv_heads)
 }
 END_TEST
 
+/* A long cache's chunks (opt.c: T / 16 keys, a multiple of the tile, past 16 chunks of
+ * OPT_CHUNK) and items of several consecutive chunks each (the next chunk's first rows
+ * requested during a chunk's last tile): T = 10000 gives 18 chunks of 576 keys, the last
+ * of 208; items of 9 chunks on one thread, of 3 on two; the second batch's keys end inside
+ * a chunk, so that an item's next chunk is cut at its kv_len and the item's later chunks
+ * are empty. check_case compares the thread counts and the ISAs bit for bit, within the
+ * bound. */
+START_TEST(opt_decode_long_chunks)
+{
+    int fails = 0;
+    stats st;
+    memset(&st, 0, sizeof st);
+    for (int a = 0; a < 2; a++) {
+        tcase c;
+        xorshift r = {919 + (uint64_t)a};
+        memset(&c, 0, sizeof c);
+        c.seed = 7300 + (uint64_t)a;
+        c.p = smattn_problem_default();
+        smattn_problem *p = &c.p;
+        p->B = 2, p->S = 1, p->T = 10000, p->Hq = 8, p->Hkv = 2, p->D = p->Dv = 16;
+        p->scale = smattn_default_scale(p->D);
+        p->causal = SMATTN_CAUSAL_LOWER_RIGHT;
+        c.kvl[0] = p->T, c.kvl[1] = a ? 5000 : 2 * 576 - 7; /* mid-chunk */
+        p->kv_lens = c.kvl;
+        smattn_dtype kvt = a ? SMATTN_F16 : SMATTN_F32;
+        size_t nq = (size_t)(p->B * p->S * p->Hq * p->D);
+        c.nk = (size_t)(p->B * p->T * p->Hkv * p->D), c.nv = c.nk;
+        c.q = malloc(nq * 4), c.k = malloc(c.nk * 4), c.v = malloc(c.nv * 4);
+        for (size_t i = 0; i < nq; i++)
+            c.q[i] = (float)(4 * unif(&r) - 2);
+        for (size_t i = 0; i < c.nk; i++) {
+            smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
+            smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
+        }
+        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
+        c.in.k = (smattn_tensor){c.k, kvt, {0}};
+        c.in.v = (smattn_tensor){c.v, kvt, {0}};
+        smattn_contiguous_strides(p, 'q', c.in.q.stride);
+        smattn_contiguous_strides(p, 'k', c.in.k.stride);
+        smattn_contiguous_strides(p, 'v', c.in.v.stride);
+        fails += check_case(&c, &st) != 0;
+        gen_free(&c);
+    }
+    report("decode, long chunks", &st);
+    ck_assert_msg(fails == 0, "%d decode problems failed", fails);
+}
+END_TEST
+
 /* The decode step of opt_decode_gqa_expansion and opt_decode_gqa_expansion_8bit: B rows (the
  * second's keys ending mid-tile, on an odd key, T - 333 - 2a), T keys, Hkv KV heads of G
  * query heads each, head size D, lower-right causal, Q of B * Hq * D values drawn from r.
@@ -1804,6 +1852,7 @@ Suite *opt_suite(void)
     tcase_add_test(tc, opt_every_head_dim);
     tcase_add_test(tc, opt_kernel_paths);
     tcase_add_test(tc, opt_decode_kv_heads);
+    tcase_add_test(tc, opt_decode_long_chunks);
     tcase_add_test(tc, opt_decode_gqa_expansion);
     tcase_add_test(tc, opt_masked_garbage_isolated);
     tcase_add_test(tc, opt_causal_skip_same_bits);
