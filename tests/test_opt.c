@@ -573,6 +573,28 @@ START_TEST(opt_every_head_dim)
 }
 END_TEST
 
+/* Contiguous Q (binary32, in [-2, 2)), K (in [-2, 2)) and V (in [-1, 1)) of kvt for the
+ * problem c->p, drawn from r. */
+static void fill_decode(tcase *c, smattn_dtype kvt, xorshift *r)
+{
+    const smattn_problem *p = &c->p;
+    size_t nq = (size_t)(p->B * p->S * p->Hq * p->D);
+    c->nk = (size_t)(p->B * p->T * p->Hkv * p->D), c->nv = c->nk;
+    c->q = malloc(nq * 4), c->k = malloc(c->nk * 4), c->v = malloc(c->nv * 4);
+    for (size_t i = 0; i < nq; i++)
+        c->q[i] = (float)(4 * unif(r) - 2);
+    for (size_t i = 0; i < c->nk; i++) {
+        smattn_store(c->k, kvt, (int64_t)i, 4 * unif(r) - 2);
+        smattn_store(c->v, kvt, (int64_t)i, 2 * unif(r) - 1);
+    }
+    c->in.q = (smattn_tensor){c->q, SMATTN_F32, {0}};
+    c->in.k = (smattn_tensor){c->k, kvt, {0}};
+    c->in.v = (smattn_tensor){c->v, kvt, {0}};
+    smattn_contiguous_strides(p, 'q', c->in.q.stride);
+    smattn_contiguous_strides(p, 'k', c->in.k.stride);
+    smattn_contiguous_strides(p, 'v', c->in.v.stride);
+}
+
 /* Decode shapes with Qwen-like GQA (28 query heads on 4 KV heads) long enough to split the
  * keys, with f32, f16 and bf16 K/V: the split-K items then take several KV heads each, how
  * many depending on the thread count (1: 4, 2: 2, 3: 1 here), and f16/bf16 rows are read
@@ -600,21 +622,7 @@ START_TEST(opt_decode_kv_heads)
             p->kv_lens = c.kvl;
         }
         smattn_dtype kvt = (smattn_dtype)(SMATTN_F32 + a % 3);
-        size_t nq = (size_t)(p->B * p->S * p->Hq * p->D);
-        c.nk = (size_t)(p->B * p->T * p->Hkv * p->D), c.nv = c.nk;
-        c.q = malloc(nq * 4), c.k = malloc(c.nk * 4), c.v = malloc(c.nv * 4);
-        for (size_t i = 0; i < nq; i++)
-            c.q[i] = (float)(4 * unif(&r) - 2);
-        for (size_t i = 0; i < c.nk; i++) {
-            smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
-            smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
-        }
-        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
-        c.in.k = (smattn_tensor){c.k, kvt, {0}};
-        c.in.v = (smattn_tensor){c.v, kvt, {0}};
-        smattn_contiguous_strides(p, 'q', c.in.q.stride);
-        smattn_contiguous_strides(p, 'k', c.in.k.stride);
-        smattn_contiguous_strides(p, 'v', c.in.v.stride);
+        fill_decode(&c, kvt, &r);
         fails += check_case(&c, &st) != 0;
         gen_free(&c);
     }
@@ -648,21 +656,7 @@ START_TEST(opt_decode_long_chunks)
         c.kvl[0] = p->T, c.kvl[1] = a ? 5000 : 2 * 576 - 7; /* mid-chunk */
         p->kv_lens = c.kvl;
         smattn_dtype kvt = a ? SMATTN_F16 : SMATTN_F32;
-        size_t nq = (size_t)(p->B * p->S * p->Hq * p->D);
-        c.nk = (size_t)(p->B * p->T * p->Hkv * p->D), c.nv = c.nk;
-        c.q = malloc(nq * 4), c.k = malloc(c.nk * 4), c.v = malloc(c.nv * 4);
-        for (size_t i = 0; i < nq; i++)
-            c.q[i] = (float)(4 * unif(&r) - 2);
-        for (size_t i = 0; i < c.nk; i++) {
-            smattn_store(c.k, kvt, (int64_t)i, 4 * unif(&r) - 2);
-            smattn_store(c.v, kvt, (int64_t)i, 2 * unif(&r) - 1);
-        }
-        c.in.q = (smattn_tensor){c.q, SMATTN_F32, {0}};
-        c.in.k = (smattn_tensor){c.k, kvt, {0}};
-        c.in.v = (smattn_tensor){c.v, kvt, {0}};
-        smattn_contiguous_strides(p, 'q', c.in.q.stride);
-        smattn_contiguous_strides(p, 'k', c.in.k.stride);
-        smattn_contiguous_strides(p, 'v', c.in.v.stride);
+        fill_decode(&c, kvt, &r);
         fails += check_case(&c, &st) != 0;
         gen_free(&c);
     }
