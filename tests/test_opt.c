@@ -636,8 +636,8 @@ END_TEST
  * requested during a chunk's last tile): T = 10000 gives 18 chunks of 576 keys, the last
  * of 208; items of 9 chunks on one thread, of 3 on two; the second batch's keys end inside
  * a chunk, so that an item's next chunk is cut at its kv_len and the item's later chunks
- * are empty. check_case compares the thread counts and the ISAs bit for bit, within the
- * bound. */
+ * are empty. check_case compares the thread counts on each ISA bit for bit and judges
+ * every ISA within the bound. */
 START_TEST(opt_decode_long_chunks)
 {
     int fails = 0;
