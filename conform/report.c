@@ -41,15 +41,6 @@ void conform_report_rows(const conform_report *rep, int64_t *judged, int64_t *to
     }
 }
 
-/* A backward case whose gradients the oracle could not decide (judge_backward.c): nothing
- * proves them right or wrong, so a report holding one is not conforming (a kernel's wrong
- * dBias there would otherwise pass beside any passing case). */
-static int oracle_undecided(const conform_result *r)
-{
-    return r->status == CONFORM_SKIP && !strncmp(r->reason, CONFORM_SKIP_ORACLE_UNDECIDED,
-                                                 strlen(CONFORM_SKIP_ORACLE_UNDECIDED));
-}
-
 /* A case skipped because the oracle (or the bound) could not judge it: judge.c's and
  * judge_backward.c's reasons; the kernel had no part in it. */
 static int oracle_skip(const conform_result *r)
@@ -82,21 +73,24 @@ static const char *sampled_str(const conform_report *rep, char *buf, size_t cap)
     return buf;
 }
 
-static size_t undecided_cases(const conform_report *rep)
+/* The cases the oracle could not judge: nothing proves their outputs right or wrong, so a
+ * report holding one is not conforming (a kernel's wrong output there would otherwise pass
+ * beside any passing case). */
+static size_t unjudged_cases(const conform_report *rep)
 {
     size_t n = 0;
     for (size_t k = 0; k < rep->n; k++)
-        n += oracle_undecided(&rep->results[k]);
+        n += oracle_skip(&rep->results[k]);
     return n;
 }
 
 /* Conforming: nothing failed, something ran, no shard is missing (a partial merge), and no
- * case's gradients were left undecided by the oracle. */
+ * case was left unjudged by the oracle. */
 int conform_report_conforming(const conform_report *rep)
 {
     conform_totals t = conform_report_totals(rep);
     return t.failed == 0 && t.passed > 0 && !(rep->missing_shards && rep->missing_shards[0]) &&
-           undecided_cases(rep) == 0;
+           unjudged_cases(rep) == 0;
 }
 
 /* ---- categories, in order of first appearance ------------------------------------------ */
@@ -514,11 +508,11 @@ void conform_report_print(const conform_report *rep, FILE *f)
     else if (t.failed)
         fprintf(f, "verdict: NOT CONFORMING (%s%zu of %zu cases failed, %zu skipped)\n", smp,
                 t.failed, t.cases, t.skipped);
-    else if (undecided_cases(rep))
+    else if (unjudged_cases(rep))
         fprintf(f,
-                "verdict: NOT CONFORMING (%s%zu cases whose gradients the oracle could not "
-                "decide, so nothing proves them right; %zu passed, %zu skipped)\n",
-                smp, undecided_cases(rep), t.passed, t.skipped);
+                "verdict: NOT CONFORMING (%s%zu cases the oracle could not judge, so nothing "
+                "proves their outputs right; %zu passed, %zu skipped)\n",
+                smp, unjudged_cases(rep), t.passed, t.skipped);
     else if (rep->regressions || rep->precision_failures)
         fprintf(f, "verdict: NOT CONFORMING (%s%s; every case passed: %zu, %zu skipped)\n", smp,
                 rep->regressions && rep->precision_failures ? "baseline regression, --require-precision"

@@ -898,13 +898,13 @@ START_TEST(check_leaves_undecided_unjudged)
     ck_assert_msg(r.code == 0, "opt: exit %d: %s", r.code, r.err);
     test_outcome_free(&r);
     r = test_cli_run(tmp, (const char *[]){"check", set, NULL});
-    ck_assert_msg(r.code == 1 &&
-                      strstr(r.out, "SKIP x: not judged: the oracle could not decide the exact "
-                                    "gradients") &&
-                      strstr(r.out, "verdict: NOT CONFORMING (1 cases whose gradients the oracle "
-                                    "could not decide") &&
-                      strstr(r.out, "1 the oracle could not judge"),
-                  "the set: exit %d: %s", r.code, r.out);
+    ck_assert_msg(
+        r.code == 1 &&
+            strstr(r.out, "SKIP x: not judged: the oracle could not decide the exact "
+                          "gradients") &&
+            strstr(r.out, "verdict: NOT CONFORMING (1 cases the oracle could not judge") &&
+            strstr(r.out, "1 the oracle could not judge"),
+        "the set: exit %d: %s", r.code, r.out);
     test_outcome_free(&r);
 }
 END_TEST

@@ -706,6 +706,53 @@ START_TEST(judge_skips_what_the_oracle_cannot_decide)
 }
 END_TEST
 
+/* A report holding a case the oracle could not judge is not conforming, whichever judge
+ * skipped it (the backward's "not judged: the oracle could not decide", the forward's "the
+ * oracle or the bound failed"), and its text says so and lists the case; a skip of the
+ * kernel's own (--skip) leaves the verdict as it was. */
+START_TEST(report_unjudged_not_conforming)
+{
+    static const char *const why[3] = {CONFORM_SKIP_ORACLE_UNDECIDED " dBias within its precision "
+                                                                     "limit",
+                                       "the oracle or the bound failed: the rounding could not be "
+                                       "decided (SMATTN_ERR_PRECISION)",
+                                       "skipped by --skip"};
+    for (int k = 0; k < 3; k++) {
+        conform_result res[2];
+        memset(res, 0, sizeof res);
+        snprintf(res[0].name, sizeof res[0].name, "a");
+        snprintf(res[0].category, sizeof res[0].category, "case");
+        res[0].status = CONFORM_PASS;
+        res[0].worst_out = -1;
+        res[1] = res[0];
+        snprintf(res[1].name, sizeof res[1].name, "x");
+        res[1].status = CONFORM_SKIP;
+        snprintf(res[1].reason, sizeof res[1].reason, "%s", why[k]);
+        conform_report rep;
+        memset(&rep, 0, sizeof rep);
+        rep.results = res, rep.n = 2, rep.suite = "files", rep.conventions[0] = '\0';
+        ck_assert_int_eq(conform_report_conforming(&rep), k == 2);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        ck_assert(f != NULL);
+        conform_report_print(&rep, f);
+        fclose(f);
+        if (k < 2)
+            ck_assert_msg(strstr(text, "verdict: NOT CONFORMING (1 cases the oracle could not "
+                                       "judge") &&
+                              strstr(text, "  SKIP x: ") &&
+                              strstr(text, "1 the oracle could not judge"),
+                          "%s", text);
+        else
+            ck_assert_msg(strstr(text, "verdict: CONFORMING (1 cases passed, 1 skipped") &&
+                              strstr(text, "1 by --skip"),
+                          "%s", text);
+        free(text);
+    }
+}
+END_TEST
+
 Suite *conform_backward_suite(void);
 Suite *conform_backward_suite(void)
 {
@@ -727,6 +774,7 @@ Suite *conform_backward_suite(void)
     tcase_add_test(tc, judge_names_dbias_dsinks);
     tcase_add_test(tc, judge_summed_dbias_from_terms);
     tcase_add_test(tc, judge_skips_what_the_oracle_cannot_decide);
+    tcase_add_test(tc, report_unjudged_not_conforming);
     suite_add_tcase(s, tc);
     return s;
 }
