@@ -497,6 +497,24 @@ START_TEST(judge_names_dv_dlse_mean)
 }
 END_TEST
 
+/* Binary32 Q, K, V, dO and dQ, dK, dV of an MQA problem (one KV head) of S queries, T keys,
+ * H query heads of size D, contiguous in the dense layouts; in, gi and go cleared first. */
+static void bind_mqa(int64_t S, int64_t T, int64_t H, int64_t D, float *q, float *k, float *v,
+                     float *dO, float *dq, float *dk, float *dv, smattn_inputs *in,
+                     smattn_grad_inputs *gi, smattn_grad_outputs *go)
+{
+    memset(in, 0, sizeof *in);
+    memset(gi, 0, sizeof *gi);
+    memset(go, 0, sizeof *go);
+    in->q = (smattn_tensor){q, SMATTN_F32, {S * H * D, H * D, D, 1}};
+    in->k = (smattn_tensor){k, SMATTN_F32, {T * D, D, D, 1}};
+    in->v = (smattn_tensor){v, SMATTN_F32, {T * D, D, D, 1}};
+    gi->dout = (smattn_tensor){dO, SMATTN_F32, {S * H * D, H * D, D, 1}};
+    go->dq = (smattn_out_tensor){dq, SMATTN_F32, {S * H * D, H * D, D, 1}};
+    go->dk = (smattn_out_tensor){dk, SMATTN_F32, {T * D, D, D, 1}};
+    go->dv = (smattn_out_tensor){dv, SMATTN_F32, {T * D, D, D, 1}};
+}
+
 /* dBias and dSinks (SPEC 10.1) through the judge: a bias broadcast over batches and heads
  * ([1,1,S,T], dBias the sum over both), sinks and dLSE; the oracle's gradients pass, and a
  * dBias element, dSinks negated or one dSinks off are each named; a full dBias given
@@ -521,21 +539,12 @@ START_TEST(judge_names_dbias_dsinks)
     p.op = SMATTN_OP_ATTENTION, p.B = B, p.S = S, p.T = T, p.Hq = H, p.Hkv = 1, p.D = p.Dv = D;
     p.scale = 0.5;
     smattn_inputs in;
-    memset(&in, 0, sizeof in);
-    in.q = (smattn_tensor){q, SMATTN_F32, {S * H * D, H * D, D, 1}};
-    in.k = (smattn_tensor){k, SMATTN_F32, {T * D, D, D, 1}};
-    in.v = (smattn_tensor){v, SMATTN_F32, {T * D, D, D, 1}};
+    smattn_grad_inputs gi;
+    smattn_grad_outputs go;
+    bind_mqa(S, T, H, D, q, k, v, dO, dq, dk, dv, &in, &gi, &go);
     in.bias = (smattn_tensor){bias, SMATTN_F32, {0, 0, T, 1}}; /* [1,1,S,T] */
     in.sinks = (smattn_tensor){sinks, SMATTN_F32, {1, 0, 0, 0}};
-    smattn_grad_inputs gi;
-    memset(&gi, 0, sizeof gi);
-    gi.dout = (smattn_tensor){dO, SMATTN_F32, {S * H * D, H * D, D, 1}};
     gi.dlse = (smattn_tensor){dlse, SMATTN_F32, {H * S, S, 1, 0}};
-    smattn_grad_outputs go;
-    memset(&go, 0, sizeof go);
-    go.dq = (smattn_out_tensor){dq, SMATTN_F32, {S * H * D, H * D, D, 1}};
-    go.dk = (smattn_out_tensor){dk, SMATTN_F32, {T * D, D, D, 1}};
-    go.dv = (smattn_out_tensor){dv, SMATTN_F32, {T * D, D, D, 1}};
     go.dbias = (smattn_out_tensor){db, SMATTN_F32, {0, 0, T, 1}};
     go.dsinks = (smattn_out_tensor){ds, SMATTN_F32, {1, 0, 0, 0}};
     smattn_ref_config cfg = {1, 0, 0, 0};
@@ -631,19 +640,10 @@ START_TEST(judge_summed_dbias_from_terms)
     p.op = SMATTN_OP_ATTENTION, p.B = B, p.S = S, p.T = T, p.Hq = H, p.Hkv = 1;
     p.D = p.Dv = D, p.scale = 0.5, p.softcap = 2.0;
     smattn_inputs in;
-    memset(&in, 0, sizeof in);
-    in.q = (smattn_tensor){q, SMATTN_F32, {S * H * D, H * D, D, 1}};
-    in.k = (smattn_tensor){k, SMATTN_F32, {T * D, D, D, 1}};
-    in.v = (smattn_tensor){v, SMATTN_F32, {T * D, D, D, 1}};
-    in.bias = (smattn_tensor){bias, SMATTN_F32, {0, S * T, T, 1}}; /* [1, H, S, T] */
     smattn_grad_inputs gi;
-    memset(&gi, 0, sizeof gi);
-    gi.dout = (smattn_tensor){dO, SMATTN_F32, {S * H * D, H * D, D, 1}};
     smattn_grad_outputs go;
-    memset(&go, 0, sizeof go);
-    go.dq = (smattn_out_tensor){dq, SMATTN_F32, {S * H * D, H * D, D, 1}};
-    go.dk = (smattn_out_tensor){dk, SMATTN_F32, {T * D, D, D, 1}};
-    go.dv = (smattn_out_tensor){dv, SMATTN_F32, {T * D, D, D, 1}};
+    bind_mqa(S, T, H, D, q, k, v, dO, dq, dk, dv, &in, &gi, &go);
+    in.bias = (smattn_tensor){bias, SMATTN_F32, {0, S * T, T, 1}}; /* [1, H, S, T] */
     smattn_ref_config cfg = {1, 0, 0, 0};
     ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, &cfg, NULL), SMATTN_OK);
     go.dbias = (smattn_out_tensor){db, SMATTN_F32, {0, S * T, T, 1}};
@@ -679,18 +679,9 @@ START_TEST(judge_skips_what_the_oracle_cannot_decide)
     p.op = SMATTN_OP_ATTENTION, p.B = 1, p.S = 2, p.T = 3, p.Hq = 2, p.Hkv = 1, p.D = p.Dv = 2;
     p.scale = smattn_default_scale(2), p.softcap = 2.0;
     smattn_inputs in;
-    memset(&in, 0, sizeof in);
-    in.q = (smattn_tensor){q, SMATTN_F32, {8, 4, 2, 1}};
-    in.k = (smattn_tensor){k, SMATTN_F32, {6, 2, 2, 1}};
-    in.v = (smattn_tensor){v, SMATTN_F32, {6, 2, 2, 1}};
     smattn_grad_inputs gi;
-    memset(&gi, 0, sizeof gi);
-    gi.dout = (smattn_tensor){dO, SMATTN_F32, {8, 4, 2, 1}};
     smattn_grad_outputs go;
-    memset(&go, 0, sizeof go);
-    go.dq = (smattn_out_tensor){dq, SMATTN_F32, {8, 4, 2, 1}};
-    go.dk = (smattn_out_tensor){dk, SMATTN_F32, {6, 2, 2, 1}};
-    go.dv = (smattn_out_tensor){dv, SMATTN_F32, {6, 2, 2, 1}};
+    bind_mqa(2, 3, 2, 2, q, k, v, dO, dq, dk, dv, &in, &gi, &go);
     smattn_ref_config cfg = {1, 0, 0, 0};
     ck_assert_int_eq(smattn_ref_backward(&p, &in, &gi, &go, &cfg, NULL), SMATTN_ERR_PRECISION);
     smattn_backward_precision pm = smattn_backward_precision_of(SMATTN_F32);
