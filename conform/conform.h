@@ -56,6 +56,9 @@
  * exact values it needs within its precision limit (SMATTN_ERR_PRECISION: an exact zero or
  * a rounding midpoint that no expansion reaches, SPEC 10.3 item 6): nothing the kernel did. */
 #define CONFORM_SKIP_ORACLE_UNDECIDED "not judged: the oracle could not decide"
+/* The start of the reason of a forward case judge.c leaves unjudged because the oracle or
+ * the bound returned an error (SMATTN_ERR_PRECISION under softcap, SPEC 5.5; out of memory). */
+#define CONFORM_SKIP_ORACLE_FAILED "the oracle or the bound failed"
 
 /* ---- the inputs a kernel must not change (inputs.c) ----------------------------------- */
 

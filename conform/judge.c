@@ -851,9 +851,8 @@ void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
             free(member);
             r->status = CONFORM_SKIP;
             r->rows_judged = 0;
-            snprintf(r->reason, sizeof r->reason,
-                     "the oracle or the bound failed: %s (%s)", smattn_status_str(SMATTN_ERR_NOMEM),
-                     smattn_status_name(SMATTN_ERR_NOMEM));
+            snprintf(r->reason, sizeof r->reason, CONFORM_SKIP_ORACLE_FAILED ": %s (%s)",
+                     smattn_status_str(SMATTN_ERR_NOMEM), smattn_status_name(SMATTN_ERR_NOMEM));
             return;
         }
         if (n < total) { /* fewer than all: sampled (else the full check, as it is) */
@@ -902,7 +901,7 @@ static void judge_set(const smattn_problem *p, const smattn_inputs *in, const sm
     }
     if (st != SMATTN_OK) {
         r->status = CONFORM_SKIP;
-        snprintf(r->reason, sizeof r->reason, "the oracle or the bound failed: %s (%s)",
+        snprintf(r->reason, sizeof r->reason, CONFORM_SKIP_ORACLE_FAILED ": %s (%s)",
                  smattn_status_str(st), smattn_status_name(st));
         free_f64(&ref);
         free_f64(&bnd);

@@ -45,9 +45,10 @@ void conform_report_rows(const conform_report *rep, int64_t *judged, int64_t *to
  * judge_backward.c's reasons; the kernel had no part in it. */
 static int oracle_skip(const conform_result *r)
 {
-    return r->status == CONFORM_SKIP && (!strncmp(r->reason, CONFORM_SKIP_ORACLE_UNDECIDED,
-                                                  strlen(CONFORM_SKIP_ORACLE_UNDECIDED)) ||
-                                         !strncmp(r->reason, "the oracle or the bound failed", 30));
+    return r->status == CONFORM_SKIP &&
+           (!strncmp(r->reason, CONFORM_SKIP_ORACLE_UNDECIDED,
+                     strlen(CONFORM_SKIP_ORACLE_UNDECIDED)) ||
+            !strncmp(r->reason, CONFORM_SKIP_ORACLE_FAILED, strlen(CONFORM_SKIP_ORACLE_FAILED)));
 }
 
 /* Sampled: a case judged fewer rows than it has (--rows); its verdict is not the full one. */
