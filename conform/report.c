@@ -449,9 +449,7 @@ void conform_report_print(const conform_report *rep, FILE *f)
             }
         fprintf(f, "\n");
     }
-    size_t unjudged = 0;
-    for (size_t k = 0; k < rep->n; k++)
-        unjudged += oracle_skip(&rep->results[k]);
+    const size_t unjudged = unjudged_cases(rep);
     if (unjudged) { /* skips, but not the kernel's: say which and why */
         fprintf(f, "not judged (the oracle's limits, not the kernel's):\n");
         for (size_t k = 0; k < rep->n; k++)
@@ -509,11 +507,11 @@ void conform_report_print(const conform_report *rep, FILE *f)
     else if (t.failed)
         fprintf(f, "verdict: NOT CONFORMING (%s%zu of %zu cases failed, %zu skipped)\n", smp,
                 t.failed, t.cases, t.skipped);
-    else if (unjudged_cases(rep))
+    else if (unjudged)
         fprintf(f,
                 "verdict: NOT CONFORMING (%s%zu cases the oracle could not judge, so nothing "
                 "proves their outputs right; %zu passed, %zu skipped)\n",
-                smp, unjudged_cases(rep), t.passed, t.skipped);
+                smp, unjudged, t.passed, t.skipped);
     else if (rep->regressions || rep->precision_failures)
         fprintf(f, "verdict: NOT CONFORMING (%s%s; every case passed: %zu, %zu skipped)\n", smp,
                 rep->regressions && rep->precision_failures ? "baseline regression, --require-precision"
@@ -526,7 +524,7 @@ void conform_report_print(const conform_report *rep, FILE *f)
                 ngaps ? ", every case skipped" : "");
     /* Why cases were skipped, by kind: the kernel (unclaimed, declined, or its skip file),
      * --skip, and cases not run (the --time budget, or a run stopped after hangs). */
-    size_t not_run = 0, by_option = 0, by_file = 0, oracle_own = 0, oracle_failed = 0;
+    size_t not_run = 0, by_option = 0, by_file = 0, oracle_own = 0;
     for (size_t k = 0; k < rep->n; k++) {
         const conform_result *r = &rep->results[k];
         if (r->status != CONFORM_SKIP)
@@ -536,10 +534,9 @@ void conform_report_print(const conform_report *rep, FILE *f)
         by_file += !strncmp(r->reason, "skipped by the kernel (skip file)", 33);
         oracle_own +=
             !strncmp(r->reason, CONFORM_SKIP_ORACLE_OUTPUTS, strlen(CONFORM_SKIP_ORACLE_OUTPUTS));
-        /* the oracle's limits, not the kernel's: judge.c's and judge_backward.c's reasons */
-        oracle_failed += oracle_skip(r);
     }
-    size_t by_kernel = t.skipped - not_run - by_option - by_file - oracle_own - oracle_failed;
+    /* (unjudged: the oracle's limits, not the kernel's) */
+    size_t by_kernel = t.skipped - not_run - by_option - by_file - oracle_own - unjudged;
     if (t.skipped) {
         const char *sep = "";
         fprintf(f, "skipped:");
@@ -553,9 +550,9 @@ void conform_report_print(const conform_report *rep, FILE *f)
             fprintf(f, "%s %zu holding the oracle's own outputs (smattn ref wrote them)", sep,
                     oracle_own),
                 sep = ",";
-        if (oracle_failed)
+        if (unjudged)
             fprintf(f, "%s %zu the oracle could not judge (its precision limit or memory)", sep,
-                    oracle_failed),
+                    unjudged),
                 sep = ",";
         if (not_run)
             fprintf(f, "%s %zu not run (the --time budget ran out, or the run stopped)", sep,
