@@ -541,6 +541,42 @@ static void reason_appendf(char *out, size_t cap, const char *fmt, ...)
         memcpy(out + cap - 4, "...", 4);
 }
 
+/* "causal alignment: ...; " into out when O is wrong under the problem's causal alignment
+ * and right under the other (or the lower-right one off by one); its length, 0 for none.
+ * *o_wrong: whether O is wrong under the problem (the scale's diagnosis reads it). */
+static size_t alignment(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                        const smattn_precision *pm, unsigned flags, int64_t nO, const row_set *rs,
+                        int *o_wrong, char *out, size_t cap)
+{
+    size_t n = 0;
+    /* Another causal alignment or scale is named only when O is wrong under the problem's
+     * and right under the other: with S = T the two alignments are one problem, and a
+     * wrong LSE alone says nothing of either. */
+    *o_wrong = p->op == SMATTN_OP_ATTENTION && got->o.data &&
+               ratio_under(p, in, got, pm, flags, nO, rs) > 1;
+    if (*o_wrong && p->causal != SMATTN_CAUSAL_NONE) {
+        smattn_problem q = *p;
+        q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
+                                                          : SMATTN_CAUSAL_LOWER_RIGHT;
+        if (!alt_reads_garbage(p, &q, in, rs) && ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
+            n = (size_t)snprintf(
+                out, cap, "causal alignment: O follows %s, but %s is claimed; ",
+                p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
+                p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "lower_right" : "upper_left");
+        else if (p->causal == SMATTN_CAUSAL_LOWER_RIGHT && p->window_right == -1) {
+            q = *p;
+            q.causal = SMATTN_CAUSAL_NONE;
+            q.window_right = 1;
+            if (!alt_reads_garbage(p, &q, in, rs) &&
+                ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
+                n = (size_t)snprintf(out, cap,
+                                     "causal alignment off by one: O follows keys "
+                                     "j <= i + T_b - S_b + 1; ");
+        }
+    }
+    return n;
+}
+
 static void diagnose(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                      const smattn_precision *pm, unsigned flags, int strided, int t, int64_t e,
                      double c, double x, double bound, double ratio, int64_t nO,
@@ -577,6 +613,12 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
             return;
         }
     }
+    /* Named first: with S_b > T_b the rows a lower-right mask leaves empty see keys under
+     * the upper-left one, so a kernel of the other alignment fails there first. */
+    int o_wrong = 0;
+    size_t n = alignment(p, in, got, pm, flags, nO, rs, &o_wrong, out, cap);
+    if (n >= cap)
+        return;
     if (keys == 0 && !sink) {
         const char *conv = t == 1 ? empty_lse_name(p->empty_lse) : empty_name(p->empty_rows);
         const char *want = t == 1 ? (p->empty_lse == SMATTN_LSE_ZERO      ? "0"
@@ -585,7 +627,7 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
                            : p->empty_rows == SMATTN_EMPTY_NAN  ? "NaN"
                            : p->empty_rows == SMATTN_EMPTY_ZERO ? "+0"
                                                                 : xs;
-        snprintf(out, cap,
+        snprintf(out + n, cap - n,
                  "empty row (no visible key, no sink): %s expected %s (%s convention%s), got %s",
                  where, want, conv, t == 1 ? " for the LSE" : "", cs);
         return;
@@ -603,34 +645,9 @@ static void diagnose(const smattn_problem *p, const smattn_inputs *in, const sma
         return;
     }
     if (hid) {
-        snprintf(out, cap, "masked key got weight: %s = %s, but key %lld is hidden by %s", where,
-                 cs, (long long)ix[3], hid);
+        snprintf(out + n, cap - n, "masked key got weight: %s = %s, but key %lld is hidden by %s",
+                 where, cs, (long long)ix[3], hid);
         return;
-    }
-    size_t n = 0;
-    /* Another causal alignment or scale is named only when O is wrong under the problem's
-     * and right under the other: with S = T the two alignments are one problem, and a
-     * wrong LSE alone says nothing of either. */
-    int o_wrong = p->op == SMATTN_OP_ATTENTION && got->o.data &&
-                  ratio_under(p, in, got, pm, flags, nO, rs) > 1;
-    if (o_wrong && p->causal != SMATTN_CAUSAL_NONE) {
-        smattn_problem q = *p;
-        q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
-                                                          : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (!alt_reads_garbage(p, &q, in, rs) && ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
-            n = (size_t)snprintf(
-                out, cap, "causal alignment: O follows %s, but %s is claimed; ",
-                p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
-                p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "lower_right" : "upper_left");
-        else if (p->causal == SMATTN_CAUSAL_LOWER_RIGHT && p->window_right == -1) {
-            q = *p;
-            q.causal = SMATTN_CAUSAL_NONE;
-            q.window_right = 1;
-            if (!alt_reads_garbage(p, &q, in, rs) && ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
-                n = (size_t)snprintf(out, cap,
-                                     "causal alignment off by one: O follows keys "
-                                     "j <= i + T_b - S_b + 1; ");
-        }
     }
     if (n == 0 && p->alibi_mode != SMATTN_ALIBI_NONE && keys > 0 &&
         ratio_o_lse_under(p, in, got, pm, flags, rs) > 1) {

@@ -166,6 +166,59 @@ START_TEST(judge_nonfinite_ordinary)
 }
 END_TEST
 
+/* The other causal alignment is named first, before the rule the first wrong element breaks:
+ * a correct kernel of one alignment judged as the other, on clean inputs. With S > T the
+ * rows lower-right leaves empty see keys under upper-left (the empty-row convention is
+ * broken first); with S < T upper-left hides keys lower-right gives weight (a masked key's
+ * P is broken first). */
+START_TEST(judge_alignment_named_first)
+{
+    static const struct {
+        int64_t S, T;
+        smattn_causal run, claim;
+        const char *want;
+    } cases[] = {
+        {6, 4, SMATTN_CAUSAL_UPPER_LEFT, SMATTN_CAUSAL_LOWER_RIGHT,
+         "causal alignment: O follows upper_left, but lower_right is claimed; empty row (no "
+         "visible key, no sink): O[b=0,i=0,h=0,c=0] expected +0"},
+        {4, 6, SMATTN_CAUSAL_LOWER_RIGHT, SMATTN_CAUSAL_UPPER_LEFT,
+         "causal alignment: O follows lower_right, but upper_left is claimed; masked key got "
+         "weight: P[b=0,h=0,i=0,j=1]"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        rng r = {300 + (uint64_t)k};
+        float q[6 * 8], kk[6 * 8], v[6 * 8];
+        for (int x = 0; x < 48; x++)
+            q[x] = (float)(4 * rng_unif(&r) - 2), kk[x] = (float)(4 * rng_unif(&r) - 2),
+            v[x] = (float)(2 * rng_unif(&r) - 1);
+        smattn_problem p = smattn_problem_default();
+        p.B = 1, p.S = cases[k].S, p.T = cases[k].T, p.Hq = p.Hkv = 1, p.D = p.Dv = 8;
+        p.scale = smattn_default_scale(8);
+        p.causal = cases[k].run;
+        smattn_inputs in;
+        memset(&in, 0, sizeof in);
+        in.q = (smattn_tensor){q, SMATTN_F32, {0}};
+        in.k = (smattn_tensor){kk, SMATTN_F32, {0}};
+        in.v = (smattn_tensor){v, SMATTN_F32, {0}};
+        smattn_contiguous_strides(&p, 'q', in.q.stride);
+        smattn_contiguous_strides(&p, 'k', in.k.stride);
+        smattn_contiguous_strides(&p, 'v', in.v.stride);
+        outbuf o;
+        outbuf_make(&o, &p, SMATTN_F32);
+        ck_assert_int_eq(smattn_attention(&p, &in, &o.out, NULL), SMATTN_OK);
+        p.causal = cases[k].claim;
+        smattn_precision pm = smattn_opt_precision(&p);
+        conform_result res;
+        memset(&res, 0, sizeof res);
+        conform_judge_flags(&p, &in, &o.out, &pm, 0, 0, &res);
+        ck_assert_int_eq(res.status, CONFORM_FAIL);
+        ck_assert_msg(strstr(res.reason, cases[k].want), "S %lld T %lld: reason '%s' lacks '%s'",
+                      (long long)p.S, (long long)p.T, res.reason, cases[k].want);
+        outbuf_free(&o);
+    }
+}
+END_TEST
+
 Suite *judge_suite(void);
 Suite *judge_suite(void)
 {
@@ -174,6 +227,7 @@ Suite *judge_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, judge_nonfinite_out_of_contract);
     tcase_add_test(tc, judge_nonfinite_ordinary);
+    tcase_add_test(tc, judge_alignment_named_first);
     suite_add_tcase(s, tc);
     return s;
 }
