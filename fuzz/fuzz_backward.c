@@ -682,10 +682,12 @@ static double max_abs(const smattn_tensor *t, int64_t n0, int64_t n1, int64_t n2
     return m;
 }
 
-/* Whether the kernel's magnitude rule (opt/backward.c magnitudes_fit: dP, Delta and the
- * gradients' sums below 2^126 from the inputs' largest magnitudes) may refuse the problem:
- * the same sums, with max |O| <= max |V| (O is a convex combination of V's rows, rounded),
- * reaching 2^120, a margin below the kernel's limit for its O's roundings. */
+/* Whether the kernel's magnitude rule (opt/backward.c magnitudes_fit: dP, Delta, the
+ * gradients' sums and the scores below 2^126 from the inputs' largest magnitudes; the stored
+ * LSE of a row that sees keys finite) may refuse the problem: the same sums, with max |O| <=
+ * max |V| (O is a convex combination of V's rows, rounded), reaching 2^120, a margin below
+ * the kernel's limit for its O's roundings; and the scores with the largest finite bias and
+ * ALiBi term, past which the forward's binary32 LSE may overflow. */
 static int fast_magnitudes_large(const smattn_problem *p, const smattn_inputs *in,
                                  const smattn_grad_inputs *gin)
 {
@@ -696,13 +698,27 @@ static int fast_magnitudes_large(const smattn_problem *p, const smattn_inputs *i
                  mdl = max_abs(&gin->dlse, p->B, p->Hq, p->S, 1);
     const double G = (double)(p->Hq / p->Hkv), S = (double)p->S, sc = fabs(p->scale);
     const double dp = (double)p->Dv * mdo * mv, dl = dp + mdl, ds = dp + dl;
-    const double need[6] = {dp,
+    double mb = 0, ms = 0; /* the largest finite |bias|, |slope| */
+    for (int64_t a = 0; in->bias.data && a < p->B; a++)
+        for (int64_t b = 0; b < p->Hq; b++)
+            for (int64_t c = 0; c < p->S; c++)
+                for (int64_t d = 0; d < p->T; d++) {
+                    const double x = fabs(at(&in->bias, a, b, c, d));
+                    mb = isfinite(x) ? fmax(mb, x) : mb;
+                }
+    const int64_t nsl = p->alibi_slopes_per_batch ? p->B * p->Hq : p->Hq;
+    for (int64_t h = 0; p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_slopes && h < nsl; h++)
+        ms = fmax(ms, fabs((double)p->alibi_slopes[h]));
+    const double scores = (p->softcap > 0 ? 0 : sc * (double)p->D * mq * mk) + mb * fmax(1, ms) +
+                          ms * (double)(p->S + p->T);
+    const double need[7] = {dp,
                             dl,
                             sc * (double)p->T * ds * mk,
                             sc * S * G * ds * mq,
                             S * G * mdo,
-                            (double)p->B * S * dl};
-    for (int k = 0; k < 6; k++)
+                            (double)p->B * S * dl,
+                            scores};
+    for (int k = 0; k < 7; k++)
         if (!(need[k] < 0x1p120))
             return 1;
     return 0;

@@ -236,7 +236,7 @@ static int row_fold(int32_t bits, float *mag)
 
 /* Query rows of block qb of head (b, h): Q and dO staged, each row's key range, its class
  * (SPEC 10.2), its stored LSE and Delta = dO . O - dLSE. Returns 0 if a staged Q or dO
- * element is not finite. */
+ * element, or the stored LSE of a row that sees keys, is not finite. */
 static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float mag[4])
 {
     bw_job *job = sg->job;
@@ -289,6 +289,9 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
             continue;
         job->lse[row] = (float)smattn_load(fo->lse.data, fo->lse.dtype,
                                            smattn__lse_off(p, fo->lse.stride, b, h, i));
+        /* a row that sees keys has a finite LSE: an infinite one (scores past binary32,
+         * where the forward's LSE overflows) would give P = exp(inf - inf) = NaN */
+        ok &= isfinite(job->lse[row]) != 0;
         const smattn_tensor ot = {fo->o.data, fo->o.dtype,
                                   {fo->o.stride[0], fo->o.stride[1], fo->o.stride[2],
                                    fo->o.stride[3]}};
@@ -314,9 +317,10 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
  * magnitudes m (max |Q|, |dO|, |O|, |dLSE|, |K|, |V|): dP = dO . v_j and Delta = dO . O -
  * dLSE each below 2^126, so that dS = P (dP - Delta) (1 - t^2) is finite (0 <= P <= 1),
  * and the largest dQ (|scale| T max|dS| max|K|), dK (|scale| S G max|dS| max|Q|), dV (S G
- * max|dO|), dSinks (B S max|Delta|) and a summed dBias (db_terms max|dS|) below 2^126 too.
- * Beyond, dP - Delta can be inf - inf and a key no row sees gets 0 * NaN: such inputs are
- * the oracle's (smattn.h). */
+ * max|dO|), dSinks (B S max|Delta|) and a summed dBias (db_terms max|dS|) below 2^126 too,
+ * and so are the scores (|scale| D max|Q| max|K|; softcap bounds them). Beyond, dP - Delta can be
+ * inf - inf, a key no row sees gets 0 * NaN, and an infinite score gives P = exp(inf - inf): such
+ * inputs are the oracle's (smattn.h). */
 static int magnitudes_fit(const smattn_problem *p, const float mf[6], double db_terms)
 {
     double m[6];
@@ -325,14 +329,15 @@ static int magnitudes_fit(const smattn_problem *p, const float mf[6], double db_
     const double lim = 0x1p126, G = (double)(p->Hq / p->Hkv), S = (double)p->S;
     const double dp = (double)p->Dv * m[1] * m[5], dl = (double)p->Dv * m[1] * m[2] + m[3];
     const double ds = dp + dl, sc = fabs(p->scale);
-    const double need[7] = {dp,
+    const double need[8] = {dp,
                             dl,
+                            p->softcap > 0 ? 0 : sc * (double)p->D * m[0] * m[4],
                             sc * (double)p->T * ds * m[4],
                             sc * S * G * ds * m[0],
                             S * G * m[1],
                             (double)p->B * S * dl,
                             db_terms * ds};
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < 8; k++)
         if (!(need[k] < lim))
             return 0;
     return 1;

@@ -642,6 +642,28 @@ START_TEST(refusals)
     c.dout[0] = 0x1p100f; /* within: |dO| |V| Dv and the sums stay below 2^126 */
     ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL), SMATTN_OK);
     c.dout[0] = was;
+    /* scores past binary32 (|scale| D max|Q| max|K| >= 2^126) with every sum far inside it
+     * (dO tiny): s = inf would give P = exp(inf - LSE) = inf and NaN gradients */
+    const int64_t ndo = p->B * p->S * p->Hq * p->Dv;
+    float *keep = malloc((size_t)ndo * sizeof *keep);
+    ck_assert(keep);
+    memcpy(keep, c.dout, (size_t)ndo * sizeof *keep);
+    for (int64_t x = 0; x < ndo; x++)
+        c.dout[x] = 0x1p-60f;
+    const double scale = c.p.scale;
+    c.p.scale = 1e38;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    c.p.scale = scale;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL), SMATTN_OK);
+    memcpy(c.dout, keep, (size_t)ndo * sizeof *keep);
+    free(keep);
+    /* a saved LSE of +inf (a forward whose LSE overflowed) in a row that sees keys */
+    const float lse0 = c.lse[0];
+    c.lse[0] = HUGE_VALF;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    c.lse[0] = lse0;
     bwgrads_free(&g);
     bwcase_free(&c);
 }

@@ -265,7 +265,8 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
         if st == _api._ERR_UNSUPPORTED:
             err = TypeError(str(err) + "; smattn.attention_backward takes q, k, v, bias, sinks, "
                             "do, dlse, o and lse in float32, float16 or bfloat16 (not float64), "
-                            "finite (a -inf bias or sink aside), and gives dtype 'float32', "
+                            "finite (a -inf bias or sink aside), with scores, sums and the "
+                            "saved LSE within binary32's range, and gives dtype 'float32', "
                             "'float16' or 'bfloat16'")
         raise err
     return su.result(arrays)
