@@ -738,6 +738,13 @@ def _sub_problem(b, out, b0, nb, h0, nh):
     for t in (inp.bias, inp.mask, o.lse, o.p):
         _shift(t, b0 * t.stride[0] + h0 * t.stride[1])
     _shift(inp.sinks, h0 * inp.sinks.stride[0])
+    if p.alibi_slopes:  # [Hq], or [B][Hq] read at b * Hq + h with the chunk's own Hq
+        # (core/internal.h): a chunk of fewer heads than Hq is one batch (b = 0 only), a
+        # chunk of whole batches keeps Hq, so the row stride stays right either way
+        off = (b0 * b.Hq if p.alibi_slopes_per_batch else 0) + h0
+        p.alibi_slopes = ctypes.cast(ctypes.cast(p.alibi_slopes, ctypes.c_void_p).value
+                                     + off * ctypes.sizeof(ctypes.c_float),
+                                     ctypes.POINTER(ctypes.c_float))
     if b.descale is not None:  # [B][Hkv] rows: a chunk is whole batches or heads of one
         ds, arrays = b.descale
         sub = _lib.Descale.from_buffer_copy(ds)

@@ -162,6 +162,29 @@ def test_reference_in_chunks_same_bits(monkeypatch, units):
     assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
 
 
+@pytest.mark.parametrize("units", [1, 5 * 7 * 16 * 2, 5 * 7 * 16 * 8])
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_reference_in_chunks_carries_alibi_slopes(monkeypatch, units, per_batch):
+    """ALiBi slopes are read per head (and per batch with [B, Hq] slopes): a chunk of heads
+    h0.. of batch b0 reads slope [b0, h0], not head 0's, so that every cut gives the bits
+    of one call, and each head those of a one-head call with its own slope."""
+    q, k, v = qkv(B=3, Hq=8, Hkv=2)
+    sl = np.float32(2.0) ** -np.arange(1, 9, dtype=np.float32)
+    if per_batch:
+        sl = np.stack([sl, sl[::-1], sl * 4])
+    kw = dict(causal=True, alibi_slopes=sl)
+    want = smattn.reference(q, k, v, **kw)
+    monkeypatch.setattr(_api, "_REF_CHUNK_UNITS", units)
+    got = smattn.reference(q, k, v, threads=1, progress=False, **kw)
+    for w, g in zip(want, got):
+        assert np.array_equal(w, g, equal_nan=True)
+    for bb, h in ((0, 5), (2, 7)):
+        one = smattn.reference(q[bb:bb + 1, :, h:h + 1], k[bb:bb + 1, :, h // 4:h // 4 + 1],
+                               v[bb:bb + 1, :, h // 4:h // 4 + 1], causal=True,
+                               alibi_slopes=sl[bb, h:h + 1] if per_batch else sl[h:h + 1])
+        assert np.array_equal(got[0][bb:bb + 1, :, h:h + 1], one[0])
+
+
 def test_reference_chunks_respect_kv_groups():
     """A chunk of heads is one problem: within one KV group, or whole groups."""
     q, k, v = qkv(B=2, S=4, T=4, Hq=12, Hkv=3, D=4, Dv=4)  # G = 4
