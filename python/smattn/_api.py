@@ -4,6 +4,7 @@ layouts of torch.nn.functional.scaled_dot_product_attention and flash_attn_func 
 one smattn_problem (SPEC 2) and passed to the C library by pointer and strides."""
 import ctypes
 import dataclasses
+import inspect
 import math
 import operator
 import os
@@ -1450,10 +1451,11 @@ def check_softmax(p, x, *, lse=None, precision="float32", scale=None, causal=Non
     return _judge(b, None, lse, p, precision, rows, seed)
 
 
-_CHECK_ARGS = frozenset(("lse", "p", "precision", "scale", "causal", "window", "kv_lens",
-                         "q_lens", "bias", "mask", "sinks", "softcap", "empty_rows",
-                         "empty_lse", "layout", "is_causal", "attn_mask", "softmax_scale",
-                         "window_size", "rows", "seed") + _ragged.ARGS)
+# assert_close's keywords are check()'s, read from its signature so that a keyword added to
+# check() reaches assert_close too (a hand-kept list had lost ALiBi's, fp8's and the
+# descales')
+_CHECK_ARGS = frozenset(n for n, par in inspect.signature(check).parameters.items()
+                        if par.kind == par.KEYWORD_ONLY)
 
 
 def _mismatch_message(r, msg):

@@ -4,6 +4,7 @@ runs, the oracle shows progress and stops on Ctrl-C, the messages of a failed ch
 the likely mistake (a layout, a tolerance), dtypes and layouts follow the inputs, integers
 never wrap, in-place kernels are judged, and Case.visible() gives the visibility rules."""
 import ctypes
+import inspect
 import json
 import os
 import re
@@ -339,6 +340,25 @@ def test_assert_close_message_and_tolerances():
     assert lines[3].startswith("Greatest error/bound ratio: %.4g at O index (1, 2, 3, 4): "
                                "got %r, exact " % (r.max_ratio, float(bad[1, 2, 3, 4])))
     assert smattn.assert_close(o, q, k, v, lse=lse, causal=True).mismatched == 0
+
+
+def test_assert_close_takes_every_keyword_of_check():
+    """assert_close passes check() every keyword check() takes: each at its default, and
+    ALiBi's, the descales' and fp8's with values that change the problem."""
+    q, k, v = qkv()
+    o, lse = smattn.reference(q, k, v)
+    for name, par in inspect.signature(smattn.check).parameters.items():
+        if par.kind == par.KEYWORD_ONLY:
+            assert smattn.assert_close(o, q, k, v, **dict({"lse": lse}, **{name: par.default})), \
+                name
+    sl = np.float32([0.5, 0.25, 0.125, 0.0625])
+    for kw in (dict(alibi_slopes=sl), dict(alibi_slopes=sl, alibi_mode="one_sided"),
+               dict(k_descale=0.5, q_descale=2.0, v_descale=0.25)):
+        o, lse = smattn.reference(q, k, v, **kw)
+        assert smattn.assert_close(o, q, k, v, lse=lse, **kw)
+    q8 = (rand(2, 5, 4, 8, seed=7) * 40).astype(np.int8).view(np.uint8)
+    o, lse = smattn.reference(q8, k, v, fp8_e4m3="q")
+    assert smattn.assert_close(o, q8, k, v, lse=lse, fp8_e4m3="q")
 
 
 # ---- dtypes, layouts, integers --------------------------------------------------------------
