@@ -325,12 +325,14 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
         if causal is not None:
             raise TypeError("give causal or is_causal, not both")
         causal = "upper_left" if is_causal else None
+    bias_name = "bias"  # the argument the bias came in, for messages
     if attn_mask is not None:  # SDPA's attn_mask: bool = may attend, float = added
         am = _asarray(attn_mask, "attn_mask")
         if am.dtype == np.bool_:
             mask = _pick("mask", mask, "attn_mask", am)
         else:
             bias = _pick("bias", bias, "attn_mask", am)
+            bias_name = "attn_mask"
     q, k, v = (_required(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     rank = q.ndim
     if rank not in (3, 4):
@@ -380,7 +382,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
     v = _tensor(inp.v, v, _dtype_code(v, "v", fp8.get("v")), ax, keep)
     bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
-    _alibi(prob, keep, B, Hq, alibi_mode, alibi_slopes)
+    _alibi(prob, inp, keep, B, Hq, alibi_mode, alibi_slopes, bias_name)
     ds = _descale(prob, keep, B, Hkv, q_descale, k_descale, v_descale)
     return _Built(prob, inp, keep, layout, rank == 4, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
                   False, mask, lens, descale=ds)
@@ -401,12 +403,14 @@ def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None
         if causal is not None:
             raise TypeError("give causal or is_causal, not both")
         causal = "upper_left" if is_causal else None
+    bias_name = "bias"  # the argument the bias came in, for messages
     if attn_mask is not None:
         am = _asarray(attn_mask, "attn_mask")
         if am.dtype == np.bool_:
             mask = _pick("mask", mask, "attn_mask", am)
         else:
             bias = _pick("bias", bias, "attn_mask", am)
+            bias_name = "attn_mask"
     q, k, v = (_required(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     batched = ragged.get("cu_seqlens_q") is None and q.ndim == 4
     for a, n in ((q, "q"), (k, "k"), (v, "v")):
@@ -430,7 +434,7 @@ def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None
         kv_lens = r.kv_lens
     bias, mask, lens = _options(prob, inp, keep, B, S, T, Hq, causal, window, kv_lens, q_lens,
                                 bias, mask, sinks, softcap, empty_rows, empty_lse)
-    _alibi(prob, keep, B, Hq, alibi_mode, alibi_slopes)
+    _alibi(prob, inp, keep, B, Hq, alibi_mode, alibi_slopes, bias_name)
     prob.layout = ctypes.addressof(r.descriptor(keep))
     return _Built(prob, inp, keep, "bshd", batched, B, S, T, Hq, Hkv, D, Dv, (q, k, v, bias),
                   False, mask, lens, r)
@@ -480,11 +484,11 @@ def _build_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, q_l
 _ALIBI = {"symmetric": 1, "one_sided": 2, "mask": 3}
 
 
-def _alibi(prob, keep, B, Hq, mode, slopes):
+def _alibi(prob, inp, keep, B, Hq, mode, slopes, bias_name="bias"):
     """ALiBi (SPEC 2.8) into prob: slopes [Hq] or [B, Hq], each a float32 exactly; mode
     'symmetric' (FlashAttention's alibi_slopes, the default when slopes are given),
     'one_sided' (vLLM's) or 'mask' (llama.cpp's: bias holds -|distance| and is multiplied
-    by the slope)."""
+    by the slope). bias_name: the argument the bias came in (bias or attn_mask)."""
     if slopes is None:
         if mode is not None:
             raise ValueError("alibi_mode %r without alibi_slopes" % (mode,))
@@ -496,6 +500,11 @@ def _alibi(prob, keep, B, Hq, mode, slopes):
     except (KeyError, TypeError):
         raise ValueError("alibi_mode %r: want 'symmetric' (FlashAttention's), 'one_sided' "
                          "(vLLM's) or 'mask' (llama.cpp's)" % (mode,)) from None
+    if prob.alibi_mode == _ALIBI["mask"] and inp.bias.data and inp.bias.dtype == F64:
+        # the library's SMATTN_ERR_DTYPE says only "a dtype is not allowed": name the array
+        raise TypeError("%s: float64 with alibi_mode 'mask': the slope times the bias must be "
+                        "exact in binary64, so the bias is float32, float16 or bfloat16 "
+                        "(SPEC 2.8; SMATTN_ERR_DTYPE)" % bias_name)
     a = _asarray(slopes, "alibi_slopes")
     if a.dtype.kind not in "fiu":
         raise TypeError("alibi_slopes: dtype '%s' is not a number type" % (a.dtype,))

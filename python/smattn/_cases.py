@@ -202,7 +202,9 @@ def cases(suite="quick", seed=0, *, dtype="float32", layout="bshd", vectors=None
     suite: "quick" (what `make demo` and the CI example run) or "full"; seed: the sweeps'
     seed (as `smattn conform --seed`, an integer in [0, 2**64)). dtype: the dtype of q (x),
     bias and sinks, and of k and v, where the case does not name another ("float32"
-    default, "float64" for the battery's exact binary64 values, or "float16"). layout:
+    default, "float64" for the battery's exact binary64 values, or "float16"; under
+    "float64" a bias that ALiBi's mask mode multiplies by the slope stays float32, which
+    holds its distances exactly: SPEC 2.8 takes no binary64 bias there). layout:
     "bshd" or "bhsd", any case (views, no copy). vectors, regressions: the golden vectors'
     and the fuzzer finds' directories ("" for none; default: found in the source tree, the
     wheel, or the installed share/smattn, as `smattn conform` finds them). categories: only
@@ -421,7 +423,11 @@ def _make_case(c, dtype, layout, seed, bat=None, idx=None):
         q_cast = "float32"      # K and V come from _quantised
     if c.kv_dtype in _QUANT_KW:
         kv_cast = "float32"
-    bias, sinks = (_cast(a, q_cast) for a in (bias, sinks))
+    # ALiBi's mask mode multiplies the bias by the slope, exact only for a binary32 or
+    # narrower bias (SPEC 2.8; the library refuses a binary64 one): its distance mask stays
+    # the float32 cases' (llama.cpp's f16 distances are exact in binary32)
+    bias_cast = "float32" if p.alibi_mode == 3 and q_cast == "float64" else q_cast
+    bias, sinks = _cast(bias, bias_cast), _cast(sinks, q_cast)
     mask = _cast(mask, np.bool_)
     q = k = v = x = None
     if softmax:

@@ -113,6 +113,48 @@ def test_cases_carry_the_case_dtypes():
     assert not (c.x.view(np.uint32) & 0xFFFF).any()
 
 
+_MASK_MODE_CASES = ("golden/alibi_mask", "alibi/mask_f16_distances", "alibi/mask_f16_past_2048")
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_float64_cases_keep_the_mask_mode_bias_binary32(backward):
+    """ALiBi's mask mode multiplies the bias by the slope, exactly only for a binary32 or
+    narrower bias (SPEC 2.8): cases(dtype="float64") gives those cases the float32 cases'
+    bias, and the oracle's own outputs pass their check."""
+    f32 = {c.name: c for c in smattn.cases(categories=["golden", "alibi"], backward=backward)}
+    got = set()
+    for c in smattn.cases(dtype="float64", categories=["golden", "alibi"], backward=backward):
+        if c.kwargs.get("alibi_mode") != "mask":
+            continue
+        got.add(c.name)
+        assert c.q.dtype == np.float64 and c.kwargs["bias"].dtype == np.float32, c.name
+        assert np.array_equal(c.kwargs["bias"], f32[c.name].kwargs["bias"]), c.name
+        kw = dict(c.kwargs, layout=c.layout)
+        if backward:
+            g = smattn.reference_backward(c.q, c.k, c.v, c.do, dlse=c.dlse, **kw)
+            assert c.check_backward(g.dq, g.dk, g.dv), c.name
+        else:
+            o, lse = smattn.reference(c.q, c.k, c.v, **kw)
+            assert c.check(o, lse=lse), c.name
+    assert got == set(_MASK_MODE_CASES)
+
+
+def test_mask_mode_float64_bias_names_the_bias():
+    """A float64 bias under the mask mode is refused before the library sees it, naming the
+    argument it came in as (bias or attn_mask), by every entry point."""
+    q, k, v = qkv()
+    bias = -np.abs(rand(2, 4, 5, 7, seed=4, dtype=np.float64)).round()
+    sl = np.float32([0.5, 0.25, 0.125, 0.0625])
+    o = np.zeros((2, 5, 4, 8), np.float32)
+    for arg in ("bias", "attn_mask"):
+        kw = {arg: bias, "alibi_slopes": sl, "alibi_mode": "mask"}
+        for call in (lambda: smattn.reference(q, k, v, **kw),
+                     lambda: smattn.check(o, q, k, v, **kw),
+                     lambda: smattn.reference_backward(q, k, v, o, **kw)):
+            with pytest.raises(TypeError, match=r"^%s: float64 with alibi_mode 'mask'" % arg):
+                call()
+
+
 def test_softmax_case_check():
     c = next(c for c in smattn.cases(categories=["softmax"]))
     p, lse = smattn.reference_softmax(c.x, **c.kwargs)
