@@ -1369,7 +1369,9 @@ def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
     tkw.update(q_lens=q_lens, kv_lens=kv_lens if kv_lens is not None else kw.get("kv_lens"),
                layout="bshd")
     bt = _build(Q, K, V, **tkw)
-    O, L = got.get("o"), got.get("lse")
+    O, L, P = got.get("o"), got.get("lse"), got.get("p")
+    if r.cu_q is None and not b.batched:  # 3-D q: the twin's B = 1 is the caller's no axis
+        O, L, P = (None if x is None else x[None] for x in (O, L, P))
     if r.cu_q is not None:
         fill = {}
         for name in ("o", "lse"):
@@ -1380,9 +1382,11 @@ def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
             f = fo if name == "o" else fl
             fill[name] = f.view(got[name].dtype) if f.dtype != got[name].dtype else f
         O, L = r.dense_out(O, L, fill.get("o"), fill.get("lse"))
-    rep = _judge(bt, O, L, got.get("p"), precision, rows, seed)
-    if rep.worst is not None and rep.worst.output in ("O", "LSE"):
-        w = rep.worst
+    rep = _judge(bt, O, L, P, precision, rows, seed)
+    w = rep.worst
+    if w is not None and r.cu_q is None and not b.batched:
+        rep = dataclasses.replace(rep, worst=dataclasses.replace(w, index=w.index[1:]))
+    elif w is not None and w.output in ("O", "LSE"):
         rep = dataclasses.replace(rep, worst=dataclasses.replace(
             w, index=r.packed_index(w.index, w.output)))
     return rep

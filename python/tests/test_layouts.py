@@ -129,6 +129,30 @@ def test_check_dense_q_paged_keys():
     assert not rep.passed and rep.worst.index == (2, 0, 3, 1)
 
 
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_check_3d_dense_q_packed_or_paged_keys(name):
+    """3-D q (no batch axis, B = 1) over packed or paged keys: check() takes reference()'s
+    3-D O and 2-D LSE (and 3-D P) and names a wrong element by its 3-D index."""
+    (_, k, v), kw = LAYOUTS[name]()
+    if "block_table" in kw:  # one sequence: the first row of the table
+        kw = dict(kw, block_table=TABLE[:1], kv_lens=KV_LENS[:1])
+    elif "kv_indptr" in kw:
+        kw = dict(kw, kv_indptr=INDPTR[:2], kv_indices=INDICES[:2], kv_last_page_len=LAST[:1])
+    else:
+        kw = dict(kw, cu_seqlens_k=kw["cu_seqlens_k"][:2], seqused_k=KV_LENS[:1])
+        k, v = k[:kw["cu_seqlens_k"][1]], v[:kw["cu_seqlens_k"][1]]
+    q = np.random.default_rng(4).standard_normal((3, 4, 16)).astype(np.float32)
+    o, lse, p = smattn.reference(q, k, v, causal=True, weights=True, **kw)
+    assert o.shape == (3, 4, 8) and lse.shape == (4, 3) and p.shape[:2] == (4, 3)
+    assert smattn.check(o, q, k, v, lse=lse, p=p, causal=True, **kw)
+    with pytest.raises(ValueError, match=r"o: shape \(1, 3, 4, 8\), want \[3, 4, 8\]"):
+        smattn.check(o[None], q, k, v, causal=True, **kw)
+    bad = lse.copy()
+    bad[2, 1] += 1e-3
+    rep = smattn.check(o, q, k, v, lse=bad, causal=True, **kw)
+    assert not rep and rep.worst.output == "LSE" and rep.worst.index == (2, 1)
+
+
 BAD = [
     (dict(cu_seqlens_q=[0, 3, 2, 8]), ValueError,
      r"cu_seqlens_q\[2\] = 2 is less than cu_seqlens_q\[1\] = 3"),
