@@ -227,6 +227,18 @@ def _pick(name, value, alias_name, alias_value):
     return value
 
 
+def _attn_mask(attn_mask, mask, bias):
+    """SDPA's attn_mask as (mask, bias, the name the bias came in): a bool array is the
+    mask (True = may attend), any other the additive bias (bfloat16 as uint16 bits too).
+    The backward reads the bias's own shape through it, so that both agree."""
+    if attn_mask is None:
+        return mask, bias, "bias"
+    am = _asarray(attn_mask, "attn_mask")
+    if am.dtype == np.bool_:
+        return _pick("mask", mask, "attn_mask", am), bias, "bias"
+    return mask, _pick("bias", bias, "attn_mask", am), "attn_mask"
+
+
 def _fp8_names(fp8_e4m3, fp8_e5m2, q8_0=(), q4_0=()):
     """{name: dtype code} of the arrays named in fp8_e4m3 / fp8_e5m2 (among q, k, v) and in
     q8_0 / q4_0 (k and v: the block formats are K's and V's, SPEC 2.9)."""
@@ -325,14 +337,7 @@ def _build(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None, q_len
         if causal is not None:
             raise TypeError("give causal or is_causal, not both")
         causal = "upper_left" if is_causal else None
-    bias_name = "bias"  # the argument the bias came in, for messages
-    if attn_mask is not None:  # SDPA's attn_mask: bool = may attend, float = added
-        am = _asarray(attn_mask, "attn_mask")
-        if am.dtype == np.bool_:
-            mask = _pick("mask", mask, "attn_mask", am)
-        else:
-            bias = _pick("bias", bias, "attn_mask", am)
-            bias_name = "attn_mask"
+    mask, bias, bias_name = _attn_mask(attn_mask, mask, bias)
     q, k, v = (_required(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     rank = q.ndim
     if rank not in (3, 4):
@@ -403,14 +408,7 @@ def _build_ragged(q, k, v, *, scale=None, causal=None, window=None, kv_lens=None
         if causal is not None:
             raise TypeError("give causal or is_causal, not both")
         causal = "upper_left" if is_causal else None
-    bias_name = "bias"  # the argument the bias came in, for messages
-    if attn_mask is not None:
-        am = _asarray(attn_mask, "attn_mask")
-        if am.dtype == np.bool_:
-            mask = _pick("mask", mask, "attn_mask", am)
-        else:
-            bias = _pick("bias", bias, "attn_mask", am)
-            bias_name = "attn_mask"
+    mask, bias, bias_name = _attn_mask(attn_mask, mask, bias)
     q, k, v = (_required(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     batched = ragged.get("cu_seqlens_q") is None and q.ndim == 4
     for a, n in ((q, "q"), (k, "k"), (v, "v")):
@@ -452,12 +450,7 @@ def _build_softmax(x, *, scale=None, causal=None, window=None, kv_lens=None, q_l
         if causal is not None:
             raise TypeError("give causal or is_causal, not both")
         causal = "upper_left" if is_causal else None
-    if attn_mask is not None:
-        am = _asarray(attn_mask, "attn_mask")
-        if am.dtype == np.bool_:
-            mask = _pick("mask", mask, "attn_mask", am)
-        else:
-            bias = _pick("bias", bias, "attn_mask", am)
+    mask, bias, _ = _attn_mask(attn_mask, mask, bias)
     x = _required(x, "x")
     if x.ndim not in (3, 4):
         raise ValueError("x: shape %s has rank %d; want [B,Hq,S,T] or [Hq,S,T]"
@@ -966,7 +959,8 @@ _DOC_ARGS = """
         Layouts take layout="bshd" only (SPEC 2.7).
     bias: additive, any float dtype, broadcast to [B, Hq, S, T] (NumPy rules, zero strides);
         -inf hides a key. mask: bool (or uint8), True = may attend, broadcast likewise.
-        attn_mask (SDPA's keyword): a bool array is `mask`, a float array is `bias`.
+        attn_mask (SDPA's keyword): a bool array is `mask`, any other `bias` (bfloat16 as
+        uint16 bit patterns too).
     sinks: [Hq] logits that join only the softmax denominator (gpt-oss, FA4; SPEC 2.5).
     softcap: c > 0 replaces each score s by c*tanh(s/c) before bias and masks (SPEC 2.4).
     alibi_slopes, alibi_mode: ALiBi without a dense bias (SPEC 2.8), added after softcap and

@@ -117,12 +117,11 @@ class _Setup:
         self.has_sinks = bool(b.inputs.sinks.data)
         # dBias in the bias's own shape (SPEC 10.1): NumPy's broadcast aligns it to the
         # right of [B, Hq, S, T]; a dimension it broadcasts along is summed (stride 0)
-        self.bias_shape = self.shape_bias if b.batched else self.shape_bias[1:]
+        # without a bias: P's shape, which keeps B for packed q (B sequences, SPEC 2.7)
+        self.bias_shape = self.shape_bias if b.batched or packed_q else self.shape_bias[1:]
         self.bias_sum = (False,) * 4
-        raw = problem.get("bias")
-        am = problem.get("attn_mask")
-        if raw is None and am is not None and _api._asarray(am, "attn_mask").dtype.kind == "f":
-            raw = am
+        _, raw, _ = _api._attn_mask(problem.get("attn_mask"), problem.get("mask"),
+                                    problem.get("bias"))  # the forward's reading of attn_mask
         if self.has_bias and raw is not None:
             own = tuple(_api._asarray(raw, "bias").shape)
             pad = (1,) * (4 - len(own)) + own
@@ -213,7 +212,8 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
 
     q, k, v, do, dlse and the problem arguments as for reference_backward(); q, k, v, bias,
     sinks, do and dlse in float32, float16 or bfloat16 (float64 anywhere is a TypeError).
-    o, lse: what the forward stored (O in O's shape and layout, LSE [B, Hq, S]), both or
+    o, lse: what the forward stored (O in O's shape and layout, LSE [B, Hq, S]; with
+    cu_seqlens_q attention()'s packed O [total_q, Hq, Dv] and LSE [Hq, total_q]), both or
     neither; None: smattn.attention is run first (binary32 O and LSE). dtype: the gradients'
     dtype, "float32", "float16" or "bfloat16" (None: the inputs' widest, as attention()).
     threads: 0 all cores; isa: None, "scalar", "avx2" or "avx512".
@@ -241,18 +241,29 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
                          "the forward stored) or neither (the forward is run first)")
     if o is not None:
         saved = _lib.ForwardSaved()
-        oa = _api._asarray(o, "o")
-        want = su.o_shape if b.batched else su.o_shape[1:]
-        if tuple(oa.shape) != want:
-            raise ValueError("o: shape %s, want O's shape %s" % (tuple(oa.shape), want))
-        oa = oa if b.batched else oa[None]
-        _api._tensor(saved.o, oa, _api._dtype_code(oa, "o"), su.ax, b.keep)
-        la = _api._asarray(lse, "lse")
-        want = (b.B, b.Hq, b.S) if b.batched else (b.Hq, b.S)
-        if tuple(la.shape) != want:
-            raise ValueError("lse: shape %s, want LSE's shape %s" % (tuple(la.shape), want))
-        la = la if b.batched else la[None]
-        _api._tensor(saved.lse, la, _api._dtype_code(la, "lse"), (0, 1, 2, None), b.keep)
+        oa, la = _api._asarray(o, "o"), _api._asarray(lse, "lse")
+        if b.ragged is not None and b.ragged.cu_q is not None:
+            # attention()'s packed O [total_q, Hq, Dv] and LSE [Hq, total_q], as dO and dLSE
+            so, sl = _api._shapes(b)[:2]
+            for a, name, want in ((oa, "o", so), (la, "lse", sl)):
+                if tuple(a.shape) != want:
+                    raise ValueError("%s: shape %s, want %s's packed shape %s (%s)"
+                                     % (name, tuple(a.shape), name.upper(), want,
+                                        "[total_q,Hq,Dv]" if name == "o" else "[Hq,total_q]"))
+            _api._tensor(saved.o, oa[None], _api._dtype_code(oa, "o"), (0, 1, 2, 3), b.keep)
+            _api._tensor(saved.lse, la[None], _api._dtype_code(la, "lse"), (0, 1, 2, None),
+                         b.keep)
+        else:
+            want = su.o_shape if b.batched else su.o_shape[1:]
+            if tuple(oa.shape) != want:
+                raise ValueError("o: shape %s, want O's shape %s" % (tuple(oa.shape), want))
+            oa = oa if b.batched else oa[None]
+            _api._tensor(saved.o, oa, _api._dtype_code(oa, "o"), su.ax, b.keep)
+            want = (b.B, b.Hq, b.S) if b.batched else (b.Hq, b.S)
+            if tuple(la.shape) != want:
+                raise ValueError("lse: shape %s, want LSE's shape %s" % (tuple(la.shape), want))
+            la = la if b.batched else la[None]
+            _api._tensor(saved.lse, la, _api._dtype_code(la, "lse"), (0, 1, 2, None), b.keep)
     want_dbias = su.dbias_default if dbias is None else bool(dbias)
     want_dsinks = su.has_sinks if dsinks is None else bool(dsinks)
     gout, arrays = su.outputs((code,) * 5, want_dbias, want_dsinks)

@@ -285,6 +285,58 @@ def test_broadcast_bias_gradient_in_its_own_shape():
                               dbias=np.zeros((2, 4, 5, 7), np.float32))
 
 
+def packed_problem(seed=80):
+    """Two sequences packed (cu_seqlens_q = cu_seqlens_k = [0, 3, 5]): q, k, v, do
+    [5, 2, 8], B = 2, S = T = 3."""
+    q, k, v, do = (rand(5, 2, 8, seed=seed + i) for i in range(4))
+    return q, k, v, do, dict(cu_seqlens_q=[0, 3, 5], cu_seqlens_k=[0, 3, 5])
+
+
+def test_dbias_of_packed_q_keeps_the_batch_axis():
+    """dbias=True without a bias on packed q (B = 2 sequences): [B, Hq, S, T], P's shape,
+    from the oracle and the fast backward, and check_backward judges it in that shape."""
+    q, k, v, do, kw = packed_problem()
+    g = smattn.reference_backward(q, k, v, do, dbias=True, **kw)
+    assert g.dbias.shape == (2, 2, 3, 3)
+    h = smattn.attention_backward(q, k, v, do, dbias=True, **kw)
+    assert h.dbias.shape == (2, 2, 3, 3)
+    r = smattn.check_backward(h.dq, h.dk, h.dv, q, k, v, do, dbias=h.dbias, precision="opt",
+                              **kw)
+    assert r.passed and r.elements == 3 * q.size + 2 * 2 * 3 * 3, str(r)
+    bad = g.dbias.copy()
+    bad[1, 0, 1, 0] += 0.01
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, dbias=bad, **kw)
+    assert not r.passed and r.worst.output == "dBias" and r.worst.index == (1, 0, 1, 0)
+
+
+def test_attention_backward_takes_the_packed_forward_outputs():
+    """o= and lse= of packed q are what attention() returns for it, O [total_q, Hq, Dv] and
+    LSE [Hq, total_q]: the same bits as the forward run inside."""
+    q, k, v, do, kw = packed_problem(seed=90)
+    o, lse = smattn.attention(q, k, v, **kw)
+    assert o.shape == (5, 2, 8) and lse.shape == (2, 5)
+    g = smattn.attention_backward(q, k, v, do, **kw)
+    h = smattn.attention_backward(q, k, v, do, o=o, lse=lse, **kw)
+    assert all(np.array_equal(a, b) for a, b in zip(g[:3], h[:3]))
+    with pytest.raises(ValueError, match=r"lse: shape \(5, 2\), want LSE's packed shape"):
+        smattn.attention_backward(q, k, v, do, o=o, lse=lse.T, **kw)
+
+
+def test_bfloat16_attn_mask_is_a_bias_with_its_own_dbias():
+    """attn_mask in bfloat16 bits (uint16) is an additive bias, as the forward reads it: its
+    dbias has the bias's own shape, as with bias=, and check_backward judges that shape."""
+    q, k, v, do = problem(seed=100)
+    bits = (rand(1, 4, 1, 7, seed=101).view(np.uint32) >> 16).astype(np.uint16)
+    want = smattn.reference_backward(q, k, v, do, bias=bits)
+    g = smattn.reference_backward(q, k, v, do, attn_mask=bits)
+    assert g.dbias.shape == bits.shape
+    assert all(np.array_equal(a, b) for a, b in zip(g[:4], want[:4]))
+    h = smattn.attention_backward(q, k, v, do, attn_mask=bits)
+    assert h.dbias.shape == bits.shape
+    r = smattn.check_backward(g.dq, g.dk, g.dv, q, k, v, do, attn_mask=bits, dbias=g.dbias)
+    assert r.passed, str(r)
+
+
 def test_dsinks_are_judged():
     q, k, v, do = problem(seed=70)
     sinks, dlse = rand(4, seed=71), rand(2, 4, 5, seed=72)
