@@ -1152,7 +1152,9 @@ class Report:
     (finite exact value, bound +inf; SPEC 6.8), not judged. nonfinite: NaN or infinity
     where the spec has a finite value. mismatched: judged elements beyond their bound.
     rows_judged, rows_total: the query rows (b, h, i) judged and there are; fewer judged
-    when check() was given rows=K (sampled: then passed says nothing of the other rows)."""
+    when check() was given rows=K (sampled: then passed says nothing of the other rows).
+    With packed q (cu_seqlens_q) elements and rows are those the kernel gave: the stored
+    rows, not the dense twin's padding rows (every twin row when P is judged too)."""
     passed: bool
     max_ratio: float
     max_ulp: float
@@ -1344,10 +1346,64 @@ def _layout_hint(other):
 _CODE_NAMES = {F64: "float64", F32: "float32", F16: "float16", BF16: "bfloat16"}
 
 
+_U64 = (1 << 64) - 1
+
+
+def _splitmix(s):
+    """conform/rows.c's mix(): (the state advanced, its next 64-bit output)."""
+    s = (s + 0x9e3779b97f4a7c15) & _U64
+    z = ((s ^ (s >> 30)) * 0xbf58476d1ce4e5b9) & _U64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & _U64
+    return s, z ^ (z >> 31)
+
+
+def _rows_pick(S, K, seed, b, h):
+    """The rows of (b, h) that a check with rows=K judges, chosen as conform_rows_pick
+    (conform/rows.c) chooses them: rows 0 and S-1 and both sides of every power of two, the
+    rest up to K by selection sampling from a splitmix64 stream seeded by (seed, b, h)."""
+    def always(i):
+        return (i in (0, S - 1) or (i > 1 and (i & (i - 1)) == 0)
+                or (i >= 1 and ((i + 1) & i) == 0))
+    fixed = sum(1 for i in range(S) if always(i))
+    need, rest = max(0, min(K, S) - fixed), S - fixed
+    _, z = _splitmix(seed ^ 0x243f6a8885a308d3)  # s = mix(&s) ^ b, as rows.c seeds it
+    _, z = _splitmix(z ^ b)
+    s, _ = _splitmix(z ^ h)
+    out = []
+    for i in range(S):
+        if always(i):
+            out.append(i)
+            continue
+        if need > 0:
+            s, z = _splitmix(s)
+            if z % rest < need:
+                out.append(i)
+                need -= 1
+        rest -= 1
+    return out
+
+
+def _filled_rows(rep, r, Hq, rows, seed):
+    """How many of the rows rep judged are a packed batch's padding rows [S_b, S) of the
+    twin: every one of them on a full check, else those the sample chose (_rows_pick)."""
+    S = int(r.S)
+    sampled = rep.rows_judged < rep.rows_total
+    n = 0
+    for bb, sb in enumerate(int(x) for x in r.q_len):
+        if sb >= S:
+            continue
+        if not sampled:
+            n += (S - sb) * Hq
+        else:
+            n += sum(1 for h in range(Hq) for i in _rows_pick(S, rows, seed, bb, h) if i >= sb)
+    return n
+
+
 def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
     """check() of a ragged or paged problem: judged as its dense, padded twin (SPEC 2.7).
     Rows a sequence does not have are filled with the oracle's values in the output's dtype
-    (they are not the kernel's); the worst element is reported in the caller's indices."""
+    (they are not the kernel's, so the report's counts leave them out); the worst element
+    is reported in the caller's indices."""
     r = b.ragged
     so, sl, sp = _shapes(b)
     got = {}
@@ -1377,6 +1433,16 @@ def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
             fill[name] = f.view(got[name].dtype) if f.dtype != got[name].dtype else f
         O, L = r.dense_out(O, L, fill.get("o"), fill.get("lse"))
     rep = _judge(bt, O, L, P, precision, rows, seed)
+    if r.cu_q is not None and (O is not None or L is not None):
+        # count what the kernel gave: the fill rows' O and LSE elements are not, nor their
+        # rows unless P (whose padding rows the kernel writes, SPEC 2.7) was judged too
+        filled = _filled_rows(rep, r, b.Hq, 0 if rows is None else int(rows), seed)
+        per_row = (b.Dv if O is not None else 0) + (1 if L is not None else 0)
+        less = 0 if P is not None else filled
+        less_total = 0 if P is not None else (r.S * r.B - r.total_q) * b.Hq
+        rep = dataclasses.replace(rep, elements=rep.elements - filled * per_row,
+                                  rows_judged=rep.rows_judged - less,
+                                  rows_total=rep.rows_total - less_total)
     w = rep.worst
     if w is not None and r.cu_q is None and not b.batched:
         rep = dataclasses.replace(rep, worst=dataclasses.replace(w, index=w.index[1:]))

@@ -111,8 +111,40 @@ def test_check_rows_sampled():
     lse = np.concatenate([L[0, :, :40], L[1, :, :24]], axis=1)
     full = smattn.check(o, q, k, v, lse=lse, **kw)
     rep = smattn.check(o, q, k, v, lse=lse, rows=1, seed=3, **kw)
-    assert full.passed and full.rows_judged == full.rows_total == 2 * 2 * 40
-    assert rep.passed and 0 < rep.rows_judged < rep.rows_total
+    assert full.passed and full.rows_judged == full.rows_total == 64 * 2  # the stored rows
+    assert rep.passed and 0 < rep.rows_judged < rep.rows_total == 64 * 2
+
+
+def test_check_counts_only_the_rows_given():
+    """A packed-q check counts the elements and rows the kernel gave (O's and LSE's stored
+    rows), not the twin's padding rows it fills with the oracle's values; with P (whose
+    padding rows are the kernel's, SPEC 2.7) every row of the twin; sampled (rows=K), the
+    stored rows among those sampled: one planted error in each stored row is seen that many
+    times."""
+    rng = np.random.default_rng(5)
+    cu_q, cu_k = [0, 3, 4, 9], [0, 5, 7, 15]
+    q = rng.standard_normal((9, 2, 8)).astype(np.float32)
+    k, v = (rng.standard_normal((15, 1, 8)).astype(np.float32) for _ in range(2))
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    o, lse, p = smattn.reference(q, k, v, weights=True, **kw)
+    rep = smattn.check(o, q, k, v, lse=lse, **kw)
+    assert rep.elements == o.size + lse.size == 162
+    assert rep.rows_judged == rep.rows_total == 9 * 2
+    assert smattn.check(o, q, k, v, **kw).elements == o.size
+    rep = smattn.check(o, q, k, v, lse=lse, p=p, **kw)
+    assert rep.elements == o.size + lse.size + p.size
+    assert rep.rows_judged == rep.rows_total == p.shape[0] * 2 * p.shape[2]
+    r = np.random.default_rng(9)
+    q = r.standard_normal((64, 2, 8)).astype(np.float32)
+    k, v = (r.standard_normal((50, 1, 8)).astype(np.float32) for _ in range(2))
+    kw = dict(cu_seqlens_q=[0, 40, 64], cu_seqlens_k=[0, 30, 50], causal=True)
+    o, lse = smattn.reference(q, k, v, **kw)
+    bad = o.copy()
+    bad[:, :, 0] += 1.0
+    for K, seed in ((1, 0), (9, 7), (20, 5), (20, 2 ** 64 - 1), (30, 1), (39, 3)):
+        rep = smattn.check(bad, q, k, v, lse=lse, rows=K, seed=seed, **kw)
+        assert rep.rows_total == 64 * 2 and rep.mismatched == rep.rows_judged < 64 * 2
+        assert rep.elements == rep.rows_judged * (8 + 1)
 
 
 def test_check_dense_q_paged_keys():
