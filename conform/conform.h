@@ -477,11 +477,19 @@ void conform_judge_split(const smattn_problem *p, const smattn_inputs *in,
 void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                         int strided, const conform_sample *sample, conform_result *r);
+/* The same for a layout's dense twin (SPEC 2.7): the rows no_ol marks (index (b Hq + h) S
+ * + i; NULL: none), which the layout does not store, have their O and LSE left unjudged
+ * and, when P is not given, are counted in neither rows_judged nor rows_total; the sample
+ * is drawn over the twin's rows as conform_rows_list draws it. */
+void conform_judge_twin(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                        const smattn_precision *pm, unsigned flags, int strided,
+                        const conform_sample *sample, const unsigned char *no_ol,
+                        conform_result *r);
 
 /* Judge outputs got of layout problem lp (as laid out: packed O and LSE with cu_seqlens_q)
  * as its dense twin tp with inputs tin (SPEC 2.7): got scattered into the twin's shapes,
- * the twin's padding rows (i >= S_b, which have no storage) taken from the oracle (only
- * those sampled), then conform_judge_rows. A failure's reason ends naming the sequence,
+ * then conform_judge_twin with the twin's padding rows (i >= S_b, which have no storage)
+ * left out of O and LSE. A failure's reason ends naming the sequence,
  * its packed rows and pages (conform_layout_describe). */
 void conform_judge_layout(const smattn_problem *tp, const smattn_inputs *tin,
                           const smattn_problem *lp, const smattn_outputs *got,

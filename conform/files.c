@@ -1032,16 +1032,13 @@ static int skip_marker(const char *dir, char *out, size_t cap)
 /* A ragged or paged case is judged as its dense, padded twin (SPEC 2.7): the inputs
  * gathered into dense arrays, the outputs scattered into [B,S,Hq,Dv] and [B,Hq,S]. Rows
  * the layout does not have (i >= S_b of packed queries; a dense Q with q_lens has them,
- * judged as the twin's empty rows) are not the kernel's: they take the oracle's values,
- * so that only the sequences' rows are judged; indices in the report are the twin's. The
- * oracle runs on those rows alone, and with --rows on the sampled ones alone: a sampled
- * check of a layout case costs what the sample costs. */
+ * judged as the twin's empty rows) are not the kernel's: their O and LSE are not judged,
+ * nor counted (conform_judge_twin); indices in the report are the twin's. */
 static void judge_twin(const smattn_case *c, const smattn_outputs *got, const smattn_precision *pm,
                        const conform_sample *sample, conform_result *r)
 {
     smattn_case_twin tw;
-    smattn_outputs fill, dense;
-    memset(&fill, 0, sizeof fill);
+    smattn_outputs dense;
     memset(&dense, 0, sizeof dense);
     char why[300];
     if (smattn_case_twin_make(c, &tw, why, sizeof why)) {
@@ -1049,68 +1046,24 @@ static void judge_twin(const smattn_case *c, const smattn_outputs *got, const sm
         return;
     }
     const smattn_problem *p = &tw.prob;
-    int ok = 1, short_rows = 0;
-    for (int64_t b = 0; c->packed_q && b < p->B; b++) /* a dense Q has every row */
-        short_rows |= p->q_lens[b] < p->S;
-    if (short_rows) {
-        /* in the kernel's dtypes: the oracle's rows, rounded once */
-        /* a size that does not fit is out of memory */
-        int64_t n[2], bs;
-        if (__builtin_mul_overflow(p->B, p->S, &bs) || __builtin_mul_overflow(bs, p->Hq, &n[1]) ||
-            __builtin_mul_overflow(n[1], p->Dv, &n[0]))
-            n[0] = n[1] = INT64_MAX;
-        smattn_out_tensor *ft[2] = {&fill.o, &fill.lse};
-        const smattn_out_tensor *gt[2] = {&got->o, &got->lse};
-        for (int t = 0; t < 2 && ok; t++) {
-            if (!gt[t]->data)
-                continue;
-            ft[t]->dtype = gt[t]->dtype;
-            ft[t]->data = n[t] == INT64_MAX || (uint64_t)n[t] > SIZE_MAX / 8
-                              ? NULL
-                              : calloc((size_t)n[t], smattn_dtype_size(ft[t]->dtype));
-            ok = ft[t]->data != NULL;
-            smattn_contiguous_strides(p, t ? 'l' : 'o', ft[t]->stride);
-        }
-        /* only the rows fill gives: those without storage, and of them those judged */
-        int64_t nrows = 0, nsamp = 0, *samp = NULL, *rows = NULL;
-        if (ok && sample && sample->k > 0)
-            ok = (samp = conform_rows_list(p, sample->k, sample->seed, &nsamp)) != NULL;
-        if (ok)
-            ok = (rows = malloc((size_t)(p->B * p->Hq * p->S + 1) * sizeof *rows)) != NULL;
-        for (int64_t k = 0, s = 0; ok && k < p->B * p->Hq * p->S; k++) {
-            if (k % p->S < p->q_lens[k / (p->Hq * p->S)])
-                continue; /* stored: the kernel's own row */
-            if (samp) {
-                while (s < nsamp && samp[s] < k)
-                    s++;
-                if (s == nsamp || samp[s] != k)
-                    continue;
-            }
-            rows[nrows++] = k;
-        }
-        smattn_ref_config cfg = {0};
-        smattn_status st = !ok ? SMATTN_ERR_NOMEM
-                           : nrows ? smattn__ref_rows(p, &tw.in, &fill, &cfg, NULL, rows, nrows)
-                                   : SMATTN_OK;
-        free(rows);
-        free(samp);
-        if (st != SMATTN_OK) {
-            snprintf(r->reason, sizeof r->reason, "the oracle failed on the dense twin: %s (%s)",
-                     smattn_status_str(st), smattn_status_name(st));
-            ok = 0;
-        }
+    const int64_t total = p->B * p->Hq * p->S;
+    unsigned char *no_ol = NULL;
+    int ok = 1;
+    if (c->packed_q) { /* a dense Q has every row */
+        ok = (no_ol = calloc((size_t)(total > 0 ? total : 1), 1)) != NULL;
+        for (int64_t k = 0; ok && k < total; k++)
+            no_ol[k] = k % p->S >= p->q_lens[k / (p->Hq * p->S)];
     }
     smattn_status st;
-    if (ok && smattn_case_twin_outputs(c, got, short_rows ? &fill : NULL, &dense)) {
+    if (!ok || smattn_case_twin_outputs(c, got, NULL, &dense)) {
         snprintf(r->reason, sizeof r->reason, "out of memory");
-    } else if (ok && (st = smattn_validate(p, &tw.in, &dense)) != SMATTN_OK) {
+    } else if ((st = smattn_validate(p, &tw.in, &dense)) != SMATTN_OK) {
         snprintf(r->reason, sizeof r->reason, "invalid case: %s (%s)", smattn_status_str(st),
                  smattn_status_name(st));
-    } else if (ok)
-        conform_judge_rows(p, &tw.in, &dense, pm, 0, 0, sample, r);
+    } else
+        conform_judge_twin(p, &tw.in, &dense, pm, 0, 0, sample, no_ol, r);
+    free(no_ol);
     smattn_case_twin_outputs_free(&dense);
-    free(fill.o.data);
-    free(fill.lse.data);
     smattn_case_twin_free(&tw);
 }
 

@@ -37,11 +37,13 @@ static double load4(const smattn_tensor *t, int64_t a, int64_t b, int64_t c, int
 }
 
 /* The rows judged: every row (list NULL), or the list of a sampled check (--rows) with its
- * membership by row index (b Hq + h) S + i. */
+ * membership by row index (b Hq + h) S + i; no_ol (NULL: none) marks the rows whose O and
+ * LSE are not judged, a layout twin's rows without storage (P keeps them: SPEC 2.7). */
 typedef struct row_set {
     const int64_t *list;
     int64_t n;
     const unsigned char *in;
+    const unsigned char *no_ol;
 } row_set;
 
 /* The row (b Hq + h) S + i of element e of output t (0 O, 1 LSE, 2 P; SPEC 2.1 layouts). */
@@ -56,7 +58,10 @@ static int64_t elem_row(const smattn_problem *p, int t, int64_t e)
 
 static int judged(const row_set *rs, const smattn_problem *p, int t, int64_t e)
 {
-    return !rs || !rs->in || rs->in[elem_row(p, t, e)];
+    if (!rs)
+        return 1;
+    const int64_t row = elem_row(p, t, e);
+    return (!rs->in || rs->in[row]) && !(t < 2 && rs->no_ol && rs->no_ol[row]);
 }
 
 /* The oracle and the bound on the rows of rs. */
@@ -853,8 +858,15 @@ void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                         int strided, const conform_sample *sample, conform_result *r)
 {
+    conform_judge_twin(p, in, got, pm, flags, strided, sample, NULL, r);
+}
+
+void conform_judge_twin(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
+                        const smattn_precision *pm, unsigned flags, int strided,
+                        const conform_sample *sample, const unsigned char *no_ol, conform_result *r)
+{
     const int64_t total = p->B * p->Hq * p->S;
-    row_set rs = {NULL, 0, NULL};
+    row_set rs = {NULL, 0, NULL, no_ol};
     int64_t *list = NULL;
     unsigned char *member = NULL;
     r->rows_total = total;
@@ -880,6 +892,12 @@ void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
         }
     }
     judge_set(p, in, got, pm, flags, strided, &rs, r);
+    /* without P, a row whose O and LSE are not judged is no row of the kernel's */
+    for (int64_t k = 0; no_ol && !got->p.data && k < total; k++)
+        if (no_ol[k]) {
+            r->rows_total--;
+            r->rows_judged -= !member || member[k];
+        }
     free(list);
     free(member);
 }
