@@ -845,6 +845,13 @@ int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtyp
     const smattn_tensor *src[6] = {&c->in64.q, &c->in64.k,    &c->in64.v,
                                    &c->in64.x, &c->in64.bias, &c->in64.sinks};
     static const int idx[6] = {T_Q, T_K, T_V, T_X, T_BIAS, T_SINKS};
+    if (c->prob.alibi_mode == SMATTN_ALIBI_MASK && c->in64.bias.data &&
+        tensor_dtype(4, qdt, kvdt) == SMATTN_F64) {
+        snprintf(why, cap,
+                 "ALiBi's mask mode takes its bias (the distances) in f32, f16 or "
+                 "bf16 (SPEC 2.8), and the kernel takes the bias in f64 only");
+        return -1;
+    }
     for (int t = 0; t < 6; t++) {
         smattn_dtype dt = tensor_dtype(t, qdt, kvdt);
         if (!src[t]->data || dt == SMATTN_F64)

@@ -277,7 +277,8 @@ int conform_case_lay_out(const conform_case *c, const conform_inst *dense, confo
  * kvdt for K and V)? 0 if every finite nonzero input stays finite and nonzero; else -1
  * with the reason in why ("K holds -1e+06, which overflows in binary16 ..."): the case is
  * skipped with it, never run as a silently different case (NaN/inf garbage and zeros
- * convert as they are; rounding is allowed: the oracle reads the converted values). */
+ * convert as they are; rounding is allowed: the oracle reads the converted values). An
+ * ALiBi mask-mode case whose bias would be f64 does not fit either (SPEC 2.8 refuses it). */
 int conform_case_dtype_fits(const conform_case *c, smattn_dtype qdt, smattn_dtype kvdt, char *why,
                             size_t cap);
 /* The features of caps as ", "-separated names into buf; and one name per bit. */

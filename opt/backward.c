@@ -317,10 +317,10 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
  * magnitudes m (max |Q|, |dO|, |O|, |dLSE|, |K|, |V|): dP = dO . v_j and Delta = dO . O -
  * dLSE each below 2^126, so that dS = P (dP - Delta) (1 - t^2) is finite (0 <= P <= 1),
  * and the largest dQ (|scale| T max|dS| max|K|), dK (|scale| S G max|dS| max|Q|), dV (S G
- * max|dO|), dSinks (B S max|Delta|) and a summed dBias (db_terms max|dS|) below 2^126 too,
- * and so are the scores (|scale| D max|Q| max|K|; softcap bounds them). Beyond, dP - Delta can be
- * inf - inf, a key no row sees gets 0 * NaN, and an infinite score gives P = exp(inf - inf): such
- * inputs are the oracle's (smattn.h). */
+ * max|dO|), dSinks (B S max|Delta|) and a summed dBias (db_terms max|dS|) below 2^126
+ * too, and so are the scores (|scale| D max|Q| max|K|; softcap bounds them). Beyond,
+ * dP - Delta can be inf - inf, a key no row sees gets 0 * NaN, and an infinite score gives
+ * P = exp(inf - inf): such inputs are the oracle's (smattn.h). */
 static int magnitudes_fit(const smattn_problem *p, const float mf[6], double db_terms)
 {
     double m[6];

@@ -304,6 +304,21 @@ START_TEST(blocks_as_ggml_quantises_them)
 }
 END_TEST
 
+/* ALiBi's mask mode refuses a bias in f64 (SPEC 2.8): a kernel that takes its inputs in
+ * f64 only skips such a case with the reason (it was run, and the oracle refused it), and
+ * one taking f32 runs it. */
+START_TEST(alibi_mask_bias_not_in_f64)
+{
+    conform_battery b;
+    const conform_case *c = quick_case(&b, "alibi/mask_f16_distances");
+    char why[400] = "";
+    ck_assert_int_eq(conform_case_dtype_fits(c, SMATTN_F64, SMATTN_F64, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "mask mode takes its bias"), "%s", why);
+    ck_assert_int_eq(conform_case_dtype_fits(c, SMATTN_F32, SMATTN_F64, why, sizeof why), 0);
+    conform_battery_free(&b);
+}
+END_TEST
+
 Suite *conform_quant_suite(void);
 Suite *conform_quant_suite(void)
 {
@@ -316,6 +331,7 @@ Suite *conform_quant_suite(void)
     tcase_add_test(tc, float_plugin_skips_them_all);
     tcase_add_test(tc, blocks_claimed_for_q_are_refused);
     tcase_add_test(tc, gen_ref_check_round_trip);
+    tcase_add_test(tc, alibi_mask_bias_not_in_f64);
     tcase_add_loop_test(tc, blocks_as_ggml_quantises_them, 0, 2);
     suite_add_tcase(s, tc);
     return s;
