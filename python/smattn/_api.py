@@ -1240,6 +1240,9 @@ def precision(name="float32", **fields):
     block, serial sums), with fields overridden: e.g. precision("float32", blocks=32) for
     an online softmax over 32 key blocks, u_p=2**-8 when P is rounded to bfloat16 before
     P.V, acc_len=64 for tree/blocked sums."""
+    if name == "opt":  # smattn_opt_precision reads the problem (its blocks, its dtypes)
+        raise ValueError("precision(\"opt\"): the built-in kernel's model depends on the "
+                         "problem; pass precision=\"opt\" to check() instead")
     return _precision(dict(fields, base=name), None)
 
 

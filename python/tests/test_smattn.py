@@ -218,6 +218,9 @@ def test_precision_models():
     assert smattn.check(smattn.reference(q, k, v)[0], q, k, v, precision={"u_p": 2 ** -8})
     with pytest.raises(ValueError, match="unknown field"):
         smattn.precision("float32", ulps=3)
+    # the built-in kernel's model needs the problem: a sentence, not ctypes' TypeError
+    with pytest.raises(ValueError, match="depends on the problem"):
+        smattn.precision("opt")
 
 
 # ---- the battery: a NumPy kernel judged case by case ----------------------------------------
