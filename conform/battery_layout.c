@@ -433,15 +433,14 @@ void conform_judge_layout(const smattn_problem *tp, const smattn_inputs *tin,
         ok = dt[t]->data != NULL;
         smattn_contiguous_strides(tp, t ? 'l' : 'o', dt[t]->stride);
     }
-    /* the twin's rows without storage (i >= S_b of a packed batch): not the kernel's, so
-     * their O and LSE are not judged */
-    const int64_t total = tp->B * tp->Hq * tp->S;
-    unsigned char *no_ol = NULL;
+    /* each batch's stored rows [0, S_b): the others (packed queries) are not the kernel's */
+    int64_t *stored = NULL;
     if (ok && lp->layout && lp->layout->cu_seqlens_q) {
-        no_ol = calloc((size_t)(total ? total : 1), 1);
-        ok = no_ol != NULL;
-        for (int64_t k = 0; ok && k < total; k++)
-            no_ol[k] = !smattn__row_stored(lp, k / (tp->Hq * tp->S), k % tp->S);
+        stored = calloc((size_t)(tp->B ? tp->B : 1), sizeof *stored);
+        ok = stored != NULL;
+        for (int64_t b = 0; ok && b < tp->B; b++)
+            while (stored[b] < tp->S && smattn__row_stored(lp, b, stored[b]))
+                stored[b]++;
     }
     if (!ok) {
         r->status = CONFORM_FAIL;
@@ -467,7 +466,7 @@ void conform_judge_layout(const smattn_problem *tp, const smattn_inputs *tin,
                         }
                     }
         }
-        conform_judge_twin(tp, tin, &dense, pm, flags, strided, sample, no_ol, r);
+        conform_judge_twin(tp, tin, &dense, pm, flags, strided, sample, stored, r);
         if (r->status == CONFORM_FAIL && r->worst_out >= 0) {
             char what[320];
             conform_layout_describe(lp, r->worst_ix[0], r->worst_out == 2 ? r->worst_ix[3] : -1,
@@ -475,7 +474,7 @@ void conform_judge_layout(const smattn_problem *tp, const smattn_inputs *tin,
             conform_reason_append(r, what);
         }
     }
-    free(no_ol);
+    free(stored);
     free(dense.o.data);
     free(dense.lse.data);
 }

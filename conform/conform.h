@@ -371,6 +371,11 @@ int64_t conform_rows_pick(int64_t S, int64_t K, uint64_t seed, int64_t b, int64_
 /* Every judged row of p as indices (b Hq + h) S + i, ascending, malloc'd (count in *n);
  * NULL when out of memory. */
 int64_t *conform_rows_list(const smattn_problem *p, int64_t K, uint64_t seed, int64_t *n);
+/* The same with batch b's rows [0, rows_of[b]) only (a packed batch's stored rows; NULL:
+ * conform_rows_list): the rule applied to S_b = rows_of[b], so each sequence's first and
+ * last rows are among them. */
+int64_t *conform_rows_list_of(const smattn_problem *p, int64_t K, uint64_t seed,
+                              const int64_t *rows_of, int64_t *n);
 
 /* ---- running and judging ------------------------------------------------------------- */
 
@@ -478,20 +483,19 @@ void conform_judge_split(const smattn_problem *p, const smattn_inputs *in,
 void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                         const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
                         int strided, const conform_sample *sample, conform_result *r);
-/* The same for a layout's dense twin (SPEC 2.7): the rows no_ol marks (index (b Hq + h) S
- * + i; NULL: none), which the layout does not store, have their O and LSE left unjudged
- * and, when P is not given, are counted in neither rows_judged nor rows_total; the sample
- * is drawn over the twin's rows as conform_rows_list draws it. */
+/* The same for a layout's dense twin (SPEC 2.7) whose batch b stores rows [0, stored[b])
+ * only (packed queries; NULL: every row): the other rows, which the layout does not have,
+ * have their O and LSE left unjudged and, when P is not given, are counted in neither
+ * rows_judged nor rows_total; a sample is drawn over each batch's stored rows
+ * (conform_rows_list_of). */
 void conform_judge_twin(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                         const smattn_precision *pm, unsigned flags, int strided,
-                        const conform_sample *sample, const unsigned char *no_ol,
-                        conform_result *r);
+                        const conform_sample *sample, const int64_t *stored, conform_result *r);
 
 /* Judge outputs got of layout problem lp (as laid out: packed O and LSE with cu_seqlens_q)
  * as its dense twin tp with inputs tin (SPEC 2.7): got scattered into the twin's shapes,
- * then conform_judge_twin with the twin's padding rows (i >= S_b, which have no storage)
- * left out of O and LSE. A failure's reason ends naming the sequence,
- * its packed rows and pages (conform_layout_describe). */
+ * then conform_judge_twin with each batch's stored rows (i < S_b). A failure's reason ends
+ * naming the sequence, its packed rows and pages (conform_layout_describe). */
 void conform_judge_layout(const smattn_problem *tp, const smattn_inputs *tin,
                           const smattn_problem *lp, const smattn_outputs *got,
                           const smattn_precision *pm, unsigned flags, int strided,

@@ -863,41 +863,46 @@ void conform_judge_rows(const smattn_problem *p, const smattn_inputs *in,
 
 void conform_judge_twin(const smattn_problem *p, const smattn_inputs *in, const smattn_outputs *got,
                         const smattn_precision *pm, unsigned flags, int strided,
-                        const conform_sample *sample, const unsigned char *no_ol, conform_result *r)
+                        const conform_sample *sample, const int64_t *stored, conform_result *r)
 {
     const int64_t total = p->B * p->Hq * p->S;
-    row_set rs = {NULL, 0, NULL, no_ol};
-    int64_t *list = NULL;
-    unsigned char *member = NULL;
-    r->rows_total = total;
-    r->rows_judged = total;
-    if (sample && sample->k > 0) {
-        int64_t n = 0;
-        list = conform_rows_list(p, sample->k, sample->seed, &n);
-        member = calloc((size_t)total + 1, 1);
-        if (!list || !member) {
-            free(list);
-            free(member);
-            r->status = CONFORM_SKIP;
-            r->rows_judged = 0;
-            snprintf(r->reason, sizeof r->reason, CONFORM_SKIP_ORACLE_FAILED ": %s (%s)",
-                     smattn_status_str(SMATTN_ERR_NOMEM), smattn_status_name(SMATTN_ERR_NOMEM));
-            return;
-        }
-        if (n < total) { /* fewer than all: sampled (else the full check, as it is) */
-            for (int64_t k = 0; k < n; k++)
-                member[list[k]] = 1;
-            rs.list = list, rs.n = n, rs.in = member;
-            r->rows_judged = n;
+    int64_t kept = total; /* the rows the layout stores */
+    unsigned char *no_ol = NULL;
+    if (stored) {
+        no_ol = calloc((size_t)total + 1, 1);
+        kept = 0;
+        for (int64_t k = 0; no_ol && k < total; k++) {
+            no_ol[k] = k % p->S >= stored[k / (p->Hq * p->S)];
+            kept += !no_ol[k];
         }
     }
+    row_set rs = {NULL, 0, NULL, no_ol};
+    int64_t *list = NULL, n = 0;
+    unsigned char *member = NULL;
+    const int sampled = sample && sample->k > 0;
+    if (sampled) {
+        list = conform_rows_list_of(p, sample->k, sample->seed, stored, &n);
+        member = calloc((size_t)total + 1, 1);
+    }
+    if ((stored && !no_ol) || (sampled && (!list || !member))) {
+        free(no_ol), free(list), free(member);
+        r->status = CONFORM_SKIP;
+        r->rows_judged = 0, r->rows_total = total;
+        snprintf(r->reason, sizeof r->reason, CONFORM_SKIP_ORACLE_FAILED ": %s (%s)",
+                 smattn_status_str(SMATTN_ERR_NOMEM), smattn_status_name(SMATTN_ERR_NOMEM));
+        return;
+    }
+    /* without P, the rows the layout does not have are no rows of the kernel's */
+    r->rows_total = got->p.data ? total : kept;
+    r->rows_judged = r->rows_total;
+    if (sampled && n < kept) { /* fewer than all: sampled (else the full check, as it is) */
+        for (int64_t k = 0; k < n; k++)
+            member[list[k]] = 1;
+        rs.list = list, rs.n = n, rs.in = member;
+        r->rows_judged = n;
+    }
     judge_set(p, in, got, pm, flags, strided, &rs, r);
-    /* without P, a row whose O and LSE are not judged is no row of the kernel's */
-    for (int64_t k = 0; no_ol && !got->p.data && k < total; k++)
-        if (no_ol[k]) {
-            r->rows_total--;
-            r->rows_judged -= !member || member[k];
-        }
+    free(no_ol);
     free(list);
     free(member);
 }

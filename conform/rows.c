@@ -60,6 +60,12 @@ int64_t conform_rows_pick(int64_t S, int64_t K, uint64_t seed, int64_t b, int64_
 
 int64_t *conform_rows_list(const smattn_problem *p, int64_t K, uint64_t seed, int64_t *n)
 {
+    return conform_rows_list_of(p, K, seed, NULL, n);
+}
+
+int64_t *conform_rows_list_of(const smattn_problem *p, int64_t K, uint64_t seed,
+                              const int64_t *rows_of, int64_t *n)
+{
     int64_t total = p->B * p->Hq * p->S, cnt = 0;
     int64_t *list = malloc((size_t)(total > 0 ? total : 1) * sizeof *list);
     if (!list)
@@ -67,7 +73,8 @@ int64_t *conform_rows_list(const smattn_problem *p, int64_t K, uint64_t seed, in
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t h = 0; h < p->Hq; h++) {
             int64_t base = (b * p->Hq + h) * p->S;
-            int64_t m = conform_rows_pick(p->S, K, seed, b, h, list + cnt);
+            int64_t Sb = rows_of && rows_of[b] < p->S ? rows_of[b] : p->S;
+            int64_t m = conform_rows_pick(Sb, K, seed, b, h, list + cnt);
             for (int64_t k = 0; k < m; k++)
                 list[cnt + k] += base;
             cnt += m;

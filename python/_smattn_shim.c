@@ -52,6 +52,10 @@ void smattn_py_judge(const smattn_problem *p, const smattn_inputs *in, const sma
 void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                           const smattn_outputs *got, const smattn_precision *pm, int garbage,
                           int64_t rows_k, uint64_t seed, smattn_py_result *out);
+void smattn_py_judge_stored(const smattn_problem *p, const smattn_inputs *in,
+                            const smattn_outputs *got, const smattn_precision *pm, int garbage,
+                            int64_t rows_k, uint64_t seed, const int64_t *stored,
+                            smattn_py_result *out);
 void *smattn_py_battery_new(const char *suite, uint64_t seed, const char *vectors,
                             const char *regressions, char *err, size_t errlen);
 int64_t smattn_py_battery_size(const void *b);
@@ -107,6 +111,17 @@ void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
                           const smattn_outputs *got, const smattn_precision *pm, int garbage,
                           int64_t rows_k, uint64_t seed, smattn_py_result *out)
 {
+    smattn_py_judge_stored(p, in, got, pm, garbage, rows_k, seed, NULL, out);
+}
+
+/* The same for a packed layout's dense twin whose batch b stores rows [0, stored[b]) only
+ * (conform_judge_twin: the other rows' O and LSE neither judged nor counted, a sample drawn
+ * over the stored rows; NULL: every row). */
+void smattn_py_judge_stored(const smattn_problem *p, const smattn_inputs *in,
+                            const smattn_outputs *got, const smattn_precision *pm, int garbage,
+                            int64_t rows_k, uint64_t seed, const int64_t *stored,
+                            smattn_py_result *out)
+{
     conform_result *r = calloc(1, sizeof *r);
     memset(out, 0, sizeof *out);
     if (!r) {
@@ -125,13 +140,13 @@ void smattn_py_judge_rows(const smattn_problem *p, const smattn_inputs *in,
     memset(&tw, 0, sizeof tw);
     qi.prob = *p, qi.in = *in;
     if (!conform_inst_quantised(&qi)) {
-        conform_judge_rows(p, in, got, pm, 0, 0, &sample, r);
+        conform_judge_twin(p, in, got, pm, 0, 0, &sample, stored, r);
     } else if (conform_inst_real(&qi, &tw)) {
         r->status = CONFORM_SKIP;
         r->worst_out = -1;
         snprintf(r->reason, sizeof r->reason, "out of memory");
     } else {
-        conform_judge_rows(&tw.prob, &tw.in, got, pm, 0, 0, &sample, r);
+        conform_judge_twin(&tw.prob, &tw.in, got, pm, 0, 0, &sample, stored, r);
         conform_inst_free(&tw);
     }
     out->rows_judged = r->rows_judged, out->rows_total = r->rows_total;

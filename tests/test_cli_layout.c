@@ -678,6 +678,41 @@ START_TEST(sampled_check_of_a_layout_is_sampled)
 }
 END_TEST
 
+/* `check --rows K` of packed queries samples each sequence's own rows [0, S_b), its first
+ * and last among them: a kernel wrong only at a short sequence's last row fails (drawn over
+ * the twin's S = 256 rows, the sample judged rows 0-4, 7, 8, 15, 16 of a 20-row sequence,
+ * not row 19). */
+START_TEST(sampled_check_judges_each_sequence_end)
+{
+    const char *dir = in_tmp("ends"), *out = in_tmp("ends_out");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    const int64_t H = 2, D = 16, tq = 256 + 20;
+    put_f32(dir, "q.npy", 3, (int64_t[]){tq, H, D}, 1);
+    put_f32(dir, "k.npy", 3, (int64_t[]){tq, H, D}, 2);
+    put_f32(dir, "v.npy", 3, (int64_t[]){tq, H, D}, 3);
+    put_text(dir, "case.json",
+             "{\"cu_seqlens_q\": [0, 256, 276], \"cu_seqlens_k\": [0, 256, 276]}");
+    test_outcome r = run3("ref", dir, out, "--dtype=f32");
+    ck_assert_msg(r.code == 0, "ref: exit %d: %s", r.code, r.err);
+    test_outcome_free(&r);
+    double *o = read_out(out, "o.npy", 3, (int64_t[]){tq, H, D});
+    float *of = malloc((size_t)(tq * H * D) * sizeof *of);
+    for (int64_t e = 0; e < tq * H * D; e++)
+        of[e] = (float)o[e];
+    of[(tq - 1) * H * D] += 0.25f; /* row 19 of sequence 1, head 0: its last */
+    char p[512], err[256];
+    snprintf(p, sizeof p, "%s/o.npy", dir);
+    ck_assert_msg(
+        smattn_npy_write(p, SMATTN_NPY_F32, 3, (int64_t[]){tq, H, D}, of, err, sizeof err) == 0,
+        "%s", err);
+    r = run3("check", dir, "--rows=1", NULL);
+    ck_assert_msg(r.code == 1 && strstr(r.out, "O[b=1,i=19,h=0,c=0]"), "exit %d: %s%s", r.code,
+                  r.out, r.err);
+    test_outcome_free(&r);
+    free(o), free(of);
+}
+END_TEST
+
 Suite *cli_layout_suite(void);
 Suite *cli_layout_suite(void)
 {
@@ -690,6 +725,7 @@ Suite *cli_layout_suite(void)
     tcase_add_test(tc, check_judges_dense_q_padding_rows);
     tcase_add_test(tc, block_table_row_stride);
     tcase_add_test(tc, sampled_check_of_a_layout_is_sampled);
+    tcase_add_test(tc, sampled_check_judges_each_sequence_end);
     tcase_add_test(tc, gen_layouts_are_the_dense_cases);
     tcase_add_test(tc, gen_layout_cases_keep_their_own_layout);
     suite_add_tcase(s, tc);

@@ -141,6 +141,32 @@ static int64_t row_of_o(const smattn_problem *p, int64_t e) /* O [B,S,Hq,Dv] */
     return ((bi / p->S) * p->Hq + h) * p->S + bi % p->S;
 }
 
+/* A packed batch's sample is drawn over its stored rows [0, S_b): each sequence's first and
+ * last rows are judged (a sequence's end is where varlen kernels go wrong), none past it. */
+START_TEST(list_of_stored_rows)
+{
+    smattn_problem p = smattn_problem_default();
+    p.B = 3, p.S = 50, p.Hq = 2;
+    const int64_t rows_of[3] = {50, 7, 0};
+    int64_t n = 0, *list = conform_rows_list_of(&p, 4, 9, rows_of, &n);
+    ck_assert_ptr_nonnull(list);
+    int seen_last[3][2] = {{0}};
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t b = list[k] / (p.Hq * p.S), h = list[k] / p.S % p.Hq, i = list[k] % p.S;
+        ck_assert_msg(i < rows_of[b], "batch %lld: row %lld past its %lld rows", (long long)b,
+                      (long long)i, (long long)rows_of[b]);
+        seen_last[b][h] |= i == rows_of[b] - 1;
+    }
+    for (int b = 0; b < 2; b++)
+        for (int h = 0; h < 2; h++)
+            ck_assert_msg(seen_last[b][h], "batch %d head %d: its last row not sampled", b, h);
+    int64_t m = 0, *all = conform_rows_list_of(&p, 4, 9, NULL, &m), m2 = 0;
+    int64_t *same = conform_rows_list(&p, 4, 9, &m2);
+    ck_assert(all && same && m == m2 && !memcmp(all, same, (size_t)m * sizeof *all));
+    free(list), free(all), free(same);
+}
+END_TEST
+
 START_TEST(ref_and_bound_on_listed_rows)
 {
     prob x;
@@ -419,6 +445,7 @@ Suite *rows_suite(void)
     Suite *s = suite_create("rows");
     TCase *tc = tcase_create("rule");
     tcase_add_test(tc, pick_rule);
+    tcase_add_test(tc, list_of_stored_rows);
     tcase_add_test(tc, ref_and_bound_on_listed_rows);
     tcase_add_test(tc, judge_on_sampled_rows);
     suite_add_tcase(s, tc);

@@ -1257,9 +1257,10 @@ def _got(b, arr, name, shape, axes):
     return _aligned(np.ascontiguousarray(np.transpose(a, axes))), code
 
 
-def _judge(b, o, lse, p, precision, rows=None, seed=0):
+def _judge(b, o, lse, p, precision, rows=None, seed=0, stored=None):
     """The checker (conform_judge) on the caller's outputs of problem b: a Report. rows:
-    judge that many query rows per (batch, head) (conform/rows.c), chosen by seed."""
+    judge that many query rows per (batch, head) (conform/rows.c), chosen by seed. stored:
+    int64 [B], a packed twin's rows per batch (conform_judge_twin), or None."""
     rows_k = 0 if rows is None else _integer(rows, "rows", 64, minimum=1)
     seed = _integer(seed, "seed", 64, signed=False)
     so, sl, sp = _shapes(b)
@@ -1287,9 +1288,10 @@ def _judge(b, o, lse, p, precision, rows=None, seed=0):
     garbage = any(x is not None and x.dtype != np.uint16 and not np.isfinite(x).all()
                   for x in b.arrays)
     r = _lib.PyResult()
-    _lib.shim().smattn_py_judge_rows(ctypes.byref(b.prob), ctypes.byref(b.inputs),
-                                     ctypes.byref(got), ctypes.byref(pm), int(garbage), rows_k,
-                                     seed, ctypes.byref(r))
+    _lib.shim().smattn_py_judge_stored(ctypes.byref(b.prob), ctypes.byref(b.inputs),
+                                       ctypes.byref(got), ctypes.byref(pm), int(garbage), rows_k,
+                                       seed, None if stored is None else stored.ctypes.data,
+                                       ctypes.byref(r))
     reason = r.reason.decode(errors="replace")
     if r.status == 2:
         raise RuntimeError(reason)
@@ -1346,67 +1348,11 @@ def _layout_hint(other):
             "read them as layout=%r, %s)" % (other, what[other], other, here, what[here]))
 
 
-_CODE_NAMES = {F64: "float64", F32: "float32", F16: "float16", BF16: "bfloat16"}
-
-
-_U64 = (1 << 64) - 1
-
-
-def _splitmix(s):
-    """conform/rows.c's mix(): (the state advanced, its next 64-bit output)."""
-    s = (s + 0x9e3779b97f4a7c15) & _U64
-    z = ((s ^ (s >> 30)) * 0xbf58476d1ce4e5b9) & _U64
-    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & _U64
-    return s, z ^ (z >> 31)
-
-
-def _rows_pick(S, K, seed, b, h):
-    """The rows of (b, h) that a check with rows=K judges, chosen as conform_rows_pick
-    (conform/rows.c) chooses them: rows 0 and S-1 and both sides of every power of two, the
-    rest up to K by selection sampling from a splitmix64 stream seeded by (seed, b, h)."""
-    def always(i):
-        return (i in (0, S - 1) or (i > 1 and (i & (i - 1)) == 0)
-                or (i >= 1 and ((i + 1) & i) == 0))
-    fixed = sum(1 for i in range(S) if always(i))
-    need, rest = max(0, min(K, S) - fixed), S - fixed
-    _, z = _splitmix(seed ^ 0x243f6a8885a308d3)  # s = mix(&s) ^ b, as rows.c seeds it
-    _, z = _splitmix(z ^ b)
-    s, _ = _splitmix(z ^ h)
-    out = []
-    for i in range(S):
-        if always(i):
-            out.append(i)
-            continue
-        if need > 0:
-            s, z = _splitmix(s)
-            if z % rest < need:
-                out.append(i)
-                need -= 1
-        rest -= 1
-    return out
-
-
-def _filled_rows(rep, r, Hq, rows, seed):
-    """How many of the rows rep judged are a packed batch's padding rows [S_b, S) of the
-    twin: every one of them on a full check, else those the sample chose (_rows_pick)."""
-    S = int(r.S)
-    sampled = rep.rows_judged < rep.rows_total
-    n = 0
-    for bb, sb in enumerate(int(x) for x in r.q_len):
-        if sb >= S:
-            continue
-        if not sampled:
-            n += (S - sb) * Hq
-        else:
-            n += sum(1 for h in range(Hq) for i in _rows_pick(S, rows, seed, bb, h) if i >= sb)
-    return n
-
-
 def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
     """check() of a ragged or paged problem: judged as its dense, padded twin (SPEC 2.7).
-    Rows a sequence does not have are filled with the oracle's values in the output's dtype
-    (they are not the kernel's, so the report's counts leave them out); the worst element
-    is reported in the caller's indices."""
+    Rows a sequence does not have are not the kernel's: their O and LSE are neither judged
+    nor counted, and rows=K samples each sequence's own rows (conform_judge_twin); the worst
+    element is reported in the caller's indices."""
     r = b.ragged
     so, sl, sp = _shapes(b)
     got = {}
@@ -1425,27 +1371,11 @@ def _check_ragged(b, o, q, k, v, lse, p, precision, kw, rows=None, seed=0):
     O, L, P = got.get("o"), got.get("lse"), got.get("p")
     if r.cu_q is None and not b.batched:  # 3-D q: the twin's B = 1 is the caller's no axis
         O, L, P = (None if x is None else x[None] for x in (O, L, P))
-    if r.cu_q is not None:
-        fill = {}
-        for name in ("o", "lse"):
-            if name not in got:
-                continue
-            code = _dtype_code(got[name], name)
-            fo, fl = reference(Q, K, V, dtype=_CODE_NAMES[code], **tkw)
-            f = fo if name == "o" else fl
-            fill[name] = f.view(got[name].dtype) if f.dtype != got[name].dtype else f
-        O, L = r.dense_out(O, L, fill.get("o"), fill.get("lse"))
-    rep = _judge(bt, O, L, P, precision, rows, seed)
-    if r.cu_q is not None and (O is not None or L is not None):
-        # count what the kernel gave: the fill rows' O and LSE elements are not, nor their
-        # rows unless P (whose padding rows the kernel writes, SPEC 2.7) was judged too
-        filled = _filled_rows(rep, r, b.Hq, 0 if rows is None else int(rows), seed)
-        per_row = (b.Dv if O is not None else 0) + (1 if L is not None else 0)
-        less = 0 if P is not None else filled
-        less_total = 0 if P is not None else (r.S * r.B - r.total_q) * b.Hq
-        rep = dataclasses.replace(rep, elements=rep.elements - filled * per_row,
-                                  rows_judged=rep.rows_judged - less,
-                                  rows_total=rep.rows_total - less_total)
+    stored = None
+    if r.cu_q is not None:  # each sequence's rows [0, S_b); the twin's others are not the kernel's
+        O, L = r.dense_out(O, L)
+        stored = np.ascontiguousarray(r.q_len, dtype=np.int64)
+    rep = _judge(bt, O, L, P, precision, rows, seed, stored=stored)
     w = rep.worst
     if w is not None and r.cu_q is None and not b.batched:
         rep = dataclasses.replace(rep, worst=dataclasses.replace(w, index=w.index[1:]))

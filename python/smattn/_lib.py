@@ -255,6 +255,10 @@ def shim():
         s.smattn_py_judge_rows.restype = None
         s.smattn_py_judge_rows.argtypes = [_P(Problem), _P(Inputs), _P(Outputs), _P(Precision),
                                            ctypes.c_int, c_i64, ctypes.c_uint64, _P(PyResult)]
+        s.smattn_py_judge_stored.restype = None
+        s.smattn_py_judge_stored.argtypes = [_P(Problem), _P(Inputs), _P(Outputs),
+                                             _P(Precision), ctypes.c_int, c_i64, ctypes.c_uint64,
+                                             ctypes.c_void_p, _P(PyResult)]
         s.smattn_py_battery_new.restype = ctypes.c_void_p
         s.smattn_py_battery_new.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
                                             ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]

@@ -287,13 +287,14 @@ class Ragged:
                     K[b, :n], V[b, :n] = k[pages, slots], v[pages, slots]
         return Q, K, V, q_lens, self.k_len.astype(np.int64)
 
-    def dense_out(self, o, lse, fill_o, fill_lse):
+    def dense_out(self, o, lse):
         """Packed o [total_q, Hq, Dv] and lse [Hq, total_q] into the twin's [B, S, Hq, Dv]
-        and [B, Hq, S]: rows a sequence does not have take fill's (the oracle's) values."""
+        and [B, Hq, S]: rows a sequence does not have hold 0 (the judge leaves them out)."""
         if self.cu_q is None:
             return o, lse
-        O = None if o is None else np.array(fill_o, dtype=o.dtype, copy=True)
-        L = None if lse is None else np.array(fill_lse, dtype=lse.dtype, copy=True)
+        S = self.S
+        O = None if o is None else np.zeros((self.B, S) + o.shape[1:], dtype=o.dtype)
+        L = None if lse is None else np.zeros((self.B, lse.shape[0], S), dtype=lse.dtype)
         for b in range(self.B):
             a, z = self.cu_q[b], self.cu_q[b + 1]
             if O is not None:

@@ -98,8 +98,9 @@ def test_check_judges_packed_outputs(name):
 
 
 def test_check_rows_sampled():
-    """check(rows=K, seed=N) on a layout judges the sampled rows of the twin (rows 0, S-1,
-    the powers of two around them and K more per sequence and head), not every row."""
+    """check(rows=K, seed=N) on a layout judges the sampled rows of each sequence (rows 0,
+    S_b - 1, the powers of two around them and K more per sequence and head), not every
+    row."""
     r = np.random.default_rng(9)
     q = r.standard_normal((64, 2, 8)).astype(np.float32)
     k = r.standard_normal((50, 1, 8)).astype(np.float32)
@@ -113,6 +114,21 @@ def test_check_rows_sampled():
     rep = smattn.check(o, q, k, v, lse=lse, rows=1, seed=3, **kw)
     assert full.passed and full.rows_judged == full.rows_total == 64 * 2  # the stored rows
     assert rep.passed and 0 < rep.rows_judged < rep.rows_total == 64 * 2
+
+
+def test_check_rows_sampled_judges_each_sequence_end():
+    """rows=K samples each sequence's own rows, its last among them: an O wrong only at the
+    last row of a 20-row sequence packed beside one of 256 fails (drawn over the twin's 256
+    rows, the sample missed it)."""
+    r = np.random.default_rng(4)
+    q, k, v = (r.standard_normal((276, 2, 16)).astype(np.float32) for _ in range(3))
+    kw = dict(cu_seqlens_q=[0, 256, 276], cu_seqlens_k=[0, 256, 276])
+    o, lse = smattn.reference(q, k, v, **kw)
+    assert smattn.check(o, q, k, v, lse=lse, rows=1, **kw).passed
+    o = o.copy()
+    o[275, 0, 0] += 0.25
+    rep = smattn.check(o, q, k, v, lse=lse, rows=1, **kw)
+    assert not rep.passed and rep.worst.output == "O" and rep.worst.index == (275, 0, 0)
 
 
 def test_check_counts_only_the_rows_given():
