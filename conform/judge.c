@@ -555,15 +555,20 @@ static size_t alignment(const smattn_problem *p, const smattn_inputs *in, const 
 {
     size_t n = 0;
     /* Another causal alignment or scale is named only when O is wrong under the problem's
-     * and right under the other: with S = T the two alignments are one problem, and a
-     * wrong LSE alone says nothing of either. */
+     * and right under the other, and so is the LSE when given (a mean-convention empty row
+     * of a one-key sequence holds upper-left's O, but not its LSE): with S = T the two
+     * alignments are one problem, and a wrong LSE alone says nothing of either. */
     *o_wrong = p->op == SMATTN_OP_ATTENTION && got->o.data &&
                ratio_under(p, in, got, pm, flags, nO, rs) > 1;
+#define FITS(q)                                                                                    \
+    (!alt_reads_garbage(p, &(q), in, rs) &&                                                        \
+     (got->lse.data ? ratio_o_lse_under(&(q), in, got, pm, flags, rs)                              \
+                    : ratio_under(&(q), in, got, pm, flags, nO, rs)) <= 1)
     if (*o_wrong && p->causal != SMATTN_CAUSAL_NONE) {
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (!alt_reads_garbage(p, &q, in, rs) && ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
+        if (FITS(q))
             n = (size_t)snprintf(
                 out, cap, "causal alignment: O follows %s, but %s is claimed; ",
                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
@@ -572,13 +577,13 @@ static size_t alignment(const smattn_problem *p, const smattn_inputs *in, const 
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
-            if (!alt_reads_garbage(p, &q, in, rs) &&
-                ratio_under(&q, in, got, pm, flags, nO, rs) <= 1)
+            if (FITS(q))
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
         }
     }
+#undef FITS
     return n;
 }
 

@@ -709,8 +709,8 @@ static int fast_magnitudes_large(const smattn_problem *p, const smattn_inputs *i
     const int64_t nsl = p->alibi_slopes_per_batch ? p->B * p->Hq : p->Hq;
     for (int64_t h = 0; p->alibi_mode != SMATTN_ALIBI_NONE && p->alibi_slopes && h < nsl; h++)
         ms = fmax(ms, fabs((double)p->alibi_slopes[h]));
-    const double scores = (p->softcap > 0 ? 0 : sc * (double)p->D * mq * mk) + mb * fmax(1, ms) +
-                          ms * (double)(p->S + p->T);
+    const double scores = (double)p->D * mq * mk * fmax(1, p->softcap > 0 ? 1 : sc) +
+                          mb * fmax(1, ms) + ms * (double)(p->S + p->T);
     const double need[7] = {dp,
                             dl,
                             sc * (double)p->T * ds * mk,

@@ -696,7 +696,7 @@ SMATTN_NODISCARD smattn_status smattn_backward_bound(const smattn_problem *prob,
  * SMATTN_ERR_UNSUPPORTED: binary64 tensors, inputs so large that a dP =
  * dO . v, a Delta or a gradient's sum could pass 2^126 (Dv max|dO| max|V|, T |scale| max|dS|
  * max|K|, or a summed dBias's terms times max|dS|: binary32 would give inf - inf), scores
- * that could (|scale| D max|Q| max|K|, without softcap), a non-finite input (other than a
+ * that could (D max|Q| max|K|, times |scale| without softcap), a non-finite input (other than a
  * -inf bias or sink: smattn_ref_backward applies SPEC 10.2 there) or a non-finite saved
  * LSE of a row that sees keys.
  * Safe to call from several threads.

@@ -318,7 +318,8 @@ static int stage_queries(const bw_stage *sg, int64_t item, float *orow, float ma
  * dLSE each below 2^126, so that dS = P (dP - Delta) (1 - t^2) is finite (0 <= P <= 1),
  * and the largest dQ (|scale| T max|dS| max|K|), dK (|scale| S G max|dS| max|Q|), dV (S G
  * max|dO|), dSinks (B S max|Delta|) and a summed dBias (db_terms max|dS|) below 2^126
- * too, and so are the scores (|scale| D max|Q| max|K|; softcap bounds them). Beyond,
+ * too, and so are the scores, before the scale (D max|Q| max|K|: q . k is formed first, in
+ * binary32) and after it without softcap (|scale| times that; softcap bounds them). Beyond,
  * dP - Delta can be inf - inf, a key no row sees gets 0 * NaN, and an infinite score gives
  * P = exp(inf - inf): such inputs are the oracle's (smattn.h). */
 static int magnitudes_fit(const smattn_problem *p, const float mf[6], double db_terms)
@@ -331,7 +332,7 @@ static int magnitudes_fit(const smattn_problem *p, const float mf[6], double db_
     const double ds = dp + dl, sc = fabs(p->scale);
     const double need[8] = {dp,
                             dl,
-                            p->softcap > 0 ? 0 : sc * (double)p->D * m[0] * m[4],
+                            (double)p->D * m[0] * m[4] * fmax(1.0, p->softcap > 0 ? 1.0 : sc),
                             sc * (double)p->T * ds * m[4],
                             sc * S * G * ds * m[0],
                             S * G * m[1],

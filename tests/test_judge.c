@@ -170,20 +170,27 @@ END_TEST
  * a correct kernel of one alignment judged as the other, on clean inputs. With S > T the
  * rows lower-right leaves empty see keys under upper-left (the empty-row convention is
  * broken first); with S < T upper-left hides keys lower-right gives weight (a masked key's
- * P is broken first). */
+ * P is broken first). Not named when the LSE contradicts it. */
 START_TEST(judge_alignment_named_first)
 {
     static const struct {
         int64_t S, T;
         smattn_causal run, claim;
-        const char *want;
+        smattn_empty empty; /* the run's empty-row convention (the claim's: zero) */
+        const char *want, *never;
     } cases[] = {
-        {6, 4, SMATTN_CAUSAL_UPPER_LEFT, SMATTN_CAUSAL_LOWER_RIGHT,
+        {6, 4, SMATTN_CAUSAL_UPPER_LEFT, SMATTN_CAUSAL_LOWER_RIGHT, SMATTN_EMPTY_ZERO,
          "causal alignment: O follows upper_left, but lower_right is claimed; empty row (no "
-         "visible key, no sink): O[b=0,i=0,h=0,c=0] expected +0"},
-        {4, 6, SMATTN_CAUSAL_LOWER_RIGHT, SMATTN_CAUSAL_UPPER_LEFT,
+         "visible key, no sink): O[b=0,i=0,h=0,c=0] expected +0",
+         NULL},
+        {4, 6, SMATTN_CAUSAL_LOWER_RIGHT, SMATTN_CAUSAL_UPPER_LEFT, SMATTN_EMPTY_ZERO,
          "causal alignment: O follows lower_right, but upper_left is claimed; masked key got "
-         "weight: P[b=0,h=0,i=0,j=1]"},
+         "weight: P[b=0,h=0,i=0,j=1]",
+         NULL},
+        /* the right alignment, the mean convention on the empty rows of a one-key sequence:
+         * its O is upper-left's, its LSE (-inf there) is not */
+        {4, 1, SMATTN_CAUSAL_LOWER_RIGHT, SMATTN_CAUSAL_LOWER_RIGHT, SMATTN_EMPTY_MEAN,
+         "empty row (no visible key, no sink): O[b=0,i=0,h=0,c=0] expected +0", "causal alignment"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         rng r = {300 + (uint64_t)k};
@@ -195,6 +202,7 @@ START_TEST(judge_alignment_named_first)
         p.B = 1, p.S = cases[k].S, p.T = cases[k].T, p.Hq = p.Hkv = 1, p.D = p.Dv = 8;
         p.scale = smattn_default_scale(8);
         p.causal = cases[k].run;
+        p.empty_rows = cases[k].empty;
         smattn_inputs in;
         memset(&in, 0, sizeof in);
         in.q = (smattn_tensor){q, SMATTN_F32, {0}};
@@ -207,6 +215,7 @@ START_TEST(judge_alignment_named_first)
         outbuf_make(&o, &p, SMATTN_F32);
         ck_assert_int_eq(smattn_attention(&p, &in, &o.out, NULL), SMATTN_OK);
         p.causal = cases[k].claim;
+        p.empty_rows = SMATTN_EMPTY_ZERO;
         smattn_precision pm = smattn_opt_precision(&p);
         conform_result res;
         memset(&res, 0, sizeof res);
@@ -214,6 +223,9 @@ START_TEST(judge_alignment_named_first)
         ck_assert_int_eq(res.status, CONFORM_FAIL);
         ck_assert_msg(strstr(res.reason, cases[k].want), "S %lld T %lld: reason '%s' lacks '%s'",
                       (long long)p.S, (long long)p.T, res.reason, cases[k].want);
+        ck_assert_msg(!cases[k].never || !strstr(res.reason, cases[k].never),
+                      "S %lld T %lld: reason '%s' names '%s'", (long long)p.S, (long long)p.T,
+                      res.reason, cases[k].never);
         outbuf_free(&o);
     }
 }

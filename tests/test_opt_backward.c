@@ -658,6 +658,15 @@ START_TEST(refusals)
     ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL), SMATTN_OK);
     memcpy(c.dout, keep, (size_t)ndo * sizeof *keep);
     free(keep);
+    /* under softcap too: q . k is formed in binary32 before the cap (2^64 x 2^64 = inf, and
+     * inf times the scale's low part 0 is NaN) */
+    const float q0 = c.q[0], k0 = c.k[0];
+    c.p.softcap = 30;
+    c.q[0] = c.k[0] = 0x1p64f;
+    ck_assert_int_eq(smattn_attention_backward(p, &c.in, &s, &c.gin, &g.go, NULL),
+                     SMATTN_ERR_UNSUPPORTED);
+    c.p.softcap = 0;
+    c.q[0] = q0, c.k[0] = k0;
     /* a saved LSE of +inf (a forward whose LSE overflowed) in a row that sees keys */
     const float lse0 = c.lse[0];
     c.lse[0] = HUGE_VALF;
