@@ -186,7 +186,8 @@ def reference_backward(q, k, v, do, *, dlse=None, dbias=None, dsinks=None, dtype
     storage: packed rows or the page pool, +0 where no stored row or key reaches), dbias in the bias's own
     shape (a broadcast bias's gradient is the exact sum over the dimensions it is broadcast
     along, rounded once, SPEC 10.1; [B, Hq, S, T] when dbias=True without a bias, [Hq, S,
-    T] for 3-D q), dsinks [Hq]. Masked keys get exactly +0. Errors as reference()'s, naming the argument."""
+    T] for 3-D q), dsinks [Hq]. Masked keys get exactly +0. Errors as reference()'s, naming
+    the argument."""
     threads = _api._integer(threads, "threads", 32, minimum=0)
     su = _Setup("reference_backward", q, k, v, do, dlse, problem)
     code = _api._out_code(dtype, su.b)
@@ -221,7 +222,8 @@ def attention_backward(q, k, v, do, *, o=None, lse=None, dlse=None, dbias=None, 
     dbias, dsinks: None (the default) returns dbias when the problem has a bias (not under
     alibi_mode "mask") and dsinks [Hq] when it has sinks; True or False asks or not. dbias
     is in the bias's own shape ([B, Hq, S, T] when dbias=True without a bias, [Hq, S, T]
-    for 3-D q), summed over the dimensions the bias is broadcast along; dsinks +0 for every head without sinks.
+    for 3-D q), summed over the dimensions the bias is broadcast along; dsinks +0 for every
+    head without sinks.
     Each sum runs in a fixed order: the same bits at every thread count (and ISA, as above).
 
     Returns Gradients(dq, dk, dv, dbias, dsinks). Errors as attention()'s."""
