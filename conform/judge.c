@@ -546,6 +546,18 @@ static void reason_appendf(char *out, size_t cap, const char *fmt, ...)
         memcpy(out + cap - 4, "...", 4);
 }
 
+/* Whether got follows problem q (another alignment of p) without q's oracle reading a slot
+ * p hides that holds garbage: O within its bounds under q, and the LSE too when given. */
+static int alt_fits(const smattn_problem *p, const smattn_problem *q, const smattn_inputs *in,
+                    const smattn_outputs *got, const smattn_precision *pm, unsigned flags,
+                    int64_t nO, const row_set *rs)
+{
+    if (alt_reads_garbage(p, q, in, rs))
+        return 0;
+    return (got->lse.data ? ratio_o_lse_under(q, in, got, pm, flags, rs)
+                          : ratio_under(q, in, got, pm, flags, nO, rs)) <= 1;
+}
+
 /* "causal alignment: ...; " into out when O is wrong under the problem's causal alignment
  * and right under the other (or the lower-right one off by one); its length, 0 for none.
  * *o_wrong: whether O is wrong under the problem (the scale's diagnosis reads it). */
@@ -560,15 +572,11 @@ static size_t alignment(const smattn_problem *p, const smattn_inputs *in, const 
      * alignments are one problem, and a wrong LSE alone says nothing of either. */
     *o_wrong = p->op == SMATTN_OP_ATTENTION && got->o.data &&
                ratio_under(p, in, got, pm, flags, nO, rs) > 1;
-#define FITS(q)                                                                                    \
-    (!alt_reads_garbage(p, &(q), in, rs) &&                                                        \
-     (got->lse.data ? ratio_o_lse_under(&(q), in, got, pm, flags, rs)                              \
-                    : ratio_under(&(q), in, got, pm, flags, nO, rs)) <= 1)
     if (*o_wrong && p->causal != SMATTN_CAUSAL_NONE) {
         smattn_problem q = *p;
         q.causal = p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? SMATTN_CAUSAL_UPPER_LEFT
                                                           : SMATTN_CAUSAL_LOWER_RIGHT;
-        if (FITS(q))
+        if (alt_fits(p, &q, in, got, pm, flags, nO, rs))
             n = (size_t)snprintf(
                 out, cap, "causal alignment: O follows %s, but %s is claimed; ",
                 p->causal == SMATTN_CAUSAL_LOWER_RIGHT ? "upper_left" : "lower_right",
@@ -577,13 +585,12 @@ static size_t alignment(const smattn_problem *p, const smattn_inputs *in, const 
             q = *p;
             q.causal = SMATTN_CAUSAL_NONE;
             q.window_right = 1;
-            if (FITS(q))
+            if (alt_fits(p, &q, in, got, pm, flags, nO, rs))
                 n = (size_t)snprintf(out, cap,
                                      "causal alignment off by one: O follows keys "
                                      "j <= i + T_b - S_b + 1; ");
         }
     }
-#undef FITS
     return n;
 }
 
